@@ -1,0 +1,126 @@
+#include "core/request.h"
+
+#include <charconv>
+
+namespace gpuslice::core {
+namespace {
+
+bool ParseUint(std::string_view s, uint32_t* out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+constexpr uint32_t kMaxGpusPerRequest = 64;
+
+}  // namespace
+
+std::string MigProfile::ToString() const {
+  return std::to_string(compute_slices) + "g." + std::to_string(memory_gb) + "gb";
+}
+
+Result<MigProfile> ParseMigProfile(std::string_view text) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgumentError("bad MIG profile '" + std::string(text) + "': " +
+                                std::string(why) + " (expected e.g. '1g.10gb')");
+  };
+  size_t g = text.find("g.");
+  if (g == std::string_view::npos) return bad("missing 'g.'");
+  std::string_view slices = text.substr(0, g);
+  std::string_view mem = text.substr(g + 2);
+  if (mem.size() < 3 || mem.substr(mem.size() - 2) != "gb") return bad("memory must end in 'gb'");
+  mem.remove_suffix(2);
+  MigProfile p;
+  if (!ParseUint(slices, &p.compute_slices) || p.compute_slices < 1 || p.compute_slices > 8) {
+    return bad("compute slices must be 1 to 8");
+  }
+  if (!ParseUint(mem, &p.memory_gb) || p.memory_gb < 1 || p.memory_gb > 1024) {
+    return bad("memory must be 1 to 1024 GB");
+  }
+  return p;
+}
+
+std::string_view RequestKindName(RequestKind kind) {
+  switch (kind) {
+    case RequestKind::kWholeGpus: return "gpus";
+    case RequestKind::kFraction: return "fraction";
+    case RequestKind::kMig: return "mig";
+  }
+  return "fraction";
+}
+
+Status ParseGpuCount(std::string_view text, uint32_t* min, uint32_t* max) {
+  size_t dash = text.find('-');
+  uint32_t lo = 0, hi = 0;
+  bool ok = dash == std::string_view::npos
+                ? ParseUint(text, &lo) && (hi = lo, true)
+                : ParseUint(text.substr(0, dash), &lo) && ParseUint(text.substr(dash + 1), &hi);
+  if (!ok) {
+    return InvalidArgumentError("bad GPU count '" + std::string(text) +
+                                "': expected a number such as '2' or a range such as '1-4'");
+  }
+  if (lo == 0) return InvalidArgumentError("GPU count '" + std::string(text) + "' must be >= 1");
+  if (hi < lo) {
+    return InvalidArgumentError("GPU range '" + std::string(text) + "' has max below min");
+  }
+  if (hi > kMaxGpusPerRequest) {
+    return InvalidArgumentError("GPU count '" + std::string(text) + "' is over " +
+                                std::to_string(kMaxGpusPerRequest));
+  }
+  *min = lo;
+  *max = hi;
+  return Status::Ok();
+}
+
+Status ResourceRequest::Validate() const {
+  switch (kind) {
+    case RequestKind::kWholeGpus:
+      if (gpus_min == 0) return InvalidArgumentError("gpus: must ask for at least 1 GPU");
+      if (gpus_max < gpus_min) return InvalidArgumentError("gpus: max is below min");
+      if (gpus_max > kMaxGpusPerRequest) {
+        return InvalidArgumentError("gpus: at most " + std::to_string(kMaxGpusPerRequest));
+      }
+      if (memory_bytes != 0 || compute_milli != 0) {
+        return InvalidArgumentError(
+            "gpus: whole GPUs cannot also carry --mem or --compute (they get the whole device)");
+      }
+      break;
+    case RequestKind::kFraction:
+      if (memory_bytes == 0) {
+        return InvalidArgumentError("mem: a part of a GPU needs a memory size, e.g. --mem 8GiB");
+      }
+      if (compute_milli > 1000) return InvalidArgumentError("compute: over 100%");
+      break;
+    case RequestKind::kMig:
+      if (mig.compute_slices == 0 || mig.memory_gb == 0) {
+        return InvalidArgumentError("mig: a MIG request needs a profile, e.g. --mig 1g.10gb");
+      }
+      if (memory_bytes != 0 || compute_milli != 0 || gpus_min != 0) {
+        return InvalidArgumentError("mig: a MIG request cannot also carry --mem, --compute or --gpus");
+      }
+      break;
+  }
+  if (max_runtime && max_runtime->count() <= 0) {
+    return InvalidArgumentError("max_runtime: must be positive");
+  }
+  if (name.size() > 128) return InvalidArgumentError("name: longer than 128 characters");
+  return Status::Ok();
+}
+
+std::string ResourceRequest::Describe() const {
+  switch (kind) {
+    case RequestKind::kWholeGpus:
+      if (gpus_min == gpus_max) {
+        return std::to_string(gpus_min) + (gpus_min == 1 ? " GPU" : " GPUs");
+      }
+      return std::to_string(gpus_min) + "-" + std::to_string(gpus_max) + " GPUs";
+    case RequestKind::kFraction:
+      return FormatBytes(memory_bytes) +
+             (compute_milli ? " + " + FormatShareMilli(compute_milli) : std::string());
+    case RequestKind::kMig:
+      return "MIG " + mig.ToString();
+  }
+  return "";
+}
+
+}  // namespace gpuslice::core

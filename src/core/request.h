@@ -1,0 +1,67 @@
+#pragma once
+
+// The resource request model shared by the CLI, the daemon, the placement
+// core and the cluster integrations: what a user asks for, in the terms they
+// think in ("8 GiB and 30% of a GPU, high priority", "2 whole GPUs", "a
+// 1g.10gb MIG slice").
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+#include "core/units.h"
+
+namespace gpuslice::core {
+
+// A MIG profile such as "1g.10gb": `compute_slices` of the GPU's 7 (or 8)
+// compute slices and `memory_gb` of memory (decimal GB, as NVIDIA names them).
+struct MigProfile {
+  uint32_t compute_slices = 0;
+  uint32_t memory_gb = 0;
+  std::string ToString() const;  // "1g.10gb"
+  friend bool operator==(const MigProfile&, const MigProfile&) = default;
+};
+// Accepts "1g.10gb", "3g.40gb", "1g.10gb+me" is rejected (media extensions
+// are not modelled). Errors name the token.
+Result<MigProfile> ParseMigProfile(std::string_view text);
+
+enum class RequestKind {
+  kWholeGpus,  // `gpus_min`..`gpus_max` whole GPUs.
+  kFraction,   // Part of one GPU: `memory_bytes` and `compute_milli`.
+  kMig,        // One MIG instance of profile `mig`.
+};
+std::string_view RequestKindName(RequestKind kind);
+
+struct ResourceRequest {
+  RequestKind kind = RequestKind::kFraction;
+  // kWholeGpus: a fixed count has gpus_min == gpus_max; elastic jobs
+  // ("--gpus 1-4") have gpus_min < gpus_max.
+  uint32_t gpus_min = 0;
+  uint32_t gpus_max = 0;
+  // kFraction: memory cap and compute share (per-mille of one GPU). A
+  // fraction with compute_milli == 0 gets no compute cap.
+  uint64_t memory_bytes = 0;
+  uint32_t compute_milli = 0;
+  // kMig.
+  MigProfile mig;
+
+  Priority priority = Priority::kNormal;
+  std::string name;  // Optional, human-readable.
+  std::string pool;  // Empty: the default pool.
+  std::optional<std::chrono::milliseconds> max_runtime;
+
+  // Checks internal consistency (not whether any GPU could hold it: that is
+  // the placement core's job). Errors name the offending field.
+  Status Validate() const;
+
+  // "2 GPUs", "1-4 GPUs", "8 GiB + 30%", "MIG 1g.10gb".
+  std::string Describe() const;
+};
+
+// Parses the GPU count syntax of `--gpus`: "2" or "1-4".
+Status ParseGpuCount(std::string_view text, uint32_t* min, uint32_t* max);
+
+}  // namespace gpuslice::core

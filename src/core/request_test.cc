@@ -1,0 +1,74 @@
+#include "core/request.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuslice::core {
+namespace {
+
+TEST(ParseMigProfile, ParsesNvidiaNames) {
+  auto p = ParseMigProfile("1g.10gb");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->compute_slices, 1u);
+  EXPECT_EQ(p->memory_gb, 10u);
+  EXPECT_EQ(p->ToString(), "1g.10gb");
+  EXPECT_EQ(ParseMigProfile("7g.80gb")->compute_slices, 7u);
+}
+
+TEST(ParseMigProfile, RejectsMalformed) {
+  for (const char* t : {"", "1g", "1g.10", "0g.10gb", "9g.10gb", "ag.10gb", "1g.0gb", "1g.10gb+me"}) {
+    auto p = ParseMigProfile(t);
+    EXPECT_FALSE(p.ok()) << t;
+  }
+}
+
+TEST(ParseGpuCount, AcceptsCountAndRange) {
+  uint32_t lo = 0, hi = 0;
+  ASSERT_TRUE(ParseGpuCount("2", &lo, &hi).ok());
+  EXPECT_EQ(lo, 2u);
+  EXPECT_EQ(hi, 2u);
+  ASSERT_TRUE(ParseGpuCount("1-4", &lo, &hi).ok());
+  EXPECT_EQ(lo, 1u);
+  EXPECT_EQ(hi, 4u);
+  for (const char* t : {"0", "4-1", "x", "1-", "-3", "100"}) {
+    EXPECT_FALSE(ParseGpuCount(t, &lo, &hi).ok()) << t;
+  }
+}
+
+TEST(ResourceRequest, ValidFractionDescribesItself) {
+  ResourceRequest r;
+  r.kind = RequestKind::kFraction;
+  r.memory_bytes = 8 * kGiB;
+  r.compute_milli = 300;
+  EXPECT_TRUE(r.Validate().ok());
+  EXPECT_EQ(r.Describe(), "8 GiB + 30%");
+}
+
+TEST(ResourceRequest, FractionWithoutMemoryIsRefusedNamingTheField) {
+  ResourceRequest r;
+  r.kind = RequestKind::kFraction;
+  Status s = r.Validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("mem:", 0), 0u) << s.message();
+}
+
+TEST(ResourceRequest, WholeGpusCannotCarryMemory) {
+  ResourceRequest r;
+  r.kind = RequestKind::kWholeGpus;
+  r.gpus_min = r.gpus_max = 2;
+  EXPECT_TRUE(r.Validate().ok());
+  EXPECT_EQ(r.Describe(), "2 GPUs");
+  r.memory_bytes = kGiB;
+  EXPECT_FALSE(r.Validate().ok());
+}
+
+TEST(ResourceRequest, MigNeedsProfile) {
+  ResourceRequest r;
+  r.kind = RequestKind::kMig;
+  EXPECT_FALSE(r.Validate().ok());
+  r.mig = *ParseMigProfile("1g.10gb");
+  EXPECT_TRUE(r.Validate().ok());
+  EXPECT_EQ(r.Describe(), "MIG 1g.10gb");
+}
+
+}  // namespace
+}  // namespace gpuslice::core

@@ -1,0 +1,40 @@
+#include "core/status.h"
+
+namespace gpuslice::core {
+
+std::string_view StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid_argument";
+    case StatusCode::kNotFound: return "not_found";
+    case StatusCode::kAlreadyExists: return "already_exists";
+    case StatusCode::kPermissionDenied: return "permission_denied";
+    case StatusCode::kResourceExhausted: return "resource_exhausted";
+    case StatusCode::kFailedPrecondition: return "failed_precondition";
+    case StatusCode::kOutOfRange: return "out_of_range";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kUnimplemented: return "unimplemented";
+    case StatusCode::kDeadlineExceeded: return "deadline_exceeded";
+    case StatusCode::kAborted: return "aborted";
+    case StatusCode::kInternal: return "internal";
+  }
+  return "unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "ok";
+  std::string out(StatusCodeName(code_));
+  out += ": ";
+  out += message_;
+  return out;
+}
+
+Status Status::WithContext(std::string_view context) const {
+  if (ok()) return *this;
+  std::string m(context);
+  m += ": ";
+  m += message_;
+  return Status(code_, std::move(m));
+}
+
+}  // namespace gpuslice::core
