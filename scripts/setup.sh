@@ -27,23 +27,35 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The CUDA driver API header (cuda.h). We compile against the real header but
-# never need a GPU or NVIDIA's driver: our simulated driver stands in for it.
-# The NVIDIA CUDA toolkit in /usr/local/cuda is preferred; without it, Debian's
-# nvidia-cuda-dev (from the non-free component) provides the header.
+# The CUDA driver API header (cuda.h) and link stub. We compile against the
+# real header but never need a GPU or NVIDIA's driver: our simulated driver
+# stands in for it. The CUDA toolkit in /usr/local/cuda (or $CUDA_HOME) is
+# preferred. Without it, we take cuda.h and the stub out of Debian's
+# nvidia-cuda-dev package (non-free component) into .deps/cuda/, using a
+# private apt source list so the system's sources are left untouched, and
+# without installing the package (which would pull in NVIDIA's driver).
+root=$(cd "$(dirname "$0")/.." && pwd)
 have_cuda_h() {
-  for d in "${CUDA_HOME:-/nonexistent}/include" /usr/local/cuda/include /usr/include; do
+  for d in "${CUDA_HOME:-/nonexistent}/include" /usr/local/cuda/include /usr/include "$root/.deps/cuda/include"; do
     [ -f "$d/cuda.h" ] && return 0
   done
   return 1
 }
 if ! have_cuda_h; then
-  echo "setup: no cuda.h found; installing Debian's nvidia-cuda-dev (non-free)"
-  src=/etc/apt/sources.list.d/debian.sources
-  if [ -f "$src" ] && ! grep -q "non-free" "$src"; then
-    as_root sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' "$src"
-  fi
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends nvidia-cuda-dev
+  echo "setup: no cuda.h found; extracting it from Debian's nvidia-cuda-dev into .deps/cuda"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  mkdir -p "$tmp/lists/partial"
+  echo "deb http://deb.debian.org/debian bookworm main contrib non-free" >"$tmp/sources.list"
+  apt_opts=(-o Dir::Etc::sourcelist="$tmp/sources.list" -o Dir::Etc::sourceparts=-
+            -o Dir::State::Lists="$tmp/lists")
+  as_root apt-get "${apt_opts[@]}" update -qq
+  (cd "$tmp" && as_root apt-get "${apt_opts[@]}" download nvidia-cuda-dev)
+  as_root dpkg-deb --fsys-tarfile "$tmp"/nvidia-cuda-dev_*.deb |
+    tar -x -C "$tmp" ./usr/include/cuda.h ./usr/include/cudaTypedefs.h \
+      ./usr/lib/x86_64-linux-gnu/stubs/libcuda.so
+  mkdir -p "$root/.deps/cuda/include" "$root/.deps/cuda/lib64/stubs"
+  cp "$tmp/usr/include/cuda.h" "$tmp/usr/include/cudaTypedefs.h" "$root/.deps/cuda/include/"
+  cp "$tmp/usr/lib/x86_64-linux-gnu/stubs/libcuda.so" "$root/.deps/cuda/lib64/stubs/"
   have_cuda_h || { echo "setup: cuda.h still missing; install the CUDA toolkit headers" >&2; exit 1; }
 fi
