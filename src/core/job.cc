@@ -1,0 +1,150 @@
+#include "core/job.h"
+
+#include <array>
+#include <utility>
+
+namespace gpuslice::core {
+namespace {
+
+constexpr std::array<std::pair<JobState, std::string_view>, 6> kStateNames = {{
+    {JobState::kQueued, "queued"},
+    {JobState::kRunning, "running"},
+    {JobState::kExited, "exited"},
+    {JobState::kCancelled, "cancelled"},
+    {JobState::kTimedOut, "timed_out"},
+    {JobState::kFailed, "failed"},
+}};
+
+constexpr std::array<std::pair<JobMode, std::string_view>, 3> kModeNames = {{
+    {JobMode::kRun, "run"},
+    {JobMode::kSubmit, "submit"},
+    {JobMode::kShell, "shell"},
+}};
+
+// The edges of the state diagram in job.h.
+constexpr std::array<std::pair<JobState, JobState>, 7> kEdges = {{
+    {JobState::kQueued, JobState::kRunning},
+    {JobState::kQueued, JobState::kCancelled},
+    {JobState::kQueued, JobState::kFailed},
+    {JobState::kRunning, JobState::kExited},
+    {JobState::kRunning, JobState::kCancelled},
+    {JobState::kRunning, JobState::kTimedOut},
+    {JobState::kRunning, JobState::kFailed},
+}};
+
+}  // namespace
+
+std::string_view JobStateName(JobState state) {
+  for (const auto& [s, name] : kStateNames) {
+    if (s == state) return name;
+  }
+  return "unknown";
+}
+
+Result<JobState> ParseJobState(std::string_view name) {
+  for (const auto& [s, n] : kStateNames) {
+    if (n == name) return s;
+  }
+  return InvalidArgumentError("unknown job state '" + std::string(name) +
+                              "' (expected queued, running, exited, cancelled, timed_out or "
+                              "failed)");
+}
+
+bool IsTerminal(JobState state) {
+  return state != JobState::kQueued && state != JobState::kRunning;
+}
+
+bool CanTransition(JobState from, JobState to) {
+  for (const auto& [a, b] : kEdges) {
+    if (a == from && b == to) return true;
+  }
+  return false;
+}
+
+std::string_view JobModeName(JobMode mode) {
+  for (const auto& [m, name] : kModeNames) {
+    if (m == mode) return name;
+  }
+  return "submit";
+}
+
+Result<JobMode> ParseJobMode(std::string_view name) {
+  for (const auto& [m, n] : kModeNames) {
+    if (n == name) return m;
+  }
+  return InvalidArgumentError("unknown job mode '" + std::string(name) +
+                              "' (expected run, submit or shell)");
+}
+
+std::optional<int64_t> Job::DeadlineMs() const {
+  if (!request.max_runtime || started_ms == 0) return std::nullopt;
+  return started_ms + request.max_runtime->count();
+}
+
+Status ValidateJobName(std::string_view name) {
+  if (name.size() > 128) return InvalidArgumentError("name: longer than 128 characters");
+  for (char c : name) {
+    bool ok = c > ' ' && c < 127 && c != '"' && c != '\'' && c != '\\' && c != '/';
+    if (!ok) {
+      return InvalidArgumentError("name '" + std::string(name) +
+                                  "': only printable characters without spaces, quotes, "
+                                  "slashes or backslashes");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<ResourceRequest> BuildRequest(const RequestFields& f) {
+  ResourceRequest r;
+  if (f.compute && !f.mem) {
+    return InvalidArgumentError("--compute goes with --mem (a part of one GPU)");
+  }
+  int kinds = (f.gpus ? 1 : 0) + (f.mem ? 1 : 0) + (f.mig ? 1 : 0);
+  if (kinds == 0) {
+    return InvalidArgumentError(
+        "no resources asked: give --gpus N (whole GPUs), --mem SIZE [--compute PCT] (part of "
+        "a GPU) or --mig PROFILE");
+  }
+  if (kinds > 1) {
+    return InvalidArgumentError("--gpus, --mem and --mig exclude each other: pick one");
+  }
+  if (f.gpus) {
+    r.kind = RequestKind::kWholeGpus;
+    GPUSLICE_RETURN_IF_ERROR(ParseGpuCount(*f.gpus, &r.gpus_min, &r.gpus_max)
+                                 .WithContext("--gpus"));
+  } else if (f.mem) {
+    r.kind = RequestKind::kFraction;
+    auto mem = ParseBytes(*f.mem);
+    if (!mem.ok()) return mem.status().WithContext("--mem");
+    if (*mem == 0) return InvalidArgumentError("--mem: must be more than 0 bytes");
+    r.memory_bytes = *mem;
+    if (f.compute) {
+      auto share = ParseShareMilli(*f.compute);
+      if (!share.ok()) return share.status().WithContext("--compute");
+      r.compute_milli = *share;
+    }
+  } else {
+    r.kind = RequestKind::kMig;
+    auto mig = ParseMigProfile(*f.mig);
+    if (!mig.ok()) return mig.status().WithContext("--mig");
+    r.mig = *mig;
+  }
+  if (f.priority) {
+    auto p = ParsePriority(*f.priority);
+    if (!p.ok()) return p.status().WithContext("--priority");
+    r.priority = *p;
+  }
+  if (f.name) {
+    GPUSLICE_RETURN_IF_ERROR(ValidateJobName(*f.name));
+    r.name = *f.name;
+  }
+  if (f.max_runtime) {
+    auto d = ParseDuration(*f.max_runtime);
+    if (!d.ok()) return d.status().WithContext("--max-runtime");
+    r.max_runtime = *d;
+  }
+  GPUSLICE_RETURN_IF_ERROR(r.Validate());
+  return r;
+}
+
+}  // namespace gpuslice::core

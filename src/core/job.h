@@ -1,0 +1,110 @@
+#pragma once
+
+// A job as the daemon, the CLI and the ledger see it: who asked, for what,
+// what to run, and where it stands. Plain data plus the pure rules about it
+// (legal state transitions, how the request fields a user typed become a
+// ResourceRequest). No I/O here: the ledger stores it, the daemon acts on it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/request.h"
+#include "core/status.h"
+
+namespace gpuslice::core {
+
+// The life of a job. Queued and running are live; the rest are terminal.
+//
+//   queued ──> running ──> exited     (all its processes ended; exit code kept)
+//     │           ├──────> cancelled  (a user or admin ended it)
+//     │           ├──────> timed_out  (ran past its maximum run time)
+//     │           └──────> failed     (could not be launched, or was lost)
+//     ├──> cancelled
+//     └──> failed                     (e.g. no longer fits after GPUs vanished)
+enum class JobState { kQueued, kRunning, kExited, kCancelled, kTimedOut, kFailed };
+
+std::string_view JobStateName(JobState state);
+Result<JobState> ParseJobState(std::string_view name);
+bool IsTerminal(JobState state);
+// Whether `from` -> `to` is an edge of the diagram above.
+bool CanTransition(JobState from, JobState to);
+
+// How the job's processes are run.
+//   kRun:    started by the daemon; the CLI streams its output and exits with
+//            its exit code (`gpuslice run`).
+//   kSubmit: started by the daemon, detached; output kept for `gpuslice logs`.
+//   kShell:  the CLI itself starts an interactive shell in the slice once the
+//            allocation is granted and tells the daemon its pid (`gpuslice
+//            shell`): a terminal cannot be handed across the socket cleanly.
+enum class JobMode { kRun, kSubmit, kShell };
+std::string_view JobModeName(JobMode mode);
+Result<JobMode> ParseJobMode(std::string_view name);
+
+// What a job holds while it runs: GPUs by index and UUID, the memory limit on
+// each and the compute share. For a MIG job `gpu_uuids` holds the MIG UUID.
+struct Allocation {
+  std::vector<uint32_t> gpu_indices;
+  std::vector<std::string> gpu_uuids;
+  uint64_t memory_bytes_per_gpu = 0;
+  uint32_t compute_milli = 0;  // 0: no compute cap.
+
+  bool empty() const { return gpu_indices.empty(); }
+  friend bool operator==(const Allocation&, const Allocation&) = default;
+};
+
+struct Job {
+  uint64_t id = 0;
+  // Owner, from the caller's credentials (never from the request body).
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string user;
+
+  ResourceRequest request;
+  JobMode mode = JobMode::kSubmit;
+  std::vector<std::string> argv;  // Empty for kShell (the CLI picks the shell).
+  std::string cwd;
+  std::vector<std::string> env;  // "KEY=value" entries, as the caller had them.
+
+  JobState state = JobState::kQueued;
+  int64_t submitted_ms = 0;  // Unix epoch milliseconds.
+  int64_t started_ms = 0;
+  int64_t ended_ms = 0;
+  int exit_code = -1;  // For kExited: the exit status, or 128+signal.
+  std::string reason;  // Why it failed, was cancelled, or what it waits for.
+
+  Allocation allocation;
+  // The process group leader and its start time (clock ticks since boot, from
+  // /proc/PID/stat), so a reused pid is never mistaken for the job.
+  int64_t pid = 0;
+  uint64_t pid_start_time = 0;
+  std::string region_path;
+
+  bool IsLive() const { return !IsTerminal(state); }
+  // When it must end, if it has a maximum run time and has started.
+  std::optional<int64_t> DeadlineMs() const;
+};
+
+// The request fields as a user types them (CLI flags or JSON strings). Exactly
+// one of gpus / mem / mig chooses the kind; `compute` goes with `mem`.
+struct RequestFields {
+  std::optional<std::string> gpus;         // "2", "1-4"
+  std::optional<std::string> mem;          // "8GiB"
+  std::optional<std::string> compute;      // "30%"
+  std::optional<std::string> mig;          // "1g.10gb"
+  std::optional<std::string> priority;     // low|normal|high
+  std::optional<std::string> name;
+  std::optional<std::string> max_runtime;  // "2h"
+};
+
+// Builds and validates a ResourceRequest. Errors name the field ("--mem") and
+// the offending token. A request with none of gpus/mem/mig is an error.
+Result<ResourceRequest> BuildRequest(const RequestFields& fields);
+
+// A job name must be printable ASCII without spaces or quotes, so it can be
+// shown in tables and passed in URLs safely.
+Status ValidateJobName(std::string_view name);
+
+}  // namespace gpuslice::core

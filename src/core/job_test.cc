@@ -1,0 +1,122 @@
+#include "core/job.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuslice::core {
+namespace {
+
+TEST(JobState, NamesRoundTrip) {
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kExited,
+                     JobState::kCancelled, JobState::kTimedOut, JobState::kFailed}) {
+    auto parsed = ParseJobState(JobStateName(s));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, s);
+  }
+  EXPECT_FALSE(ParseJobState("done").ok());
+}
+
+TEST(JobState, TransitionsFollowTheDiagram) {
+  struct Case {
+    JobState from, to;
+    bool ok;
+  } cases[] = {
+      {JobState::kQueued, JobState::kRunning, true},
+      {JobState::kQueued, JobState::kCancelled, true},
+      {JobState::kQueued, JobState::kExited, false},
+      {JobState::kRunning, JobState::kExited, true},
+      {JobState::kRunning, JobState::kTimedOut, true},
+      {JobState::kRunning, JobState::kQueued, false},
+      {JobState::kExited, JobState::kRunning, false},
+      {JobState::kCancelled, JobState::kCancelled, false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(CanTransition(c.from, c.to), c.ok)
+        << JobStateName(c.from) << " -> " << JobStateName(c.to);
+  }
+  EXPECT_TRUE(IsTerminal(JobState::kFailed));
+  EXPECT_FALSE(IsTerminal(JobState::kRunning));
+}
+
+TEST(BuildRequest, FractionWithComputeShare) {
+  RequestFields f;
+  f.mem = "8GiB";
+  f.compute = "30%";
+  f.priority = "high";
+  f.name = "train-1";
+  f.max_runtime = "2h";
+  auto r = BuildRequest(f);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kind, RequestKind::kFraction);
+  EXPECT_EQ(r->memory_bytes, 8 * kGiB);
+  EXPECT_EQ(r->compute_milli, 300u);
+  EXPECT_EQ(r->priority, Priority::kHigh);
+  EXPECT_EQ(r->name, "train-1");
+  EXPECT_EQ(r->max_runtime->count(), 2 * 3600 * 1000);
+}
+
+TEST(BuildRequest, WholeGpusAndMig) {
+  RequestFields g;
+  g.gpus = "2";
+  auto r = BuildRequest(g);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind, RequestKind::kWholeGpus);
+  EXPECT_EQ(r->gpus_min, 2u);
+  RequestFields m;
+  m.mig = "1g.10gb";
+  auto mr = BuildRequest(m);
+  ASSERT_TRUE(mr.ok());
+  EXPECT_EQ(mr->kind, RequestKind::kMig);
+  EXPECT_EQ(mr->mig.memory_gb, 10u);
+}
+
+TEST(BuildRequest, ErrorsNameTheFieldAndToken) {
+  struct Case {
+    RequestFields f;
+    const char* needle;
+  };
+  std::vector<Case> cases;
+  cases.push_back({RequestFields{}, "no resources asked"});
+  RequestFields both;
+  both.gpus = "1";
+  both.mem = "1GiB";
+  cases.push_back({both, "exclude each other"});
+  RequestFields bad_mem;
+  bad_mem.mem = "12XB";
+  cases.push_back({bad_mem, "--mem"});
+  RequestFields zero_mem;
+  zero_mem.mem = "0";
+  cases.push_back({zero_mem, "more than 0"});
+  RequestFields lone_compute;
+  lone_compute.compute = "30%";
+  cases.push_back({lone_compute, "--compute goes with --mem"});
+  RequestFields bad_prio;
+  bad_prio.gpus = "1";
+  bad_prio.priority = "urgent";
+  cases.push_back({bad_prio, "--priority"});
+  RequestFields bad_name;
+  bad_name.gpus = "1";
+  bad_name.name = "a b";
+  cases.push_back({bad_name, "name 'a b'"});
+  RequestFields bad_rt;
+  bad_rt.gpus = "1";
+  bad_rt.max_runtime = "soon";
+  cases.push_back({bad_rt, "--max-runtime"});
+  for (const Case& c : cases) {
+    auto r = BuildRequest(c.f);
+    ASSERT_FALSE(r.ok()) << c.needle;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Job, DeadlineNeedsStartAndRuntime) {
+  Job j;
+  EXPECT_FALSE(j.DeadlineMs().has_value());
+  j.request.max_runtime = std::chrono::milliseconds(500);
+  EXPECT_FALSE(j.DeadlineMs().has_value());
+  j.started_ms = 1000;
+  EXPECT_EQ(*j.DeadlineMs(), 1500);
+}
+
+}  // namespace
+}  // namespace gpuslice::core

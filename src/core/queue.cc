@@ -1,0 +1,169 @@
+#include "core/queue.h"
+
+#include <algorithm>
+
+namespace gpuslice::core {
+namespace {
+
+constexpr int64_t kNever = INT64_MAX;
+
+int64_t EndOrNever(const RunningJob& r) { return r.ends_at_ms.value_or(kNever); }
+
+// The head's reservation: the smallest end time T such that, with every
+// running job ending by T released, the head fits. kNever when that needs a
+// job with no known end (or never happens). Fitting is monotone in the set
+// released, so a binary search over the jobs sorted by end time finds it.
+int64_t ReservationTime(const CapacityModel& model, std::vector<RunningJob> running,
+                        uint64_t head) {
+  std::sort(running.begin(), running.end(),
+            [](const RunningJob& a, const RunningJob& b) { return EndOrNever(a) < EndOrNever(b); });
+  auto fits_after = [&](size_t released) {
+    auto probe = model.Clone();
+    for (size_t i = 0; i < released; ++i) probe->Release(running[i].id);
+    return probe->TryPlace(head) == FitResult::kPlaced;
+  };
+  size_t lo = 1, hi = running.size();
+  if (running.empty() || !fits_after(hi)) return kNever;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (fits_after(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return EndOrNever(running[lo - 1]);
+}
+
+// Rule (b): with `candidate` placed, does the head still fit once everything
+// that ends by `reservation` has ended? Jobs started in this pass (backfills)
+// count only when their own end is known and no later than the reservation.
+bool HeadStillFits(const CapacityModel& model, const std::vector<RunningJob>& running,
+                   const std::vector<RunningJob>& started, int64_t reservation,
+                   uint64_t candidate, uint64_t head) {
+  auto probe = model.Clone();
+  if (probe->TryPlace(candidate) != FitResult::kPlaced) return false;
+  for (const RunningJob& r : running) {
+    if (EndOrNever(r) <= reservation) probe->Release(r.id);
+  }
+  for (const RunningJob& r : started) {
+    if (r.ends_at_ms && *r.ends_at_ms <= reservation) probe->Release(r.id);
+  }
+  return probe->TryPlace(head) == FitResult::kPlaced;
+}
+
+}  // namespace
+
+bool QueueBefore(const QueuedJob& a, const QueuedJob& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  return a.seq < b.seq;
+}
+
+std::string_view WaitReasonName(WaitReason reason) {
+  switch (reason) {
+    case WaitReason::kHead: return "head";
+    case WaitReason::kBehindHead: return "behind_head";
+    case WaitReason::kWouldDelayHead: return "would_delay_head";
+    case WaitReason::kNotConsidered: return "not_considered";
+    case WaitReason::kNeverFits: return "never_fits";
+  }
+  return "head";
+}
+
+QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<RunningJob>& running,
+                    int64_t now_ms, CapacityModel& model, const PlanOptions& options) {
+  QueuePlan plan;
+  std::vector<RunningJob> started;  // Backfills of this pass.
+  std::vector<QueueShape> failed;   // Minimal shapes that did not fit now.
+  const QueuedJob* head = nullptr;
+  int64_t reservation = kNever;
+  int checks_left = options.max_backfill_checks;
+
+  auto wait = [&](const QueuedJob& j, WaitReason why) {
+    plan.waiting.push_back({j.id, static_cast<int>(plan.waiting.size()) + 1, why});
+  };
+  auto remember_failure = [&](const QueueShape& s) {
+    for (const QueueShape& f : failed) {
+      if (s.Dominates(f)) return;
+    }
+    std::erase_if(failed, [&](const QueueShape& f) { return f.Dominates(s); });
+    failed.push_back(s);
+  };
+  auto known_not_to_fit = [&](const QueueShape& s) {
+    return std::any_of(failed.begin(), failed.end(),
+                       [&](const QueueShape& f) { return s.Dominates(f); });
+  };
+
+  for (const QueuedJob& job : queued) {
+    if (head == nullptr) {
+      FitResult fit = model.TryPlace(job.id);
+      if (fit == FitResult::kPlaced) {
+        plan.start.push_back(job.id);
+        std::optional<int64_t> end;
+        if (job.max_runtime) end = now_ms + job.max_runtime->count();
+        started.push_back({job.id, end});
+        continue;
+      }
+      if (fit == FitResult::kNever) {
+        plan.never_fit.push_back(job.id);
+        continue;
+      }
+      head = &job;
+      plan.head = job.id;
+      std::vector<RunningJob> all = running;
+      all.insert(all.end(), started.begin(), started.end());
+      reservation = ReservationTime(model, all, job.id);
+      if (reservation != kNever) plan.head_reservation_ms = reservation;
+      remember_failure(job.shape);
+      wait(job, WaitReason::kHead);
+      continue;
+    }
+    if (!options.backfill || known_not_to_fit(job.shape)) {
+      wait(job, WaitReason::kBehindHead);
+      continue;
+    }
+    // Rule (a) needs no probe: a job that ends before the reservation cannot
+    // delay the head, whatever it takes.
+    bool ends_in_time = job.max_runtime && reservation != kNever &&
+                        now_ms + job.max_runtime->count() <= reservation;
+    if (!ends_in_time) {
+      if (checks_left <= 0) {
+        wait(job, WaitReason::kNotConsidered);
+        continue;
+      }
+      --checks_left;
+      auto probe = model.Clone();
+      FitResult fit = probe->TryPlace(job.id);
+      if (fit == FitResult::kNever) {
+        plan.never_fit.push_back(job.id);
+        continue;
+      }
+      if (fit == FitResult::kNotNow) {
+        remember_failure(job.shape);
+        wait(job, WaitReason::kBehindHead);
+        continue;
+      }
+      if (!HeadStillFits(model, running, started, reservation, job.id, head->id)) {
+        wait(job, WaitReason::kWouldDelayHead);
+        continue;
+      }
+    }
+    FitResult fit = model.TryPlace(job.id);
+    if (fit == FitResult::kNever) {
+      plan.never_fit.push_back(job.id);
+      continue;
+    }
+    if (fit == FitResult::kNotNow) {
+      remember_failure(job.shape);
+      wait(job, WaitReason::kBehindHead);
+      continue;
+    }
+    plan.start.push_back(job.id);
+    std::optional<int64_t> end;
+    if (job.max_runtime) end = now_ms + job.max_runtime->count();
+    started.push_back({job.id, end});
+  }
+  return plan;
+}
+
+}  // namespace gpuslice::core
