@@ -1,0 +1,185 @@
+#pragma once
+
+// The layout of the simulator's shared-memory state file (docs/SIMULATOR.md,
+// "State file"). Every process that uses the simulated GPU maps the same
+// file; the layout is fixed-size, versioned and checked by static_asserts so
+// that two builds never silently disagree. Change anything here and bump
+// kStateVersion.
+//
+// Concurrency: immutable parts (header fields other than `magic`, devices,
+// units) are written once by the creator before `magic` is published with a
+// release store. Counters are std::atomic (lock-free, address-free, so valid
+// across processes). Slot claim/release and reaping take `lock`, a robust
+// process-shared mutex.
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace gpuslice::sim::layout {
+
+inline constexpr uint64_t kStateMagic = 0x4d49534c53555047ull;  // "GPUSLSIM" little-endian.
+inline constexpr uint32_t kStateVersion = 1;
+
+inline constexpr uint32_t kMaxDevices = 16;
+inline constexpr uint32_t kMaxMigPerDevice = 7;
+inline constexpr uint32_t kMaxUnits = 64;  // Schedulable units: whole GPUs and MIG instances.
+inline constexpr uint32_t kMaxProcesses = 128;
+inline constexpr uint32_t kDeviceSamples = 64;  // Ring per unit: ~10 s at 6 Hz.
+inline constexpr uint32_t kProcessSamples = 8;  // Ring per process and unit.
+inline constexpr uint32_t kNoUnit = 0xffffffffu;
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// One utilisation sample: cumulative busy time at a wall-clock instant.
+// Written by one sampler at a time (the one that won `next_sample_us`):
+// `timestamp_us` is zeroed first and published last (release), so a reader
+// that sees the same nonzero timestamp before and after reading `busy_ns`
+// has a consistent pair.
+struct Sample {
+  std::atomic<uint64_t> timestamp_us;  // Microseconds since the Unix epoch.
+  std::atomic<uint64_t> busy_ns;
+};
+static_assert(sizeof(Sample) == 16);
+
+struct MigRecord {
+  char profile[16];  // "1g.10gb"
+  uint32_t unit;     // Index into SharedState::units.
+  uint32_t gpu_instance_id;
+  uint32_t compute_instance_id;
+  uint32_t reserved0;
+  uint8_t reserved[32];
+};
+static_assert(sizeof(MigRecord) == 64);
+
+// A physical GPU. Immutable after initialisation.
+struct DeviceRecord {
+  char name[96];
+  char uuid[64];
+  uint64_t total_memory;
+  uint32_t sm_count;
+  uint32_t cc_major;
+  uint32_t cc_minor;
+  uint32_t pci_domain;
+  uint32_t pci_bus;
+  uint32_t pci_device;
+  uint32_t clock_khz;
+  uint32_t memory_clock_khz;
+  uint32_t memory_bus_width;
+  uint32_t l2_cache_bytes;
+  uint32_t power_limit_mw;
+  uint32_t idle_power_mw;
+  uint32_t unit;       // Whole-GPU unit, or kNoUnit when MIG is enabled.
+  uint32_t mig_count;  // 0: MIG disabled.
+  MigRecord mig[kMaxMigPerDevice];
+  uint8_t reserved[352];
+};
+static_assert(sizeof(DeviceRecord) == 1024);
+static_assert(offsetof(DeviceRecord, total_memory) == 160);
+static_assert(offsetof(DeviceRecord, mig) == 224);
+
+// A schedulable unit: what a CUDA device handle stands for. Immutable.
+struct UnitRecord {
+  char uuid[64];  // "GPU-..." for a whole GPU, "MIG-..." for an instance.
+  uint64_t memory_bytes;
+  uint32_t sm_count;
+  uint32_t device;    // Physical GPU index.
+  int32_t mig_index;  // -1: the whole GPU.
+  uint32_t reserved0;
+  uint8_t reserved[40];
+};
+static_assert(sizeof(UnitRecord) == 128);
+
+// The time-slicing arbiter of one unit. `holder` is also the futex word that
+// waiters sleep on.
+struct Arbiter {
+  std::atomic<uint32_t> holder;  // Slot index + 1 of the process running kernels; 0: free.
+  std::atomic<uint32_t> handoffs;
+  std::atomic<uint64_t> holder_since_ns;              // CLOCK_MONOTONIC at acquisition.
+  std::atomic<uint64_t> holder_heartbeat_ns;          // Refreshed every slice by the holder.
+  std::atomic<uint64_t> waiting[kMaxProcesses / 64];  // Bit per slot with kernels queued.
+  uint8_t reserved[24];
+};
+static_assert(sizeof(Arbiter) == 64);
+
+// Dynamic state of a unit.
+struct UnitState {
+  std::atomic<uint64_t> used_bytes;  // All processes, context overhead included.
+  std::atomic<uint64_t> busy_ns;     // Cumulative kernel time, all processes.
+  std::atomic<uint64_t> launches;
+  std::atomic<uint64_t> next_sample_us;  // Earliest time of the next sample; CAS claims it.
+  std::atomic<uint64_t> samples_taken;   // Ring position = samples_taken % kDeviceSamples.
+  uint8_t reserved0[24];
+  Arbiter arbiter;
+  Sample samples[kDeviceSamples];
+  uint8_t reserved[64];
+};
+static_assert(sizeof(UnitState) == 1216);
+static_assert(offsetof(UnitState, arbiter) == 64);
+static_assert(offsetof(UnitState, samples) == 128);
+
+// A process's use of one unit.
+struct ProcessUnit {
+  std::atomic<uint64_t> used_bytes;     // Allocations + context overhead.
+  std::atomic<uint64_t> context_bytes;  // The context-overhead part of used_bytes.
+  std::atomic<uint64_t> busy_ns;
+  std::atomic<uint64_t> launches;
+  std::atomic<uint32_t> contexts;
+  uint32_t reserved0;
+  std::atomic<uint64_t> samples_taken;
+  uint8_t reserved[16];
+  Sample samples[kProcessSamples];
+};
+static_assert(sizeof(ProcessUnit) == 192);
+
+enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1 };
+
+struct ProcessSlot {
+  std::atomic<uint32_t> state;  // SlotState.
+  int32_t pid;
+  uint64_t start_time;               // /proc/<pid>/stat field 22: tells a reused pid apart.
+  std::atomic<uint64_t> generation;  // Bumped on every claim.
+  uint8_t reserved[40];
+  ProcessUnit units[kMaxUnits];
+};
+static_assert(sizeof(ProcessSlot) == 64 + 192 * kMaxUnits);
+
+struct Header {
+  std::atomic<uint64_t> magic;  // kStateMagic, published last (release).
+  uint32_t version;
+  uint32_t header_size;
+  uint64_t file_size;
+  uint32_t device_count;
+  uint32_t unit_count;
+  uint32_t max_processes;
+  uint32_t reserved0;
+  uint64_t quantum_ns;     // Time slice of the arbiters.
+  uint64_t context_bytes;  // Device memory each context takes.
+  uint64_t created_unix_us;
+  uint64_t config_fingerprint;  // SimConfig::Fingerprint() of the creator.
+  uint8_t reserved1[184];
+  pthread_mutex_t lock;  // Robust, process-shared.
+  uint8_t reserved2[4096 - 256 - sizeof(pthread_mutex_t)];
+};
+static_assert(sizeof(Header) == 4096);
+static_assert(offsetof(Header, version) == 8);
+static_assert(offsetof(Header, quantum_ns) == 40);
+static_assert(offsetof(Header, config_fingerprint) == 64);
+static_assert(offsetof(Header, lock) == 256);
+
+struct SharedState {
+  Header header;
+  DeviceRecord devices[kMaxDevices];
+  UnitRecord units[kMaxUnits];
+  UnitState unit_state[kMaxUnits];
+  ProcessSlot slots[kMaxProcesses];
+};
+static_assert(offsetof(SharedState, devices) == 4096);
+static_assert(offsetof(SharedState, units) == 4096 + 1024 * kMaxDevices);
+static_assert(offsetof(SharedState, unit_state) == 4096 + 1024 * kMaxDevices + 128 * kMaxUnits);
+static_assert(offsetof(SharedState, slots) == 4096 + 1024 * kMaxDevices + (128 + 1216) * kMaxUnits);
+
+}  // namespace gpuslice::sim::layout

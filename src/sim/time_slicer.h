@@ -1,0 +1,54 @@
+#pragma once
+
+// Time-slicing of one unit between processes, as a GPU without MPS does: one
+// process's kernels run at a time; when its quantum is used up and another
+// process has kernels waiting, the unit passes to the next waiting process
+// in slot order (round robin), so saturating processes get equal shares.
+//
+// The arbiter lives in shared memory (layout::Arbiter). `holder` names the
+// running process and doubles as the futex word waiters sleep on. A holder
+// that died, or stopped refreshing its heartbeat for long, is evicted by the
+// next waiter that notices, so a SIGKILLed process never stalls the others.
+//
+// One TimeSlicer per (process, unit), used by that unit's executor thread
+// only.
+
+#include <cstdint>
+
+#include "sim/device_model.h"
+
+namespace gpuslice::sim {
+
+class TimeSlicer {
+ public:
+  TimeSlicer(DeviceModel* model, uint32_t unit);
+
+  // Blocks until this process holds the unit. Returns the monotonic time at
+  // which it got it.
+  uint64_t Acquire();
+  // Called by the holder at slice boundaries. If the quantum that began at
+  // the last Acquire (or the last call that returned false) is used up and
+  // another process waits, hands the unit over, waits for its turn again and
+  // returns true; `*now_ns` is then the time it got the unit back.
+  bool MaybeYield(uint64_t* now_ns);
+  // The holder has no more kernels: passes the unit on (or frees it).
+  void Release();
+  bool holding() const { return holding_; }
+  uint32_t unit() const { return unit_; }
+
+ private:
+  void SetWaiting(bool waiting);
+  // The next waiting slot after ours, or -1.
+  int NextWaiter() const;
+  void HandTo(int slot);
+  void CheckHolder(uint32_t holder);
+
+  DeviceModel* model_;
+  uint32_t unit_;
+  layout::Arbiter* arbiter_;
+  int slot_;
+  bool holding_ = false;
+  uint64_t quantum_start_ns_ = 0;
+};
+
+}  // namespace gpuslice::sim
