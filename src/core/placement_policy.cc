@@ -1,0 +1,369 @@
+#include "core/placement_policy.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace gpuslice::core {
+namespace {
+
+// Normalisers of the FGD simulator's scores: the largest node it models
+// (128 cores, 8 GPUs).
+constexpr double kMaxSpecCpu = 128000;
+constexpr double kMaxSpecGpu = 8000;
+constexpr int64_t kMaxNodeScore = 100;
+
+constexpr std::array<PolicyInfo, 9> kPolicies = {{
+    {Policy::kRandomFit, "random-fit", false, true, "any feasible node and GPU, uniformly"},
+    {Policy::kBestFit, "best-fit", false, true, "least CPU+GPU left on the node"},
+    {Policy::kDotProduct, "dot-product", false, true,
+     "smallest dot product of free resources and request (Tetris-style)"},
+    {Policy::kGpuPacking, "gpu-packing", false, true,
+     "shared GPUs first, then used nodes, then idle nodes"},
+    {Policy::kGpuClustering, "gpu-clustering", false, true, "keep tasks of one kind together"},
+    {Policy::kFgd, "fgd", true, true, "fragmentation gradient descent (ATC'23), as published"},
+    {Policy::kFragAware, "frag-aware", true, false,
+     "ours: exact fragmentation gradient with CPU-balance and packing tie-breaks"},
+    {Policy::kBinpack, "binpack", false, false, "fullest node and GPU that fit"},
+    {Policy::kSpread, "spread", false, false, "emptiest node and GPU"},
+}};
+
+bool HostFits(const NodeState& n, const Demand& d) {
+  return n.cpu_free >= d.cpu_milli && n.mem_free >= d.mem_bytes;
+}
+
+bool GpuFitsFraction(const GpuState& g, const Demand& d) {
+  return d.AllowsModel(g.model) && g.milli_free >= d.gpu_milli &&
+         (g.mem_total == 0 || g.mem_free >= d.gpu_mem);
+}
+
+// Idle GPUs for a whole-GPU demand, all on one island: the island with the
+// fewest idle GPUs that still suffices (keeping big islands whole), lowest
+// indices within it. GPUs of unknown island form one group.
+int PickWholeGpus(const NodeState& n, const Demand& d, uint8_t* out) {
+  const int count = static_cast<int>(n.gpus.size());
+  int best_island_size = std::numeric_limits<int>::max();
+  int16_t best_island = 0;
+  bool found = false;
+  uint32_t done = 0;  // GPUs whose island was counted already.
+  for (int i = 0; i < count; ++i) {
+    const GpuState& g = n.gpus[i];
+    if ((done >> i) & 1u || !g.IsIdle() || !d.AllowsModel(g.model)) continue;
+    int size = 0;
+    for (int j = i; j < count; ++j) {
+      const GpuState& h = n.gpus[j];
+      if (h.island == g.island && h.IsIdle() && d.AllowsModel(h.model)) {
+        ++size;
+        done |= 1u << j;
+      }
+    }
+    if (size >= static_cast<int>(d.gpus) && size < best_island_size) {
+      best_island_size = size;
+      best_island = g.island;
+      found = true;
+    }
+  }
+  if (!found) return 0;
+  int taken = 0;
+  for (int i = 0; i < count && taken < static_cast<int>(d.gpus); ++i) {
+    const GpuState& g = n.gpus[i];
+    if (g.island == best_island && g.IsIdle() && d.AllowsModel(g.model)) {
+      out[taken++] = static_cast<uint8_t>(i);
+    }
+  }
+  return taken;
+}
+
+// The per-decision context every scorer sees.
+struct Ctx {
+  const ClusterState& state;
+  const Demand& d;
+  const PlaceOptions& o;
+};
+
+// One node's best option under a policy.
+struct Option {
+  double score = 0;
+  uint8_t gpu_count = 0;
+  std::array<uint8_t, kMaxGpusPerNode> gpus{};
+};
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// Among the fraction candidates of node `n`, the one `better(a, b)` prefers
+// (a over b); first wins ties. Returns false if there is none.
+template <typename Key, typename KeyFn>
+bool PickFractionGpu(const NodeState& n, const Demand& d, KeyFn key, Option* opt) {
+  bool found = false;
+  Key best{};
+  for (size_t i = 0; i < n.gpus.size(); ++i) {
+    if (!GpuFitsFraction(n.gpus[i], d)) continue;
+    Key k = key(static_cast<int>(i));
+    if (!found || k > best) {
+      best = k;
+      found = true;
+      opt->gpus[0] = static_cast<uint8_t>(i);
+    }
+  }
+  opt->gpu_count = found ? 1 : 0;
+  return found;
+}
+
+// GPU choice shared by policies that pick a node first: whole GPUs by
+// PickWholeGpus, a fraction by best fit (least room left), or none.
+bool DefaultGpus(const NodeState& n, const Demand& d, Option* opt) {
+  if (d.gpus == 0) return true;
+  if (d.IsWhole()) {
+    opt->gpu_count = static_cast<uint8_t>(PickWholeGpus(n, d, opt->gpus.data()));
+    return opt->gpu_count == d.gpus;
+  }
+  return PickFractionGpu<int64_t>(
+      n, d, [&](int i) { return -static_cast<int64_t>(n.gpus[i].milli_free); }, opt);
+}
+
+int64_t PackingScore(const NodeState& n, const Demand& d, const Option& opt) {
+  if (d.gpus == 0) return 0;
+  int idle = 0;
+  for (const GpuState& g : n.gpus) idle += g.IsIdle() ? 1 : 0;
+  if (idle == static_cast<int>(n.gpus.size())) {
+    return std::max<int64_t>(kMaxNodeScore / 3 - idle, idle);
+  }
+  int idle_used = 0;
+  int64_t free_pct = 0;
+  for (int i = 0; i < opt.gpu_count; ++i) {
+    const GpuState& g = n.gpus[opt.gpus[i]];
+    if (g.IsIdle()) ++idle_used;
+    free_pct += g.milli_free * 100 / kMilliPerGpu;
+  }
+  if (idle_used > 0) return std::max<int64_t>(kMaxNodeScore / 2 - idle_used, kMaxNodeScore / 3);
+  return std::max<int64_t>(kMaxNodeScore - free_pct / 10, kMaxNodeScore / 2);
+}
+
+int64_t ClusteringScore(const NodeState& n, const Demand& d) {
+  if (d.gpus == 0) return 0;
+  const int64_t left = n.GpuMilliFree();
+  const int64_t fill = kMaxNodeScore / 4 * (static_cast<int64_t>(kMaxSpecGpu) - left) /
+                       static_cast<int64_t>(kMaxSpecGpu);
+  int kinds = 0;
+  for (int c = 1; c < kNumTaskClasses; ++c) kinds += n.tasks_by_class[c] > 0 ? 1 : 0;
+  if (n.tasks_by_class[static_cast<int>(d.Class())] > 0) {
+    return fill + (kinds == 1 ? kMaxNodeScore * 3 / 4 : kMaxNodeScore * 2 / 4);
+  }
+  return fill + (kinds == 0 ? kMaxNodeScore / 4 : 0);
+}
+
+// Ours. The exact fragmentation gradient (no 0..100 quantisation, no random
+// ties), then packing as the tie-break: among equally good options, leave the
+// least GPU and CPU room, so idle nodes stay idle for big tasks.
+bool FragAwareScore(const Ctx& c, const NodeState& n, Option* opt) {
+  const Demand& d = c.d;
+  const WorkloadProfile& p = *c.o.profile;
+  const double before = NodeFragmentation(p, n);
+  auto gain = [&](const uint8_t* gpus, int count) {
+    return before - NodeFragmentation(p, n, DeltaOf(d, gpus, count));
+  };
+  if (d.IsFraction()) {
+    if (!PickFractionGpu<double>(
+            n, d,
+            [&](int i) {
+              uint8_t g = uint8_t(i);
+              return gain(&g, 1) - 1e-6 * n.gpus[i].milli_free;
+            },
+            opt)) {
+      return false;
+    }
+  } else if (!DefaultGpus(n, d, opt)) {
+    return false;
+  }
+  const double left = 0.5 * (double(n.cpu_free) - double(d.cpu_milli)) / double(n.cpu_total) +
+                      0.5 * (double(n.GpuMilliFree()) - double(d.TotalGpuMilli())) /
+                          std::max(1.0, double(n.GpuMilliTotal()));
+  opt->score = gain(opt->gpus.data(), opt->gpu_count) - 1e-3 * left;
+  return true;
+}
+
+// Scores node `n`; false if the demand does not fit there now.
+bool ScoreNode(const Ctx& c, const NodeState& n, Option* opt) {
+  const Demand& d = c.d;
+  if (!HostFits(n, d)) return false;
+  switch (c.o.policy) {
+    case Policy::kRandomFit:
+      if (d.IsFraction()) {
+        // Reservoir sampling over the GPUs that fit, like the simulator.
+        int seen = 0;
+        for (size_t i = 0; i < n.gpus.size(); ++i) {
+          if (GpuFitsFraction(n.gpus[i], d) && c.o.rng->Uniform(++seen) == 0) {
+            opt->gpus[0] = static_cast<uint8_t>(i);
+          }
+        }
+        opt->gpu_count = seen > 0 ? 1 : 0;
+        if (seen == 0) return false;
+      } else if (!DefaultGpus(n, d, opt)) {
+        return false;
+      }
+      opt->score = 0;
+      return true;
+    case Policy::kBestFit: {
+      if (!DefaultGpus(n, d, opt)) return false;
+      double left = 0.5 * (double(n.cpu_free) - double(d.cpu_milli)) / kMaxSpecCpu +
+                    0.5 * (double(n.GpuMilliFree()) - double(d.TotalGpuMilli())) / kMaxSpecGpu;
+      opt->score = static_cast<double>(static_cast<int64_t>((1.0 - left) * kMaxNodeScore));
+      return true;
+    }
+    case Policy::kDotProduct: {
+      if (!DefaultGpus(n, d, opt)) return false;
+      double dot = (double(n.cpu_free) / kMaxSpecCpu) * (double(d.cpu_milli) / kMaxSpecCpu) +
+                   (double(n.GpuMilliFree()) / kMaxSpecGpu) *
+                       (double(d.TotalGpuMilli()) / kMaxSpecGpu);
+      opt->score = static_cast<double>(static_cast<int64_t>((1.0 - dot / 2) * kMaxNodeScore));
+      return true;
+    }
+    case Policy::kGpuPacking:
+      if (!DefaultGpus(n, d, opt)) return false;
+      opt->score = static_cast<double>(PackingScore(n, d, *opt));
+      return true;
+    case Policy::kGpuClustering:
+      if (!DefaultGpus(n, d, opt)) return false;
+      opt->score = static_cast<double>(ClusteringScore(n, d));
+      return true;
+    case Policy::kFgd: {
+      const WorkloadProfile& p = *c.o.profile;
+      const double before = NodeFragmentation(p, n);
+      auto score_of = [&](const uint8_t* gpus, int count) {
+        double after = NodeFragmentation(p, n, DeltaOf(d, gpus, count));
+        return static_cast<int64_t>(Sigmoid((before - after) / 1000) * kMaxNodeScore);
+      };
+      if (d.IsFraction()) {
+        if (!PickFractionGpu<int64_t>(
+                n, d, [&](int i) { uint8_t g = uint8_t(i); return score_of(&g, 1); }, opt)) {
+          return false;
+        }
+      } else if (!DefaultGpus(n, d, opt)) {
+        return false;
+      }
+      opt->score = static_cast<double>(score_of(opt->gpus.data(), opt->gpu_count));
+      return true;
+    }
+    case Policy::kFragAware:
+      return FragAwareScore(c, n, opt);
+    case Policy::kBinpack:
+    case Policy::kSpread: {
+      const double sign = c.o.policy == Policy::kBinpack ? 1.0 : -1.0;
+      if (d.IsFraction()) {
+        if (!PickFractionGpu<double>(
+                n, d, [&](int i) { return -sign * double(n.gpus[i].milli_free); }, opt)) {
+          return false;
+        }
+      } else if (!DefaultGpus(n, d, opt)) {
+        return false;
+      }
+      // GPU room left on the node first, CPU left second.
+      opt->score = -sign * (double(n.GpuMilliFree()) * 1e9 + double(n.cpu_free));
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::span<const PolicyInfo> AllPolicies() { return kPolicies; }
+
+const PolicyInfo& InfoOf(Policy policy) {
+  for (const PolicyInfo& info : kPolicies) {
+    if (info.policy == policy) return info;
+  }
+  return kPolicies[0];  // Unreachable for valid enum values.
+}
+
+std::string_view PolicyName(Policy policy) { return InfoOf(policy).name; }
+
+Result<Policy> ParsePolicy(std::string_view name) {
+  std::string valid;
+  for (const PolicyInfo& info : kPolicies) {
+    if (info.name == name) return info.policy;
+    if (!valid.empty()) valid += ", ";
+    valid += info.name;
+  }
+  return InvalidArgumentError("unknown placement policy '" + std::string(name) +
+                              "' (valid: " + valid + ")");
+}
+
+Status CouldEverFit(const ClusterState& state, const Demand& demand) {
+  GPUSLICE_RETURN_IF_ERROR(demand.Validate());
+  uint64_t max_cpu = 0, max_mem = 0;
+  uint32_t max_gpus = 0;
+  for (const NodeState& n : state.nodes()) {
+    max_cpu = std::max(max_cpu, n.cpu_total);
+    max_mem = std::max(max_mem, n.mem_total);
+    // Largest group of GPUs on one island that could hold the demand.
+    uint32_t best = 0;
+    for (size_t i = 0; i < n.gpus.size(); ++i) {
+      uint32_t group = 0;
+      for (size_t j = 0; j < n.gpus.size(); ++j) {
+        const GpuState& g = n.gpus[j];
+        bool ok = demand.AllowsModel(g.model) &&
+                  (!demand.IsFraction() || g.mem_total == 0 || g.mem_total >= demand.gpu_mem);
+        if (ok && g.island == n.gpus[i].island) ++group;
+      }
+      best = std::max(best, group);
+    }
+    max_gpus = std::max(max_gpus, best);
+    if (n.cpu_total >= demand.cpu_milli && n.mem_total >= demand.mem_bytes &&
+        best >= demand.gpus) {
+      return Status::Ok();
+    }
+  }
+  return OutOfRangeError("no node could ever hold " + demand.Describe() + " (largest node CPU " +
+                         std::to_string(max_cpu) + "m, memory " + std::to_string(max_mem) +
+                         " B, most suitable GPUs on one island " + std::to_string(max_gpus) +
+                         ")");
+}
+
+Result<Placement> Place(const ClusterState& state, const Demand& demand,
+                        const PlaceOptions& options) {
+  GPUSLICE_RETURN_IF_ERROR(demand.Validate());
+  const PolicyInfo& info = InfoOf(options.policy);
+  if (info.needs_profile && options.profile == nullptr) {
+    return InvalidArgumentError("policy '" + std::string(info.name) + "' needs a workload profile");
+  }
+  if (options.policy == Policy::kRandomFit && options.rng == nullptr) {
+    return InvalidArgumentError("policy 'random-fit' needs a random source");
+  }
+  const Ctx ctx{state, demand, options};
+  // Paper baselines break ties at random (reservoir sampling over the nodes
+  // with the top score, as kube-scheduler does); ours and the daemon's
+  // policies keep the first, so they are deterministic.
+  PlacementRng* tie_rng = info.needs_rng ? options.rng : nullptr;
+  Option best, cur;
+  bool found = false;
+  uint32_t best_node = 0;
+  uint32_t ties = 0;
+  for (uint32_t i = 0; i < state.size(); ++i) {
+    cur.gpu_count = 0;
+    if (!ScoreNode(ctx, state.node(i), &cur)) continue;
+    if (!found || cur.score > best.score) {
+      best = cur;
+      best_node = i;
+      found = true;
+      ties = 1;
+    } else if (tie_rng != nullptr && cur.score == best.score && tie_rng->Uniform(++ties) == 0) {
+      best = cur;
+      best_node = i;
+    }
+  }
+  if (!found) {
+    GPUSLICE_RETURN_IF_ERROR(CouldEverFit(state, demand));
+    return ResourceExhaustedError("no node has room now for " + demand.Describe());
+  }
+  Placement p;
+  p.node = best_node;
+  p.gpu_count = best.gpu_count;
+  std::copy_n(best.gpus.begin(), best.gpu_count, p.gpus.begin());
+  std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
+  return p;
+}
+
+}  // namespace gpuslice::core

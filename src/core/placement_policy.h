@@ -1,0 +1,80 @@
+#pragma once
+
+// Placement policies and the one function that applies them:
+//
+//   Place(state, demand, options) -> Result<Placement>
+//
+// Pure: it reads the state and returns where the demand should go (node and
+// GPUs); the caller applies it with ClusterState::Allocate. The node daemon
+// and the cluster replay call exactly this code. docs/PLACEMENT.md describes
+// each policy, what it optimises and its cost per decision.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/placement_model.h"
+#include "core/placement_profile.h"
+#include "core/placement_random.h"
+#include "core/status.h"
+
+namespace gpuslice::core {
+
+enum class Policy : uint8_t {
+  // Baselines of the FGD paper (Weng et al., ATC'23), scored as its
+  // Kubernetes simulator scores them: integer node scores 0..100, ties broken
+  // uniformly at random (so they need PlaceOptions::rng).
+  kRandomFit,      // Any feasible node, any feasible GPU.
+  kBestFit,        // Least CPU+GPU left over.
+  kDotProduct,     // Smallest dot product of free resources and the request.
+  kGpuPacking,     // Shared GPUs first, then used nodes, then idle nodes.
+  kGpuClustering,  // Keep tasks of one kind (shared, 1-GPU, 8-GPU...) together.
+  kFgd,            // Fragmentation gradient descent (needs a profile).
+  // Ours: fragmentation-aware (needs a profile); exact and deterministic.
+  kFragAware,
+  // The daemon's simple policies; deterministic.
+  kBinpack,  // Fill the fullest node and GPU that fit.
+  kSpread,   // Use the emptiest node and GPU.
+};
+
+// Ours is the default everywhere: the replay tool and the daemon.
+inline constexpr Policy kDefaultPolicy = Policy::kFragAware;
+
+struct PolicyInfo {
+  Policy policy;
+  std::string_view name;  // The CLI spelling: "random-fit", "fgd", ...
+  bool needs_profile;     // Requires PlaceOptions::profile.
+  bool needs_rng;         // Requires PlaceOptions::rng.
+  std::string_view summary;
+};
+std::span<const PolicyInfo> AllPolicies();
+const PolicyInfo& InfoOf(Policy policy);
+std::string_view PolicyName(Policy policy);
+// Accepts the names of AllPolicies(); the error lists them.
+Result<Policy> ParsePolicy(std::string_view name);
+
+struct PlaceOptions {
+  Policy policy = kDefaultPolicy;
+  // The expected workload; required by kFgd and kFragAware, ignored by others.
+  const WorkloadProfile* profile = nullptr;
+  // Random source for kRandomFit and the tie-breaks of the paper baselines.
+  PlacementRng* rng = nullptr;
+};
+
+// Chooses a node and GPUs for `demand`. Errors:
+//   kInvalidArgument     the demand is malformed, or the policy lacks its
+//                        profile or rng;
+//   kResourceExhausted   it does not fit now (it could fit an emptier state);
+//   kOutOfRange          it could never fit this cluster, even empty (e.g. 9
+//                        GPUs on 8-GPU nodes, or a model no node has).
+// Allocation-free; cost O(nodes x GPUs per node), times the profile size for
+// the fragmentation-aware policies (see docs/PLACEMENT.md).
+Result<Placement> Place(const ClusterState& state, const Demand& demand,
+                        const PlaceOptions& options);
+
+// Ok if some node of `state`, were it empty, could hold `demand`; otherwise
+// kOutOfRange naming the resource that is never enough.
+Status CouldEverFit(const ClusterState& state, const Demand& demand);
+
+}  // namespace gpuslice::core

@@ -1,0 +1,78 @@
+#pragma once
+
+// The workload profile and the fragmentation measures built on it.
+//
+// Fragmentation only means something relative to what will be asked for: a
+// GPU with 300‰ free is useless to a cluster of whole-GPU jobs and perfect for
+// one of 250‰ notebooks. A WorkloadProfile is the distribution of task shapes
+// (the "typical pods" of the FGD paper), and the measures below say how much
+// free GPU capacity those shapes could not use.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/placement_model.h"
+#include "core/status.h"
+
+namespace gpuslice::core {
+
+struct ProfileOptions {
+  // Keep the most frequent shapes until they cover this share of tasks, then
+  // renormalise (the FGD paper uses 95%). 1.0 keeps every shape.
+  double coverage = 0.95;
+  // Count CPU-only tasks as shapes (the paper does).
+  bool include_cpu_only = true;
+  // Keep host memory in the shape key (the paper does not).
+  bool with_memory = false;
+};
+
+// One task shape and its probability. weight > 0; weights sum to 1.
+struct TaskShape {
+  Demand demand;
+  double weight = 0;
+};
+
+// Contract: immutable after construction; shapes sorted by weight, heaviest
+// first; at least one shape.
+class WorkloadProfile {
+ public:
+  // Builds the profile from observed (or expected) demands. Errors if
+  // `demands` is empty or coverage is outside (0, 1].
+  static Result<WorkloadProfile> FromDemands(std::span<const Demand> demands,
+                                             const ProfileOptions& options = {});
+  // From explicit shapes; weights are normalised. Errors on an empty list,
+  // a non-positive weight or an invalid demand.
+  static Result<WorkloadProfile> FromShapes(std::vector<TaskShape> shapes);
+
+  const std::vector<TaskShape>& shapes() const { return shapes_; }
+
+ private:
+  std::vector<TaskShape> shapes_;
+};
+
+// What a node would look like after a hypothetical allocation, without
+// copying it: `demand` applied at `gpu_mask` (bit i = GPU i) on top of the
+// node's current state. A default Delta is "no change".
+struct NodeDelta {
+  uint64_t cpu_milli = 0;
+  uint64_t mem_bytes = 0;
+  uint32_t gpu_mask = 0;
+  uint32_t gpu_milli = 0;  // Per GPU in the mask; 1000 empties it.
+  uint64_t gpu_mem = 0;    // Per GPU in the mask (fractions on tracked GPUs).
+};
+NodeDelta DeltaOf(const Demand& demand, const uint8_t* gpus, int gpu_count);
+
+// The FGD measure (Weng et al., ATC'23): the expected GPU milli on `node`
+// that a task drawn from `profile` could not use. For each shape: if the
+// node cannot host it at all (CPU, memory, model, not enough GPUs with room)
+// or it asks for no GPU, all free GPU milli counts; otherwise the free milli
+// of the GPUs too full for it counts. Cost: O(shapes x GPUs on the node).
+double NodeFragmentation(const WorkloadProfile& profile, const NodeState& node,
+                         const NodeDelta& delta = {});
+
+// Free GPU milli on `node` that no GPU shape of `profile` could use at all:
+// capacity stranded by the current state. Cost: O(shapes x GPUs).
+uint64_t StrandedGpuMilli(const WorkloadProfile& profile, const NodeState& node);
+
+}  // namespace gpuslice::core

@@ -1,0 +1,120 @@
+#include "core/placement_profile.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace gpuslice::core {
+namespace {
+
+WorkloadProfile OnlyShape(const Demand& d) {
+  return WorkloadProfile::FromShapes({{d, 1.0}}).value();
+}
+
+// One node, two GPUs with `free0` and `free1` milli free.
+ClusterState TwoGpuNode(uint32_t free0, uint32_t free1, uint64_t cpu = 16000) {
+  ClusterState s;
+  EXPECT_TRUE(s.AddUniformNode("n", cpu, 1 << 30, 2, "T4").ok());
+  Placement p;
+  p.gpu_count = 1;
+  if (free0 < 1000) {
+    p.gpus[0] = 0;
+    EXPECT_TRUE(s.Allocate(Demand::Fraction(1000 - free0, 0), p).ok());
+  }
+  if (free1 < 1000) {
+    p.gpus[0] = 1;
+    EXPECT_TRUE(s.Allocate(Demand::Fraction(1000 - free1, 0), p).ok());
+  }
+  return s;
+}
+
+TEST(WorkloadProfile, FromDemandsKeepsTheMostFrequentShapes) {
+  std::vector<Demand> demands;
+  for (int i = 0; i < 90; ++i) demands.push_back(Demand::Fraction(500, 0, 1000));
+  for (int i = 0; i < 9; ++i) demands.push_back(Demand::WholeGpus(1, 2000));
+  demands.push_back(Demand::WholeGpus(8, 3000));
+  Result<WorkloadProfile> p = WorkloadProfile::FromDemands(demands, {.coverage = 0.95});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->shapes().size(), 2u);  // The single 8-GPU task is dropped.
+  EXPECT_EQ(p->shapes()[0].demand.gpu_milli, 500u);
+  EXPECT_NEAR(p->shapes()[0].weight, 90.0 / 99.0, 1e-12);
+  EXPECT_NEAR(p->shapes()[1].weight, 9.0 / 99.0, 1e-12);
+}
+
+TEST(WorkloadProfile, FromDemandsMergesMemoryUnlessAsked) {
+  std::vector<Demand> demands = {Demand::CpuOnly(1000, 1), Demand::CpuOnly(1000, 2)};
+  EXPECT_EQ(WorkloadProfile::FromDemands(demands)->shapes().size(), 1u);
+  EXPECT_EQ(WorkloadProfile::FromDemands(demands, {.with_memory = true})->shapes().size(), 2u);
+}
+
+TEST(WorkloadProfile, RejectsEmptyInputAndBadCoverage) {
+  EXPECT_EQ(WorkloadProfile::FromDemands({}).status().code(), StatusCode::kInvalidArgument);
+  std::vector<Demand> one = {Demand::WholeGpus(1)};
+  EXPECT_EQ(WorkloadProfile::FromDemands(one, {.coverage = 0}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(WorkloadProfile::FromShapes({{Demand::WholeGpus(1), 0.0}}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(NodeFragmentation, CountsGpusTooFullForTheShape) {
+  WorkloadProfile p = OnlyShape(Demand::Fraction(500, 0));
+  ClusterState s = TwoGpuNode(1000, 300);
+  EXPECT_DOUBLE_EQ(NodeFragmentation(p, s.node(0)), 300);
+}
+
+TEST(NodeFragmentation, DeltaShowsTheEffectOfAPlacement) {
+  WorkloadProfile p = OnlyShape(Demand::Fraction(500, 0));
+  ClusterState s = TwoGpuNode(1000, 300);
+  uint8_t gpu0 = 0;
+  // 200 on the idle GPU leaves 800: still usable.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(p, s.node(0), DeltaOf(Demand::Fraction(200, 0), &gpu0, 1)),
+                   300);
+  // 600 leaves 400: now both GPUs are slivers.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(p, s.node(0), DeltaOf(Demand::Fraction(600, 0), &gpu0, 1)),
+                   700);
+}
+
+TEST(NodeFragmentation, ANodeShortOfCpuIsAllFragment) {
+  WorkloadProfile p = OnlyShape(Demand::Fraction(100, 0, 8000));
+  ClusterState s = TwoGpuNode(1000, 1000, 4000);
+  EXPECT_DOUBLE_EQ(NodeFragmentation(p, s.node(0)), 2000);
+}
+
+TEST(NodeFragmentation, WholeGpuShapesCannotUsePartlyUsedGpus) {
+  WorkloadProfile p = OnlyShape(Demand::WholeGpus(1));
+  ClusterState s = TwoGpuNode(1000, 900);
+  EXPECT_DOUBLE_EQ(NodeFragmentation(p, s.node(0)), 900);
+  WorkloadProfile two = OnlyShape(Demand::WholeGpus(2));
+  EXPECT_DOUBLE_EQ(NodeFragmentation(two, s.node(0)), 1900);
+}
+
+TEST(NodeFragmentation, IsWeightedByShapeFrequency) {
+  WorkloadProfile p =
+      WorkloadProfile::FromShapes({{Demand::Fraction(500, 0), 3}, {Demand::CpuOnly(1, 0), 1}})
+          .value();
+  ClusterState s = TwoGpuNode(1000, 300);
+  // 3/4 * 300 (the sliver) + 1/4 * 1300 (a CPU task uses no GPU).
+  EXPECT_DOUBLE_EQ(NodeFragmentation(p, s.node(0)), 0.75 * 300 + 0.25 * 1300);
+}
+
+TEST(NodeFragmentation, OtherModelsAreFragment) {
+  ClusterState s;
+  ASSERT_TRUE(s.AddUniformNode("t4", 1000, 1 << 20, 2, "T4").ok());
+  Demand d = Demand::WholeGpus(1);
+  d.model_mask = s.ModelMask("A100").value();
+  EXPECT_DOUBLE_EQ(NodeFragmentation(OnlyShape(d), s.node(0)), 2000);
+}
+
+TEST(StrandedGpuMilli, CountsOnlyCapacityNoShapeCanUse) {
+  WorkloadProfile p =
+      WorkloadProfile::FromShapes({{Demand::Fraction(500, 0), 1}, {Demand::WholeGpus(2), 1}})
+          .value();
+  ClusterState s = TwoGpuNode(1000, 300);
+  EXPECT_EQ(StrandedGpuMilli(p, s.node(0)), 300u);
+  ClusterState starved = TwoGpuNode(1000, 300, 1000);
+  WorkloadProfile cpu_hungry = OnlyShape(Demand::Fraction(100, 0, 2000));
+  EXPECT_EQ(StrandedGpuMilli(cpu_hungry, starved.node(0)), 1300u);
+}
+
+}  // namespace
+}  // namespace gpuslice::core
