@@ -1,0 +1,136 @@
+#pragma once
+
+// Create, open, resize, inspect and sweep a slice region (region_layout.h,
+// docs/SLICE_REGION.md). Used by the shim inside CUDA processes and by the
+// daemon, which creates a slice's region with its limits, resizes it live,
+// reads usage and removes it.
+//
+// Thread safety: a Region may be used from any number of threads and
+// processes at once; every mutation is a compare-and-swap or an atomic
+// add on the shared mapping. Nothing here takes a lock.
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "shim/region_layout.h"
+
+namespace gpuslice::shim {
+
+// Seam over "is this process still alive?" so sweeping can be tested
+// without killing anything.
+class ProcessProbe {
+ public:
+  virtual ~ProcessProbe() = default;
+  // `start_time` 0 means unknown: only the pid is checked.
+  virtual bool IsAlive(int32_t pid, uint64_t start_time) const = 0;
+};
+
+// kill(pid, 0) plus a start-time comparison, so a reused pid is not mistaken
+// for the process that held the slot. A pid we may not signal (EPERM) or
+// whose /proc entry we cannot read counts as alive.
+const ProcessProbe& RealProcessProbe();
+
+// Start time of `pid` in clock ticks since boot (/proc/<pid>/stat field 22).
+core::Result<uint64_t> ProcessStartTime(int32_t pid);
+
+struct DeviceLimit {
+  std::string uuid;  // "GPU-..." or "MIG-...".
+  uint64_t limit_bytes = layout::kUnlimited;
+};
+
+struct RegionOptions {
+  std::string name;                  // Informational, at most 63 bytes.
+  bool closed = false;               // layout::kFlagClosed.
+  std::vector<DeviceLimit> devices;  // At most layout::kMaxDevices.
+  mode_t mode = 0600;                // Group/other write bits are refused.
+};
+
+struct DeviceUsage {
+  uint32_t index = 0;
+  std::string uuid;
+  uint64_t limit_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t peak_bytes = 0;
+};
+
+struct ProcessUsage {
+  uint32_t slot = 0;
+  int32_t pid = 0;
+  std::array<uint64_t, layout::kMaxDevices> used_bytes{};
+  std::array<uint64_t, layout::kMaxDevices> overhead_bytes{};
+};
+
+// True when two device UUIDs name the same device. The "GPU-"/"MIG-" prefix
+// and letter case are ignored: cuDeviceGetUuid gives 16 raw bytes and does
+// not say which prefix NVML would print.
+bool SameUuid(std::string_view a, std::string_view b);
+
+class Region {
+ public:
+  // Creates a region at `path`. The file is filled in privately and then
+  // linked into place, so nobody ever maps a half-initialised region.
+  // AlreadyExists if `path` exists.
+  static core::Result<std::unique_ptr<Region>> Create(const std::string& path,
+                                                      const RegionOptions& options);
+  // Opens an existing region; checks ownership (the caller's uid or root),
+  // permissions (not group/world-writable), size, magic and version.
+  static core::Result<std::unique_ptr<Region>> Open(const std::string& path);
+  // Open, or Create when missing; when two processes race, one creates and
+  // the other opens the winner's file.
+  static core::Result<std::unique_ptr<Region>> OpenOrCreate(const std::string& path,
+                                                            const RegionOptions& options);
+  // Unlinks the file. Processes that have it mapped keep working on their
+  // mapping; new processes will not find it.
+  static core::Status Remove(const std::string& path);
+
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  const std::string& path() const { return path_; }
+  layout::RegionHeader& header() const { return *header_; }
+  layout::DeviceEntry& device(uint32_t index) const;
+  layout::ProcessSlot& slot(uint32_t index) const;
+  bool closed() const { return (header_->flags & layout::kFlagClosed) != 0; }
+
+  // The index of the ready device entry for `uuid`; NotFound if none.
+  core::Result<uint32_t> FindDevice(std::string_view uuid) const;
+  // FindDevice, or (open regions only) adds an entry with `limit_bytes`.
+  // Two processes adding the same UUID at once end up with one entry.
+  // A closed region answers NotFound for a device it does not list.
+  core::Result<uint32_t> FindOrAddDevice(std::string_view uuid, uint64_t limit_bytes);
+  // Live resize: the next admission on that device sees the new limit.
+  // Lowering below current usage refuses new allocations until usage drops.
+  core::Status SetLimit(std::string_view uuid, uint64_t limit_bytes);
+
+  // Claims a free process slot for `pid`; sweeps dead processes first if
+  // none is free. ResourceExhausted when the slice is full of live ones.
+  core::Result<uint32_t> ClaimSlot(int32_t pid, uint64_t start_time);
+  // Returns everything the slot holds to its devices and frees it. Only the
+  // owner calls this (at exit); a no-op if the slot was already reclaimed.
+  void ReleaseSlot(uint32_t index, int32_t pid);
+  // Reclaims the slots of dead processes (and claims abandoned by dead
+  // claimers). Returns how many slots were reclaimed.
+  uint32_t Sweep(const ProcessProbe& probe);
+
+  std::vector<DeviceUsage> Devices() const;
+  std::vector<ProcessUsage> Processes() const;
+
+ private:
+  Region(std::string path, void* base);
+  // Returns a dead slot's usage and frees it, if `owner` is still its owner.
+  bool Reclaim(uint32_t index, uint64_t owner);
+
+  std::string path_;
+  void* base_;
+  layout::RegionHeader* header_;
+};
+
+}  // namespace gpuslice::shim
