@@ -1,0 +1,174 @@
+#include "replay/replay.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "replay/replay_report.h"
+
+namespace gpuslice::replay {
+namespace {
+
+using core::Demand;
+using core::Result;
+
+// A small cluster where fragmentation matters: 4 nodes of 2 GPUs.
+ReplayInput SmallInput() {
+  std::vector<core::TraceNode> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back({"n" + std::to_string(i), 32000, 131072, 2, "T4", i + 2});
+  }
+  std::vector<core::TraceTask> tasks = {
+      {"a", 4000, 8192, 1, 600, "", 2}, {"b", 4000, 8192, 1, 300, "", 3},
+      {"c", 8000, 8192, 1, 1000, "", 4}, {"d", 2000, 4096, 0, 0, "", 5},
+      {"e", 8000, 16384, 2, 1000, "", 6}};
+  return BuildInput(nodes, tasks).value();
+}
+
+TEST(ArrivalSequence, InflatesToTheTargetAndIsDeterministic) {
+  std::vector<Demand> tasks = {Demand::Fraction(500, 0), Demand::WholeGpus(1),
+                               Demand::CpuOnly(1000, 0)};
+  std::vector<Demand> a = ArrivalSequence(tasks, 10000, 1.3, 7, true);
+  std::vector<Demand> b = ArrivalSequence(tasks, 10000, 1.3, 7, true);
+  ASSERT_EQ(a.size(), b.size());
+  uint64_t total = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].gpu_milli, b[i].gpu_milli);
+    total += a[i].TotalGpuMilli();
+  }
+  EXPECT_LE(total, 13000u);
+  EXPECT_GE(total, 13000u - 1000u);  // Stops within one task of the target.
+  std::vector<Demand> c = ArrivalSequence(tasks, 10000, 1.3, 8, true);
+  bool differs = c.size() != a.size();
+  for (size_t i = 0; !differs && i < a.size(); ++i) differs = a[i].gpu_milli != c[i].gpu_milli;
+  EXPECT_TRUE(differs);
+}
+
+TEST(ArrivalSequence, WithoutShuffleKeepsTraceOrderFirst) {
+  std::vector<Demand> tasks = {Demand::Fraction(500, 0), Demand::WholeGpus(1)};
+  std::vector<Demand> a = ArrivalSequence(tasks, 10000, 1.3, 1, false);
+  EXPECT_EQ(a[0].gpu_milli, 500u);
+  EXPECT_EQ(a[1].gpu_milli, 1000u);
+}
+
+TEST(RunReplay, ReportsEveryStepAndKeepsTheBooks) {
+  ReplayInput in = SmallInput();
+  for (const core::PolicyInfo& info : core::AllPolicies()) {
+    Result<ReplayResult> r = RunReplay(in, {info.policy, 1.3, 42, true, 0.05, 0.95});
+    ASSERT_TRUE(r.ok()) << info.name << ": " << r.status().ToString();
+    ASSERT_EQ(r->steps.size(), 26u) << info.name;
+    EXPECT_DOUBLE_EQ(r->capacity_gpus, 8);
+    double prev_alloc = 0;
+    uint64_t prev_failed = 0;
+    for (const StepStats& s : r->steps) {
+      EXPECT_GE(s.alloc_ratio, prev_alloc - 1e-12) << info.name;  // Nothing departs.
+      EXPECT_GE(s.failed_tasks, prev_failed) << info.name;
+      EXPECT_LE(s.alloc_ratio, 1.0);
+      EXPECT_NEAR(s.allocated_gpus + s.unallocated_gpus, 8, 1e-9);
+      EXPECT_LE(s.fragmented_gpus, s.unallocated_gpus + 1e-9);
+      EXPECT_LE(s.allocated_gpus, s.arrived_gpus + 1e-9);
+      prev_alloc = s.alloc_ratio;
+      prev_failed = s.failed_tasks;
+    }
+    EXPECT_GT(r->steps.back().failed_tasks, 0u) << info.name;  // 130% cannot all fit.
+  }
+}
+
+TEST(RunReplay, RejectsBadConfig) {
+  ReplayInput in = SmallInput();
+  EXPECT_EQ(RunReplay(in, {core::kDefaultPolicy, 1.3, 1, true, 0, 0.95}).status().code(),
+            core::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RunReplay(in, {core::kDefaultPolicy, 0.01, 1, true, 0.05, 0.95}).status().code(),
+            core::StatusCode::kInvalidArgument);
+}
+
+TEST(BuildInput, NamesTheLineOfABadTask) {
+  std::vector<core::TraceNode> nodes = {{"n", 1000, 1024, 1, "T4", 2}};
+  std::vector<core::TraceTask> tasks = {{"t", 1, 1, 2, 500, "", 9}};
+  core::Status s = BuildInput(nodes, tasks).status();
+  EXPECT_EQ(s.code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("task list line 9"), std::string::npos) << s.message();
+}
+
+TEST(Report, JsonCsvAndPlotCarryEveryPolicy) {
+  ReplayInput in = SmallInput();
+  std::vector<ReplayResult> runs;
+  for (uint64_t seed : {1, 2}) {
+    runs.push_back(RunReplay(in, {core::Policy::kBestFit, 1.0, seed, true, 0.05, 0.95}).value());
+    runs.push_back(RunReplay(in, {core::Policy::kFragAware, 1.0, seed, true, 0.05, 0.95}).value());
+  }
+  std::vector<PolicySummary> summary = Summarize(runs);
+  ASSERT_EQ(summary.size(), 2u);
+  EXPECT_EQ(summary[0].seeds, 2);
+  nlohmann::json j = nlohmann::json::parse(ToJson({"cmd", "n", "p", 1.0, true, {1, 2}}, runs, summary));
+  EXPECT_EQ(j["runs"].size(), 4u);
+  EXPECT_EQ(j["summary"][1]["policy"], "frag-aware");
+  EXPECT_EQ(j["summary"][0]["steps"].size(), 20u);
+  std::string csv = ToCsv(runs, summary);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 4 * 20 + 2 * 20);
+  std::string gp = GnuplotScript(summary, "out.png", "t");
+  EXPECT_NE(gp.find("title 'frag-aware'"), std::string::npos);
+  EXPECT_NE(FormatTable(summary).find("best-fit"), std::string::npos);
+}
+
+std::string RunTool(const std::string& args, int* status) {
+  std::string cmd = std::string(GPUSLICE_REPLAY_BIN) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  *status = pclose(pipe);
+  return out;
+}
+
+TEST(ReplayTool, RejectsAnUnknownPolicyByNamingTheValidOnes) {
+  int status = 0;
+  std::string out = RunTool("--nodes x --pods y --policy tetris", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("unknown placement policy 'tetris'"), std::string::npos) << out;
+}
+
+TEST(ReplayTool, ReportsABadRowWithFileAndLine) {
+  std::filesystem::path dir = testing::TempDir();
+  std::ofstream(dir / "nodes.csv") << "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,1024,two,T4\n";
+  std::ofstream(dir / "pods.csv") << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n";
+  int status = 0;
+  std::string out = RunTool("--nodes " + (dir / "nodes.csv").string() + " --pods " +
+                                (dir / "pods.csv").string(),
+                            &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("nodes.csv:2: column 4 (gpu)"), std::string::npos) << out;
+}
+
+// The one run of the real trace in the suite: a 30% replay, a few seconds.
+TEST(ReplayTool, SmokeRunOnTheOpenbTrace) {
+  const std::string dir = GPUSLICE_OPENB_DIR;
+  if (dir.empty() || !std::filesystem::exists(dir + "/openb_node_list_gpu_node.csv")) {
+    GTEST_SKIP() << "openb trace not found (configure with -DGPUSLICE_OPENB_DIR=...)";
+  }
+  int status = 0;
+  std::string out = RunTool("--nodes " + dir + "/openb_node_list_gpu_node.csv --pods " + dir +
+                                "/openb_pod_list_default.csv --policy best-fit,frag-aware "
+                                "--inflate 0.3 --json",
+                            &status);
+  ASSERT_EQ(status, 0) << out;
+  nlohmann::json j = nlohmann::json::parse(out);
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_DOUBLE_EQ(j["runs"][0]["capacity_gpus"].get<double>(), 6212);
+  for (const auto& run : j["runs"]) {
+    const auto& last = run["steps"].back();
+    EXPECT_DOUBLE_EQ(last["arrived_pct"].get<double>(), 30);
+    EXPECT_GT(last["alloc_ratio"].get<double>(), 0.29);  // Nothing fails this early.
+  }
+}
+
+}  // namespace
+}  // namespace gpuslice::replay
