@@ -154,6 +154,18 @@ int64_t ClusteringScore(const NodeState& n, const Demand& d) {
   return fill + (kinds == 0 ? kMaxNodeScore / 4 : 0);
 }
 
+// CPU milli the workload asks per GPU milli (GPU shapes only).
+double CpuPerGpuMilli(const WorkloadProfile& p) {
+  double cpu = 0, gpu = 0;
+  for (const TaskShape& s : p.shapes()) {
+    if (s.demand.gpus == 0) continue;
+    cpu += s.weight * double(s.demand.cpu_milli);
+    gpu += s.weight * double(s.demand.TotalGpuMilli());
+  }
+  return gpu > 0 && cpu > 0 ? cpu / gpu : 1e9;
+}
+
+
 // Ours. The exact fragmentation gradient (no 0..100 quantisation, no random
 // ties), then packing as the tie-break: among equally good options, leave the
 // least GPU and CPU room, so idle nodes stay idle for big tasks.
@@ -164,23 +176,61 @@ bool FragAwareScore(const Ctx& c, const NodeState& n, Option* opt) {
   auto gain = [&](const uint8_t* gpus, int count) {
     return before - NodeFragmentation(p, n, DeltaOf(d, gpus, count));
   };
+  double frag_gain = 0;
   if (d.IsFraction()) {
-    if (!PickFractionGpu<double>(
-            n, d,
-            [&](int i) {
-              uint8_t g = uint8_t(i);
-              return gain(&g, 1) - 1e-6 * n.gpus[i].milli_free;
-            },
-            opt)) {
-      return false;
+    // GPUs with the same free room give the same result: score each
+    // distinct room once (an idle 8-GPU node costs one evaluation, not 8).
+    uint32_t seen_milli[kMaxGpusPerNode];
+    double seen_gain[kMaxGpusPerNode];
+    int seen = 0;
+    double best = 0;
+    bool found = false;
+    for (size_t i = 0; i < n.gpus.size(); ++i) {
+      const GpuState& g = n.gpus[i];
+      if (!GpuFitsFraction(g, d)) continue;
+      double gi = 0;
+      int k = 0;
+      while (k < seen && seen_milli[k] != g.milli_free) ++k;
+      if (k < seen && g.mem_total == 0) {
+        gi = seen_gain[k];
+      } else {
+        uint8_t idx = static_cast<uint8_t>(i);
+        gi = gain(&idx, 1);
+        if (seen < kMaxGpusPerNode) {
+          seen_milli[seen] = g.milli_free;
+          seen_gain[seen++] = gi;
+        }
+      }
+      // Best-fit among equal gains: the fuller GPU.
+      const double key = gi - 1e-6 * g.milli_free;
+      if (!found || key > best) {
+        best = key;
+        frag_gain = gi;
+        opt->gpus[0] = static_cast<uint8_t>(i);
+        found = true;
+      }
     }
-  } else if (!DefaultGpus(n, d, opt)) {
-    return false;
+    if (!found) return false;
+    opt->gpu_count = 1;
+  } else {
+    if (!DefaultGpus(n, d, opt)) return false;
+    frag_gain = gain(opt->gpus.data(), opt->gpu_count);
   }
+  // GPU capacity the node's CPU cannot feed at the workload's CPU:GPU ratio
+  // is stranded in all but name; FGD only sees it when a whole shape stops
+  // fitting. Count the change in that shortfall too.
+  const double ratio = CpuPerGpuMilli(p);
+  auto starved = [&](double cpu_free, double gpu_free) {
+    return std::max(0.0, gpu_free - cpu_free / ratio);
+  };
+  double starve_gain =
+      starved(double(n.cpu_free), double(n.GpuMilliFree())) -
+      starved(double(n.cpu_free) - double(d.cpu_milli),
+              double(n.GpuMilliFree()) - double(d.TotalGpuMilli()));
   const double left = 0.5 * (double(n.cpu_free) - double(d.cpu_milli)) / double(n.cpu_total) +
                       0.5 * (double(n.GpuMilliFree()) - double(d.TotalGpuMilli())) /
                           std::max(1.0, double(n.GpuMilliTotal()));
-  opt->score = gain(opt->gpus.data(), opt->gpu_count) - 1e-3 * left;
+  opt->score = frag_gain + starve_gain - 1e-3 * left;
   return true;
 }
 
