@@ -1,0 +1,323 @@
+#include "shim/shim_state.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "shim/config.h"
+#include "shim/driver.h"
+#include "shim/log.h"
+#include "shim/pool_tracker.h"
+#include "shim/region.h"
+
+namespace gpuslice::shim {
+
+std::atomic<int> g_phase{kPhaseUninit};
+bool g_disabled = false;
+
+namespace {
+
+constexpr int kMaxOrdinals = 64;
+
+// Set once during initialisation, before the phase is published.
+Region* g_region = nullptr;
+layout::ProcessSlot* g_slot = nullptr;
+uint32_t g_slot_index = 0;
+bool g_have_slot = false;
+bool g_standalone_root = false;
+ShimConfig* g_config = nullptr;
+
+// A slot that is never part of any region: used when the slice has no free
+// slot, so that admission has something to point at (and refuses: see
+// Admit).
+layout::ProcessSlot g_orphan_slot{};
+
+AllocTable g_pointers;
+AllocTable g_vmm_handles;
+AllocTable g_arrays;
+
+// Visible ordinal -> slice device index + 1; 0: not looked up yet;
+// kRefused: not in the slice. Relaxed: the value is derived from immutable
+// facts (the device's UUID and the region entry), so every thread that
+// computes it computes the same.
+std::atomic<int> g_ordinal_map[kMaxOrdinals];
+
+std::atomic<bool> g_resync_busy{false};
+thread_local bool t_initializing __attribute__((tls_model("initial-exec"))) = false;
+
+uint64_t UnixNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void AtForkChild() {
+  // The child holds none of its parent's memory and must not return it
+  // when it exits: forget the slot and the tables, claim a new slot lazily.
+  int phase = g_phase.load(std::memory_order_relaxed);
+  if (phase == kPhaseEnforcing || phase == kPhaseReattach) {
+    g_have_slot = false;
+    g_slot = &g_orphan_slot;
+    g_pointers.Clear();
+    g_vmm_handles.Clear();
+    g_arrays.Clear();
+    ForgetPools();
+    g_standalone_root = false;
+    g_phase.store(kPhaseReattach, std::memory_order_release);
+  }
+}
+
+bool ClaimOwnSlot() {
+  uint64_t start = ProcessStartTime(getpid()).value_or(0);
+  core::Result<uint32_t> slot = g_region->ClaimSlot(getpid(), start);
+  if (!slot.ok()) {
+    GPUSLICE_LOG(kError, "%s; this process may not allocate GPU memory",
+                 slot.status().message().c_str());
+    g_have_slot = false;
+    g_slot = &g_orphan_slot;
+    return false;
+  }
+  g_slot_index = *slot;
+  g_slot = &g_region->slot(*slot);
+  g_have_slot = true;
+  return true;
+}
+
+// Runs once per process (and once more in a forked child). Returns the
+// phase to publish.
+int Initialize() {
+  if (!LoadCuda()) return kPhasePassThrough;
+  if (g_config == nullptr) {
+    g_config = new ShimConfig(ReadShimConfig([](const char* name) { return getenv(name); }));
+    SetLogLevel(g_config->log_level);
+    for (const std::string& problem : g_config->problems) {
+      GPUSLICE_LOG(kError, "%s", problem.c_str());
+    }
+  }
+  const ShimConfig& config = *g_config;
+  if (config.disabled) return kPhasePassThrough;
+  if (g_region == nullptr) {
+    const char* limit_env = getenv(kEnvMemoryLimit);
+    bool standalone = limit_env != nullptr && *limit_env != '\0';
+    if (standalone && !config.has_limit) return kPhasePassThrough;  // Already reported.
+    if (config.slice_path.empty()) return kPhasePassThrough;
+    core::Result<std::unique_ptr<Region>> region = core::UnavailableError("");
+    if (standalone) {
+      std::string dir = config.slice_path.substr(0, config.slice_path.rfind('/'));
+      core::Status prepared = PrepareSliceDir(dir, geteuid());
+      if (!prepared.ok()) {
+        GPUSLICE_LOG(kError, "%s; running without a memory limit", prepared.message().c_str());
+        return kPhasePassThrough;
+      }
+      RegionOptions options;
+      options.name = "standalone";
+      region = Region::OpenOrCreate(config.slice_path, options);
+    } else {
+      region = Region::Open(config.slice_path);
+    }
+    if (!region.ok()) {
+      GPUSLICE_LOG(kError, "%s: %s; running without a memory limit", kEnvSlice,
+                   region.status().message().c_str());
+      return kPhasePassThrough;
+    }
+    g_region = region->release();
+    if (!g_pointers.Init(20) || !g_vmm_handles.Init(16) || !g_arrays.Init(14)) {
+      GPUSLICE_LOG(kError, "cannot reserve the allocation tables; running without a limit");
+      return kPhasePassThrough;
+    }
+    pthread_atfork(nullptr, nullptr, AtForkChild);
+    GPUSLICE_LOG(kInfo, "enforcing slice %s", g_region->path().c_str());
+  }
+  ClaimOwnSlot();
+  return kPhaseEnforcing;
+}
+
+__attribute__((constructor)) void OnLoad() {
+  // Cheap by design: two getenv calls, one stat, no file writes.
+  const char* disable = getenv(kEnvDisable);
+  g_disabled = disable != nullptr && std::strcmp(disable, "1") == 0;
+  if (g_disabled) return;
+  gpuslice_resolve_real_dlsym();
+  const char* limit = getenv(kEnvMemoryLimit);
+  if (limit != nullptr && *limit != '\0' && getenv(kEnvSlice) == nullptr) {
+    // This process roots a standalone slice: name the region now so that
+    // children forked or exec'd before our first CUDA call join it.
+    std::string dir = StandaloneSliceDir(getenv("XDG_RUNTIME_DIR"), geteuid());
+    std::string path = StandaloneSlicePath(dir, getpid(), UnixNanos());
+    setenv(kEnvSlice, path.c_str(), 0);
+    g_standalone_root = true;
+  }
+}
+
+__attribute__((destructor)) void OnUnload() {
+  int expected = kPhaseEnforcing;
+  if (!g_phase.compare_exchange_strong(expected, kPhaseShutdown, std::memory_order_acq_rel)) {
+    return;
+  }
+  // The driver frees everything this process held as it exits; frees that
+  // still arrive after this point are not counted (phase is shutdown).
+  if (g_have_slot) g_region->ReleaseSlot(g_slot_index, getpid());
+  if (g_standalone_root && g_region->Processes().empty()) {
+    // Last one out of a standalone slice it created: remove the file. A
+    // descendant that outlives us keeps the slice alive instead.
+    (void)Region::Remove(g_region->path());
+  }
+}
+
+}  // namespace
+
+int StartSlow() {
+  int phase = g_phase.load(std::memory_order_acquire);
+  while (true) {
+    if (phase == kPhaseUninit || phase == kPhaseReattach) {
+      if (g_phase.compare_exchange_weak(phase, kPhaseInitializing, std::memory_order_acq_rel)) {
+        t_initializing = true;
+        int result = phase == kPhaseReattach ? (ClaimOwnSlot(), kPhaseEnforcing) : Initialize();
+        t_initializing = false;
+        // Release: everything Initialize() set up is visible to a thread
+        // that acquires this phase.
+        g_phase.store(result, std::memory_order_release);
+        return result;
+      }
+      continue;
+    }
+    if (phase != kPhaseInitializing) return phase;
+    // Our own initialisation calling back into a wrapper: pass through.
+    if (t_initializing) return kPhasePassThrough;
+    sched_yield();
+    phase = g_phase.load(std::memory_order_acquire);
+  }
+}
+
+bool DriverReady() { return LoadCuda(); }
+
+layout::DeviceEntry& SliceDevice(int index) { return g_region->device(uint32_t(index)); }
+layout::ProcessSlot& OwnSlot() { return *g_slot; }
+AllocTable& Pointers() { return g_pointers; }
+AllocTable& VmmHandles() { return g_vmm_handles; }
+AllocTable& Arrays() { return g_arrays; }
+
+int SliceDeviceForOrdinal(CUdevice ordinal) {
+  if (ordinal < 0 || ordinal >= kMaxOrdinals) return kRefused;
+  int known = g_ordinal_map[ordinal].load(std::memory_order_relaxed);
+  if (known > 0) return known - 1;
+  if (known == kRefused) return kRefused;
+  // Slow path, once per ordinal: the device's UUID, then its slice entry.
+  CUuuid uuid{};
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (Extras().get_uuid_v2 != nullptr) r = Extras().get_uuid_v2(&uuid, ordinal);
+  if (r != CUDA_SUCCESS && Extras().get_uuid != nullptr) {
+    r = Extras().get_uuid(&uuid, ordinal);
+  }
+  if (r != CUDA_SUCCESS) return kNoContext;  // Not initialised yet: try again later.
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[48];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  core::Result<uint32_t> index = g_region->FindOrAddDevice(text, g_config->LimitFor(ordinal));
+  int value;
+  if (index.ok()) {
+    value = int(*index) + 1;
+    GPUSLICE_LOG(kInfo, "device %d (%s) is slice device %u, limit %llu bytes", int(ordinal), text,
+                 *index,
+                 static_cast<unsigned long long>(
+                     g_region->device(*index).limit_bytes.load(std::memory_order_relaxed)));
+  } else {
+    GPUSLICE_LOG(kWarn, "device %d: %s; it gets no memory", int(ordinal),
+                 index.status().message().c_str());
+    value = kRefused;
+  }
+  g_ordinal_map[ordinal].store(value, std::memory_order_relaxed);
+  return value > 0 ? value - 1 : kRefused;
+}
+
+int CurrentSliceDevice() {
+  CUdevice device = -1;
+  if (Extras().cuCtxGetDevice == nullptr || Extras().cuCtxGetDevice(&device) != CUDA_SUCCESS) {
+    return kNoContext;
+  }
+  return SliceDeviceForOrdinal(device);
+}
+
+bool Admit(int dev, uint64_t bytes) {
+  if (!g_have_slot) return false;
+  layout::DeviceEntry& device = SliceDevice(dev);
+  if (TryCharge(device, *g_slot, uint32_t(dev), bytes)) return true;
+  // Would fail: reclaim what dead processes and idle pools hold, then retry.
+  g_region->Sweep(RealProcessProbe());
+  ResyncPools();
+  return TryCharge(device, *g_slot, uint32_t(dev), bytes);
+}
+
+uint64_t SliceLimit(int dev) {
+  return SliceDevice(dev).limit_bytes.load(std::memory_order_relaxed);
+}
+uint64_t SliceUsed(int dev) {
+  return SliceDevice(dev).used_bytes.load(std::memory_order_relaxed);
+}
+
+int SliceDeviceForUuid(const char* uuid) {
+  core::Result<uint32_t> index = g_region->FindDevice(uuid);
+  if (index.ok()) return int(*index);
+  // An NVML query before any CUDA use of the device: in an open
+  // (standalone) slice with one limit for every device, the entry can be
+  // made from NVML's side too; per-ordinal limits cannot (NVML indices are
+  // not CUDA ordinals).
+  auto all = g_config->limits.find(-1);
+  if (g_region->closed() || !g_config->has_limit || all == g_config->limits.end()) return -1;
+  index = g_region->FindOrAddDevice(uuid, all->second);
+  return index.ok() ? int(*index) : -1;
+}
+
+bool ResyncDriverMemory(int dev) {
+  if (!g_have_slot || dev < 0) return false;
+  const NvmlFunctions* nvml = NvmlForOwnUse();
+  if (nvml == nullptr) return false;
+  bool expected = false;
+  // Acquire/release: one resync at a time per process; the next one sees
+  // this one's overhead update.
+  if (!g_resync_busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+    return false;
+  }
+  bool ok = false;
+  nvmlDevice_t handle = nullptr;
+  if (nvml->nvmlDeviceGetHandleByUUID(SliceDevice(dev).uuid, &handle) == NVML_SUCCESS) {
+    static nvmlProcessInfo_t infos[256];  // Guarded by g_resync_busy.
+    unsigned int count = 256;
+    if (nvml->nvmlDeviceGetComputeRunningProcesses_v3(handle, &count, infos) == NVML_SUCCESS) {
+      const unsigned int me = unsigned(getpid());
+      uint64_t used = 0;
+      for (unsigned int i = 0; i < count && i < 256; ++i) {
+        if (infos[i].pid == me && infos[i].usedGpuMemory != ~0ull) used += infos[i].usedGpuMemory;
+      }
+      layout::ProcessSlot& slot = *g_slot;
+      uint64_t charged = slot.used_bytes[dev].load(std::memory_order_relaxed);
+      uint64_t overhead = slot.overhead_bytes[dev].load(std::memory_order_relaxed);
+      uint64_t allocations = charged > overhead ? charged - overhead : 0;
+      // Allocations are charged before the driver makes them and uncharged
+      // after it frees them, so `allocations` is never below what the
+      // driver holds for them: the difference can only under-estimate.
+      uint64_t want = used > allocations ? used - allocations : 0;
+      if (want > overhead) {
+        Force(dev, want - overhead);
+      } else if (want < overhead) {
+        Unadmit(dev, overhead - want);
+      }
+      slot.overhead_bytes[dev].store(want, std::memory_order_relaxed);
+      ok = true;
+    }
+  }
+  g_resync_busy.store(false, std::memory_order_release);
+  return ok;
+}
+
+}  // namespace gpuslice::shim

@@ -1,0 +1,92 @@
+#pragma once
+
+// The shim's per-process state: whether it enforces a slice, the mapped
+// region, this process's slot, the map from visible device ordinals to slice
+// devices, and the allocation tables.
+//
+// Initialisation is lazy (first CUDA or NVML call), runs once (a
+// compare-and-swap on the phase; concurrent first callers yield until it is
+// done) and is redone for the child after fork (pthread_atfork), which gets
+// a slot of its own. The hot path reads the phase with one acquire load.
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/admission.h"
+#include "shim/alloc_table.h"
+#include "shim/cuda_api.h"
+#include "shim/region_layout.h"
+
+namespace gpuslice::shim {
+
+class Region;
+
+enum Phase : int {
+  kPhaseUninit = 0,
+  kPhaseInitializing = 1,
+  kPhasePassThrough = 2,  // No slice, disabled, or a fatal setup problem.
+  kPhaseEnforcing = 3,
+  kPhaseReattach = 4,     // Forked child: claim a slot of our own first.
+  kPhaseShutdown = 5,     // Exiting: the slot has been returned.
+};
+
+extern std::atomic<int> g_phase;
+extern bool g_disabled;  // GPUSLICE_DISABLE=1, read by the constructor.
+
+inline bool Disabled() { return g_disabled; }
+
+// Runs (or waits for) initialisation; returns the resulting phase.
+int StartSlow();
+
+// True when allocations must be counted. Acquire: pairs with the release
+// that published the phase, so the region, slot and tables set up before it
+// are visible.
+inline bool Enforcing() {
+  int phase = g_phase.load(std::memory_order_acquire);
+  if (phase == kPhaseEnforcing) return true;
+  if (phase == kPhasePassThrough || phase == kPhaseShutdown) return false;
+  return StartSlow() == kPhaseEnforcing;
+}
+
+// Loads the driver for pass-through use (cheap after the first call).
+bool DriverReady();
+
+// What CurrentSliceDevice and SliceDeviceForOrdinal return besides an index.
+inline constexpr int kNoContext = -1;  // Let the driver report its own error.
+inline constexpr int kRefused = -2;    // Device outside the slice: no memory.
+
+// The slice device of the calling thread's current context.
+int CurrentSliceDevice();
+// The slice device for a device ordinal as this process sees it.
+int SliceDeviceForOrdinal(CUdevice ordinal);
+
+layout::DeviceEntry& SliceDevice(int index);
+layout::ProcessSlot& OwnSlot();
+
+// Charges `bytes` on slice device `dev`; before refusing, sweeps dead
+// processes and resyncs pool and context memory, then tries once more.
+bool Admit(int dev, uint64_t bytes);
+inline void Unadmit(int dev, uint64_t bytes) {
+  Uncharge(SliceDevice(dev), OwnSlot(), uint32_t(dev), bytes);
+}
+inline void Force(int dev, uint64_t bytes) {
+  ForceCharge(SliceDevice(dev), OwnSlot(), uint32_t(dev), bytes);
+}
+// Limit and usage of a slice device, for the memory queries.
+uint64_t SliceLimit(int dev);
+uint64_t SliceUsed(int dev);
+// The slice device whose UUID is `uuid`, or -1 (NVML queries).
+int SliceDeviceForUuid(const char* uuid);
+
+// Allocation tables: device pointers, VMM handles, arrays.
+AllocTable& Pointers();
+AllocTable& VmmHandles();
+AllocTable& Arrays();
+
+// Re-learns the memory the driver holds for this process on slice device
+// `dev` beyond what the shim charged (contexts, modules), from NVML, and
+// charges the difference. Best effort, never blocks: a concurrent resync
+// makes this one a no-op. Returns false when NVML cannot tell.
+bool ResyncDriverMemory(int dev);
+
+}  // namespace gpuslice::shim
