@@ -34,3 +34,10 @@ target_link_options(gpuslice_sim_nvml PRIVATE
 gpuslice_test(sim_nvml_test
   SOURCES nvml_test.cc nvml_pci_test.cc
   LIBS gpuslice_sim_nvml_objects)
+
+# Cross-component tests of NVML with real CUDA processes (tests/sim/nvml.cmake),
+# until tests/sim/CMakeLists.txt includes them itself. They need the
+# simulated driver.
+if(TARGET gpuslice_sim_cuda)
+  include(${PROJECT_SOURCE_DIR}/tests/sim/nvml.cmake)
+endif()
