@@ -1,0 +1,332 @@
+// libgpuslice.so end to end: real CUDA programs over the simulated driver,
+// with the shim preloaded, each test in its own temporary directory (its own
+// simulated device state and slice regions).
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/units.h"
+#include "shim/region.h"
+#include "subprocess.h"
+
+namespace gpuslice::shim {
+namespace {
+
+using core::kGiB;
+using core::kMiB;
+using testing::Env;
+using testing::Output;
+using RunProgram = decltype(&testing::Run);
+constexpr RunProgram RunCmd = &testing::Run;
+using testing::Session;
+
+constexpr int kOk = 0;            // CUDA_SUCCESS
+constexpr int kOutOfMemory = 2;   // CUDA_ERROR_OUT_OF_MEMORY
+
+class ShimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-shim-e2e-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    mkdir((dir_ + "/xdg").c_str(), 0700);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // The environment of a program on the simulated GPU, without the shim.
+  Env Bare() const {
+    return {{"PATH", "/usr/bin:/bin"},
+            {"LD_LIBRARY_PATH", GPUSLICE_SIM_DIR},
+            {"GPUSLICE_SIM_STATE", dir_ + "/sim-state"},
+            {"GPUSLICE_SIM_CONTEXT_MEM", "0"},
+            {"XDG_RUNTIME_DIR", dir_ + "/xdg"}};
+  }
+  // ... with the shim preloaded.
+  Env Shimmed() const {
+    Env e = Bare();
+    e["LD_PRELOAD"] = GPUSLICE_SHIM_PATH;
+    return e;
+  }
+  Env Standalone(const std::string& limit) const {
+    Env e = Shimmed();
+    e["GPUSLICE_MEMORY_LIMIT"] = limit;
+    return e;
+  }
+  Env InSlice(const std::string& region) const {
+    Env e = Shimmed();
+    e["GPUSLICE_SLICE"] = region;
+    return e;
+  }
+
+  Output Probe(std::vector<std::string> args, const Env& env) const {
+    args.insert(args.begin(), GPUSLICE_PROBE_PATH);
+    return RunCmd(args, env, 60);
+  }
+
+  std::string DeviceUuid(const Env& env, int index = 0) const {
+    Output o = Probe({"info"}, env);
+    return o.values["uuid" + std::to_string(index)];
+  }
+
+  // A daemon-style (closed) region listing the given devices.
+  std::unique_ptr<Region> MakeRegion(const std::vector<DeviceLimit>& devices) {
+    RegionOptions options;
+    options.name = "test";
+    options.closed = true;
+    options.devices = devices;
+    auto r = Region::Create(dir_ + "/slice.region", options);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(*r) : nullptr;
+  }
+  std::string RegionPath() const { return dir_ + "/slice.region"; }
+
+  std::string dir_;
+};
+
+// Every allocation route stops at the limit, and frees return exactly what
+// was charged (the same amount fits again).
+TEST_F(ShimTest, EveryAllocationRouteStopsAtTheLimit) {
+  const uint64_t limit = kGiB;
+  const uint64_t chunk = 64 * kMiB;
+  for (const char* route : {"alloc", "pitch", "managed", "async", "pool", "vmm", "array",
+                            "array3d"}) {
+    SCOPED_TRACE(route);
+    Output o = Probe({"fill", route, std::to_string(chunk)}, Standalone("1GiB"));
+    ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+    EXPECT_EQ(o.Int("error"), kOutOfMemory) << o.out;
+    EXPECT_LE(uint64_t(o.Int("allocated")), limit);
+    // Pitch rows and pools may round up; never by more than two chunks.
+    EXPECT_GE(uint64_t(o.Int("allocated")), limit - 2 * chunk);
+    EXPECT_EQ(o.Int("again"), o.Int("allocated")) << "frees must uncount exactly";
+    EXPECT_EQ(uint64_t(o.Int("full_total")), limit);
+    EXPECT_EQ(uint64_t(o.Int("after_total")), limit);
+  }
+}
+
+TEST_F(ShimTest, WithoutTheShimTheSameProgramIsNotLimited) {
+  // Proves the test above can fail: the probe itself imposes nothing.
+  Output o = Probe({"alloc", "alloc", std::to_string(4 * kGiB)}, Bare());
+  EXPECT_EQ(o.Int("result"), kOk) << o.out;
+}
+
+TEST_F(ShimTest, MemoryQueriesShowTheSlice) {
+  Output o = Probe({"info"}, Standalone("4GiB"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(uint64_t(o.Int("device_total0")), 4 * kGiB);
+  EXPECT_EQ(uint64_t(o.Int("mem_total")), 4 * kGiB);
+  EXPECT_EQ(uint64_t(o.Int("mem_free")), 4 * kGiB);  // Context memory is 0 here.
+  Output n = Probe({"nvml"}, Standalone("4GiB"));
+  ASSERT_EQ(n.exit_code, 0) << n.out << n.err;
+  EXPECT_EQ(uint64_t(n.Int("nvml_total")), 4 * kGiB);
+  EXPECT_EQ(uint64_t(n.Int("nvml_free")), 4 * kGiB);
+  EXPECT_EQ(uint64_t(n.Int("nvml2_total")), 4 * kGiB);
+}
+
+TEST_F(ShimTest, ContextMemoryIsChargedToTheSlice) {
+  Env env = Standalone("1GiB");
+  env["GPUSLICE_SIM_CONTEXT_MEM"] = "256MiB";
+  Output o = Probe({"fill", "alloc", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(uint64_t(o.Int("allocated")), kGiB - 256 * kMiB) << o.out;
+  EXPECT_EQ(uint64_t(o.Int("after_free")), kGiB - 256 * kMiB);
+}
+
+TEST_F(ShimTest, AContextThatDoesNotFitIsRefused) {
+  Env env = Standalone("128MiB");
+  env["GPUSLICE_SIM_CONTEXT_MEM"] = "256MiB";
+  Output o = Probe({"info"}, env);
+  EXPECT_EQ(o.exit_code, 2);
+  EXPECT_NE(o.out.find("fatal=cuDevicePrimaryCtxRetain:2"), std::string::npos) << o.out;
+}
+
+TEST_F(ShimTest, CuGetProcAddressRoutesAreLimited) {
+  Output o = Probe({"procaddr", std::to_string(2 * kGiB)}, Standalone("1GiB"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.Int("v2_result"), kOutOfMemory);
+  EXPECT_EQ(o.Int("ptsz_result"), kOutOfMemory);
+  EXPECT_EQ(o.Int("v1_result"), kOutOfMemory);
+  EXPECT_NE(o.Int("legacy_result"), kOk);  // The 32-bit allocator is not handed out.
+  Output bare = Probe({"procaddr", std::to_string(2 * kGiB)}, Bare());
+  EXPECT_EQ(bare.Int("v2_result"), kOk) << bare.out;
+  EXPECT_EQ(bare.Int("v1_result"), kOk);
+}
+
+TEST_F(ShimTest, DlsymRoutesAreLimitedAndRtldNextKeepsItsMeaning) {
+  Output o = Probe({"dlsym", std::to_string(2 * kGiB)}, Standalone("1GiB"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.Int("dlsym_result"), kOutOfMemory);
+  EXPECT_EQ(o.Int("dlvsym_result"), kOutOfMemory);
+  EXPECT_EQ(o.Int("rtld_next_ok"), 1);
+}
+
+// N processes x M threads against one slice: the slice's high-water mark
+// never passes the limit, not by one byte.
+TEST_F(ShimTest, RacingProcessesAndThreadsNeverOvershoot) {
+  const uint64_t limit = 512 * kMiB;
+  auto region = MakeRegion({{DeviceUuid(Bare()), limit}});
+  ASSERT_NE(region, nullptr);
+  std::vector<std::thread> runners;
+  std::vector<Output> outputs(4);
+  for (int p = 0; p < 4; ++p) {
+    runners.emplace_back([&, p] {
+      outputs[p] = Probe({"race", "4", "1500", std::to_string(96 * kMiB)}, InSlice(RegionPath()));
+    });
+  }
+  for (auto& t : runners) t.join();
+  long ok = 0, oom = 0;
+  for (const Output& o : outputs) {
+    ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+    EXPECT_EQ(o.Int("other"), 0) << o.out;
+    ok += o.Int("ok");
+    oom += o.Int("oom");
+  }
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(oom, 0) << "no contention: the race did not test anything";
+  EXPECT_LE(region->device(0).peak_bytes.load(), limit);
+  EXPECT_EQ(region->device(0).used_bytes.load(), 0u) << "exited processes return everything";
+}
+
+TEST_F(ShimTest, MemoryOfASigkilledProcessIsReclaimed) {
+  auto region = MakeRegion({{DeviceUuid(Bare()), kGiB}});
+  ASSERT_NE(region, nullptr);
+  Session holder({GPUSLICE_PROBE_PATH, "serve", "alloc"}, InSlice(RegionPath()));
+  ASSERT_EQ(holder.WaitFor("ready"), "1");
+  ASSERT_EQ(holder.Ask("alloc " + std::to_string(700 * kMiB), "result"), "0");
+  Output blocked = Probe({"alloc", "alloc", std::to_string(700 * kMiB)}, InSlice(RegionPath()));
+  EXPECT_EQ(blocked.Int("result"), kOutOfMemory) << blocked.out << blocked.err;
+  holder.Kill(SIGKILL);
+  Output after = Probe({"alloc", "alloc", std::to_string(700 * kMiB)}, InSlice(RegionPath()));
+  EXPECT_EQ(after.Int("result"), kOk) << after.out << after.err;
+}
+
+TEST_F(ShimTest, LiveLimitChangesApplyToTheNextAllocation) {
+  std::string uuid = DeviceUuid(Bare());
+  auto region = MakeRegion({{uuid, kGiB}});
+  ASSERT_NE(region, nullptr);
+  Session s({GPUSLICE_PROBE_PATH, "serve", "alloc"}, InSlice(RegionPath()));
+  ASSERT_EQ(s.WaitFor("ready"), "1");
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(768 * kMiB), "result"), "0");
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(512 * kMiB), "result"), "2");
+  ASSERT_TRUE(region->SetLimit(uuid, 2 * kGiB).ok());
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(512 * kMiB), "result"), "0");
+  EXPECT_EQ(s.Ask("info", "total"), std::to_string(2 * kGiB));
+  ASSERT_TRUE(region->SetLimit(uuid, 512 * kMiB).ok());
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(kMiB), "result"), "2");
+  EXPECT_EQ(s.Ask("info", "free"), "0");
+  EXPECT_EQ(s.Ask("free", "freed"), "1");  // Memory from before the change uncounts.
+  EXPECT_EQ(region->device(0).used_bytes.load(), 0u);
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(256 * kMiB), "result"), "0");
+}
+
+TEST_F(ShimTest, CudaVisibleDevicesRemappingIsFollowedByUuid) {
+  Env bare = Bare();
+  bare["GPUSLICE_SIM_GPUS"] = "2xH100-80GB";
+  std::string uuid0 = DeviceUuid(bare, 0), uuid1 = DeviceUuid(bare, 1);
+  ASSERT_FALSE(uuid0.empty());
+  ASSERT_NE(uuid0, uuid1);
+  auto region = MakeRegion({{uuid0, 3 * kGiB}, {uuid1, kGiB}});
+  ASSERT_NE(region, nullptr);
+  Env env = InSlice(RegionPath());
+  env["GPUSLICE_SIM_GPUS"] = "2xH100-80GB";
+  env["CUDA_VISIBLE_DEVICES"] = "1";
+  Output o = Probe({"info"}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.Int("count"), 1);
+  EXPECT_EQ(o.values["uuid0"], uuid1);
+  EXPECT_EQ(uint64_t(o.Int("device_total0")), kGiB);
+  Output fill = Probe({"fill", "alloc", std::to_string(256 * kMiB)}, env);
+  EXPECT_EQ(uint64_t(fill.Int("allocated")), kGiB) << fill.out;
+  env["CUDA_VISIBLE_DEVICES"] = "0";
+  EXPECT_EQ(uint64_t(Probe({"info"}, env).Int("device_total0")), 3 * kGiB);
+}
+
+TEST_F(ShimTest, AProgramThatNeverUsesCudaIsUntouched) {
+  Output o = RunCmd({"/bin/sh", "-c", "echo hello; exit 3"}, Standalone("1GiB"), 60);
+  EXPECT_EQ(o.exit_code, 3);
+  EXPECT_EQ(o.out, "hello\n");
+  EXPECT_EQ(o.err, "");
+  // No region was created for it.
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/xdg/gpuslice"));
+  Output bad = RunCmd({"/bin/sh", "-c", "echo hello"}, Standalone("4XB"), 60);
+  EXPECT_EQ(bad.out, "hello\n");
+  EXPECT_EQ(bad.err, "");
+}
+
+TEST_F(ShimTest, ABadLimitIsReportedOnceAndTheProcessRunsUnlimited) {
+  Output o = Probe({"alloc", "alloc", std::to_string(2 * kGiB)}, Standalone("4XB"));
+  EXPECT_EQ(o.exit_code, 0);
+  EXPECT_EQ(o.Int("result"), kOk);
+  EXPECT_NE(o.err.find("GPUSLICE_MEMORY_LIMIT"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("'4XB'"), std::string::npos) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+}
+
+TEST_F(ShimTest, DisableMakesTheShimAPassThrough) {
+  Env env = Standalone("1GiB");
+  env["GPUSLICE_DISABLE"] = "1";
+  EXPECT_EQ(Probe({"alloc", "alloc", std::to_string(2 * kGiB)}, env).Int("result"), kOk);
+}
+
+TEST_F(ShimTest, ForkedChildrenShareTheStandaloneSlice) {
+  Output o = Probe({"forkalloc", "3", std::to_string(400 * kMiB)}, Standalone("1GiB"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.Int("granted"), 2);
+}
+
+TEST_F(ShimTest, ExecedDescendantsShareTheStandaloneSlice) {
+  Output o = Probe({"spawn", std::to_string(700 * kMiB)}, Standalone("1GiB"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.Int("first_result"), kOk) << o.out;
+  EXPECT_EQ(o.Int("result"), kOutOfMemory) << o.out;  // The second child's.
+  // The region lived in the per-user directory, private to its owner.
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/xdg/gpuslice").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+TEST_F(ShimTest, TheStandaloneRegionIsRemovedWhenTheSliceEnds) {
+  Output o = Probe({"alloc", "alloc", std::to_string(kMiB)}, Standalone("1GiB"));
+  ASSERT_EQ(o.Int("result"), kOk);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/xdg/gpuslice")) {
+    (void)e;
+    ++files;
+  }
+  EXPECT_EQ(files, 0);
+}
+
+TEST_F(ShimTest, TheShimExportsExactlyTheHookedSymbols) {
+  Output o = RunCmd({"/usr/bin/nm", "-D", "--defined-only", GPUSLICE_SHIM_PATH}, Bare(), 60);
+  if (o.exit_code == 127) GTEST_SKIP() << "nm is not installed";
+  std::set<std::string> exported;
+  size_t start = 0;
+  while (start < o.out.size()) {
+    size_t end = o.out.find('\n', start);
+    std::string line = o.out.substr(start, end - start);
+    start = end == std::string::npos ? o.out.size() : end + 1;
+    size_t space = line.rfind(' ');
+    if (space != std::string::npos) exported.insert(line.substr(space + 1));
+  }
+  EXPECT_TRUE(exported.count("dlsym") && exported.count("dlvsym"));
+  EXPECT_TRUE(exported.count("cuMemAlloc_v2") && exported.count("cuGetProcAddress_v2") &&
+              exported.count("nvmlDeviceGetMemoryInfo_v2"));
+  for (const std::string& name : exported) {
+    EXPECT_TRUE(name.rfind("cu", 0) == 0 || name.rfind("nvml", 0) == 0 || name == "dlsym" ||
+                name == "dlvsym")
+        << "unexpected export " << name;
+  }
+}
+
+}  // namespace
+}  // namespace gpuslice::shim
