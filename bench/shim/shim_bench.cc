@@ -1,0 +1,186 @@
+// What the shim costs, against the simulated driver, with and without the
+// shim in the same run:
+//   BM_Launch/{direct,shim}      ns per cuLaunchKernel (target: <= 50 ns added, median)
+//   BM_AllocFree/{direct,shim}   ns per cuMemAlloc + cuMemFree pair (target: <= 1 us added)
+//   BM_Init64/{direct,shim}      64 processes initialising CUDA at once, ms per
+//                                process at p50/p99 (target: <= 50 ms added at p99)
+//
+// "direct" calls the simulated libcuda.so.1 this program is linked with;
+// "shim" calls the same functions through libgpuslice.so, loaded with
+// dlopen(RTLD_LOCAL) so that it does not interpose the direct calls. The
+// shim enforces a standalone slice (GPUSLICE_MEMORY_LIMIT), so the
+// admission path is the one measured.
+//
+// Each benchmark times batches of calls and reports the median and p99 of
+// the per-call time over batches as counters p50_ns / p99_ns (ms for Init64).
+
+#include <benchmark/benchmark.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Api {
+  PFN_cuLaunchKernel_v4000 launch = nullptr;
+  PFN_cuMemAlloc_v3020 alloc = nullptr;
+  PFN_cuMemFree_v3020 free = nullptr;
+};
+
+Api g_direct{&cuLaunchKernel, &cuMemAlloc_v2, &cuMemFree_v2};
+Api g_shim;
+CUfunction g_kernel = nullptr;
+std::string g_dir;
+
+uint64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = size_t(p * double(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+void Report(benchmark::State& state, const std::vector<double>& per_call, const char* unit) {
+  state.counters[std::string("p50_") + unit] = Percentile(per_call, 0.5);
+  state.counters[std::string("p99_") + unit] = Percentile(per_call, 0.99);
+}
+
+bool Setup() {
+  char tmpl[] = "/tmp/gpuslice-shim-bench-XXXXXX";
+  g_dir = mkdtemp(tmpl);
+  setenv("GPUSLICE_SIM_STATE", (g_dir + "/sim-state").c_str(), 1);
+  setenv("XDG_RUNTIME_DIR", g_dir.c_str(), 1);
+  setenv("GPUSLICE_MEMORY_LIMIT", "60GiB", 1);
+  // Processes this benchmark starts find the simulated driver here.
+  setenv("LD_LIBRARY_PATH", GPUSLICE_SIM_DIR, 1);
+  CUdevice dev;
+  CUcontext ctx;
+  CUmodule module;
+  static const char kPtx[] = ".version 8.0\n.target sm_90\n.visible .entry sim_sleep_us(.param .u32 us)\n{ ret; }\n";
+  if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+      cuModuleLoadData(&module, kPtx) != CUDA_SUCCESS ||
+      cuModuleGetFunction(&g_kernel, module, "sim_sleep_us") != CUDA_SUCCESS) {
+    std::fprintf(stderr, "shim_bench: cannot set up the simulated GPU\n");
+    return false;
+  }
+  void* shim = dlopen(GPUSLICE_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (shim == nullptr) {
+    std::fprintf(stderr, "shim_bench: %s\n", dlerror());
+    return false;
+  }
+  g_shim.launch = reinterpret_cast<PFN_cuLaunchKernel_v4000>(dlsym(shim, "cuLaunchKernel"));
+  g_shim.alloc = reinterpret_cast<PFN_cuMemAlloc_v3020>(dlsym(shim, "cuMemAlloc_v2"));
+  g_shim.free = reinterpret_cast<PFN_cuMemFree_v3020>(dlsym(shim, "cuMemFree_v2"));
+  return g_shim.launch != nullptr && g_shim.alloc != nullptr && g_shim.free != nullptr;
+}
+
+void BM_Launch(benchmark::State& state, const Api* api) {
+  constexpr int kBatch = 256;
+  unsigned int us = 0;
+  void* params[] = {&us};
+  std::vector<double> per_call;
+  for (auto _ : state) {
+    uint64_t t0 = NowNs();
+    for (int i = 0; i < kBatch; ++i) {
+      api->launch(g_kernel, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+    }
+    uint64_t t1 = NowNs();
+    per_call.push_back(double(t1 - t0) / kBatch);
+    state.SetIterationTime(double(t1 - t0) / 1e9);
+    // Drain the simulated queue outside the timed region.
+    cuCtxSynchronize();
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  Report(state, per_call, "ns");
+}
+
+void BM_AllocFree(benchmark::State& state, const Api* api) {
+  constexpr int kBatch = 64;
+  std::vector<double> per_pair;
+  CUdeviceptr p[kBatch];
+  for (auto _ : state) {
+    uint64_t t0 = NowNs();
+    for (int i = 0; i < kBatch; ++i) {
+      if (api->alloc(&p[i], 1 << 20) != CUDA_SUCCESS) state.SkipWithError("alloc failed");
+      api->free(p[i]);
+    }
+    uint64_t t1 = NowNs();
+    per_pair.push_back(double(t1 - t0) / kBatch);
+    state.SetIterationTime(double(t1 - t0) / 1e9);
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  Report(state, per_pair, "ns");
+}
+
+void BM_Init64(benchmark::State& state, bool with_shim) {
+  constexpr int kProcesses = 64;
+  std::vector<double> per_process_ms;
+  for (auto _ : state) {
+    std::vector<pid_t> pids(kProcesses);
+    std::vector<uint64_t> start(kProcesses);
+    for (int i = 0; i < kProcesses; ++i) {
+      start[i] = NowNs();
+      pids[i] = fork();
+      if (pids[i] == 0) {
+        if (with_shim) setenv("LD_PRELOAD", GPUSLICE_SHIM_PATH, 1);
+        execl(GPUSLICE_BENCH_CHILD, GPUSLICE_BENCH_CHILD, nullptr);
+        _exit(127);
+      }
+    }
+    int failures = 0;
+    for (int done = 0; done < kProcesses; ++done) {
+      int status = 0;
+      pid_t pid = wait(&status);
+      uint64_t end = NowNs();
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+      for (int i = 0; i < kProcesses; ++i) {
+        if (pids[i] == pid) per_process_ms.push_back(double(end - start[i]) / 1e6);
+      }
+    }
+    if (failures > 0) state.SkipWithError("a child failed to initialise CUDA");
+  }
+  Report(state, per_process_ms, "ms");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The children must not inherit our preload decisions: only BM_Init64
+  // sets LD_PRELOAD, per child.
+  unsetenv("LD_PRELOAD");
+  if (!Setup()) return 1;
+  benchmark::RegisterBenchmark("BM_Launch/direct", BM_Launch, &g_direct)->UseManualTime();
+  benchmark::RegisterBenchmark("BM_Launch/shim", BM_Launch, &g_shim)->UseManualTime();
+  benchmark::RegisterBenchmark("BM_AllocFree/direct", BM_AllocFree, &g_direct)->UseManualTime();
+  benchmark::RegisterBenchmark("BM_AllocFree/shim", BM_AllocFree, &g_shim)->UseManualTime();
+  benchmark::RegisterBenchmark("BM_Init64/direct", BM_Init64, false)
+      ->Iterations(3)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("BM_Init64/shim", BM_Init64, true)
+      ->Iterations(3)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  std::filesystem::remove_all(g_dir);
+  return 0;
+}
