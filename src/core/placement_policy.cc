@@ -17,13 +17,13 @@ constexpr int64_t kMaxNodeScore = 100;
 
 constexpr std::array<PolicyInfo, 9> kPolicies = {{
     {Policy::kRandomFit, "random-fit", false, true, "any feasible node and GPU, uniformly"},
-    {Policy::kBestFit, "best-fit", false, true, "least CPU+GPU left on the node"},
-    {Policy::kDotProduct, "dot-product", false, true,
+    {Policy::kBestFit, "best-fit", false, false, "least CPU+GPU left on the node"},
+    {Policy::kDotProduct, "dot-product", false, false,
      "smallest dot product of free resources and request (Tetris-style)"},
-    {Policy::kGpuPacking, "gpu-packing", false, true,
+    {Policy::kGpuPacking, "gpu-packing", false, false,
      "shared GPUs first, then used nodes, then idle nodes"},
-    {Policy::kGpuClustering, "gpu-clustering", false, true, "keep tasks of one kind together"},
-    {Policy::kFgd, "fgd", true, true, "fragmentation gradient descent (ATC'23), as published"},
+    {Policy::kGpuClustering, "gpu-clustering", false, false, "keep tasks of one kind together"},
+    {Policy::kFgd, "fgd", true, false, "fragmentation gradient descent (ATC'23), as published"},
     {Policy::kFragAware, "frag-aware", true, false,
      "ours: exact fragmentation gradient with CPU-balance and packing tie-breaks"},
     {Policy::kBinpack, "binpack", false, false, "fullest node and GPU that fit"},
@@ -383,14 +383,14 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
     return InvalidArgumentError("policy 'random-fit' needs a random source");
   }
   const Ctx ctx{state, demand, options};
-  // Paper baselines break ties at random (reservoir sampling over the nodes
-  // with the top score, as kube-scheduler does); ours and the daemon's
-  // policies keep the first, so they are deterministic.
-  PlacementRng* tie_rng = info.needs_rng ? options.rng : nullptr;
+  // Ties go to the first node in cluster order, for every policy. The
+  // paper's simulator does the same in effect (it orders nodes by a seeded
+  // random name prefix), so the replay permutes the node order per seed.
   Option best, cur;
   bool found = false;
   uint32_t best_node = 0;
   uint32_t ties = 0;
+  const bool random = options.policy == Policy::kRandomFit;
   for (uint32_t i = 0; i < state.size(); ++i) {
     cur.gpu_count = 0;
     if (!ScoreNode(ctx, state.node(i), &cur)) continue;
@@ -399,8 +399,8 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
       best_node = i;
       found = true;
       ties = 1;
-    } else if (tie_rng != nullptr && cur.score == best.score && tie_rng->Uniform(++ties) == 0) {
-      best = cur;
+    } else if (random && cur.score == best.score && options.rng->Uniform(++ties) == 0) {
+      best = cur;  // Random fit: reservoir sampling over the feasible nodes.
       best_node = i;
     }
   }

@@ -23,8 +23,8 @@ namespace gpuslice::core {
 
 enum class Policy : uint8_t {
   // Baselines of the FGD paper (Weng et al., ATC'23), scored as its
-  // Kubernetes simulator scores them: integer node scores 0..100, ties broken
-  // uniformly at random (so they need PlaceOptions::rng).
+  // Kubernetes simulator scores them: integer node scores 0..100. Like every
+  // policy here, ties go to the first node in cluster order.
   kRandomFit,      // Any feasible node, any feasible GPU.
   kBestFit,        // Least CPU+GPU left over.
   kDotProduct,     // Smallest dot product of free resources and the request.
@@ -58,7 +58,7 @@ struct PlaceOptions {
   Policy policy = kDefaultPolicy;
   // The expected workload; required by kFgd and kFragAware, ignored by others.
   const WorkloadProfile* profile = nullptr;
-  // Random source for kRandomFit and the tie-breaks of the paper baselines.
+  // Random source; required by kRandomFit only.
   PlacementRng* rng = nullptr;
 };
 

@@ -76,6 +76,24 @@ double Percentile(std::vector<double> values, double p) {
 
 namespace {
 
+// The cluster with its nodes in a seeded random order. Policies break ties
+// by node order; the paper's simulator orders nodes by a random prefix per
+// run, so a fixed order would bias every tie towards the same nodes.
+Result<ClusterState> PermutedCluster(const ClusterState& in, uint64_t seed) {
+  std::vector<uint32_t> order(in.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  core::PlacementRng rng(seed ^ 0x6a09e667f3bcc909ull);
+  for (size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[rng.Uniform(static_cast<uint32_t>(i))]);
+  }
+  ClusterState out;
+  for (const std::string& model : in.models()) {
+    GPUSLICE_RETURN_IF_ERROR(out.InternModel(model).status());
+  }
+  for (uint32_t i : order) GPUSLICE_RETURN_IF_ERROR(out.AddNode(in.node(i)).status());
+  return out;
+}
+
 double FragmentedGpus(const core::WorkloadProfile& profile, const ClusterState& s) {
   uint64_t milli = 0;
   for (const core::NodeState& n : s.nodes()) milli += core::StrandedGpuMilli(profile, n);
@@ -94,15 +112,17 @@ Result<ReplayResult> RunReplay(const ReplayInput& input, const ReplayConfig& con
                                       " is outside [step, 10]");
   }
   if (input.tasks.empty()) return core::InvalidArgumentError("replay: the task list is empty");
-  ClusterState state = input.cluster;
+  GPUSLICE_ASSIGN_OR_RETURN(ClusterState state, PermutedCluster(input.cluster, config.seed));
   const uint64_t capacity = state.TotalGpuMilli();
   if (capacity == 0) return core::InvalidArgumentError("replay: the cluster has no GPUs");
 
   // The policy's profile is the trace as published (the paper's "typical
   // pods"); the fragmentation report uses every shape, memory included.
-  GPUSLICE_ASSIGN_OR_RETURN(
-      core::WorkloadProfile profile,
-      core::WorkloadProfile::FromDemands(input.tasks, {.coverage = config.profile_coverage}));
+  const double coverage = config.profile_coverage > 0 ? config.profile_coverage
+                          : config.policy == core::Policy::kFragAware ? 0.99
+                                                                      : 0.95;
+  GPUSLICE_ASSIGN_OR_RETURN(core::WorkloadProfile profile,
+                            core::WorkloadProfile::FromDemands(input.tasks, {.coverage = coverage}));
   GPUSLICE_ASSIGN_OR_RETURN(
       core::WorkloadProfile all_shapes,
       core::WorkloadProfile::FromDemands(input.tasks, {.coverage = 1.0, .with_memory = true}));

@@ -6,7 +6,9 @@
 // Tasks arrive one by one into an empty cluster and never depart. The trace
 // is "inflated": tasks drawn from it at random (seeded) are appended until
 // the arrived GPU demand reaches `inflate` x cluster capacity, and the whole
-// sequence is shuffled with the same seed (the paper's --shuffle-pod). At
+// sequence is shuffled with the same seed (the paper's --shuffle-pod). The
+// node order is permuted with the seed too: policies break ties by node
+// order, and the paper's simulator orders nodes by a seeded random prefix. At
 // every `step` of arrived demand (5% by default) a snapshot records how
 // much of the cluster is allocated and how long decisions took.
 
@@ -40,8 +42,10 @@ struct ReplayConfig {
   uint64_t seed = 42;
   bool shuffle = true;   // false: trace order, then the inflation draws.
   double step = 0.05;    // Snapshot interval, x capacity.
-  // Profile coverage for the fragmentation-aware policies (paper: 0.95).
-  double profile_coverage = 0.95;
+  // Profile coverage for the fragmentation-aware policies; 0 = the policy's
+  // own: 0.95 for fgd (the paper's), 0.99 for frag-aware (rare big shapes,
+  // such as 8-GPU tasks, then still count; see docs/PLACEMENT.md).
+  double profile_coverage = 0;
 };
 
 // One snapshot, taken when arrived GPU demand first reaches `arrived_ratio`

@@ -61,7 +61,7 @@ TEST(ArrivalSequence, WithoutShuffleKeepsTraceOrderFirst) {
 TEST(RunReplay, ReportsEveryStepAndKeepsTheBooks) {
   ReplayInput in = SmallInput();
   for (const core::PolicyInfo& info : core::AllPolicies()) {
-    Result<ReplayResult> r = RunReplay(in, {info.policy, 1.3, 42, true, 0.05, 0.95});
+    Result<ReplayResult> r = RunReplay(in, {info.policy, 1.3, 42, true, 0.05, 0});
     ASSERT_TRUE(r.ok()) << info.name << ": " << r.status().ToString();
     ASSERT_EQ(r->steps.size(), 26u) << info.name;
     EXPECT_DOUBLE_EQ(r->capacity_gpus, 8);
@@ -85,7 +85,7 @@ TEST(RunReplay, RejectsBadConfig) {
   ReplayInput in = SmallInput();
   EXPECT_EQ(RunReplay(in, {core::kDefaultPolicy, 1.3, 1, true, 0, 0.95}).status().code(),
             core::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RunReplay(in, {core::kDefaultPolicy, 0.01, 1, true, 0.05, 0.95}).status().code(),
+  EXPECT_EQ(RunReplay(in, {core::kDefaultPolicy, 0.01, 1, true, 0.05, 0}).status().code(),
             core::StatusCode::kInvalidArgument);
 }
 
@@ -101,8 +101,8 @@ TEST(Report, JsonCsvAndPlotCarryEveryPolicy) {
   ReplayInput in = SmallInput();
   std::vector<ReplayResult> runs;
   for (uint64_t seed : {1, 2}) {
-    runs.push_back(RunReplay(in, {core::Policy::kBestFit, 1.0, seed, true, 0.05, 0.95}).value());
-    runs.push_back(RunReplay(in, {core::Policy::kFragAware, 1.0, seed, true, 0.05, 0.95}).value());
+    runs.push_back(RunReplay(in, {core::Policy::kBestFit, 1.0, seed, true, 0.05, 0}).value());
+    runs.push_back(RunReplay(in, {core::Policy::kFragAware, 1.0, seed, true, 0.05, 0}).value());
   }
   std::vector<PolicySummary> summary = Summarize(runs);
   ASSERT_EQ(summary.size(), 2u);
