@@ -348,7 +348,7 @@ TEST(Region, RacingProcessesAndThreadsNeverOvershootTheLimit) {
           for (int i = 0; i < kIterations; ++i) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
             uint64_t size = 1 + x % 150000;
-            if (held.size() < 4 && TryCharge(dev, slot, 0, size)) {
+            if (held.size() < 16 && TryCharge(dev, slot, 0, size)) {
               held.push_back(size);
               if (dev.used_bytes.load(std::memory_order_relaxed) > kLimit) bad = true;
             } else if (!held.empty()) {
@@ -371,7 +371,9 @@ TEST(Region, RacingProcessesAndThreadsNeverOvershootTheLimit) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   }
   EXPECT_LE((*r)->device(0).peak_bytes.load(), kLimit);
-  EXPECT_GT((*r)->device(0).peak_bytes.load(), kLimit - 150000);  // The race really happened.
+  // Each thread alone can ask for more than the limit, so the slice was
+  // driven to its limit (whatever the scheduling on a busy machine).
+  EXPECT_GT((*r)->device(0).peak_bytes.load(), kLimit - 150000);
   EXPECT_EQ((*r)->device(0).used_bytes.load(), 0u);
 }
 
