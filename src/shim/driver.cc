@@ -186,7 +186,7 @@ bool LoadCuda() {
     if (gpuslice_resolve_real_dlsym() == nullptr) return false;
     g_cuda_handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (g_cuda_handle == nullptr) {
-      GPUSLICE_LOG(kWarn, "cannot load the CUDA driver libcuda.so.1: %s", dlerror());
+      GPUSLICE_LOG(kInfo, "cannot load the CUDA driver libcuda.so.1: %s", dlerror());
       return false;
     }
     for (int i = 0; i < kHookCount; ++i) {

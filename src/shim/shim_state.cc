@@ -31,7 +31,7 @@ Region* g_region = nullptr;
 layout::ProcessSlot* g_slot = nullptr;
 uint32_t g_slot_index = 0;
 bool g_have_slot = false;
-bool g_standalone_root = false;
+bool g_standalone = false;  // The region is a standalone one (ours to clean up).
 ShimConfig* g_config = nullptr;
 
 // A slot that is never part of any region: used when the slice has no free
@@ -69,7 +69,8 @@ void AtForkChild() {
     g_vmm_handles.Clear();
     g_arrays.Clear();
     ForgetPools();
-    g_standalone_root = false;
+    // A resync running in another thread of the parent does not exist here.
+    g_resync_busy.store(false, std::memory_order_relaxed);
     g_phase.store(kPhaseReattach, std::memory_order_release);
   }
 }
@@ -118,6 +119,7 @@ int Initialize() {
       }
       RegionOptions options;
       options.name = "standalone";
+      g_standalone = true;
       region = Region::OpenOrCreate(config.slice_path, options);
     } else {
       region = Region::Open(config.slice_path);
@@ -152,7 +154,6 @@ __attribute__((constructor)) void OnLoad() {
     std::string dir = StandaloneSliceDir(getenv("XDG_RUNTIME_DIR"), geteuid());
     std::string path = StandaloneSlicePath(dir, getpid(), UnixNanos());
     setenv(kEnvSlice, path.c_str(), 0);
-    g_standalone_root = true;
   }
 }
 
@@ -164,9 +165,10 @@ __attribute__((destructor)) void OnUnload() {
   // The driver frees everything this process held as it exits; frees that
   // still arrive after this point are not counted (phase is shutdown).
   if (g_have_slot) g_region->ReleaseSlot(g_slot_index, getpid());
-  if (g_standalone_root && g_region->Processes().empty()) {
-    // Last one out of a standalone slice it created: remove the file. A
-    // descendant that outlives us keeps the slice alive instead.
+  if (g_standalone && g_region->Processes().empty()) {
+    // Last one out of a standalone slice: remove the file. (A descendant
+    // that opened the file but has not claimed its slot yet would end up
+    // alone in the removed region; docs/SHIM.md, "Known limits".)
     (void)Region::Remove(g_region->path());
   }
 }

@@ -293,6 +293,8 @@ TEST_F(ShimTest, ExecedDescendantsShareTheStandaloneSlice) {
   struct stat st {};
   ASSERT_EQ(stat((dir_ + "/xdg/gpuslice").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // The last process of the slice removed the region on its way out.
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/xdg/gpuslice"));
 }
 
 TEST_F(ShimTest, TheStandaloneRegionIsRemovedWhenTheSliceEnds) {
