@@ -177,6 +177,7 @@ Status DeviceModel::Register() {
       s.state.store(layout::kSlotLive, std::memory_order_release);
       Unlock();
       slot_ = i;
+      registered_pid_ = pid;
       return Status::Ok();
     }
     Unlock();
@@ -187,6 +188,10 @@ Status DeviceModel::Register() {
 
 void DeviceModel::Unregister() {
   if (slot_ < 0) return;
+  if (registered_pid_ != getpid()) {  // Forked child: the slot is the parent's.
+    slot_ = -1;
+    return;
+  }
   Lock();
   FreeSlotLocked(slot_);
   Unlock();
@@ -207,6 +212,7 @@ int DeviceModel::Reap() {
 }
 
 Status DeviceModel::ReserveMemory(uint32_t unit, uint64_t bytes) {
+  if (slot_ < 0) return core::FailedPreconditionError("process not registered");
   layout::UnitState& us = state_->unit_state[unit];
   const uint64_t total = state_->units[unit].memory_bytes;
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -223,6 +229,7 @@ Status DeviceModel::ReserveMemory(uint32_t unit, uint64_t bytes) {
 }
 
 void DeviceModel::ReleaseMemory(uint32_t unit, uint64_t bytes) {
+  if (slot_ < 0) return;
   state_->slots[slot_].units[unit].used_bytes.fetch_sub(bytes, std::memory_order_acq_rel);
   state_->unit_state[unit].used_bytes.fetch_sub(bytes, std::memory_order_acq_rel);
 }
@@ -237,6 +244,7 @@ Status DeviceModel::AddContext(uint32_t unit) {
 }
 
 void DeviceModel::RemoveContext(uint32_t unit) {
+  if (slot_ < 0) return;
   uint64_t bytes = context_bytes();
   ProcessUnit& pu = state_->slots[slot_].units[unit];
   pu.context_bytes.fetch_sub(bytes, std::memory_order_relaxed);
@@ -245,11 +253,13 @@ void DeviceModel::RemoveContext(uint32_t unit) {
 }
 
 void DeviceModel::AddBusy(uint32_t unit, uint64_t ns) {
+  if (slot_ < 0) return;
   state_->unit_state[unit].busy_ns.fetch_add(ns, std::memory_order_relaxed);
   state_->slots[slot_].units[unit].busy_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 void DeviceModel::CountLaunch(uint32_t unit) {
+  if (slot_ < 0) return;
   state_->unit_state[unit].launches.fetch_add(1, std::memory_order_relaxed);
   state_->slots[slot_].units[unit].launches.fetch_add(1, std::memory_order_relaxed);
 }

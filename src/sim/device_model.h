@@ -138,7 +138,8 @@ class DeviceModel {
   void Unregister();
   int slot() const { return slot_; }  // -1 until registered.
 
-  // Accounting for this process (registered). ReserveMemory fails with
+  // Accounting for this process. Before Register() (or after Unregister())
+  // the updates are ignored and reservations fail. ReserveMemory fails with
   // kResourceExhausted when the unit is full counting every process (dead
   // ones are reaped before giving up).
   core::Status ReserveMemory(uint32_t unit, uint64_t bytes);
@@ -192,6 +193,7 @@ class DeviceModel {
   int fd_ = -1;
   layout::SharedState* state_ = nullptr;
   int slot_ = -1;
+  pid_t registered_pid_ = 0;  // A forked child must not free its parent's slot.
 };
 
 // Interval at which samples are taken.

@@ -1,0 +1,76 @@
+#pragma once
+
+// The work queue of one (process, unit): the simulated GPU's engine for this
+// process. Work runs on one thread in submission order, whatever stream it
+// was submitted on: that preserves stream order and event dependencies at
+// the cost of concurrency between streams of one process (docs/SIMULATOR.md).
+//
+// Kernels take simulated time: the executor holds the unit's time-slicing
+// arbiter while it sleeps to absolute deadlines on its own timeline
+// (`cursor`), so back-to-back tiny kernels add up exactly, and records the
+// busy time in the device model.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "sim/device_model.h"
+#include "sim/time_slicer.h"
+
+namespace gpuslice::sim::driver {
+
+class Executor;
+
+struct Work {
+  enum class Kind { kKernel, kAction, kWait };
+  Kind kind = Kind::kAction;
+  uint64_t cost_ns = 0;          // kKernel.
+  std::function<void()> action;  // kAction (copies, memsets, host functions, event stamps).
+  Executor* wait_on = nullptr;   // kWait: another executor's work ...
+  uint64_t wait_seq = 0;         // ... up to this sequence number.
+};
+
+class Executor {
+ public:
+  Executor(DeviceModel* model, uint32_t unit);
+  ~Executor();  // Drains the queue, then stops the thread.
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Queues work; returns its sequence number (1, 2, ...).
+  uint64_t Submit(Work work);
+  // Runs `action` now if the queue is idle, else queues it and waits: either
+  // way it runs after all work submitted before.
+  void RunInOrder(const std::function<void()>& action);
+  bool Done(uint64_t seq);
+  void WaitFor(uint64_t seq);
+  uint64_t last_submitted();
+  // The executor's simulated clock (CLOCK_MONOTONIC ns) when the work in
+  // progress started; used to stamp events.
+  uint64_t cursor_ns() const { return cursor_; }
+  uint32_t unit() const { return unit_; }
+
+ private:
+  void Loop();
+  void RunKernel(uint64_t cost_ns);
+
+  DeviceModel* model_;
+  uint32_t unit_;
+  TimeSlicer slicer_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::pair<uint64_t, Work>> queue_;  // Guarded by mu_.
+  uint64_t submitted_ = 0;                       // Guarded by mu_.
+  uint64_t completed_ = 0;                       // Guarded by mu_.
+  bool running_ = false;                         // Guarded by mu_: an item is in progress.
+  bool stop_ = false;                            // Guarded by mu_.
+  uint64_t cursor_ = 0;                          // Executor thread only.
+  std::thread thread_;
+};
+
+}  // namespace gpuslice::sim::driver

@@ -1,0 +1,248 @@
+// End-to-end tests of the simulated driver: real CUDA programs (cuda_probe)
+// run as separate processes over libcuda.so.1 from the build tree, with the
+// device state checked through the device model, as NVML would see it.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/units.h"
+#include "sim/device_model.h"
+
+namespace gpuslice::sim {
+namespace {
+
+using core::kGiB;
+using core::kMiB;
+
+// A running cuda_probe with pipes to its stdin and stdout.
+class Probe {
+ public:
+  Probe(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+    int in[2], out[2], err[2];
+    EXPECT_EQ(pipe2(in, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(in[0], 0);
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) close(fd);
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      std::vector<char*> argv;
+      std::string probe = GPUSLICE_CUDA_PROBE;
+      argv.push_back(probe.data());
+      std::vector<std::string> copy = args;
+      for (std::string& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    stdin_ = in[1];
+    stdout_ = out[0];
+    stderr_ = err[0];
+  }
+  ~Probe() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  // Reads one line of stdout ("" at EOF).
+  std::string ReadLine() {
+    std::string line;
+    char c;
+    while (read(stdout_, &c, 1) == 1 && c != '\n') line += c;
+    return line;
+  }
+  std::string ReadAll(int fd) {
+    std::string s;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, static_cast<size_t>(n));
+    return s;
+  }
+  // Closes stdin and waits; returns the exit status, the rest of stdout in
+  // *out and stderr in *err.
+  int Finish(std::string* out = nullptr, std::string* err = nullptr) {
+    close(stdin_);
+    stdin_ = -1;
+    std::string o = ReadAll(stdout_), e = ReadAll(stderr_);
+    if (out) *out = o;
+    if (err) *err = e;
+    if (!e.empty()) std::fprintf(stderr, "probe stderr: %s", e.c_str());
+    return Wait();
+  }
+  void Kill() {
+    kill(pid_, SIGKILL);
+    Wait();
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  int Wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    for (int fd : {stdin_, stdout_, stderr_}) {
+      if (fd >= 0) close(fd);
+    }
+    stdin_ = stdout_ = stderr_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  pid_t pid_ = -1;
+  int stdin_ = -1, stdout_ = -1, stderr_ = -1;
+};
+
+class SimDriverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "/simdrvXXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    env_["GPUSLICE_SIM_STATE"] = dir_ + "/state";
+    env_["GPUSLICE_SIM_GPUS"] = "1xH100-80GB";
+    env_["GPUSLICE_SIM_CONTEXT_MEM"] = "256MiB";
+  }
+  void TearDown() override {
+    unlink((dir_ + "/state").c_str());
+    rmdir(dir_.c_str());
+  }
+  // The device model as NVML sees it (opened after a probe created it).
+  std::unique_ptr<DeviceModel> Model() {
+    ModelOptions o;
+    o.state_path = env_["GPUSLICE_SIM_STATE"];
+    o.config = *ParseGpuSpec(env_["GPUSLICE_SIM_GPUS"]);
+    o.explicit_config = true;
+    auto m = DeviceModel::Open(o);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+  int RunMode(const std::vector<std::string>& args, std::string* out = nullptr,
+              std::string* err = nullptr) {
+    Probe p(args, env_);
+    return p.Finish(out, err);
+  }
+  std::string dir_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(SimDriverTest, AllocationsOfSeveralProcessesAreAccounted) {
+  Probe a({"hold", std::to_string(1 * kGiB)}, env_);
+  Probe b({"hold", std::to_string(2 * kGiB)}, env_);
+  ASSERT_EQ(a.ReadLine(), "ready");
+  ASSERT_EQ(b.ReadLine(), "ready");
+  auto m = Model();
+  EXPECT_EQ(m->UnitMemory(0).used, 3 * kGiB + 2 * 256 * kMiB);
+  std::vector<ProcessUsage> procs = m->UnitProcesses(0);
+  ASSERT_EQ(procs.size(), 2u);
+  for (const ProcessUsage& p : procs) {
+    uint64_t want = (p.pid == a.pid() ? 1 : 2) * kGiB + 256 * kMiB;
+    EXPECT_EQ(p.used_bytes, want) << p.pid;
+    EXPECT_EQ(p.contexts, 1u);
+    EXPECT_EQ(p.context_bytes, 256 * kMiB);
+  }
+  // A third process sees both through cuMemGetInfo.
+  std::string out;
+  ASSERT_EQ(RunMode({"try-alloc", std::to_string(kGiB)}, &out), 0);
+  EXPECT_NE(out.find("CUDA_SUCCESS"), std::string::npos);
+  uint64_t want_free = 80 * kGiB - (3 * kGiB + 3 * 256 * kMiB) - kGiB;
+  EXPECT_NE(out.find("free " + std::to_string(want_free)), std::string::npos) << out;
+  EXPECT_EQ(a.Finish(), 0);
+  EXPECT_EQ(b.Finish(), 0);
+  EXPECT_EQ(m->UnitMemory(0).used, 0u);  // Normal exit gives everything back.
+}
+
+TEST_F(SimDriverTest, AllocationBeyondCapacityIsOutOfMemory) {
+  env_["GPUSLICE_SIM_GPUS"] = "1xL4:mem=4GiB";
+  Probe a({"hold", std::to_string(3 * kGiB)}, env_);
+  ASSERT_EQ(a.ReadLine(), "ready");
+  std::string out;
+  ASSERT_EQ(RunMode({"try-alloc", std::to_string(kGiB)}, &out), 0);
+  EXPECT_NE(out.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << out;
+  ASSERT_EQ(RunMode({"try-alloc", std::to_string(256 * kMiB)}, &out), 0);
+  EXPECT_NE(out.find("CUDA_SUCCESS"), std::string::npos) << out;
+  EXPECT_EQ(a.Finish(), 0);
+}
+
+TEST_F(SimDriverTest, SigkilledProcessGivesBackItsMemory) {
+  env_["GPUSLICE_SIM_GPUS"] = "1xL4:mem=4GiB";
+  Probe a({"hold", std::to_string(3 * kGiB)}, env_);
+  ASSERT_EQ(a.ReadLine(), "ready");
+  a.Kill();
+  std::string out;
+  ASSERT_EQ(RunMode({"try-alloc", std::to_string(3 * kGiB)}, &out), 0);
+  EXPECT_NE(out.find("CUDA_SUCCESS"), std::string::npos) << out;
+  auto m = Model();
+  EXPECT_TRUE(m->UnitProcesses(0).empty());
+}
+
+TEST_F(SimDriverTest, CopiesRoundTrip) { EXPECT_EQ(RunMode({"copies"}), 0); }
+
+TEST_F(SimDriverTest, WorkRunsInStreamOrder) { EXPECT_EQ(RunMode({"stream-order"}), 0); }
+
+TEST_F(SimDriverTest, GraphLaunchRunsItsKernels) { EXPECT_EQ(RunMode({"graphs"}), 0); }
+
+TEST_F(SimDriverTest, InvalidUseGivesTheDriverErrors) {
+  env_["GPUSLICE_SIM_GPUS"] = "1xH100-80GB,1xL4";
+  EXPECT_EQ(RunMode({"errors"}), 0);
+}
+
+TEST_F(SimDriverTest, ProcAddressReachesEveryEntryPoint) {
+  EXPECT_EQ(RunMode({"proc-address", GPUSLICE_ENTRY_POINTS_DEF}), 0);
+}
+
+TEST_F(SimDriverTest, BadConfigurationFailsCuInitNamingTheVariable) {
+  env_["GPUSLICE_SIM_GPUS"] = "2xQ9000";
+  std::string out, err;
+  EXPECT_NE(RunMode({"devices"}, &out, &err), 0);
+  EXPECT_NE(err.find("GPUSLICE_SIM_GPUS"), std::string::npos) << err;
+  EXPECT_NE(err.find("Q9000"), std::string::npos) << err;
+}
+
+TEST_F(SimDriverTest, VisibleDevicesSelectsAndReordersDevices) {
+  env_["GPUSLICE_SIM_GPUS"] = "1xH100-80GB,1xA100-40GB:mig=3g.20gb+1g.5gb";
+  env_["CUDA_VISIBLE_DEVICES"] = "2,0";
+  std::string out;
+  ASSERT_EQ(RunMode({"devices"}, &out), 0);
+  EXPECT_NE(out.find("0 NVIDIA A100-SXM4-40GB MIG 1g.5gb 5368709120"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 NVIDIA H100 80GB HBM3"), std::string::npos) << out;
+}
+
+TEST_F(SimDriverTest, TwoSaturatingProcessesEachGetAboutHalf) {
+  constexpr int kRunMs = 1200;
+  Probe a({"saturate", std::to_string(kRunMs)}, env_);
+  Probe b({"saturate", std::to_string(kRunMs)}, env_);
+  ASSERT_EQ(a.ReadLine(), "ready");
+  ASSERT_EQ(b.ReadLine(), "ready");
+  ASSERT_EQ(a.ReadLine(), "done");
+  ASSERT_EQ(b.ReadLine(), "done");
+  auto m = Model();
+  std::vector<ProcessUsage> procs = m->UnitProcesses(0);
+  ASSERT_EQ(procs.size(), 2u);
+  uint64_t total = procs[0].busy_ns + procs[1].busy_ns;
+  // Together they kept the GPU busy most of the time, and neither starved.
+  EXPECT_GT(total, uint64_t{kRunMs} * 1000000 * 70 / 100);
+  for (const ProcessUsage& p : procs) {
+    EXPECT_GT(p.busy_ns, total * 30 / 100) << procs[0].busy_ns << " " << procs[1].busy_ns;
+    EXPECT_GT(p.launches, 0u);
+  }
+  EXPECT_EQ(m->UnitBusyNs(0), total);
+  EXPECT_EQ(a.Finish(), 0);
+  EXPECT_EQ(b.Finish(), 0);
+}
+
+}  // namespace
+}  // namespace gpuslice::sim
