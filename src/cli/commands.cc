@@ -1,0 +1,272 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "cli/table.h"
+#include "core/units.h"
+
+extern char** environ;
+
+namespace gpuslice::cli {
+
+using nlohmann::json;
+
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
+  RequestOptions& r = ctx->request;
+  sub->add_option("--gpus", r.gpus, "Whole GPUs: a count (2) or a range (1-4)");
+  sub->add_option("--mem", r.mem, "Part of one GPU: its memory, e.g. 8GiB");
+  sub->add_option("--compute", r.compute, "With --mem: compute share, e.g. 30%");
+  sub->add_option("--mig", r.mig, "A MIG instance of this profile, e.g. 1g.10gb");
+  sub->add_option("--priority", r.priority, "low, normal (default) or high");
+  sub->add_option("--name", r.name, "A name to show in ps");
+  sub->add_option("--max-runtime", r.max_runtime, "End the job after this long, e.g. 2h");
+  if (with_command) {
+    sub->add_option("command", r.command, "The command, after --")->required();
+  }
+}
+
+std::string Describe(const json& job) {
+  return job["request"].value("describe", std::string("?"));
+}
+
+std::string GpuColumn(const json& job) {
+  if (!job.contains("allocation")) return "-";
+  std::string out;
+  for (const auto& i : job["allocation"]["gpu_indices"]) {
+    if (!out.empty()) out += ",";
+    out += std::to_string(i.get<int>());
+  }
+  return out;
+}
+
+void SetupNone(CLI::App*, Context*) {}
+
+void SetupRequest(CLI::App* sub, Context* ctx) { AddRequestOptions(sub, ctx, true); }
+void SetupShell(CLI::App* sub, Context* ctx) { AddRequestOptions(sub, ctx, false); }
+
+void SetupId(CLI::App* sub, Context* ctx) {
+  sub->add_option("id", ctx->job_id, "Job id")->required();
+}
+
+void SetupPs(CLI::App* sub, Context* ctx) {
+  sub->add_flag("-a,--all", ctx->all, "Include finished jobs");
+}
+
+void SetupLogs(CLI::App* sub, Context* ctx) {
+  SetupId(sub, ctx);
+  sub->add_flag("-f,--follow", ctx->follow, "Keep printing until the job ends");
+}
+
+int Run(Context& ctx) { return RunJob(ctx, "run"); }
+
+int Submit(Context& ctx) {
+  json body = SubmitBody(ctx.request, "submit");
+  auto job = ctx.client->Call("POST", "/v1/jobs", &body);
+  if (!job.ok()) return ReportError(ctx, job.status());
+  if (ctx.json) {
+    std::cout << job->dump(2) << "\n";
+  } else {
+    std::cout << (*job)["id"].get<uint64_t>() << "\n";
+  }
+  return 0;
+}
+
+int Shell(Context& ctx) { return ShellJob(ctx); }
+
+int Ps(Context& ctx) {
+  auto list = ctx.client->Call("GET", ctx.all ? "/v1/jobs?all=1" : "/v1/jobs");
+  if (!list.ok()) return ReportError(ctx, list.status());
+  if (ctx.json) {
+    std::cout << list->dump(2) << "\n";
+    return 0;
+  }
+  if ((*list).value("degraded", false)) {
+    std::cerr << "gpuslice: daemon DEGRADED: " << (*list).value("degraded_reason", "") << "\n";
+  }
+  Table t({"ID", "USER", "NAME", "STATE", "REQUEST", "PRIO", "GPU", "AGE", "POS", "NOTE"});
+  int64_t now = NowMs();
+  for (const json& j : (*list)["jobs"]) {
+    std::string state = j["state"];
+    int64_t since = state == "queued"    ? j["submitted_ms"].get<int64_t>()
+                    : state == "running" ? j["started_ms"].get<int64_t>()
+                                         : j["ended_ms"].get<int64_t>();
+    std::string note;
+    std::string pos = "-";
+    if (state == "queued") {
+      pos = std::to_string(j.value("queue_position", 0));
+      note = j.value("waiting_for", "");
+    } else if (state == "exited" || state == "cancelled" || state == "timed_out" ||
+               state == "failed") {
+      int code = j["exit_code"];
+      note = code >= 0 ? "exit " + std::to_string(code) : "";
+      std::string reason = j.value("reason", "");
+      if (!reason.empty()) note += (note.empty() ? "" : "; ") + reason;
+    }
+    t.Add({std::to_string(j["id"].get<uint64_t>()), j["user"], j.value("name", ""), state,
+           Describe(j), j["request"]["priority"], GpuColumn(j), FormatAge(now - since), pos,
+           note});
+  }
+  std::cout << t.Render();
+  return 0;
+}
+
+int Cancel(Context& ctx) {
+  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/cancel");
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    std::cout << "job " << ctx.job_id << ": "
+              << ((*r)["state"] == "running" ? "cancelling (processes signalled)" : "cancelled")
+              << "\n";
+  }
+  return 0;
+}
+
+int Logs(Context& ctx) {
+  int code = 0;
+  return FollowLogs(ctx, ctx.job_id, ctx.follow, false, &code);
+}
+
+int Gpus(Context& ctx) {
+  auto r = ctx.client->Call("GET", "/v1/gpus");
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  const json& g = *r;
+  if (g.value("simulated", false)) {
+    std::cout << "SIMULATED GPUs (no NVIDIA driver found; " << g.value("library", "") << ")\n";
+  }
+  std::cout << "Driver " << g.value("driver_version", "?") << "   NVML "
+            << g.value("nvml_version", "?") << "   CUDA "
+            << g.value("cuda_driver_version", 0) / 1000 << "."
+            << (g.value("cuda_driver_version", 0) % 1000) / 10 << "\n";
+  Table t({"GPU", "NAME", "UUID", "MEMORY", "UTIL", "SMs", "ISLAND", "SLICES"});
+  Table s({"GPU", "JOB", "USER", "NAME", "MEM LIMIT", "MEM USED", "COMPUTE"});
+  for (const json& gpu : g["gpus"]) {
+    std::string mem = core::FormatBytes(gpu.value("memory_used", uint64_t{0})) + " / " +
+                      core::FormatBytes(gpu.value("memory_total", uint64_t{0}));
+    int island = gpu.value("island", -1);
+    t.Add({std::to_string(gpu["index"].get<int>()), gpu["model"], gpu["uuid"], mem,
+           std::to_string(gpu.value("utilization_pct", 0)) + "%",
+           gpu.value("sm_count", 0) ? std::to_string(gpu["sm_count"].get<int>()) : "-",
+           island < 0 ? "-" : std::to_string(island) + " " + gpu.value("link", ""),
+           std::to_string(gpu["slices"].size())});
+    for (const json& sl : gpu["slices"]) {
+      uint32_t milli = sl.value("compute_milli", 0u);
+      s.Add({std::to_string(gpu["index"].get<int>()), std::to_string(sl["job"].get<uint64_t>()),
+             sl["user"], sl.value("name", ""),
+             core::FormatBytes(sl.value("memory_limit", uint64_t{0})),
+             sl.contains("memory_used") ? core::FormatBytes(sl["memory_used"].get<uint64_t>())
+                                        : "-",
+             milli ? core::FormatShareMilli(milli) : "-"});
+    }
+    if (gpu.value("mig_enabled", false)) {
+      for (const json& m : gpu["mig"]) {
+        t.Add({"  mig", m.value("profile", ""), m["uuid"],
+               core::FormatBytes(m.value("memory_total", uint64_t{0})), "", "", "", ""});
+      }
+    }
+  }
+  std::cout << t.Render();
+  std::cout << "\nSlices:\n" << s.Render();
+  return 0;
+}
+
+int Doctor(Context& ctx) {
+  auto r = ctx.client->Call("GET", "/v1/doctor");
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    std::cout << "daemon: reachable at " << ctx.client->socket_path() << "\n";
+    for (const json& c : (*r)["checks"]) {
+      std::cout << (c["ok"].get<bool>() ? "  ok    " : "  FAIL  ") << c["name"].get<std::string>()
+                << ": " << c["detail"].get<std::string>() << "\n";
+    }
+  }
+  return (*r)["ok"].get<bool>() ? 0 : 1;
+}
+
+int StatusCmd(Context& ctx) {
+  auto r = ctx.client->Call("GET", "/v1/status");
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    const json& s = *r;
+    std::cout << "gpusliced " << s["version"].get<std::string>() << ": "
+              << s["state"].get<std::string>();
+    if (s["state"] != "ok") std::cout << " (" << s["degraded_reason"].get<std::string>() << ")";
+    std::cout << "\n  GPUs: " << s["gpus"].get<int>()
+              << (s["simulated"].get<bool>() ? " (simulated)" : "")
+              << "\n  running: " << s["running"].get<int>()
+              << "\n  queued: " << s["queued"].get<int>() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int ReportError(const Context& ctx, const core::Status& status) {
+  if (ctx.json) {
+    json j = {{"error", {{"code", core::StatusCodeName(status.code())},
+                         {"message", status.message()}}}};
+    std::cerr << j.dump() << "\n";
+  } else {
+    std::cerr << "gpuslice: " << status.message() << "\n";
+  }
+  return kExitDaemonError;
+}
+
+json SubmitBody(const RequestOptions& r, const std::string& mode) {
+  json body = {{"mode", mode}};
+  auto put = [&](const char* key, const std::optional<std::string>& v) {
+    if (v) body[key] = *v;
+  };
+  put("gpus", r.gpus);
+  put("mem", r.mem);
+  put("compute", r.compute);
+  put("mig", r.mig);
+  put("priority", r.priority);
+  put("name", r.name);
+  put("max_runtime", r.max_runtime);
+  body["argv"] = r.command;
+  char cwd[4096];
+  body["cwd"] = getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string("/");
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  body["env"] = env;
+  return body;
+}
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> kCommands = {
+      {"run", "Run a command in a slice; stream its output; exit with its exit code",
+       SetupRequest, Run},
+      {"submit", "Run a command in a slice, detached; print its job id", SetupRequest, Submit},
+      {"shell", "Open an interactive shell in a slice", SetupShell, Shell},
+      {"ps", "List jobs (queued ones with their position and why they wait)", SetupPs, Ps},
+      {"cancel", "End a job (yours; root and the admin group: any)", SetupId, Cancel},
+      {"logs", "Print a job's output", SetupLogs, Logs},
+      {"gpus", "The GPUs and the slices on each", SetupNone, Gpus},
+      {"doctor", "Check driver, CUDA, NVML and the shim", SetupNone, Doctor},
+      {"status", "The daemon's state", SetupNone, StatusCmd},
+  };
+  return kCommands;
+}
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,60 @@
+#pragma once
+
+// The CLI's subcommands as a table: each has a name, a one-line help, a
+// function that declares its options on a CLI11 subcommand, and a function
+// that runs it and returns the process exit code.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/client.h"
+
+namespace gpuslice::cli {
+
+// Options shared by the subcommands that ask for resources.
+struct RequestOptions {
+  std::optional<std::string> gpus, mem, compute, mig, priority, name, max_runtime;
+  std::vector<std::string> command;
+};
+
+struct Context {
+  std::string socket_flag;
+  bool json = false;
+  // Per-command state filled by CLI11.
+  RequestOptions request;
+  uint64_t job_id = 0;
+  bool all = false;
+  bool follow = false;
+  std::unique_ptr<Client> client;
+};
+
+struct Command {
+  const char* name;
+  const char* help;
+  void (*setup)(CLI::App* sub, Context* ctx);
+  int (*run)(Context& ctx);
+};
+
+const std::vector<Command>& Commands();
+
+// Exit codes of the CLI itself (a job's own exit code passes through `run`).
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitDaemonError = 125;  // Like docker: the request failed.
+
+// Prints `status` (as JSON with --json) to stderr; returns kExitDaemonError.
+int ReportError(const Context& ctx, const core::Status& status);
+
+// The JSON body of a submission from the request options, with the caller's
+// directory and environment.
+nlohmann::json SubmitBody(const RequestOptions& r, const std::string& mode);
+
+// Declared in run_command.cc.
+int RunJob(Context& ctx, const std::string& mode);
+int ShellJob(Context& ctx);
+int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_code);
+
+}  // namespace gpuslice::cli

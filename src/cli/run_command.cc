@@ -1,0 +1,219 @@
+// `gpuslice run`, `gpuslice shell` and `gpuslice logs`: the commands that
+// wait on a job and move its output. Output is polled from the daemon's log
+// endpoint (a few requests per second per stream when idle), so it works the
+// same for jobs started minutes ago and for jobs that just started.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+#include <thread>
+
+#include "cli/commands.h"
+
+namespace gpuslice::cli {
+
+using nlohmann::json;
+
+namespace {
+
+volatile sig_atomic_t g_interrupted = 0;
+
+void OnInterrupt(int) { g_interrupted = 1; }
+
+// SIGINT/SIGTERM set a flag instead of killing the CLI, so it can cancel the
+// job and still report how it ended.
+void CatchInterrupts() {
+  struct sigaction sa = {};
+  sa.sa_handler = OnInterrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+}
+
+void Sleep(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+bool IsTerminal(const std::string& state) {
+  return state != "queued" && state != "running";
+}
+
+void WriteFd(int fd, const std::string& data) {
+  const char* p = data.data();
+  size_t n = data.size();
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w <= 0) return;
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+// The exit code `gpuslice run` ends with, from the job's final record.
+int ExitCodeOf(const json& job) {
+  std::string state = job["state"];
+  int code = job.value("exit_code", -1);
+  if (code >= 0) return code;
+  if (state == "cancelled") return 130;
+  if (state == "timed_out") return 124;
+  return kExitDaemonError;
+}
+
+// Waits while the job is queued, telling the user why. Returns the job once
+// it runs or ended; cancels it on Ctrl-C.
+core::Result<json> WaitForStart(Context& ctx, uint64_t id) {
+  std::string target = "/v1/jobs/" + std::to_string(id);
+  std::string last_note;
+  bool cancel_sent = false;
+  while (true) {
+    if (g_interrupted && !cancel_sent) {
+      cancel_sent = true;
+      (void)ctx.client->Call("POST", target + "/cancel");
+    }
+    GPUSLICE_ASSIGN_OR_RETURN(json job, ctx.client->Call("GET", target));
+    if (job["state"] != "queued") return job;
+    std::string note = "gpuslice: job " + std::to_string(id) + " queued (position " +
+                       std::to_string(job.value("queue_position", 0)) +
+                       "): " + job.value("waiting_for", std::string("waiting"));
+    if (note != last_note && !ctx.json) std::cerr << note << "\n";
+    last_note = note;
+    Sleep(100);
+  }
+}
+
+}  // namespace
+
+int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_code) {
+  std::string base = "/v1/jobs/" + std::to_string(id) + "/logs?stream=";
+  const char* streams[2] = {"stdout", "stderr"};
+  uint64_t offset[2] = {0, 0};
+  std::string collected[2];  // For --json.
+  bool cancel_sent = false;
+  std::string state;
+  int code = -1;
+  bool saw_end = false;
+  while (true) {
+    if (g_interrupted) {
+      if (!for_run) return 130;
+      if (!cancel_sent) {
+        cancel_sent = true;
+        (void)ctx.client->Call("POST", "/v1/jobs/" + std::to_string(id) + "/cancel");
+      }
+    }
+    bool got = false;
+    for (int s = 0; s < 2; ++s) {
+      auto r = ctx.client->Raw("GET", base + streams[s] + "&offset=" + std::to_string(offset[s]));
+      if (!r.ok()) return ReportError(ctx, r.status());
+      if (r->status != 200) return ReportError(ctx, ErrorFromResponse(*r));
+      offset[s] = std::stoull(r->headers["x-gpuslice-next-offset"]);
+      state = r->headers["x-gpuslice-job-state"];
+      code = std::stoi(r->headers["x-gpuslice-exit-code"]);
+      if (!r->body.empty()) {
+        got = true;
+        if (ctx.json && !for_run) {
+          collected[s] += r->body;
+        } else {
+          WriteFd(s == 0 ? 1 : 2, r->body);
+        }
+      }
+    }
+    if (got) continue;
+    // Ended and drained: one more empty pass after seeing the end, so output
+    // written just before the end is not lost.
+    if (IsTerminal(state)) {
+      if (saw_end) break;
+      saw_end = true;
+      continue;
+    }
+    if (!follow) break;
+    Sleep(50);
+  }
+  *exit_code = code;
+  if (ctx.json && !for_run) {
+    std::cout << json{{"id", id},
+                      {"stdout", collected[0]},
+                      {"stderr", collected[1]},
+                      {"state", state},
+                      {"exit_code", code}}
+                     .dump(2)
+              << "\n";
+  }
+  return 0;
+}
+
+int RunJob(Context& ctx, const std::string& mode) {
+  CatchInterrupts();
+  json body = SubmitBody(ctx.request, mode);
+  auto job = ctx.client->Call("POST", "/v1/jobs", &body);
+  if (!job.ok()) return ReportError(ctx, job.status());
+  uint64_t id = (*job)["id"];
+  auto started = WaitForStart(ctx, id);
+  if (!started.ok()) return ReportError(ctx, started.status());
+  int code = -1;
+  int rc = FollowLogs(ctx, id, /*follow=*/true, /*for_run=*/true, &code);
+  if (rc != 0) return rc;
+  auto final_job = ctx.client->Call("GET", "/v1/jobs/" + std::to_string(id));
+  if (!final_job.ok()) return ReportError(ctx, final_job.status());
+  const json& f = *final_job;
+  std::string state = f["state"];
+  if (ctx.json) {
+    std::cerr << f.dump() << "\n";
+  } else if (state != "exited") {
+    std::string reason = f.value("reason", "");
+    std::cerr << "gpuslice: job " << id << " " << state << (reason.empty() ? "" : ": " + reason)
+              << "\n";
+  }
+  return ExitCodeOf(f);
+}
+
+int ShellJob(Context& ctx) {
+  CatchInterrupts();
+  json body = SubmitBody(ctx.request, "shell");
+  auto job = ctx.client->Call("POST", "/v1/jobs", &body);
+  if (!job.ok()) return ReportError(ctx, job.status());
+  uint64_t id = (*job)["id"];
+  std::string target = "/v1/jobs/" + std::to_string(id);
+  auto started = WaitForStart(ctx, id);
+  if (!started.ok()) return ReportError(ctx, started.status());
+  if ((*started)["state"] != "running") return ExitCodeOf(*started);
+  std::vector<std::string> env = (*started).value("env", std::vector<std::string>());
+  const char* shell_env = getenv("SHELL");
+  std::string shell = shell_env && *shell_env ? shell_env : "/bin/bash";
+  if (!ctx.json) {
+    std::cerr << "gpuslice: job " << id << ": shell in slice "
+              << (*started)["request"]["describe"].get<std::string>() << " on "
+              << (*started)["allocation"]["gpu_uuids"][0].get<std::string>()
+              << " (exit the shell to release it)\n";
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char* argv[] = {shell.data(), nullptr};
+    execve(shell.c_str(), argv, envp.data());
+    perror(("gpuslice: exec " + shell).c_str());
+    _exit(127);
+  }
+  if (pid < 0) return ReportError(ctx, core::InternalError("fork failed"));
+  json attach = {{"pid", pid}};
+  auto a = ctx.client->Call("POST", target + "/attach", &attach);
+  if (!a.ok()) std::cerr << "gpuslice: " << a.status().message() << "\n";
+  // The shell owns the terminal now: Ctrl-C is its business, not ours.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  json exit_body = {{"exit_code", code}};
+  (void)ctx.client->Call("POST", target + "/exit", &exit_body);
+  return code;
+}
+
+}  // namespace gpuslice::cli

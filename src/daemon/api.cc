@@ -1,0 +1,287 @@
+#include "daemon/api.h"
+
+#include <charconv>
+
+#include "daemon/api_json.h"
+
+namespace gpuslice::daemon {
+
+using nlohmann::json;
+
+namespace {
+
+ApiResponse Json(int status, const json& j) { return {status, j.dump(), "application/json", {}}; }
+
+ApiResponse Error(const core::Status& s) { return Json(HttpStatusOf(s.code()), ErrorJson(s)); }
+
+bool ParseU64(std::string_view s, uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+// Matches `path` against `pattern`; "{id}" takes a decimal id.
+bool Match(std::string_view pattern, std::string_view path, uint64_t* id) {
+  while (!pattern.empty() || !path.empty()) {
+    size_t pe = pattern.find('/', 1), te = path.find('/', 1);
+    std::string_view pseg = pattern.substr(0, pe), tseg = path.substr(0, te);
+    if (pseg == "/{id}") {
+      if (tseg.size() < 2 || !ParseU64(tseg.substr(1), id)) return false;
+    } else if (pseg != tseg) {
+      return false;
+    }
+    pattern = pe == std::string_view::npos ? std::string_view() : pattern.substr(pe);
+    path = te == std::string_view::npos ? std::string_view() : path.substr(te);
+  }
+  return true;
+}
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+core::Result<std::string> Decode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%') {
+      if (i + 2 >= s.size()) {
+        return core::InvalidArgumentError("bad percent-escape in query");
+      }
+      int hi = HexValue(s[i + 1]), lo = HexValue(s[i + 2]);
+      if (hi < 0 || lo < 0) return core::InvalidArgumentError("bad percent-escape in query");
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int HttpStatusOf(core::StatusCode code) {
+  switch (code) {
+    case core::StatusCode::kOk: return 200;
+    case core::StatusCode::kInvalidArgument: return 400;
+    case core::StatusCode::kOutOfRange: return 400;
+    case core::StatusCode::kPermissionDenied: return 403;
+    case core::StatusCode::kNotFound: return 404;
+    case core::StatusCode::kAlreadyExists: return 409;
+    case core::StatusCode::kFailedPrecondition: return 409;
+    case core::StatusCode::kAborted: return 409;
+    case core::StatusCode::kResourceExhausted: return 429;
+    case core::StatusCode::kUnimplemented: return 501;
+    case core::StatusCode::kUnavailable: return 503;
+    case core::StatusCode::kDeadlineExceeded: return 504;
+    case core::StatusCode::kInternal: return 500;
+  }
+  return 500;
+}
+
+core::Status ParseTarget(std::string_view target, std::string* path,
+                         std::map<std::string, std::string>* query) {
+  size_t q = target.find('?');
+  *path = std::string(target.substr(0, q));
+  if (path->empty() || (*path)[0] != '/') return core::InvalidArgumentError("bad request target");
+  if (q == std::string_view::npos) return core::Status::Ok();
+  std::string_view rest = target.substr(q + 1);
+  while (!rest.empty()) {
+    size_t amp = rest.find('&');
+    std::string_view kv = rest.substr(0, amp);
+    size_t eq = kv.find('=');
+    GPUSLICE_ASSIGN_OR_RETURN(std::string key, Decode(kv.substr(0, eq)));
+    std::string value;
+    if (eq != std::string_view::npos) {
+      GPUSLICE_ASSIGN_OR_RETURN(value, Decode(kv.substr(eq + 1)));
+    }
+    (*query)[key] = value;
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+  }
+  return core::Status::Ok();
+}
+
+const Api::Route Api::kRoutes[] = {
+    {"GET", "/v1/status", &Api::Status},
+    {"GET", "/v1/gpus", &Api::Gpus},
+    {"GET", "/v1/doctor", &Api::DoctorReport},
+    {"GET", "/v1/jobs", &Api::ListJobs},
+    {"POST", "/v1/jobs", &Api::SubmitJob},
+    {"GET", "/v1/jobs/{id}", &Api::GetJob},
+    {"POST", "/v1/jobs/{id}/cancel", &Api::CancelJob},
+    {"GET", "/v1/jobs/{id}/logs", &Api::JobLogs},
+    {"POST", "/v1/jobs/{id}/attach", &Api::AttachJob},
+    {"POST", "/v1/jobs/{id}/exit", &Api::JobExit},
+};
+
+ApiResponse Api::Handle(const ApiRequest& request) {
+  bool path_known = false;
+  for (const Route& r : kRoutes) {
+    uint64_t id = 0;
+    if (!Match(r.pattern, request.path, &id)) continue;
+    path_known = true;
+    if (request.method == r.method) return (this->*r.handler)(request, id);
+  }
+  if (path_known) {
+    ApiResponse r = Error(core::InvalidArgumentError("method " + request.method +
+                                                     " not allowed on " + request.path));
+    r.status = 405;
+    return r;
+  }
+  return Error(core::NotFoundError("no route " + request.method + " " + request.path +
+                                   " (see docs/API.md; routes start with /v1/)"));
+}
+
+ApiResponse Api::Status(const ApiRequest&, uint64_t) {
+  const InventorySnapshot& inv = service_.inventory();
+  json j = {{"state", service_.degraded() ? "degraded" : "ok"},
+            {"degraded_reason", service_.degraded_reason()},
+            {"version", "0.1.0"},
+            {"gpu_source", inv.source},
+            {"simulated", inv.simulated()},
+            {"gpus", inv.gpus.size()},
+            {"queued", service_.queued_count()},
+            {"running", service_.running_count()}};
+  return Json(200, j);
+}
+
+ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
+  const InventorySnapshot& inv = service_.inventory();
+  auto usage = service_.inventory_source().Usage();
+  auto slices = service_.SlicesByGpu();
+  json gpus = json::array();
+  for (const GpuInfo& g : inv.gpus) {
+    json gj = GpuToJson(g);
+    if (usage.ok()) {
+      for (const GpuUsage& u : *usage) {
+        if (u.index != g.index) continue;
+        gj["memory_used"] = u.memory_used;
+        gj["utilization_pct"] = u.utilization_pct;
+        json procs = json::array();
+        for (const GpuProcess& p : u.processes) {
+          procs.push_back({{"pid", p.pid}, {"used_memory", p.used_memory}});
+        }
+        gj["processes"] = procs;
+      }
+    }
+    json sl = json::array();
+    for (uint64_t id : slices[g.index]) {
+      auto v = service_.Get(id);
+      if (!v.ok()) continue;
+      const core::Job& job = v->job;
+      json s = {{"job", id},
+                {"user", job.user},
+                {"name", job.request.name},
+                {"memory_limit", job.allocation.memory_bytes_per_gpu},
+                {"compute_milli", job.allocation.compute_milli}};
+      if (!job.region_path.empty()) {
+        auto u = service_.regions().Usage(job.region_path);
+        if (u.ok()) {
+          for (const SliceUsage& su : *u) {
+            if (su.uuid == g.uuid || (g.mig_enabled)) s["memory_used"] = su.used_bytes;
+          }
+        }
+      }
+      sl.push_back(s);
+    }
+    gj["slices"] = sl;
+    gpus.push_back(gj);
+  }
+  json j = {{"source", inv.source},
+            {"simulated", inv.simulated()},
+            {"library", inv.library},
+            {"driver_version", inv.driver_version},
+            {"nvml_version", inv.nvml_version},
+            {"cuda_driver_version", inv.cuda_driver_version},
+            {"gpus", gpus}};
+  if (!usage.ok()) j["usage_error"] = usage.status().message();
+  return Json(200, j);
+}
+
+ApiResponse Api::DoctorReport(const ApiRequest&, uint64_t) { return Json(200, doctor_.Run()); }
+
+ApiResponse Api::ListJobs(const ApiRequest& req, uint64_t) {
+  auto all = req.query.find("all");
+  bool include_finished = all != req.query.end() && all->second != "0" && all->second != "false";
+  json jobs = json::array();
+  for (const JobView& v : service_.List(include_finished)) jobs.push_back(JobToJson(v));
+  return Json(200, {{"jobs", jobs},
+                    {"degraded", service_.degraded()},
+                    {"degraded_reason", service_.degraded_reason()}});
+}
+
+ApiResponse Api::SubmitJob(const ApiRequest& req, uint64_t) {
+  auto spec = ParseSubmitBody(req.body);
+  if (!spec.ok()) return Error(spec.status());
+  auto v = service_.Submit(req.caller, std::move(*spec));
+  if (!v.ok()) return Error(v.status());
+  return Json(201, JobToJson(*v));
+}
+
+ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
+  auto v = service_.Get(id);
+  if (!v.ok()) return Error(v.status());
+  json j = JobToJson(*v);
+  auto history = service_.History(id);
+  if (history.ok()) {
+    json h = json::array();
+    for (const Transition& t : *history) h.push_back(TransitionToJson(t));
+    j["transitions"] = h;
+  }
+  // The owner of a running shell job gets the environment to start it with.
+  const core::Job& job = v->job;
+  bool owner = req.caller.admin || (req.caller.local && req.caller.uid == job.uid);
+  if (owner && job.mode == core::JobMode::kShell && job.state == core::JobState::kRunning) {
+    j["env"] = service_.JobEnvironment(job);
+  }
+  return Json(200, j);
+}
+
+ApiResponse Api::CancelJob(const ApiRequest& req, uint64_t id) {
+  core::Status s = service_.Cancel(req.caller, id);
+  if (!s.ok()) return Error(s);
+  auto v = service_.Get(id);
+  return Json(200, v.ok() ? JobToJson(*v) : json{{"id", id}});
+}
+
+ApiResponse Api::JobLogs(const ApiRequest& req, uint64_t id) {
+  std::string stream = "stdout";
+  uint64_t offset = 0, limit = 1 << 20;
+  if (auto it = req.query.find("stream"); it != req.query.end()) stream = it->second;
+  if (auto it = req.query.find("offset"); it != req.query.end() && !ParseU64(it->second, &offset)) {
+    return Error(core::InvalidArgumentError("offset: not a number: '" + it->second + "'"));
+  }
+  if (auto it = req.query.find("limit"); it != req.query.end() && !ParseU64(it->second, &limit)) {
+    return Error(core::InvalidArgumentError("limit: not a number: '" + it->second + "'"));
+  }
+  auto chunk = service_.ReadLog(req.caller, id, stream, offset, limit);
+  if (!chunk.ok()) return Error(chunk.status());
+  ApiResponse r{200, std::move(chunk->data), "application/octet-stream", {}};
+  r.headers.push_back({"X-Gpuslice-Next-Offset", std::to_string(chunk->next_offset)});
+  r.headers.push_back({"X-Gpuslice-Job-State", std::string(core::JobStateName(chunk->state))});
+  r.headers.push_back({"X-Gpuslice-Exit-Code", std::to_string(chunk->exit_code)});
+  return r;
+}
+
+ApiResponse Api::AttachJob(const ApiRequest& req, uint64_t id) {
+  auto pid = ParseIntField(req.body, "pid", 1 << 30);
+  if (!pid.ok()) return Error(pid.status());
+  core::Status s = service_.Attach(req.caller, id, *pid);
+  if (!s.ok()) return Error(s);
+  return Json(200, {{"id", id}, {"pid", *pid}});
+}
+
+ApiResponse Api::JobExit(const ApiRequest& req, uint64_t id) {
+  auto code = ParseIntField(req.body, "exit_code", 255 + 128);
+  if (!code.ok()) return Error(code.status());
+  core::Status s = service_.ReportExit(req.caller, id, static_cast<int>(*code));
+  if (!s.ok()) return Error(s);
+  return Json(200, {{"id", id}});
+}
+
+}  // namespace gpuslice::daemon

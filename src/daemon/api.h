@@ -1,0 +1,70 @@
+#pragma once
+
+// The HTTP API's routes, as a table (docs/API.md). Transport-free: the
+// server (http_server.h) turns a Beast request into an ApiRequest, with the
+// caller from SO_PEERCRED or the bearer token, and writes back the
+// ApiResponse. Errors are JSON {"error": {"code", "message"}} with the HTTP
+// status of their StatusCode.
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+#include "daemon/doctor.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+struct ApiRequest {
+  std::string method;  // "GET", "POST"
+  std::string path;    // Without the query.
+  std::map<std::string, std::string> query;
+  std::string body;
+  Caller caller;
+};
+
+struct ApiResponse {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+int HttpStatusOf(core::StatusCode code);
+
+// Splits "/v1/jobs?all=1&x=%2F" into path and decoded query parameters.
+core::Status ParseTarget(std::string_view target, std::string* path,
+                         std::map<std::string, std::string>* query);
+
+class Api {
+ public:
+  Api(Service& service, Doctor& doctor) : service_(service), doctor_(doctor) {}
+  ApiResponse Handle(const ApiRequest& request);
+
+ private:
+  using Handler = ApiResponse (Api::*)(const ApiRequest&, uint64_t id);
+  struct Route {
+    const char* method;
+    const char* pattern;  // "{id}" matches a job id.
+    Handler handler;
+  };
+  static const Route kRoutes[];
+
+  ApiResponse Status(const ApiRequest&, uint64_t);
+  ApiResponse Gpus(const ApiRequest&, uint64_t);
+  ApiResponse ListJobs(const ApiRequest&, uint64_t);
+  ApiResponse SubmitJob(const ApiRequest&, uint64_t);
+  ApiResponse GetJob(const ApiRequest&, uint64_t id);
+  ApiResponse CancelJob(const ApiRequest&, uint64_t id);
+  ApiResponse JobLogs(const ApiRequest&, uint64_t id);
+  ApiResponse AttachJob(const ApiRequest&, uint64_t id);
+  ApiResponse JobExit(const ApiRequest&, uint64_t id);
+  ApiResponse DoctorReport(const ApiRequest&, uint64_t);
+
+  Service& service_;
+  Doctor& doctor_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,196 @@
+#include "daemon/api_json.h"
+
+namespace gpuslice::daemon {
+
+using nlohmann::json;
+
+namespace {
+
+core::Result<std::string> GetString(const json& j, const char* field) {
+  const json& v = j.at(field);
+  if (!v.is_string()) return core::InvalidArgumentError(std::string(field) + ": must be a string");
+  const std::string& s = v.get_ref<const std::string&>();
+  if (s.size() > kMaxStringBytes) {
+    return core::InvalidArgumentError(std::string(field) + ": longer than " +
+                                      std::to_string(kMaxStringBytes) + " bytes");
+  }
+  if (s.find('\0') != std::string::npos) {
+    return core::InvalidArgumentError(std::string(field) + ": contains a NUL byte");
+  }
+  return s;
+}
+
+core::Result<std::vector<std::string>> GetStrings(const json& j, const char* field, size_t max) {
+  const json& v = j.at(field);
+  if (!v.is_array()) {
+    return core::InvalidArgumentError(std::string(field) + ": must be an array of strings");
+  }
+  if (v.size() > max) {
+    return core::InvalidArgumentError(std::string(field) + ": more than " + std::to_string(max) +
+                                      " entries");
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) {
+      return core::InvalidArgumentError(std::string(field) + "[" + std::to_string(i) +
+                                        "]: must be a string");
+    }
+    const std::string& s = v[i].get_ref<const std::string&>();
+    if (s.size() > kMaxStringBytes || s.find('\0') != std::string::npos) {
+      return core::InvalidArgumentError(std::string(field) + "[" + std::to_string(i) +
+                                        "]: too long or contains a NUL byte");
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+// An optional request field given as a string or (for sizes) an integer.
+core::Status OptionalField(const json& j, const char* field, bool integer_ok,
+                           std::optional<std::string>* out) {
+  if (!j.contains(field) || j.at(field).is_null()) return core::Status::Ok();
+  const json& v = j.at(field);
+  if (integer_ok && v.is_number_unsigned()) {
+    *out = std::to_string(v.get<uint64_t>());
+    return core::Status::Ok();
+  }
+  if (integer_ok && v.is_number_integer()) {
+    return core::InvalidArgumentError(std::string(field) + ": must not be negative");
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(*out, GetString(j, field));
+  return core::Status::Ok();
+}
+
+}  // namespace
+
+core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
+  if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
+  static const char* const kKnown[] = {"gpus",        "mem",  "compute", "mig", "priority",
+                                       "name",        "max_runtime", "mode", "argv", "cwd",
+                                       "env"};
+  for (const auto& [key, value] : j.items()) {
+    bool known = false;
+    for (const char* k : kKnown) known = known || key == k;
+    if (!known) return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
+  }
+  SubmitSpec spec;
+  core::RequestFields& f = spec.fields;
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &f.gpus));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &f.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &f.compute));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mig", false, &f.mig));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "priority", false, &f.priority));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "name", false, &f.name));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "max_runtime", false, &f.max_runtime));
+  if (j.contains("mode")) {
+    GPUSLICE_ASSIGN_OR_RETURN(std::string mode, GetString(j, "mode"));
+    GPUSLICE_ASSIGN_OR_RETURN(spec.mode, core::ParseJobMode(mode));
+  }
+  if (j.contains("argv")) {
+    GPUSLICE_ASSIGN_OR_RETURN(spec.argv, GetStrings(j, "argv", kMaxArgs));
+  }
+  if (!j.contains("cwd")) return core::InvalidArgumentError("cwd: missing");
+  GPUSLICE_ASSIGN_OR_RETURN(spec.cwd, GetString(j, "cwd"));
+  if (j.contains("env")) {
+    GPUSLICE_ASSIGN_OR_RETURN(spec.env, GetStrings(j, "env", kMaxEnv));
+  }
+  return spec;
+}
+
+core::Result<int64_t> ParseIntField(std::string_view body, const char* field, int64_t max) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return core::InvalidArgumentError("body must be a JSON object");
+  }
+  if (!j.contains(field)) return core::InvalidArgumentError(std::string(field) + ": missing");
+  const json& v = j.at(field);
+  if (!v.is_number_integer()) {
+    return core::InvalidArgumentError(std::string(field) + ": must be an integer");
+  }
+  int64_t n = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                  ? -1
+                  : v.get<int64_t>();
+  if (n < 0 || n > max) {
+    return core::InvalidArgumentError(std::string(field) + ": must be 0 to " +
+                                      std::to_string(max));
+  }
+  return n;
+}
+
+json JobToJson(const JobView& v) {
+  const core::Job& j = v.job;
+  const core::ResourceRequest& r = j.request;
+  json request = {{"kind", core::RequestKindName(r.kind)},
+                  {"describe", r.Describe()},
+                  {"priority", core::PriorityName(r.priority)}};
+  if (r.kind == core::RequestKind::kWholeGpus) {
+    request["gpus"] = r.gpus_min;
+  } else if (r.kind == core::RequestKind::kFraction) {
+    request["memory_bytes"] = r.memory_bytes;
+    request["compute_milli"] = r.compute_milli;
+  } else {
+    request["mig"] = r.mig.ToString();
+  }
+  if (r.max_runtime) request["max_runtime_ms"] = r.max_runtime->count();
+  json out = {{"id", j.id},
+              {"name", r.name},
+              {"user", j.user},
+              {"uid", j.uid},
+              {"state", core::JobStateName(j.state)},
+              {"mode", core::JobModeName(j.mode)},
+              {"request", request},
+              {"argv", j.argv},
+              {"cwd", j.cwd},
+              {"submitted_ms", j.submitted_ms},
+              {"started_ms", j.started_ms},
+              {"ended_ms", j.ended_ms},
+              {"exit_code", j.exit_code},
+              {"reason", j.reason},
+              {"pid", j.pid}};
+  if (!j.allocation.empty()) {
+    out["allocation"] = {{"gpu_indices", j.allocation.gpu_indices},
+                         {"gpu_uuids", j.allocation.gpu_uuids},
+                         {"memory_bytes_per_gpu", j.allocation.memory_bytes_per_gpu},
+                         {"compute_milli", j.allocation.compute_milli}};
+  }
+  if (!j.region_path.empty()) out["slice"] = j.region_path;
+  if (j.state == core::JobState::kQueued) {
+    out["queue_position"] = v.queue_position;
+    out["waiting_for"] = v.waiting_for;
+  }
+  return out;
+}
+
+json TransitionToJson(const Transition& t) {
+  return {{"from", t.from}, {"to", t.to}, {"at_ms", t.at_ms}, {"reason", t.reason}};
+}
+
+json GpuToJson(const GpuInfo& g) {
+  json out = {{"index", g.index},
+              {"uuid", g.uuid},
+              {"model", g.model},
+              {"memory_total", g.memory_total},
+              {"sm_count", g.sm_count},
+              {"pci_bus_id", g.pci_bus_id},
+              {"island", g.island},
+              {"link", g.link},
+              {"mig_enabled", g.mig_enabled}};
+  json mig = json::array();
+  for (const MigInstance& m : g.mig) {
+    mig.push_back({{"uuid", m.uuid},
+                   {"profile", m.profile},
+                   {"memory_total", m.memory_total},
+                   {"gpu_instance_id", m.gpu_instance_id},
+                   {"compute_instance_id", m.compute_instance_id}});
+  }
+  out["mig"] = mig;
+  return out;
+}
+
+json ErrorJson(const core::Status& s) {
+  return {{"error", {{"code", core::StatusCodeName(s.code())}, {"message", s.message()}}}};
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,35 @@
+#pragma once
+
+// JSON bodies of the HTTP API (docs/API.md): parsing what clients send and
+// rendering what the daemon answers. Parsing never throws and never trusts
+// sizes: every field is type-checked and bounded, and errors name the field.
+// A fuzz target (fuzz/api_json_fuzz.cc) feeds it arbitrary bytes.
+
+#include <nlohmann/json.hpp>
+
+#include <string_view>
+
+#include "core/status.h"
+#include "daemon/inventory.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+// Limits on what a submission may carry.
+inline constexpr size_t kMaxArgs = 4096;
+inline constexpr size_t kMaxEnv = 4096;
+inline constexpr size_t kMaxStringBytes = 128 * 1024;
+
+// POST /v1/jobs body -> SubmitSpec. The resource fields are strings as a user
+// types them ("8GiB", "30%"); byte counts may also be given as integers.
+core::Result<SubmitSpec> ParseSubmitBody(std::string_view body);
+
+// A small object body such as {"pid": 123}: the named non-negative integer.
+core::Result<int64_t> ParseIntField(std::string_view body, const char* field, int64_t max);
+
+nlohmann::json JobToJson(const JobView& view);
+nlohmann::json TransitionToJson(const Transition& t);
+nlohmann::json GpuToJson(const GpuInfo& gpu);
+nlohmann::json ErrorJson(const core::Status& status);
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,276 @@
+#include "daemon/capacity.h"
+
+#include <algorithm>
+
+#include "core/units.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using core::Status;
+
+// core::ClusterState holds at most kMaxGpusPerNode GPUs per node; larger
+// inventories (the placement benchmark's 1,000 GPUs) are split into nodes of
+// that many GPUs, and a multi-GPU job stays within one of them.
+constexpr size_t kGpusPerNode = core::kMaxGpusPerNode;
+
+}  // namespace
+
+core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
+    const std::vector<GpuInfo>& gpus, core::Policy policy) {
+  const core::PolicyInfo& info = core::InfoOf(policy);
+  if (info.needs_profile || info.needs_rng) {
+    return core::InvalidArgumentError("placement policy '" + std::string(info.name) +
+                                      "' needs a workload profile or randomness; the daemon "
+                                      "supports binpack and spread");
+  }
+  std::unique_ptr<NodeCapacity> c(new NodeCapacity());
+  c->options_.policy = policy;
+  core::NodeState node;
+  auto flush = [&]() -> Status {
+    if (node.gpus.empty()) return Status::Ok();
+    node.name = "local" + std::to_string(c->state_.size());
+    // CPU and host memory are not what the daemon places; give the node a
+    // nominal amount so demands asking for none always fit there.
+    node.cpu_total = node.cpu_free = 1;
+    node.mem_total = node.mem_free = 1;
+    auto added = c->state_.AddNode(std::move(node));
+    if (!added.ok()) return added.status();
+    node = core::NodeState();
+    return Status::Ok();
+  };
+  for (const GpuInfo& g : gpus) {
+    if (g.mig_enabled) {
+      for (const MigInstance& m : g.mig) c->mig_.push_back({g.index, m, false});
+      continue;
+    }
+    core::GpuState s;
+    s.mem_total = s.mem_free = g.memory_total;
+    GPUSLICE_ASSIGN_OR_RETURN(s.model, c->state_.InternModel(g.model.empty() ? "gpu" : g.model));
+    s.island = static_cast<int16_t>(g.island);
+    node.gpus.push_back(s);
+    c->node_gpus_.push_back(g);
+    if (node.gpus.size() == kGpusPerNode) GPUSLICE_RETURN_IF_ERROR(flush());
+  }
+  GPUSLICE_RETURN_IF_ERROR(flush());
+  return c;
+}
+
+int NodeCapacity::FindMig(const core::MigProfile& profile, bool free_only) const {
+  std::string want = profile.ToString();
+  for (size_t i = 0; i < mig_.size(); ++i) {
+    if (free_only && mig_[i].taken) continue;
+    const MigInstance& m = mig_[i].instance;
+    bool match = !m.profile.empty()
+                     ? m.profile == want
+                     // Unnamed instance: match by memory (decimal GB, as profiles say).
+                     : (m.memory_total + 500'000'000ull) / 1'000'000'000ull == profile.memory_gb;
+    if (match) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request) {
+  DemandEntry e{request, {}};
+  if (request.kind == core::RequestKind::kMig) {
+    if (mig_.empty()) {
+      return core::InvalidArgumentError("--mig " + request.mig.ToString() +
+                                        ": no GPU on this machine is in MIG mode");
+    }
+  } else {
+    core::ResourceRequest r = request;
+    if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
+    GPUSLICE_ASSIGN_OR_RETURN(e.demand, core::DemandFromRequest(r));
+  }
+  (*demands_)[id] = std::move(e);
+  return Status::Ok();
+}
+
+void NodeCapacity::ForgetDemand(uint64_t id) { demands_->erase(id); }
+
+Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
+  if (request.kind == core::RequestKind::kMig) {
+    if (mig_.empty()) {
+      return core::OutOfRangeError("--mig " + request.mig.ToString() +
+                                   ": no GPU on this machine is in MIG mode");
+    }
+    if (FindMig(request.mig, /*free_only=*/false) < 0) {
+      std::string have;
+      for (const MigUnit& m : mig_) {
+        if (have.find(m.instance.profile) == std::string::npos) {
+          have += (have.empty() ? "" : ", ") + m.instance.profile;
+        }
+      }
+      return core::OutOfRangeError("--mig " + request.mig.ToString() +
+                                   ": no MIG instance of that profile here (have: " + have + ")");
+    }
+    return Status::Ok();
+  }
+  core::ResourceRequest r = request;
+  if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
+  GPUSLICE_ASSIGN_OR_RETURN(core::Demand d, core::DemandFromRequest(r));
+  if (state_.TotalGpus() == 0) {
+    return core::OutOfRangeError("this machine has no GPU outside MIG mode for " +
+                                 request.Describe());
+  }
+  Status s = core::CouldEverFit(state_, d);
+  if (!s.ok()) {
+    return core::OutOfRangeError(request.Describe() + " can never fit on this machine: " +
+                                 s.message());
+  }
+  return Status::Ok();
+}
+
+Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
+  auto it = demands_->find(id);
+  if (it == demands_->end()) return core::InternalError("hold: no demand for job " + std::to_string(id));
+  if (held_.count(id)) return core::AlreadyExistsError("job " + std::to_string(id) + " holds already");
+  if (it->second.request.kind == core::RequestKind::kMig) {
+    for (size_t i = 0; i < mig_.size(); ++i) {
+      if (!a.gpu_uuids.empty() && mig_[i].instance.uuid == a.gpu_uuids[0]) {
+        if (mig_[i].taken) return core::AlreadyExistsError("MIG " + a.gpu_uuids[0] + " is taken twice");
+        mig_[i].taken = true;
+        held_[id] = {core::Placement{}, static_cast<int>(i)};
+        return Status::Ok();
+      }
+    }
+    return core::NotFoundError("job " + std::to_string(id) + " held a MIG instance that is gone");
+  }
+  core::Placement p;
+  bool first = true;
+  for (size_t k = 0; k < a.gpu_uuids.size(); ++k) {
+    auto g = std::find_if(node_gpus_.begin(), node_gpus_.end(),
+                          [&](const GpuInfo& x) { return x.uuid == a.gpu_uuids[k]; });
+    if (g == node_gpus_.end()) {
+      return core::NotFoundError("job " + std::to_string(id) + " held GPU " + a.gpu_uuids[k] +
+                                 ", which this machine no longer has");
+    }
+    size_t flat = static_cast<size_t>(g - node_gpus_.begin());
+    uint32_t node = static_cast<uint32_t>(flat / kGpusPerNode);
+    if (!first && node != p.node) {
+      return core::InvalidArgumentError("job " + std::to_string(id) + " spans GPU groups");
+    }
+    first = false;
+    p.node = node;
+    p.gpus[p.gpu_count++] = static_cast<uint8_t>(flat % kGpusPerNode);
+  }
+  std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
+  GPUSLICE_RETURN_IF_ERROR(state_.Allocate(it->second.demand, p));
+  held_[id] = {p, -1};
+  return Status::Ok();
+}
+
+std::unique_ptr<core::CapacityModel> NodeCapacity::Clone() const {
+  return std::unique_ptr<core::CapacityModel>(new NodeCapacity(*this));
+}
+
+core::FitResult NodeCapacity::TryPlace(uint64_t id) {
+  auto it = demands_->find(id);
+  if (it == demands_->end() || held_.count(id)) return core::FitResult::kNever;
+  const DemandEntry& e = it->second;
+  if (e.request.kind == core::RequestKind::kMig) {
+    int i = FindMig(e.request.mig, /*free_only=*/true);
+    if (i < 0) {
+      return FindMig(e.request.mig, false) < 0 ? core::FitResult::kNever
+                                                : core::FitResult::kNotNow;
+    }
+    mig_[i].taken = true;
+    held_[id] = {core::Placement{}, i};
+    return core::FitResult::kPlaced;
+  }
+  auto p = core::Place(state_, e.demand, options_);
+  if (!p.ok()) {
+    return p.status().code() == core::StatusCode::kResourceExhausted ? core::FitResult::kNotNow
+                                                                     : core::FitResult::kNever;
+  }
+  if (!state_.Allocate(e.demand, *p).ok()) return core::FitResult::kNotNow;
+  held_[id] = {*p, -1};
+  return core::FitResult::kPlaced;
+}
+
+void NodeCapacity::Release(uint64_t id) {
+  auto h = held_.find(id);
+  if (h == held_.end()) return;
+  if (h->second.mig >= 0) {
+    mig_[h->second.mig].taken = false;
+  } else {
+    auto d = demands_->find(id);
+    if (d != demands_->end()) (void)state_.Release(d->second.demand, h->second.placement);
+  }
+  held_.erase(h);
+}
+
+std::optional<core::Allocation> NodeCapacity::AllocationOf(uint64_t id) const {
+  auto h = held_.find(id);
+  auto d = demands_->find(id);
+  if (h == held_.end() || d == demands_->end()) return std::nullopt;
+  core::Allocation a;
+  const core::ResourceRequest& r = d->second.request;
+  if (h->second.mig >= 0) {
+    const MigUnit& m = mig_[h->second.mig];
+    a.gpu_indices = {m.gpu_index};
+    a.gpu_uuids = {m.instance.uuid};
+    a.memory_bytes_per_gpu = m.instance.memory_total;
+    return a;
+  }
+  const core::Placement& p = h->second.placement;
+  for (int i = 0; i < p.gpu_count; ++i) {
+    const GpuInfo& g = node_gpus_[p.node * kGpusPerNode + p.gpus[i]];
+    a.gpu_indices.push_back(g.index);
+    a.gpu_uuids.push_back(g.uuid);
+    a.memory_bytes_per_gpu = g.memory_total;
+  }
+  if (r.kind == core::RequestKind::kFraction) {
+    a.memory_bytes_per_gpu = r.memory_bytes;
+    a.compute_milli = r.compute_milli;
+  }
+  return a;
+}
+
+core::QueueShape NodeCapacity::ShapeOf(uint64_t id) const {
+  core::QueueShape s;
+  auto d = demands_->find(id);
+  if (d == demands_->end()) return s;
+  const DemandEntry& e = d->second;
+  if (e.request.kind == core::RequestKind::kMig) {
+    // MIG profiles do not order by size against each other reliably.
+    s.constraint = 1ull << 63 | (uint64_t{e.request.mig.compute_slices} << 32) |
+                   e.request.mig.memory_gb;
+    return s;
+  }
+  s.gpus = e.demand.gpus;
+  s.milli = e.demand.gpu_milli;
+  s.mem = e.demand.IsWhole() ? 0 : e.demand.gpu_mem;
+  s.constraint = e.demand.model_mask;
+  return s;
+}
+
+std::string NodeCapacity::WhyNotNow(uint64_t id) const {
+  auto d = demands_->find(id);
+  if (d == demands_->end()) return "unknown job";
+  const DemandEntry& e = d->second;
+  if (e.request.kind == core::RequestKind::kMig) {
+    return "needs a free MIG " + e.request.mig.ToString() + " instance; all are taken";
+  }
+  uint32_t idle = 0;
+  uint64_t best_mem = 0;
+  uint32_t best_milli = 0;
+  for (const core::NodeState& n : state_.nodes()) {
+    for (const core::GpuState& g : n.gpus) {
+      if (g.IsIdle()) ++idle;
+      if (g.mem_free > best_mem) {
+        best_mem = g.mem_free;
+        best_milli = g.milli_free;
+      }
+    }
+  }
+  if (e.demand.IsWhole()) {
+    return "needs " + std::to_string(e.demand.gpus) + " idle GPU" +
+           (e.demand.gpus == 1 ? "" : "s") + (e.demand.gpus > 1 ? " on one island" : "") +
+           "; idle now: " + std::to_string(idle);
+  }
+  return "needs " + e.request.Describe() + " on one GPU; most free on one GPU: " +
+         core::FormatBytes(best_mem) + " + " + core::FormatShareMilli(best_milli);
+}
+
+}  // namespace gpuslice::daemon

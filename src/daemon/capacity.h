@@ -1,0 +1,91 @@
+#pragma once
+
+// The node's capacity as the queue planner sees it (core::CapacityModel),
+// over the placement core: one ClusterState node holding the GPUs that are
+// not in MIG mode, plus a pool of MIG instances (allocatable units of their
+// own, matched by profile). No placement algorithm lives here: fitting goes
+// through core::Place with the configured policy.
+//
+// Demands: whole GPUs and fractions map through core::DemandFromRequest,
+// except that a fraction with no compute share (--mem alone) shares compute
+// uncapped, so it is placed with the smallest share (1 per-mille) instead of
+// as a whole GPU; only its memory limits how many fit.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/job.h"
+#include "core/placement_model.h"
+#include "core/placement_policy.h"
+#include "core/queue.h"
+#include "daemon/inventory.h"
+
+namespace gpuslice::daemon {
+
+class NodeCapacity : public core::CapacityModel {
+ public:
+  // Policies that need a workload profile or randomness are refused.
+  static core::Result<std::unique_ptr<NodeCapacity>> Create(const std::vector<GpuInfo>& gpus,
+                                                            core::Policy policy);
+
+  // Registers what job `id` asks for. Errors when the request cannot be
+  // expressed (e.g. a MIG profile when no GPU is in MIG mode).
+  core::Status SetDemand(uint64_t id, const core::ResourceRequest& request);
+  void ForgetDemand(uint64_t id);
+  // kOutOfRange (never fits) with a message naming what is never enough.
+  core::Status CouldEverFit(const core::ResourceRequest& request) const;
+  // Takes what a running job holds (restart recovery). Errors when the
+  // allocation does not match the GPUs or is already taken: then the ledger
+  // and the machine disagree and the daemon reports it.
+  core::Status Hold(uint64_t id, const core::Allocation& allocation);
+
+  std::unique_ptr<core::CapacityModel> Clone() const override;
+  core::FitResult TryPlace(uint64_t id) override;
+  void Release(uint64_t id) override;
+
+  // What a job placed here holds, in terms the launcher and the ledger use.
+  std::optional<core::Allocation> AllocationOf(uint64_t id) const;
+  // The shape the queue planner prunes with.
+  core::QueueShape ShapeOf(uint64_t id) const;
+  // Why a job that does not fit now waits, e.g. "needs 40 GiB + 30% on one
+  // GPU; most free on one GPU: 20 GiB".
+  std::string WhyNotNow(uint64_t id) const;
+
+  const core::ClusterState& state() const { return state_; }
+
+ private:
+  struct Held {
+    core::Placement placement;  // For GPU demands.
+    int mig = -1;               // Index into mig_ for MIG demands.
+  };
+  struct MigUnit {
+    uint32_t gpu_index;
+    MigInstance instance;
+    bool taken = false;
+  };
+  struct DemandEntry {
+    core::ResourceRequest request;
+    core::Demand demand;
+  };
+  using DemandTable = std::unordered_map<uint64_t, DemandEntry>;
+
+  NodeCapacity() = default;
+  int FindMig(const core::MigProfile& profile, bool free_only) const;
+
+  core::ClusterState state_;
+  core::PlaceOptions options_;
+  // GPU index on the node -> inventory GPU (non-MIG GPUs only).
+  std::vector<GpuInfo> node_gpus_;
+  std::vector<MigUnit> mig_;
+  // Shared with clones: clones only read it, and live no longer than one
+  // planning pass, during which no demand is added.
+  std::shared_ptr<DemandTable> demands_ = std::make_shared<DemandTable>();
+  std::unordered_map<uint64_t, Held> held_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,44 @@
+#pragma once
+
+// gpusliced's configuration: a file of `key = value` lines (docs/CONFIG.md)
+// with `#` comments, overridden by command-line flags. Every key has a
+// sensible default, so no file is needed; unknown keys and bad values are
+// errors naming the file line.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/placement_policy.h"
+#include "core/status.h"
+#include "daemon/log.h"
+#include "daemon/nvml_inventory.h"
+
+namespace gpuslice::daemon {
+
+struct DaemonConfig {
+  std::string socket = "/run/gpuslice/gpuslice.sock";
+  std::string socket_group;        // Group that may connect; "" = the daemon's group.
+  uint32_t socket_mode = 0660;     // Group-accessible.
+  std::string state_dir = "/var/lib/gpuslice";
+  std::string tcp_listen;          // "127.0.0.1:7420"; "" = no TCP listener.
+  std::string tcp_token_file;      // Required with tcp_listen.
+  std::string admin_group;         // Members may act on every job.
+  core::Policy policy = core::Policy::kBinpack;
+  bool backfill = true;
+  GpuSourceMode gpu_source = GpuSourceMode::kAuto;
+  std::string shim;                // "" = <bindir>/../lib/libgpuslice.so
+  std::string sim_lib_dir;         // "" = <bindir>/../lib/sim
+  int64_t kill_grace_ms = 5000;
+  LogLevel log_level = LogLevel::kInfo;
+};
+
+// Applies `key = value` (as in the file or a --set flag) to `config`.
+core::Status ApplyConfigValue(DaemonConfig* config, std::string_view key, std::string_view value);
+// Parses a whole file's text; errors say "FILE:LINE: ...".
+core::Status ParseConfigText(std::string_view text, std::string_view file_name,
+                             DaemonConfig* config);
+core::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,48 @@
+#pragma once
+
+// `gpuslice doctor`: is this machine able to run sliced GPU jobs? Driver,
+// CUDA and NVML versions, whether the shim loads, whether the installed CUDA
+// runtime is compatible with the driver. Each probe that loads a library runs
+// in a forked child, so a crashing or hanging library cannot take the daemon
+// down (a probe that takes over 5 s is reported as hung).
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "daemon/inventory.h"
+
+namespace gpuslice::daemon {
+
+struct DoctorOptions {
+  std::string shim_path;
+  std::string sim_lib_dir;           // Where the simulated libcuda is, when simulated.
+  std::vector<std::string> job_env;  // GPUSLICE_SIM_* for the probes.
+};
+
+// CUDA versions are encoded as 1000 * major + 10 * minor (13000 = 13.0).
+struct CompatVerdict {
+  bool compatible = false;
+  std::string detail;
+};
+// Whether a CUDA runtime of version `runtime` runs on a driver supporting
+// `driver`: yes when the driver is at least as new; within one major version
+// through CUDA's minor version compatibility (with a caveat); never across
+// major versions.
+CompatVerdict RuntimeCompatibility(int runtime, int driver);
+std::string CudaVersionString(int v);
+
+class Doctor {
+ public:
+  Doctor(DoctorOptions options, const InventorySnapshot& inventory)
+      : options_(std::move(options)), inventory_(inventory) {}
+  // {"checks": [{"name", "ok", "detail"}...], "ok": all passed}.
+  nlohmann::json Run();
+
+ private:
+  DoctorOptions options_;
+  const InventorySnapshot& inventory_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,44 @@
+#pragma once
+
+// The daemon's HTTP/1.1 server (Boost.Beast over Asio): a unix socket whose
+// callers are identified by SO_PEERCRED, and an optional TCP listener whose
+// callers must present the bearer token. Runs on the daemon's one event
+// thread; each request is handed to Api::Handle synchronously.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <string>
+
+#include "core/status.h"
+#include "daemon/api.h"
+
+namespace gpuslice::daemon {
+
+struct ServerOptions {
+  std::optional<uint32_t> admin_gid;
+  std::string tcp_token;  // Required for TCP callers.
+  size_t body_limit = 8 << 20;
+};
+
+class HttpServer {
+ public:
+  HttpServer(boost::asio::io_context& io, Api& api, ServerOptions options);
+  ~HttpServer();
+  // Binds `path` (replacing a stale socket file), chmod `mode`, chgrp `gid`
+  // when given. Errors when another daemon answers on it.
+  core::Status ListenUnix(const std::string& path, uint32_t mode, std::optional<uint32_t> gid);
+  core::Status ListenTcp(const std::string& host_port);
+  // Called after each handled request (the daemon runs housekeeping then).
+  void set_after_request(std::function<void()> f) { after_request_ = std::move(f); }
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+  std::function<void()> after_request_;
+};
+
+}  // namespace gpuslice::daemon

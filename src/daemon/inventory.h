@@ -1,0 +1,84 @@
+#pragma once
+
+// What GPUs this machine has, behind a seam: NvmlInventory (nvml_inventory.h)
+// reads NVML (the real libnvidia-ml.so.1, or our simulated one), tests use
+// FakeInventory. The daemon reads the inventory at start and answers
+// `gpuslice gpus` from a fresh Usage() each time.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gpuslice::daemon {
+
+struct MigInstance {
+  std::string uuid;     // "MIG-..."
+  std::string profile;  // "1g.10gb"; empty when NVML does not say.
+  uint64_t memory_total = 0;
+  uint32_t gpu_instance_id = 0;
+  uint32_t compute_instance_id = 0;
+};
+
+struct GpuInfo {
+  uint32_t index = 0;
+  std::string uuid;   // "GPU-..."
+  std::string model;  // "NVIDIA H100 80GB HBM3"
+  uint64_t memory_total = 0;
+  uint32_t sm_count = 0;   // 0 when unknown.
+  std::string pci_bus_id;
+  // GPUs with the same island id are NVLink/PCIe-switch peers; -1: unknown.
+  int island = -1;
+  std::string link;  // "nvlink", "pcie" or "" (unknown).
+  bool mig_enabled = false;
+  std::vector<MigInstance> mig;
+};
+
+struct GpuProcess {
+  uint32_t pid = 0;
+  uint64_t used_memory = 0;
+};
+
+struct GpuUsage {
+  uint32_t index = 0;
+  uint64_t memory_used = 0;
+  uint32_t utilization_pct = 0;
+  std::vector<GpuProcess> processes;
+};
+
+struct InventorySnapshot {
+  // "nvml" (a real driver) or "simulated" (our libnvidia-ml.so.1).
+  std::string source;
+  std::string library;  // The path that was loaded.
+  std::string driver_version;
+  std::string nvml_version;
+  int cuda_driver_version = 0;  // e.g. 13000.
+  std::vector<GpuInfo> gpus;
+
+  bool simulated() const { return source == "simulated"; }
+};
+
+class Inventory {
+ public:
+  virtual ~Inventory() = default;
+  virtual core::Result<InventorySnapshot> Read() = 0;
+  // Live figures for each GPU of the last Read().
+  virtual core::Result<std::vector<GpuUsage>> Usage() = 0;
+};
+
+class FakeInventory : public Inventory {
+ public:
+  explicit FakeInventory(InventorySnapshot snapshot) : snapshot_(std::move(snapshot)) {}
+  core::Result<InventorySnapshot> Read() override { return snapshot_; }
+  core::Result<std::vector<GpuUsage>> Usage() override {
+    std::vector<GpuUsage> u;
+    for (const GpuInfo& g : snapshot_.gpus) u.push_back({g.index, 0, 0, {}});
+    return u;
+  }
+
+ private:
+  InventorySnapshot snapshot_;
+};
+
+}  // namespace gpuslice::daemon

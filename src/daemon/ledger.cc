@@ -1,0 +1,402 @@
+#include "daemon/ledger.h"
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/ledger_schema.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using core::Job;
+using core::Result;
+using core::Status;
+
+// One prepared statement, finalised on scope exit. Bind* take 1-based indices.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Status prepared(const char* what) const {
+    return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what);
+  }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  std::string Text(int col) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, col);
+    return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+std::string ToJson(const std::vector<std::string>& v) { return nlohmann::json(v).dump(); }
+
+Result<std::vector<std::string>> FromJson(const std::string& text, const char* column) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_array()) {
+    return core::InternalError(std::string("ledger: column ") + column + " is not a JSON array");
+  }
+  std::vector<std::string> out;
+  for (const auto& e : j) {
+    if (!e.is_string()) {
+      return core::InternalError(std::string("ledger: column ") + column + " holds a non-string");
+    }
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+constexpr const char* kJobColumns =
+    "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
+    "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
+    "exit_code, reason, pid, pid_start_time, region_path";
+
+Result<Job> ReadJob(const Stmt& s) {
+  Job j;
+  j.id = static_cast<uint64_t>(s.Int(0));
+  j.uid = static_cast<uint32_t>(s.Int(1));
+  j.gid = static_cast<uint32_t>(s.Int(2));
+  j.user = s.Text(3);
+  core::ResourceRequest& r = j.request;
+  r.name = s.Text(4);
+  std::string kind = s.Text(5);
+  if (kind == "gpus") {
+    r.kind = core::RequestKind::kWholeGpus;
+  } else if (kind == "fraction") {
+    r.kind = core::RequestKind::kFraction;
+  } else if (kind == "mig") {
+    r.kind = core::RequestKind::kMig;
+  } else {
+    return core::InternalError("ledger: job " + std::to_string(j.id) + " has unknown kind '" +
+                               kind + "'");
+  }
+  r.gpus_min = static_cast<uint32_t>(s.Int(6));
+  r.gpus_max = static_cast<uint32_t>(s.Int(7));
+  r.memory_bytes = static_cast<uint64_t>(s.Int(8));
+  r.compute_milli = static_cast<uint32_t>(s.Int(9));
+  if (r.kind == core::RequestKind::kMig) {
+    GPUSLICE_ASSIGN_OR_RETURN(r.mig, core::ParseMigProfile(s.Text(10)));
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(r.priority, core::ParsePriority(s.Text(11)));
+  if (!s.IsNull(12)) r.max_runtime = std::chrono::milliseconds(s.Int(12));
+  GPUSLICE_ASSIGN_OR_RETURN(j.mode, core::ParseJobMode(s.Text(13)));
+  GPUSLICE_ASSIGN_OR_RETURN(j.argv, FromJson(s.Text(14), "argv"));
+  j.cwd = s.Text(15);
+  GPUSLICE_ASSIGN_OR_RETURN(j.env, FromJson(s.Text(16), "env"));
+  GPUSLICE_ASSIGN_OR_RETURN(j.state, core::ParseJobState(s.Text(17)));
+  j.submitted_ms = s.Int(18);
+  j.started_ms = s.Int(19);
+  j.ended_ms = s.Int(20);
+  j.exit_code = static_cast<int>(s.Int(21));
+  j.reason = s.Text(22);
+  j.pid = s.Int(23);
+  j.pid_start_time = static_cast<uint64_t>(s.Int(24));
+  j.region_path = s.Text(25);
+  return j;
+}
+
+}  // namespace
+
+Status SqliteError(sqlite3* db, int rc, const std::string& what) {
+  std::string msg = what + ": " + sqlite3_errstr(rc);
+  if (db != nullptr && sqlite3_errcode(db) == rc) {
+    msg += " (";
+    msg += sqlite3_errmsg(db);
+    msg += ")";
+  }
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return core::UnavailableError(msg);
+    case SQLITE_PERM:
+    case SQLITE_READONLY:
+    case SQLITE_AUTH:
+      return core::PermissionDeniedError(msg);
+    case SQLITE_FULL:
+      return core::ResourceExhaustedError(msg);
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOTFOUND:
+      return core::NotFoundError(msg);
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+      return core::FailedPreconditionError(msg);
+    default:
+      return core::InternalError(msg);
+  }
+}
+
+Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    Status s = SqliteError(db, rc, "open ledger " + path);
+    sqlite3_close(db);
+    return s;
+  }
+  std::unique_ptr<Ledger> ledger(new Ledger(db));
+  sqlite3_busy_timeout(db, 2000);
+  // WAL: readers never block the writer, and a commit appends instead of
+  // rewriting pages. synchronous=NORMAL keeps commits durable across a crash
+  // of the daemon (the WAL is in the OS page cache) at a far lower cost than
+  // FULL; only an OS crash may lose the last transactions.
+  GPUSLICE_RETURN_IF_ERROR(ledger->Exec("PRAGMA journal_mode=WAL").WithContext(path));
+  GPUSLICE_RETURN_IF_ERROR(ledger->Exec("PRAGMA synchronous=NORMAL").WithContext(path));
+  GPUSLICE_RETURN_IF_ERROR(ledger->Exec("PRAGMA foreign_keys=ON").WithContext(path));
+  GPUSLICE_RETURN_IF_ERROR(ledger->Migrate().WithContext(path));
+  return ledger;
+}
+
+Ledger::~Ledger() { sqlite3_close(db_); }
+
+Status Ledger::Exec(const char* sql) {
+  char* err = nullptr;
+  int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  if (rc == SQLITE_OK) return Status::Ok();
+  std::string what = std::string("ledger: ") + (err ? err : "exec failed");
+  sqlite3_free(err);
+  return SqliteError(nullptr, rc, what);
+}
+
+Status Ledger::Migrate() {
+  Stmt app(db_, "PRAGMA application_id");
+  GPUSLICE_RETURN_IF_ERROR(app.prepared("ledger: read application_id"));
+  int rc = app.Step();
+  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "ledger: read application_id");
+  int64_t app_id = app.Int(0);
+
+  Stmt tables(db_, "SELECT count(*) FROM sqlite_master");
+  GPUSLICE_RETURN_IF_ERROR(tables.prepared("ledger: read schema"));
+  rc = tables.Step();
+  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "ledger: read schema");
+  bool fresh = tables.Int(0) == 0;
+
+  if (!fresh && app_id != kLedgerApplicationId) {
+    return core::FailedPreconditionError(
+        "not a gpuslice ledger (application_id " + std::to_string(app_id) + ")");
+  }
+  if (fresh) {
+    GPUSLICE_RETURN_IF_ERROR(Exec(
+        ("BEGIN; PRAGMA application_id=" + std::to_string(kLedgerApplicationId) +
+         "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+         " INSERT INTO schema_version VALUES (0); COMMIT;")
+            .c_str()));
+  }
+  Stmt ver(db_, "SELECT version FROM schema_version");
+  GPUSLICE_RETURN_IF_ERROR(ver.prepared("ledger: read schema_version"));
+  rc = ver.Step();
+  if (rc != SQLITE_ROW) return core::FailedPreconditionError("ledger: schema_version is empty");
+  schema_version_ = static_cast<int>(ver.Int(0));
+
+  auto migrations = LedgerMigrations();
+  if (schema_version_ > static_cast<int>(migrations.size())) {
+    return core::FailedPreconditionError(
+        "ledger schema version " + std::to_string(schema_version_) +
+        " is newer than this gpusliced knows (" + std::to_string(migrations.size()) + ")");
+  }
+  for (size_t n = static_cast<size_t>(schema_version_); n < migrations.size(); ++n) {
+    std::string sql = std::string("BEGIN;\n") + migrations[n] +
+                      "\nUPDATE schema_version SET version = " + std::to_string(n + 1) +
+                      ";\nCOMMIT;";
+    Status s = Exec(sql.c_str());
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK");
+      return s.WithContext("ledger migration " + std::to_string(n + 1));
+    }
+    schema_version_ = static_cast<int>(n + 1);
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> Ledger::MaxJobId() {
+  Stmt s(db_, "SELECT coalesce(max(id), 0) FROM jobs");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: max job id"));
+  int rc = s.Step();
+  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "ledger: max job id");
+  return static_cast<uint64_t>(s.Int(0));
+}
+
+Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64_t now_ms) {
+  GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto body = [&]() -> Status {
+    std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
+                      ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
+                      "?19,?20,?21,?22,?23,?24,?25,?26)";
+    Stmt s(db_, sql.c_str());
+    GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
+    const core::ResourceRequest& r = job.request;
+    s.Bind(1, static_cast<int64_t>(job.id));
+    s.Bind(2, int64_t{job.uid});
+    s.Bind(3, int64_t{job.gid});
+    s.Bind(4, job.user);
+    s.Bind(5, r.name);
+    s.Bind(6, std::string(core::RequestKindName(r.kind)));
+    s.Bind(7, int64_t{r.gpus_min});
+    s.Bind(8, int64_t{r.gpus_max});
+    s.Bind(9, static_cast<int64_t>(r.memory_bytes));
+    s.Bind(10, int64_t{r.compute_milli});
+    s.Bind(11, r.kind == core::RequestKind::kMig ? r.mig.ToString() : std::string());
+    s.Bind(12, std::string(core::PriorityName(r.priority)));
+    if (r.max_runtime) {
+      s.Bind(13, static_cast<int64_t>(r.max_runtime->count()));
+    } else {
+      s.BindNull(13);
+    }
+    s.Bind(14, std::string(core::JobModeName(job.mode)));
+    s.Bind(15, ToJson(job.argv));
+    s.Bind(16, job.cwd);
+    s.Bind(17, ToJson(job.env));
+    s.Bind(18, std::string(core::JobStateName(job.state)));
+    s.Bind(19, job.submitted_ms);
+    s.Bind(20, job.started_ms);
+    s.Bind(21, job.ended_ms);
+    s.Bind(22, job.exit_code);
+    s.Bind(23, job.reason);
+    s.Bind(24, job.pid);
+    s.Bind(25, static_cast<int64_t>(job.pid_start_time));
+    s.Bind(26, job.region_path);
+    int rc = s.Step();
+    if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
+
+    // Allocation rows: inserted once while held; marked released when the job
+    // is terminal. Never deleted, so the history shows where a job ran.
+    const core::Allocation& a = job.allocation;
+    if (job.state == core::JobState::kRunning) {
+      for (size_t i = 0; i < a.gpu_indices.size(); ++i) {
+        Stmt ins(db_,
+                 "INSERT OR IGNORE INTO allocations (job_id, gpu_index, gpu_uuid, memory_bytes,"
+                 " compute_milli, allocated_ms) VALUES (?1,?2,?3,?4,?5,?6)");
+        GPUSLICE_RETURN_IF_ERROR(ins.prepared("ledger: save allocation"));
+        ins.Bind(1, static_cast<int64_t>(job.id));
+        ins.Bind(2, int64_t{a.gpu_indices[i]});
+        ins.Bind(3, i < a.gpu_uuids.size() ? a.gpu_uuids[i] : std::string());
+        ins.Bind(4, static_cast<int64_t>(a.memory_bytes_per_gpu));
+        ins.Bind(5, int64_t{a.compute_milli});
+        ins.Bind(6, now_ms);
+        rc = ins.Step();
+        if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save allocation");
+      }
+    } else if (core::IsTerminal(job.state)) {
+      Stmt rel(db_,
+               "UPDATE allocations SET released_ms = ?2 WHERE job_id = ?1 AND released_ms IS "
+               "NULL");
+      GPUSLICE_RETURN_IF_ERROR(rel.prepared("ledger: release allocation"));
+      rel.Bind(1, static_cast<int64_t>(job.id));
+      rel.Bind(2, now_ms);
+      rc = rel.Step();
+      if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: release allocation");
+    }
+    if (!from || *from != job.state) {
+      Stmt t(db_,
+             "INSERT INTO transitions (job_id, from_state, to_state, at_ms, reason)"
+             " VALUES (?1,?2,?3,?4,?5)");
+      GPUSLICE_RETURN_IF_ERROR(t.prepared("ledger: save transition"));
+      t.Bind(1, static_cast<int64_t>(job.id));
+      t.Bind(2, from ? std::string(core::JobStateName(*from)) : std::string());
+      t.Bind(3, std::string(core::JobStateName(job.state)));
+      t.Bind(4, now_ms);
+      t.Bind(5, job.reason);
+      rc = t.Step();
+      if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save transition");
+    }
+    return Status::Ok();
+  };
+  Status s = body();
+  if (!s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
+Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) {
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs" +
+                    (live_only ? " WHERE state IN ('queued', 'running')" : "") + " ORDER BY id";
+  Stmt s(db_, sql.c_str());
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: load jobs"));
+  std::vector<Job> jobs;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    GPUSLICE_ASSIGN_OR_RETURN(Job j, ReadJob(s));
+    jobs.push_back(std::move(j));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: load jobs");
+  // Allocations, attached to their jobs (held ones for live jobs, the last
+  // ones for finished jobs: the history of where they ran).
+  Stmt a(db_,
+         "SELECT job_id, gpu_index, gpu_uuid, memory_bytes, compute_milli FROM allocations"
+         " ORDER BY job_id, gpu_index");
+  GPUSLICE_RETURN_IF_ERROR(a.prepared("ledger: load allocations"));
+  size_t k = 0;
+  while ((rc = a.Step()) == SQLITE_ROW) {
+    uint64_t id = static_cast<uint64_t>(a.Int(0));
+    while (k < jobs.size() && jobs[k].id < id) ++k;
+    if (k == jobs.size()) break;
+    if (jobs[k].id != id) continue;
+    core::Allocation& al = jobs[k].allocation;
+    al.gpu_indices.push_back(static_cast<uint32_t>(a.Int(1)));
+    al.gpu_uuids.push_back(a.Text(2));
+    al.memory_bytes_per_gpu = static_cast<uint64_t>(a.Int(3));
+    al.compute_milli = static_cast<uint32_t>(a.Int(4));
+  }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    return SqliteError(db_, rc, "ledger: load allocations");
+  }
+  return jobs;
+}
+
+Result<std::optional<Job>> Ledger::LoadJob(uint64_t id) {
+  // Small ledgers make this fine; a job lookup by id is not on a hot path.
+  GPUSLICE_ASSIGN_OR_RETURN(std::vector<Job> all, LoadJobs(false));
+  for (Job& j : all) {
+    if (j.id == id) return std::optional<Job>(std::move(j));
+  }
+  return std::optional<Job>();
+}
+
+Result<std::vector<Transition>> Ledger::Transitions(uint64_t job_id) {
+  Stmt s(db_,
+         "SELECT job_id, from_state, to_state, at_ms, reason FROM transitions WHERE job_id = ?1"
+         " ORDER BY rowid");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: load transitions"));
+  s.Bind(1, static_cast<int64_t>(job_id));
+  std::vector<Transition> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.push_back({static_cast<uint64_t>(s.Int(0)), s.Text(1), s.Text(2), s.Int(3), s.Text(4)});
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: load transitions");
+  return out;
+}
+
+Result<std::vector<std::pair<uint64_t, uint32_t>>> Ledger::HeldAllocations() {
+  Stmt s(db_,
+         "SELECT job_id, gpu_index FROM allocations WHERE released_ms IS NULL ORDER BY job_id,"
+         " gpu_index");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: held allocations"));
+  std::vector<std::pair<uint64_t, uint32_t>> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.emplace_back(static_cast<uint64_t>(s.Int(0)), static_cast<uint32_t>(s.Int(1)));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: held allocations");
+  return out;
+}
+
+}  // namespace gpuslice::daemon

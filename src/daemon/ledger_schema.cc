@@ -1,0 +1,63 @@
+#include "daemon/ledger_schema.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+constexpr const char* kMigrations[] = {
+    // 1: jobs, their allocations and state transitions.
+    R"sql(
+CREATE TABLE jobs (
+  id              INTEGER PRIMARY KEY,
+  uid             INTEGER NOT NULL,
+  gid             INTEGER NOT NULL,
+  user            TEXT NOT NULL,
+  name            TEXT NOT NULL DEFAULT '',
+  kind            TEXT NOT NULL,          -- gpus | fraction | mig
+  gpus_min        INTEGER NOT NULL DEFAULT 0,
+  gpus_max        INTEGER NOT NULL DEFAULT 0,
+  memory_bytes    INTEGER NOT NULL DEFAULT 0,
+  compute_milli   INTEGER NOT NULL DEFAULT 0,
+  mig             TEXT NOT NULL DEFAULT '',
+  priority        TEXT NOT NULL,          -- low | normal | high
+  max_runtime_ms  INTEGER,                -- NULL: none
+  mode            TEXT NOT NULL,          -- run | submit | shell
+  argv            TEXT NOT NULL,          -- JSON array of strings
+  cwd             TEXT NOT NULL,
+  env             TEXT NOT NULL,          -- JSON array of "K=V"
+  state           TEXT NOT NULL,
+  submitted_ms    INTEGER NOT NULL,
+  started_ms      INTEGER NOT NULL DEFAULT 0,
+  ended_ms        INTEGER NOT NULL DEFAULT 0,
+  exit_code       INTEGER NOT NULL DEFAULT -1,
+  reason          TEXT NOT NULL DEFAULT '',
+  pid             INTEGER NOT NULL DEFAULT 0,
+  pid_start_time  INTEGER NOT NULL DEFAULT 0,
+  region_path     TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX jobs_live ON jobs(state) WHERE state IN ('queued', 'running');
+CREATE TABLE allocations (
+  job_id          INTEGER NOT NULL REFERENCES jobs(id),
+  gpu_index       INTEGER NOT NULL,
+  gpu_uuid        TEXT NOT NULL,
+  memory_bytes    INTEGER NOT NULL,
+  compute_milli   INTEGER NOT NULL,
+  allocated_ms    INTEGER NOT NULL,
+  released_ms     INTEGER,                -- NULL while held
+  PRIMARY KEY (job_id, gpu_index)
+);
+CREATE TABLE transitions (
+  job_id          INTEGER NOT NULL REFERENCES jobs(id),
+  from_state      TEXT NOT NULL,          -- '' for the submission
+  to_state        TEXT NOT NULL,
+  at_ms           INTEGER NOT NULL,
+  reason          TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX transitions_job ON transitions(job_id);
+)sql",
+};
+
+}  // namespace
+
+std::span<const char* const> LedgerMigrations() { return kMigrations; }
+
+}  // namespace gpuslice::daemon

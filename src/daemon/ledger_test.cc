@@ -1,0 +1,163 @@
+#include "daemon/ledger.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace gpuslice::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-ledger-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/ledger.db";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static core::Job SampleJob(uint64_t id) {
+    core::Job j;
+    j.id = id;
+    j.uid = 1000;
+    j.gid = 1000;
+    j.user = "alice";
+    j.request.kind = core::RequestKind::kFraction;
+    j.request.memory_bytes = 8 * core::kGiB;
+    j.request.compute_milli = 300;
+    j.request.priority = core::Priority::kHigh;
+    j.request.name = "train";
+    j.request.max_runtime = std::chrono::milliseconds(60000);
+    j.mode = core::JobMode::kSubmit;
+    j.argv = {"python", "train.py", "--lr", "0.1 \"quoted\""};
+    j.cwd = "/home/alice";
+    j.env = {"HOME=/home/alice", "X=a=b"};
+    j.submitted_ms = 1000;
+    return j;
+  }
+
+  std::string dir_;
+  std::string path_;
+};
+
+TEST_F(LedgerTest, FreshLedgerIsAtTheLatestSchema) {
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ((*l)->schema_version(), 1);
+  EXPECT_EQ(*(*l)->MaxJobId(), 0u);
+}
+
+TEST_F(LedgerTest, JobRoundTripsWithAllocationAndTransitions) {
+  {
+    auto l = Ledger::Open(path_);
+    ASSERT_TRUE(l.ok());
+    core::Job j = SampleJob(7);
+    ASSERT_TRUE((*l)->SaveJob(j, std::nullopt, 1000).ok());
+    j.state = core::JobState::kRunning;
+    j.started_ms = 2000;
+    j.pid = 4242;
+    j.pid_start_time = 99;
+    j.region_path = "/run/x/slice-7";
+    j.allocation.gpu_indices = {1};
+    j.allocation.gpu_uuids = {"GPU-abc"};
+    j.allocation.memory_bytes_per_gpu = 8 * core::kGiB;
+    j.allocation.compute_milli = 300;
+    ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kQueued, 2000).ok());
+  }
+  // Reopen: what a restarted daemon sees.
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  auto jobs = (*l)->LoadJobs(/*live_only=*/true);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  const core::Job& j = (*jobs)[0];
+  core::Job want = SampleJob(7);
+  EXPECT_EQ(j.argv, want.argv);
+  EXPECT_EQ(j.env, want.env);
+  EXPECT_EQ(j.request.memory_bytes, want.request.memory_bytes);
+  EXPECT_EQ(j.request.priority, core::Priority::kHigh);
+  EXPECT_EQ(j.request.max_runtime->count(), 60000);
+  EXPECT_EQ(j.state, core::JobState::kRunning);
+  EXPECT_EQ(j.pid, 4242);
+  EXPECT_EQ(j.pid_start_time, 99u);
+  EXPECT_EQ(j.allocation.gpu_uuids, std::vector<std::string>{"GPU-abc"});
+  EXPECT_EQ(*(*l)->MaxJobId(), 7u);
+  auto held = (*l)->HeldAllocations();
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->size(), 1u);
+  auto tr = (*l)->Transitions(7);
+  ASSERT_TRUE(tr.ok());
+  ASSERT_EQ(tr->size(), 2u);
+  EXPECT_EQ((*tr)[0].from, "");
+  EXPECT_EQ((*tr)[0].to, "queued");
+  EXPECT_EQ((*tr)[1].to, "running");
+  EXPECT_EQ((*tr)[1].at_ms, 2000);
+}
+
+TEST_F(LedgerTest, TerminalJobReleasesItsAllocationOnce) {
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  core::Job j = SampleJob(1);
+  j.state = core::JobState::kRunning;
+  j.allocation.gpu_indices = {0};
+  j.allocation.gpu_uuids = {"GPU-0"};
+  ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kQueued, 10).ok());
+  // Saving the running job again (e.g. a pid update) must not double it.
+  ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kRunning, 11).ok());
+  EXPECT_EQ((*l)->HeldAllocations()->size(), 1u);
+  j.state = core::JobState::kExited;
+  j.exit_code = 0;
+  ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kRunning, 20).ok());
+  EXPECT_TRUE((*l)->HeldAllocations()->empty());
+  EXPECT_TRUE((*l)->LoadJobs(true)->empty());
+  auto all = (*l)->LoadJobs(false);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].allocation.gpu_uuids[0], "GPU-0");  // History kept.
+  EXPECT_EQ((*l)->Transitions(1)->size(), 2u);  // queued->running, running->exited.
+}
+
+TEST_F(LedgerTest, GarbageFileIsRefusedWithAClearError) {
+  std::ofstream(path_) << "this is not a database, just some text that is long enough to matter"
+                          " for sqlite's header check............................................";
+  auto l = Ledger::Open(path_);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find(path_), std::string::npos) << l.status().ToString();
+}
+
+TEST_F(LedgerTest, AnotherApplicationsDatabaseIsRefused) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto l = Ledger::Open(path_);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("not a gpuslice ledger"), std::string::npos);
+}
+
+TEST_F(LedgerTest, NewerSchemaIsRefused) {
+  ASSERT_TRUE(Ledger::Open(path_).ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 99", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto l = Ledger::Open(path_);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("newer"), std::string::npos);
+}
+
+TEST_F(LedgerTest, PathThatIsADirectoryIsAnError) {
+  fs::create_directory(path_);
+  auto l = Ledger::Open(path_);
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find(path_), std::string::npos) << l.status().ToString();
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

@@ -1,0 +1,273 @@
+#include "daemon/nvml_inventory.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <numeric>
+
+#include "core/nvml_abi.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+// Optional topology calls, not in nvml_abi.h's list (our simulator does not
+// provide them); declared from NVML's documented ABI.
+typedef nvmlReturn_t (*TopologyCommonAncestorFn)(nvmlDevice_t, nvmlDevice_t, int*);
+typedef nvmlReturn_t (*NvLinkStateFn)(nvmlDevice_t, unsigned int, nvmlEnableState_t*);
+constexpr int kTopologyMultiple = 20;  // NVML_TOPOLOGY_MULTIPLE: behind PCIe switches.
+
+// The entry points the inventory needs, resolved once per Read().
+struct Nvml {
+  nvmlInit_v2_fn init = nullptr;
+  nvmlSystemGetDriverVersion_fn driver_version = nullptr;
+  nvmlSystemGetNVMLVersion_fn nvml_version = nullptr;
+  nvmlSystemGetCudaDriverVersion_fn cuda_version = nullptr;
+  nvmlDeviceGetCount_v2_fn count = nullptr;
+  nvmlDeviceGetHandleByIndex_v2_fn by_index = nullptr;
+  nvmlDeviceGetName_fn name = nullptr;
+  nvmlDeviceGetUUID_fn uuid = nullptr;
+  nvmlDeviceGetPciInfo_v3_fn pci = nullptr;
+  nvmlDeviceGetMemoryInfo_fn memory = nullptr;
+  nvmlDeviceGetUtilizationRates_fn utilization = nullptr;
+  nvmlDeviceGetComputeRunningProcesses_v3_fn processes = nullptr;
+  nvmlDeviceGetMigMode_fn mig_mode = nullptr;
+  nvmlDeviceGetMaxMigDeviceCount_fn mig_count = nullptr;
+  nvmlDeviceGetMigDeviceHandleByIndex_fn mig_by_index = nullptr;
+  nvmlDeviceGetGpuInstanceId_fn gi_id = nullptr;
+  nvmlDeviceGetComputeInstanceId_fn ci_id = nullptr;
+  nvmlErrorString_fn error_string = nullptr;
+  TopologyCommonAncestorFn common_ancestor = nullptr;
+  NvLinkStateFn nvlink_state = nullptr;
+
+  template <typename T>
+  void Get(void* h, T* fn, const char* name) {
+    *fn = reinterpret_cast<T>(dlsym(h, name));
+  }
+  void Resolve(void* h) {
+    Get(h, &init, "nvmlInit_v2");
+    Get(h, &driver_version, "nvmlSystemGetDriverVersion");
+    Get(h, &nvml_version, "nvmlSystemGetNVMLVersion");
+    Get(h, &cuda_version, "nvmlSystemGetCudaDriverVersion");
+    Get(h, &count, "nvmlDeviceGetCount_v2");
+    Get(h, &by_index, "nvmlDeviceGetHandleByIndex_v2");
+    Get(h, &name, "nvmlDeviceGetName");
+    Get(h, &uuid, "nvmlDeviceGetUUID");
+    Get(h, &pci, "nvmlDeviceGetPciInfo_v3");
+    Get(h, &memory, "nvmlDeviceGetMemoryInfo");
+    Get(h, &utilization, "nvmlDeviceGetUtilizationRates");
+    Get(h, &processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+    Get(h, &mig_mode, "nvmlDeviceGetMigMode");
+    Get(h, &mig_count, "nvmlDeviceGetMaxMigDeviceCount");
+    Get(h, &mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
+    Get(h, &gi_id, "nvmlDeviceGetGpuInstanceId");
+    Get(h, &ci_id, "nvmlDeviceGetComputeInstanceId");
+    Get(h, &error_string, "nvmlErrorString");
+    Get(h, &common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
+    Get(h, &nvlink_state, "nvmlDeviceGetNvLinkState");
+  }
+  bool Complete() const {
+    return init && driver_version && count && by_index && name && uuid && memory;
+  }
+};
+
+// Every nvmlReturn_t becomes a Status here.
+core::Status NvmlError(const Nvml& n, nvmlReturn_t rc, const std::string& what) {
+  std::string msg = what + ": " + (n.error_string ? n.error_string(rc) : "NVML error") +
+                    " (nvmlReturn_t " + std::to_string(static_cast<int>(rc)) + ")";
+  switch (rc) {
+    case NVML_ERROR_NOT_SUPPORTED:
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return core::UnimplementedError(msg);
+    case NVML_ERROR_NO_PERMISSION:
+      return core::PermissionDeniedError(msg);
+    case NVML_ERROR_NOT_FOUND:
+    case NVML_ERROR_GPU_NOT_FOUND:
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return core::NotFoundError(msg);
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return core::InvalidArgumentError(msg);
+    case NVML_ERROR_GPU_IS_LOST:
+    case NVML_ERROR_TIMEOUT:
+      return core::UnavailableError(msg);
+    default:
+      return core::InternalError(msg);
+  }
+}
+
+std::string LoadedPath(void* handle, const std::string& fallback) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name &&
+      map->l_name[0]) {
+    return map->l_name;
+  }
+  return fallback;
+}
+
+// "NVIDIA A100-SXM4-40GB MIG 1g.5gb" -> "1g.5gb".
+std::string ProfileFromName(const std::string& name) {
+  size_t p = name.rfind("MIG ");
+  return p == std::string::npos ? std::string() : name.substr(p + 4);
+}
+
+}  // namespace
+
+core::Result<GpuSourceMode> ParseGpuSourceMode(std::string_view text) {
+  if (text == "auto") return GpuSourceMode::kAuto;
+  if (text == "nvml") return GpuSourceMode::kNvml;
+  if (text == "simulated") return GpuSourceMode::kSimulated;
+  return core::InvalidArgumentError("gpu source '" + std::string(text) +
+                                    "': expected auto, nvml or simulated");
+}
+
+NvmlInventory::~NvmlInventory() {
+  // The library stays loaded: NVML keeps threads and state, and unloading it
+  // at exit gains nothing.
+}
+
+core::Result<InventorySnapshot> NvmlInventory::Read() {
+  std::string sim = sim_lib_dir_ + "/libnvidia-ml.so.1";
+  if (mode_ == GpuSourceMode::kSimulated) return ReadFrom(sim, true);
+  auto real = ReadFrom("libnvidia-ml.so.1", false);
+  if (real.ok() || mode_ == GpuSourceMode::kNvml) return real;
+  auto simulated = ReadFrom(sim, true);
+  if (!simulated.ok()) {
+    return core::NotFoundError("no NVML (" + real.status().message() +
+                               ") and no simulated GPU (" + simulated.status().message() + ")");
+  }
+  return simulated;
+}
+
+core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& library,
+                                                        bool simulated) {
+  void* h = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return core::NotFoundError(std::string("cannot load ") + dlerror());
+  InventorySnapshot snap;
+  snap.library = LoadedPath(h, library);
+  // The system search may find our simulator (e.g. through LD_LIBRARY_PATH).
+  bool is_sim = simulated || (!sim_lib_dir_.empty() && snap.library.rfind(sim_lib_dir_, 0) == 0);
+  snap.source = is_sim ? "simulated" : "nvml";
+  Nvml n;
+  n.Resolve(h);
+  if (!n.Complete()) {
+    return core::NotFoundError(snap.library + " lacks NVML entry points the daemon needs");
+  }
+  nvmlReturn_t rc = n.init();
+  if (rc != NVML_SUCCESS) return NvmlError(n, rc, "nvmlInit_v2 (" + snap.library + ")");
+  char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+  if (n.driver_version(buf, sizeof buf) == NVML_SUCCESS) snap.driver_version = buf;
+  if (n.nvml_version && n.nvml_version(buf, sizeof buf) == NVML_SUCCESS) snap.nvml_version = buf;
+  if (n.cuda_version) n.cuda_version(&snap.cuda_driver_version);
+  unsigned count = 0;
+  rc = n.count(&count);
+  if (rc != NVML_SUCCESS) return NvmlError(n, rc, "nvmlDeviceGetCount_v2");
+  if (count == 0) return core::NotFoundError(snap.library + " sees no GPU");
+  std::vector<nvmlDevice_t> handles;
+  for (unsigned i = 0; i < count; ++i) {
+    nvmlDevice_t d = nullptr;
+    rc = n.by_index(i, &d);
+    if (rc != NVML_SUCCESS) return NvmlError(n, rc, "GPU " + std::to_string(i));
+    GpuInfo g;
+    g.index = i;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if ((rc = n.name(d, name, sizeof name)) != NVML_SUCCESS) return NvmlError(n, rc, "GetName");
+    if ((rc = n.uuid(d, uuid, sizeof uuid)) != NVML_SUCCESS) return NvmlError(n, rc, "GetUUID");
+    g.model = name;
+    g.uuid = uuid;
+    nvmlMemory_t mem{};
+    if ((rc = n.memory(d, &mem)) != NVML_SUCCESS) return NvmlError(n, rc, "GetMemoryInfo");
+    g.memory_total = mem.total;
+    nvmlPciInfo_t pci{};
+    if (n.pci && n.pci(d, &pci) == NVML_SUCCESS) g.pci_bus_id = pci.busId;
+    unsigned current = 0, pending = 0;
+    if (n.mig_mode && n.mig_mode(d, &current, &pending) == NVML_SUCCESS &&
+        current == NVML_DEVICE_MIG_ENABLE && n.mig_count && n.mig_by_index) {
+      g.mig_enabled = true;
+      unsigned max = 0;
+      n.mig_count(d, &max);
+      for (unsigned m = 0; m < max; ++m) {
+        nvmlDevice_t md = nullptr;
+        if (n.mig_by_index(d, m, &md) != NVML_SUCCESS) continue;
+        MigInstance mi;
+        char mname[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+        char muuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+        n.name(md, mname, sizeof mname);
+        n.uuid(md, muuid, sizeof muuid);
+        mi.uuid = muuid;
+        mi.profile = ProfileFromName(mname);
+        nvmlMemory_t mm{};
+        if (n.memory(md, &mm) == NVML_SUCCESS) mi.memory_total = mm.total;
+        if (n.gi_id) n.gi_id(md, &mi.gpu_instance_id);
+        if (n.ci_id) n.ci_id(md, &mi.compute_instance_id);
+        g.mig.push_back(mi);
+      }
+    }
+    snap.gpus.push_back(g);
+    handles.push_back(d);
+  }
+  // Islands: union of PCIe-switch peers; NVLink GPUs form one island.
+  std::vector<int> parent(count);
+  std::iota(parent.begin(), parent.end(), 0);
+  auto find = [&](int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  bool known = false;
+  std::vector<bool> nvlink(count, false);
+  if (n.nvlink_state) {
+    for (unsigned i = 0; i < count; ++i) {
+      nvmlEnableState_t on = NVML_FEATURE_DISABLED;
+      nvlink[i] = n.nvlink_state(handles[i], 0, &on) == NVML_SUCCESS && on == NVML_FEATURE_ENABLED;
+      known = known || nvlink[i];
+    }
+  }
+  if (n.common_ancestor) {
+    for (unsigned i = 0; i < count; ++i) {
+      for (unsigned j = i + 1; j < count; ++j) {
+        int level = 0;
+        if (n.common_ancestor(handles[i], handles[j], &level) != NVML_SUCCESS) continue;
+        known = true;
+        if (level <= kTopologyMultiple || (nvlink[i] && nvlink[j])) parent[find(j)] = find(i);
+      }
+    }
+  }
+  if (known) {
+    for (unsigned i = 0; i < count; ++i) {
+      snap.gpus[i].island = find(static_cast<int>(i));
+      snap.gpus[i].link = nvlink[i] ? "nvlink" : "pcie";
+    }
+  }
+  handle_ = h;
+  gpu_count_ = count;
+  return snap;
+}
+
+core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
+  if (handle_ == nullptr) return core::FailedPreconditionError("NVML not loaded");
+  Nvml n;
+  n.Resolve(handle_);
+  std::vector<GpuUsage> out;
+  for (unsigned i = 0; i < gpu_count_; ++i) {
+    nvmlDevice_t d = nullptr;
+    nvmlReturn_t rc = n.by_index(i, &d);
+    if (rc != NVML_SUCCESS) return NvmlError(n, rc, "GPU " + std::to_string(i));
+    GpuUsage u;
+    u.index = i;
+    nvmlMemory_t mem{};
+    if (n.memory(d, &mem) == NVML_SUCCESS) u.memory_used = mem.used;
+    nvmlUtilization_t util{};
+    if (n.utilization && n.utilization(d, &util) == NVML_SUCCESS) u.utilization_pct = util.gpu;
+    if (n.processes) {
+      nvmlProcessInfo_t infos[64];
+      unsigned cnt = 64;
+      if (n.processes(d, &cnt, infos) == NVML_SUCCESS) {
+        for (unsigned k = 0; k < cnt; ++k) u.processes.push_back({infos[k].pid, infos[k].usedGpuMemory});
+      }
+    }
+    out.push_back(u);
+  }
+  return out;
+}
+
+}  // namespace gpuslice::daemon

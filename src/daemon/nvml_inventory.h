@@ -1,0 +1,40 @@
+#pragma once
+
+// The GPU inventory from NVML, loaded with dlopen so the daemon runs on
+// machines without NVIDIA's driver. Mode kAuto tries the system's
+// libnvidia-ml.so.1 and falls back to the simulated one in `sim_lib_dir`
+// (our build's lib/sim) when there is none or it sees no GPU; the snapshot's
+// `source` says which, and the daemon says so in its log and in `gpus`.
+//
+// Topology: GPUs whose PCIe common ancestor is at most a PCIe switch share an
+// island ("pcie"); GPUs with an active NVLink share one island ("nvlink", as
+// on NVSwitch systems). Both come from optional NVML calls; without them the
+// topology is unknown (-1) and placement ignores islands.
+
+#include <string>
+
+#include "daemon/inventory.h"
+
+namespace gpuslice::daemon {
+
+enum class GpuSourceMode { kAuto, kNvml, kSimulated };
+core::Result<GpuSourceMode> ParseGpuSourceMode(std::string_view text);
+
+class NvmlInventory : public Inventory {
+ public:
+  NvmlInventory(GpuSourceMode mode, std::string sim_lib_dir)
+      : mode_(mode), sim_lib_dir_(std::move(sim_lib_dir)) {}
+  ~NvmlInventory() override;
+  core::Result<InventorySnapshot> Read() override;
+  core::Result<std::vector<GpuUsage>> Usage() override;
+
+ private:
+  core::Result<InventorySnapshot> ReadFrom(const std::string& library, bool simulated);
+
+  GpuSourceMode mode_;
+  std::string sim_lib_dir_;
+  void* handle_ = nullptr;
+  size_t gpu_count_ = 0;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,59 @@
+#include "daemon/region_store.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "daemon/launcher.h"
+#include "shim/region.h"
+
+namespace gpuslice::daemon {
+
+core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
+  if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "create slice directory " + dir_);
+  }
+  std::string path = dir_ + "/job-" + std::to_string(limits.job_id) + ".slice";
+  // A region left by a crashed daemon for this id is stale: ids are unique,
+  // so no live job can be using it.
+  if (access(path.c_str(), F_OK) == 0) (void)shim::Region::Remove(path);
+  shim::RegionOptions options;
+  options.name = limits.name.empty() ? "job-" + std::to_string(limits.job_id)
+                                     : limits.name.substr(0, 63);
+  // Closed: the job may use only the devices listed, with their limits.
+  options.closed = true;
+  for (const std::string& uuid : limits.uuids) {
+    options.devices.push_back({uuid, limits.memory_bytes_per_device});
+  }
+  auto region = shim::Region::Create(path, options);
+  if (!region.ok()) return region.status().WithContext("create slice region " + path);
+  // Recorded for the compute-share part of the shim (issue 4).
+  for (uint32_t i = 0; i < limits.uuids.size(); ++i) {
+    auto index = (*region)->FindDevice(limits.uuids[i]);
+    if (index.ok()) (*region)->device(*index).compute_share_milli.store(limits.compute_milli);
+  }
+  if (geteuid() == 0 && chown(path.c_str(), limits.uid, limits.gid) != 0) {
+    core::Status s = ErrnoError(errno, "chown slice region " + path);
+    (void)shim::Region::Remove(path);
+    return s;
+  }
+  return path;
+}
+
+core::Status ShimRegionStore::Remove(const std::string& path) {
+  return shim::Region::Remove(path);
+}
+
+bool ShimRegionStore::Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& path) {
+  auto region = shim::Region::Open(path);
+  if (!region.ok()) return region.status();
+  std::vector<SliceUsage> out;
+  for (const shim::DeviceUsage& d : (*region)->Devices()) {
+    out.push_back({d.uuid, d.limit_bytes, d.used_bytes, d.peak_bytes});
+  }
+  return out;
+}
+
+}  // namespace gpuslice::daemon

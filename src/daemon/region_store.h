@@ -1,0 +1,81 @@
+#pragma once
+
+// Slice regions (the shared-memory files the shim enforces limits from),
+// behind a seam. ShimRegionStore uses the shim's region library; tests use
+// FakeRegionStore.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gpuslice::daemon {
+
+struct SliceLimits {
+  uint64_t job_id = 0;
+  uint32_t uid = 0;  // Owner of the region file (the job's user).
+  uint32_t gid = 0;
+  std::string name;
+  std::vector<std::string> uuids;  // One entry per device of the slice.
+  uint64_t memory_bytes_per_device = 0;
+  uint32_t compute_milli = 0;  // 0: no compute cap.
+};
+
+struct SliceUsage {
+  std::string uuid;
+  uint64_t limit_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t peak_bytes = 0;
+};
+
+class RegionStore {
+ public:
+  virtual ~RegionStore() = default;
+  // Creates the job's region; returns its path (for GPUSLICE_SLICE).
+  virtual core::Result<std::string> Create(const SliceLimits& limits) = 0;
+  virtual core::Status Remove(const std::string& path) = 0;
+  virtual bool Exists(const std::string& path) = 0;
+  virtual core::Result<std::vector<SliceUsage>> Usage(const std::string& path) = 0;
+};
+
+// Regions in `dir` (created 0755 so jobs of any user can reach their own
+// region; each region file is 0600 and owned by the job's user).
+class ShimRegionStore : public RegionStore {
+ public:
+  explicit ShimRegionStore(std::string dir) : dir_(std::move(dir)) {}
+  core::Result<std::string> Create(const SliceLimits& limits) override;
+  core::Status Remove(const std::string& path) override;
+  bool Exists(const std::string& path) override;
+  core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override;
+
+ private:
+  std::string dir_;
+};
+
+class FakeRegionStore : public RegionStore {
+ public:
+  core::Result<std::string> Create(const SliceLimits& limits) override {
+    std::string path = "/fake/slice-" + std::to_string(limits.job_id);
+    regions[path] = limits;
+    return path;
+  }
+  core::Status Remove(const std::string& path) override {
+    if (regions.erase(path) == 0) return core::NotFoundError("no region " + path);
+    return core::Status::Ok();
+  }
+  bool Exists(const std::string& path) override { return regions.count(path) > 0; }
+  core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override {
+    auto it = regions.find(path);
+    if (it == regions.end()) return core::NotFoundError("no region " + path);
+    std::vector<SliceUsage> u;
+    for (const std::string& id : it->second.uuids) {
+      u.push_back({id, it->second.memory_bytes_per_device, 0, 0});
+    }
+    return u;
+  }
+  std::map<std::string, SliceLimits> regions;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,389 @@
+#include "daemon/service.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "daemon/log.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+using core::Result;
+using core::Status;
+
+Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
+                 RegionStore& regions)
+    : options_(std::move(options)),
+      clock_(clock),
+      inventory_source_(inventory),
+      launcher_(launcher),
+      regions_(regions) {}
+
+Service::~Service() = default;
+
+void Service::Degrade(const std::string& reason) {
+  if (degraded_reason_.empty()) {
+    degraded_reason_ = reason;
+    LogError("degraded: " + reason + " (serving reads, refusing new work)");
+  }
+}
+
+bool Service::Persist(const Job& job, std::optional<JobState> from) {
+  if (!ledger_) return false;
+  Status s = ledger_->SaveJob(job, from, clock_.NowMs());
+  if (!s.ok()) {
+    Degrade("ledger write failed: " + s.message());
+    return false;
+  }
+  return true;
+}
+
+std::string Service::JobDir(uint64_t id) const {
+  return options_.state_dir + "/jobs/" + std::to_string(id);
+}
+
+Status Service::Start() {
+  if (mkdir(options_.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "create state directory " + options_.state_dir);
+  }
+  std::string jobs_dir = options_.state_dir + "/jobs";
+  if (mkdir(jobs_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "create " + jobs_dir);
+  }
+
+  auto inv = inventory_source_.Read();
+  if (!inv.ok()) {
+    Degrade("cannot read the GPUs: " + inv.status().message());
+  } else {
+    inventory_ = *inv;
+    LogInfo("GPUs from " + (inventory_.simulated() ? std::string("the SIMULATED GPU (no NVIDIA "
+                                                                 "driver found): ")
+                                                   : std::string("NVML: ")) +
+            inventory_.library + ", " + std::to_string(inventory_.gpus.size()) + " GPU(s)");
+  }
+  auto cap = NodeCapacity::Create(inventory_.gpus, options_.policy);
+  if (!cap.ok()) return cap.status();
+  capacity_ = std::move(*cap);
+
+  std::string ledger_path = options_.state_dir + "/ledger.db";
+  auto ledger = Ledger::Open(ledger_path);
+  if (!ledger.ok()) {
+    Degrade("ledger unreadable: " + ledger.status().message());
+    return Status::Ok();
+  }
+  ledger_ = std::move(*ledger);
+  auto max_id = ledger_->MaxJobId();
+  auto live = ledger_->LoadJobs(/*live_only=*/false);
+  if (!max_id.ok() || !live.ok()) {
+    Degrade("ledger unreadable: " + (!max_id.ok() ? max_id.status() : live.status()).message());
+    ledger_.reset();
+    return Status::Ok();
+  }
+  next_id_ = *max_id + 1;
+  Recover(std::move(*live));
+  Schedule();
+  return Status::Ok();
+}
+
+void Service::Recover(std::vector<Job> all) {
+  // Finished jobs: keep the most recent for `ps --all`.
+  std::vector<Job> live;
+  for (Job& j : all) {
+    if (j.IsLive()) {
+      live.push_back(std::move(j));
+    } else {
+      jobs_[j.id] = std::move(j);
+    }
+  }
+  TrimHistory();
+  int adopted = 0, ended = 0, requeued = 0;
+  for (Job& j : live) {
+    uint64_t id = j.id;
+    jobs_[id] = std::move(j);
+    Job& job = jobs_[id];
+    Status d = capacity_->SetDemand(id, job.request);
+    if (job.state == JobState::kQueued) {
+      Status ever = d.ok() ? capacity_->CouldEverFit(job.request) : d;
+      if (!ever.ok()) {
+        FinishJob(job, JobState::kFailed, -1, "no longer fits this machine: " + ever.message());
+        continue;
+      }
+      Enqueue(job);
+      ++requeued;
+      continue;
+    }
+    // Running: take back exactly what the ledger says it holds.
+    Status held = d.ok() ? capacity_->Hold(id, job.allocation) : d;
+    bool alive = job.mode == core::JobMode::kShell
+                     ? launcher_.ProcessAlive(job.pid, job.pid_start_time)
+                     : launcher_.GroupAlive(job.pid);
+    if (!held.ok()) {
+      if (alive) (void)launcher_.SignalGroup(job.pid, SIGKILL);
+      FinishJob(job, JobState::kFailed, -1,
+                "allocation could not be restored after a restart: " + held.message());
+      ++ended;
+      continue;
+    }
+    Live l;
+    if (!alive) {
+      // Ended while the daemon was down; the supervisor left the status.
+      auto code = ReadExitStatusFile(JobDir(id) + "/status");
+      FinishJob(job, JobState::kExited, code.value_or(-1),
+                code ? "" : "ended while the daemon was down; exit status unknown");
+      ++ended;
+      continue;
+    }
+    if (!job.region_path.empty() && !regions_.Exists(job.region_path)) {
+      LogWarn("job " + std::to_string(id) + ": slice region " + job.region_path +
+              " is gone; its processes keep their mapping");
+    }
+    live_[id] = l;
+    ++adopted;
+  }
+  if (!live.empty()) {
+    LogInfo("recovered from the ledger: " + std::to_string(adopted) + " running job(s) re-adopted, " +
+            std::to_string(ended) + " ended while down, " + std::to_string(requeued) +
+            " queued");
+  }
+}
+
+void Service::TrimHistory() {
+  // Oldest finished first; jobs that ended in the last ten minutes stay, so a
+  // client polling for an exit code always finds it.
+  std::vector<std::pair<int64_t, uint64_t>> finished;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.IsLive()) finished.emplace_back(job.ended_ms, id);
+  }
+  if (finished.size() <= options_.history) return;
+  std::sort(finished.begin(), finished.end());
+  int64_t keep_after = clock_.NowMs() - 10 * 60 * 1000;
+  size_t excess = finished.size() - options_.history;
+  for (size_t i = 0; i < excess && finished[i].first < keep_after; ++i) {
+    jobs_.erase(finished[i].second);
+  }
+}
+
+Status Service::CheckOwner(const Caller& caller, const Job& job) const {
+  if (caller.admin || (caller.local && caller.uid == job.uid)) return Status::Ok();
+  return core::PermissionDeniedError("job " + std::to_string(job.id) + " belongs to " +
+                                     job.user + "; only its owner, root or the admin group may "
+                                     "do this");
+}
+
+Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
+  if (degraded()) return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): not accepting new jobs");
+  if (!caller.local) {
+    return core::PermissionDeniedError(
+        "jobs can only be submitted over the local socket, so they run as the caller");
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(spec.fields));
+  if (spec.mode != core::JobMode::kShell && spec.argv.empty()) {
+    return core::InvalidArgumentError("no command given (gpuslice run [options] -- cmd args...)");
+  }
+  if (spec.cwd.empty() || spec.cwd[0] != '/') {
+    return core::InvalidArgumentError("cwd must be an absolute path, got '" + spec.cwd + "'");
+  }
+  for (const std::string& e : spec.env) {
+    if (e.find('=') == std::string::npos || e[0] == '=') {
+      return core::InvalidArgumentError("env entry '" + e.substr(0, 64) + "' is not KEY=value");
+    }
+  }
+  uint64_t id = next_id_;
+  GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
+  Status ever = capacity_->CouldEverFit(request);
+  if (!ever.ok()) {
+    capacity_->ForgetDemand(id);
+    // Refused at once, never queued forever.
+    return core::InvalidArgumentError(ever.message());
+  }
+  Job job;
+  job.id = id;
+  job.uid = caller.uid;
+  job.gid = caller.gid;
+  job.user = caller.user;
+  job.request = std::move(request);
+  job.mode = spec.mode;
+  job.argv = std::move(spec.argv);
+  job.cwd = std::move(spec.cwd);
+  job.env = std::move(spec.env);
+  job.submitted_ms = clock_.NowMs();
+  if (!Persist(job, std::nullopt)) {
+    capacity_->ForgetDemand(id);
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): job not accepted");
+  }
+  ++next_id_;
+  jobs_[id] = job;
+  Enqueue(jobs_[id]);
+  Schedule();
+  return View(jobs_[id]);
+}
+
+void Service::Enqueue(const Job& job) {
+  core::QueuedJob q;
+  q.id = job.id;
+  q.priority = job.request.priority;
+  q.seq = job.id;
+  q.max_runtime = job.request.max_runtime;
+  q.shape = capacity_->ShapeOf(job.id);
+  auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
+  queue_.insert(pos, q);
+}
+
+void Service::Dequeue(uint64_t id) {
+  auto it = std::find_if(queue_.begin(), queue_.end(),
+                         [&](const core::QueuedJob& q) { return q.id == id; });
+  if (it != queue_.end()) queue_.erase(it);
+  waiting_.erase(id);
+  waiting_for_.erase(id);
+}
+
+Status Service::Cancel(const Caller& caller, uint64_t id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (degraded() && !ledger_) {
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): cannot record a cancel");
+  }
+  std::string who = "cancelled by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user);
+  if (job.state == JobState::kQueued) {
+    FinishJob(job, JobState::kCancelled, -1, who);
+    Schedule();
+    return Status::Ok();
+  }
+  if (job.state != JobState::kRunning) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
+                                         std::string(core::JobStateName(job.state)) + ")");
+  }
+  Live& l = live_[id];
+  if (!l.ending) {
+    l.ending = JobState::kCancelled;
+    l.ending_reason = who;
+    l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
+    (void)launcher_.SignalGroup(job.pid, SIGTERM);
+    if (job.mode == core::JobMode::kShell) (void)launcher_.SignalGroup(job.pid, SIGHUP);
+  }
+  return Status::Ok();
+}
+
+JobView Service::View(const Job& job) const {
+  JobView v{job, 0, ""};
+  auto w = waiting_.find(job.id);
+  if (job.state == JobState::kQueued && w != waiting_.end()) {
+    v.queue_position = w->second.position;
+    auto why = waiting_for_.find(job.id);
+    if (why != waiting_for_.end()) v.waiting_for = why->second;
+  }
+  return v;
+}
+
+Result<JobView> Service::Get(uint64_t id) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  return View(it->second);
+}
+
+std::vector<JobView> Service::List(bool include_finished) const {
+  std::vector<JobView> out;
+  for (const auto& [id, job] : jobs_) {
+    if (include_finished || job.IsLive()) out.push_back(View(job));
+  }
+  return out;
+}
+
+Result<std::vector<Transition>> Service::History(uint64_t id) {
+  if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_reason_);
+  return ledger_->Transitions(id);
+}
+
+size_t Service::running_count() const { return live_.size(); }
+
+std::map<uint32_t, std::vector<uint64_t>> Service::SlicesByGpu() const {
+  std::map<uint32_t, std::vector<uint64_t>> out;
+  for (const auto& [id, l] : live_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    for (uint32_t g : it->second.allocation.gpu_indices) out[g].push_back(id);
+  }
+  return out;
+}
+
+Result<LogChunk> Service::ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
+                                  uint64_t offset, uint64_t limit) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  const Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (stream != "stdout" && stream != "stderr") {
+    return core::InvalidArgumentError("stream must be stdout or stderr, not '" + stream + "'");
+  }
+  LogChunk chunk;
+  chunk.state = job.state;
+  chunk.exit_code = job.exit_code;
+  chunk.next_offset = offset;
+  std::string path = JobDir(id) + "/" + stream;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return chunk;  // Not started yet (or a shell job).
+    return ErrnoError(errno, "open log " + path);
+  }
+  limit = std::min<uint64_t>(limit, 4u << 20);
+  chunk.data.resize(limit);
+  ssize_t n = pread(fd, chunk.data.data(), limit, static_cast<off_t>(offset));
+  int err = errno;
+  close(fd);
+  if (n < 0) return ErrnoError(err, "read log " + path);
+  chunk.data.resize(static_cast<size_t>(n));
+  chunk.next_offset = offset + static_cast<uint64_t>(n);
+  return chunk;
+}
+
+Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (job.mode != core::JobMode::kShell) {
+    return core::FailedPreconditionError("only shell jobs are attached by the client");
+  }
+  if (job.state != JobState::kRunning || job.pid != 0) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " is not waiting for its shell");
+  }
+  // The pid must be the caller's own process: check its owner in /proc.
+  struct stat st;
+  std::string proc = "/proc/" + std::to_string(pid);
+  if (pid <= 0 || stat(proc.c_str(), &st) != 0) {
+    return core::InvalidArgumentError("no process " + std::to_string(pid));
+  }
+  if (st.st_uid != caller.uid && !caller.admin) {
+    return core::PermissionDeniedError("process " + std::to_string(pid) + " is not yours");
+  }
+  job.pid = pid;
+  job.pid_start_time = ProcessStartTime(pid);
+  Persist(job, JobState::kRunning);
+  return Status::Ok();
+}
+
+Status Service::ReportExit(const Caller& caller, uint64_t id, int exit_code) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, it->second));
+  if (it->second.mode != core::JobMode::kShell) {
+    return core::FailedPreconditionError("only shell jobs report their own exit");
+  }
+  auto l = live_.find(id);
+  if (l == live_.end()) return Status::Ok();  // Already ended.
+  l->second.reported_exit = exit_code;
+  WatchRunning();
+  Schedule();
+  return Status::Ok();
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,168 @@
+#pragma once
+
+// The node daemon's state machine: jobs, the queue, what each job holds,
+// launching and watching processes, restart recovery and degraded mode. The
+// HTTP layer (api.h) calls it; it calls the seams (Clock, Inventory,
+// Launcher, RegionStore) and the ledger. One thread: the daemon's event
+// loop calls every method, so nothing here locks.
+//
+// Degraded: when the ledger cannot be opened or written, or the GPUs cannot
+// be read, the service keeps serving reads (status, gpus, jobs it knows) and
+// keeps watching running jobs, but refuses new work with kUnavailable and the
+// reason, like watchman's poisoned state.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/job.h"
+#include "core/placement_policy.h"
+#include "core/queue.h"
+#include "daemon/capacity.h"
+#include "daemon/clock.h"
+#include "daemon/inventory.h"
+#include "daemon/launcher.h"
+#include "daemon/ledger.h"
+#include "daemon/region_store.h"
+
+namespace gpuslice::daemon {
+
+// Who is calling, from SO_PEERCRED (unix socket) or a bearer token (TCP).
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  int32_t pid = 0;
+  std::string user;
+  bool admin = false;  // root, the admin group, or the TCP token holder.
+  bool local = true;   // Came over the unix socket (can own jobs).
+};
+
+struct SubmitSpec {
+  core::RequestFields fields;
+  core::JobMode mode = core::JobMode::kSubmit;
+  std::vector<std::string> argv;
+  std::string cwd;
+  std::vector<std::string> env;
+};
+
+struct ServiceOptions {
+  std::string state_dir;
+  std::string shim_path;            // libgpuslice.so preloaded into jobs.
+  std::string sim_lib_dir;          // Prepended to jobs' LD_LIBRARY_PATH when simulated.
+  std::vector<std::string> job_env; // "K=V" forced into every job (e.g. GPUSLICE_SIM_*).
+  std::optional<uint32_t> admin_gid;
+  core::Policy policy = core::Policy::kBinpack;
+  bool backfill = true;
+  int64_t kill_grace_ms = 5000;     // SIGTERM, then SIGKILL after this.
+  size_t history = 1000;            // Finished jobs kept in memory for `ps --all`.
+};
+
+// A job plus what only the live daemon knows.
+struct JobView {
+  core::Job job;
+  int queue_position = 0;  // 1-based; 0 when not queued.
+  std::string waiting_for;  // Why a queued job waits.
+};
+
+struct LogChunk {
+  std::string data;
+  uint64_t next_offset = 0;
+  core::JobState state = core::JobState::kQueued;
+  int exit_code = -1;
+};
+
+class Service {
+ public:
+  Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
+          RegionStore& regions);
+  ~Service();
+
+  // Opens the ledger, reads the inventory and recovers live jobs. Problems
+  // make the service degraded rather than failing; the returned Status is an
+  // error only for what the daemon cannot run without (the state directory).
+  core::Status Start();
+
+  core::Result<JobView> Submit(const Caller& caller, SubmitSpec spec);
+  core::Status Cancel(const Caller& caller, uint64_t id);
+  core::Result<JobView> Get(uint64_t id) const;
+  std::vector<JobView> List(bool include_finished) const;
+  core::Result<std::vector<Transition>> History(uint64_t id);
+  core::Result<LogChunk> ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
+                                 uint64_t offset, uint64_t limit) const;
+  // Shell jobs: the CLI reports the shell's pid once started, and its exit.
+  core::Status Attach(const Caller& caller, uint64_t id, int64_t pid);
+  core::Status ReportExit(const Caller& caller, uint64_t id, int exit_code);
+
+  // Housekeeping, called by the event loop on a timer and on SIGCHLD: reaps
+  // processes, ends jobs whose processes are gone, enforces maximum run
+  // times and kill deadlines, starts what now fits.
+  void Tick();
+
+  bool degraded() const { return !degraded_reason_.empty(); }
+  const std::string& degraded_reason() const { return degraded_reason_; }
+  const InventorySnapshot& inventory() const { return inventory_; }
+  Inventory& inventory_source() { return inventory_source_; }
+  const ServiceOptions& options() const { return options_; }
+  // Variables forced into every job's environment (e.g. GPUSLICE_SIM_*).
+  void set_job_env(std::vector<std::string> env) { options_.job_env = std::move(env); }
+  RegionStore& regions() { return regions_; }
+  size_t queued_count() const { return queue_.size(); }
+  size_t running_count() const;
+  // The environment a job's processes get: the caller's, plus the slice
+  // (CUDA_VISIBLE_DEVICES by UUID, GPUSLICE_SLICE, the shim preloaded, the
+  // simulated driver's directory when the GPUs are simulated).
+  std::vector<std::string> JobEnvironment(const core::Job& job) const;
+  // Jobs holding each GPU (by inventory index), for `gpuslice gpus`.
+  std::map<uint32_t, std::vector<uint64_t>> SlicesByGpu() const;
+
+ private:
+  struct Live {
+    int64_t supervisor_pid = 0;   // 0 when re-adopted or a shell.
+    bool supervisor_reaped = false;
+    std::optional<core::JobState> ending;  // Cancel or timeout in progress.
+    std::string ending_reason;
+    int64_t kill_at_ms = 0;       // SIGKILL the group at this time if alive.
+    int64_t group_gone_ms = 0;    // First seen without processes.
+    std::optional<int> reported_exit;  // Shell jobs.
+  };
+
+  void Degrade(const std::string& reason);
+  // Persists a change of `job` from state `from`; degrades on failure.
+  bool Persist(const core::Job& job, std::optional<core::JobState> from);
+  core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
+  std::string JobDir(uint64_t id) const;
+  void Schedule();
+  void StartJob(core::Job& job);
+  void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
+  void WatchRunning();
+  void Recover(std::vector<core::Job> live);
+  void Enqueue(const core::Job& job);
+  void Dequeue(uint64_t id);
+  JobView View(const core::Job& job) const;
+  void TrimHistory();
+
+  ServiceOptions options_;
+  Clock& clock_;
+  Inventory& inventory_source_;
+  Launcher& launcher_;
+  RegionStore& regions_;
+  std::unique_ptr<Ledger> ledger_;
+  InventorySnapshot inventory_;
+  std::unique_ptr<NodeCapacity> capacity_;
+  std::string degraded_reason_;
+
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, core::Job> jobs_;    // Live and recent finished jobs.
+  std::map<uint64_t, Live> live_;         // Running jobs only.
+  std::vector<core::QueuedJob> queue_;    // Sorted by core::QueueBefore.
+  std::map<uint64_t, core::WaitingJob> waiting_;  // From the last plan.
+  std::map<uint64_t, std::string> waiting_for_;
+};
+
+}  // namespace gpuslice::daemon

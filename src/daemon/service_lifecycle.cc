@@ -1,0 +1,272 @@
+// Service: the part that moves jobs along (scheduling, starting, watching,
+// ending). See service.h.
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+
+namespace {
+
+// A shell job whose client never reports the shell's pid is given up.
+constexpr int64_t kShellAttachTimeoutMs = 60'000;
+// A group that vanished without a status file (re-adopted job) is ended
+// after this long, exit status unknown.
+constexpr int64_t kStatusGraceMs = 2'000;
+
+std::string Join(const std::vector<std::string>& v, char sep) {
+  std::string out;
+  for (const std::string& s : v) {
+    if (!out.empty()) out += sep;
+    out += s;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> Service::JobEnvironment(const Job& job) const {
+  // The caller's environment, minus what the slice decides.
+  auto overridden = [&](const std::string& e) {
+    for (const char* k : {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=",
+                          "GPUSLICE_MEMORY_LIMIT="}) {
+      if (e.rfind(k, 0) == 0) return true;
+    }
+    for (const std::string& forced : options_.job_env) {
+      if (e.rfind(forced.substr(0, forced.find('=') + 1), 0) == 0) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> env;
+  std::string preload, libpath;
+  for (const std::string& e : job.env) {
+    if (overridden(e)) continue;
+    if (e.rfind("LD_PRELOAD=", 0) == 0) {
+      preload = e.substr(11);
+    } else if (e.rfind("LD_LIBRARY_PATH=", 0) == 0) {
+      libpath = e.substr(16);
+    } else {
+      env.push_back(e);
+    }
+  }
+  env.push_back("CUDA_VISIBLE_DEVICES=" + Join(job.allocation.gpu_uuids, ','));
+  env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
+  if (!job.region_path.empty()) env.push_back("GPUSLICE_SLICE=" + job.region_path);
+  if (!options_.shim_path.empty()) {
+    env.push_back("LD_PRELOAD=" + options_.shim_path + (preload.empty() ? "" : ":" + preload));
+  } else if (!preload.empty()) {
+    env.push_back("LD_PRELOAD=" + preload);
+  }
+  if (inventory_.simulated() && !options_.sim_lib_dir.empty()) {
+    libpath = options_.sim_lib_dir + (libpath.empty() ? "" : ":" + libpath);
+  }
+  if (!libpath.empty()) env.push_back("LD_LIBRARY_PATH=" + libpath);
+  for (const std::string& forced : options_.job_env) env.push_back(forced);
+  return env;
+}
+
+void Service::Tick() {
+  WatchRunning();
+  Schedule();
+  TrimHistory();
+}
+
+void Service::WatchRunning() {
+  for (int64_t pid : launcher_.Reap()) {
+    for (auto& [id, l] : live_) {
+      if (l.supervisor_pid == pid) l.supervisor_reaped = true;
+    }
+  }
+  int64_t now = clock_.NowMs();
+  std::vector<uint64_t> ids;
+  for (const auto& [id, l] : live_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    Job& job = jobs_[id];
+    Live& l = live_[id];
+    // Maximum run time.
+    auto deadline = job.DeadlineMs();
+    if (!l.ending && deadline && now >= *deadline) {
+      l.ending = JobState::kTimedOut;
+      l.ending_reason = "ran past its maximum run time of " +
+                        core::FormatDuration(*job.request.max_runtime);
+      l.kill_at_ms = now + options_.kill_grace_ms;
+      if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+      if (job.mode == core::JobMode::kShell && job.pid > 0) {
+        (void)launcher_.SignalGroup(job.pid, SIGHUP);
+      }
+    }
+    if (l.ending && now >= l.kill_at_ms && job.pid > 0) {
+      (void)launcher_.SignalGroup(job.pid, SIGKILL);
+      l.kill_at_ms = INT64_MAX;
+    }
+    JobState end_state = l.ending.value_or(JobState::kExited);
+    if (job.mode == core::JobMode::kShell) {
+      if (l.reported_exit) {
+        FinishJob(job, end_state, *l.reported_exit, l.ending_reason);
+      } else if (job.pid == 0 && now - job.started_ms > kShellAttachTimeoutMs) {
+        FinishJob(job, JobState::kFailed, -1, "the shell was never started by the client");
+      } else if (job.pid != 0 && !launcher_.ProcessAlive(job.pid, job.pid_start_time)) {
+        FinishJob(job, end_state, -1, l.ending ? l.ending_reason : "the shell ended");
+      } else if (job.pid == 0 && l.ending) {
+        FinishJob(job, end_state, -1, l.ending_reason);
+      }
+      continue;
+    }
+    if (launcher_.GroupAlive(job.pid)) continue;
+    auto code = ReadExitStatusFile(JobDir(id) + "/status");
+    if (code) {
+      FinishJob(job, end_state, *code, l.ending_reason);
+      continue;
+    }
+    if (l.supervisor_pid != 0 && !l.supervisor_reaped) continue;  // Status on its way.
+    if (l.group_gone_ms == 0) l.group_gone_ms = now;
+    if (now - l.group_gone_ms >= kStatusGraceMs || l.supervisor_pid != 0) {
+      FinishJob(job, end_state, -1,
+                l.ending ? l.ending_reason : "processes ended; exit status unknown");
+    }
+  }
+}
+
+void Service::Schedule() {
+  if (queue_.empty() || !capacity_) {
+    waiting_.clear();
+    return;
+  }
+  std::vector<core::RunningJob> running;
+  for (const auto& [id, l] : live_) {
+    running.push_back({id, jobs_[id].DeadlineMs()});
+  }
+  core::PlanOptions opt;
+  opt.backfill = options_.backfill;
+  core::QueuePlan plan = core::PlanQueue(queue_, running, clock_.NowMs(), *capacity_, opt);
+  for (uint64_t id : plan.never_fit) {
+    Dequeue(id);
+    FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
+  }
+  for (uint64_t id : plan.start) {
+    Dequeue(id);
+    StartJob(jobs_[id]);
+  }
+  waiting_.clear();
+  waiting_for_.clear();
+  std::string head = std::to_string(plan.head);
+  for (const core::WaitingJob& w : plan.waiting) {
+    waiting_[w.id] = w;
+    std::string why;
+    switch (w.reason) {
+      case core::WaitReason::kHead:
+        why = "first in line: " + capacity_->WhyNotNow(w.id);
+        break;
+      case core::WaitReason::kBehindHead:
+        why = "behind job " + head + ": " + capacity_->WhyNotNow(w.id);
+        break;
+      case core::WaitReason::kWouldDelayHead:
+        why = "fits now, but starting it would delay job " + head + " (first in line)";
+        break;
+      case core::WaitReason::kNotConsidered:
+        why = "behind job " + head + "; not yet considered for backfill";
+        break;
+      case core::WaitReason::kNeverFits:
+        why = "can never fit";
+        break;
+    }
+    waiting_for_[w.id] = std::move(why);
+  }
+}
+
+void Service::StartJob(Job& job) {
+  auto alloc = capacity_->AllocationOf(job.id);
+  if (!alloc) {
+    FinishJob(job, JobState::kFailed, -1, "internal: placed without an allocation");
+    return;
+  }
+  job.allocation = *alloc;
+  job.started_ms = clock_.NowMs();
+  SliceLimits limits;
+  limits.job_id = job.id;
+  limits.uid = job.uid;
+  limits.gid = job.gid;
+  limits.name = job.request.name;
+  limits.uuids = job.allocation.gpu_uuids;
+  limits.memory_bytes_per_device = job.allocation.memory_bytes_per_gpu;
+  limits.compute_milli = job.allocation.compute_milli;
+  auto region = regions_.Create(limits);
+  if (!region.ok()) {
+    // Running first, so the failure is a legal transition and the capacity
+    // taken by the plan is given back by FinishJob.
+    job.state = JobState::kRunning;
+    live_[job.id] = Live{};
+    FinishJob(job, JobState::kFailed, -1, "cannot create the slice: " + region.status().message());
+    return;
+  }
+  job.region_path = *region;
+  job.state = JobState::kRunning;
+  Live l;
+  if (job.mode != core::JobMode::kShell) {
+    std::string dir = JobDir(job.id);
+    mkdir(dir.c_str(), 0700);
+    LaunchSpec spec;
+    spec.argv = job.argv;
+    spec.cwd = job.cwd;
+    spec.env = JobEnvironment(job);
+    spec.uid = job.uid;
+    spec.gid = job.gid;
+    spec.stdout_path = dir + "/stdout";
+    spec.stderr_path = dir + "/stderr";
+    spec.status_path = dir + "/status";
+    auto ref = launcher_.Launch(spec);
+    if (!ref.ok()) {
+      live_[job.id] = l;
+      int code = ref.status().code() == core::StatusCode::kNotFound ? 127 : 126;
+      FinishJob(job, JobState::kFailed, code, ref.status().message());
+      return;
+    }
+    job.pid = ref->pid;
+    job.pid_start_time = ref->start_time;
+    l.supervisor_pid = ref->supervisor_pid;
+  }
+  live_[job.id] = l;
+  Persist(job, JobState::kQueued);
+  LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +
+          ") started on " + (job.allocation.gpu_uuids.empty() ? "-" : job.allocation.gpu_uuids[0]) +
+          (job.pid ? ", pid " + std::to_string(job.pid) : ""));
+}
+
+void Service::FinishJob(Job& job, JobState state, int exit_code, std::string reason) {
+  JobState from = job.state;
+  if (!core::CanTransition(from, state)) {
+    LogError("job " + std::to_string(job.id) + ": illegal transition " +
+             std::string(core::JobStateName(from)) + " -> " +
+             std::string(core::JobStateName(state)));
+    return;
+  }
+  if (from == JobState::kQueued) Dequeue(job.id);
+  if (capacity_) {
+    capacity_->Release(job.id);
+    capacity_->ForgetDemand(job.id);
+  }
+  if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
+    core::Status s = regions_.Remove(job.region_path);
+    if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
+  }
+  live_.erase(job.id);
+  job.state = state;
+  job.exit_code = exit_code;
+  job.reason = std::move(reason);
+  job.ended_ms = clock_.NowMs();
+  Persist(job, from);
+  LogInfo("job " + std::to_string(job.id) + " " + std::string(core::JobStateName(state)) +
+          (exit_code >= 0 ? " (exit " + std::to_string(exit_code) + ")" : "") +
+          (job.reason.empty() ? "" : ": " + job.reason));
+}
+
+}  // namespace gpuslice::daemon
