@@ -105,12 +105,18 @@ int Initialize() {
   const ShimConfig& config = *g_config;
   if (config.disabled) return kPhasePassThrough;
   if (g_region == nullptr) {
-    const char* limit_env = getenv(kEnvMemoryLimit);
-    bool standalone = limit_env != nullptr && *limit_env != '\0';
-    if (standalone && !config.has_limit) return kPhasePassThrough;  // Already reported.
     if (config.slice_path.empty()) return kPhasePassThrough;
-    core::Result<std::unique_ptr<Region>> region = core::UnavailableError("");
-    if (standalone) {
+    // An existing region always wins: whatever GPUSLICE_MEMORY_LIMIT says
+    // (even a bad value) cannot lift a slice the daemon or an ancestor made.
+    core::Result<std::unique_ptr<Region>> region = Region::Open(config.slice_path);
+    if (!region.ok() && region.status().code() == core::StatusCode::kNotFound) {
+      // No region yet: a standalone slice (a valid limit) creates it.
+      if (!config.has_limit) {
+        if (getenv(kEnvMemoryLimit) != nullptr) return kPhasePassThrough;  // Reported above.
+        GPUSLICE_LOG(kError, "%s: %s; running without a memory limit", kEnvSlice,
+                     region.status().message().c_str());
+        return kPhasePassThrough;
+      }
       std::string dir = config.slice_path.substr(0, config.slice_path.rfind('/'));
       core::Status prepared = PrepareSliceDir(dir, geteuid());
       if (!prepared.ok()) {
@@ -119,16 +125,15 @@ int Initialize() {
       }
       RegionOptions options;
       options.name = "standalone";
-      g_standalone = true;
       region = Region::OpenOrCreate(config.slice_path, options);
-    } else {
-      region = Region::Open(config.slice_path);
     }
     if (!region.ok()) {
       GPUSLICE_LOG(kError, "%s: %s; running without a memory limit", kEnvSlice,
                    region.status().message().c_str());
       return kPhasePassThrough;
     }
+    // Standalone regions are open (no closed flag); those are ours to remove.
+    g_standalone = !(*region)->closed();
     g_region = region->release();
     if (!g_pointers.Init(20) || !g_vmm_handles.Init(16) || !g_arrays.Init(14)) {
       GPUSLICE_LOG(kError, "cannot reserve the allocation tables; running without a limit");

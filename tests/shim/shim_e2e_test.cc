@@ -272,6 +272,33 @@ TEST_F(ShimTest, ABadLimitIsReportedOnceAndTheProcessRunsUnlimited) {
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
 }
 
+TEST_F(ShimTest, RegionLimitsWinOverTheEnvironment) {
+  auto region = MakeRegion({{DeviceUuid(Bare()), kGiB}});
+  ASSERT_NE(region, nullptr);
+  for (const char* limit : {"8GiB", "4XB"}) {
+    Env env = InSlice(RegionPath());
+    env["GPUSLICE_MEMORY_LIMIT"] = limit;
+    Output o = Probe({"alloc", "alloc", std::to_string(2 * kGiB)}, env);
+    EXPECT_EQ(o.Int("result"), kOutOfMemory) << limit << "\n" << o.out << o.err;
+  }
+}
+
+TEST_F(ShimTest, AMissingDaemonRegionIsReportedAndTheProcessRuns) {
+  Output o = Probe({"alloc", "alloc", std::to_string(kMiB)}, InSlice(dir_ + "/missing.region"));
+  EXPECT_EQ(o.Int("result"), kOk);
+  EXPECT_NE(o.err.find("GPUSLICE_SLICE"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("missing.region"), std::string::npos) << o.err;
+}
+
+TEST_F(ShimTest, SeveralDevicesHaveTheirOwnLimits) {
+  Env env = Standalone("0=1GiB,1=512MiB");
+  env["GPUSLICE_SIM_GPUS"] = "2xH100-80GB";
+  Output o = Probe({"fill2", std::to_string(128 * kMiB)}, env);
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(uint64_t(o.Int("allocated0")), kGiB);
+  EXPECT_EQ(uint64_t(o.Int("allocated1")), 512 * kMiB);
+}
+
 TEST_F(ShimTest, DisableMakesTheShimAPassThrough) {
   Env env = Standalone("1GiB");
   env["GPUSLICE_DISABLE"] = "1";

@@ -12,6 +12,7 @@
 //   shim_probe race THREADS ITERS MAX     random cuMemAlloc/cuMemFree
 //   shim_probe procaddr BYTES             cuMemAlloc via cuGetProcAddress(_v2)
 //   shim_probe dlsym BYTES                cuMemAlloc_v2 via dlopen + dlsym/dlvsym
+//   shim_probe fill2 CHUNK                fill devices 0 and 1 (one context each)
 //   shim_probe forkalloc N BYTES          N forked children allocate at once
 //   shim_probe spawn BYTES                exec two children; the second
 //                                         allocates while the first holds
@@ -219,6 +220,24 @@ int Fill(const std::string& route, size_t chunk) {
   return 0;
 }
 
+int FillTwoDevices(size_t chunk) {
+  Check(cuInit(0), "cuInit");
+  std::vector<CUdeviceptr> held[2];
+  CUcontext ctx[2];
+  for (int d = 0; d < 2; ++d) {
+    Check(cuDevicePrimaryCtxRetain(&ctx[d], d), "cuDevicePrimaryCtxRetain");
+    Check(cuCtxSetCurrent(ctx[d]), "cuCtxSetCurrent");
+    CUdeviceptr p;
+    while (held[d].size() < 10000 && cuMemAlloc(&p, chunk) == CUDA_SUCCESS) held[d].push_back(p);
+    std::printf("allocated%d=%zu\n", d, held[d].size() * chunk);
+  }
+  for (int d = 0; d < 2; ++d) {
+    Check(cuCtxSetCurrent(ctx[d]), "cuCtxSetCurrent");
+    for (CUdeviceptr p : held[d]) Check(cuMemFree(p), "cuMemFree");
+  }
+  return 0;
+}
+
 int AllocOnce(const std::string& route, size_t bytes) {
   Init();
   Allocation a;
@@ -418,6 +437,7 @@ int main(int argc, char** argv) {
   if (cmd == "nvml") return Nvml();
   if (cmd == "fill" && argc == 4) return Fill(argv[2], num(3));
   if (cmd == "alloc" && argc == 4) return AllocOnce(argv[2], num(3));
+  if (cmd == "fill2" && argc == 3) return FillTwoDevices(num(2));
   if (cmd == "serve" && argc == 3) return Serve(argv[2]);
   if (cmd == "race" && argc == 5) return Race(int(num(2)), int(num(3)), num(4));
   if (cmd == "procaddr" && argc == 3) return ProcAddress(num(2));
