@@ -1,0 +1,156 @@
+#include "daemon/api.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "daemon/api_json.h"
+#include "daemon/launcher_fake.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+TEST(ParseSubmitBody, AcceptsTheDocumentedFields) {
+  auto s = ParseSubmitBody(
+      R"({"mem": "8GiB", "compute": "30%", "priority": "high", "name": "a", "max_runtime": "1h",
+          "mode": "run", "argv": ["python", "x.py"], "cwd": "/home", "env": ["A=1"]})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(*s->fields.mem, "8GiB");
+  EXPECT_EQ(s->mode, core::JobMode::kRun);
+  EXPECT_EQ(s->argv.size(), 2u);
+  auto bytes = ParseSubmitBody(R"({"mem": 1073741824, "cwd": "/"})");
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(*bytes->fields.mem, "1073741824");
+}
+
+TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
+  struct Case {
+    const char* body;
+    const char* needle;
+  } cases[] = {
+      {"", "not valid JSON"},
+      {"[1]", "must be a JSON object"},
+      {R"({"cwd": "/", "argv": "ls"})", "argv: must be an array"},
+      {R"({"cwd": "/", "argv": [1]})", "argv[0]: must be a string"},
+      {R"({"cwd": "/", "mem": -5})", "mem: must not be negative"},
+      {R"({"cwd": "/", "gpus": true})", "gpus: must be a string"},
+      {R"({"cwd": "/", "mode": "daemon"})", "unknown job mode"},
+      {R"({"mem": "1GiB"})", "cwd: missing"},
+      {R"({"cwd": "/", "user": "root"})", "unknown field 'user'"},
+  };
+  for (const Case& c : cases) {
+    auto s = ParseSubmitBody(c.body);
+    ASSERT_FALSE(s.ok()) << c.body;
+    EXPECT_NE(s.status().message().find(c.needle), std::string::npos) << s.status().message();
+  }
+}
+
+TEST(ParseTarget, SplitsAndDecodesTheQuery) {
+  std::string path;
+  std::map<std::string, std::string> q;
+  ASSERT_TRUE(ParseTarget("/v1/jobs?all=1&name=a%2Fb+c", &path, &q).ok());
+  EXPECT_EQ(path, "/v1/jobs");
+  EXPECT_EQ(q["all"], "1");
+  EXPECT_EQ(q["name"], "a/b c");
+  q.clear();
+  EXPECT_FALSE(ParseTarget("/v1/jobs?x=%4", &path, &q).ok());
+  EXPECT_FALSE(ParseTarget("/v1/jobs?x=%zz", &path, &q).ok());
+}
+
+class ApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-api-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    GpuInfo g;
+    g.uuid = "GPU-0";
+    g.model = "H100";
+    g.memory_total = 80 * core::kGiB;
+    InventorySnapshot snap;
+    snap.source = "simulated";
+    snap.gpus = {g};
+    inventory_ = std::make_unique<FakeInventory>(snap);
+    ServiceOptions o;
+    o.state_dir = dir_;
+    service_ = std::make_unique<Service>(o, clock_, *inventory_, launcher_, regions_);
+    ASSERT_TRUE(service_->Start().ok());
+    doctor_ = std::make_unique<Doctor>(DoctorOptions{}, service_->inventory());
+    api_ = std::make_unique<Api>(*service_, *doctor_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  ApiResponse Call(const std::string& method, const std::string& target,
+                   const std::string& body = "", uint32_t uid = 1000) {
+    ApiRequest r;
+    r.method = method;
+    EXPECT_TRUE(ParseTarget(target, &r.path, &r.query).ok());
+    r.body = body;
+    r.caller.uid = uid;
+    r.caller.user = "u" + std::to_string(uid);
+    r.caller.admin = uid == 0;
+    return api_->Handle(r);
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  std::unique_ptr<FakeInventory> inventory_;
+  FakeLauncher launcher_;
+  FakeRegionStore regions_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<Doctor> doctor_;
+  std::unique_ptr<Api> api_;
+};
+
+TEST_F(ApiTest, SubmitListGetCancel) {
+  ApiResponse r = Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["x"], "cwd": "/"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto job = nlohmann::json::parse(r.body);
+  EXPECT_EQ(job["state"], "running");
+  EXPECT_EQ(job["user"], "u1000");
+  r = Call("GET", "/v1/jobs");
+  EXPECT_EQ(nlohmann::json::parse(r.body)["jobs"].size(), 1u);
+  r = Call("GET", "/v1/jobs/1");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["transitions"].size(), 2u);
+  r = Call("POST", "/v1/jobs/1/cancel", "", 2000);
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["code"], "permission_denied");
+  r = Call("POST", "/v1/jobs/1/cancel");
+  EXPECT_EQ(r.status, 200);
+}
+
+TEST_F(ApiTest, ErrorsAreJsonWithTheRightStatus) {
+  struct Case {
+    const char* method;
+    const char* target;
+    const char* body;
+    int status;
+  } cases[] = {
+      {"GET", "/v1/nothing", "", 404},
+      {"GET", "/v2/jobs", "", 404},
+      {"DELETE", "/v1/jobs", "", 405},
+      {"GET", "/v1/jobs/99", "", 404},
+      {"GET", "/v1/jobs/abc", "", 404},
+      {"POST", "/v1/jobs", "{", 400},
+      {"POST", "/v1/jobs", R"({"mem": "100GiB", "argv": ["x"], "cwd": "/"})", 400},
+      {"GET", "/v1/jobs/1/logs?offset=x", "", 400},
+  };
+  for (const Case& c : cases) {
+    ApiResponse r = Call(c.method, c.target, c.body);
+    EXPECT_EQ(r.status, c.status) << c.method << " " << c.target << ": " << r.body;
+    auto j = nlohmann::json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  }
+}
+
+TEST_F(ApiTest, StatusSaysSimulated) {
+  ApiResponse r = Call("GET", "/v1/status");
+  auto j = nlohmann::json::parse(r.body);
+  EXPECT_EQ(j["state"], "ok");
+  EXPECT_TRUE(j["simulated"].get<bool>());
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

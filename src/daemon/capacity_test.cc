@@ -1,0 +1,110 @@
+#include "daemon/capacity.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuslice::daemon {
+namespace {
+
+GpuInfo Gpu(uint32_t i, int island = -1) {
+  GpuInfo g;
+  g.index = i;
+  g.uuid = "GPU-" + std::to_string(i);
+  g.model = "A100";
+  g.memory_total = 40 * core::kGiB;
+  g.island = island;
+  return g;
+}
+
+core::ResourceRequest Fraction(uint64_t gib, uint32_t milli) {
+  core::ResourceRequest r;
+  r.kind = core::RequestKind::kFraction;
+  r.memory_bytes = gib * core::kGiB;
+  r.compute_milli = milli;
+  return r;
+}
+
+TEST(NodeCapacity, MemoryOnlyRequestsShareAGpu) {
+  auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  for (uint64_t id = 1; id <= 4; ++id) {
+    ASSERT_TRUE((*c)->SetDemand(id, Fraction(10, 0)).ok());
+    EXPECT_EQ((*c)->TryPlace(id), core::FitResult::kPlaced) << id;
+  }
+  ASSERT_TRUE((*c)->SetDemand(5, Fraction(10, 0)).ok());
+  EXPECT_EQ((*c)->TryPlace(5), core::FitResult::kNotNow);
+  EXPECT_EQ((*c)->AllocationOf(1)->memory_bytes_per_gpu, 10 * core::kGiB);
+}
+
+TEST(NodeCapacity, NeverFitsIsToldApartFromNotNow) {
+  auto c = NodeCapacity::Create({Gpu(0), Gpu(1)}, core::Policy::kBinpack);
+  core::ResourceRequest three;
+  three.kind = core::RequestKind::kWholeGpus;
+  three.gpus_min = three.gpus_max = 3;
+  EXPECT_EQ((*c)->CouldEverFit(three).code(), core::StatusCode::kOutOfRange);
+  EXPECT_EQ((*c)->CouldEverFit(Fraction(41, 100)).code(), core::StatusCode::kOutOfRange);
+  EXPECT_TRUE((*c)->CouldEverFit(Fraction(40, 100)).ok());
+  core::ResourceRequest mig;
+  mig.kind = core::RequestKind::kMig;
+  mig.mig = {1, 10};
+  EXPECT_NE((*c)->CouldEverFit(mig).message().find("MIG mode"), std::string::npos);
+}
+
+TEST(NodeCapacity, MultiGpuJobsStayOnOneIsland) {
+  auto c = NodeCapacity::Create({Gpu(0, 0), Gpu(1, 1), Gpu(2, 1), Gpu(3, 0)},
+                                core::Policy::kBinpack);
+  core::ResourceRequest two;
+  two.kind = core::RequestKind::kWholeGpus;
+  two.gpus_min = two.gpus_max = 2;
+  ASSERT_TRUE((*c)->SetDemand(1, two).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  auto a = (*c)->AllocationOf(1);
+  ASSERT_EQ(a->gpu_indices.size(), 2u);
+  bool island0 = a->gpu_indices == std::vector<uint32_t>{0, 3};
+  bool island1 = a->gpu_indices == std::vector<uint32_t>{1, 2};
+  EXPECT_TRUE(island0 || island1) << a->gpu_indices[0] << "," << a->gpu_indices[1];
+}
+
+TEST(NodeCapacity, HoldRestoresAnAllocationAndRefusesADoubleOne) {
+  auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
+  core::ResourceRequest one;
+  one.kind = core::RequestKind::kWholeGpus;
+  one.gpus_min = one.gpus_max = 1;
+  ASSERT_TRUE((*c)->SetDemand(1, one).ok());
+  ASSERT_TRUE((*c)->SetDemand(2, one).ok());
+  core::Allocation a;
+  a.gpu_indices = {0};
+  a.gpu_uuids = {"GPU-0"};
+  ASSERT_TRUE((*c)->Hold(1, a).ok());
+  EXPECT_FALSE((*c)->Hold(2, a).ok());
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow);
+  a.gpu_uuids = {"GPU-gone"};
+  EXPECT_EQ((*c)->Hold(2, a).code(), core::StatusCode::kNotFound);
+}
+
+TEST(NodeCapacity, MigInstancesAreAllocatableUnits) {
+  GpuInfo g = Gpu(0);
+  g.mig_enabled = true;
+  for (int i = 0; i < 2; ++i) {
+    MigInstance m;
+    m.uuid = "MIG-" + std::to_string(i);
+    m.profile = "1g.10gb";
+    m.memory_total = 10 * core::kGiB;
+    g.mig.push_back(m);
+  }
+  auto c = NodeCapacity::Create({g}, core::Policy::kBinpack);
+  core::ResourceRequest mig;
+  mig.kind = core::RequestKind::kMig;
+  mig.mig = {1, 10};
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE((*c)->SetDemand(id, mig).ok());
+  EXPECT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->TryPlace(3), core::FitResult::kNotNow);
+  EXPECT_EQ((*c)->AllocationOf(2)->gpu_uuids[0], "MIG-1");
+  (*c)->Release(1);
+  EXPECT_EQ((*c)->TryPlace(3), core::FitResult::kPlaced);
+  mig.mig = {3, 40};
+  EXPECT_EQ((*c)->CouldEverFit(mig).code(), core::StatusCode::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

@@ -1,0 +1,50 @@
+#include "daemon/config.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuslice::daemon {
+namespace {
+
+TEST(Config, FileOverridesDefaults) {
+  DaemonConfig c;
+  auto s = ParseConfigText(
+      "# comment\n"
+      "socket = /tmp/x.sock\n"
+      "state_dir=/var/tmp/gs   # trailing comment\n"
+      "policy = spread\n"
+      "backfill = off\n"
+      "kill_grace = 10s\n"
+      "socket_mode = 0600\n",
+      "test.conf", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.socket, "/tmp/x.sock");
+  EXPECT_EQ(c.state_dir, "/var/tmp/gs");
+  EXPECT_EQ(c.policy, core::Policy::kSpread);
+  EXPECT_FALSE(c.backfill);
+  EXPECT_EQ(c.kill_grace_ms, 10000);
+  EXPECT_EQ(c.socket_mode, 0600u);
+}
+
+TEST(Config, ErrorsNameTheLineAndTheValue) {
+  struct Case {
+    const char* text;
+    const char* needle;
+  } cases[] = {
+      {"socket = relative.sock\n", "test.conf:1: socket: must be an absolute path"},
+      {"\n\npolicy = fgd\n", "test.conf:3: policy"},
+      {"colour = blue\n", "unknown setting 'colour'"},
+      {"just words\n", "expected 'key = value'"},
+      {"socket_mode = 0666\n", "not world-writable"},
+      {"backfill = maybe\n", "expected true or false"},
+      {"gpu_source = gpu\n", "expected auto, nvml or simulated"},
+  };
+  for (const Case& c : cases) {
+    DaemonConfig config;
+    auto s = ParseConfigText(c.text, "test.conf", &config);
+    ASSERT_FALSE(s.ok()) << c.text;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

@@ -1,0 +1,54 @@
+#pragma once
+
+// A Launcher for unit tests: records launches, and lets the test end a job's
+// processes (with an exit code written where the supervisor would) or keep
+// them alive.
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "daemon/launcher.h"
+
+namespace gpuslice::daemon {
+
+class FakeLauncher : public Launcher {
+ public:
+  core::Result<ProcessRef> Launch(const LaunchSpec& spec) override {
+    if (!fail_with.ok()) return fail_with;
+    int64_t pid = next_pid_++;
+    launches[pid] = spec;
+    alive.insert(pid);
+    return ProcessRef{pid, 1000 + static_cast<uint64_t>(pid), 0};
+  }
+  bool GroupAlive(int64_t pgid) override { return alive.count(pgid) > 0; }
+  bool ProcessAlive(int64_t pid, uint64_t) override { return alive.count(pid) > 0; }
+  core::Status SignalGroup(int64_t pgid, int signal) override {
+    signals.emplace_back(pgid, signal);
+    if (die_on_signal && alive.erase(pgid)) WriteStatus(pgid, "signal", signal);
+    return core::Status::Ok();
+  }
+  std::vector<int64_t> Reap() override { return {}; }
+
+  // Ends job `pid` with exit code `code`, as its supervisor would record it.
+  void Exit(int64_t pid, int code) {
+    alive.erase(pid);
+    WriteStatus(pid, "exit", code);
+  }
+  void WriteStatus(int64_t pid, const char* kind, int n) {
+    auto it = launches.find(pid);
+    if (it == launches.end()) return;
+    std::ofstream(it->second.status_path) << kind << " " << n << "\n";
+  }
+
+  std::map<int64_t, LaunchSpec> launches;
+  std::set<int64_t> alive;
+  std::vector<std::pair<int64_t, int>> signals;
+  bool die_on_signal = true;
+  core::Status fail_with;
+
+ private:
+  int64_t next_pid_ = 5000;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,254 @@
+#include "daemon/service.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/launcher_fake.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+InventorySnapshot TwoGpus() {
+  InventorySnapshot s;
+  s.source = "simulated";
+  for (uint32_t i = 0; i < 2; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(i);
+    g.model = "H100";
+    g.memory_total = 80 * core::kGiB;
+    s.gpus.push_back(g);
+  }
+  return s;
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-service-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    Restart();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A fresh Service over the same state dir, launcher and regions: what a
+  // daemon restart sees.
+  void Restart() {
+    service_.reset();
+    ServiceOptions o;
+    o.state_dir = dir_;
+    o.shim_path = "/lib/libgpuslice.so";
+    o.sim_lib_dir = "/lib/sim";
+    o.kill_grace_ms = 1000;
+    service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
+    ASSERT_TRUE(service_->Start().ok());
+  }
+
+  core::Result<JobView> Submit(std::optional<std::string> mem, std::optional<std::string> gpus,
+                               const std::string& priority = "normal",
+                               std::optional<std::string> runtime = std::nullopt,
+                               uint32_t uid = 1000) {
+    SubmitSpec s;
+    s.fields.mem = mem;
+    if (mem) s.fields.compute = "10%";
+    s.fields.gpus = gpus;
+    s.fields.priority = priority;
+    s.fields.max_runtime = runtime;
+    s.argv = {"train"};
+    s.cwd = "/home/u";
+    s.env = {"PATH=/usr/bin", "LD_PRELOAD=/mine.so", "CUDA_VISIBLE_DEVICES=7"};
+    Caller c;
+    c.uid = uid;
+    c.gid = uid;
+    c.user = "u" + std::to_string(uid);
+    return service_->Submit(c, s);
+  }
+  core::JobState State(uint64_t id) { return service_->Get(id)->job.state; }
+  int64_t Pid(uint64_t id) { return service_->Get(id)->job.pid; }
+
+  std::string dir_;
+  FakeClock clock_;
+  FakeInventory inventory_{TwoGpus()};
+  FakeLauncher launcher_;
+  FakeRegionStore regions_;
+  std::unique_ptr<Service> service_;
+};
+
+TEST_F(ServiceTest, JobStartsInItsSliceWithTheSliceEnvironment) {
+  auto v = Submit("8GiB", std::nullopt);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->job.state, core::JobState::kRunning);
+  ASSERT_EQ(launcher_.launches.size(), 1u);
+  const LaunchSpec& spec = launcher_.launches.begin()->second;
+  EXPECT_EQ(spec.uid, 1000u);
+  EXPECT_EQ(spec.cwd, "/home/u");
+  auto has = [&](const std::string& e) {
+    return std::find(spec.env.begin(), spec.env.end(), e) != spec.env.end();
+  };
+  EXPECT_TRUE(has("CUDA_VISIBLE_DEVICES=" + v->job.allocation.gpu_uuids[0]));
+  EXPECT_TRUE(has("LD_PRELOAD=/lib/libgpuslice.so:/mine.so"));
+  EXPECT_TRUE(has("LD_LIBRARY_PATH=/lib/sim"));
+  EXPECT_TRUE(has("GPUSLICE_SLICE=/fake/slice-1"));
+  EXPECT_FALSE(has("CUDA_VISIBLE_DEVICES=7"));
+  ASSERT_EQ(regions_.regions.size(), 1u);
+  EXPECT_EQ(regions_.regions.begin()->second.memory_bytes_per_device, 8 * core::kGiB);
+}
+
+TEST_F(ServiceTest, RequestThatCanNeverFitIsRefusedAtOnce) {
+  auto big = Submit("81GiB", std::nullopt);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(big.status().message().find("never fit"), std::string::npos) << big.status().message();
+  auto three = Submit(std::nullopt, "3");
+  ASSERT_FALSE(three.ok());
+  EXPECT_EQ(service_->List(true).size(), 0u);
+}
+
+TEST_F(ServiceTest, WhatDoesNotFitWaitsAndStartsWhenMemoryFrees) {
+  ASSERT_TRUE(Submit(std::nullopt, "2").ok());  // Takes both GPUs.
+  auto waiting = Submit("8GiB", std::nullopt);
+  ASSERT_TRUE(waiting.ok());
+  uint64_t id = waiting->job.id;
+  EXPECT_EQ(State(id), core::JobState::kQueued);
+  EXPECT_EQ(service_->Get(id)->queue_position, 1);
+  EXPECT_NE(service_->Get(id)->waiting_for.find("first in line"), std::string::npos);
+  launcher_.Exit(Pid(1), 0);
+  service_->Tick();
+  EXPECT_EQ(service_->Get(1)->job.state, core::JobState::kExited);
+  EXPECT_EQ(State(id), core::JobState::kRunning);
+  EXPECT_TRUE(regions_.regions.count("/fake/slice-1") == 0) << "region removed at the end";
+}
+
+TEST_F(ServiceTest, HigherPriorityGoesFirstWhenCapacityFrees) {
+  ASSERT_TRUE(Submit(std::nullopt, "2").ok());
+  auto low = Submit(std::nullopt, "2", "low");
+  auto high = Submit(std::nullopt, "2", "high");
+  EXPECT_EQ(service_->Get(high->job.id)->queue_position, 1);
+  EXPECT_EQ(service_->Get(low->job.id)->queue_position, 2);
+  launcher_.Exit(Pid(1), 0);
+  service_->Tick();
+  EXPECT_EQ(State(high->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(low->job.id), core::JobState::kQueued);
+}
+
+TEST_F(ServiceTest, OnlyTheOwnerOrAnAdminMayCancel) {
+  auto v = Submit("8GiB", std::nullopt);
+  Caller other;
+  other.uid = 2000;
+  other.user = "mallory";
+  core::Status s = service_->Cancel(other, v->job.id);
+  EXPECT_EQ(s.code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find("belongs to u1000"), std::string::npos);
+  Caller admin;
+  admin.uid = 0;
+  admin.admin = true;
+  ASSERT_TRUE(service_->Cancel(admin, v->job.id).ok());
+  service_->Tick();
+  EXPECT_EQ(State(v->job.id), core::JobState::kCancelled);
+  EXPECT_EQ(launcher_.signals.front().second, SIGTERM);
+}
+
+TEST_F(ServiceTest, StubbornJobIsKilledAfterTheGracePeriod) {
+  launcher_.die_on_signal = false;
+  auto v = Submit("8GiB", std::nullopt);
+  Caller owner;
+  owner.uid = 1000;
+  ASSERT_TRUE(service_->Cancel(owner, v->job.id).ok());
+  service_->Tick();
+  EXPECT_EQ(State(v->job.id), core::JobState::kRunning);
+  clock_.Advance(1500);
+  service_->Tick();
+  EXPECT_EQ(launcher_.signals.back().second, SIGKILL);
+  launcher_.Exit(v->job.pid, 137);
+  service_->Tick();
+  EXPECT_EQ(State(v->job.id), core::JobState::kCancelled);
+}
+
+TEST_F(ServiceTest, MaximumRunTimeEndsTheJob) {
+  auto v = Submit("8GiB", std::nullopt, "normal", "2s");
+  clock_.Advance(2500);
+  service_->Tick();
+  service_->Tick();
+  EXPECT_EQ(State(v->job.id), core::JobState::kTimedOut);
+  EXPECT_EQ(service_->Get(v->job.id)->job.exit_code, 128 + SIGTERM);
+}
+
+TEST_F(ServiceTest, CommandThatCannotStartFailsWithItsReason) {
+  launcher_.fail_with = core::NotFoundError("command 'trian' not found in PATH /usr/bin");
+  auto v = Submit("8GiB", std::nullopt);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(v->job.state, core::JobState::kFailed);
+  EXPECT_EQ(v->job.exit_code, 127);
+  EXPECT_NE(v->job.reason.find("not found"), std::string::npos);
+  // The capacity went back: a whole-machine job fits.
+  launcher_.fail_with = core::Status::Ok();
+  EXPECT_EQ(Submit(std::nullopt, "2")->job.state, core::JobState::kRunning);
+}
+
+TEST_F(ServiceTest, RestartReadoptsRunningJobsWithoutLosingOrDoublingAllocations) {
+  auto a = Submit(std::nullopt, "1");
+  auto b = Submit("60GiB", std::nullopt);
+  auto c = Submit("60GiB", std::nullopt);  // Waits: 20 GiB left on GPU 1.
+  ASSERT_EQ(State(c->job.id), core::JobState::kQueued);
+  Restart();
+  EXPECT_EQ(State(a->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(b->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(c->job.id), core::JobState::kQueued);
+  EXPECT_EQ(service_->running_count(), 2u);
+  // Nothing doubled: a new whole GPU does not fit, a 20 GiB slice does.
+  EXPECT_EQ(Submit(std::nullopt, "1")->job.state, core::JobState::kQueued);
+  // A job that ended while the daemon was down is finished with its code.
+  launcher_.Exit(b->job.pid, 4);
+  Restart();
+  EXPECT_EQ(service_->Get(b->job.id)->job.state, core::JobState::kExited);
+  EXPECT_EQ(service_->Get(b->job.id)->job.exit_code, 4);
+  EXPECT_EQ(State(c->job.id), core::JobState::kRunning);
+}
+
+TEST_F(ServiceTest, UnreadableLedgerMakesTheServiceDegradedButReadable) {
+  service_.reset();
+  fs::remove(dir_ + "/ledger.db");
+  fs::remove(dir_ + "/ledger.db-wal");
+  fs::remove(dir_ + "/ledger.db-shm");
+  std::ofstream(dir_ + "/ledger.db") << std::string(4096, 'x');
+  ServiceOptions o;
+  o.state_dir = dir_;
+  service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
+  ASSERT_TRUE(service_->Start().ok());
+  EXPECT_TRUE(service_->degraded());
+  EXPECT_NE(service_->degraded_reason().find("ledger"), std::string::npos);
+  auto v = Submit("8GiB", std::nullopt);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_TRUE(service_->List(true).empty());  // Reads still work.
+  EXPECT_EQ(service_->inventory().gpus.size(), 2u);
+}
+
+TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
+  SubmitSpec s;
+  s.fields.mem = "4GiB";
+  s.mode = core::JobMode::kShell;
+  s.cwd = "/";
+  Caller c;
+  c.uid = getuid();
+  c.user = "me";
+  c.local = true;
+  auto v = service_->Submit(c, s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->job.state, core::JobState::kRunning);
+  EXPECT_TRUE(launcher_.launches.empty());  // The client starts the shell.
+  ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
+  ASSERT_TRUE(service_->ReportExit(c, v->job.id, 0).ok());
+  EXPECT_EQ(State(v->job.id), core::JobState::kExited);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
