@@ -58,8 +58,10 @@ int TimeSlicer::NextWaiter() const {
   return -1;
 }
 
-void TimeSlicer::HandTo(int slot) {
+void TimeSlicer::HandTo(int slot, uint64_t at_ns) {
   holding_ = false;
+  // Published by the release store of `holder` below.
+  arbiter_->holder_since_ns.store(at_ns, std::memory_order_relaxed);
   arbiter_->holder.store(slot < 0 ? 0 : static_cast<uint32_t>(slot) + 1, std::memory_order_release);
   arbiter_->handoffs.fetch_add(1, std::memory_order_relaxed);
   FutexWakeAll(&arbiter_->holder);
@@ -83,9 +85,13 @@ uint64_t TimeSlicer::Acquire() {
   const uint32_t me = static_cast<uint32_t>(slot_) + 1;
   SetWaiting(true);
   uint64_t waited_since = MonotonicNs();
+  bool handed = false;
   while (true) {
     uint32_t h = arbiter_->holder.load(std::memory_order_acquire);
-    if (h == me) break;  // Handed to us.
+    if (h == me) {  // Handed to us.
+      handed = true;
+      break;
+    }
     if (h == 0) {
       if (arbiter_->holder.compare_exchange_strong(h, me, std::memory_order_acq_rel)) break;
       continue;
@@ -98,37 +104,42 @@ uint64_t TimeSlicer::Acquire() {
   }
   holding_ = true;
   uint64_t now = MonotonicNs();
-  quantum_start_ns_ = now;
-  arbiter_->holder_since_ns.store(now, std::memory_order_relaxed);
+  uint64_t start = now;
+  if (handed) {
+    uint64_t since = arbiter_->holder_since_ns.load(std::memory_order_relaxed);
+    start = std::max(std::min(since, now), now - std::min(now, kMaxLagNs));
+  }
+  quantum_start_ns_ = start;
+  arbiter_->holder_since_ns.store(start, std::memory_order_relaxed);
   arbiter_->holder_heartbeat_ns.store(now, std::memory_order_release);
-  return now;
+  return start;
 }
 
-bool TimeSlicer::MaybeYield(uint64_t* now_ns) {
+bool TimeSlicer::MaybeYield(uint64_t cursor_ns, uint64_t* resume_ns) {
   const uint32_t me = static_cast<uint32_t>(slot_) + 1;
-  uint64_t now = MonotonicNs();
-  arbiter_->holder_heartbeat_ns.store(now, std::memory_order_release);
+  arbiter_->holder_heartbeat_ns.store(MonotonicNs(), std::memory_order_release);
   if (arbiter_->holder.load(std::memory_order_acquire) != me) {
     // Evicted while stopped: queue up again.
     holding_ = false;
-    *now_ns = Acquire();
+    *resume_ns = Acquire();
     return true;
   }
-  if (now - quantum_start_ns_ < model_->quantum_ns()) return false;
+  // The quantum is measured on the GPU's timeline, like the kernels.
+  if (cursor_ns < quantum_start_ns_ + model_->quantum_ns()) return false;
   int next = NextWaiter();
   if (next < 0) {
-    quantum_start_ns_ = now;  // Nobody waits: a fresh quantum.
+    quantum_start_ns_ = cursor_ns;  // Nobody waits: a fresh quantum.
     return false;
   }
-  HandTo(next);  // Our waiting bit stays set: we still have kernels.
-  *now_ns = Acquire();
+  HandTo(next, cursor_ns);  // Our waiting bit stays set: we still have kernels.
+  *resume_ns = Acquire();
   return true;
 }
 
-void TimeSlicer::Release() {
+void TimeSlicer::Release(uint64_t cursor_ns) {
   if (!holding_) return;
   SetWaiting(false);
-  HandTo(NextWaiter());
+  HandTo(NextWaiter(), std::min(cursor_ns, MonotonicNs()));
 }
 
 }  // namespace gpuslice::sim

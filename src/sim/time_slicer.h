@@ -21,18 +21,25 @@ namespace gpuslice::sim {
 
 class TimeSlicer {
  public:
+  // How far a timeline may trail the wall clock before the gap counts as
+  // idle GPU time (a process that was not scheduled for long).
+  static constexpr uint64_t kMaxLagNs = 20000000;
+
   TimeSlicer(DeviceModel* model, uint32_t unit);
 
-  // Blocks until this process holds the unit. Returns the monotonic time at
-  // which it got it.
+  // Blocks until this process holds the unit. Returns where its timeline
+  // starts: the instant the previous holder handed over (on the GPU's
+  // timeline, so the OS's wake-up latency is not lost GPU time, up to
+  // kMaxLagNs), or now if the unit was free.
   uint64_t Acquire();
-  // Called by the holder at slice boundaries. If the quantum that began at
-  // the last Acquire (or the last call that returned false) is used up and
-  // another process waits, hands the unit over, waits for its turn again and
-  // returns true; `*now_ns` is then the time it got the unit back.
-  bool MaybeYield(uint64_t* now_ns);
+  // Called by the holder at slice boundaries with its timeline position
+  // (`cursor_ns`, CLOCK_MONOTONIC ns). If the quantum that began at the last
+  // Acquire is used up and another process waits, hands the unit over at
+  // `cursor_ns`, waits for its turn again and returns true with
+  // `*resume_ns` set as Acquire() would return.
+  bool MaybeYield(uint64_t cursor_ns, uint64_t* resume_ns);
   // The holder has no more kernels: passes the unit on (or frees it).
-  void Release();
+  void Release(uint64_t cursor_ns);
   bool holding() const { return holding_; }
   uint32_t unit() const { return unit_; }
 
@@ -40,7 +47,7 @@ class TimeSlicer {
   void SetWaiting(bool waiting);
   // The next waiting slot after ours, or -1.
   int NextWaiter() const;
-  void HandTo(int slot);
+  void HandTo(int slot, uint64_t at_ns);
   void CheckHolder(uint32_t holder);
 
   DeviceModel* model_;

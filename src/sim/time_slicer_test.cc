@@ -45,9 +45,9 @@ void SaturatingChild(const ModelOptions& options, uint64_t run_ns, int fd) {
     busy += 250000;
     (*m)->AddBusy(0, 250000);
     uint64_t back = 0;
-    if (slicer.MaybeYield(&back)) cursor = std::max(cursor, back);
+    if (slicer.MaybeYield(cursor, &back)) cursor = std::max(cursor, back);
   }
-  slicer.Release();
+  slicer.Release(cursor);
   if (write(fd, &busy, sizeof(busy)) != sizeof(busy)) _exit(3);
   _exit(0);
 }
@@ -105,7 +105,7 @@ TEST_F(TimeSlicerTest, DeadHolderDoesNotStallOthers) {
   slicer.Acquire();
   EXPECT_LT(MonotonicNs() - start, 2000000000u);
   EXPECT_TRUE(slicer.holding());
-  slicer.Release();
+  slicer.Release(MonotonicNs());
   EXPECT_EQ((*m)->state()->unit_state[0].arbiter.holder.load(), 0u);
   close(fds[0]);
   close(fds[1]);

@@ -524,6 +524,36 @@ int ProcAddress(const char* def_path) {
   return 0;
 }
 
+// Calls entry points that the simulator implements on top of others
+// (run with interpose_preload): none may reach the interposed symbols.
+int Interposition() {
+  [[maybe_unused]] Setup s = Init();
+  CUstream st;
+  CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  CUevent e0, e1;
+  CU(cuEventCreate(&e0, 0));
+  CU(cuEventCreate(&e1, 0));
+  CU(cuEventRecord(e0, st));
+  CU(cuEventRecord(e1, st));
+  CU(cuEventSynchronize(e1));
+  float ms = 0;
+  using Elapsed = CUresult (*)(float*, CUevent, CUevent);
+  void* legacy = dlsym(RTLD_DEFAULT, "cuEventElapsedTime");  // The v1 name, not the macro.
+  CHECK(legacy != nullptr);
+  CU(reinterpret_cast<Elapsed>(legacy)(&ms, e0, e1));
+  using TotalMem = CUresult (*)(unsigned int*, CUdevice);
+  unsigned int mem32 = 0;
+  CU(reinterpret_cast<TotalMem>(dlsym(RTLD_DEFAULT, "cuDeviceTotalMem"))(&mem32, 0));
+  void* host = nullptr;
+  CU(cuMemAllocHost(&host, 4096));
+  CU(cuMemFreeHost(host));
+  using Begin = CUresult (*)(CUstream);
+  CU(reinterpret_cast<Begin>(dlsym(RTLD_DEFAULT, "cuStreamBeginCapture"))(st));
+  CUgraph g;
+  CU(cuStreamEndCapture(st, &g));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -537,6 +567,7 @@ int main(int argc, char** argv) {
   if (mode == "graphs") return Graphs();
   if (mode == "errors") return Errors();
   if (mode == "devices") return Devices();
+  if (mode == "interposition") return Interposition();
   if (mode == "proc-address" && argc == 3) return ProcAddress(argv[2]);
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;

@@ -221,6 +221,12 @@ TEST_F(SimDriverTest, VisibleDevicesSelectsAndReordersDevices) {
   EXPECT_NE(out.find("1 NVIDIA H100 80GB HBM3"), std::string::npos) << out;
 }
 
+TEST_F(SimDriverTest, InternalCallsDoNotGoThroughExportedSymbols) {
+  env_["LD_PRELOAD"] = GPUSLICE_INTERPOSE_PRELOAD;
+  std::string out, err;
+  EXPECT_EQ(RunMode({"interposition"}, &out, &err), 0) << err;
+}
+
 TEST_F(SimDriverTest, TwoSaturatingProcessesEachGetAboutHalf) {
   constexpr int kRunMs = 1200;
   Probe a({"saturate", std::to_string(kRunMs)}, env_);

@@ -72,7 +72,7 @@ void Executor::RunKernel(uint64_t cost_ns) {
     remaining -= step;
     model_->AddBusy(unit_, step);
     uint64_t back = 0;
-    if (slicer_.MaybeYield(&back)) cursor_ = std::max(cursor_, back);
+    if (slicer_.MaybeYield(cursor_, &back)) cursor_ = std::max(cursor_, back);
   }
   model_->MaybeSample();
 }
@@ -83,7 +83,7 @@ void Executor::Loop() {
     if (queue_.empty()) {
       // Idle: let other processes have the unit while we wait.
       lock.unlock();
-      slicer_.Release();
+      slicer_.Release(cursor_);
       lock.lock();
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // Stopped and drained.
@@ -103,7 +103,7 @@ void Executor::Loop() {
         break;
       case Work::Kind::kWait:
         // Do not hold the unit while blocked on another device's work.
-        slicer_.Release();
+        slicer_.Release(cursor_);
         work.wait_on->WaitFor(work.wait_seq);
         cursor_ = std::max(cursor_, MonotonicNs());
         break;
