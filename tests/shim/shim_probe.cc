@@ -359,9 +359,12 @@ int Dlsym(size_t bytes) {
   r = alloc(&p, bytes);
   std::printf("dlvsym_result=%d\n", int(r));
   if (r == CUDA_SUCCESS) cuMemFree(p);
-  // RTLD_NEXT from the program must still mean "after the program".
-  void* next = dlsym(RTLD_NEXT, "getpid");
-  std::printf("rtld_next_ok=%d\n", next == reinterpret_cast<void*>(&getpid) ? 1 : 0);
+  // RTLD_NEXT from the program must still mean "after the program": the
+  // first definition after it is the shim's (preloaded) one, the same the
+  // program's own reference binds to. Were the lookup made relative to the
+  // shim instead, it would skip the shim and return the driver's.
+  void* next = dlsym(RTLD_NEXT, "cuMemAlloc_v2");
+  std::printf("rtld_next_ok=%d\n", next == reinterpret_cast<void*>(&cuMemAlloc_v2) ? 1 : 0);
   return 0;
 }
 
