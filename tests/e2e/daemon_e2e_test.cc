@@ -1,0 +1,223 @@
+// End-to-end: the real gpusliced, gpuslice, shim and simulated GPU.
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+namespace gpuslice::e2e {
+namespace {
+
+using nlohmann::json;
+
+json Job(Daemon& d, const std::string& id) {
+  CliResult r = d.Cli({"ps", "--all", "--json"});
+  // Held in a variable: a range-for over a member of a temporary dangles.
+  json list = json::parse(r.out, nullptr, false);
+  if (!list.is_object()) return json();
+  for (const json& j : list["jobs"]) {
+    if (std::to_string(j["id"].get<uint64_t>()) == id) return j;
+  }
+  return json();
+}
+
+std::string State(Daemon& d, const std::string& id) {
+  json j = Job(d, id);
+  return j.is_null() ? "" : j["state"].get<std::string>();
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+class E2E : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log"); }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "daemon log:\n" << ReadFile(d.dir() + "/daemon.log");
+  }
+  Daemon d;
+};
+
+TEST_F(E2E, RunStreamsOutputAndExitsWithTheJobsExitCode) {
+  CliResult r = d.Cli({"run", "--mem", "1GiB", "--compute", "10%", "--", "sh", "-c",
+                       "echo out; echo err >&2; echo $CUDA_VISIBLE_DEVICES; exit 7"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.out.find("out\n"), std::string::npos);
+  EXPECT_NE(r.out.find("GPU-"), std::string::npos) << "CUDA_VISIBLE_DEVICES by UUID";
+  EXPECT_NE(r.err.find("err\n"), std::string::npos);
+}
+
+TEST_F(E2E, RunsInTheCallersDirectoryAndEnvironment) {
+  std::string sub = d.dir() + "/work";
+  ASSERT_EQ(mkdir(sub.c_str(), 0755), 0);
+  CliResult r = d.Cli({"run", "--mem", "1GiB", "--", "sh", "-c",
+                       "cd " + sub + " && pwd; echo $GPUSLICE_SOCKET"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(sub), std::string::npos);
+  EXPECT_NE(r.out.find(d.socket()), std::string::npos) << "the caller's environment";
+}
+
+TEST_F(E2E, ShimEnforcesTheSliceMemoryLimit) {
+  CliResult ok = d.Cli({"run", "--mem", "4GiB", "--compute", "20%", "--", WorkerPath(), "--name",
+                        "fits", "--mem", "2GiB", "--seconds", "0.3"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  CliResult over = d.Cli({"run", "--mem", "4GiB", "--compute", "20%", "--", WorkerPath(),
+                          "--name", "over", "--mem", "6GiB", "--seconds", "0.3"});
+  EXPECT_EQ(over.exit_code, 3) << over.out << over.err;  // CUDA_ERROR_OUT_OF_MEMORY.
+  EXPECT_NE(over.err.find("OUT_OF_MEMORY"), std::string::npos) << over.err;
+}
+
+TEST_F(E2E, SubmitPsLogsAndCancel) {
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--name", "sleeper", "--", "sh", "-c",
+                       "echo started; exec sleep 60"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::string id = Trim(s.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return d.Cli({"logs", id}).out == "started\n"; }));
+  CliResult ps = d.Cli({"ps"});
+  EXPECT_NE(ps.out.find("sleeper"), std::string::npos);
+  EXPECT_NE(ps.out.find("running"), std::string::npos);
+  CliResult c = d.Cli({"cancel", id});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }));
+  EXPECT_EQ(Job(d, id)["exit_code"], 128 + SIGTERM);
+}
+
+TEST_F(E2E, QueuedJobWaitsWithAReasonAndStartsWhenMemoryFrees) {
+  CliResult a = d.Cli({"submit", "--mem", "60GiB", "--compute", "50%", "--", "sleep", "2"});
+  CliResult b = d.Cli({"submit", "--mem", "30GiB", "--compute", "50%", "--", "true"});
+  std::string ida = Trim(a.out), idb = Trim(b.out);
+  json queued = Job(d, idb);
+  if (queued["state"] == "queued") {  // Unless job a already ended (very slow machine).
+    EXPECT_EQ(queued["queue_position"], 1);
+    EXPECT_NE(queued["waiting_for"].get<std::string>().find("30 GiB"), std::string::npos);
+    CliResult ps = d.Cli({"ps"});
+    EXPECT_NE(ps.out.find("first in line"), std::string::npos) << ps.out;
+  }
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, idb) == "exited"; }, 60));
+  EXPECT_EQ(State(d, ida), "exited");
+  EXPECT_GE(Job(d, idb)["started_ms"].get<int64_t>(), Job(d, ida)["ended_ms"].get<int64_t>());
+}
+
+TEST_F(E2E, RequestThatCanNeverFitIsRefusedAtOnce) {
+  CliResult r = d.Cli({"submit", "--mem", "100GiB", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_NE(r.err.find("never fit"), std::string::npos) << r.err;
+  CliResult g = d.Cli({"submit", "--gpus", "2", "--", "true"});
+  EXPECT_EQ(g.exit_code, 125);
+  CliResult bad = d.Cli({"submit", "--mem", "12XB", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 125);
+  EXPECT_NE(bad.err.find("--mem"), std::string::npos) << bad.err;
+  CliResult missing = d.Cli({"run", "--mem", "1GiB", "--", "no-such-command-xyz"});
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_NE(missing.err.find("not found"), std::string::npos) << missing.err;
+  EXPECT_TRUE(json::parse(d.Cli({"ps", "--json"}).out)["jobs"].empty());
+}
+
+TEST_F(E2E, RestartAfterSigkillReadoptsRunningJobs) {
+  std::string marker = d.dir() + "/marker";
+  CliResult a = d.Cli({"submit", "--gpus", "1", "--", "sh", "-c",
+                       "while [ ! -e " + marker + " ]; do sleep 0.05; done; exit 5"});
+  CliResult b = d.Cli({"submit", "--mem", "1GiB", "--", "true"});  // Waits for the GPU.
+  std::string ida = Trim(a.out), idb = Trim(b.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, ida) == "running"; }));
+  ASSERT_EQ(State(d, idb), "queued");
+  d.Kill(SIGKILL);
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log.2");
+  EXPECT_EQ(State(d, ida), "running");  // Re-adopted, not lost...
+  EXPECT_EQ(State(d, idb), "queued");   // ...and not doubled.
+  std::ofstream(marker) << "go";
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, idb) == "exited"; }, 60));
+  json ja = Job(d, ida);
+  EXPECT_EQ(ja["state"], "exited");
+  EXPECT_EQ(ja["exit_code"], 5) << "the exit status survives the restart";
+}
+
+TEST_F(E2E, GpusAndDoctorSaySimulatedAndJsonParses) {
+  CliResult g = d.Cli({"gpus"});
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.out.find("SIMULATED"), std::string::npos) << g.out;
+  json gj = json::parse(d.Cli({"gpus", "--json"}).out);
+  EXPECT_TRUE(gj["simulated"].get<bool>());
+  EXPECT_EQ(gj["gpus"].size(), 1u);
+  CliResult doc = d.Cli({"doctor", "--json"});
+  json dj = json::parse(doc.out);
+  bool shim_ok = false;
+  for (const json& c : dj["checks"]) {
+    if (c["name"] == "shim") shim_ok = c["ok"];
+  }
+  EXPECT_TRUE(shim_ok) << doc.out;
+  EXPECT_EQ(json::parse(d.Cli({"status", "--json"}).out)["state"], "ok");
+}
+
+TEST_F(E2E, RunCtrlCCancelsTheJob) {
+  std::string out = d.dir() + "/run.out";
+  int pid = d.CliAsync({"run", "--mem", "1GiB", "--", "sh", "-c", "echo up; exec sleep 60"}, out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return ReadFile(out) == "up\n"; }));
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_TRUE(Daemon::WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_TRUE(json::parse(d.Cli({"ps", "--json"}).out)["jobs"].empty());
+}
+
+class E2EDegraded : public ::testing::Test {};
+
+TEST_F(E2EDegraded, UnreadableLedgerServesReadsAndRefusesWork) {
+  Daemon d;
+  ASSERT_EQ(mkdir(d.state_dir().c_str(), 0755), 0);
+  std::ofstream(d.state_dir() + "/ledger.db") << std::string(8192, 'z');
+  ASSERT_TRUE(d.Start());
+  json s = json::parse(d.Cli({"status", "--json"}).out);
+  EXPECT_EQ(s["state"], "degraded");
+  EXPECT_NE(s["degraded_reason"].get<std::string>().find("ledger"), std::string::npos);
+  EXPECT_EQ(d.Cli({"gpus"}).exit_code, 0);
+  EXPECT_EQ(d.Cli({"ps"}).exit_code, 0);
+  CliResult r = d.Cli({"submit", "--mem", "1GiB", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_NE(r.err.find("degraded"), std::string::npos) << r.err;
+}
+
+// Two Unix users: needs root to create the second user and switch to it.
+class E2EUsers : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "the two-user test needs root (CI runs as root)";
+    if (getpwnam("gpuslice-e2e") == nullptr &&
+        system("useradd --no-create-home --shell /bin/sh gpuslice-e2e >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "cannot create user gpuslice-e2e (useradd failed)";
+    }
+    other_ = static_cast<int>(getpwnam("gpuslice-e2e")->pw_uid);
+  }
+  int other_ = -1;
+};
+
+TEST_F(E2EUsers, JobsRunAsTheCallerAndOnlyTheOwnerOrRootMayCancel) {
+  // The socket is group-accessible; let the other user in through its group.
+  Daemon d("1xH100-80GB", {"--socket-group", "gpuslice-e2e"});
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  CliResult mine = d.Cli({"run", "--mem", "1GiB", "--", "id", "-u"}, other_);
+  ASSERT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_EQ(Trim(mine.out), std::to_string(other_));
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sleep", "60"});  // As root.
+  std::string id = Trim(s.out);
+  CliResult denied = d.Cli({"cancel", id}, other_);
+  EXPECT_EQ(denied.exit_code, 125);
+  EXPECT_NE(denied.err.find("belongs to root"), std::string::npos) << denied.err;
+  CliResult other_job = d.Cli({"submit", "--mem", "1GiB", "--", "sleep", "60"}, other_);
+  std::string oid = Trim(other_job.out);
+  EXPECT_EQ(d.Cli({"cancel", oid}).exit_code, 0) << "root may cancel anyone's job";
+  EXPECT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+  CliResult logs = d.Cli({"logs", id}, other_);
+  EXPECT_EQ(logs.exit_code, 125) << "logs are the owner's";
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e

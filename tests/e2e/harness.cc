@@ -1,0 +1,152 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gpuslice::e2e {
+
+namespace fs = std::filesystem;
+
+std::string WorkerPath() { return GPUSLICE_E2E_WORKER; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Daemon::Daemon(std::string gpus, std::vector<std::string> extra_args)
+    : gpus_(std::move(gpus)), extra_args_(std::move(extra_args)) {
+  char tmpl[] = "/tmp/gpuslice-e2e-XXXXXX";
+  if (mkdtemp(tmpl) != nullptr) dir_ = tmpl;
+  // Other users (the permissions test) must reach the socket and /tmp paths.
+  chmod(dir_.c_str(), 0755);
+}
+
+Daemon::~Daemon() {
+  if (pid_ > 0) Kill(SIGTERM);
+  // Jobs still running (a failed test) are ended so they do not outlive it.
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+std::vector<std::string> Daemon::Env() const {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string s = *e;
+    if (s.rfind("GPUSLICE_", 0) == 0 || s.rfind("LD_PRELOAD=", 0) == 0) continue;
+    env.push_back(s);
+  }
+  env.push_back("GPUSLICE_SOCKET=" + socket());
+  env.push_back("GPUSLICE_SIM_STATE=" + dir_ + "/sim-state");
+  env.push_back("GPUSLICE_SIM_GPUS=" + gpus_);
+  // Jobs of other users open the simulated device's state too.
+  env.push_back("GPUSLICE_SIM_STATE_MODE=0666");
+  return env;
+}
+
+namespace {
+
+// fork + exec with stdout/stderr to files; optional uid switch.
+int Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+          const std::string& out, const std::string& err, int uid) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+  dup2(o, 1);
+  dup2(e, 2);
+  int devnull = open("/dev/null", O_RDONLY);
+  dup2(devnull, 0);
+  setpgid(0, 0);
+  if (uid >= 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(99);
+    if (chdir("/tmp") != 0) _exit(98);
+  }
+  std::vector<char*> a, v;
+  for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+  a.push_back(nullptr);
+  for (const auto& s : env) v.push_back(const_cast<char*>(s.c_str()));
+  v.push_back(nullptr);
+  execve(a[0], a.data(), v.data());
+  _exit(127);
+}
+
+}  // namespace
+
+bool Daemon::WaitFor(const std::function<bool()>& pred, int timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return pred();
+}
+
+bool Daemon::Start() {
+  std::vector<std::string> argv = {GPUSLICE_E2E_DAEMON,
+                                   "--state-dir", state_dir(),
+                                   "--socket",    socket(),
+                                   "--shim",      GPUSLICE_E2E_SHIM,
+                                   "--sim-lib-dir", GPUSLICE_E2E_SIM_DIR,
+                                   "--set",       "kill_grace=2s"};
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  std::string log = dir_ + "/daemon.log";
+  pid_ = Spawn(argv, Env(), dir_ + "/daemon.out", log + (fs::exists(log) ? ".2" : ""), -1);
+  return WaitFor([&] {
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return true;  // Died: reported below.
+    }
+    return Cli({"status"}, -1, 10).exit_code == 0;
+  }) && pid_ > 0;
+}
+
+void Daemon::Kill(int signal) {
+  if (pid_ <= 0) return;
+  kill(pid_, signal);
+  int status;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+CliResult Daemon::Cli(const std::vector<std::string>& args, int uid, int timeout_s) {
+  static int counter = 0;
+  std::string base = dir_ + "/cli" + std::to_string(++counter);
+  std::vector<std::string> argv = {GPUSLICE_E2E_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int pid = Spawn(argv, Env(), base + ".out", base + ".err", uid);
+  CliResult r;
+  int status = 0;
+  bool done = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout_s);
+  if (!done) {
+    kill(-pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    r.err = "TIMED OUT\n";
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(base + ".out");
+  r.err += ReadFile(base + ".err");
+  return r;
+}
+
+int Daemon::CliAsync(const std::vector<std::string>& args, const std::string& out_path) {
+  std::vector<std::string> argv = {GPUSLICE_E2E_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Spawn(argv, Env(), out_path, out_path + ".err", -1);
+}
+
+}  // namespace gpuslice::e2e

@@ -1,0 +1,56 @@
+#pragma once
+
+// A throw-away gpusliced for end-to-end tests: its own temp directory,
+// socket, state dir and simulated-GPU state file; the real daemon, CLI, shim
+// and simulator, found through paths CMake passes in (GPUSLICE_E2E_*).
+// Everything waits by polling with generous timeouts, never fixed sleeps, so
+// a busy 2-core machine slows the tests down without breaking them.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace gpuslice::e2e {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class Daemon {
+ public:
+  // `gpus`: GPUSLICE_SIM_GPUS, e.g. "1xH100-80GB".
+  explicit Daemon(std::string gpus = "1xH100-80GB", std::vector<std::string> extra_args = {});
+  ~Daemon();
+
+  // Starts gpusliced and waits until it answers; false on timeout.
+  bool Start();
+  void Kill(int signal);  // Signals the daemon and reaps it.
+  bool running() const { return pid_ > 0; }
+
+  // Runs `gpuslice ARGS...` against this daemon, as `uid` when given (root
+  // only). Returns once it exits (or kills it after `timeout_s`).
+  CliResult Cli(const std::vector<std::string>& args, int uid = -1, int timeout_s = 60);
+  // Starts `gpuslice ARGS...` without waiting; returns its pid.
+  int CliAsync(const std::vector<std::string>& args, const std::string& out_path);
+
+  // Polls `pred` every 50 ms for up to `timeout_s`.
+  static bool WaitFor(const std::function<bool()>& pred, int timeout_s = 30);
+
+  const std::string& dir() const { return dir_; }
+  std::string socket() const { return dir_ + "/gpuslice.sock"; }
+  std::string state_dir() const { return dir_ + "/state"; }
+  std::vector<std::string> Env() const;
+
+ private:
+  std::string dir_;
+  std::string gpus_;
+  std::vector<std::string> extra_args_;
+  int pid_ = -1;
+};
+
+std::string WorkerPath();
+std::string ReadFile(const std::string& path);
+
+}  // namespace gpuslice::e2e
