@@ -8,7 +8,7 @@ bin=build/bin
 sim=build/lib/sim
 
 if [ -z "${GPUSLICE_DEMO_REAL_GPU:-}" ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
-  echo "== No NVIDIA GPU here: using gpuslice's simulated GPU (${GPUSLICE_SIM_GPUS:-1x80GiB default})"
+  echo "== No NVIDIA GPU here: using gpuslice's simulated GPU (${GPUSLICE_SIM_GPUS:-default: one 80 GiB H100})"
   export LD_LIBRARY_PATH="$PWD/$sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   state_dir=$(mktemp -d)
   trap 'rm -rf "$state_dir"' EXIT
