@@ -440,41 +440,47 @@ int Devices() {
   return 0;
 }
 
-// Every entry point of the table is reachable through cuGetProcAddress and
-// is the exported function itself; the table file is passed as argv[2].
-int ProcAddress(const char* def_path) {
+// Every entry point of entry_points.def (compiled in, with its guards for
+// the cuda.h we build against) is reachable through cuGetProcAddress and is
+// the exported function itself.
+struct DefEntry {
+  const char* name;
+  int version;
+  bool ptds;
+  const char* symbol;
+};
+const DefEntry kDefEntries[] = {
+#define CU_ENTRY(name, version, symbol) {#name, version, false, #symbol},
+#define CU_PTDS(name, version, symbol) {#name, version, true, #symbol},
+#include "sim/driver/entry_points.def"
+#undef CU_ENTRY
+#undef CU_PTDS
+};
+
+int ProcAddress() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   CHECK(lib != nullptr);
   using GetProc =
       CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   auto get = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
   CHECK(get != nullptr);
-  FILE* f = std::fopen(def_path, "r");
-  CHECK(f != nullptr);
-  char line[256];
   int checked = 0;
-  while (std::fgets(line, sizeof(line), f)) {
-    char kind[16], name[128], symbol[128];
-    int version = 0;
-    if (std::sscanf(line, "CU_%15[A-Z](%127[^,], %d, %127[^)])", kind, name, &version, symbol) != 4)
-      continue;
-    bool ptds = std::strcmp(kind, "PTDS") == 0;
+  for (const DefEntry& e : kDefEntries) {
     void* pfn = nullptr;
     CUdriverProcAddressQueryResult status;
     CUresult r = get(
-        name, &pfn, version,
-        ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+        e.name, &pfn, e.version,
+        e.ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM,
         &status);
-    void* exported = dlsym(lib, symbol);
+    void* exported = dlsym(lib, e.symbol);
     if (r != CUDA_SUCCESS || status != CU_GET_PROC_ADDRESS_SUCCESS || pfn == nullptr ||
         pfn != exported) {
-      std::fprintf(stderr, "%s@%d (%s): %s, pfn %p, exported %p\n", name, version, symbol, Name(r),
-                   pfn, exported);
+      std::fprintf(stderr, "%s@%d (%s): %s, pfn %p, exported %p\n", e.name, e.version, e.symbol,
+                   Name(r), pfn, exported);
       return 1;
     }
     ++checked;
   }
-  std::fclose(f);
   CHECK(checked > 150);
   void* pfn = nullptr;
   CUdriverProcAddressQueryResult status;
@@ -568,7 +574,7 @@ int main(int argc, char** argv) {
   if (mode == "errors") return Errors();
   if (mode == "devices") return Devices();
   if (mode == "interposition") return Interposition();
-  if (mode == "proc-address" && argc == 3) return ProcAddress(argv[2]);
+  if (mode == "proc-address") return ProcAddress();
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }

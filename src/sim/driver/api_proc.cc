@@ -57,6 +57,16 @@ CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
       if (best == nullptr || e.version > best->version) best = &e;
     }
   }
+  if (best == nullptr && !known) {
+    // An entry point of cuda.h we do not implement: its stub, which is also
+    // what the exported symbol is, so both routes give NOT_SUPPORTED when
+    // called. The requested version does not matter: every stub is alike.
+    if (void* stub = FindStub(symbol, per_thread)) {
+      *pfn = stub;
+      if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  }
   if (best == nullptr) {
     if (known && status != nullptr) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
     return CUDA_ERROR_NOT_FOUND;

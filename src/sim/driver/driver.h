@@ -224,4 +224,10 @@ uint64_t KernelCostNs(const Launch& launch, void** params, void** extra, uint32_
 // Frees what a context owns (streams, events, modules, memory).
 void DestroyContextResourcesLocked(Context* ctx);
 
+// The CUDA_ERROR_NOT_SUPPORTED stub for `name`, an entry point of cuda.h
+// the simulator does not implement, as cuGetProcAddress names it (no
+// version or per-thread suffix); null when cuda.h has no such entry point
+// or it is implemented (api_stubs.cc).
+void* FindStub(const char* name, bool per_thread);
+
 }  // namespace gpuslice::sim::driver
