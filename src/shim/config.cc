@@ -57,7 +57,46 @@ ShimConfig ReadShimConfig(const std::function<const char*(const char*)>& env) {
                            "; running without a memory limit");
     }
   }
-  // A standalone slice exists only with a valid limit; a daemon slice
+  if (const char* share = env(kEnvComputeShare); share != nullptr && *share != '\0') {
+    core::Result<uint32_t> parsed = core::ParseShareMilli(share);
+    if (parsed.ok() && *parsed > 0 && *parsed <= 1000) {
+      c.has_share = true;
+      c.share_milli = *parsed;
+    } else {
+      c.problems.push_back(std::string(kEnvComputeShare) + "='" + share + "': " +
+                           (parsed.ok() ? std::string("must be above 0% and at most 100%")
+                                        : parsed.status().message()) +
+                           "; running without a compute share");
+    }
+  }
+  if (const char* mode = env(kEnvComputeMode); mode != nullptr && *mode != '\0') {
+    if (std::strcmp(mode, "hard") == 0) {
+      c.compute_mode = kRegionModeHard;
+    } else if (std::strcmp(mode, "work-conserving") == 0) {
+      c.compute_mode = kRegionModeWorkConserving;
+    } else {
+      c.problems.push_back(std::string(kEnvComputeMode) + ": unknown mode '" + mode +
+                           "' (expected hard or work-conserving); using hard");
+    }
+  }
+  if (const char* priority = env(kEnvPriority); priority != nullptr && *priority != '\0') {
+    core::Result<core::Priority> parsed = core::ParsePriority(priority);
+    if (parsed.ok()) {
+      c.priority = uint32_t(*parsed) + 1;
+    } else {
+      c.problems.push_back(std::string(kEnvPriority) + "='" + priority +
+                           "': " + parsed.status().message() + "; using normal");
+    }
+  }
+  if (const char* dir = env(kEnvCoordDir); dir != nullptr && *dir != '\0') {
+    if (dir[0] != '/') {
+      c.problems.push_back(std::string(kEnvCoordDir) + ": '" + dir +
+                           "' is not an absolute path; using the default");
+    } else {
+      c.coord_dir = dir;
+    }
+  }
+  // A standalone slice exists only with a valid limit or share; a daemon slice
   // (region made by the daemon) carries its limits in the region.
   return c;
 }

@@ -9,6 +9,10 @@
 //   GPUSLICE_SLICE=/path         the slice region (set by the daemon, or by
 //                                the shim itself for standalone descendants).
 //   GPUSLICE_LOG_LEVEL=warn      error|warn|info|debug.
+//   GPUSLICE_COMPUTE_SHARE=30    standalone compute share ("30", "30%", "12.5%").
+//   GPUSLICE_COMPUTE_MODE=hard   hard | work-conserving.
+//   GPUSLICE_PRIORITY=normal     high | normal | low.
+//   GPUSLICE_COORD_DIR=/path     where per-GPU coordination files live.
 //
 // A bad value never stops the process: it becomes one line in `problems`
 // (printed on stderr) and the setting falls back to "no limit"/"warn".
@@ -30,6 +34,16 @@ inline constexpr char kEnvDisable[] = "GPUSLICE_DISABLE";
 inline constexpr char kEnvMemoryLimit[] = "GPUSLICE_MEMORY_LIMIT";
 inline constexpr char kEnvSlice[] = "GPUSLICE_SLICE";
 inline constexpr char kEnvLogLevel[] = "GPUSLICE_LOG_LEVEL";
+inline constexpr char kEnvComputeShare[] = "GPUSLICE_COMPUTE_SHARE";
+inline constexpr char kEnvComputeMode[] = "GPUSLICE_COMPUTE_MODE";
+inline constexpr char kEnvPriority[] = "GPUSLICE_PRIORITY";
+inline constexpr char kEnvCoordDir[] = "GPUSLICE_COORD_DIR";
+
+// Region DeviceEntry::compute_mode and ::priority encodings (0 = default, so
+// that a region whose creator set only the share means hard cap, normal).
+inline constexpr uint32_t kRegionModeHard = 0;
+inline constexpr uint32_t kRegionModeWorkConserving = 2;
+inline constexpr uint32_t kRegionPriorityDefault = 0;  // normal; else core::Priority + 1.
 
 struct ShimConfig {
   bool disabled = false;
@@ -37,7 +51,16 @@ struct ShimConfig {
   std::string slice_path;          // Empty: no slice (pass-through).
   bool has_limit = false;          // GPUSLICE_MEMORY_LIMIT parsed fine.
   std::map<int, uint64_t> limits;  // Ordinal -> bytes; -1: every device.
+  bool has_share = false;           // GPUSLICE_COMPUTE_SHARE parsed fine.
+  uint32_t share_milli = 0;         // 1..1000.
+  uint32_t compute_mode = kRegionModeHard;
+  uint32_t priority = kRegionPriorityDefault;
+  std::string coord_dir;            // Empty: the standalone slice directory.
   std::vector<std::string> problems;
+
+  // True when this process roots a standalone slice (a memory limit or a
+  // compute share of its own).
+  bool Standalone() const { return has_limit || has_share; }
 
   // The standalone limit for visible ordinal `ordinal`, or kUnlimited.
   uint64_t LimitFor(int ordinal) const;

@@ -1,8 +1,9 @@
-// Kernel launches. Today they only pass through: interposing them now fixes
-// the cost of the launch path (measured in bench/shim) and gives the
-// compute-share part its place. The path is one acquire load, one indirect
-// call: no lock, no system call, no allocation, no environment, no logging.
+// Kernel and graph launches: every route passes the compute gate
+// (compute_gate.h) before the driver. Within the slice's share the added
+// path is one acquire load and a branch (and a thread-local decrement when a
+// share is set): no lock, no system call, no allocation, no logging.
 
+#include "shim/compute_gate.h"
 #include "shim/wrapper_util.h"
 
 namespace gpuslice::shim {
@@ -20,7 +21,7 @@ inline void EnsureStarted() {
 
 using namespace gpuslice::shim;
 
-#define GPUSLICE_LAUNCH_KERNEL(symbol)                                                         \
+#define GPUSLICE_LAUNCH_KERNEL(symbol, per_thread)                                             \
   GPUSLICE_EXPORT CUresult symbol(CUfunction f, unsigned int gx, unsigned int gy,              \
                                   unsigned int gz, unsigned int bx, unsigned int by,           \
                                   unsigned int bz, unsigned int shared, CUstream stream,       \
@@ -28,25 +29,27 @@ using namespace gpuslice::shim;
     EnsureStarted();                                                                           \
     const auto real = REAL(symbol);                                                            \
     if (real == nullptr) return kMissingInDriver;                                              \
+    GateLaunch(stream, per_thread);                                                            \
     return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);                     \
   }
-GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel)
-GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel_ptsz)
+GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel, false)
+GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel_ptsz, true)
 #undef GPUSLICE_LAUNCH_KERNEL
 
-#define GPUSLICE_LAUNCH_KERNEL_EX(symbol)                                                      \
+#define GPUSLICE_LAUNCH_KERNEL_EX(symbol, per_thread)                                          \
   GPUSLICE_EXPORT CUresult symbol(const CUlaunchConfig* config, CUfunction f, void** params,   \
                                   void** extra) {                                              \
     EnsureStarted();                                                                           \
     const auto real = REAL(symbol);                                                            \
     if (real == nullptr) return kMissingInDriver;                                              \
+    if (config != nullptr) GateLaunch(config->hStream, per_thread);                            \
     return real(config, f, params, extra);                                                     \
   }
-GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx)
-GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz)
+GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx, false)
+GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, true)
 #undef GPUSLICE_LAUNCH_KERNEL_EX
 
-#define GPUSLICE_LAUNCH_COOPERATIVE(symbol)                                                    \
+#define GPUSLICE_LAUNCH_COOPERATIVE(symbol, per_thread)                                        \
   GPUSLICE_EXPORT CUresult symbol(CUfunction f, unsigned int gx, unsigned int gy,              \
                                   unsigned int gz, unsigned int bx, unsigned int by,           \
                                   unsigned int bz, unsigned int shared, CUstream stream,       \
@@ -54,8 +57,23 @@ GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz)
     EnsureStarted();                                                                           \
     const auto real = REAL(symbol);                                                            \
     if (real == nullptr) return kMissingInDriver;                                              \
+    GateLaunch(stream, per_thread);                                                            \
     return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);                            \
   }
-GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel)
-GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz)
+GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, false)
+GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, true)
 #undef GPUSLICE_LAUNCH_COOPERATIVE
+
+// A graph launch is one gated launch: its kernels run back to back, and the
+// batch sizing learns its GPU time from the completion markers.
+#define GPUSLICE_GRAPH_LAUNCH(symbol, per_thread)                                              \
+  GPUSLICE_EXPORT CUresult symbol(CUgraphExec graph, CUstream stream) {                        \
+    EnsureStarted();                                                                           \
+    const auto real = REAL(symbol);                                                            \
+    if (real == nullptr) return kMissingInDriver;                                              \
+    GateLaunch(stream, per_thread);                                                            \
+    return real(graph, stream);                                                                \
+  }
+GPUSLICE_GRAPH_LAUNCH(cuGraphLaunch, false)
+GPUSLICE_GRAPH_LAUNCH(cuGraphLaunch_ptsz, true)
+#undef GPUSLICE_GRAPH_LAUNCH

@@ -382,6 +382,24 @@ Status Region::SetLimit(std::string_view uuid, uint64_t limit_bytes) {
   return Status::Ok();
 }
 
+Status Region::SetComputeShare(std::string_view uuid, uint32_t share_milli, ComputeMode mode,
+                               core::Priority priority) {
+  if (share_milli > 1000) {
+    return core::InvalidArgumentError("compute share " + std::to_string(share_milli) +
+                                      "/1000 is above 100%");
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(uint32_t index, FindDevice(uuid));
+  layout::DeviceEntry& d = device(index);
+  // Mode and priority before the share (release), so a process that reads
+  // the new share with acquire sees the settings that go with it; the
+  // processes' gates pick it up within one tick (docs/COMPUTE.md).
+  d.compute_mode.store(mode == ComputeMode::kWorkConserving ? 2u : 0u, std::memory_order_relaxed);
+  d.priority.store(uint32_t(priority) + 1, std::memory_order_relaxed);
+  d.compute_share_milli.store(share_milli, std::memory_order_release);
+  header_->limits_generation.fetch_add(1, std::memory_order_release);
+  return Status::Ok();
+}
+
 Result<uint32_t> Region::ClaimSlot(int32_t pid, uint64_t start_time) {
   for (int pass = 0; pass < 2; ++pass) {
     for (uint32_t i = 0; i < layout::kMaxProcesses; ++i) {

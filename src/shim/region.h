@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/units.h"
 #include "shim/region_layout.h"
 
 namespace gpuslice::shim {
@@ -39,6 +40,10 @@ const ProcessProbe& RealProcessProbe();
 
 // Start time of `pid` in clock ticks since boot (/proc/<pid>/stat field 22).
 core::Result<uint64_t> ProcessStartTime(int32_t pid);
+
+// DeviceEntry::compute_mode as the API sees it (stored as 0 and 2; 0 is
+// also what a creator that sets only the share leaves: hard).
+enum class ComputeMode { kHard, kWorkConserving };
 
 struct DeviceLimit {
   std::string uuid;  // "GPU-..." or "MIG-...".
@@ -109,6 +114,11 @@ class Region {
   // Live resize: the next admission on that device sees the new limit.
   // Lowering below current usage refuses new allocations until usage drops.
   core::Status SetLimit(std::string_view uuid, uint64_t limit_bytes);
+  // Live change of the device's compute share (0..1000 milli, 0: none),
+  // mode and priority: every process of the slice follows it within one
+  // control period, without a restart.
+  core::Status SetComputeShare(std::string_view uuid, uint32_t share_milli, ComputeMode mode,
+                               core::Priority priority);
 
   // Claims a free process slot for `pid`; sweeps dead processes first if
   // none is free. ResourceExhausted when the slice is full of live ones.

@@ -111,8 +111,10 @@ int Initialize() {
     core::Result<std::unique_ptr<Region>> region = Region::Open(config.slice_path);
     if (!region.ok() && region.status().code() == core::StatusCode::kNotFound) {
       // No region yet: a standalone slice (a valid limit) creates it.
-      if (!config.has_limit) {
-        if (getenv(kEnvMemoryLimit) != nullptr) return kPhasePassThrough;  // Reported above.
+      if (!config.Standalone()) {
+        if (getenv(kEnvMemoryLimit) != nullptr || getenv(kEnvComputeShare) != nullptr) {
+          return kPhasePassThrough;  // Reported above.
+        }
         GPUSLICE_LOG(kError, "%s: %s; running without a memory limit", kEnvSlice,
                      region.status().message().c_str());
         return kPhasePassThrough;
@@ -153,7 +155,9 @@ __attribute__((constructor)) void OnLoad() {
   if (g_disabled) return;
   gpuslice_resolve_real_dlsym();
   const char* limit = getenv(kEnvMemoryLimit);
-  if (limit != nullptr && *limit != '\0' && getenv(kEnvSlice) == nullptr) {
+  const char* share = getenv(kEnvComputeShare);
+  const bool standalone = (limit != nullptr && *limit != '\0') || (share != nullptr && *share != '\0');
+  if (standalone && getenv(kEnvSlice) == nullptr) {
     // This process roots a standalone slice: name the region now so that
     // children forked or exec'd before our first CUDA call join it.
     std::string dir = StandaloneSliceDir(getenv("XDG_RUNTIME_DIR"), geteuid());
@@ -208,6 +212,8 @@ bool DriverReady() { return LoadCuda(); }
 layout::DeviceEntry& SliceDevice(int index) { return g_region->device(uint32_t(index)); }
 layout::ProcessSlot& OwnSlot() { return *g_slot; }
 AllocTable& Pointers() { return g_pointers; }
+Region* SliceRegion() { return g_region; }
+const ShimConfig* Config() { return g_config; }
 AllocTable& VmmHandles() { return g_vmm_handles; }
 AllocTable& Arrays() { return g_arrays; }
 
@@ -234,6 +240,18 @@ int SliceDeviceForOrdinal(CUdevice ordinal) {
   int value;
   if (index.ok()) {
     value = int(*index) + 1;
+    layout::DeviceEntry& entry = g_region->device(*index);
+    if (g_config->has_share && !g_region->closed() &&
+        entry.compute_share_milli.load(std::memory_order_relaxed) == 0) {
+      // Standalone: the first process to use the device fixes its share,
+      // as with the memory limit. Mode and priority go first so that a
+      // reader that sees the share sees them.
+      entry.compute_mode.store(g_config->compute_mode, std::memory_order_relaxed);
+      entry.priority.store(g_config->priority, std::memory_order_relaxed);
+      uint32_t none = 0;
+      entry.compute_share_milli.compare_exchange_strong(none, g_config->share_milli,
+                                                        std::memory_order_release);
+    }
     GPUSLICE_LOG(kInfo, "device %d (%s) is slice device %u, limit %llu bytes", int(ordinal), text,
                  *index,
                  static_cast<unsigned long long>(

@@ -78,6 +78,11 @@ uint64_t SliceUsed(int dev);
 // The slice device whose UUID is `uuid`, or -1 (NVML queries).
 int SliceDeviceForUuid(const char* uuid);
 
+// The slice region (nullptr unless enforcing) and the configuration
+// (nullptr before initialisation), for the compute gate.
+Region* SliceRegion();
+const struct ShimConfig* Config();
+
 // Allocation tables: device pointers, VMM handles, arrays.
 AllocTable& Pointers();
 AllocTable& VmmHandles();

@@ -1,0 +1,409 @@
+#include "shim/compute_gate.h"
+
+#include <pthread.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "shim/config.h"
+#include "shim/coord.h"
+#include "shim/driver.h"
+#include "shim/log.h"
+#include "shim/region.h"
+#include "shim/shim_state.h"
+
+namespace gpuslice::shim {
+
+// Closed (odd) until the first launch has decided whether a share applies.
+std::atomic<uint32_t> g_gate{1};
+thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
+
+namespace {
+
+constexpr uint64_t kTargetBatchNs = 500'000;     // GPU time one batch of credits should take.
+constexpr int32_t kMaxBatch = 256;
+constexpr uint32_t kMaxPendingMarkers = 2;       // Batches queued on the GPU at most.
+constexpr uint64_t kActiveTickNs = 200'000;      // Background tick while using the GPU.
+constexpr uint64_t kIdleTickNs = 5'000'000;      // ... while idle or without a share.
+constexpr uint64_t kMaxWaitNs = 30'000'000'000;  // A launch never waits longer (degrade).
+constexpr int kMaxMarkers = 16;
+
+struct Fns {
+  PFN_cuEventCreate_v2000 event_create = nullptr;
+  PFN_cuEventRecord_v2000 event_record = nullptr;
+  PFN_cuEventRecord_v7000_ptsz event_record_ptsz = nullptr;
+  PFN_cuEventQuery_v2000 event_query = nullptr;
+  PFN_cuEventDestroy_v4000 event_destroy = nullptr;
+  PFN_cuStreamIsCapturing_v10000 is_capturing = nullptr;
+  PFN_cuStreamIsCapturing_v10000_ptsz is_capturing_ptsz = nullptr;
+};
+
+struct Marker {
+  CUevent event = nullptr;
+  int64_t launches = 0;
+  uint64_t recorded_ns = 0;
+};
+
+// Process-wide state of the gate. Set up once by Start() under g_start_mu;
+// markers and estimates are guarded by g_mu (slow path and background
+// thread only).
+std::mutex g_start_mu;
+bool g_started = false;   // Guarded by g_start_mu.
+Fns g_fns;
+Coordinator* g_coord = nullptr;
+int g_device = -1;        // Slice device index of the coordination.
+std::atomic<int32_t> g_member{-1};
+uint64_t g_slice_key = 0;
+PolicyParams g_params;
+std::atomic<uint32_t> g_share{0};   // Current share (from the region), 0: none.
+
+std::mutex g_mu;
+Marker g_markers[kMaxMarkers];  // Ring, oldest first. Guarded by g_mu.
+int g_marker_head = 0, g_marker_count = 0;
+uint64_t g_last_complete_ns = 0;
+double g_ns_per_launch = 50'000;  // Estimated GPU time of one launch.
+std::atomic<int64_t> g_unmarked{0};         // Launches granted, not yet covered by a marker.
+std::atomic<uint64_t> g_last_grant_ns{0};
+std::atomic<int32_t> g_waiters{0};
+
+template <typename T>
+void Resolve(T* out, const char* name) {
+  *out = reinterpret_cast<T>(gpuslice_real_dlsym(CudaHandle(), name));
+}
+
+uint32_t SharedMode(uint32_t region_mode) {
+  return region_mode == kRegionModeWorkConserving ? coord::kModeWorkConserving : coord::kModeHard;
+}
+uint32_t SharedPriority(uint32_t region_priority) {
+  return region_priority == kRegionPriorityDefault ? 1 : region_priority - 1;
+}
+
+// Opens or closes the gate to match the shared turn.
+void RefreshGate() {
+  uint32_t gate = g_gate.load(std::memory_order_relaxed);
+  if (g_share.load(std::memory_order_relaxed) == 0 || g_coord == nullptr) {
+    if (gate != kGateOff) g_gate.store(kGateOff, std::memory_order_release);
+    return;
+  }
+  const int32_t m = g_member.load(std::memory_order_relaxed);
+  const coord::CoordHeader& h = g_coord->header();
+  const bool ours = m >= 0 &&
+                    h.holder.load(std::memory_order_acquire) ==
+                        g_coord->member(uint32_t(m)).slice.load(std::memory_order_relaxed) &&
+                    h.turn_state.load(std::memory_order_relaxed) == coord::kTurnOpen;
+  if (gate == kGateOff) gate = 1;  // A share appeared: start closed.
+  const bool open = (gate & 1) == 0;
+  if (ours == open && g_gate.load(std::memory_order_relaxed) != kGateOff) return;
+  uint32_t next = gate + 1;
+  if (next == kGateOff) next = 2;
+  if (ours != ((next & 1) == 0)) ++next;
+  // Release: pairs with the acquire in LaunchAllowedFast.
+  g_gate.store(next, std::memory_order_release);
+}
+
+// Pops completed markers and refines the per-launch estimate. Needs g_mu.
+void PollMarkersLocked(uint64_t now) {
+  while (g_marker_count > 0) {
+    Marker& mk = g_markers[g_marker_head];
+    if (g_fns.event_query(mk.event) == CUDA_ERROR_NOT_READY) break;
+    // Completed (or an error: the context is gone; either way not queued).
+    const uint64_t from = std::max(g_last_complete_ns, mk.recorded_ns);
+    if (mk.launches > 0 && now > from) {
+      const double sample = double(now - from) / double(mk.launches);
+      g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
+    }
+    g_last_complete_ns = now;
+    g_fns.event_destroy(mk.event);
+    mk = Marker{};
+    g_marker_head = (g_marker_head + 1) % kMaxMarkers;
+    --g_marker_count;
+  }
+}
+
+// Records a marker after this thread's launches on `stream`. Needs g_mu.
+void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
+  const int64_t launched = t_gate.batch;
+  t_gate.batch = 0;
+  t_gate.credits = 0;
+  if (launched == 0) return;
+  g_unmarked.fetch_sub(launched, std::memory_order_relaxed);
+  if (g_marker_count == kMaxMarkers) return;  // Covered by the next one.
+  CUevent ev = nullptr;
+  if (g_fns.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+  const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
+                         ? g_fns.event_record_ptsz(ev, stream)
+                         : g_fns.event_record(ev, stream);
+  if (r != CUDA_SUCCESS) {
+    g_fns.event_destroy(ev);
+    return;
+  }
+  g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] = Marker{ev, launched, now};
+  ++g_marker_count;
+}
+
+// Work of this process that may still be queued on the GPU.
+bool InflightLocked(uint64_t now) {
+  if (g_marker_count > 0) return true;
+  const int64_t unmarked = g_unmarked.load(std::memory_order_relaxed);
+  if (unmarked <= 0) return false;
+  // Launches after the last marker of a thread that has not come back to
+  // the gate: assume they take their estimated time.
+  const double tail = double(unmarked) * g_ns_per_launch;
+  return double(now - g_last_grant_ns.load(std::memory_order_relaxed)) < tail;
+}
+
+void Publish(uint64_t now, bool inflight) {
+  const int32_t m = g_member.load(std::memory_order_relaxed);
+  if (m < 0) return;
+  coord::MemberEntry& e = g_coord->member(uint32_t(m));
+  uint32_t flags = 0;
+  if (g_waiters.load(std::memory_order_relaxed) > 0) flags |= coord::kMemberWaiting;
+  if (inflight) flags |= coord::kMemberInflight;
+  e.flags.store(flags, std::memory_order_relaxed);
+  e.heartbeat_ns.store(now, std::memory_order_relaxed);
+}
+
+// Re-reads the slice's share from the region (the daemon may change it
+// live) and joins or leaves the coordination accordingly.
+void FollowRegion(uint64_t now) {
+  layout::DeviceEntry& entry = SliceDevice(g_device);
+  const uint32_t share = entry.compute_share_milli.load(std::memory_order_acquire);
+  const uint32_t mode = SharedMode(entry.compute_mode.load(std::memory_order_relaxed));
+  const uint32_t priority = SharedPriority(entry.priority.load(std::memory_order_relaxed));
+  int32_t m = g_member.load(std::memory_order_relaxed);
+  if (share != 0 && m < 0) {
+    core::Result<uint32_t> joined = g_coord->Join(g_slice_key, getpid(), now);
+    if (!joined.ok()) {
+      GPUSLICE_LOG(kWarn, "compute share not enforced: %s", joined.status().message().c_str());
+      return;
+    }
+    m = int32_t(*joined);
+    g_member.store(m, std::memory_order_relaxed);
+  }
+  if (m >= 0) {
+    // A member whose entry was reclaimed (we were stopped too long) joins again.
+    if (layout::OwnerPid(g_coord->member(uint32_t(m)).owner.load(std::memory_order_relaxed)) != getpid()) {
+      g_member.store(-1, std::memory_order_relaxed);
+      return;
+    }
+    g_coord->Configure(uint32_t(m), share, coord::Mode(mode), priority);
+    if (share == 0) {
+      g_coord->Leave(uint32_t(m), getpid());
+      g_member.store(-1, std::memory_order_relaxed);
+    }
+  }
+  g_share.store(share, std::memory_order_relaxed);
+}
+
+void* BackgroundMain(void*) {
+  pthread_setname_np(pthread_self(), "gpuslice-gate");
+  while (g_phase.load(std::memory_order_acquire) == kPhaseEnforcing) {
+    const uint64_t now = MonotonicNs();
+    FollowRegion(now);
+    bool inflight;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      PollMarkersLocked(now);
+      inflight = InflightLocked(now);
+    }
+    Publish(now, inflight);
+    const bool member = g_member.load(std::memory_order_relaxed) >= 0;
+    if (member) g_coord->Tick(now, g_params);
+    RefreshGate();
+    const bool active = member && (inflight || g_waiters.load(std::memory_order_relaxed) > 0 ||
+                                   (g_gate.load(std::memory_order_relaxed) & 1) == 0);
+    if (active) {
+      timespec ts{0, long(kActiveTickNs)};
+      nanosleep(&ts, nullptr);
+    } else if (member) {
+      g_coord->WaitTurnChange(g_coord->header().turn_seq.load(std::memory_order_acquire),
+                              kIdleTickNs);
+    } else {
+      timespec ts{0, long(kIdleTickNs)};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  return nullptr;
+}
+
+std::string CoordDir(const ShimConfig& config, mode_t* mode) {
+  *mode = 0600;
+  if (!config.coord_dir.empty()) {
+    struct stat st {};
+    // A directory its group may write (the daemon's) gets group-shared files.
+    if (stat(config.coord_dir.c_str(), &st) == 0 && (st.st_mode & 0020) != 0) *mode = 0660;
+    return config.coord_dir;
+  }
+  return StandaloneSliceDir(getenv("XDG_RUNTIME_DIR"), geteuid());
+}
+
+// Decides, once per process, whether launches are coordinated. False:
+// launch freely from now on.
+bool Start() {
+  if (!Enforcing() || Config() == nullptr || SliceRegion() == nullptr) return false;
+  const int dev = CurrentSliceDevice();
+  if (dev < 0) return false;
+  Resolve(&g_fns.event_create, "cuEventCreate");
+  Resolve(&g_fns.event_record, "cuEventRecord");
+  Resolve(&g_fns.event_record_ptsz, "cuEventRecord_ptsz");
+  Resolve(&g_fns.event_query, "cuEventQuery");
+  Resolve(&g_fns.event_destroy, "cuEventDestroy_v2");
+  Resolve(&g_fns.is_capturing, "cuStreamIsCapturing");
+  Resolve(&g_fns.is_capturing_ptsz, "cuStreamIsCapturing_ptsz");
+  if (g_fns.event_create == nullptr || g_fns.event_record == nullptr ||
+      g_fns.event_query == nullptr || g_fns.event_destroy == nullptr) {
+    GPUSLICE_LOG(kWarn, "the driver lacks event functions; compute shares are not enforced");
+    return false;
+  }
+  const ShimConfig& config = *Config();
+  mode_t mode = 0600;
+  const std::string dir = CoordDir(config, &mode);
+  if (config.coord_dir.empty()) {
+    if (core::Status s = PrepareSliceDir(dir, geteuid()); !s.ok()) {
+      GPUSLICE_LOG(kWarn, "compute shares not enforced: %s", s.message().c_str());
+      return false;
+    }
+  }
+  Region* region = SliceRegion();
+  const std::string path = CoordPath(dir, region->device(uint32_t(dev)).uuid);
+  core::Result<std::unique_ptr<Coordinator>> coord =
+      Coordinator::OpenOrCreate(path, region->device(uint32_t(dev)).uuid, mode);
+  if (!coord.ok()) {
+    GPUSLICE_LOG(kWarn, "compute shares not enforced: %s", coord.status().message().c_str());
+    return false;
+  }
+  g_coord = coord->release();
+  g_device = dev;
+  g_slice_key = SliceKey(region->path(), region->header().created_unix_ns);
+  FollowRegion(MonotonicNs());
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  const int rc = pthread_create(&thread, &attr, BackgroundMain, nullptr);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    GPUSLICE_LOG(kWarn, "cannot start the compute gate thread: %s; shares not enforced",
+                 std::strerror(rc));
+    const int32_t m = g_member.exchange(-1);
+    if (m >= 0) g_coord->Leave(uint32_t(m), getpid());
+    return false;
+  }
+  GPUSLICE_LOG(kInfo, "compute gate on %s (share %u/1000)", path.c_str(),
+               g_share.load(std::memory_order_relaxed));
+  return true;
+}
+
+bool Capturing(CUstream stream, bool per_thread) {
+  auto fn = per_thread && g_fns.is_capturing_ptsz != nullptr ? g_fns.is_capturing_ptsz
+                                                             : g_fns.is_capturing;
+  if (fn == nullptr) return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+void AtForkChild() {
+  // The child has no background thread, no member entry and none of the
+  // parent's markers: start over at its first launch.
+  new (&g_start_mu) std::mutex();
+  new (&g_mu) std::mutex();
+  g_started = false;
+  g_coord = nullptr;
+  g_member.store(-1, std::memory_order_relaxed);
+  g_share.store(0, std::memory_order_relaxed);
+  g_marker_count = 0;
+  g_marker_head = 0;
+  g_unmarked.store(0, std::memory_order_relaxed);
+  g_waiters.store(0, std::memory_order_relaxed);
+  t_gate = GateCredits{};
+  g_gate.store(1, std::memory_order_release);
+}
+
+__attribute__((constructor)) void RegisterFork() { pthread_atfork(nullptr, nullptr, AtForkChild); }
+
+__attribute__((destructor)) void LeaveAtExit() {
+  const int32_t m = g_member.exchange(-1);
+  if (m >= 0 && g_coord != nullptr) g_coord->Leave(uint32_t(m), getpid());
+}
+
+}  // namespace
+
+void WaitForLaunch(CUstream stream, bool per_thread) {
+  {
+    std::lock_guard<std::mutex> lock(g_start_mu);
+    if (!g_started) {
+      g_started = true;
+      if (!Start()) {
+        g_gate.store(kGateOff, std::memory_order_release);
+        return;
+      }
+    }
+  }
+  if (g_coord == nullptr) return;
+  // Launches into a capturing stream only record graph nodes; the graph's
+  // launch is what gets gated.
+  if (Capturing(stream, per_thread)) return;
+  const uint64_t start = MonotonicNs();
+  bool waiting = false;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    MarkLocked(stream, per_thread, start);
+  }
+  while (true) {
+    const uint32_t gate = g_gate.load(std::memory_order_acquire);
+    if (gate == kGateOff) break;
+    const uint64_t now = MonotonicNs();
+    if ((gate & 1) == 0) {
+      std::lock_guard<std::mutex> lock(g_mu);
+      PollMarkersLocked(now);
+      if (uint32_t(g_marker_count) < kMaxPendingMarkers) {
+        const int32_t batch =
+            std::clamp<int32_t>(int32_t(double(kTargetBatchNs) / std::max(g_ns_per_launch, 1.0)),
+                                1, kMaxBatch);
+        t_gate.gen = gate;
+        t_gate.credits = batch - 1;  // This launch takes one.
+        t_gate.batch = batch;
+        g_unmarked.fetch_add(batch, std::memory_order_relaxed);
+        g_last_grant_ns.store(now, std::memory_order_relaxed);
+        const int32_t m = g_member.load(std::memory_order_relaxed);
+        if (m >= 0) g_coord->member(uint32_t(m)).launches.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+    }
+    if (now - start > kMaxWaitNs) {
+      GPUSLICE_LOG(kWarn, "a launch waited %llu s for the GPU; letting it through",
+                   static_cast<unsigned long long>(kMaxWaitNs / 1000000000ull));
+      break;
+    }
+    if (!waiting) {
+      waiting = true;
+      g_waiters.fetch_add(1, std::memory_order_relaxed);
+      bool inflight;
+      {
+        std::lock_guard<std::mutex> lock(g_mu);
+        inflight = InflightLocked(now);
+      }
+      Publish(now, inflight);
+    }
+    if ((gate & 1) == 0) {
+      // Ours, but enough is queued: wait for a marker to complete.
+      timespec ts{0, 50'000};
+      nanosleep(&ts, nullptr);
+      continue;
+    }
+    // Do not depend on the background thread alone to move the schedule.
+    const uint32_t seq = g_coord->header().turn_seq.load(std::memory_order_acquire);
+    if (g_member.load(std::memory_order_relaxed) >= 0) g_coord->Tick(now, g_params);
+    RefreshGate();
+    if ((g_gate.load(std::memory_order_acquire) & 1) != 0) g_coord->WaitTurnChange(seq, 1'000'000);
+  }
+  if (waiting) g_waiters.fetch_sub(1, std::memory_order_relaxed);
+}
+
+}  // namespace gpuslice::shim

@@ -1,0 +1,66 @@
+#pragma once
+
+// The compute gate: what every kernel and graph launch of a process passes
+// through so that its slice stays within its compute share (docs/COMPUTE.md).
+//
+// Fast path (inline, below): one acquire load of g_gate and a branch; when
+// the slice has a share, also a compare with, and a decrement of, this
+// thread's credits (thread-local: no shared write). The gate is:
+//   kGateOff          no share: launch freely;
+//   an even number    the slice holds the GPU: threads with credits of this
+//                     generation launch; others take the slow path;
+//   an odd number     closed: every launch takes the slow path and waits.
+// Every change increments it, so credits granted under one generation are
+// void under the next.
+//
+// Slow path (WaitForLaunch): starts the coordination lazily (first launch:
+// joins the per-GPU coordination file, starts a background thread), records
+// a completion marker (an event) on the launch's stream, and waits, bounded,
+// until the slice holds the GPU and has little enough work queued; then
+// grants this thread a batch of credits sized to ~0.5 ms of GPU time.
+//
+// The background thread polls markers, publishes "work in flight" and a
+// heartbeat, advances the shared schedule and opens/closes the gate.
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/cuda_api.h"
+
+namespace gpuslice::shim {
+
+inline constexpr uint32_t kGateOff = 0;
+
+extern std::atomic<uint32_t> g_gate;
+
+struct GateCredits {
+  uint32_t gen = 0;     // The open gate generation these credits belong to.
+  int32_t credits = 0;  // Launches left in this thread's batch.
+  int32_t batch = 0;    // Size of the batch last granted (for markers).
+};
+extern thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
+
+// True when a launch may go now without the slow path.
+inline bool LaunchAllowedFast() {
+  // Acquire: pairs with the release that changed the gate, so a thread that
+  // sees a new generation also sees the coordinator state behind it.
+  const uint32_t gate = g_gate.load(std::memory_order_acquire);
+  if (__builtin_expect(gate == kGateOff, 1)) return true;
+  if (gate == t_gate.gen && t_gate.credits > 0) {
+    --t_gate.credits;
+    return true;
+  }
+  return false;
+}
+
+// Waits (bounded) until a launch on `stream` may go. `per_thread` says the
+// launch used a _ptsz entry point (stream 0 then means the per-thread
+// stream). Never fails: on any coordination problem the launch goes.
+void WaitForLaunch(CUstream stream, bool per_thread);
+
+// The gate check every launch wrapper makes.
+inline void GateLaunch(CUstream stream, bool per_thread) {
+  if (!LaunchAllowedFast()) WaitForLaunch(stream, per_thread);
+}
+
+}  // namespace gpuslice::shim

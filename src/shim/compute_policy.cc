@@ -1,0 +1,154 @@
+#include "shim/compute_policy.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace gpuslice::shim {
+namespace {
+
+int64_t BucketCap(const SliceView& s, const PolicyParams& p) {
+  return int64_t(s.share_milli * (p.burst_ns / 1000));
+}
+
+// A slice that comes back after being idle starts at the smallest virtual
+// time of the slices already active, not below it: idle time is not saved
+// up to be spent later (that would starve the others), and a
+// work-conserving slice that ran alone on idle time owes nothing for it.
+void Rejoin(std::span<SliceView> slices, size_t index) {
+  uint64_t floor = std::numeric_limits<uint64_t>::max();
+  for (size_t i = 0; i < slices.size(); ++i) {
+    if (i != index && slices[i].Active() && slices[i].share_milli > 0) {
+      floor = std::min(floor, slices[i].vtime);
+    }
+  }
+  if (floor != std::numeric_limits<uint64_t>::max()) {
+    slices[index].vtime = std::max(slices[index].vtime, floor);
+  }
+}
+
+}  // namespace
+
+bool Eligible(const SliceView& s) {
+  if (!s.live || !s.waiting || s.share_milli == 0) return false;
+  // A hard slice waits until its bucket holds a useful turn (a turn much
+  // shorter than a hand-over is mostly overhead), or half a small bucket.
+  const PolicyParams p;
+  const int64_t threshold = std::min<int64_t>(int64_t(p.min_turn_ns), BucketCap(s, p) / 2);
+  return s.mode == coord::kModeWorkConserving || s.tokens_ns >= std::max<int64_t>(threshold, 1);
+}
+
+int32_t PickNext(std::span<const SliceView> slices) {
+  int32_t best = -1;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const SliceView& s = slices[i];
+    if (!Eligible(s)) continue;
+    if (best < 0) {
+      best = int32_t(i);
+      continue;
+    }
+    const SliceView& b = slices[size_t(best)];
+    if (s.priority > b.priority || (s.priority == b.priority && s.vtime < b.vtime)) {
+      best = int32_t(i);
+    }
+  }
+  return best;
+}
+
+uint64_t TurnLength(const SliceView& s, const PolicyParams& p) {
+  static_assert(sizeof(PolicyParams) > 0);
+  if (s.mode == coord::kModeWorkConserving) return p.turn_ns;
+  const int64_t tokens = std::max<int64_t>(s.tokens_ns, 0);
+  return std::clamp<uint64_t>(uint64_t(tokens), p.min_turn_ns, p.turn_ns);
+}
+
+void Charge(SliceView& s, uint64_t ns) {
+  s.tokens_ns -= int64_t(ns);
+  s.charged_ns += ns;
+  if (s.share_milli > 0) s.vtime += ns * 1000 / s.share_milli;
+}
+
+Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<SliceView> slices,
+                const PolicyParams& p) {
+  Outcome out;
+  const uint64_t elapsed = now_ns > last_ns ? now_ns - last_ns : 0;
+  const int32_t n = int32_t(slices.size());
+  if (turn.holder >= n) turn = TurnView{};
+
+  for (size_t i = 0; i < slices.size(); ++i) {
+    SliceView& s = slices[i];
+    if (!s.live) continue;
+    // A newcomer starts with a full bucket: it may run a turn at once.
+    if (s.charged_ns == 0 && s.tokens_ns == 0) s.tokens_ns = BucketCap(s, p);
+    // Tokens accrue with wall time, up to the bucket's depth; overuse (a
+    // negative balance) is paid back at the same rate.
+    s.tokens_ns = std::min(s.tokens_ns + int64_t(s.share_milli * elapsed / 1000), BucketCap(s, p));
+    // The holder is charged for its turn, and a slice still draining after
+    // it lost the GPU (to a higher priority, or a drain timeout) for that.
+    const bool holds = int32_t(i) == turn.holder && turn.state != coord::kTurnNone;
+    if (holds || s.inflight) Charge(s, elapsed);
+    if (!s.Active() && !holds) {
+      if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
+    } else if (s.idle_since_ns != 0 && !holds) {
+      Rejoin(slices, i);
+      s.idle_since_ns = 0;
+    }
+  }
+
+  auto open = [&](int32_t next) {
+    turn.holder = next;
+    turn.state = next >= 0 ? coord::kTurnOpen : coord::kTurnNone;
+    turn.start_ns = now_ns;
+    turn.end_ns = next >= 0 ? now_ns + TurnLength(slices[size_t(next)], p) : now_ns;
+    if (next >= 0) slices[size_t(next)].idle_since_ns = 0;
+    out.changed = true;
+  };
+
+  if (turn.holder >= 0) {
+    SliceView& h = slices[size_t(turn.holder)];
+    if (!h.live || h.share_milli == 0) {
+      open(PickNext(slices));  // Holder died or left the coordination.
+      return out;
+    }
+    if (turn.state == coord::kTurnOpen) {
+      // Priority: a waiting slice of higher priority takes the GPU now.
+      const int32_t next = PickNext(slices);
+      if (next >= 0 && next != turn.holder && slices[size_t(next)].priority > h.priority) {
+        open(next);
+        out.preempted = true;
+        return out;
+      }
+      if (h.Active()) {
+        h.idle_since_ns = 0;
+      } else if (h.idle_since_ns == 0) {
+        h.idle_since_ns = now_ns;
+      }
+      const bool idle = !h.Active() && now_ns - h.idle_since_ns >= p.idle_grace_ns;
+      const bool out_of_tokens = h.mode == coord::kModeHard && h.tokens_ns <= 0;
+      if (now_ns >= turn.end_ns || idle || out_of_tokens) {
+        // Alone and still entitled: extend instead of paying a hand-over.
+        bool others = false;
+        for (int32_t i = 0; i < n; ++i) others |= i != turn.holder && Eligible(slices[size_t(i)]);
+        if (!others && !idle && !out_of_tokens) {
+          turn.end_ns = now_ns + TurnLength(h, p);
+          return out;
+        }
+        turn.state = coord::kTurnClosing;
+        turn.end_ns = now_ns;
+        out.changed = true;
+      } else {
+        return out;
+      }
+    }
+    // Closing: hand over once the holder's work has drained (or was given
+    // up on: a wedged process must not hold the GPU for the others).
+    if (h.inflight && now_ns - turn.end_ns < p.drain_timeout_ns) return out;
+    if (!h.Active()) h.idle_since_ns = now_ns;
+    open(PickNext(slices));
+    return out;
+  }
+  const int32_t next = PickNext(slices);
+  if (next >= 0) open(next);
+  return out;
+}
+
+}  // namespace gpuslice::shim

@@ -1,0 +1,90 @@
+#pragma once
+
+// The scheduling policy of compute shares, as pure arithmetic over a
+// snapshot of the slices on one GPU (no I/O, no clock, no shared memory), so
+// that it can be tested exhaustively. coord.cc applies it to the
+// coordination file under the decision lease. Design: docs/COMPUTE.md.
+//
+// The GPU is given to one slice at a time, in turns. A turn is open (the
+// holder's processes launch), then closing (they stop launching and the
+// work they queued drains), then the next slice gets the GPU. Every slice is
+// charged the time from its turn's start until its work has drained, so
+// the charge is GPU time measured by completion, not a guess from the launch
+// rate. Overuse (a drain past the turn's end) is charged to the next period.
+//
+//   - order: higher priority first; within a priority, the smallest virtual
+//     time (charged ns x 1000 / share), which divides the GPU in proportion
+//     to the shares among the slices that want it;
+//   - hard cap: a slice is eligible only while its token bucket (filled at
+//     share x wall time, capped at share x burst) is positive, even alone;
+//   - work-conserving: eligible whenever it has work; it may run on time
+//     others leave idle, and loses the GPU at the end of the current turn
+//     (<= turn_ns) when they come back;
+//   - priority: a slice of higher priority that waits takes the GPU at once
+//     (the holder stops launching at its next kernel boundary and drains).
+
+#include <cstdint>
+#include <span>
+
+#include "shim/coord_layout.h"
+
+namespace gpuslice::shim {
+
+struct PolicyParams {
+  uint64_t turn_ns = 20'000'000;       // Longest turn.
+  uint64_t min_turn_ns = 1'000'000;    // Shortest turn a hard slice is given.
+  uint64_t burst_ns = 100'000'000;     // Token bucket depth, in wall time.
+  uint64_t idle_grace_ns = 500'000;    // A holder idle this long gives the GPU up.
+  uint64_t drain_timeout_ns = 250'000'000;  // Stop waiting for a drain after this.
+};
+
+// One slice as the decision sees it.
+struct SliceView {
+  bool live = false;      // Has a live member.
+  bool waiting = false;   // A member waits to launch.
+  bool inflight = false;  // A member has work not known to be complete.
+  uint32_t share_milli = 0;
+  coord::Mode mode = coord::kModeHard;
+  uint32_t priority = 1;  // 0 low, 1 normal, 2 high.
+  int64_t tokens_ns = 0;
+  uint64_t vtime = 0;
+  uint64_t charged_ns = 0;
+  uint64_t idle_since_ns = 0;  // 0: active.
+
+  bool Active() const { return live && (waiting || inflight); }
+};
+
+struct TurnView {
+  int32_t holder = -1;
+  coord::TurnState state = coord::kTurnNone;
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+};
+
+// What Advance did.
+struct Outcome {
+  bool changed = false;    // holder or state changed (wake the waiters).
+  bool preempted = false;  // A higher priority slice took the GPU.
+};
+
+// May `s` be given the GPU now?
+bool Eligible(const SliceView& s);
+
+// The slice to run next, or -1: the highest priority among the eligible,
+// then the smallest virtual time, then the lowest index.
+int32_t PickNext(std::span<const SliceView> slices);
+
+// Length of a turn for `s`: turn_ns, or what a hard slice's tokens allow
+// (at least min_turn_ns).
+uint64_t TurnLength(const SliceView& s, const PolicyParams& p);
+
+// Charges `ns` of GPU time to `s`: tokens and virtual time.
+void Charge(SliceView& s, uint64_t ns);
+
+// Moves the schedule from `last_ns` to `now_ns`: fills token buckets,
+// charges the slices that held or drained on the GPU, and opens, extends,
+// closes or hands over the turn.
+Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<SliceView> slices,
+                const PolicyParams& p);
+
+}  // namespace gpuslice::shim

@@ -1,0 +1,175 @@
+#include "shim/compute_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+namespace gpuslice::shim {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+// A discrete model of slices on one GPU driven by the policy: every step of
+// `step_ns` the GPU runs the open holder (if it has work), a closing holder
+// drains for `drain_ns`, and Advance decides. Returns GPU ns per slice.
+struct Model {
+  std::vector<SliceView> slices;
+  TurnView turn;
+  PolicyParams params;
+  uint64_t now = 0;
+  uint64_t step_ns = 100'000;
+  uint64_t drain_ns = 200'000;
+  uint64_t drain_left = 0;
+  std::vector<uint64_t> gpu_ns;
+  // Whether slice i has work at time t.
+  std::function<bool(size_t, uint64_t)> backlogged = [](size_t, uint64_t) { return true; };
+
+  explicit Model(std::vector<SliceView> s) : slices(std::move(s)), gpu_ns(slices.size(), 0) {
+    for (auto& v : slices) v.live = true;
+  }
+
+  void Run(uint64_t duration_ns) {
+    const uint64_t end = now + duration_ns;
+    while (now < end) {
+      const uint64_t last = now;
+      now += step_ns;
+      for (size_t i = 0; i < slices.size(); ++i) {
+        const bool work = backlogged(i, now);
+        const bool holds = int32_t(i) == turn.holder;
+        const bool open = holds && turn.state == coord::kTurnOpen;
+        // Work queued before the turn closed still runs while it drains.
+        const bool draining = holds && turn.state == coord::kTurnClosing && drain_left > 0;
+        if ((open && work) || draining) gpu_ns[i] += step_ns;
+        slices[i].waiting = work && !open;
+        slices[i].inflight = (open && work) || (holds && turn.state == coord::kTurnClosing &&
+                                                drain_left > 0);
+      }
+      if (turn.state == coord::kTurnClosing && drain_left > 0) {
+        drain_left = drain_left > step_ns ? drain_left - step_ns : 0;
+      }
+      const coord::TurnState before = turn.state;
+      Advance(now, last, turn, slices, params);
+      if (before != coord::kTurnClosing && turn.state == coord::kTurnClosing) drain_left = drain_ns;
+    }
+  }
+
+  double Share(size_t i, uint64_t total) const { return double(gpu_ns[i]) / double(total); }
+};
+
+SliceView Slice(uint32_t milli, coord::Mode mode = coord::kModeHard, uint32_t priority = 1) {
+  SliceView v;
+  v.share_milli = milli;
+  v.mode = mode;
+  v.priority = priority;
+  return v;
+}
+
+TEST(ComputePolicy, TwoHardSlicesSplitInProportionToShares) {
+  for (auto [a, b] : {std::pair{300u, 700u}, std::pair{100u, 900u}}) {
+    Model m({Slice(a), Slice(b)});
+    m.Run(10'000 * kMs);
+    const uint64_t used = m.gpu_ns[0] + m.gpu_ns[1];
+    EXPECT_NEAR(double(m.gpu_ns[0]) / double(used), a / 1000.0, 0.01) << a << "/" << b;
+    EXPECT_NEAR(m.Share(0, 10'000 * kMs), a / 1000.0, 0.02);
+    EXPECT_NEAR(m.Share(1, 10'000 * kMs), b / 1000.0, 0.02);
+  }
+}
+
+TEST(ComputePolicy, ThreeSlicesGetTheirShares) {
+  Model m({Slice(250), Slice(250), Slice(500)});
+  m.Run(10'000 * kMs);
+  EXPECT_NEAR(m.Share(0, 10'000 * kMs), 0.25, 0.02);
+  EXPECT_NEAR(m.Share(1, 10'000 * kMs), 0.25, 0.02);
+  EXPECT_NEAR(m.Share(2, 10'000 * kMs), 0.50, 0.02);
+}
+
+TEST(ComputePolicy, HardCapHoldsEvenAlone) {
+  Model m({Slice(500)});
+  m.Run(5'000 * kMs);
+  EXPECT_NEAR(m.Share(0, 5'000 * kMs), 0.5, 0.02);
+}
+
+TEST(ComputePolicy, WorkConservingSliceAloneUsesTheWholeGpu) {
+  Model m({Slice(300, coord::kModeWorkConserving)});
+  m.Run(2'000 * kMs);
+  EXPECT_GT(m.Share(0, 2'000 * kMs), 0.97);
+}
+
+TEST(ComputePolicy, WorkConservingGivesIdleTimeBackWithinATurn) {
+  // Slice 1 is idle for the first second, then busy.
+  Model m({Slice(300, coord::kModeWorkConserving), Slice(700, coord::kModeWorkConserving)});
+  m.backlogged = [](size_t i, uint64_t t) { return i == 0 || t >= 1'000 * kMs; };
+  m.Run(1'000 * kMs);
+  EXPECT_GT(m.Share(0, 1'000 * kMs), 0.97);
+  // Within 100 ms of slice 1 arriving it runs.
+  const uint64_t before = m.gpu_ns[1];
+  m.Run(100 * kMs);
+  EXPECT_GT(m.gpu_ns[1] - before, 40 * kMs);
+  // And from then on the shares hold: slice 0 does not pay for its idle-time use.
+  const uint64_t a0 = m.gpu_ns[0], b0 = m.gpu_ns[1];
+  m.Run(5'000 * kMs);
+  EXPECT_NEAR(double(m.gpu_ns[0] - a0) / (5'000.0 * kMs), 0.3, 0.02);
+  EXPECT_NEAR(double(m.gpu_ns[1] - b0) / (5'000.0 * kMs), 0.7, 0.02);
+}
+
+TEST(ComputePolicy, HighPriorityTakesTheGpuAtOnce) {
+  Model m({Slice(500, coord::kModeWorkConserving, 0), Slice(500, coord::kModeWorkConserving, 2)});
+  // The high-priority slice has a request every 50 ms.
+  m.backlogged = [](size_t i, uint64_t t) { return i == 0 || (t / kMs) % 50 < 5; };
+  m.Run(1'000 * kMs);
+  // Its 5 ms of work every 50 ms all ran: it waited at most a step each time.
+  EXPECT_GE(m.gpu_ns[1], 95 * kMs);
+  EXPECT_GT(m.gpu_ns[0], 800 * kMs);  // The rest went to the best-effort slice.
+}
+
+TEST(ComputePolicy, NewShareTakesEffectWithinATurn) {
+  Model m({Slice(500), Slice(500)});
+  m.Run(1'000 * kMs);
+  m.slices[0].share_milli = 200;
+  m.slices[1].share_milli = 800;
+  m.Run(50 * kMs);  // Settle.
+  const uint64_t a0 = m.gpu_ns[0];
+  m.Run(1'000 * kMs);
+  EXPECT_NEAR(double(m.gpu_ns[0] - a0) / (1'000.0 * kMs), 0.2, 0.03);
+}
+
+TEST(ComputePolicy, DeadHolderLosesTheGpu) {
+  Model m({Slice(500), Slice(500)});
+  m.Run(30 * kMs);
+  const int32_t holder = m.turn.holder;
+  ASSERT_GE(holder, 0);
+  m.slices[size_t(holder)].live = false;
+  m.backlogged = [holder](size_t i, uint64_t) { return int32_t(i) != holder; };
+  m.Run(2 * kMs);
+  EXPECT_NE(m.turn.holder, holder);
+}
+
+TEST(ComputePolicy, EligibilityFollowsModeAndTokens) {
+  SliceView s = Slice(300);
+  s.live = true;
+  s.waiting = true;
+  s.tokens_ns = 0;
+  EXPECT_FALSE(Eligible(s));
+  s.tokens_ns = 1;
+  EXPECT_FALSE(Eligible(s));  // Not worth a hand-over yet.
+  s.tokens_ns = 2 * int64_t(kMs);
+  EXPECT_TRUE(Eligible(s));
+  s.tokens_ns = -5;
+  s.mode = coord::kModeWorkConserving;
+  EXPECT_TRUE(Eligible(s));
+  s.share_milli = 0;
+  EXPECT_FALSE(Eligible(s));
+}
+
+TEST(ComputePolicy, OveruseIsChargedToTheNextPeriod) {
+  SliceView s = Slice(500);
+  s.tokens_ns = 10 * int64_t(kMs);
+  Charge(s, 30 * kMs);
+  EXPECT_EQ(s.tokens_ns, -20 * int64_t(kMs));
+  EXPECT_EQ(s.vtime, 60 * kMs);
+  EXPECT_EQ(TurnLength(s, PolicyParams{}), PolicyParams{}.min_turn_ns);
+}
+
+}  // namespace
+}  // namespace gpuslice::shim

@@ -1,0 +1,109 @@
+#include "shim/coord.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace gpuslice::shim {
+namespace {
+
+class CoordTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-coord-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+TEST(CoordPath, IgnoresPrefixAndCase) {
+  EXPECT_EQ(CoordPath("/d", "GPU-ABCD-12"), "/d/gpu-abcd-12.coord");
+  EXPECT_EQ(CoordPath("/d", "MIG-ab/../x"), "/d/gpu-ab____x.coord");
+}
+
+TEST(SliceKey, DiffersByPathAndTimeAndIsNeverZero) {
+  EXPECT_NE(SliceKey("/a", 1), SliceKey("/b", 1));
+  EXPECT_NE(SliceKey("/a", 1), SliceKey("/a", 2));
+  EXPECT_NE(SliceKey("", 0), 0u);
+}
+
+TEST_F(CoordTest, CreateThenOpenSharesState) {
+  const std::string path = CoordPath(dir_, "GPU-1");
+  auto a = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  auto b = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  ASSERT_TRUE(b.ok()) << b.status().message();
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_size, off_t(coord::kCoordSize));
+  (*a)->header().turns.store(7);
+  EXPECT_EQ((*b)->header().turns.load(), 7u);
+  EXPECT_STREQ((*b)->header().uuid, "GPU-1");
+}
+
+TEST_F(CoordTest, RefusesWorldAccessAndForeignFiles) {
+  EXPECT_FALSE(Coordinator::OpenOrCreate(dir_ + "/x.coord", "GPU-1", 0666).ok());
+  const std::string path = dir_ + "/bad.coord";
+  FILE* f = fopen(path.c_str(), "w");
+  fputs("not a coordination file", f);
+  fclose(f);
+  auto r = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("size"), std::string::npos);
+  chmod(path.c_str(), 0666);
+  r = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("writable by others"), std::string::npos);
+}
+
+TEST_F(CoordTest, WaitingSliceGetsTheTurnAndDeadMembersAreReclaimed) {
+  auto c = Coordinator::OpenOrCreate(CoordPath(dir_, "GPU-1"), "GPU-1", 0600);
+  ASSERT_TRUE(c.ok());
+  Coordinator& co = **c;
+  uint64_t now = MonotonicNs();
+  auto a = co.Join(11, 100, now);
+  auto b = co.Join(22, 101, now);
+  ASSERT_TRUE(a.ok() && b.ok());
+  co.Configure(*a, 500, coord::kModeHard, 1);
+  co.Configure(*b, 500, coord::kModeHard, 1);
+  co.member(*b).flags.store(coord::kMemberWaiting);
+  co.member(*b).heartbeat_ns.store(now);
+  co.member(*a).heartbeat_ns.store(now);
+  PolicyParams p;
+  now += 10'000'000;  // Tokens accrue.
+  co.member(*b).heartbeat_ns.store(now);
+  co.member(*a).heartbeat_ns.store(now);
+  const uint32_t seq = co.header().turn_seq.load();
+  ASSERT_TRUE(co.Tick(now, p));
+  EXPECT_EQ(co.header().holder.load(), co.member(*b).slice.load());
+  EXPECT_EQ(co.header().turn_state.load(), uint32_t(coord::kTurnOpen));
+  EXPECT_GT(co.header().turn_seq.load(), seq);
+  // B's process stops heartbeating (killed): it is reclaimed and its turn ends.
+  co.member(*a).flags.store(coord::kMemberWaiting);
+  now += coord::kMemberTimeoutNs + 1;
+  co.member(*a).heartbeat_ns.store(now);
+  ASSERT_TRUE(co.Tick(now, p));
+  EXPECT_EQ(co.member(*b).owner.load(), 0u);
+  EXPECT_EQ(co.header().holder.load(), co.member(*a).slice.load());
+}
+
+TEST_F(CoordTest, AStaleLeaseIsBroken) {
+  auto c = Coordinator::OpenOrCreate(CoordPath(dir_, "GPU-1"), "GPU-1", 0600);
+  ASSERT_TRUE(c.ok());
+  Coordinator& co = **c;
+  const uint64_t now = MonotonicNs();
+  co.header().lock.store((uint64_t{999999} << 32) | 1);  // Held by a dead process.
+  co.header().lock_since_ns.store(now);
+  EXPECT_FALSE(co.Tick(now + 1000, PolicyParams{}));
+  EXPECT_TRUE(co.Tick(now + coord::kLeaseNs + 1, PolicyParams{}));
+  EXPECT_EQ(co.header().lock.load(), 0u);
+}
+
+}  // namespace
+}  // namespace gpuslice::shim
