@@ -256,6 +256,8 @@ void DeviceModel::AddBusy(uint32_t unit, uint64_t ns) {
   if (slot_ < 0) return;
   state_->unit_state[unit].busy_ns.fetch_add(ns, std::memory_order_relaxed);
   state_->slots[slot_].units[unit].busy_ns.fetch_add(ns, std::memory_order_relaxed);
+  // Relaxed: a reader needs only a recent value, not one ordered with busy_ns.
+  state_->unit_state[unit].last_busy_us.store(UnixMicros(), std::memory_order_relaxed);
 }
 
 void DeviceModel::CountLaunch(uint32_t unit) {
@@ -383,7 +385,19 @@ uint32_t DeviceModel::UnitUtilizationPercent(uint32_t unit) {
   }
   if (base == nullptr && !samples.empty()) base = &samples.front();
   if (base == nullptr || now <= base->timestamp_us) return 0;
-  return Percent(busy - std::min(busy, base->busy_ns), now - base->timestamp_us);
+  uint64_t start = base->timestamp_us;
+  uint64_t busy_in_window = busy - std::min(busy, base->busy_ns);
+  if (now - start > kMaxUtilizationWindowUs) {
+    // Nobody sampled for a while (no kernels ran, nobody asked), so the base
+    // is older than NVML's window. The window is the last second, and the
+    // busy time since the base cannot have accrued after the last busy
+    // report: at most (last report - window start) of it falls inside.
+    start = now - kMaxUtilizationWindowUs;
+    uint64_t last = state_->unit_state[unit].last_busy_us.load(std::memory_order_relaxed);
+    uint64_t fits_ns = last > start ? (last - start) * 1000 : 0;
+    busy_in_window = std::min(busy_in_window, fits_ns);
+  }
+  return Percent(busy_in_window, now - start);
 }
 
 uint32_t DeviceModel::DeviceUtilizationPercent(uint32_t device) {

@@ -158,7 +158,8 @@ class DeviceModel {
   std::vector<ProcessUsage> DeviceProcesses(uint32_t device);  // Per pid, summed.
   uint64_t UnitBusyNs(uint32_t unit) const;
   uint64_t UnitLaunches(uint32_t unit) const;
-  // Busy share over the last 1/6 .. ~1 s (windowed like NVML), 0..100.
+  // Busy share over the last 1/6 .. 1 s (windowed like NVML), 0..100: one
+  // second after the last kernel ended it reads 0.
   uint32_t UnitUtilizationPercent(uint32_t unit);
   uint32_t DeviceUtilizationPercent(uint32_t device);  // SM-weighted over units.
   // Samples of the unit's cumulative busy time newer than `since_us`, oldest first.
@@ -198,5 +199,8 @@ class DeviceModel {
 
 // Interval at which samples are taken.
 inline constexpr uint64_t kSampleIntervalUs = 166667;
+// UnitUtilizationPercent never looks further back than this (real NVML's
+// utilisation window is at most one second).
+inline constexpr uint64_t kMaxUtilizationWindowUs = 1000000;
 
 }  // namespace gpuslice::sim

@@ -217,6 +217,26 @@ TEST_F(DeviceModelTest, UtilizationFollowsBusyTime) {
   EXPECT_TRUE(m->ProcessUtilizationSince(0, p[0].timestamp_us).empty());
 }
 
+// Issue 2: after a gap with no samples (nobody ran kernels or read), the
+// window reaches back at most 1 s: utilisation falls to 0 one second after
+// the last kernel instead of counting work from before the gap.
+TEST_F(DeviceModelTest, UtilizationWindowReachesBackAtMostOneSecond) {
+  auto m = OpenModel();
+  ASSERT_TRUE(m->Register().ok());
+  ASSERT_TRUE(m->AddContext(0).ok());
+  m->MaybeSample();  // Baseline.
+  usleep(1200000);
+  // Work reported just now (a long kernel, at its end) counts in full.
+  m->AddBusy(0, 1500000000);
+  EXPECT_GE(m->UnitUtilizationPercent(0), 95u);  // That read took a sample.
+  // 150 ms of work right after that sample, then 1.2 s without samples:
+  // the old window (back to the sample) read ~12%.
+  m->AddBusy(0, 150000000);
+  usleep(1200000);
+  EXPECT_EQ(m->UnitUtilizationPercent(0), 0u);
+  EXPECT_EQ(m->TemperatureC(0), 31u);
+}
+
 TEST_F(DeviceModelTest, OptionsFromEnvironmentRejectBadValuesNamingTheVariable) {
   struct Case {
     const char* var;

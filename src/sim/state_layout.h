@@ -112,12 +112,17 @@ struct UnitState {
   std::atomic<uint64_t> launches;
   std::atomic<uint64_t> next_sample_us;  // Earliest time of the next sample; CAS claims it.
   std::atomic<uint64_t> samples_taken;   // Ring position = samples_taken % kDeviceSamples.
-  uint8_t reserved0[24];
+  // Wall clock (µs since the epoch) of the latest busy time recorded: bounds
+  // how much of it can fall into a utilisation window when samples are old.
+  // Was reserved (zero) space, so files of older builds read 0 here.
+  std::atomic<uint64_t> last_busy_us;
+  uint8_t reserved0[16];
   Arbiter arbiter;
   Sample samples[kDeviceSamples];
   uint8_t reserved[64];
 };
 static_assert(sizeof(UnitState) == 1216);
+static_assert(offsetof(UnitState, last_busy_us) == 40);
 static_assert(offsetof(UnitState, arbiter) == 64);
 static_assert(offsetof(UnitState, samples) == 128);
 
