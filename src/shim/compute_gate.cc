@@ -67,7 +67,11 @@ std::mutex g_mu;
 Marker g_markers[kMaxMarkers];  // Ring, oldest first. Guarded by g_mu.
 int g_marker_head = 0, g_marker_count = 0;
 uint64_t g_last_complete_ns = 0;
-double g_ns_per_launch = 50'000;  // Estimated GPU time of one launch.
+// Estimated GPU time of one launch. Starts at a whole batch, so the first
+// launches take the slow path one by one (each with a marker) until the
+// markers have taught the real figure: a process of 10 ms kernels never
+// queues a batch of them unseen.
+double g_ns_per_launch = double(kTargetBatchNs);
 std::atomic<int64_t> g_unmarked{0};         // Launches granted, not yet covered by a marker.
 std::atomic<uint64_t> g_last_grant_ns{0};
 std::atomic<int32_t> g_waiters{0};

@@ -1,0 +1,378 @@
+// The compute-share harness (issue 4): real processes (compute_worker) under
+// libgpuslice.so over the simulated GPU; the simulator's per-process busy
+// time is the ground truth. Each scenario runs in a fresh temporary
+// directory (own simulator state, own coordination files, own regions).
+//
+//   compute_harness [--only NAME] [--scale X] [--json FILE]
+//
+// Reports per scenario: achieved vs target share per tenant, the mean
+// absolute error in percentage points over 1 s and 10 s windows, aggregate
+// GPU use, settling time after a live share change, give-back time when a
+// tenant arrives, and the high-priority tenant's p99 latency inflation.
+// --scale shortens (or lengthens) every scenario; 10 s windows need >= 10 s.
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shim/region.h"
+#include "sim/device_model.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using gpuslice::shim::ComputeMode;
+using gpuslice::shim::Region;
+
+uint64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+void SleepNs(uint64_t ns) {
+  timespec ts{time_t(ns / 1000000000ull), long(ns % 1000000000ull)};
+  nanosleep(&ts, nullptr);
+}
+
+struct Tenant {
+  std::string name;
+  double share = 0;  // Percent; 0: no share.
+  std::string mode = "hard";
+  std::string priority;  // Empty: normal.
+  std::vector<std::string> args;
+  double start_s = 0;        // Arrival.
+  double seconds = 0;        // How long it runs (0: the whole scenario).
+  double target = -1;        // Expected share in percent (-1: = share).
+  double change_at_s = -1;   // Live change of its share at this time ...
+  double change_to = 0;      // ... to this.
+};
+
+struct Scenario {
+  std::string name;
+  double seconds;
+  std::vector<Tenant> tenants;
+  double measure_from_s = 1.0;  // Warm-up excluded from the windows.
+  bool latency = false;         // Compare tenant 0's p99 with running alone.
+};
+
+struct Running {
+  pid_t pid = -1;
+  std::string out;
+  std::string region;
+};
+
+pid_t Spawn(const std::string& dir, const Tenant& t, const std::string& region, double seconds,
+            const std::string& out) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  setenv("LD_PRELOAD", GPUSLICE_SHIM_PATH, 1);
+  setenv("LD_LIBRARY_PATH", GPUSLICE_SIM_DIR, 1);
+  setenv("GPUSLICE_SIM_STATE", (dir + "/sim.state").c_str(), 1);
+  setenv("GPUSLICE_COORD_DIR", dir.c_str(), 1);
+  setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
+  setenv("GPUSLICE_SLICE", region.c_str(), 1);
+  if (t.share > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f%%", t.share);
+    setenv("GPUSLICE_COMPUTE_SHARE", buf, 1);
+    setenv("GPUSLICE_COMPUTE_MODE", t.mode.c_str(), 1);
+    if (!t.priority.empty()) setenv("GPUSLICE_PRIORITY", t.priority.c_str(), 1);
+  } else {
+    setenv("GPUSLICE_MEMORY_LIMIT", "80GiB", 1);  // A slice without a share.
+  }
+  std::vector<std::string> args = {GPUSLICE_WORKER_PATH, "--seconds", std::to_string(seconds)};
+  args.insert(args.end(), t.args.begin(), t.args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (freopen(out.c_str(), "w", stdout) == nullptr) _exit(127);
+  execv(argv[0], argv.data());
+  _exit(127);
+}
+
+struct Sample {
+  uint64_t t_ns;
+  std::map<pid_t, uint64_t> busy;
+};
+
+nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>* p99_out) {
+  char tmpl[] = "/tmp/gpuslice-harness-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  chmod(dir.c_str(), 0700);
+  const double seconds = sc.seconds * scale;
+  std::vector<Running> run(sc.tenants.size());
+  // Open the model first so the machine is the default H100.
+  setenv("GPUSLICE_SIM_STATE", (dir + "/sim.state").c_str(), 1);
+  auto mo = gpuslice::sim::ModelOptionsFromEnvironment();
+  if (!mo.ok()) {
+    std::fprintf(stderr, "%s\n", mo.status().message().c_str());
+    std::exit(1);
+  }
+  auto model = gpuslice::sim::DeviceModel::Open(*mo);
+  if (!model.ok()) {
+    std::fprintf(stderr, "cannot open the simulator state: %s\n", model.status().message().c_str());
+    std::exit(1);
+  }
+  std::vector<Sample> samples;
+  const uint64_t t0 = NowNs();
+  std::vector<bool> started(sc.tenants.size(), false), changed(sc.tenants.size(), false);
+  double change_time = -1;
+  while (true) {
+    const double now_s = double(NowNs() - t0) / 1e9;
+    bool alive = false;
+    for (size_t i = 0; i < sc.tenants.size(); ++i) {
+      const Tenant& t = sc.tenants[i];
+      if (!started[i] && now_s >= t.start_s * scale) {
+        started[i] = true;
+        run[i].region = dir + "/t" + std::to_string(i) + ".region";
+        run[i].out = dir + "/t" + std::to_string(i) + ".json";
+        const double len = t.seconds > 0 ? t.seconds * scale : seconds - t.start_s * scale;
+        run[i].pid = Spawn(dir, t, run[i].region, len, run[i].out);
+      }
+      if (started[i] && !changed[i] && t.change_at_s >= 0 && now_s >= t.change_at_s * scale) {
+        changed[i] = true;
+        change_time = now_s;
+        auto r = Region::Open(run[i].region);
+        if (r.ok()) {
+          auto devs = (*r)->Devices();
+          if (!devs.empty()) {
+            auto st = (*r)->SetComputeShare(devs[0].uuid, uint32_t(t.change_to * 10),
+                                            t.mode == "hard" ? ComputeMode::kHard
+                                                             : ComputeMode::kWorkConserving,
+                                            gpuslice::core::Priority::kNormal);
+            if (!st.ok()) std::fprintf(stderr, "SetComputeShare: %s\n", st.message().c_str());
+          }
+        }
+      }
+      if (!started[i]) alive = true;
+      if (started[i] && run[i].pid > 0) {
+        int status;
+        if (waitpid(run[i].pid, &status, WNOHANG) == run[i].pid) {
+          run[i].pid = -run[i].pid;
+        } else {
+          alive = true;
+        }
+      }
+    }
+    Sample s{NowNs() - t0, {}};
+    for (const auto& p : (*model)->DeviceProcesses(0)) s.busy[p.pid] = p.busy_ns;
+    samples.push_back(std::move(s));
+    if (!alive) break;
+    SleepNs(50'000'000);
+  }
+  // Per-tenant busy time over [a, b) from the samples (pids stay known after exit
+  // only while sampled: keep the last value seen).
+  std::vector<pid_t> pids;
+  for (auto& r : run) pids.push_back(r.pid < 0 ? -r.pid : r.pid);
+  std::vector<std::vector<uint64_t>> busy(pids.size());  // Per sample, cumulative.
+  for (size_t i = 0; i < pids.size(); ++i) {
+    uint64_t last = 0;
+    for (auto& s : samples) {
+      auto it = s.busy.find(pids[i]);
+      if (it != s.busy.end()) last = std::max(last, it->second);
+      busy[i].push_back(last);
+    }
+  }
+  auto index_at = [&](double t_s) {
+    for (size_t k = 0; k < samples.size(); ++k) {
+      if (double(samples[k].t_ns) / 1e9 >= t_s) return k;
+    }
+    return samples.size() - 1;
+  };
+  auto target_at = [&](size_t i, double t_s) {
+    const Tenant& t = sc.tenants[i];
+    double target = t.target >= 0 ? t.target : t.share;
+    if (t.change_at_s >= 0 && t_s >= t.change_at_s * scale) target = t.change_to;
+    return target;
+  };
+  auto window_mae = [&](double w) {
+    double sum = 0;
+    int n = 0;
+    for (double a = sc.measure_from_s * scale; a + w <= seconds - 0.1; a += w) {
+      size_t ka = index_at(a), kb = index_at(a + w);
+      const double dt = double(samples[kb].t_ns - samples[ka].t_ns);
+      if (dt <= 0) continue;
+      for (size_t i = 0; i < pids.size(); ++i) {
+        const Tenant& t = sc.tenants[i];
+        if (t.start_s * scale > a || (t.seconds > 0 && (t.start_s + t.seconds) * scale < a + w)) continue;
+        if (t.share == 0) continue;
+        if (t.change_at_s >= 0 && a < t.change_at_s * scale + 0.3 && a + w > t.change_at_s * scale) continue;
+        const double got = 100.0 * double(busy[i][kb] - busy[i][ka]) / dt;
+        sum += std::fabs(got - target_at(i, a));
+        ++n;
+      }
+    }
+    return n > 0 ? sum / n : -1.0;
+  };
+  nlohmann::json j;
+  j["scenario"] = sc.name;
+  j["seconds"] = seconds;
+  const size_t ka = index_at(sc.measure_from_s * scale), kb = samples.size() - 1;
+  const double dt = double(samples[kb].t_ns - samples[ka].t_ns);
+  double total = 0;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    nlohmann::json tj;
+    const double got = 100.0 * double(busy[i][kb] - busy[i][ka]) / dt;
+    total += got;
+    tj["name"] = sc.tenants[i].name;
+    tj["share"] = sc.tenants[i].share;
+    tj["mode"] = sc.tenants[i].mode;
+    tj["achieved_pct"] = std::round(got * 10) / 10;
+    std::ifstream in(run[i].out);
+    std::string line;
+    if (std::getline(in, line) && !line.empty()) {
+      auto w = nlohmann::json::parse(line, nullptr, false);
+      if (!w.is_discarded()) {
+        tj["p50_us"] = w["p50_us"];
+        tj["p99_us"] = w["p99_us"];
+        if (i == 0 && p99_out != nullptr) p99_out->push_back(w["p99_us"].get<double>());
+      }
+    }
+    j["tenants"].push_back(tj);
+  }
+  j["aggregate_pct"] = std::round(total * 10) / 10;
+  j["mae_1s_pp"] = std::round(window_mae(1.0) * 100) / 100;
+  if (seconds - sc.measure_from_s * scale >= 10.0) {
+    j["mae_10s_pp"] = std::round(window_mae(10.0) * 100) / 100;
+  }
+  if (change_time >= 0) {
+    // Settling: first time after the change from which a 200 ms window of the
+    // changed tenant stays within 5 pp of its new target.
+    size_t idx = 0;
+    for (size_t i = 0; i < sc.tenants.size(); ++i) if (sc.tenants[i].change_at_s >= 0) idx = i;
+    double settle = -1;
+    const size_t kc = index_at(change_time);
+    for (size_t k = kc; k + 4 < samples.size(); ++k) {
+      bool ok = true;
+      for (size_t m = k; m + 4 < samples.size() && ok; ++m) {
+        const double d = double(samples[m + 4].t_ns - samples[m].t_ns);
+        const double got = 100.0 * double(busy[idx][m + 4] - busy[idx][m]) / d;
+        ok = std::fabs(got - sc.tenants[idx].change_to) <= 5.0;
+      }
+      if (ok) {
+        settle = double(samples[k + 4].t_ns) / 1e9 - change_time;
+        break;
+      }
+    }
+    j["settle_ms"] = settle < 0 ? -1 : std::round(settle * 1000);
+  }
+  // Give-back: when a tenant arrives, how long until it gets >= 80% of its share
+  // over a 100 ms window.
+  for (size_t i = 0; i < sc.tenants.size(); ++i) {
+    if (sc.tenants[i].start_s <= 0) continue;
+    const size_t ks = index_at(sc.tenants[i].start_s * scale + 0.3);  // Process start-up.
+    for (size_t k = ks; k + 2 < samples.size(); ++k) {
+      const double d = double(samples[k + 2].t_ns - samples[k].t_ns);
+      if (100.0 * double(busy[i][k + 2] - busy[i][k]) / d >= 0.8 * sc.tenants[i].share) {
+        j["giveback_ms"] = std::round((double(samples[k + 2].t_ns) / 1e9 -
+                                       (sc.tenants[i].start_s * scale + 0.3)) * 1000);
+        break;
+      }
+    }
+  }
+  fs::remove_all(dir);
+  return j;
+}
+
+std::vector<Scenario> Scenarios() {
+  auto busy = [](unsigned us) { return std::vector<std::string>{"--kernel-us", std::to_string(us)}; };
+  std::vector<Scenario> s;
+  s.push_back({"30/70 hard", 12, {{"a", 30, "hard", "", busy(200)}, {"b", 70, "hard", "", busy(200)}}});
+  s.push_back({"10/90 hard", 12, {{"a", 10, "hard", "", busy(200)}, {"b", 90, "hard", "", busy(200)}}});
+  s.push_back({"25/25/50 work-conserving", 12,
+               {{"a", 25, "work-conserving", "", busy(200)},
+                {"b", 25, "work-conserving", "", busy(200)},
+                {"c", 50, "work-conserving", "", busy(200)}}});
+  s.push_back({"50% alone, hard", 6, {{"a", 50, "hard", "", busy(200)}}});
+  s.push_back({"30/70 fine kernels (20 us)", 6,
+               {{"a", 30, "hard", "", busy(20)}, {"b", 70, "hard", "", busy(20)}}});
+  s.push_back({"30/70 coarse kernels (10 ms)", 12,
+               {{"a", 30, "hard", "", busy(10000)}, {"b", 70, "hard", "", busy(10000)}}});
+  s.push_back({"30/70 graph launches (8 x 100 us)", 6,
+               {{"a", 30, "hard", "", {"--kernel-us", "100", "--graph", "8"}},
+                {"b", 70, "hard", "", {"--kernel-us", "100", "--graph", "8"}}}});
+  {
+    Scenario a{"arrival and departure, work-conserving 30/70", 8, {}};
+    Tenant x{"a", 30, "work-conserving", "", busy(200)};
+    Tenant y{"b", 70, "work-conserving", "", busy(200)};
+    y.start_s = 3;
+    y.seconds = 3;
+    a.tenants = {x, y};
+    s.push_back(a);
+  }
+  {
+    Scenario c{"live change 50/50 -> 20/80, hard", 6, {}};
+    Tenant x{"a", 50, "hard", "", busy(200)};
+    x.change_at_s = 3;
+    x.change_to = 20;
+    Tenant y{"b", 50, "hard", "", busy(200)};
+    y.change_at_s = -1;
+    c.tenants = {x, y};
+    s.push_back(c);
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string only, json_path;
+  double scale = 1.0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--only" && i + 1 < argc) only = argv[++i];
+    else if (a == "--scale" && i + 1 < argc) scale = std::atof(argv[++i]);
+    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: compute_harness [--only NAME] [--scale X] [--json FILE]\n");
+      return 2;
+    }
+  }
+  nlohmann::json all = nlohmann::json::array();
+  for (const Scenario& sc : Scenarios()) {
+    if (!only.empty() && sc.name.find(only) == std::string::npos) continue;
+    nlohmann::json j = RunScenario(sc, scale, nullptr);
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+    all.push_back(j);
+  }
+  if (only.empty() || std::string("priority").find(only) != std::string::npos) {
+    // Priority: a latency-sensitive tenant (2 ms of work every 20 ms), alone
+    // and then beside two best-effort tenants at low priority.
+    std::vector<std::string> req = {"--kernel-us", "100", "--request-us", "2000", "--period-ms", "20"};
+    Scenario alone{"priority: inference alone", 5, {{"inf", 30, "work-conserving", "high", req}}};
+    Scenario shared{"priority: inference + 2 best-effort", 5,
+                    {{"inf", 30, "work-conserving", "high", req},
+                     {"be1", 35, "work-conserving", "low", {"--kernel-us", "50"}},
+                     {"be2", 35, "work-conserving", "low", {"--kernel-us", "50"}}}};
+    alone.tenants[0].target = 10;   // It only asks for 10% of the GPU.
+    shared.tenants[0].target = 10;
+    shared.tenants[1].target = 45;
+    shared.tenants[2].target = 45;
+    std::vector<double> p99;
+    nlohmann::json a = RunScenario(alone, scale, &p99);
+    nlohmann::json b = RunScenario(shared, scale, &p99);
+    if (p99.size() == 2 && p99[0] > 0) {
+      b["p99_inflation_pct"] = std::round((p99[1] / p99[0] - 1) * 1000) / 10;
+    }
+    std::printf("%s\n%s\n", a.dump().c_str(), b.dump().c_str());
+    all.push_back(a);
+    all.push_back(b);
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << all.dump(2) << "\n";
+  return 0;
+}

@@ -1,0 +1,156 @@
+// A tenant for the compute-share harness and tests: a CUDA program (against
+// cuda.h, run over the simulated driver) that keeps the GPU busy with
+// `sim_sleep_us` kernels, like a training loop, or serves periodic requests,
+// like an inference service.
+//
+//   compute_worker --seconds S [--kernel-us N] [--graph K] [--launch-ex]
+//                  [--request-us W --period-ms P]
+//
+// Busy mode: launches kernels of N us (or graphs of K such kernels) back to
+// back, synchronising about every 20 ms of work (a training step).
+// Request mode: every P ms, launches W us of kernels and synchronises; the
+// latency of each request (launch of the first kernel to the end of the
+// synchronisation) is recorded.
+// Prints one JSON line: {"pid":..,"launches":..,"requests":..,"p50_us":..,"p99_us":..}.
+
+#include <cuda.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+const char kPtx[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry sim_sleep_us(.param .u32 us)\n{\n ret;\n}\n";
+
+void Check(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return;
+  const char* name = nullptr;
+  cuGetErrorName(r, &name);
+  std::fprintf(stderr, "compute_worker: %s failed: %s\n", what, name ? name : "?");
+  std::exit(1);
+}
+
+uint64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 2;
+  unsigned kernel_us = 100;
+  int graph = 0;
+  bool launch_ex = false;
+  unsigned request_us = 0;
+  double period_ms = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "compute_worker: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--seconds") seconds = std::atof(next());
+    else if (a == "--kernel-us") kernel_us = unsigned(std::atoi(next()));
+    else if (a == "--graph") graph = std::atoi(next());
+    else if (a == "--launch-ex") launch_ex = true;
+    else if (a == "--request-us") request_us = unsigned(std::atoi(next()));
+    else if (a == "--period-ms") period_ms = std::atof(next());
+    else {
+      std::fprintf(stderr, "compute_worker: unknown argument '%s'\n", a.c_str());
+      return 2;
+    }
+  }
+  if (kernel_us == 0 || seconds <= 0 || (request_us > 0 && period_ms <= 0)) {
+    std::fprintf(stderr, "compute_worker: bad arguments\n");
+    return 2;
+  }
+  Check(cuInit(0), "cuInit");
+  CUdevice dev;
+  Check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  CUcontext ctx;
+  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  CUmodule mod;
+  Check(cuModuleLoadData(&mod, kPtx), "cuModuleLoadData");
+  CUfunction fn;
+  Check(cuModuleGetFunction(&fn, mod, "sim_sleep_us"), "cuModuleGetFunction");
+  CUstream stream;
+  Check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  void* params[] = {&kernel_us};
+
+  CUgraphExec exec = nullptr;
+  if (graph > 0) {
+    Check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+    for (int k = 0; k < graph; ++k) {
+      Check(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "capture launch");
+    }
+    CUgraph g;
+    Check(cuStreamEndCapture(stream, &g), "cuStreamEndCapture");
+    Check(cuGraphInstantiateWithFlags(&exec, g, 0), "cuGraphInstantiate");
+  }
+  const unsigned per_launch_us = graph > 0 ? kernel_us * unsigned(graph) : kernel_us;
+  auto launch = [&]() {
+    if (exec != nullptr) {
+      Check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
+    } else if (launch_ex) {
+      CUlaunchConfig cfg{};
+      cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+      cfg.blockDimX = 32;
+      cfg.blockDimY = cfg.blockDimZ = 1;
+      cfg.hStream = stream;
+      Check(cuLaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
+    } else {
+      Check(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+    }
+  };
+
+  uint64_t launches = 0;
+  std::vector<double> latencies_us;
+  const uint64_t start = NowNs();
+  const uint64_t end = start + uint64_t(seconds * 1e9);
+  if (request_us == 0) {
+    const unsigned step = std::max(1u, 20000u / per_launch_us);
+    while (NowNs() < end) {
+      for (unsigned k = 0; k < step; ++k, ++launches) launch();
+      Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+    }
+  } else {
+    const unsigned count = std::max(1u, request_us / per_launch_us);
+    uint64_t next = start;
+    while (next < end) {
+      const uint64_t t0 = NowNs();
+      for (unsigned k = 0; k < count; ++k, ++launches) launch();
+      Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+      latencies_us.push_back(double(NowNs() - t0) / 1e3);
+      next += uint64_t(period_ms * 1e6);
+      const uint64_t now = NowNs();
+      if (next > now) {
+        timespec ts{time_t((next - now) / 1000000000ull), long((next - now) % 1000000000ull)};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+  std::printf("{\"pid\":%d,\"launches\":%llu,\"requests\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+              int(getpid()), static_cast<unsigned long long>(launches), latencies_us.size(),
+              Percentile(latencies_us, 0.5), Percentile(latencies_us, 0.99));
+  return 0;
+}
