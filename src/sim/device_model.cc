@@ -103,6 +103,7 @@ DeviceInfo DeviceModel::Device(uint32_t device) const {
   d.l2_cache_bytes = r.l2_cache_bytes;
   d.power_limit_mw = r.power_limit_mw;
   d.unit = r.unit;
+  d.mig_capable = r.mig_capable != 0 || r.mig_count > 0;
   for (uint32_t m = 0; m < r.mig_count; ++m) {
     const layout::MigRecord& mr = r.mig[m];
     const layout::UnitRecord& u = state_->units[mr.unit];

@@ -71,6 +71,7 @@ struct DeviceInfo {
   uint32_t clock_khz = 0, memory_clock_khz = 0, memory_bus_width = 0, l2_cache_bytes = 0;
   uint32_t power_limit_mw = 0;
   uint32_t unit = layout::kNoUnit;  // kNoUnit when MIG is enabled.
+  bool mig_capable = false;         // Can run in MIG mode; true whenever `mig` is not empty.
   std::vector<MigInfo> mig;
   // "00000000:18:00.0" (NVML's form) and "0000:18:00.0" (CUDA's form).
   std::string PciBusIdNvml() const;

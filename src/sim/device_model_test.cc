@@ -96,6 +96,15 @@ TEST_F(DeviceModelTest, CreatesPrivateFileWithTopology) {
   EXPECT_EQ(l4.PciBusIdNvml().size(), 16u);
 }
 
+TEST_F(DeviceModelTest, DeviceRecordsWhetherTheGpuCanRunMig) {
+  auto m = OpenModel("1xA100-40GB,1xL4,1xH100-80GB:mig=1g.10gb");
+  EXPECT_TRUE(m->Device(0).mig_capable);
+  EXPECT_FALSE(m->Device(1).mig_capable);
+  EXPECT_TRUE(m->Device(2).mig_capable);
+  EXPECT_EQ(m->state()->devices[0].mig_capable, 1u);
+  EXPECT_EQ(m->state()->devices[1].mig_capable, 0u);
+}
+
 TEST_F(DeviceModelTest, SecondOpenSeesTheSameCounters) {
   auto a = OpenModel();
   auto b = OpenModel();

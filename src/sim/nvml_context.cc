@@ -63,17 +63,6 @@ nvmlReturn_t NvmlContext::Init() {
                : NVML_ERROR_DRIVER_NOT_LOADED;
   }
   model_ = std::move(model).value();
-  // The state file does not record whether a GPU without MIG instances is
-  // MIG-capable; the configuration does, when it is the one the file was
-  // made from (same fingerprint).
-  const bool config_matches =
-      model_->state()->header.config_fingerprint == options->config.Fingerprint();
-  mig_capable_.assign(model_->device_count(), false);
-  for (uint32_t d = 0; d < model_->device_count(); ++d) {
-    mig_capable_[d] = model_->state()->devices[d].mig_count > 0 ||
-                      (config_matches && d < options->config.devices.size() &&
-                       options->config.devices[d].mig_capable);
-  }
   last_init_error_.clear();
   ref_count_ = 1;
   return NVML_SUCCESS;
@@ -84,13 +73,8 @@ nvmlReturn_t NvmlContext::Shutdown() {
   if (ref_count_ == 0) return NVML_ERROR_UNINITIALIZED;
   if (--ref_count_ == 0) {
     model_.reset();
-    mig_capable_.clear();
   }
   return NVML_SUCCESS;
-}
-
-bool NvmlContext::ReadAccess::MigCapable(uint32_t device) const {
-  return device < context_.mig_capable_.size() && context_.mig_capable_[device];
 }
 
 nvmlDevice_t NvmlContext::Handle(NvmlTarget target) {

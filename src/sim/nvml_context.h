@@ -55,8 +55,6 @@ class NvmlContext {
       return context_.model_ ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
     }
     DeviceModel& model() const { return *context_.model_; }
-    // Whether physical GPU `device` supports MIG (enabled or not).
-    bool MigCapable(uint32_t device) const;
 
    private:
     NvmlContext& context_;
@@ -79,7 +77,6 @@ class NvmlContext {
   mutable std::shared_mutex mutex_;
   int ref_count_ = 0;                   // Guarded by mutex_.
   std::unique_ptr<DeviceModel> model_;  // Guarded by mutex_; set iff ref_count_ > 0.
-  std::vector<bool> mig_capable_;       // Guarded by mutex_; per GPU.
   std::string last_init_error_;         // Guarded by mutex_.
 };
 

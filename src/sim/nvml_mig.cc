@@ -25,7 +25,9 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device,
                                                        unsigned int* pendingMode) {
   return WithDevice(device, [&](GpuAccess& access, NvmlTarget target) {
     if (currentMode == nullptr || pendingMode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-    if (target.is_mig() || !access.MigCapable(target.device)) return NVML_ERROR_NOT_SUPPORTED;
+    if (target.is_mig() || !access.model().Device(target.device).mig_capable) {
+      return NVML_ERROR_NOT_SUPPORTED;
+    }
     const bool enabled = access.model().state()->devices[target.device].mig_count > 0;
     *currentMode = enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     *pendingMode = *currentMode;

@@ -483,6 +483,20 @@ TEST_F(NvmlTest, MigModeSaysDisabledOnCapableGpusAndIsUnsupportedOnOthers) {
   EXPECT_EQ(is_mig, 0u);
 }
 
+// MIG capability comes from the state file, not from this process's
+// configuration: a process without one (as jobs under the daemon) sees the
+// same answer as the file's creator.
+TEST_F(NvmlTest, MigModeComesFromTheStateFileNotTheEnvironment) {
+  UseGpus("1xA100-40GB,1xT4");
+  Driver();  // Creates the file with that machine.
+  unsetenv("GPUSLICE_SIM_GPUS");
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  unsigned int current = 9, pending = 9;
+  ASSERT_EQ(nvmlDeviceGetMigMode(Gpu(0), &current, &pending), NVML_SUCCESS);
+  EXPECT_EQ(current, static_cast<unsigned int>(NVML_DEVICE_MIG_DISABLE));
+  EXPECT_EQ(nvmlDeviceGetMigMode(Gpu(1), &current, &pending), NVML_ERROR_NOT_SUPPORTED);
+}
+
 TEST(NvmlErrorString, DescribesEveryCodeAndUnknownOnes) {
   EXPECT_STREQ(nvmlErrorString(NVML_SUCCESS), "Success");
   EXPECT_STREQ(nvmlErrorString(NVML_ERROR_INSUFFICIENT_SIZE), "Insufficient Size");

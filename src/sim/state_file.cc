@@ -83,6 +83,7 @@ Status Initialise(SharedState* s, const ModelOptions& o) {
     r.power_limit_mw = d.power_limit_mw;
     r.idle_power_mw = d.idle_power_mw;
     r.mig_count = static_cast<uint32_t>(d.mig.size());
+    r.mig_capable = d.mig_capable ? 1 : 0;
     r.unit = layout::kNoUnit;
     auto add_unit = [&](const std::string& uuid, uint64_t mem, uint32_t sms,
                         int32_t mig) -> Result<uint32_t> {

@@ -75,11 +75,16 @@ struct DeviceRecord {
   uint32_t unit;       // Whole-GPU unit, or kNoUnit when MIG is enabled.
   uint32_t mig_count;  // 0: MIG disabled.
   MigRecord mig[kMaxMigPerDevice];
-  uint8_t reserved[352];
+  // 1: the model can run in MIG mode (whether or not it does). Was reserved
+  // (zero) space: files of older builds read 0 here, so readers also treat
+  // mig_count > 0 as capable.
+  uint32_t mig_capable;
+  uint8_t reserved[348];
 };
 static_assert(sizeof(DeviceRecord) == 1024);
 static_assert(offsetof(DeviceRecord, total_memory) == 160);
 static_assert(offsetof(DeviceRecord, mig) == 224);
+static_assert(offsetof(DeviceRecord, mig_capable) == 672);
 
 // A schedulable unit: what a CUDA device handle stands for. Immutable.
 struct UnitRecord {
