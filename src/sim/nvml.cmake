@@ -1,5 +1,6 @@
 # The simulated NVML: libnvidia-ml.so.1 in GPUSLICE_SIM_LIB_DIR, over the
 # device model. Included from src/sim/CMakeLists.txt. See docs/SIMULATOR_NVML.md.
+# Its tests with real CUDA processes are in tests/sim/nvml.cmake.
 
 # The entry points as objects, shared by the library and by the unit test
 # (which calls them in-process).
@@ -34,10 +35,3 @@ target_link_options(gpuslice_sim_nvml PRIVATE
 gpuslice_test(sim_nvml_test
   SOURCES nvml_test.cc nvml_pci_test.cc
   LIBS gpuslice_sim_nvml_objects)
-
-# Cross-component tests of NVML with real CUDA processes (tests/sim/nvml.cmake),
-# until tests/sim/CMakeLists.txt includes them itself. They need the
-# simulated driver.
-if(TARGET gpuslice_sim_cuda)
-  include(${PROJECT_SOURCE_DIR}/tests/sim/nvml.cmake)
-endif()

@@ -2,8 +2,7 @@
 # libnvidia-ml.so.1, loaded by soname like a real program would, observing
 # CUDA programs that use the simulated libcuda.so.1.
 #
-# Meant to be included from tests/sim/CMakeLists.txt; until it is, src/sim/nvml.cmake
-# includes it. include_guard makes either order safe.
+# Included from tests/sim/CMakeLists.txt.
 include_guard(GLOBAL)
 
 # A CUDA driver-API program, linked like ordinary CUDA programs against the
@@ -19,7 +18,8 @@ gpuslice_test(sim_nvml_agreement_test
   LIBS ${CMAKE_DL_LIBS}
   ENV "LD_LIBRARY_PATH=$<TARGET_FILE_DIR:gpuslice_sim_nvml>")
 target_include_directories(sim_nvml_agreement_test PRIVATE ${PROJECT_SOURCE_DIR}/src)
-# Paths as compile definitions: gpuslice_test's ENV keeps only one variable.
+# Paths as compile definitions, so the binary also runs by hand (ENV applies
+# only under ctest).
 target_compile_definitions(sim_nvml_agreement_test PRIVATE
   "GPUSLICE_TEST_NVML_LIBRARY=\"$<TARGET_FILE:gpuslice_sim_nvml>\""
   "GPUSLICE_TEST_CUDA_PEER=\"$<TARGET_FILE:nvml_cuda_peer>\"")
