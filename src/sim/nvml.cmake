@@ -1,5 +1,5 @@
 # The simulated NVML: libnvidia-ml.so.1 in GPUSLICE_SIM_LIB_DIR, over the
-# device model. Included from src/sim/CMakeLists.txt. See docs/SIMULATOR_NVML.md.
+# device model. Included from src/sim/CMakeLists.txt. See docs/SIMULATOR.md, "Simulated NVML".
 # Its tests with real CUDA processes are in tests/sim/nvml.cmake.
 
 # The entry points as objects, shared by the library and by the unit test

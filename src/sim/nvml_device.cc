@@ -88,7 +88,7 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* u
   });
 }
 
-// MIG devices have no index of their own in the simulator (docs/SIMULATOR_NVML.md).
+// MIG devices have no index of their own in the simulator (docs/SIMULATOR.md, "Simulated NVML").
 GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
   return WithDevice(device, [&](Access&, NvmlTarget target) {
     if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;

@@ -12,7 +12,7 @@ namespace gpuslice::sim {
 namespace {
 
 // The simulator impersonates the R580 driver branch, the first to ship with
-// CUDA 13.0 (docs/SIMULATOR_NVML.md).
+// CUDA 13.0 (docs/SIMULATOR.md, "Simulated NVML").
 constexpr std::string_view kDriverVersion = "580.65.06";
 constexpr std::string_view kNvmlVersion = "13.580.65.06";
 constexpr int kCudaDriverVersion = 13000;
