@@ -312,7 +312,7 @@ int Graphs() {
   CU(cuGraphGetNodes(g, nullptr, &count));
   CHECK(count == 3);
   CUgraphExec exec;
-  CU(cuGraphInstantiate(&exec, g, 0));
+  CU(cuGraphInstantiateWithFlags(&exec, g, 0));
   CUevent e0, e1;
   CU(cuEventCreate(&e0, 0));
   CU(cuEventCreate(&e1, 0));
@@ -348,7 +348,7 @@ int Graphs() {
   CU(cuGraphGetNodes(captured, nullptr, &count));
   CHECK(count == 3);
   CUgraphExec exec2;
-  CU(cuGraphInstantiate(&exec2, captured, 0));
+  CU(cuGraphInstantiateWithFlags(&exec2, captured, 0));
   CU(cuEventRecord(e0, st));
   CU(cuGraphLaunch(exec2, st));
   CU(cuEventRecord(e1, st));
@@ -377,7 +377,11 @@ int Errors() {
   CU_IS(cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
   CU_IS(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
   CUcontext ctx, ctx2, cur;
+#if CUDA_VERSION >= 12050  // cuCtxCreate is _v4, with a parameters argument.
   CU(cuCtxCreate(&ctx, nullptr, 0, 1));
+#else
+  CU(cuCtxCreate(&ctx, 0, 1));
+#endif
   CU(cuCtxGetDevice(&dev));
   CHECK(dev == 1);
   CU_IS(cuMemFree(0xdead0000), CUDA_ERROR_INVALID_VALUE);
@@ -395,7 +399,11 @@ int Errors() {
   CU_IS(cuLaunchCooperativeKernel(f, 1000000, 1, 1, 1024, 1, 1, 0, nullptr, nullptr),
         CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
   // Context stack.
+#if CUDA_VERSION >= 12050
   CU(cuCtxCreate(&ctx2, nullptr, 0, 0));
+#else
+  CU(cuCtxCreate(&ctx2, 0, 0));
+#endif
   CU(cuCtxGetCurrent(&cur));
   CHECK(cur == ctx2);
   CU(cuCtxPopCurrent(&cur));
@@ -457,17 +465,35 @@ const DefEntry kDefEntries[] = {
 #undef CU_PTDS
 };
 
+#if CUDA_VERSION >= 12000
+using ProcStatus = CUdriverProcAddressQueryResult;
+#else
+// Headers before 12.0 have no cuGetProcAddress_v2 and no status; the
+// checks below then see SUCCESS or this.
+enum ProcStatus { CU_GET_PROC_ADDRESS_SUCCESS, CU_GET_PROC_ADDRESS_NO_STATUS };
+#endif
+
 int ProcAddress() {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   CHECK(lib != nullptr);
-  using GetProc =
-      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+#if CUDA_VERSION >= 12000
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, ProcStatus*);
   auto get = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
   CHECK(get != nullptr);
+#else
+  using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t);
+  static auto v1 = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress"));
+  CHECK(v1 != nullptr);
+  auto get = [](const char* name, void** pfn, int version, cuuint64_t flags, ProcStatus* status) {
+    CUresult r = v1(name, pfn, version, flags);
+    *status = r == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_NO_STATUS;
+    return r;
+  };
+#endif
   int checked = 0;
   for (const DefEntry& e : kDefEntries) {
     void* pfn = nullptr;
-    CUdriverProcAddressQueryResult status;
+    ProcStatus status;
     CUresult r = get(
         e.name, &pfn, e.version,
         e.ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM,
@@ -483,7 +509,7 @@ int ProcAddress() {
   }
   CHECK(checked > 150);
   void* pfn = nullptr;
-  CUdriverProcAddressQueryResult status;
+  ProcStatus status;
   CU(get("cuMemAlloc", &pfn, 12000, 0, &status));
   CHECK(pfn == dlsym(lib, "cuMemAlloc_v2"));
   CU(get("cuLaunchKernel", &pfn, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status));
@@ -491,9 +517,14 @@ int ProcAddress() {
   CU(get("cuCtxCreate", &pfn, 12000, 0, &status));
   CHECK(pfn == dlsym(lib, "cuCtxCreate_v3"));
   CU_IS(get("cuMemAllocAsync", &pfn, 11000, 0, &status), CUDA_ERROR_NOT_FOUND);
-  CHECK(status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT && pfn == nullptr);
+  CHECK(pfn == nullptr);
+#if CUDA_VERSION >= 12000
+  CHECK(status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+#endif
   CU_IS(get("cuNoSuchFunction", &pfn, 13000, 0, &status), CUDA_ERROR_NOT_FOUND);
+#if CUDA_VERSION >= 12000
   CHECK(status == CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+#endif
   CU_IS(get("cuInit", &pfn, 13000, 8, &status), CUDA_ERROR_INVALID_VALUE);
   // Functions reached this way behave like the exported ones.
   using Init = CUresult (*)(unsigned);

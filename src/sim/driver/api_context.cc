@@ -100,6 +100,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev,
   return CUDA_SUCCESS;
 }
 
+#if CUDA_VERSION >= 12050
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params,
                                                    unsigned int flags, CUdevice dev) {
   if (params != nullptr && (params->numExecAffinityParams != 0 || params->cigParams != nullptr)) {
@@ -107,6 +108,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateP
   }
   return CreateContext(pctx, flags, dev);
 }
+#endif
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params,
                                                    int num_params, unsigned int flags,

@@ -83,9 +83,9 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph handle) {
   return CUDA_SUCCESS;
 }
 
-GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph graph,
-                                                            const CUgraphNode* deps, size_t ndeps,
-                                                            const CUDA_KERNEL_NODE_PARAMS* params) {
+// CUDA_KERNEL_NODE_PARAMS is the _v2 struct from CUDA 12.0 on, _v1 before.
+static CUresult AddKernelNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps,
+                              size_t ndeps, const CUDA_KERNEL_NODE_PARAMS* params) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(Driver::Get().mu);
@@ -94,14 +94,22 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* out, CU
   return AddNode(out, graph, deps, ndeps, std::move(node));
 }
 
+#if CUDA_VERSION >= 12000
+GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph graph,
+                                                            const CUgraphNode* deps, size_t ndeps,
+                                                            const CUDA_KERNEL_NODE_PARAMS* params) {
+  return AddKernelNode(out, graph, deps, ndeps, params);
+}
+#endif
+
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* out, CUgraph graph,
                                                          const CUgraphNode* deps, size_t ndeps,
                                                          const CUDA_KERNEL_NODE_PARAMS_v1* params) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CUDA_KERNEL_NODE_PARAMS p{};
-  std::memcpy(&p, params, sizeof(*params));  // v1 is a prefix of v2.
-  return cuGraphAddKernelNode_v2(out, graph, deps, ndeps, &p);
+  std::memcpy(&p, params, sizeof(*params));  // v1 is a prefix of v2 (or v2 is v1).
+  return AddKernelNode(out, graph, deps, ndeps, &p);
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* out, CUgraph graph,

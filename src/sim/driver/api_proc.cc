@@ -8,6 +8,18 @@ using namespace gpuslice::sim::driver;  // NOLINT: entry points are extern "C".
 
 namespace {
 
+#if CUDA_VERSION >= 12000
+using ProcStatus = CUdriverProcAddressQueryResult;
+#else
+// cuda.h before 12.0 has no status out-parameter (no cuGetProcAddress_v2);
+// the lookup still tells the cases apart internally.
+enum ProcStatus {
+  CU_GET_PROC_ADDRESS_SUCCESS = 0,
+  CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+  CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
+};
+#endif
+
 struct EntryPoint {
   const char* name;
   int version;
@@ -36,7 +48,7 @@ const ErrorText kErrors[] = {
 };
 
 CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                CUdriverProcAddressQueryResult* status) {
+                ProcStatus* status) {
   if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
@@ -78,11 +90,13 @@ CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
 
 }  // namespace
 
+#if CUDA_VERSION >= 12000
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn,
                                                         int cudaVersion, cuuint64_t flags,
                                                         CUdriverProcAddressQueryResult* status) {
   return Lookup(symbol, pfn, cudaVersion, flags, status);
 }
+#endif
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn,
                                                      int cudaVersion, cuuint64_t flags) {

@@ -243,7 +243,8 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent handle) {
   return CUDA_SUCCESS;
 }
 
-GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
+// cuEventElapsedTime and (CUDA 12.8 on) its _v2 behave the same here.
+static CUresult EventElapsedTime(float* ms, CUevent start, CUevent end) {
   std::lock_guard<std::mutex> lock(Driver::Get().mu);
   Event* a = nullptr;
   Event* b = nullptr;
@@ -259,8 +260,14 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent sta
   return CUDA_SUCCESS;
 }
 
+#if CUDA_VERSION >= 12080
+GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
+  return EventElapsedTime(ms, start, end);
+}
+#endif
+
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
-  return cuEventElapsedTime_v2(ms, start, end);
+  return EventElapsedTime(ms, start, end);
 }
 
 // Entry points with the same signature and behaviour: legacy names whose
