@@ -1,16 +1,17 @@
-// A tenant for the compute-share harness and tests: a CUDA program (against
-// cuda.h, run over the simulated driver) that keeps the GPU busy with
-// `sim_sleep_us` kernels, like a training loop, or serves periodic requests,
+// A tenant for the compute-share tests (compute_e2e_test) and harness
+// (bench/compute): a CUDA program (against cuda.h, run over the simulated
+// driver) that keeps the GPU busy with `sim_sleep_us` kernels, like a
+// training loop, or serves periodic requests,
 // like an inference service.
 //
-//   compute_worker --seconds S [--kernel-us N] [--graph K] [--launch-ex]
+//   compute_worker --seconds S [--kernel-us N] [--graph K | --launch-ex | --cooperative]
 //                  [--request-us W --period-ms P]
 //
-// Busy mode: launches kernels of N us (or graphs of K such kernels) back to
-// back, synchronising about every 20 ms of work (a training step).
+// Busy mode: launches kernels of N us (or graphs of K such kernels; or
+// through cuLaunchKernelEx or cuLaunchCooperativeKernel) back to back, synchronising about every 20 ms of work (a training step).
 // Request mode: every P ms, launches W us of kernels and synchronises; the
 // latency of each request (launch of the first kernel to the end of the
-// synchronisation) is recorded.
+// synchronisation) is recorded; requests that fall behind go back to back.
 // Prints one JSON line: {"pid":..,"launches":..,"requests":..,"p50_us":..,"p99_us":..}.
 
 #include <cuda.h>
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   unsigned kernel_us = 100;
   int graph = 0;
   bool launch_ex = false;
+  bool cooperative = false;
   unsigned request_us = 0;
   double period_ms = 0;
   for (int i = 1; i < argc; ++i) {
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
     else if (a == "--kernel-us") kernel_us = unsigned(std::atoi(next()));
     else if (a == "--graph") graph = std::atoi(next());
     else if (a == "--launch-ex") launch_ex = true;
+    else if (a == "--cooperative") cooperative = true;
     else if (a == "--request-us") request_us = unsigned(std::atoi(next()));
     else if (a == "--period-ms") period_ms = std::atof(next());
     else {
@@ -118,6 +121,9 @@ int main(int argc, char** argv) {
       cfg.blockDimY = cfg.blockDimZ = 1;
       cfg.hStream = stream;
       Check(cuLaunchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx");
+    } else if (cooperative) {
+      Check(cuLaunchCooperativeKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params),
+            "cuLaunchCooperativeKernel");
     } else {
       Check(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
     }
@@ -136,7 +142,9 @@ int main(int argc, char** argv) {
   } else {
     const unsigned count = std::max(1u, request_us / per_launch_us);
     uint64_t next = start;
-    while (next < end) {
+    // Stops at the deadline even when requests fall behind their period, so
+    // the number served measures the throughput a tenant kept.
+    while (next < end && NowNs() < end) {
       const uint64_t t0 = NowNs();
       for (unsigned k = 0; k < count; ++k, ++launches) launch();
       Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
