@@ -7,12 +7,18 @@
 //   BM_*Added                    the same, direct and shim interleaved batch by
 //                                batch, reporting the added cost (robust to the
 //                                load of a shared machine)
+//   BM_LaunchAddedShare          direct, shim and shim with a compute share
+//                                (GPUSLICE_COMPUTE_SHARE=100, within budget: the
+//                                gate's fast path plus one slow path per batch of
+//                                credits) interleaved; added ns of each
 //
 // "direct" calls the simulated libcuda.so.1 this program is linked with;
 // "shim" calls the same functions through libgpuslice.so, loaded with
 // dlopen(RTLD_LOCAL) so that it does not interpose the direct calls. The
 // shim enforces a standalone slice (GPUSLICE_MEMORY_LIMIT), so the
-// admission path is the one measured.
+// admission path is the one measured. "share" is a second instance of the
+// shim (a copy of the library, so that dlopen loads it apart) initialised
+// with a compute share, in a slice of its own.
 //
 // Each benchmark times batches of calls and reports the median and p99 of
 // the per-call time over batches as counters p50_ns / p99_ns (ms for Init64).
@@ -43,6 +49,7 @@ struct Api {
 
 Api g_direct{&cuLaunchKernel, &cuMemAlloc_v2, &cuMemFree_v2};
 Api g_shim;
+Api g_share;  // Through a second shim instance with a compute share.
 CUfunction g_kernel = nullptr;
 std::string g_dir;
 
@@ -91,7 +98,41 @@ bool Setup() {
   g_shim.launch = reinterpret_cast<PFN_cuLaunchKernel_v4000>(dlsym(shim, "cuLaunchKernel"));
   g_shim.alloc = reinterpret_cast<PFN_cuMemAlloc_v3020>(dlsym(shim, "cuMemAlloc_v2"));
   g_shim.free = reinterpret_cast<PFN_cuMemFree_v3020>(dlsym(shim, "cuMemFree_v2"));
-  return g_shim.launch != nullptr && g_shim.alloc != nullptr && g_shim.free != nullptr;
+  if (g_shim.launch == nullptr || g_shim.alloc == nullptr || g_shim.free == nullptr) return false;
+  // The shim reads its configuration at its first CUDA call: make that
+  // call now, before the environment changes for the second instance.
+  CUdeviceptr p = 0;
+  if (g_shim.alloc(&p, 1 << 20) != CUDA_SUCCESS || g_shim.free(p) != CUDA_SUCCESS) {
+    std::fprintf(stderr, "shim_bench: allocation through the shim failed\n");
+    return false;
+  }
+  // The share instance: a copy of the library (dlopen would return the
+  // loaded one for the same file), configured by its own first call.
+  const std::string copy = g_dir + "/libgpuslice-share.so";
+  std::error_code ec;
+  std::filesystem::copy_file(GPUSLICE_SHIM_PATH, copy, ec);
+  if (ec) {
+    std::fprintf(stderr, "shim_bench: cannot copy the shim: %s\n", ec.message().c_str());
+    return false;
+  }
+  unsetenv("GPUSLICE_SLICE");  // Not the first instance's slice: one of its own.
+  setenv("GPUSLICE_COMPUTE_SHARE", "100", 1);
+  setenv("GPUSLICE_COMPUTE_MODE", "hard", 1);
+  setenv("GPUSLICE_COORD_DIR", g_dir.c_str(), 1);
+  void* share = dlopen(copy.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (share == nullptr) {
+    std::fprintf(stderr, "shim_bench: %s\n", dlerror());
+    return false;
+  }
+  g_share.launch = reinterpret_cast<PFN_cuLaunchKernel_v4000>(dlsym(share, "cuLaunchKernel"));
+  g_share.alloc = reinterpret_cast<PFN_cuMemAlloc_v3020>(dlsym(share, "cuMemAlloc_v2"));
+  g_share.free = reinterpret_cast<PFN_cuMemFree_v3020>(dlsym(share, "cuMemFree_v2"));
+  const bool ok = g_share.launch != nullptr && g_share.alloc != nullptr &&
+                  g_share.free != nullptr && g_share.alloc(&p, 1 << 20) == CUDA_SUCCESS &&
+                  g_share.free(p) == CUDA_SUCCESS;
+  unsetenv("GPUSLICE_COMPUTE_SHARE");
+  unsetenv("GPUSLICE_COMPUTE_MODE");
+  return ok;
 }
 
 void BM_Launch(benchmark::State& state, const Api* api) {
@@ -210,6 +251,40 @@ void BM_LaunchAdded(benchmark::State& state) {
       kBatch, "ns", 1.0);
 }
 
+// Three ways in turn (rotating which goes first): direct, through the shim,
+// and through the shim with a compute share.
+void BM_LaunchAddedShare(benchmark::State& state) {
+  constexpr int kBatch = 256;
+  unsigned int us = 0;
+  void* params[] = {&us};
+  const Api* apis[3] = {&g_direct, &g_shim, &g_share};
+  std::vector<double> per_call[3], added_shim, added_share;
+  int first = 0;
+  for (auto _ : state) {
+    double t[3] = {0, 0, 0};
+    for (int k = 0; k < 3; ++k) {
+      const int w = (first + k) % 3;
+      const uint64_t t0 = NowNs();
+      for (int i = 0; i < kBatch; ++i) {
+        apis[w]->launch(g_kernel, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+      }
+      t[w] = double(NowNs() - t0) / kBatch;
+      cuCtxSynchronize();
+    }
+    first = (first + 1) % 3;
+    for (int w = 0; w < 3; ++w) per_call[w].push_back(t[w]);
+    added_shim.push_back(t[1] - t[0]);
+    added_share.push_back(t[2] - t[0]);
+    state.SetIterationTime((t[0] + t[1] + t[2]) * kBatch / 1e9);
+  }
+  state.counters["direct_p50_ns"] = Percentile(per_call[0], 0.5);
+  state.counters["shim_p50_ns"] = Percentile(per_call[1], 0.5);
+  state.counters["share_p50_ns"] = Percentile(per_call[2], 0.5);
+  state.counters["added_shim_p50_ns"] = Percentile(added_shim, 0.5);
+  state.counters["added_share_p50_ns"] = Percentile(added_share, 0.5);
+  state.counters["share_p99_ns"] = Percentile(per_call[2], 0.99);
+}
+
 void BM_AllocFreeAdded(benchmark::State& state) {
   constexpr int kBatch = 64;
   Paired(
@@ -284,6 +359,7 @@ int main(int argc, char** argv) {
       ->Unit(benchmark::kMillisecond)
       ->UseRealTime();
   benchmark::RegisterBenchmark("BM_LaunchAdded", BM_LaunchAdded)->UseManualTime();
+  benchmark::RegisterBenchmark("BM_LaunchAddedShare", BM_LaunchAddedShare)->UseManualTime();
   benchmark::RegisterBenchmark("BM_AllocFreeAdded", BM_AllocFreeAdded)->UseManualTime();
   benchmark::RegisterBenchmark("BM_Init64Added", BM_Init64Added)
       ->Iterations(4)
