@@ -47,8 +47,7 @@ const ErrorText kErrors[] = {
 #undef CU_ERROR
 };
 
-CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                ProcStatus* status) {
+CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, ProcStatus* status) {
   if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;

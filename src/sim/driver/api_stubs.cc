@@ -7,17 +7,17 @@
 // A stub takes no parameters: in the C calling convention the caller sets
 // up and cleans up the arguments, so a callee may ignore them.
 
-#include "sim/driver/driver.h"
-
 #include <cstring>
+
+#include "sim/driver/driver.h"
 
 // The C++ name is a private one; the symbol gets cuda.h's name through an
 // asm label, since the C++ name may be a macro in cuda.h (cuMemAlloc ->
 // cuMemAlloc_v2) and the declaration there has another signature. `#` and
 // `##` do not expand macros, so `symbol` stays as written.
-#define CU_STUB(symbol, base, rank, per_thread)                                             \
-  extern "C" __attribute__((visibility("default"))) CUresult CUDAAPI GpusliceStub_##symbol() \
-      __asm__(#symbol);                                                                     \
+#define CU_STUB(symbol, base, rank, per_thread)              \
+  extern "C" __attribute__((visibility("default")))          \
+  CUresult CUDAAPI GpusliceStub_##symbol() __asm__(#symbol); \
   CUresult CUDAAPI GpusliceStub_##symbol() { return CUDA_ERROR_NOT_SUPPORTED; }
 #include "cuda_stubs.inc"
 #undef CU_STUB
