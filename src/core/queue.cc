@@ -11,12 +11,18 @@ int64_t EndOrNever(const RunningJob& r) { return r.ends_at_ms.value_or(kNever); 
 
 // The head's reservation: the smallest end time T such that, with every
 // running job ending by T released, the head fits. kNever when that needs a
-// job with no known end (or never happens). Fitting is monotone in the set
-// released, so a binary search over the jobs sorted by end time finds it.
-int64_t ReservationTime(const CapacityModel& model, std::vector<RunningJob> running,
+// job with no known end (or never happens). Only jobs with a known end can
+// give a finite answer, so only they are searched; fitting is monotone in the
+// set released, so a binary search over them (sorted by end) finds it.
+int64_t ReservationTime(const CapacityModel& model, const std::vector<RunningJob>& all,
                         uint64_t head) {
-  std::sort(running.begin(), running.end(),
-            [](const RunningJob& a, const RunningJob& b) { return EndOrNever(a) < EndOrNever(b); });
+  std::vector<RunningJob> running;
+  for (const RunningJob& r : all) {
+    if (r.ends_at_ms) running.push_back(r);
+  }
+  std::sort(running.begin(), running.end(), [](const RunningJob& a, const RunningJob& b) {
+    return *a.ends_at_ms < *b.ends_at_ms;
+  });
   auto fits_after = [&](size_t released) {
     auto probe = model.Clone();
     for (size_t i = 0; i < released; ++i) probe->Release(running[i].id);
@@ -32,24 +38,7 @@ int64_t ReservationTime(const CapacityModel& model, std::vector<RunningJob> runn
       lo = mid + 1;
     }
   }
-  return EndOrNever(running[lo - 1]);
-}
-
-// Rule (b): with `candidate` placed, does the head still fit once everything
-// that ends by `reservation` has ended? Jobs started in this pass (backfills)
-// count only when their own end is known and no later than the reservation.
-bool HeadStillFits(const CapacityModel& model, const std::vector<RunningJob>& running,
-                   const std::vector<RunningJob>& started, int64_t reservation,
-                   uint64_t candidate, uint64_t head) {
-  auto probe = model.Clone();
-  if (probe->TryPlace(candidate) != FitResult::kPlaced) return false;
-  for (const RunningJob& r : running) {
-    if (EndOrNever(r) <= reservation) probe->Release(r.id);
-  }
-  for (const RunningJob& r : started) {
-    if (r.ends_at_ms && *r.ends_at_ms <= reservation) probe->Release(r.id);
-  }
-  return probe->TryPlace(head) == FitResult::kPlaced;
+  return *running[lo - 1].ends_at_ms;
 }
 
 }  // namespace
@@ -75,6 +64,10 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
   QueuePlan plan;
   std::vector<RunningJob> started;  // Backfills of this pass.
   std::vector<QueueShape> failed;   // Minimal shapes that did not fit now.
+  // For rule (b): the machine as it will be at the head's reservation time
+  // (what ends by then released), plus the backfills of this pass that will
+  // still run then. Built once per pass; each candidate probes a copy.
+  std::unique_ptr<CapacityModel> at_reservation;
   const QueuedJob* head = nullptr;
   int64_t reservation = kNever;
   int checks_left = options.max_backfill_checks;
@@ -96,7 +89,7 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
 
   for (const QueuedJob& job : queued) {
     if (head == nullptr) {
-      FitResult fit = model.TryPlace(job.id);
+      FitResult fit = (++plan.placements_tried, model.TryPlace(job.id));
       if (fit == FitResult::kPlaced) {
         plan.start.push_back(job.id);
         std::optional<int64_t> end;
@@ -114,6 +107,12 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
       all.insert(all.end(), started.begin(), started.end());
       reservation = ReservationTime(model, all, job.id);
       if (reservation != kNever) plan.head_reservation_ms = reservation;
+      at_reservation = model.Clone();
+      for (const RunningJob& r : all) {
+        // With an unknown (infinite) reservation everything running now
+        // counts as ended by then: the head has to wait for it anyway.
+        if (EndOrNever(r) <= reservation) at_reservation->Release(r.id);
+      }
       remember_failure(job.shape);
       wait(job, WaitReason::kHead);
       continue;
@@ -126,29 +125,13 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
     // delay the head, whatever it takes.
     bool ends_in_time = job.max_runtime && reservation != kNever &&
                         now_ms + job.max_runtime->count() <= reservation;
-    if (!ends_in_time) {
-      if (checks_left <= 0) {
-        wait(job, WaitReason::kNotConsidered);
-        continue;
-      }
-      --checks_left;
-      auto probe = model.Clone();
-      FitResult fit = probe->TryPlace(job.id);
-      if (fit == FitResult::kNever) {
-        plan.never_fit.push_back(job.id);
-        continue;
-      }
-      if (fit == FitResult::kNotNow) {
-        remember_failure(job.shape);
-        wait(job, WaitReason::kBehindHead);
-        continue;
-      }
-      if (!HeadStillFits(model, running, started, reservation, job.id, head->id)) {
-        wait(job, WaitReason::kWouldDelayHead);
-        continue;
-      }
+    if (!ends_in_time && checks_left <= 0) {
+      wait(job, WaitReason::kNotConsidered);
+      continue;
     }
-    FitResult fit = model.TryPlace(job.id);
+    // Place it for real; undo if it would delay the head. Most candidates do
+    // not fit a busy machine, and this way they cost one placement, no copy.
+    FitResult fit = (++plan.placements_tried, model.TryPlace(job.id));
     if (fit == FitResult::kNever) {
       plan.never_fit.push_back(job.id);
       continue;
@@ -157,6 +140,20 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
       remember_failure(job.shape);
       wait(job, WaitReason::kBehindHead);
       continue;
+    }
+    if (!ends_in_time) {
+      // Rule (b): the candidate still runs at the reservation; does the head
+      // fit beside it and the earlier backfills?
+      --checks_left;
+      auto probe = at_reservation->Clone();
+      bool head_fits = probe->Mirror(job.id, model) &&
+                       probe->TryPlace(head->id) == FitResult::kPlaced;
+      if (!head_fits) {
+        model.Release(job.id);
+        wait(job, WaitReason::kWouldDelayHead);
+        continue;
+      }
+      at_reservation->Mirror(job.id, model);
     }
     plan.start.push_back(job.id);
     std::optional<int64_t> end;

@@ -77,6 +77,10 @@ class CapacityModel {
   virtual std::unique_ptr<CapacityModel> Clone() const = 0;
   virtual FitResult TryPlace(uint64_t job_id) = 0;
   virtual void Release(uint64_t job_id) = 0;
+  // Places job `job_id` exactly where it sits in `source` (a model of the
+  // same machine, e.g. the one this was cloned from); false when that does
+  // not fit here.
+  virtual bool Mirror(uint64_t job_id, const CapacityModel& source) = 0;
 };
 
 enum class WaitReason {
@@ -101,6 +105,8 @@ struct QueuePlan {
   uint64_t head = 0;                 // 0 when nothing waits.
   // The head's reservation time, when known.
   std::optional<int64_t> head_reservation_ms;
+  // TryPlace calls on the caller's model (the cost driver of a pass).
+  int placements_tried = 0;
 };
 
 struct PlanOptions {

@@ -31,6 +31,14 @@ class ToyModel : public CapacityModel {
     }
     return ever ? FitResult::kNotNow : FitResult::kNever;
   }
+  bool Mirror(uint64_t id, const CapacityModel& source) override {
+    const auto& from = static_cast<const ToyModel&>(source);
+    auto it = from.where_.find(id);
+    if (it == from.where_.end() || free_[it->second] < demand_.at(id)) return false;
+    free_[it->second] -= demand_.at(id);
+    where_[id] = it->second;
+    return true;
+  }
   void Release(uint64_t id) override {
     auto it = where_.find(id);
     if (it == where_.end()) return;

@@ -49,7 +49,7 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
     GPUSLICE_ASSIGN_OR_RETURN(s.model, c->state_.InternModel(g.model.empty() ? "gpu" : g.model));
     s.island = static_cast<int16_t>(g.island);
     node.gpus.push_back(s);
-    c->node_gpus_.push_back(g);
+    c->node_gpus_->push_back(g);
     if (node.gpus.size() == kGpusPerNode) GPUSLICE_RETURN_IF_ERROR(flush());
   }
   GPUSLICE_RETURN_IF_ERROR(flush());
@@ -81,6 +81,7 @@ Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request
     core::ResourceRequest r = request;
     if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
     GPUSLICE_ASSIGN_OR_RETURN(e.demand, core::DemandFromRequest(r));
+    e.ever_fits = state_.TotalGpus() > 0 && core::CouldEverFit(state_, e.demand).ok();
   }
   (*demands_)[id] = std::move(e);
   return Status::Ok();
@@ -139,13 +140,13 @@ Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
   core::Placement p;
   bool first = true;
   for (size_t k = 0; k < a.gpu_uuids.size(); ++k) {
-    auto g = std::find_if(node_gpus_.begin(), node_gpus_.end(),
+    auto g = std::find_if(node_gpus_->begin(), node_gpus_->end(),
                           [&](const GpuInfo& x) { return x.uuid == a.gpu_uuids[k]; });
-    if (g == node_gpus_.end()) {
+    if (g == node_gpus_->end()) {
       return core::NotFoundError("job " + std::to_string(id) + " held GPU " + a.gpu_uuids[k] +
                                  ", which this machine no longer has");
     }
-    size_t flat = static_cast<size_t>(g - node_gpus_.begin());
+    size_t flat = static_cast<size_t>(g - node_gpus_->begin());
     uint32_t node = static_cast<uint32_t>(flat / kGpusPerNode);
     if (!first && node != p.node) {
       return core::InvalidArgumentError("job " + std::to_string(id) + " spans GPU groups");
@@ -156,8 +157,23 @@ Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
   }
   std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
   GPUSLICE_RETURN_IF_ERROR(state_.Allocate(it->second.demand, p));
+  bounds_dirty_ = true;
   held_[id] = {p, -1};
   return Status::Ok();
+}
+
+const NodeCapacity::Bounds& NodeCapacity::CurrentBounds() {
+  if (!bounds_dirty_) return bounds_;
+  bounds_ = Bounds();
+  for (const core::NodeState& n : state_.nodes()) {
+    for (const core::GpuState& g : n.gpus) {
+      bounds_.max_mem_free = std::max(bounds_.max_mem_free, g.mem_free);
+      bounds_.max_milli_free = std::max(bounds_.max_milli_free, g.milli_free);
+      if (g.IsIdle()) ++bounds_.idle_gpus;
+    }
+  }
+  bounds_dirty_ = false;
+  return bounds_;
 }
 
 std::unique_ptr<core::CapacityModel> NodeCapacity::Clone() const {
@@ -178,12 +194,19 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
     held_[id] = {core::Placement{}, i};
     return core::FitResult::kPlaced;
   }
+  if (!e.ever_fits) return core::FitResult::kNever;
+  const Bounds& b = CurrentBounds();
+  if (e.demand.IsWhole() ? e.demand.gpus > b.idle_gpus
+                         : e.demand.gpu_mem > b.max_mem_free || e.demand.gpu_milli > b.max_milli_free) {
+    return core::FitResult::kNotNow;
+  }
   auto p = core::Place(state_, e.demand, options_);
   if (!p.ok()) {
     return p.status().code() == core::StatusCode::kResourceExhausted ? core::FitResult::kNotNow
                                                                      : core::FitResult::kNever;
   }
   if (!state_.Allocate(e.demand, *p).ok()) return core::FitResult::kNotNow;
+  bounds_dirty_ = true;
   held_[id] = {*p, -1};
   return core::FitResult::kPlaced;
 }
@@ -196,8 +219,27 @@ void NodeCapacity::Release(uint64_t id) {
   } else {
     auto d = demands_->find(id);
     if (d != demands_->end()) (void)state_.Release(d->second.demand, h->second.placement);
+    bounds_dirty_ = true;
   }
   held_.erase(h);
+}
+
+bool NodeCapacity::Mirror(uint64_t id, const core::CapacityModel& source) {
+  // Only NodeCapacity models of the same machine meet here (the planner
+  // clones them from one another).
+  const auto& from = static_cast<const NodeCapacity&>(source);
+  auto h = from.held_.find(id);
+  auto d = demands_->find(id);
+  if (h == from.held_.end() || d == demands_->end() || held_.count(id)) return false;
+  if (h->second.mig >= 0) {
+    if (mig_[h->second.mig].taken) return false;
+    mig_[h->second.mig].taken = true;
+  } else if (!state_.Allocate(d->second.demand, h->second.placement).ok()) {
+    return false;
+  }
+  bounds_dirty_ = true;
+  held_[id] = h->second;
+  return true;
 }
 
 std::optional<core::Allocation> NodeCapacity::AllocationOf(uint64_t id) const {
@@ -215,7 +257,7 @@ std::optional<core::Allocation> NodeCapacity::AllocationOf(uint64_t id) const {
   }
   const core::Placement& p = h->second.placement;
   for (int i = 0; i < p.gpu_count; ++i) {
-    const GpuInfo& g = node_gpus_[p.node * kGpusPerNode + p.gpus[i]];
+    const GpuInfo& g = (*node_gpus_)[p.node * kGpusPerNode + p.gpus[i]];
     a.gpu_indices.push_back(g.index);
     a.gpu_uuids.push_back(g.uuid);
     a.memory_bytes_per_gpu = g.memory_total;

@@ -47,6 +47,7 @@ class NodeCapacity : public core::CapacityModel {
   std::unique_ptr<core::CapacityModel> Clone() const override;
   core::FitResult TryPlace(uint64_t id) override;
   void Release(uint64_t id) override;
+  bool Mirror(uint64_t id, const core::CapacityModel& source) override;
 
   // What a job placed here holds, in terms the launcher and the ledger use.
   std::optional<core::Allocation> AllocationOf(uint64_t id) const;
@@ -71,7 +72,17 @@ class NodeCapacity : public core::CapacityModel {
   struct DemandEntry {
     core::ResourceRequest request;
     core::Demand demand;
+    bool ever_fits = true;  // CouldEverFit, decided once at SetDemand.
   };
+  // Upper bounds of what one placement could get now, so most requests that
+  // cannot fit a busy machine are turned away without running a placement.
+  // Recomputed lazily after any change.
+  struct Bounds {
+    uint64_t max_mem_free = 0;
+    uint32_t max_milli_free = 0;
+    uint32_t idle_gpus = 0;
+  };
+  const Bounds& CurrentBounds();
   using DemandTable = std::unordered_map<uint64_t, DemandEntry>;
 
   NodeCapacity() = default;
@@ -79,13 +90,16 @@ class NodeCapacity : public core::CapacityModel {
 
   core::ClusterState state_;
   core::PlaceOptions options_;
-  // GPU index on the node -> inventory GPU (non-MIG GPUs only).
-  std::vector<GpuInfo> node_gpus_;
+  // Flat GPU position (node * kMaxGpusPerNode + GPU) -> inventory GPU
+  // (non-MIG GPUs only). Immutable after Create, so clones share it.
+  std::shared_ptr<std::vector<GpuInfo>> node_gpus_ = std::make_shared<std::vector<GpuInfo>>();
   std::vector<MigUnit> mig_;
   // Shared with clones: clones only read it, and live no longer than one
   // planning pass, during which no demand is added.
   std::shared_ptr<DemandTable> demands_ = std::make_shared<DemandTable>();
   std::unordered_map<uint64_t, Held> held_;
+  Bounds bounds_;
+  bool bounds_dirty_ = true;
 };
 
 }  // namespace gpuslice::daemon

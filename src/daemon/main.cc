@@ -188,6 +188,17 @@ int main(int argc, char** argv) {
     });
   };
   on_timer();
+  // Queue plans that submissions deferred (Service::RequestSchedule).
+  boost::asio::steady_timer flush_timer(io);
+  std::function<void()> on_flush = [&]() {
+    flush_timer.expires_after(std::chrono::milliseconds(10));
+    flush_timer.async_wait([&](const boost::system::error_code& e) {
+      if (e) return;
+      service.Flush();
+      on_flush();
+    });
+  };
+  on_flush();
   boost::asio::signal_set stop(io, SIGINT, SIGTERM);
   stop.async_wait([&](const boost::system::error_code&, int sig) {
     gd::LogInfo("stopping on signal " + std::to_string(sig) +

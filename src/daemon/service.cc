@@ -221,7 +221,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   ++next_id_;
   jobs_[id] = job;
   Enqueue(jobs_[id]);
-  Schedule();
+  RequestSchedule();
   return View(jobs_[id]);
 }
 
@@ -240,8 +240,6 @@ void Service::Dequeue(uint64_t id) {
   auto it = std::find_if(queue_.begin(), queue_.end(),
                          [&](const core::QueuedJob& q) { return q.id == id; });
   if (it != queue_.end()) queue_.erase(it);
-  waiting_.erase(id);
-  waiting_for_.erase(id);
 }
 
 Status Service::Cancel(const Caller& caller, uint64_t id) {
@@ -273,24 +271,50 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
   return Status::Ok();
 }
 
-JobView Service::View(const Job& job) const {
+JobView Service::View(const Job& job) {
   JobView v{job, 0, ""};
-  auto w = waiting_.find(job.id);
-  if (job.state == JobState::kQueued && w != waiting_.end()) {
-    v.queue_position = w->second.position;
-    auto why = waiting_for_.find(job.id);
-    if (why != waiting_for_.end()) v.waiting_for = why->second;
+  if (job.state != JobState::kQueued) return v;
+  if (waiting_index_stale_) {
+    waiting_index_.clear();
+    waiting_index_.reserve(last_waiting_.size());
+    for (size_t i = 0; i < last_waiting_.size(); ++i) waiting_index_[last_waiting_[i].id] = i;
+    waiting_index_stale_ = false;
+  }
+  auto w = waiting_index_.find(job.id);
+  if (w != waiting_index_.end()) {
+    const core::WaitingJob& wj = last_waiting_[w->second];
+    v.queue_position = wj.position;
+  std::string head = std::to_string(plan_head_);
+    switch (wj.reason) {
+      case core::WaitReason::kHead:
+        v.waiting_for = "first in line: " + capacity_->WhyNotNow(job.id);
+        break;
+      case core::WaitReason::kBehindHead:
+        v.waiting_for = "behind job " + head + ": " + capacity_->WhyNotNow(job.id);
+        break;
+      case core::WaitReason::kWouldDelayHead:
+        v.waiting_for = "fits now, but starting it would delay job " + head + " (first in line)";
+        break;
+      case core::WaitReason::kNotConsidered:
+        v.waiting_for = "behind job " + head + "; not yet considered for backfill";
+        break;
+      case core::WaitReason::kNeverFits:
+        v.waiting_for = "can never fit";
+        break;
+    }
   }
   return v;
 }
 
-Result<JobView> Service::Get(uint64_t id) const {
+Result<JobView> Service::Get(uint64_t id) {
+  Flush();
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
   return View(it->second);
 }
 
-std::vector<JobView> Service::List(bool include_finished) const {
+std::vector<JobView> Service::List(bool include_finished) {
+  Flush();
   std::vector<JobView> out;
   for (const auto& [id, job] : jobs_) {
     if (include_finished || job.IsLive()) out.push_back(View(job));

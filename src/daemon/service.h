@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -90,8 +91,9 @@ class Service {
 
   core::Result<JobView> Submit(const Caller& caller, SubmitSpec spec);
   core::Status Cancel(const Caller& caller, uint64_t id);
-  core::Result<JobView> Get(uint64_t id) const;
-  std::vector<JobView> List(bool include_finished) const;
+  // Get and List first run a pending queue plan, so positions are current.
+  core::Result<JobView> Get(uint64_t id);
+  std::vector<JobView> List(bool include_finished);
   core::Result<std::vector<Transition>> History(uint64_t id);
   core::Result<LogChunk> ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
                                  uint64_t offset, uint64_t limit) const;
@@ -103,6 +105,9 @@ class Service {
   // processes, ends jobs whose processes are gone, enforces maximum run
   // times and kill deadlines, starts what now fits.
   void Tick();
+  // Runs a queue plan that submissions deferred (see RequestSchedule). The
+  // event loop calls it every few milliseconds; cheap when nothing waits.
+  void Flush();
 
   bool degraded() const { return !degraded_reason_.empty(); }
   const std::string& degraded_reason() const { return degraded_reason_; }
@@ -138,13 +143,18 @@ class Service {
   core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
   std::string JobDir(uint64_t id) const;
   void Schedule();
+  // Plans now when that is cheap or has not happened for a while; otherwise
+  // leaves it to Flush. With thousands of jobs waiting, planning after every
+  // submission would make submissions O(queue) each; batching keeps them
+  // O(1) and delays a start by at most one Flush period.
+  void RequestSchedule();
   void StartJob(core::Job& job);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
   void WatchRunning();
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
   void Dequeue(uint64_t id);
-  JobView View(const core::Job& job) const;
+  JobView View(const core::Job& job);
   void TrimHistory();
 
   ServiceOptions options_;
@@ -161,8 +171,14 @@ class Service {
   std::map<uint64_t, core::Job> jobs_;    // Live and recent finished jobs.
   std::map<uint64_t, Live> live_;         // Running jobs only.
   std::vector<core::QueuedJob> queue_;    // Sorted by core::QueueBefore.
-  std::map<uint64_t, core::WaitingJob> waiting_;  // From the last plan.
-  std::map<uint64_t, std::string> waiting_for_;
+  // From the last plan: each waiting job's position and reason. The text of
+  // the reason is made only when someone looks (View), not on every pass.
+  std::vector<core::WaitingJob> last_waiting_;
+  std::unordered_map<uint64_t, size_t> waiting_index_;  // Built on first lookup.
+  bool waiting_index_stale_ = true;
+  uint64_t plan_head_ = 0;
+  bool schedule_pending_ = false;
+  int64_t last_schedule_ms_ = 0;
 };
 
 }  // namespace gpuslice::daemon

@@ -136,9 +136,25 @@ void Service::WatchRunning() {
   }
 }
 
+void Service::RequestSchedule() {
+  int64_t now = clock_.NowMs();
+  if (queue_.size() < 64 || now - last_schedule_ms_ >= 20) {
+    Schedule();
+  } else {
+    schedule_pending_ = true;
+  }
+}
+
+void Service::Flush() {
+  if (schedule_pending_) Schedule();
+}
+
 void Service::Schedule() {
+  schedule_pending_ = false;
+  last_schedule_ms_ = clock_.NowMs();
+  waiting_index_stale_ = true;
   if (queue_.empty() || !capacity_) {
-    waiting_.clear();
+    last_waiting_.clear();
     return;
   }
   std::vector<core::RunningJob> running;
@@ -156,31 +172,8 @@ void Service::Schedule() {
     Dequeue(id);
     StartJob(jobs_[id]);
   }
-  waiting_.clear();
-  waiting_for_.clear();
-  std::string head = std::to_string(plan.head);
-  for (const core::WaitingJob& w : plan.waiting) {
-    waiting_[w.id] = w;
-    std::string why;
-    switch (w.reason) {
-      case core::WaitReason::kHead:
-        why = "first in line: " + capacity_->WhyNotNow(w.id);
-        break;
-      case core::WaitReason::kBehindHead:
-        why = "behind job " + head + ": " + capacity_->WhyNotNow(w.id);
-        break;
-      case core::WaitReason::kWouldDelayHead:
-        why = "fits now, but starting it would delay job " + head + " (first in line)";
-        break;
-      case core::WaitReason::kNotConsidered:
-        why = "behind job " + head + "; not yet considered for backfill";
-        break;
-      case core::WaitReason::kNeverFits:
-        why = "can never fit";
-        break;
-    }
-    waiting_for_[w.id] = std::move(why);
-  }
+  last_waiting_ = std::move(plan.waiting);
+  plan_head_ = plan.head;
 }
 
 void Service::StartJob(Job& job) {
