@@ -193,24 +193,56 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     }
     return samples.size() - 1;
   };
+  // Whether tenant i runs over all of [a, b) (its arrival's start-up and
+  // its departure excluded).
+  auto present = [&](size_t i, double a, double b) {
+    const Tenant& t = sc.tenants[i];
+    return t.start_s * scale <= a && (t.seconds <= 0 || (t.start_s + t.seconds) * scale >= b);
+  };
+  // What tenant i should get at t_s: a hard tenant its share; a
+  // work-conserving one its share's part of what the hard tenants present
+  // leave (alone it should get the whole GPU).
   auto target_at = [&](size_t i, double t_s) {
     const Tenant& t = sc.tenants[i];
-    double target = t.target >= 0 ? t.target : t.share;
-    if (t.change_at_s >= 0 && t_s >= t.change_at_s * scale) target = t.change_to;
-    return target;
+    auto share_of = [&](size_t k) {
+      const Tenant& u = sc.tenants[k];
+      return u.change_at_s >= 0 && t_s >= u.change_at_s * scale ? u.change_to : u.share;
+    };
+    if (t.target >= 0) return t.target;
+    if (t.mode == "hard") return share_of(i);
+    double wc = 0, hard = 0;
+    for (size_t k = 0; k < sc.tenants.size(); ++k) {
+      if (sc.tenants[k].share == 0 || !present(k, t_s, t_s)) continue;
+      (sc.tenants[k].mode == "hard" ? hard : wc) += share_of(k);
+    }
+    return wc > 0 ? share_of(i) / wc * std::max(0.0, 100.0 - hard) : share_of(i);
   };
+  // Windows that hold a transition (an arrival and its start-up, a
+  // departure, a live change) are left out of the error: the issue's
+  // settling and give-back figures measure those.
+  std::vector<std::pair<double, double>> transitions;
+  for (const Tenant& t : sc.tenants) {
+    if (t.start_s > 0) transitions.push_back({t.start_s * scale, t.start_s * scale + 0.5});
+    if (t.seconds > 0) {
+      const double end = (t.start_s + t.seconds) * scale;
+      transitions.push_back({end, end + 0.3});
+    }
+    if (t.change_at_s >= 0) {
+      transitions.push_back({t.change_at_s * scale, t.change_at_s * scale + 0.3});
+    }
+  }
   auto window_mae = [&](double w) {
     double sum = 0;
     int n = 0;
     for (double a = sc.measure_from_s * scale; a + w <= seconds - 0.1; a += w) {
+      bool calm = true;
+      for (auto [p, q] : transitions) calm &= a + w <= p || a >= q;
+      if (!calm) continue;
       size_t ka = index_at(a), kb = index_at(a + w);
       const double dt = double(samples[kb].t_ns - samples[ka].t_ns);
       if (dt <= 0) continue;
       for (size_t i = 0; i < pids.size(); ++i) {
-        const Tenant& t = sc.tenants[i];
-        if (t.start_s * scale > a || (t.seconds > 0 && (t.start_s + t.seconds) * scale < a + w)) continue;
-        if (t.share == 0) continue;
-        if (t.change_at_s >= 0 && a < t.change_at_s * scale + 0.3 && a + w > t.change_at_s * scale) continue;
+        if (sc.tenants[i].share == 0 || !present(i, a, a + w)) continue;
         const double got = 100.0 * double(busy[i][kb] - busy[i][ka]) / dt;
         sum += std::fabs(got - target_at(i, a));
         ++n;
@@ -250,36 +282,68 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     j["mae_10s_pp"] = std::round(window_mae(10.0) * 100) / 100;
   }
   if (change_time >= 0) {
-    // Settling: first time after the change from which a 200 ms window of the
-    // changed tenant stays within 5 pp of its new target.
-    size_t idx = 0;
-    for (size_t i = 0; i < sc.tenants.size(); ++i) if (sc.tenants[i].change_at_s >= 0) idx = i;
+    // Settling: the time from the change until the end of the first 200 ms
+    // window (4 samples) in which every changed tenant is within 5 pp of its
+    // new target, provided that from there to the end of the run each one
+    // averages within 2 pp of it (a lucky window does not count). The
+    // window's length is part of the figure: it is an upper bound of the
+    // true settling time by up to 200 ms. 200 ms windows of 20 ms turns are
+    // noisy; `in_band_pct` says how many of the later windows stay within 5 pp.
     double settle = -1;
     const size_t kc = index_at(change_time);
-    for (size_t k = kc; k + 4 < samples.size(); ++k) {
-      bool ok = true;
-      for (size_t m = k; m + 4 < samples.size() && ok; ++m) {
-        const double d = double(samples[m + 4].t_ns - samples[m].t_ns);
-        const double got = 100.0 * double(busy[idx][m + 4] - busy[idx][m]) / d;
-        ok = std::fabs(got - sc.tenants[idx].change_to) <= 5.0;
+    auto error_over = [&](size_t i, size_t m, size_t n) {
+      const double d = double(samples[n].t_ns - samples[m].t_ns);
+      return std::fabs(100.0 * double(busy[i][n] - busy[i][m]) / d - sc.tenants[i].change_to);
+    };
+    auto all_within = [&](size_t m, size_t n, double pp) {
+      for (size_t i = 0; i < sc.tenants.size(); ++i) {
+        if (sc.tenants[i].change_at_s >= 0 && error_over(i, m, n) > pp) return false;
       }
-      if (ok) {
+      return true;
+    };
+    const size_t last = samples.size() - 1;
+    size_t settled_at = 0;
+    for (size_t k = kc; k + 4 <= last; ++k) {
+      if (all_within(k, k + 4, 5.0) && (k + 4 == last || all_within(k + 4, last, 2.0))) {
         settle = double(samples[k + 4].t_ns) / 1e9 - change_time;
+        settled_at = k + 4;
         break;
       }
     }
+    if (settle >= 0) {
+      int in_band = 0, windows = 0;
+      for (size_t m = settled_at; m + 4 <= last; m += 4, ++windows) in_band += all_within(m, m + 4, 5.0);
+      j["in_band_pct"] = windows > 0 ? std::round(100.0 * in_band / windows) : 100.0;
+    }
     j["settle_ms"] = settle < 0 ? -1 : std::round(settle * 1000);
+    // The shares over 200 ms windows around the change, to see how it settled.
+    nlohmann::json trace = nlohmann::json::array();
+    for (size_t k = index_at(change_time - 0.4); k + 4 < samples.size() &&
+                                                 samples[k].t_ns < uint64_t((change_time + 1.2) * 1e9);
+         k += 4) {
+      const double d = double(samples[k + 4].t_ns - samples[k].t_ns);
+      nlohmann::json row = {{"t_ms", std::round((double(samples[k].t_ns) / 1e9 - change_time) * 1000)}};
+      for (size_t i = 0; i < sc.tenants.size(); ++i) {
+        row[sc.tenants[i].name] = std::round(1000.0 * double(busy[i][k + 4] - busy[i][k]) / d) / 10;
+      }
+      trace.push_back(row);
+    }
+    j["trace_200ms"] = trace;
   }
-  // Give-back: when a tenant arrives, how long until it gets >= 80% of its share
-  // over a 100 ms window.
+  // Give-back: when a tenant arrives, how long from its first GPU use (its
+  // process start-up excluded: the simulator's busy time is the witness)
+  // until it gets >= 80% of its share over a 100 ms window (2 samples).
   for (size_t i = 0; i < sc.tenants.size(); ++i) {
     if (sc.tenants[i].start_s <= 0) continue;
-    const size_t ks = index_at(sc.tenants[i].start_s * scale + 0.3);  // Process start-up.
-    for (size_t k = ks; k + 2 < samples.size(); ++k) {
+    size_t ks = 0;
+    while (ks < samples.size() && busy[i][ks] == 0) ++ks;
+    if (ks == samples.size()) continue;
+    const double first_use = double(samples[ks > 0 ? ks - 1 : 0].t_ns) / 1e9;
+    j["first_use_s"] = std::round(first_use * 1000) / 1000;
+    for (size_t k = ks > 0 ? ks - 1 : 0; k + 2 < samples.size(); ++k) {
       const double d = double(samples[k + 2].t_ns - samples[k].t_ns);
       if (100.0 * double(busy[i][k + 2] - busy[i][k]) / d >= 0.8 * sc.tenants[i].share) {
-        j["giveback_ms"] = std::round((double(samples[k + 2].t_ns) / 1e9 -
-                                       (sc.tenants[i].start_s * scale + 0.3)) * 1000);
+        j["giveback_ms"] = std::round((double(samples[k + 2].t_ns) / 1e9 - first_use) * 1000);
         break;
       }
     }
@@ -300,6 +364,12 @@ std::vector<Scenario> Scenarios() {
   s.push_back({"50% alone, hard", 6, {{"a", 50, "hard", "", busy(200)}}});
   s.push_back({"30/70 fine kernels (20 us)", 6,
                {{"a", 30, "hard", "", busy(20)}, {"b", 70, "hard", "", busy(20)}}});
+  // Controls: what one tenant without a share gets alone (the simulator and
+  // the machine's load, no shim limit): the ceiling for the scenarios above.
+  s.push_back({"control: 200 us kernels, no share", 4, {{"a", 0, "hard", "", busy(200)}}});
+  s.push_back({"control: 20 us kernels, no share", 4, {{"a", 0, "hard", "", busy(20)}}});
+  s.back().tenants[0].target = 100;
+  s[s.size() - 2].tenants[0].target = 100;
   s.push_back({"30/70 coarse kernels (10 ms)", 12,
                {{"a", 30, "hard", "", busy(10000)}, {"b", 70, "hard", "", busy(10000)}}});
   s.push_back({"30/70 graph launches (8 x 100 us)", 6,
@@ -320,7 +390,8 @@ std::vector<Scenario> Scenarios() {
     x.change_at_s = 3;
     x.change_to = 20;
     Tenant y{"b", 50, "hard", "", busy(200)};
-    y.change_at_s = -1;
+    y.change_at_s = 3;  // Both shares change at once: 50/50 -> 20/80.
+    y.change_to = 80;
     c.tenants = {x, y};
     s.push_back(c);
   }

@@ -355,6 +355,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   if (Capturing(stream, per_thread)) return;
   const uint64_t start = MonotonicNs();
   bool waiting = false;
+  bool granted = false;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     MarkLocked(stream, per_thread, start);
@@ -377,6 +378,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
         g_last_grant_ns.store(now, std::memory_order_relaxed);
         const int32_t m = g_member.load(std::memory_order_relaxed);
         if (m >= 0) g_coord->member(uint32_t(m)).launches.fetch_add(1, std::memory_order_relaxed);
+        granted = true;
         break;
       }
     }
@@ -408,6 +410,9 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     if ((g_gate.load(std::memory_order_acquire) & 1) != 0) g_coord->WaitTurnChange(seq, 1'000'000);
   }
   if (waiting) g_waiters.fetch_sub(1, std::memory_order_relaxed);
+  // Work is about to be queued: say so now rather than at the background
+  // thread's next tick, since the slice is charged from that flag on.
+  if (granted) Publish(MonotonicNs(), true);
 }
 
 }  // namespace gpuslice::shim

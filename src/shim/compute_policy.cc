@@ -82,10 +82,14 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     // Tokens accrue with wall time, up to the bucket's depth; overuse (a
     // negative balance) is paid back at the same rate.
     s.tokens_ns = std::min(s.tokens_ns + int64_t(s.share_milli * elapsed / 1000), BucketCap(s, p));
-    // The holder is charged for its turn, and a slice still draining after
-    // it lost the GPU (to a higher priority, or a drain timeout) for that.
+    // A slice is charged while it has work on the GPU: the holder during its
+    // turn and its drain, and a slice still draining after it lost the GPU
+    // (to a higher priority, or a drain timeout). Not while its turn is open
+    // but nothing of it is queued yet (the hand-over: its launchers waking
+    // up) or any more (between its steps): that time is nobody's GPU use,
+    // and charging it made hard slices fall short of their shares.
     const bool holds = int32_t(i) == turn.holder && turn.state != coord::kTurnNone;
-    if (holds || s.inflight) Charge(s, elapsed);
+    if (s.inflight) Charge(s, elapsed);
     if (!s.Active() && !holds) {
       if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
     } else if (s.idle_since_ns != 0 && !holds) {
