@@ -1,8 +1,9 @@
 #include "daemon/doctor.h"
 
+#include "daemon/child_probe.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -15,60 +16,6 @@ namespace gpuslice::daemon {
 namespace {
 
 using nlohmann::json;
-
-struct Probe {
-  bool ok = false;
-  std::string text;
-};
-
-// Runs `fn` in a child; its returned text comes back through a pipe.
-Probe RunInChild(const std::vector<std::string>& env, const std::function<Probe()>& fn) {
-  int fds[2];
-  if (pipe(fds) != 0) return {false, "pipe failed"};
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return {false, "fork failed"};
-  }
-  if (pid == 0) {
-    close(fds[0]);
-    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
-    Probe p = fn();
-    std::string line = (p.ok ? "1" : "0") + p.text;
-    (void)!write(fds[1], line.data(), line.size());
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string out;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  bool hung = false;
-  while (true) {
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - std::chrono::steady_clock::now())
-                                    .count());
-    if (left <= 0) {
-      hung = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    if (poll(&p, 1, left) <= 0) continue;
-    char buf[4096];
-    ssize_t n = read(fds[0], buf, sizeof buf);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  close(fds[0]);
-  if (hung) kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (hung) return {false, "the probe hung (killed after 5 s)"};
-  if (WIFSIGNALED(status)) {
-    return {false, "the probe crashed with signal " + std::to_string(WTERMSIG(status))};
-  }
-  if (out.empty()) return {false, "the probe reported nothing"};
-  return {out[0] == '1', out.substr(1)};
-}
 
 std::vector<std::string> CudartCandidates() {
   std::vector<std::string> dirs;
@@ -146,7 +93,7 @@ json Doctor::Run() {
   std::string cuda_lib = inventory_.simulated() && !options_.sim_lib_dir.empty()
                              ? options_.sim_lib_dir + "/libcuda.so.1"
                              : "libcuda.so.1";
-  Probe driver = RunInChild(options_.job_env, [&]() -> Probe {
+  ProbeResult driver = RunInChild(options_.job_env, [&]() -> ProbeResult {
     void* h = dlopen(cuda_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) return {false, std::string("cannot load ") + cuda_lib + ": " + dlerror()};
     using InitFn = int (*)(unsigned);
@@ -169,7 +116,7 @@ json Doctor::Run() {
   if (options_.shim_path.empty() || access(options_.shim_path.c_str(), R_OK) != 0) {
     add("shim", false, "shim not found at '" + options_.shim_path + "'");
   } else {
-    Probe shim = RunInChild(options_.job_env, [&]() -> Probe {
+    ProbeResult shim = RunInChild(options_.job_env, [&]() -> ProbeResult {
       void* h = dlopen(options_.shim_path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (h == nullptr) return {false, dlerror()};
       return {true, "loads"};
@@ -183,7 +130,7 @@ json Doctor::Run() {
     add("cuda_runtime", true,
         "no libcudart found (frameworks such as PyTorch bring their own; nothing to check)");
   } else {
-    Probe rt = RunInChild(options_.job_env, [&]() -> Probe {
+    ProbeResult rt = RunInChild(options_.job_env, [&]() -> ProbeResult {
       void* h = dlopen(cudart[0].c_str(), RTLD_NOW | RTLD_LOCAL);
       if (h == nullptr) return {false, dlerror()};
       using Fn = int (*)(int*);

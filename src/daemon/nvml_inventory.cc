@@ -2,10 +2,15 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <strings.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <numeric>
 
 #include "core/nvml_abi.h"
+#include "daemon/child_probe.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -108,6 +113,61 @@ std::string LoadedPath(void* handle, const std::string& fallback) {
 std::string ProfileFromName(const std::string& name) {
   size_t p = name.rfind("MIG ");
   return p == std::string::npos ? std::string() : name.substr(p + 4);
+}
+
+// SM counts by GPU UUID, from the CUDA driver (NVML does not report them),
+// in a child process so loading the driver cannot hurt the daemon. Best
+// effort: on any failure the counts stay unknown (0).
+void FillSmCounts(const std::string& cuda_library, std::vector<GpuInfo>* gpus) {
+  ProbeResult r = RunInChild({}, [&]() -> ProbeResult {
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    void* h = dlopen(cuda_library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) return {false, dlerror()};
+    using InitFn = int (*)(unsigned);
+    using CountFn = int (*)(int*);
+    using GetFn = int (*)(int*, int);
+    using UuidFn = int (*)(unsigned char*, int);
+    using AttrFn = int (*)(int*, int, int);
+    auto init = reinterpret_cast<InitFn>(dlsym(h, "cuInit"));
+    auto count = reinterpret_cast<CountFn>(dlsym(h, "cuDeviceGetCount"));
+    auto get = reinterpret_cast<GetFn>(dlsym(h, "cuDeviceGet"));
+    auto uuid = reinterpret_cast<UuidFn>(dlsym(h, "cuDeviceGetUuid"));
+    auto attr = reinterpret_cast<AttrFn>(dlsym(h, "cuDeviceGetAttribute"));
+    if (!init || !count || !get || !uuid || !attr || init(0) != 0) return {false, "cuInit"};
+    int n = 0;
+    count(&n);
+    std::string out;
+    for (int i = 0; i < n; ++i) {
+      int dev = 0;
+      unsigned char u[16];
+      int sms = 0;
+      // 16 = CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.
+      if (get(&dev, i) != 0 || uuid(u, dev) != 0 || attr(&sms, 16, dev) != 0) continue;
+      char text[64];
+      std::snprintf(text, sizeof text,
+                    "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                    u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+                    u[12], u[13], u[14], u[15]);
+      out += std::string(text) + " " + std::to_string(sms) + "\n";
+    }
+    return {true, out};
+  });
+  if (!r.ok) return;
+  size_t start = 0;
+  while (start < r.text.size()) {
+    size_t nl = r.text.find('\n', start);
+    if (nl == std::string::npos) nl = r.text.size();
+    std::string line = r.text.substr(start, nl - start);
+    size_t sp = line.find(' ');
+    if (sp != std::string::npos) {
+      for (GpuInfo& g : *gpus) {
+        if (strcasecmp(g.uuid.c_str(), line.substr(0, sp).c_str()) == 0) {
+          g.sm_count = static_cast<uint32_t>(std::atoi(line.c_str() + sp + 1));
+        }
+      }
+    }
+    start = nl + 1;
+  }
 }
 
 }  // namespace
@@ -238,6 +298,7 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
       snap.gpus[i].link = nvlink[i] ? "nvlink" : "pcie";
     }
   }
+  FillSmCounts(is_sim ? sim_lib_dir_ + "/libcuda.so.1" : "libcuda.so.1", &snap.gpus);
   handle_ = h;
   gpu_count_ = count;
   return snap;

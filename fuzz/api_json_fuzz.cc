@@ -1,0 +1,29 @@
+// Fuzzes the API's JSON bodies: POST /v1/jobs (ParseSubmitBody) and the small
+// integer bodies of /attach and /exit. Arbitrary bytes must give a value or a
+// clear error, never a crash, an exception or an unbounded allocation; an
+// accepted submission's request fields then go through BuildRequest.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "daemon/api_json.h"
+
+using namespace gpuslice;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view body(reinterpret_cast<const char*>(data), size);
+  auto spec = daemon::ParseSubmitBody(body);
+  if (spec.ok()) {
+    if (spec->argv.size() > daemon::kMaxArgs || spec->env.size() > daemon::kMaxEnv) {
+      __builtin_trap();
+    }
+    auto r = core::BuildRequest(spec->fields);
+    if (r.ok() && !r->Validate().ok()) __builtin_trap();
+  } else if (spec.status().message().empty()) {
+    __builtin_trap();  // Every error says what is wrong.
+  }
+  auto pid = daemon::ParseIntField(body, "pid", 1 << 30);
+  if (pid.ok() && (*pid < 0 || *pid > (1 << 30))) __builtin_trap();
+  return 0;
+}
