@@ -161,7 +161,8 @@ void FillSmCounts(const std::string& cuda_library, std::vector<GpuInfo>* gpus) {
     size_t sp = line.find(' ');
     if (sp != std::string::npos) {
       for (GpuInfo& g : *gpus) {
-        if (strcasecmp(g.uuid.c_str(), line.substr(0, sp).c_str()) == 0) {
+        // In MIG mode CUDA enumerates the instances, not the GPU.
+        if (!g.mig_enabled && strcasecmp(g.uuid.c_str(), line.substr(0, sp).c_str()) == 0) {
           g.sm_count = static_cast<uint32_t>(std::atoi(line.c_str() + sp + 1));
         }
       }

@@ -6,6 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -166,6 +170,62 @@ TEST_F(E2E, RunCtrlCCancelsTheJob) {
   ASSERT_TRUE(Daemon::WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }));
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
   EXPECT_TRUE(json::parse(d.Cli({"ps", "--json"}).out)["jobs"].empty());
+}
+
+// A raw HTTP/1.1 exchange over TCP (the CLI speaks only to the unix socket).
+std::string TcpRequest(int port, const std::string& request) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return "";
+  }
+  (void)!write(fd, request.data(), request.size());
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return out;
+}
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST(E2ETcp, BearerTokenIsRequiredAndSubmissionsStayLocal) {
+  int port = FreePort();
+  std::string token = "0123456789abcdef-token";
+  std::string token_file = "/tmp/gpuslice-e2e-token-" + std::to_string(getpid());
+  std::ofstream(token_file) << token << "\n";
+  Daemon d("1xH100-80GB",
+           {"--tcp", "127.0.0.1:" + std::to_string(port), "--tcp-token-file", token_file});
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  std::string head = "GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  std::string no_token = TcpRequest(port, head + "\r\n");
+  EXPECT_NE(no_token.find("401"), std::string::npos) << no_token;
+  std::string wrong = TcpRequest(port, head + "Authorization: Bearer nope\r\n\r\n");
+  EXPECT_NE(wrong.find("401"), std::string::npos) << wrong;
+  std::string ok = TcpRequest(port, head + "Authorization: Bearer " + token + "\r\n\r\n");
+  EXPECT_NE(ok.find("200 OK"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("\"state\":\"ok\""), std::string::npos) << ok;
+  std::string body = R"({"mem":"1GiB","argv":["true"],"cwd":"/"})";
+  std::string submit = TcpRequest(
+      port, "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer " +
+                token + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_NE(submit.find("403"), std::string::npos) << submit;
+  unlink(token_file.c_str());
 }
 
 class E2EDegraded : public ::testing::Test {};
