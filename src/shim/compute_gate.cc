@@ -47,6 +47,7 @@ struct Fns {
 struct Marker {
   CUevent event = nullptr;
   int64_t launches = 0;
+  uint64_t granted_ns = 0;  // When the batch it closes was granted.
   uint64_t recorded_ns = 0;
 };
 
@@ -73,7 +74,9 @@ uint64_t g_last_complete_ns = 0;
 // queues a batch of them unseen.
 double g_ns_per_launch = double(kTargetBatchNs);
 std::atomic<int64_t> g_unmarked{0};         // Launches granted, not yet covered by a marker.
-std::atomic<uint64_t> g_last_grant_ns{0};
+// When the work granted so far should be done by the estimate: each grant
+// queues behind what is already queued. Guarded by g_mu.
+uint64_t g_expected_done_ns = 0;
 std::atomic<int32_t> g_waiters{0};
 
 template <typename T>
@@ -117,8 +120,16 @@ void PollMarkersLocked(uint64_t now) {
     Marker& mk = g_markers[g_marker_head];
     if (g_fns.event_query(mk.event) == CUDA_ERROR_NOT_READY) break;
     // Completed (or an error: the context is gone; either way not queued).
-    const uint64_t from = std::max(g_last_complete_ns, mk.recorded_ns);
-    if (mk.launches > 0 && now > from) {
+    // The batch ran from when it was queued, or from when the batch before
+    // it completed if that was later (it waited behind it): measuring from
+    // the marker's recording instead made the estimate too short. A marker
+    // recorded long after its batch was granted (the thread synchronised or
+    // computed in between) may have completed long before this poll: it
+    // teaches nothing.
+    const uint64_t from = std::max(g_last_complete_ns, mk.granted_ns);
+    const double expected = double(mk.launches) * g_ns_per_launch;
+    const bool prompt = double(mk.recorded_ns - mk.granted_ns) <= 2 * expected;
+    if (mk.launches > 0 && now > from && prompt) {
       const double sample = double(now - from) / double(mk.launches);
       g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
     }
@@ -133,6 +144,7 @@ void PollMarkersLocked(uint64_t now) {
 // Records a marker after this thread's launches on `stream`. Needs g_mu.
 void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
   const int64_t launched = t_gate.batch;
+  const uint64_t granted = t_gate.granted_ns;
   t_gate.batch = 0;
   t_gate.credits = 0;
   if (launched == 0) return;
@@ -147,19 +159,18 @@ void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
     g_fns.event_destroy(ev);
     return;
   }
-  g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] = Marker{ev, launched, now};
+  g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] = Marker{ev, launched, granted, now};
   ++g_marker_count;
 }
 
 // Work of this process that may still be queued on the GPU.
 bool InflightLocked(uint64_t now) {
   if (g_marker_count > 0) return true;
-  const int64_t unmarked = g_unmarked.load(std::memory_order_relaxed);
-  if (unmarked <= 0) return false;
+  if (g_unmarked.load(std::memory_order_relaxed) <= 0) return false;
   // Launches after the last marker of a thread that has not come back to
-  // the gate: assume they take their estimated time.
-  const double tail = double(unmarked) * g_ns_per_launch;
-  return double(now - g_last_grant_ns.load(std::memory_order_relaxed)) < tail;
+  // the gate (it synchronises, say): assume they run for their estimated
+  // time after what was queued before them.
+  return now < g_expected_done_ns;
 }
 
 void Publish(uint64_t now, bool inflight) {
@@ -324,6 +335,7 @@ void AtForkChild() {
   g_marker_count = 0;
   g_marker_head = 0;
   g_unmarked.store(0, std::memory_order_relaxed);
+  g_expected_done_ns = 0;
   g_waiters.store(0, std::memory_order_relaxed);
   t_gate = GateCredits{};
   g_gate.store(1, std::memory_order_release);
@@ -374,8 +386,10 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
         t_gate.gen = gate;
         t_gate.credits = batch - 1;  // This launch takes one.
         t_gate.batch = batch;
+        t_gate.granted_ns = now;
         g_unmarked.fetch_add(batch, std::memory_order_relaxed);
-        g_last_grant_ns.store(now, std::memory_order_relaxed);
+        g_expected_done_ns =
+            std::max(g_expected_done_ns, now) + uint64_t(double(batch) * g_ns_per_launch);
         const int32_t m = g_member.load(std::memory_order_relaxed);
         if (m >= 0) g_coord->member(uint32_t(m)).launches.fetch_add(1, std::memory_order_relaxed);
         granted = true;
