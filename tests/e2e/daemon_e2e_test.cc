@@ -161,6 +161,18 @@ TEST_F(E2E, GpusAndDoctorSaySimulatedAndJsonParses) {
   EXPECT_EQ(json::parse(d.Cli({"status", "--json"}).out)["state"], "ok");
 }
 
+TEST_F(E2E, ShellRunsInASliceAndReleasesItOnExit) {
+  CliResult r = d.CliWithInput({"shell", "--mem", "2GiB", "--compute", "10%"},
+                               "echo in-shell $CUDA_VISIBLE_DEVICES\nexit 4\n",
+                               {"SHELL=/bin/sh"});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_NE(r.out.find("in-shell GPU-"), std::string::npos) << r.out;
+  json list = json::parse(d.Cli({"ps", "--all", "--json"}).out);
+  ASSERT_EQ(list["jobs"].size(), 1u);
+  EXPECT_EQ(list["jobs"][0]["state"], "exited");
+  EXPECT_EQ(list["jobs"][0]["exit_code"], 4);
+}
+
 TEST_F(E2E, RunCtrlCCancelsTheJob) {
   std::string out = d.dir() + "/run.out";
   int pid = d.CliAsync({"run", "--mem", "1GiB", "--", "sh", "-c", "echo up; exec sleep 60"}, out);

@@ -61,15 +61,16 @@ namespace {
 
 // fork + exec with stdout/stderr to files; optional uid switch.
 int Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-          const std::string& out, const std::string& err, int uid) {
+          const std::string& out, const std::string& err, int uid,
+          const std::string& in = "/dev/null") {
   pid_t pid = fork();
   if (pid != 0) return pid;
   int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
   int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
   dup2(o, 1);
   dup2(e, 2);
-  int devnull = open("/dev/null", O_RDONLY);
-  dup2(devnull, 0);
+  int input = open(in.c_str(), O_RDONLY);
+  dup2(input, 0);
   setpgid(0, 0);
   if (uid >= 0) {
     if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(99);
@@ -123,12 +124,30 @@ void Daemon::Kill(int signal) {
   pid_ = -1;
 }
 
+CliResult Daemon::CliWithInput(const std::vector<std::string>& args, const std::string& input,
+                               const std::vector<std::string>& extra_env) {
+  return RunCli(args, -1, 60, input, extra_env);
+}
+
 CliResult Daemon::Cli(const std::vector<std::string>& args, int uid, int timeout_s) {
+  return RunCli(args, uid, timeout_s, std::nullopt, {});
+}
+
+CliResult Daemon::RunCli(const std::vector<std::string>& args, int uid, int timeout_s,
+                         const std::optional<std::string>& input,
+                         const std::vector<std::string>& extra_env) {
   static int counter = 0;
   std::string base = dir_ + "/cli" + std::to_string(++counter);
   std::vector<std::string> argv = {GPUSLICE_E2E_CLI};
   argv.insert(argv.end(), args.begin(), args.end());
-  int pid = Spawn(argv, Env(), base + ".out", base + ".err", uid);
+  std::string in = "/dev/null";
+  if (input) {
+    in = base + ".in";
+    std::ofstream(in) << *input;
+  }
+  std::vector<std::string> env = Env();
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
+  int pid = Spawn(argv, env, base + ".out", base + ".err", uid, in);
   CliResult r;
   int status = 0;
   bool done = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout_s);

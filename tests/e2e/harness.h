@@ -7,6 +7,7 @@
 // a busy 2-core machine slows the tests down without breaking them.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ class Daemon {
   // Runs `gpuslice ARGS...` against this daemon, as `uid` when given (root
   // only). Returns once it exits (or kills it after `timeout_s`).
   CliResult Cli(const std::vector<std::string>& args, int uid = -1, int timeout_s = 60);
+  // Same, with `input` on its stdin and extra "K=V" environment entries.
+  CliResult CliWithInput(const std::vector<std::string>& args, const std::string& input,
+                         const std::vector<std::string>& extra_env);
   // Starts `gpuslice ARGS...` without waiting; returns its pid.
   int CliAsync(const std::vector<std::string>& args, const std::string& out_path);
 
@@ -44,6 +48,10 @@ class Daemon {
   std::vector<std::string> Env() const;
 
  private:
+  CliResult RunCli(const std::vector<std::string>& args, int uid, int timeout_s,
+                   const std::optional<std::string>& input,
+                   const std::vector<std::string>& extra_env);
+
   std::string dir_;
   std::string gpus_;
   std::vector<std::string> extra_args_;
