@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -14,6 +15,8 @@ namespace {
 constexpr double kMaxSpecCpu = 128000;
 constexpr double kMaxSpecGpu = 8000;
 constexpr int64_t kMaxNodeScore = 100;
+// Model masks are 64-bit, so a cluster names at most 64 models.
+constexpr int kMaxModels = 64;
 
 constexpr std::array<PolicyInfo, 9> kPolicies = {{
     {Policy::kRandomFit, "random-fit", false, true, "any feasible node and GPU, uniformly"},
@@ -25,7 +28,7 @@ constexpr std::array<PolicyInfo, 9> kPolicies = {{
     {Policy::kGpuClustering, "gpu-clustering", false, false, "keep tasks of one kind together"},
     {Policy::kFgd, "fgd", true, false, "fragmentation gradient descent (ATC'23), as published"},
     {Policy::kFragAware, "frag-aware", true, false,
-     "ours: exact fragmentation gradient with CPU-balance and packing tie-breaks"},
+     "ours: exact fragmentation gradient, CPU balance, model scarcity, packing"},
     {Policy::kBinpack, "binpack", false, false, "fullest node and GPU that fit"},
     {Policy::kSpread, "spread", false, false, "emptiest node and GPU"},
 }};
@@ -81,6 +84,9 @@ struct Ctx {
   const ClusterState& state;
   const Demand& d;
   const PlaceOptions& o;
+  // frag-aware only: the cost of one GPU milli of each model (see
+  // ModelPrices); all zero for other policies.
+  const double* model_price = nullptr;
 };
 
 // One node's best option under a policy.
@@ -165,6 +171,52 @@ double CpuPerGpuMilli(const WorkloadProfile& p) {
   return gpu > 0 && cpu > 0 ? cpu / gpu : 1e9;
 }
 
+// Model scarcity: the cost frag-aware charges per GPU milli of model m.
+// q_m: the share of the profile's GPU demand that can run only on model m (a
+// shape allowing k of the cluster's models counts 1/k towards each); f_m:
+// model m's share of the cluster's free GPU capacity. Pressure p_m = q_m /
+// f_m: at p_m >= 1 the demand tied to m alone uses m up before the cluster
+// fills, so every milli of m a flexible task takes is one a tied task will
+// lack (price 1, a whole milli of fragmentation). Below 1 the price falls
+// as p_m^2, so spare capacity of a model is still used. A task allowed on
+// one model only pays the same on every candidate, so its choice is
+// unchanged; the price only steers tasks that have a choice.
+void ModelPrices(const ClusterState& state, const WorkloadProfile& p, double* price) {
+  const size_t models = state.models().size();
+  std::fill(price, price + kMaxModels, 0.0);
+  if (models < 2) return;
+  double free_m[kMaxModels] = {};
+  double free_all = 0;
+  uint64_t present = 0;
+  for (const NodeState& n : state.nodes()) {
+    for (const GpuState& g : n.gpus) {
+      free_m[g.model] += g.milli_free;
+      free_all += g.milli_free;
+      present |= uint64_t{1} << g.model;
+    }
+  }
+  double tied[kMaxModels] = {};
+  double demand_all = 0;
+  for (const TaskShape& s : p.shapes()) {
+    const double milli = s.weight * double(s.demand.TotalGpuMilli());
+    if (milli == 0) continue;
+    demand_all += milli;
+    const uint64_t mask = s.demand.model_mask & present;
+    if (s.demand.model_mask == 0 || mask == present) continue;
+    const int k = std::popcount(mask);
+    if (k == 0) continue;
+    for (size_t m = 0; m < models; ++m) {
+      if ((mask >> m) & 1u) tied[m] += milli / k;
+    }
+  }
+  if (free_all <= 0 || demand_all <= 0) return;
+  for (size_t m = 0; m < models; ++m) {
+    const double q = tied[m] / demand_all;
+    const double f = free_m[m] / free_all;
+    const double pressure = f > 0 ? std::min(1.0, q / f) : 0;
+    price[m] = pressure * pressure;
+  }
+}
 
 // Ours. The exact fragmentation gradient (no 0..100 quantisation, no random
 // ties), then packing as the tie-break: among equally good options, leave the
@@ -202,7 +254,7 @@ bool FragAwareScore(const Ctx& c, const NodeState& n, Option* opt) {
         }
       }
       // Best-fit among equal gains: the fuller GPU.
-      const double key = gi - 1e-6 * g.milli_free;
+      const double key = gi - c.model_price[g.model] * d.gpu_milli - 1e-6 * g.milli_free;
       if (!found || key > best) {
         best = key;
         frag_gain = gi;
@@ -223,14 +275,18 @@ bool FragAwareScore(const Ctx& c, const NodeState& n, Option* opt) {
   auto starved = [&](double cpu_free, double gpu_free) {
     return std::max(0.0, gpu_free - cpu_free / ratio);
   };
-  double starve_gain =
-      starved(double(n.cpu_free), double(n.GpuMilliFree())) -
-      starved(double(n.cpu_free) - double(d.cpu_milli),
-              double(n.GpuMilliFree()) - double(d.TotalGpuMilli()));
+  double starve_gain = starved(double(n.cpu_free), double(n.GpuMilliFree())) -
+                       starved(double(n.cpu_free) - double(d.cpu_milli),
+                               double(n.GpuMilliFree()) - double(d.TotalGpuMilli()));
   const double left = 0.5 * (double(n.cpu_free) - double(d.cpu_milli)) / double(n.cpu_total) +
                       0.5 * (double(n.GpuMilliFree()) - double(d.TotalGpuMilli())) /
                           std::max(1.0, double(n.GpuMilliTotal()));
-  opt->score = frag_gain + starve_gain - 1e-3 * left;
+  // Model scarcity (ModelPrices): GPUs of a model that tied demand needs.
+  double price = 0;
+  for (int i = 0; i < opt->gpu_count; ++i) {
+    price += c.model_price[n.gpus[opt->gpus[i]].model] * d.gpu_milli;
+  }
+  opt->score = frag_gain + starve_gain - price - 1e-3 * left;
   return true;
 }
 
@@ -264,9 +320,9 @@ bool ScoreNode(const Ctx& c, const NodeState& n, Option* opt) {
     }
     case Policy::kDotProduct: {
       if (!DefaultGpus(n, d, opt)) return false;
-      double dot = (double(n.cpu_free) / kMaxSpecCpu) * (double(d.cpu_milli) / kMaxSpecCpu) +
-                   (double(n.GpuMilliFree()) / kMaxSpecGpu) *
-                       (double(d.TotalGpuMilli()) / kMaxSpecGpu);
+      double dot =
+          (double(n.cpu_free) / kMaxSpecCpu) * (double(d.cpu_milli) / kMaxSpecCpu) +
+          (double(n.GpuMilliFree()) / kMaxSpecGpu) * (double(d.TotalGpuMilli()) / kMaxSpecGpu);
       opt->score = static_cast<double>(static_cast<int64_t>((1.0 - dot / 2) * kMaxNodeScore));
       return true;
     }
@@ -287,7 +343,12 @@ bool ScoreNode(const Ctx& c, const NodeState& n, Option* opt) {
       };
       if (d.IsFraction()) {
         if (!PickFractionGpu<int64_t>(
-                n, d, [&](int i) { uint8_t g = uint8_t(i); return score_of(&g, 1); }, opt)) {
+                n, d,
+                [&](int i) {
+                  uint8_t g = uint8_t(i);
+                  return score_of(&g, 1);
+                },
+                opt)) {
           return false;
         }
       } else if (!DefaultGpus(n, d, opt)) {
@@ -361,15 +422,13 @@ Status CouldEverFit(const ClusterState& state, const Demand& demand) {
       best = std::max(best, group);
     }
     max_gpus = std::max(max_gpus, best);
-    if (n.cpu_total >= demand.cpu_milli && n.mem_total >= demand.mem_bytes &&
-        best >= demand.gpus) {
+    if (n.cpu_total >= demand.cpu_milli && n.mem_total >= demand.mem_bytes && best >= demand.gpus) {
       return Status::Ok();
     }
   }
   return OutOfRangeError("no node could ever hold " + demand.Describe() + " (largest node CPU " +
                          std::to_string(max_cpu) + "m, memory " + std::to_string(max_mem) +
-                         " B, most suitable GPUs on one island " + std::to_string(max_gpus) +
-                         ")");
+                         " B, most suitable GPUs on one island " + std::to_string(max_gpus) + ")");
 }
 
 Result<Placement> Place(const ClusterState& state, const Demand& demand,
@@ -382,7 +441,9 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
   if (options.policy == Policy::kRandomFit && options.rng == nullptr) {
     return InvalidArgumentError("policy 'random-fit' needs a random source");
   }
-  const Ctx ctx{state, demand, options};
+  std::array<double, kMaxModels> prices{};
+  if (options.policy == Policy::kFragAware) ModelPrices(state, *options.profile, prices.data());
+  const Ctx ctx{state, demand, options, prices.data()};
   // Ties go to the first node in cluster order, for every policy. The
   // paper's simulator does the same in effect (it orders nodes by a seeded
   // random name prefix), so the replay permutes the node order per seed.

@@ -107,8 +107,7 @@ TEST(Place, DistinguishesNotNowFromNever) {
   Demand h100 = Demand::WholeGpus(1);
   h100.model_mask = s.ModelMask("H100").value();
   EXPECT_EQ(Place(s, h100, binpack).status().code(), StatusCode::kOutOfRange);
-  EXPECT_EQ(Place(s, Demand::CpuOnly(65000, 0), binpack).status().code(),
-            StatusCode::kOutOfRange);
+  EXPECT_EQ(Place(s, Demand::CpuOnly(65000, 0), binpack).status().code(), StatusCode::kOutOfRange);
   ASSERT_TRUE(s.Allocate(Demand::WholeGpus(4), On(0, {0, 1, 2, 3})).ok());
   Status now = Place(s, Demand::WholeGpus(5), binpack).status();
   EXPECT_EQ(now.code(), StatusCode::kResourceExhausted) << now.ToString();
@@ -127,6 +126,67 @@ TEST(Place, HonoursModelConstraints) {
     ASSERT_TRUE(r.ok()) << info.name;
     EXPECT_EQ(r->node, 1u) << info.name;
   }
+}
+
+// One T4 node, then two G2 nodes, alike in everything but the model. Demand:
+// 40% T4 only, 40% G2 only, 20% either. T4 is scarce: its tied demand (40%)
+// exceeds its share of capacity (1/3).
+struct ScarceModelCase {
+  ClusterState cluster;
+  WorkloadProfile profile;
+  Demand t4_only, g2_only, either;
+};
+ScarceModelCase ScarceT4() {
+  ScarceModelCase c{
+      ClusterState(), WorkloadProfile::FromShapes({{Demand::CpuOnly(1, 0), 1}}).value(),
+      Demand::WholeGpus(1, 4000, 0), Demand::WholeGpus(1, 4000, 0), Demand::WholeGpus(1, 4000, 0)};
+  EXPECT_TRUE(c.cluster.AddUniformNode("t4", 32000, 64 * kGiB, 1, "T4").ok());
+  EXPECT_TRUE(c.cluster.AddUniformNode("g2a", 32000, 64 * kGiB, 1, "G2").ok());
+  EXPECT_TRUE(c.cluster.AddUniformNode("g2b", 32000, 64 * kGiB, 1, "G2").ok());
+  c.t4_only.model_mask = c.cluster.ModelMask("T4").value();
+  c.g2_only.model_mask = c.cluster.ModelMask("G2").value();
+  c.profile =
+      WorkloadProfile::FromShapes({{c.t4_only, 0.4}, {c.g2_only, 0.4}, {c.either, 0.2}}).value();
+  return c;
+}
+
+TEST(Place, FragAwareKeepsAScarceModelForTheTasksTiedToIt) {
+  ScarceModelCase c = ScarceT4();
+  // Every node loses the same fragmentation (the other model's tied shape),
+  // so FGD takes the first node, T4, from the tasks that can only use T4.
+  Result<Placement> fgd =
+      Place(c.cluster, c.either, {.policy = Policy::kFgd, .profile = &c.profile});
+  ASSERT_TRUE(fgd.ok());
+  EXPECT_EQ(fgd->node, 0u);
+  Result<Placement> ours = Place(c.cluster, c.either, {.profile = &c.profile});
+  ASSERT_TRUE(ours.ok());
+  EXPECT_EQ(ours->node, 1u);
+  // A task tied to T4 still gets it: the price is the same on every option.
+  Result<Placement> tied = Place(c.cluster, c.t4_only, {.profile = &c.profile});
+  ASSERT_TRUE(tied.ok());
+  EXPECT_EQ(tied->node, 0u);
+}
+
+TEST(Place, FragAwareUsesAModelThatIsNoLongerScarce) {
+  ScarceModelCase c = ScarceT4();
+  // Both G2 GPUs taken: T4 is all the free capacity left, so its pressure
+  // (0.4 of demand / 1.0 of free capacity) is below 1, and the flexible task
+  // gets it rather than failing.
+  ASSERT_TRUE(c.cluster.Allocate(c.either, On(1, {0})).ok());
+  ASSERT_TRUE(c.cluster.Allocate(c.either, On(2, {0})).ok());
+  Result<Placement> ours = Place(c.cluster, c.either, {.profile = &c.profile});
+  ASSERT_TRUE(ours.ok());
+  EXPECT_EQ(ours->node, 0u);
+}
+
+TEST(Place, FragAwareWithoutTiedDemandBehavesAsBefore) {
+  // Same cluster, a profile of flexible tasks only: no model is scarce, the
+  // nodes tie, and the first node wins as for every policy.
+  ScarceModelCase c = ScarceT4();
+  WorkloadProfile flexible = WorkloadProfile::FromShapes({{c.either, 1}}).value();
+  Result<Placement> ours = Place(c.cluster, c.either, {.profile = &flexible});
+  ASSERT_TRUE(ours.ok());
+  EXPECT_EQ(ours->node, 0u);
 }
 
 TEST(Place, BinpackFillsAndSpreadSpreads) {
@@ -157,7 +217,8 @@ TEST(Place, RandomFitIsDeterministicForASeed) {
     PlacementRng rng(seed);
     std::vector<uint32_t> nodes;
     for (int i = 0; i < 10; ++i) {
-      nodes.push_back(Place(s, Demand::Fraction(100, 0), {Policy::kRandomFit, nullptr, &rng})->node);
+      nodes.push_back(
+          Place(s, Demand::Fraction(100, 0), {Policy::kRandomFit, nullptr, &rng})->node);
     }
     return nodes;
   };

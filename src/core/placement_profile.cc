@@ -118,6 +118,27 @@ Result<WorkloadProfile> WorkloadProfile::FromShapes(std::vector<TaskShape> shape
   return p;
 }
 
+WorkloadProfile WorkloadProfile::WithRarity(const ClusterState& cluster, double max_boost) const {
+  WorkloadProfile out = *this;
+  const double total = static_cast<double>(cluster.TotalGpuMilli());
+  if (total <= 0 || !(max_boost > 1)) return out;
+  for (TaskShape& shape : out.shapes_) {
+    const Demand& s = shape.demand;
+    if (s.gpus == 0) continue;  // Counts all free GPU milli anyway.
+    double hosts = 0;
+    for (const NodeState& n : cluster.nodes()) {
+      if (n.cpu_total < s.cpu_milli || n.mem_total < s.mem_bytes) continue;
+      uint32_t allowed = 0;
+      for (const GpuState& g : n.gpus) {
+        if (s.AllowsModel(g.model) && (g.mem_total == 0 || g.mem_total >= s.gpu_mem)) ++allowed;
+      }
+      if (allowed >= s.gpus) hosts += static_cast<double>(n.GpuMilliTotal());
+    }
+    shape.rarity = hosts > 0 ? std::min(max_boost, total / hosts) : 1;
+  }
+  return out;
+}
+
 NodeDelta DeltaOf(const Demand& demand, const uint8_t* gpus, int gpu_count) {
   NodeDelta d;
   d.cpu_milli = demand.cpu_milli;
@@ -136,8 +157,9 @@ double NodeFragmentation(const WorkloadProfile& profile, const NodeState& node,
   double frag = 0;
   for (const TaskShape& shape : profile.shapes()) {
     const Demand& s = shape.demand;
+    const double w = shape.weight * shape.rarity;
     if (s.gpus == 0 || v.cpu_free < s.cpu_milli || v.mem_free < s.mem_bytes) {
-      frag += shape.weight * v.total_free;
+      frag += w * v.total_free;
       continue;
     }
     uint32_t usable = 0;
@@ -148,7 +170,7 @@ double NodeFragmentation(const WorkloadProfile& profile, const NodeState& node,
         usable_milli += v.milli[i];
       }
     }
-    frag += shape.weight * (usable >= s.gpus ? v.total_free - usable_milli : v.total_free);
+    frag += w * (usable >= s.gpus ? v.total_free - usable_milli : v.total_free);
   }
   return frag;
 }

@@ -27,10 +27,17 @@ struct ProfileOptions {
   bool with_memory = false;
 };
 
+// The rarity cap frag-aware uses (WorkloadProfile::WithRarity): measured
+// on the openb replay, docs/PLACEMENT.md.
+inline constexpr double kDefaultRarityBoost = 20;
+
 // One task shape and its probability. weight > 0; weights sum to 1.
 struct TaskShape {
   Demand demand;
   double weight = 0;
+  // Multiplies the shape's weight in NodeFragmentation only (1 = the FGD
+  // measure). See WorkloadProfile::WithRarity.
+  double rarity = 1;
 };
 
 // Contract: immutable after construction; shapes sorted by weight, heaviest
@@ -44,6 +51,15 @@ class WorkloadProfile {
   // From explicit shapes; weights are normalised. Errors on an empty list,
   // a non-positive weight or an invalid demand.
   static Result<WorkloadProfile> FromShapes(std::vector<TaskShape> shapes);
+
+  // The same shapes, each shape's fragmentation weight multiplied by how
+  // rare the nodes that could host it are: min(max_boost, C / C_s), where C
+  // is the cluster's GPU capacity and C_s that of the nodes which, empty,
+  // could hold the shape (CPU, memory, model, GPU count). A shape only a few
+  // nodes can hold (120 cores and 8 GPUs: 39 of 1,213 openb nodes) then
+  // protects those nodes in proportion to how few they are, not just to how
+  // often it is asked for. Weights (the demand mix) stay as they are.
+  WorkloadProfile WithRarity(const ClusterState& cluster, double max_boost) const;
 
   const std::vector<TaskShape>& shapes() const { return shapes_; }
 

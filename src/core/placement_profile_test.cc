@@ -105,6 +105,42 @@ TEST(NodeFragmentation, OtherModelsAreFragment) {
   EXPECT_DOUBLE_EQ(NodeFragmentation(OnlyShape(d), s.node(0)), 2000);
 }
 
+TEST(WorkloadProfile, WithRarityBoostsShapesFewNodesCanHold) {
+  // One 128-core node and three 32-core nodes, 8 GPUs each: only the big
+  // node (a quarter of the GPUs) can hold 8 GPUs with 120 cores.
+  ClusterState s;
+  ASSERT_TRUE(s.AddUniformNode("big", 128000, 1 << 30, 8, "G3").ok());
+  for (const char* name : {"a", "b", "c"}) {
+    ASSERT_TRUE(s.AddUniformNode(name, 32000, 1 << 30, 8, "G2").ok());
+  }
+  Demand big = Demand::WholeGpus(8, 120000, 0);
+  Demand small = Demand::WholeGpus(1, 4000, 0);
+  Demand g3_small = small;
+  g3_small.model_mask = s.ModelMask("G3").value();
+  WorkloadProfile p = WorkloadProfile::FromShapes(
+                          {{big, 1}, {small, 1}, {g3_small, 1}, {Demand::CpuOnly(1000, 0), 1}})
+                          .value();
+  WorkloadProfile r = p.WithRarity(s, 20);
+  ASSERT_EQ(r.shapes().size(), 4u);
+  for (size_t i = 0; i < r.shapes().size(); ++i) {
+    const TaskShape& shape = r.shapes()[i];
+    EXPECT_DOUBLE_EQ(shape.weight, p.shapes()[i].weight);  // The mix is unchanged.
+    const bool only_big_node = shape.demand.cpu_milli == 120000 || shape.demand.model_mask != 0;
+    EXPECT_DOUBLE_EQ(shape.rarity, only_big_node ? 4.0 : 1.0) << shape.demand.Describe();
+  }
+  // The cap applies.
+  const WorkloadProfile capped = p.WithRarity(s, 2);
+  for (const TaskShape& shape : capped.shapes()) EXPECT_LE(shape.rarity, 2.0);
+  // On the big node, the fragment the 120-core shape sees counts four times.
+  const NodeState& node = s.node(0);
+  NodeDelta cpu_task;
+  cpu_task.cpu_milli = 16000;  // Leaves 112 cores: the big shape no longer fits.
+  const double plain = NodeFragmentation(p, node, cpu_task) - NodeFragmentation(p, node);
+  const double rare = NodeFragmentation(r, node, cpu_task) - NodeFragmentation(r, node);
+  EXPECT_DOUBLE_EQ(plain, 0.25 * 8000);
+  EXPECT_DOUBLE_EQ(rare, 4 * 0.25 * 8000);
+}
+
 TEST(StrandedGpuMilli, CountsOnlyCapacityNoShapeCanUse) {
   WorkloadProfile p =
       WorkloadProfile::FromShapes({{Demand::Fraction(500, 0), 1}, {Demand::WholeGpus(2), 1}})

@@ -92,7 +92,7 @@ int Main(int argc, char** argv) {
   app.add_option("--seeds", seeds, "number of seeds (seed, seed+1, ...)")->check(CLI::Range(1, 1000));
   app.add_option("--jobs", jobs, "replays to run in parallel")->check(CLI::Range(1, 256));
   app.add_option("--coverage", coverage,
-                 "profile coverage for fgd/frag-aware (default: 0.95 fgd, 0.99 frag-aware)")
+                 "profile coverage for fgd/frag-aware (default: 0.95 fgd, 1.0 frag-aware)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--no-shuffle", no_shuffle, "keep trace order (inflation draws appended)");
   app.add_flag("--json", json, "print JSON instead of the table");

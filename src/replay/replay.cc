@@ -118,11 +118,15 @@ Result<ReplayResult> RunReplay(const ReplayInput& input, const ReplayConfig& con
 
   // The policy's profile is the trace as published (the paper's "typical
   // pods"); the fragmentation report uses every shape, memory included.
-  const double coverage = config.profile_coverage > 0 ? config.profile_coverage
-                          : config.policy == core::Policy::kFragAware ? 0.99
+  const double coverage = config.profile_coverage > 0                 ? config.profile_coverage
+                          : config.policy == core::Policy::kFragAware ? 1.0
                                                                       : 0.95;
-  GPUSLICE_ASSIGN_OR_RETURN(core::WorkloadProfile profile,
-                            core::WorkloadProfile::FromDemands(input.tasks, {.coverage = coverage}));
+  GPUSLICE_ASSIGN_OR_RETURN(
+      core::WorkloadProfile profile,
+      core::WorkloadProfile::FromDemands(input.tasks, {.coverage = coverage}));
+  if (config.policy == core::Policy::kFragAware) {
+    profile = profile.WithRarity(state, core::kDefaultRarityBoost);
+  }
   GPUSLICE_ASSIGN_OR_RETURN(
       core::WorkloadProfile all_shapes,
       core::WorkloadProfile::FromDemands(input.tasks, {.coverage = 1.0, .with_memory = true}));

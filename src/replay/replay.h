@@ -43,8 +43,10 @@ struct ReplayConfig {
   bool shuffle = true;   // false: trace order, then the inflation draws.
   double step = 0.05;    // Snapshot interval, x capacity.
   // Profile coverage for the fragmentation-aware policies; 0 = the policy's
-  // own: 0.95 for fgd (the paper's), 0.99 for frag-aware (rare big shapes,
-  // such as 8-GPU tasks, then still count; see docs/PLACEMENT.md).
+  // own: 0.95 for fgd (the paper's), 1.0 for frag-aware (rare big shapes,
+  // such as 8-GPU tasks of 120 cores, then still count; frag-aware also
+  // weighs shapes by rarity, WorkloadProfile::WithRarity; see
+  // docs/PLACEMENT.md).
   double profile_coverage = 0;
 };
 
