@@ -36,8 +36,19 @@ Daemon::Daemon(std::string gpus, std::vector<std::string> extra_args)
 }
 
 Daemon::~Daemon() {
-  if (pid_ > 0) Kill(SIGTERM);
-  // Jobs still running (a failed test) are ended so they do not outlive it.
+  // Jobs still running (a failed test) are ended so they do not outlive it:
+  // the daemon leaves running jobs alone when it stops, by design.
+  if (pid_ > 0) {
+    CliResult ps = Cli({"ps", "--json"}, -1, 10);
+    size_t at = 0;
+    const std::string key = "\"pid\": ";
+    while ((at = ps.out.find(key, at)) != std::string::npos) {
+      at += key.size();
+      long pid = std::strtol(ps.out.c_str() + at, nullptr, 10);
+      if (pid > 0) kill(-static_cast<pid_t>(pid), SIGKILL);
+    }
+    Kill(SIGTERM);
+  }
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }
