@@ -8,7 +8,10 @@ GPUSLICE_MEMORY_LIMIT=10GiB (standalone slice):
     the limit, having held no more than the limit (NVML, per process);
   - torch.cuda.mem_get_info() reports the limit as the total;
   - the added cost per launch on a loop of tiny kernels, with and without
-    the shim.
+    the shim;
+  - compute shares (compute_check.py): two processes of bf16 matrix
+    products at 30/70 and 10/90, one CUDA-graph run, 50% alone; achieved
+    shares from each process's throughput.
 Writes $OUT/gpu_check.json (OUT defaults to ./gpu-check-out) and exits 0 when
 every check passed, 1 otherwise. Without a GPU or without torch it writes
 {"skipped": true, "reason": ...}, says so on stderr and exits 0.
@@ -22,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compute_check  # noqa: E402
 
 GIB = 1 << 30
 LIMIT_GIB = 10
@@ -177,6 +183,7 @@ def main():
     else:
         launch["details"] = {"without": bare, "with": shimmed}
     checks.append(launch)
+    checks.extend(compute_check.run_compute_checks(SHIM))
 
     result = {
         "skipped": False,
