@@ -54,11 +54,11 @@ struct Tenant {
   std::string mode = "hard";
   std::string priority;  // Empty: normal.
   std::vector<std::string> args;
-  double start_s = 0;        // Arrival.
-  double seconds = 0;        // How long it runs (0: the whole scenario).
-  double target = -1;        // Expected share in percent (-1: = share).
-  double change_at_s = -1;   // Live change of its share at this time ...
-  double change_to = 0;      // ... to this.
+  double start_s = 0;       // Arrival.
+  double seconds = 0;       // How long it runs (0: the whole scenario).
+  double target = -1;       // Expected share in percent (-1: = share).
+  double change_at_s = -1;  // Live change of its share at this time ...
+  double change_to = 0;     // ... to this.
 };
 
 struct Scenario {
@@ -150,10 +150,10 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
         if (r.ok()) {
           auto devs = (*r)->Devices();
           if (!devs.empty()) {
-            auto st = (*r)->SetComputeShare(devs[0].uuid, uint32_t(t.change_to * 10),
-                                            t.mode == "hard" ? ComputeMode::kHard
-                                                             : ComputeMode::kWorkConserving,
-                                            gpuslice::core::Priority::kNormal);
+            auto st = (*r)->SetComputeShare(
+                devs[0].uuid, uint32_t(t.change_to * 10),
+                t.mode == "hard" ? ComputeMode::kHard : ComputeMode::kWorkConserving,
+                gpuslice::core::Priority::kNormal);
             if (!st.ok()) std::fprintf(stderr, "SetComputeShare: %s\n", st.message().c_str());
           }
         }
@@ -312,17 +312,18 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     }
     if (settle >= 0) {
       int in_band = 0, windows = 0;
-      for (size_t m = settled_at; m + 4 <= last; m += 4, ++windows) in_band += all_within(m, m + 4, 5.0);
+      for (size_t m = settled_at; m + 4 <= last; m += 4, ++windows)
+        in_band += all_within(m, m + 4, 5.0);
       j["in_band_pct"] = windows > 0 ? std::round(100.0 * in_band / windows) : 100.0;
     }
     j["settle_ms"] = settle < 0 ? -1 : std::round(settle * 1000);
     // The shares over 200 ms windows around the change, to see how it settled.
     nlohmann::json trace = nlohmann::json::array();
-    for (size_t k = index_at(change_time - 0.4); k + 4 < samples.size() &&
-                                                 samples[k].t_ns < uint64_t((change_time + 1.2) * 1e9);
-         k += 4) {
+    for (size_t k = index_at(change_time - 0.4);
+         k + 4 < samples.size() && samples[k].t_ns < uint64_t((change_time + 1.2) * 1e9); k += 4) {
       const double d = double(samples[k + 4].t_ns - samples[k].t_ns);
-      nlohmann::json row = {{"t_ms", std::round((double(samples[k].t_ns) / 1e9 - change_time) * 1000)}};
+      nlohmann::json row = {
+          {"t_ms", std::round((double(samples[k].t_ns) / 1e9 - change_time) * 1000)}};
       for (size_t i = 0; i < sc.tenants.size(); ++i) {
         row[sc.tenants[i].name] = std::round(1000.0 * double(busy[i][k + 4] - busy[i][k]) / d) / 10;
       }
@@ -353,16 +354,22 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
 }
 
 std::vector<Scenario> Scenarios() {
-  auto busy = [](unsigned us) { return std::vector<std::string>{"--kernel-us", std::to_string(us)}; };
+  auto busy = [](unsigned us) {
+    return std::vector<std::string>{"--kernel-us", std::to_string(us)};
+  };
   std::vector<Scenario> s;
-  s.push_back({"30/70 hard", 12, {{"a", 30, "hard", "", busy(200)}, {"b", 70, "hard", "", busy(200)}}});
-  s.push_back({"10/90 hard", 12, {{"a", 10, "hard", "", busy(200)}, {"b", 90, "hard", "", busy(200)}}});
-  s.push_back({"25/25/50 work-conserving", 12,
+  s.push_back(
+      {"30/70 hard", 12, {{"a", 30, "hard", "", busy(200)}, {"b", 70, "hard", "", busy(200)}}});
+  s.push_back(
+      {"10/90 hard", 12, {{"a", 10, "hard", "", busy(200)}, {"b", 90, "hard", "", busy(200)}}});
+  s.push_back({"25/25/50 work-conserving",
+               12,
                {{"a", 25, "work-conserving", "", busy(200)},
                 {"b", 25, "work-conserving", "", busy(200)},
                 {"c", 50, "work-conserving", "", busy(200)}}});
   s.push_back({"50% alone, hard", 6, {{"a", 50, "hard", "", busy(200)}}});
-  s.push_back({"30/70 fine kernels (20 us)", 6,
+  s.push_back({"30/70 fine kernels (20 us)",
+               6,
                {{"a", 30, "hard", "", busy(20)}, {"b", 70, "hard", "", busy(20)}}});
   // Controls: what one tenant without a share gets alone (the simulator and
   // the machine's load, no shim limit): the ceiling for the scenarios above.
@@ -370,9 +377,11 @@ std::vector<Scenario> Scenarios() {
   s.push_back({"control: 20 us kernels, no share", 4, {{"a", 0, "hard", "", busy(20)}}});
   s.back().tenants[0].target = 100;
   s[s.size() - 2].tenants[0].target = 100;
-  s.push_back({"30/70 coarse kernels (10 ms)", 12,
+  s.push_back({"30/70 coarse kernels (10 ms)",
+               12,
                {{"a", 30, "hard", "", busy(10000)}, {"b", 70, "hard", "", busy(10000)}}});
-  s.push_back({"30/70 graph launches (8 x 100 us)", 6,
+  s.push_back({"30/70 graph launches (8 x 100 us)",
+               6,
                {{"a", 30, "hard", "", {"--kernel-us", "100", "--graph", "8"}},
                 {"b", 70, "hard", "", {"--kernel-us", "100", "--graph", "8"}}}});
   {
@@ -405,9 +414,12 @@ int main(int argc, char** argv) {
   double scale = 1.0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--only" && i + 1 < argc) only = argv[++i];
-    else if (a == "--scale" && i + 1 < argc) scale = std::atof(argv[++i]);
-    else if (a == "--json" && i + 1 < argc) json_path = argv[++i];
+    if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
+    else if (a == "--scale" && i + 1 < argc)
+      scale = std::atof(argv[++i]);
+    else if (a == "--json" && i + 1 < argc)
+      json_path = argv[++i];
     else {
       std::fprintf(stderr, "usage: compute_harness [--only NAME] [--scale X] [--json FILE]\n");
       return 2;
@@ -424,13 +436,15 @@ int main(int argc, char** argv) {
   if (only.empty() || std::string("priority").find(only) != std::string::npos) {
     // Priority: a latency-sensitive tenant (2 ms of work every 20 ms), alone
     // and then beside two best-effort tenants at low priority.
-    std::vector<std::string> req = {"--kernel-us", "100", "--request-us", "2000", "--period-ms", "20"};
+    std::vector<std::string> req = {"--kernel-us", "100",         "--request-us",
+                                    "2000",        "--period-ms", "20"};
     Scenario alone{"priority: inference alone", 5, {{"inf", 30, "work-conserving", "high", req}}};
-    Scenario shared{"priority: inference + 2 best-effort", 5,
+    Scenario shared{"priority: inference + 2 best-effort",
+                    5,
                     {{"inf", 30, "work-conserving", "high", req},
                      {"be1", 35, "work-conserving", "low", {"--kernel-us", "50"}},
                      {"be2", 35, "work-conserving", "low", {"--kernel-us", "50"}}}};
-    alone.tenants[0].target = 10;   // It only asks for 10% of the GPU.
+    alone.tenants[0].target = 10;  // It only asks for 10% of the GPU.
     shared.tenants[0].target = 10;
     shared.tenants[1].target = 45;
     shared.tenants[2].target = 45;

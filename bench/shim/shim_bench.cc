@@ -82,7 +82,8 @@ bool Setup() {
   CUdevice dev;
   CUcontext ctx;
   CUmodule module;
-  static const char kPtx[] = ".version 8.0\n.target sm_90\n.visible .entry sim_sleep_us(.param .u32 us)\n{ ret; }\n";
+  static const char kPtx[] =
+      ".version 8.0\n.target sm_90\n.visible .entry sim_sleep_us(.param .u32 us)\n{ ret; }\n";
   if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
       cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
       cuModuleLoadData(&module, kPtx) != CUDA_SUCCESS ||

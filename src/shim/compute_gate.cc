@@ -26,7 +26,7 @@ thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
 
 namespace {
 
-constexpr uint64_t kTargetBatchNs = 500'000;     // GPU time one batch of credits should take.
+constexpr uint64_t kTargetBatchNs = 500'000;  // GPU time one batch of credits should take.
 constexpr int32_t kMaxBatch = 256;
 constexpr uint32_t kMaxPendingMarkers = 2;       // Batches queued on the GPU at most.
 constexpr uint64_t kActiveTickNs = 200'000;      // Background tick while using the GPU.
@@ -55,14 +55,14 @@ struct Marker {
 // markers and estimates are guarded by g_mu (slow path and background
 // thread only).
 std::mutex g_start_mu;
-bool g_started = false;   // Guarded by g_start_mu.
+bool g_started = false;  // Guarded by g_start_mu.
 Fns g_fns;
 Coordinator* g_coord = nullptr;
-int g_device = -1;        // Slice device index of the coordination.
+int g_device = -1;  // Slice device index of the coordination.
 std::atomic<int32_t> g_member{-1};
 uint64_t g_slice_key = 0;
 PolicyParams g_params;
-std::atomic<uint32_t> g_share{0};   // Current share (from the region), 0: none.
+std::atomic<uint32_t> g_share{0};  // Current share (from the region), 0: none.
 
 std::mutex g_mu;
 Marker g_markers[kMaxMarkers];  // Ring, oldest first. Guarded by g_mu.
@@ -73,7 +73,7 @@ uint64_t g_last_complete_ns = 0;
 // markers have taught the real figure: a process of 10 ms kernels never
 // queues a batch of them unseen.
 double g_ns_per_launch = double(kTargetBatchNs);
-std::atomic<int64_t> g_unmarked{0};         // Launches granted, not yet covered by a marker.
+std::atomic<int64_t> g_unmarked{0};  // Launches granted, not yet covered by a marker.
 // When the work granted so far should be done by the estimate: each grant
 // queues behind what is already queued. Guarded by g_mu.
 uint64_t g_expected_done_ns = 0;
@@ -203,7 +203,8 @@ void FollowRegion(uint64_t now) {
   }
   if (m >= 0) {
     // A member whose entry was reclaimed (we were stopped too long) joins again.
-    if (layout::OwnerPid(g_coord->member(uint32_t(m)).owner.load(std::memory_order_relaxed)) != getpid()) {
+    if (layout::OwnerPid(g_coord->member(uint32_t(m)).owner.load(std::memory_order_relaxed)) !=
+        getpid()) {
       g_member.store(-1, std::memory_order_relaxed);
       return;
     }
@@ -380,9 +381,8 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
       std::lock_guard<std::mutex> lock(g_mu);
       PollMarkersLocked(now);
       if (uint32_t(g_marker_count) < kMaxPendingMarkers) {
-        const int32_t batch =
-            std::clamp<int32_t>(int32_t(double(kTargetBatchNs) / std::max(g_ns_per_launch, 1.0)),
-                                1, kMaxBatch);
+        const int32_t batch = std::clamp<int32_t>(
+            int32_t(double(kTargetBatchNs) / std::max(g_ns_per_launch, 1.0)), 1, kMaxBatch);
         t_gate.gen = gate;
         t_gate.credits = batch - 1;  // This launch takes one.
         t_gate.batch = batch;

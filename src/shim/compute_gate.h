@@ -34,9 +34,9 @@ inline constexpr uint32_t kGateOff = 0;
 extern std::atomic<uint32_t> g_gate;
 
 struct GateCredits {
-  uint32_t gen = 0;     // The open gate generation these credits belong to.
-  int32_t credits = 0;  // Launches left in this thread's batch.
-  int32_t batch = 0;    // Size of the batch last granted (for markers).
+  uint32_t gen = 0;         // The open gate generation these credits belong to.
+  int32_t credits = 0;      // Launches left in this thread's batch.
+  int32_t batch = 0;        // Size of the batch last granted (for markers).
   uint64_t granted_ns = 0;  // When it was granted (its work queued from then on).
 };
 extern thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));

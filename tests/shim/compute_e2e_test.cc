@@ -11,6 +11,7 @@
 // beside another).
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -24,11 +25,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "shim/region.h"
 #include "sim/device_model.h"
@@ -298,7 +297,9 @@ TEST_F(ComputeShareTest, ALiveShareChangeTakesEffectWithoutARestart) {
 TEST_F(ComputeShareTest, HighPriorityRequestsKeepTheirPaceBesideALowPriorityHog) {
   // 2 ms of work every 10 ms. Without priority the hog's 20 ms turns would
   // stretch each request past its period and cut the request rate by half.
-  const TenantSpec server{"30", "work-conserving", "high",
+  const TenantSpec server{"30",
+                          "work-conserving",
+                          "high",
                           {"--kernel-us", "100", "--request-us", "2000", "--period-ms", "10"}};
   const TenantSpec hog{"70", "work-conserving", "low", kBusy200us};
   RunTenants({server}, 2.0);

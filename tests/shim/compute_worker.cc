@@ -8,9 +8,9 @@
 //                  [--request-us W --period-ms P]
 //
 // Busy mode: launches kernels of N us (or graphs of K such kernels; or
-// through cuLaunchKernelEx or cuLaunchCooperativeKernel) back to back, synchronising about every 20 ms of work (a training step).
-// Request mode: every P ms, launches W us of kernels and synchronises; the
-// latency of each request (launch of the first kernel to the end of the
+// through cuLaunchKernelEx or cuLaunchCooperativeKernel) back to back, synchronising about every 20
+// ms of work (a training step). Request mode: every P ms, launches W us of kernels and
+// synchronises; the latency of each request (launch of the first kernel to the end of the
 // synchronisation) is recorded; requests that fall behind go back to back.
 // Prints one JSON line: {"pid":..,"launches":..,"requests":..,"p50_us":..,"p99_us":..}.
 
@@ -70,13 +70,20 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--seconds") seconds = std::atof(next());
-    else if (a == "--kernel-us") kernel_us = unsigned(std::atoi(next()));
-    else if (a == "--graph") graph = std::atoi(next());
-    else if (a == "--launch-ex") launch_ex = true;
-    else if (a == "--cooperative") cooperative = true;
-    else if (a == "--request-us") request_us = unsigned(std::atoi(next()));
-    else if (a == "--period-ms") period_ms = std::atof(next());
+    if (a == "--seconds")
+      seconds = std::atof(next());
+    else if (a == "--kernel-us")
+      kernel_us = unsigned(std::atoi(next()));
+    else if (a == "--graph")
+      graph = std::atoi(next());
+    else if (a == "--launch-ex")
+      launch_ex = true;
+    else if (a == "--cooperative")
+      cooperative = true;
+    else if (a == "--request-us")
+      request_us = unsigned(std::atoi(next()));
+    else if (a == "--period-ms")
+      period_ms = std::atof(next());
     else {
       std::fprintf(stderr, "compute_worker: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -102,7 +109,8 @@ int main(int argc, char** argv) {
 
   CUgraphExec exec = nullptr;
   if (graph > 0) {
-    Check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+    Check(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+          "cuStreamBeginCapture");
     for (int k = 0; k < graph; ++k) {
       Check(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "capture launch");
     }
