@@ -150,6 +150,18 @@ CliResult Daemon::RunCli(const std::vector<std::string>& args, int uid, int time
   static int counter = 0;
   std::string base = dir_ + "/cli" + std::to_string(++counter);
   std::vector<std::string> argv = {GPUSLICE_E2E_CLI};
+  if (uid >= 0) {
+    // The build tree may sit below a directory other users cannot enter (a
+    // clone in a mktemp -d folder is 0700), so another user runs a copy of
+    // the CLI kept in this test's own 0755 directory.
+    std::string copy = dir_ + "/gpuslice-cli";
+    if (access(copy.c_str(), X_OK) != 0) {
+      std::ifstream src(GPUSLICE_E2E_CLI, std::ios::binary);
+      std::ofstream(copy, std::ios::binary) << src.rdbuf();
+      chmod(copy.c_str(), 0755);
+    }
+    argv[0] = copy;
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   std::string in = "/dev/null";
   if (input) {
