@@ -1,33 +1,78 @@
 #!/usr/bin/env bash
-# The demo: two CUDA programs share one GPU — a real one when present, else the
-# simulated GPU — and gpuslice-smi shows what NVML sees while they run:
-# memory per process (including each context's own memory) and utilisation.
+# The demo: gpusliced hands out one GPU — a real one when present, else the
+# simulated GPU — to several jobs at once. Each job runs inside a slice whose
+# memory limit the shim enforces; a job that does not fit waits in the queue
+# and starts when memory frees; a job that tries to take more than it asked
+# for gets CUDA_ERROR_OUT_OF_MEMORY. A table of what happened ends it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build/bin
-sim=build/lib/sim
+root=$PWD
+bin=$root/build/bin
+
+tmp=$(mktemp -d)
+chmod 755 "$tmp"
+daemon_pid=
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 
 if [ -z "${GPUSLICE_DEMO_REAL_GPU:-}" ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
-  echo "== No NVIDIA GPU here: using gpuslice's simulated GPU (${GPUSLICE_SIM_GPUS:-default: one 80 GiB H100})"
-  export LD_LIBRARY_PATH="$PWD/$sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  state_dir=$(mktemp -d)
-  trap 'rm -rf "$state_dir"' EXIT
-  export GPUSLICE_SIM_STATE="$state_dir/sim-state"
+  echo "== No NVIDIA GPU here: gpuslice runs on its simulated GPU (${GPUSLICE_SIM_GPUS:-one 80 GiB H100})"
+  export GPUSLICE_SIM_STATE="$tmp/sim-state"
+  source=simulated
 else
   echo "== Using the NVIDIA GPU(s) of this machine"
+  source=auto
 fi
 
-echo "== Two CUDA programs start at once: A holds 6 GiB and keeps the GPU busy 40% of the time, B 10 GiB at 90%"
-"$bin/gpuslice-demo-worker" --name A --mem 6GiB --duty 40% --seconds 4 &
-a=$!
-"$bin/gpuslice-demo-worker" --name B --mem 10GiB --duty 90% --seconds 4 &
-b=$!
-sleep 2
+export GPUSLICE_SOCKET="$tmp/gpuslice.sock"
+"$bin/gpusliced" --state-dir "$tmp/state" --socket "$GPUSLICE_SOCKET" --gpu-source "$source" \
+  --log-level warn >"$tmp/daemon.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 100); do "$bin/gpuslice" status >/dev/null 2>&1 && break; sleep 0.1; done
+"$bin/gpuslice" status >/dev/null || { cat "$tmp/daemon.log"; exit 1; }
+
+gs() { "$bin/gpuslice" "$@"; }
+worker=$bin/gpuslice-demo-worker
+
 echo
-echo "== What NVML sees while both run (gpuslice-smi):"
-"$bin/gpuslice-smi"
+echo "== The GPU before any job (gpuslice gpus):"
+gs gpus
 echo
-wait "$a" "$b"
+echo "== Four jobs arrive at once:"
+echo "   train-a   30 GiB, 30% compute   uses 20 GiB, busy 30% of the time"
+echo "   train-b   30 GiB                uses 25 GiB"
+echo "   notebook  30 GiB                does not fit beside them: waits until memory frees"
+echo "   greedy     8 GiB                tries to take 12 GiB: the shim refuses (CUDA out of memory)"
+gs submit --name train-a --mem 30GiB --compute 30% -- "$worker" --name train-a --mem 20GiB --duty 30% --seconds 4 >/dev/null
+gs submit --name train-b --mem 30GiB -- "$worker" --name train-b --mem 25GiB --duty 80% --seconds 4 >/dev/null
+gs submit --name notebook --mem 30GiB -- "$worker" --name notebook --mem 10GiB --duty 50% --seconds 2 >/dev/null
+gs submit --name greedy --mem 8GiB -- "$worker" --name greedy --mem 12GiB --seconds 1 >/dev/null
+sleep 1.5
 echo
-echo "== After both exit, their memory is back:"
-"$bin/gpuslice-smi"
+echo "== While they run (gpuslice ps):"
+gs ps
+echo
+echo "== The slices on the GPU (gpuslice gpus):"
+gs gpus
+if [ "$source" = simulated ]; then
+  echo
+  echo "== What NVML sees (gpuslice-smi; each process also holds its context's own memory):"
+  LD_LIBRARY_PATH="$root/build/lib/sim" "$bin/gpuslice-smi"
+fi
+
+# Wait until every job has ended.
+for _ in $(seq 300); do
+  [ "$(gs ps --json | grep -c '"state"')" = 0 ] && break
+  sleep 0.2
+done
+echo
+echo "== What happened (gpuslice ps --all):"
+gs ps --all
+echo
+echo "== Output of each job (gpuslice logs):"
+for id in $(gs ps --all --json | grep -o '"id": *[0-9]*' | grep -o '[0-9]*$' | sort -n); do
+  gs logs "$id" | sed 's/^/   /'
+done
