@@ -68,6 +68,8 @@ GPUSLICE_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* par
   return AfterContext(device, [&] { REAL(cuCtxDestroy_v2)(*ctx); });
 }
 
+// Guarded as its entry in hooks.def: older headers lack CUctxCreateParams.
+#if CUDA_VERSION >= 12050
 GPUSLICE_EXPORT CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params,
                                         unsigned int flags, CUdevice device) {
   GPUSLICE_PROLOGUE(cuCtxCreate_v4);
@@ -75,6 +77,7 @@ GPUSLICE_EXPORT CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* param
   if (!enforcing || r != CUDA_SUCCESS) return r;
   return AfterContext(device, [&] { REAL(cuCtxDestroy_v2)(*ctx); });
 }
+#endif
 
 GPUSLICE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   GPUSLICE_PROLOGUE(cuCtxDestroy_v2);
@@ -147,6 +150,8 @@ GPUSLICE_EXPORT CUresult cuModuleUnload(CUmodule module) {
   return r;
 }
 
+// CUlibrary arrived with CUDA 12.0; guarded as in hooks.def.
+#if CUDA_VERSION >= 12000
 GPUSLICE_EXPORT CUresult cuLibraryLoadData(CUlibrary* library, const void* code,
                                            CUjit_option* jit_options, void** jit_values,
                                            unsigned int num_jit, CUlibraryOption* lib_options,
@@ -175,3 +180,4 @@ GPUSLICE_EXPORT CUresult cuLibraryUnload(CUlibrary library) {
   if (enforcing && r == CUDA_SUCCESS) AfterModuleChange();
   return r;
 }
+#endif  // CUDA_VERSION >= 12000

@@ -63,6 +63,9 @@ GPUSLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cu
   return *pfn != nullptr ? r : CUDA_ERROR_NOT_FOUND;
 }
 
+// CUdriverProcAddressQueryResult arrived with CUDA 12.0; guarded as in
+// hooks.def.
+#if CUDA_VERSION >= 12000
 GPUSLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
                                              cuuint64_t flags,
                                              CUdriverProcAddressQueryResult* status) {
@@ -77,3 +80,4 @@ GPUSLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int
   }
   return r;
 }
+#endif  // CUDA_VERSION >= 12000

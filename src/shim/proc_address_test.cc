@@ -20,9 +20,18 @@ TEST(ProcAddress, VersionPicksTheNewestHookNotAboveIt) {
       {"cuMemAlloc", 13000, 0, "cuMemAlloc_v2"},
       {"cuCtxCreate", 3020, 0, "cuCtxCreate_v2"},
       {"cuCtxCreate", 11040, 0, "cuCtxCreate_v3"},
+      // Hooks newer than the header are absent: the newest older one answers.
+#if CUDA_VERSION >= 12050
       {"cuCtxCreate", 12080, 0, "cuCtxCreate_v4"},
+#else
+      {"cuCtxCreate", 12080, 0, "cuCtxCreate_v3"},
+#endif
       {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
+#if CUDA_VERSION >= 12000
       {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
+#else
+      {"cuGetProcAddress", 12000, 0, "cuGetProcAddress"},
+#endif
       {"cuDevicePrimaryCtxRelease", 12000, 0, "cuDevicePrimaryCtxRelease_v2"},
       {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemAllocAsync"},
       {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuMemAllocAsync"},
@@ -65,6 +74,14 @@ TEST(ProcAddress, PerThreadTwinsExistForEveryStreamHook) {
     ASSERT_NE(m.hook, kHookCount) << kHooks[i].symbol;
     EXPECT_EQ(kHooks[m.hook].stream, StreamFlavor::kPerThreadStream) << kHooks[i].symbol;
   }
+}
+
+TEST(ProcAddress, HooksNewerThanTheHeaderAreAbsent) {
+  EXPECT_EQ(FindHookBySymbol("cuGetProcAddress_v2") != kHookCount, CUDA_VERSION >= 12000);
+  EXPECT_EQ(FindHookBySymbol("cuLibraryLoadData") != kHookCount, CUDA_VERSION >= 12000);
+  EXPECT_EQ(FindHookBySymbol("cuCtxCreate_v4") != kHookCount, CUDA_VERSION >= 12050);
+  // Asked for a library at any version, an old build matches no hook.
+  EXPECT_EQ(MatchProc("cuLibraryLoadData", 13000, 0).hook != kHookCount, CUDA_VERSION >= 12000);
 }
 
 TEST(ProcAddress, SymbolLookupFindsHooksAndRejectsOthersCheaply) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <cuda.h>  // CUDA_VERSION: which hooks the shim and the probe were built with.
 #include <gtest/gtest.h>
 
 #include "core/units.h"
@@ -153,13 +154,25 @@ TEST_F(ShimTest, AContextThatDoesNotFitIsRefused) {
 TEST_F(ShimTest, CuGetProcAddressRoutesAreLimited) {
   Output o = Probe({"procaddr", std::to_string(2 * kGiB)}, Standalone("1GiB"));
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
-  EXPECT_EQ(o.Int("v2_result"), kOutOfMemory);
   EXPECT_EQ(o.Int("ptsz_result"), kOutOfMemory);
   EXPECT_EQ(o.Int("v1_result"), kOutOfMemory);
   EXPECT_NE(o.Int("legacy_result"), kOk);  // The 32-bit allocator is not handed out.
   Output bare = Probe({"procaddr", std::to_string(2 * kGiB)}, Bare());
+  ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
+  EXPECT_EQ(bare.Int("v1_result"), kOk) << bare.out;
+  EXPECT_EQ(bare.Int("ptsz_result"), kOk) << bare.out;
+}
+
+TEST_F(ShimTest, CuGetProcAddressV2RouteIsLimited) {
+  if (CUDA_VERSION < 12000) {
+    GTEST_SKIP() << "built against cuda.h " << CUDA_VERSION
+                 << ", which has no cuGetProcAddress_v2 (CUDA 12.0+)";
+  }
+  Output o = Probe({"procaddr", std::to_string(2 * kGiB)}, Standalone("1GiB"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << o.err;
+  EXPECT_EQ(o.Int("v2_result"), kOutOfMemory) << o.out;
+  Output bare = Probe({"procaddr", std::to_string(2 * kGiB)}, Bare());
   EXPECT_EQ(bare.Int("v2_result"), kOk) << bare.out;
-  EXPECT_EQ(bare.Int("v1_result"), kOk);
 }
 
 TEST_F(ShimTest, DlsymRoutesAreLimitedAndRtldNextKeepsItsMeaning) {
@@ -348,8 +361,21 @@ TEST_F(ShimTest, TheShimExportsExactlyTheHookedSymbols) {
     if (space != std::string::npos) exported.insert(line.substr(space + 1));
   }
   EXPECT_TRUE(exported.count("dlsym") && exported.count("dlvsym"));
-  EXPECT_TRUE(exported.count("cuMemAlloc_v2") && exported.count("cuGetProcAddress_v2") &&
+  EXPECT_TRUE(exported.count("cuMemAlloc_v2") && exported.count("cuGetProcAddress") &&
               exported.count("nvmlDeviceGetMemoryInfo_v2"));
+  // Hooks of entry points newer than the header exist exactly when it has them.
+  const struct {
+    const char* symbol;
+    int since;
+  } kGuarded[] = {{"cuGetProcAddress_v2", 12000},
+                  {"cuLibraryLoadData", 12000},
+                  {"cuLibraryLoadFromFile", 12000},
+                  {"cuLibraryUnload", 12000},
+                  {"cuCtxCreate_v4", 12050}};
+  for (const auto& g : kGuarded) {
+    EXPECT_EQ(exported.count(g.symbol), CUDA_VERSION >= g.since ? 1u : 0u)
+        << g.symbol << " with cuda.h " << CUDA_VERSION;
+  }
   for (const std::string& name : exported) {
     EXPECT_TRUE(name.rfind("cu", 0) == 0 || name.rfind("nvml", 0) == 0 || name == "dlsym" ||
                 name == "dlvsym")

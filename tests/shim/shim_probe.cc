@@ -312,19 +312,35 @@ int Race(int threads, int iterations, size_t max_size) {
   return 0;
 }
 
+// cuGetProcAddress as the header declares it: cuda.h 12.0+ maps the name to
+// cuGetProcAddress_v2 (with a query result), older headers have only the
+// four-argument original. The v2-only lines are printed only where it exists.
+CUresult GetProc(const char* name, void** fn, int version, cuuint64_t flags) {
+#if CUDA_VERSION >= 12000
+  CUdriverProcAddressQueryResult status;
+  CUresult r = cuGetProcAddress(name, fn, version, flags, &status);
+  if (r == CUDA_SUCCESS && status != CU_GET_PROC_ADDRESS_SUCCESS) return CUDA_ERROR_NOT_FOUND;
+  return r;
+#else
+  return cuGetProcAddress(name, fn, version, flags);
+#endif
+}
+
 int ProcAddress(size_t bytes) {
   Init();
-  CUdriverProcAddressQueryResult status;
+  // A version the header knows, so the driver answers for this header's ABI.
+  constexpr int kVersion = CUDA_VERSION >= 12000 ? 12000 : 11030;
   void* fn = nullptr;
-  Check(cuGetProcAddress("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status),
-        "cuGetProcAddress_v2");
   CUdeviceptr p = 0;
-  CUresult r = reinterpret_cast<PFN_cuMemAlloc_v3020>(fn)(&p, bytes);
+  CUresult r;
+#if CUDA_VERSION >= 12000
+  Check(GetProc("cuMemAlloc", &fn, kVersion, CU_GET_PROC_ADDRESS_DEFAULT), "cuGetProcAddress_v2");
+  r = reinterpret_cast<PFN_cuMemAlloc_v3020>(fn)(&p, bytes);
   std::printf("v2_result=%d\n", int(r));
   if (r == CUDA_SUCCESS) cuMemFree(p);
+#endif
   // The per-thread-default-stream flavour of an async allocation.
-  Check(cuGetProcAddress("cuMemAllocAsync", &fn, 12000,
-                         CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status),
+  Check(GetProc("cuMemAllocAsync", &fn, kVersion, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM),
         "cuGetProcAddress ptsz");
   r = reinterpret_cast<PFN_cuMemAllocAsync_v11020_ptsz>(fn)(&p, bytes, nullptr);
   std::printf("ptsz_result=%d\n", int(r));
@@ -332,8 +348,9 @@ int ProcAddress(size_t bytes) {
     cuMemFreeAsync(p, nullptr);
     cuStreamSynchronize(nullptr);
   }
-  // The old four-argument cuGetProcAddress, itself fetched through the new one.
-  Check(cuGetProcAddress("cuGetProcAddress", &fn, 11030, 0, &status), "old");
+  // The old four-argument cuGetProcAddress, itself fetched through the
+  // header's cuGetProcAddress (the new one where the header has it).
+  Check(GetProc("cuGetProcAddress", &fn, 11030, 0), "old");
   void* fn2 = nullptr;
   Check(reinterpret_cast<PFN_cuGetProcAddress_v11030>(fn)("cuMemAlloc", &fn2, 11030, 0), "v1");
   r = reinterpret_cast<PFN_cuMemAlloc_v3020>(fn2)(&p, bytes);
@@ -341,8 +358,8 @@ int ProcAddress(size_t bytes) {
   if (r == CUDA_SUCCESS) cuMemFree(p);
   // A pre-3.2 allocator would bypass the limit.
   fn = nullptr;
-  r = cuGetProcAddress("cuMemAlloc", &fn, 2000, 0, &status);
-  std::printf("legacy_result=%d\nlegacy_status=%d\n", int(r), int(status));
+  r = GetProc("cuMemAlloc", &fn, 2000, 0);
+  std::printf("legacy_result=%d\n", int(r));
   return 0;
 }
 
