@@ -74,5 +74,5 @@ gs ps --all
 echo
 echo "== Output of each job (gpuslice logs):"
 for id in $(gs ps --all --json | grep -o '"id": *[0-9]*' | grep -o '[0-9]*$' | sort -n); do
-  gs logs "$id" | sed 's/^/   /'
+  gs logs "$id" 2>&1 | sed 's/^/   /'
 done
