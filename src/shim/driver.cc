@@ -204,18 +204,6 @@ bool LoadCuda() {
         reinterpret_cast<PFN_cuDeviceGetMemPool_v11020>(Sym(g_cuda_handle, "cuDeviceGetMemPool"));
     g_extras.cuCtxGetCurrent =
         reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(Sym(g_cuda_handle, "cuCtxGetCurrent"));
-#if CUDA_VERSION < 12000
-    // Built against a pre-12.0 cuda.h, the shim has no cuGetProcAddress_v2
-    // hook (hooks.def), yet CUDA 12+ runtimes fetch every entry point through
-    // it: say so rather than let limits silently go unenforced.
-    if (Sym(g_cuda_handle, "cuGetProcAddress_v2") != nullptr) {
-      GPUSLICE_LOG(kWarn,
-                   "built against cuda.h %d: cuGetProcAddress_v2 of this driver is not "
-                   "interposed, so CUDA 12+ runtimes can bypass the limits; rebuild the shim "
-                   "against CUDA 12.0+ headers",
-                   CUDA_VERSION);
-    }
-#endif
     return true;
   });
 }

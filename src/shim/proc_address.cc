@@ -63,9 +63,8 @@ GPUSLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cu
   return *pfn != nullptr ? r : CUDA_ERROR_NOT_FOUND;
 }
 
-// CUdriverProcAddressQueryResult arrived with CUDA 12.0; guarded as in
-// hooks.def.
-#if CUDA_VERSION >= 12000
+// Defined in every build (cuda_api.h supplies the CUDA 12.0 types to older
+// headers): this is the route of CUDA 12+ runtimes to everything.
 GPUSLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
                                              cuuint64_t flags,
                                              CUdriverProcAddressQueryResult* status) {
@@ -80,4 +79,3 @@ GPUSLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int
   }
   return r;
 }
-#endif  // CUDA_VERSION >= 12000

@@ -27,11 +27,7 @@ TEST(ProcAddress, VersionPicksTheNewestHookNotAboveIt) {
       {"cuCtxCreate", 12080, 0, "cuCtxCreate_v3"},
 #endif
       {"cuGetProcAddress", 11030, 0, "cuGetProcAddress"},
-#if CUDA_VERSION >= 12000
       {"cuGetProcAddress", 12000, 0, "cuGetProcAddress_v2"},
-#else
-      {"cuGetProcAddress", 12000, 0, "cuGetProcAddress"},
-#endif
       {"cuDevicePrimaryCtxRelease", 12000, 0, "cuDevicePrimaryCtxRelease_v2"},
       {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemAllocAsync"},
       {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuMemAllocAsync"},
@@ -77,11 +73,19 @@ TEST(ProcAddress, PerThreadTwinsExistForEveryStreamHook) {
 }
 
 TEST(ProcAddress, HooksNewerThanTheHeaderAreAbsent) {
-  EXPECT_EQ(FindHookBySymbol("cuGetProcAddress_v2") != kHookCount, CUDA_VERSION >= 12000);
   EXPECT_EQ(FindHookBySymbol("cuLibraryLoadData") != kHookCount, CUDA_VERSION >= 12000);
   EXPECT_EQ(FindHookBySymbol("cuCtxCreate_v4") != kHookCount, CUDA_VERSION >= 12050);
   // Asked for a library at any version, an old build matches no hook.
   EXPECT_EQ(MatchProc("cuLibraryLoadData", 13000, 0).hook != kHookCount, CUDA_VERSION >= 12000);
+}
+
+// Issue 3: pre-12.0 headers lack its types, yet CUDA 12+ runtimes reach
+// everything through it, so the hook exists in every build.
+TEST(ProcAddress, CuGetProcAddressV2IsHookedWhateverTheHeader) {
+  HookId v2 = FindHookBySymbol("cuGetProcAddress_v2");
+  ASSERT_NE(v2, kHookCount);
+  EXPECT_STREQ(kHooks[v2].proc_name, "cuGetProcAddress");
+  EXPECT_EQ(kHooks[v2].version, 12000);
 }
 
 TEST(ProcAddress, SymbolLookupFindsHooksAndRejectsOthersCheaply) {

@@ -333,10 +333,29 @@ int ProcAddress(size_t bytes) {
   void* fn = nullptr;
   CUdeviceptr p = 0;
   CUresult r;
+  // cuGetProcAddress_v2 as a CUDA 12+ runtime reaches it: looked up by name
+  // on the driver's handle, whatever header this program was built with
+  // (older ones lack the type, so it is spelt out: CUDA 12.0's ABI, the
+  // status being a plain int enum). A driver without it prints v2_available=0.
+  using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t, int*);
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto get_proc_v2 =
+      reinterpret_cast<GetProcV2>(lib != nullptr ? dlsym(lib, "cuGetProcAddress_v2") : nullptr);
+  std::printf("v2_available=%d\n", get_proc_v2 != nullptr ? 1 : 0);
+  if (get_proc_v2 != nullptr) {
+    int status = -1;
+    Check(get_proc_v2("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status),
+          "cuGetProcAddress_v2");
+    std::printf("v2_status=%d\n", status);
+    r = reinterpret_cast<PFN_cuMemAlloc_v3020>(fn)(&p, bytes);
+    std::printf("v2_result=%d\n", int(r));
+    if (r == CUDA_SUCCESS) cuMemFree(p);
+  }
 #if CUDA_VERSION >= 12000
-  Check(GetProc("cuMemAlloc", &fn, kVersion, CU_GET_PROC_ADDRESS_DEFAULT), "cuGetProcAddress_v2");
+  // And as this header declares it (a direct call into the preloaded export).
+  Check(GetProc("cuMemAlloc", &fn, kVersion, CU_GET_PROC_ADDRESS_DEFAULT), "cuGetProcAddress");
   r = reinterpret_cast<PFN_cuMemAlloc_v3020>(fn)(&p, bytes);
-  std::printf("v2_result=%d\n", int(r));
+  std::printf("v2_header_result=%d\n", int(r));
   if (r == CUDA_SUCCESS) cuMemFree(p);
 #endif
   // The per-thread-default-stream flavour of an async allocation.
