@@ -87,6 +87,14 @@ struct Ctx {
   // frag-aware only: the cost of one GPU milli of each model (see
   // ModelPrices); all zero for other policies.
   const double* model_price = nullptr;
+  // frag-aware only: the profile's CPU per GPU milli (CpuPerGpuMilli).
+  double cpu_per_gpu_milli = 0;
+
+  // NodeFragmentation of node `index` as it is now, from the cache if any.
+  double FragNow(uint32_t index, const NodeState& n) const {
+    return o.frag_cache != nullptr ? o.frag_cache->Get(*o.profile, index, n)
+                                   : NodeFragmentation(*o.profile, n);
+  }
 };
 
 // One node's best option under a policy.
@@ -221,10 +229,10 @@ void ModelPrices(const ClusterState& state, const WorkloadProfile& p, double* pr
 // Ours. The exact fragmentation gradient (no 0..100 quantisation, no random
 // ties), then packing as the tie-break: among equally good options, leave the
 // least GPU and CPU room, so idle nodes stay idle for big tasks.
-bool FragAwareScore(const Ctx& c, const NodeState& n, Option* opt) {
+bool FragAwareScore(const Ctx& c, uint32_t index, const NodeState& n, Option* opt) {
   const Demand& d = c.d;
   const WorkloadProfile& p = *c.o.profile;
-  const double before = NodeFragmentation(p, n);
+  const double before = c.FragNow(index, n);
   auto gain = [&](const uint8_t* gpus, int count) {
     return before - NodeFragmentation(p, n, DeltaOf(d, gpus, count));
   };
@@ -271,7 +279,7 @@ bool FragAwareScore(const Ctx& c, const NodeState& n, Option* opt) {
   // GPU capacity the node's CPU cannot feed at the workload's CPU:GPU ratio
   // is stranded in all but name; FGD only sees it when a whole shape stops
   // fitting. Count the change in that shortfall too.
-  const double ratio = CpuPerGpuMilli(p);
+  const double ratio = c.cpu_per_gpu_milli;
   auto starved = [&](double cpu_free, double gpu_free) {
     return std::max(0.0, gpu_free - cpu_free / ratio);
   };
@@ -291,7 +299,8 @@ bool FragAwareScore(const Ctx& c, const NodeState& n, Option* opt) {
 }
 
 // Scores node `n`; false if the demand does not fit there now.
-bool ScoreNode(const Ctx& c, const NodeState& n, Option* opt) {
+bool ScoreNode(const Ctx& c, uint32_t index, Option* opt) {
+  const NodeState& n = c.state.node(index);
   const Demand& d = c.d;
   if (!HostFits(n, d)) return false;
   switch (c.o.policy) {
@@ -336,7 +345,7 @@ bool ScoreNode(const Ctx& c, const NodeState& n, Option* opt) {
       return true;
     case Policy::kFgd: {
       const WorkloadProfile& p = *c.o.profile;
-      const double before = NodeFragmentation(p, n);
+      const double before = c.FragNow(index, n);
       auto score_of = [&](const uint8_t* gpus, int count) {
         double after = NodeFragmentation(p, n, DeltaOf(d, gpus, count));
         return static_cast<int64_t>(Sigmoid((before - after) / 1000) * kMaxNodeScore);
@@ -358,7 +367,7 @@ bool ScoreNode(const Ctx& c, const NodeState& n, Option* opt) {
       return true;
     }
     case Policy::kFragAware:
-      return FragAwareScore(c, n, opt);
+      return FragAwareScore(c, index, n, opt);
     case Policy::kBinpack:
     case Policy::kSpread: {
       const double sign = c.o.policy == Policy::kBinpack ? 1.0 : -1.0;
@@ -442,8 +451,12 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
     return InvalidArgumentError("policy 'random-fit' needs a random source");
   }
   std::array<double, kMaxModels> prices{};
-  if (options.policy == Policy::kFragAware) ModelPrices(state, *options.profile, prices.data());
-  const Ctx ctx{state, demand, options, prices.data()};
+  double cpu_per_gpu_milli = 0;
+  if (options.policy == Policy::kFragAware) {
+    ModelPrices(state, *options.profile, prices.data());
+    cpu_per_gpu_milli = CpuPerGpuMilli(*options.profile);
+  }
+  const Ctx ctx{state, demand, options, prices.data(), cpu_per_gpu_milli};
   // Ties go to the first node in cluster order, for every policy. The
   // paper's simulator does the same in effect (it orders nodes by a seeded
   // random name prefix), so the replay permutes the node order per seed.
@@ -454,7 +467,7 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
   const bool random = options.policy == Policy::kRandomFit;
   for (uint32_t i = 0; i < state.size(); ++i) {
     cur.gpu_count = 0;
-    if (!ScoreNode(ctx, state.node(i), &cur)) continue;
+    if (!ScoreNode(ctx, i, &cur)) continue;
     if (!found || cur.score > best.score) {
       best = cur;
       best_node = i;

@@ -60,6 +60,11 @@ struct PlaceOptions {
   const WorkloadProfile* profile = nullptr;
   // Random source; required by kRandomFit only.
   PlacementRng* rng = nullptr;
+  // Optional, for kFgd and kFragAware: remembers each node's fragmentation
+  // between decisions on the same state and profile (see
+  // FragmentationCache), about halving their cost. Same placements with or
+  // without it.
+  FragmentationCache* frag_cache = nullptr;
 };
 
 // Chooses a node and GPUs for `demand`. Errors:

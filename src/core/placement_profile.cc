@@ -115,7 +115,28 @@ Result<WorkloadProfile> WorkloadProfile::FromShapes(std::vector<TaskShape> shape
                    [](const TaskShape& a, const TaskShape& b) { return a.weight > b.weight; });
   WorkloadProfile p;
   p.shapes_ = std::move(shapes);
+  p.Compile();
   return p;
+}
+
+void WorkloadProfile::Compile() {
+  flat_.clear();
+  groups_.clear();
+  for (const TaskShape& shape : shapes_) {
+    const Demand& s = shape.demand;
+    int32_t group = -1;
+    if (s.gpus > 0) {
+      const GpuGroup key{s.gpus, s.gpu_milli, s.gpu_mem, s.model_mask};
+      auto same = [&](const GpuGroup& g) {
+        return g.gpus == key.gpus && g.gpu_milli == key.gpu_milli && g.gpu_mem == key.gpu_mem &&
+               g.model_mask == key.model_mask;
+      };
+      auto it = std::find_if(groups_.begin(), groups_.end(), same);
+      group = static_cast<int32_t>(it - groups_.begin());
+      if (it == groups_.end()) groups_.push_back(key);
+    }
+    flat_.push_back({s.cpu_milli, s.mem_bytes, shape.weight * shape.rarity, group});
+  }
 }
 
 WorkloadProfile WorkloadProfile::WithRarity(const ClusterState& cluster, double max_boost) const {
@@ -136,6 +157,7 @@ WorkloadProfile WorkloadProfile::WithRarity(const ClusterState& cluster, double 
     }
     shape.rarity = hosts > 0 ? std::min(max_boost, total / hosts) : 1;
   }
+  out.Compile();
   return out;
 }
 
@@ -154,14 +176,18 @@ double NodeFragmentation(const WorkloadProfile& profile, const NodeState& node,
   GpuView v;
   MakeView(node, delta, &v);
   if (v.total_free == 0) return 0;
-  double frag = 0;
-  for (const TaskShape& shape : profile.shapes()) {
-    const Demand& s = shape.demand;
-    const double w = shape.weight * shape.rarity;
-    if (s.gpus == 0 || v.cpu_free < s.cpu_milli || v.mem_free < s.mem_bytes) {
-      frag += w * v.total_free;
-      continue;
-    }
+  // Per GPU group: the free milli a shape of the group could not use if the
+  // host fits it (all of it when too few GPUs have room). Reused across
+  // calls so a decision allocates nothing.
+  thread_local std::vector<uint32_t> unusable;
+  unusable.resize(profile.groups_.size());
+  for (size_t g = 0; g < profile.groups_.size(); ++g) {
+    const WorkloadProfile::GpuGroup& group = profile.groups_[g];
+    Demand s;
+    s.gpus = group.gpus;
+    s.gpu_milli = group.gpu_milli;
+    s.gpu_mem = group.gpu_mem;
+    s.model_mask = group.model_mask;
     uint32_t usable = 0;
     uint32_t usable_milli = 0;
     for (int i = 0; i < v.n; ++i) {
@@ -170,9 +196,43 @@ double NodeFragmentation(const WorkloadProfile& profile, const NodeState& node,
         usable_milli += v.milli[i];
       }
     }
-    frag += w * (usable >= s.gpus ? v.total_free - usable_milli : v.total_free);
+    unusable[g] = usable >= s.gpus ? v.total_free - usable_milli : v.total_free;
+  }
+  // Summed shape by shape in profile order, as the per-shape definition
+  // reads, so the result is bit-identical to it (placements compare scores
+  // exactly, and ties go to the first node).
+  double frag = 0;
+  for (const WorkloadProfile::FlatShape& s : profile.flat_) {
+    if (s.group < 0 || v.cpu_free < s.cpu_milli || v.mem_free < s.mem_bytes) {
+      frag += s.weight * v.total_free;
+    } else {
+      frag += s.weight * unusable[static_cast<size_t>(s.group)];
+    }
   }
   return frag;
+}
+
+double FragmentationCache::Get(const WorkloadProfile& profile, uint32_t index,
+                               const NodeState& node) {
+  if (profile_ != &profile) {
+    Clear();
+    profile_ = &profile;
+  }
+  if (index >= frag_.size()) {
+    frag_.resize(index + 1, 0);
+    version_plus_one_.resize(index + 1, 0);
+  }
+  if (version_plus_one_[index] != node.version + 1) {
+    frag_[index] = NodeFragmentation(profile, node);
+    version_plus_one_[index] = node.version + 1;
+  }
+  return frag_[index];
+}
+
+void FragmentationCache::Clear() {
+  profile_ = nullptr;
+  version_plus_one_.clear();
+  frag_.clear();
 }
 
 uint64_t StrandedGpuMilli(const WorkloadProfile& profile, const NodeState& node) {

@@ -40,6 +40,8 @@ struct TaskShape {
   double rarity = 1;
 };
 
+struct NodeDelta;
+
 // Contract: immutable after construction; shapes sorted by weight, heaviest
 // first; at least one shape.
 class WorkloadProfile {
@@ -64,7 +66,31 @@ class WorkloadProfile {
   const std::vector<TaskShape>& shapes() const { return shapes_; }
 
  private:
+  friend double NodeFragmentation(const WorkloadProfile&, const NodeState&, const NodeDelta&);
+
+  // What NodeFragmentation needs of one shape, in profile order: host
+  // demand, weight x rarity, and its GPU group (-1: asks for no GPU).
+  struct FlatShape {
+    uint64_t cpu_milli;
+    uint64_t mem_bytes;
+    double weight;
+    int32_t group;
+  };
+  // The GPU part of a demand. Shapes that differ only in CPU or host memory
+  // (91 shapes of the default openb trace are 24 groups) use the same GPUs
+  // on any node, so each group's GPU scan is done once per evaluation.
+  struct GpuGroup {
+    uint32_t gpus;
+    uint32_t gpu_milli;
+    uint64_t gpu_mem;
+    uint64_t model_mask;
+  };
+  // Rebuilds flat_ and groups_ from shapes_; every constructor calls it.
+  void Compile();
+
   std::vector<TaskShape> shapes_;
+  std::vector<FlatShape> flat_;
+  std::vector<GpuGroup> groups_;
 };
 
 // What a node would look like after a hypothetical allocation, without
@@ -86,6 +112,23 @@ NodeDelta DeltaOf(const Demand& demand, const uint8_t* gpus, int gpu_count);
 // of the GPUs too full for it counts. Cost: O(shapes x GPUs on the node).
 double NodeFragmentation(const WorkloadProfile& profile, const NodeState& node,
                          const NodeDelta& delta = {});
+
+// Each node's NodeFragmentation under one profile, recomputed only for nodes
+// whose NodeState::version changed since it was last asked (one Allocate
+// changes one node, so a decision over 1,213 nodes recomputes one). Valid
+// for one ClusterState and one profile at a time: Get resets it when given
+// another profile; a caller switching states must call Clear. Not
+// thread-safe; values are bit-identical to NodeFragmentation's.
+class FragmentationCache {
+ public:
+  double Get(const WorkloadProfile& profile, uint32_t index, const NodeState& node);
+  void Clear();
+
+ private:
+  const WorkloadProfile* profile_ = nullptr;
+  std::vector<uint64_t> version_plus_one_;  // 0: not cached.
+  std::vector<double> frag_;
+};
 
 // Free GPU milli on `node` that no GPU shape of `profile` could use at all:
 // capacity stranded by the current state. Cost: O(shapes x GPUs).

@@ -152,5 +152,47 @@ TEST(StrandedGpuMilli, CountsOnlyCapacityNoShapeCanUse) {
   EXPECT_EQ(StrandedGpuMilli(cpu_hungry, starved.node(0)), 1300u);
 }
 
+// Shapes that differ only in host demand share one GPU scan; the sum must
+// still be each shape's own term, in profile order, bit for bit.
+TEST(NodeFragmentation, ShapesSharingGpuDemandAreSummedExactlyPerShape) {
+  WorkloadProfile p = WorkloadProfile::FromShapes({{Demand::Fraction(500, 0, 1000), 0.3},
+                                                   {Demand::Fraction(500, 0, 12000), 0.2},
+                                                   {Demand::Fraction(500, 0, 40000), 0.1},
+                                                   {Demand::WholeGpus(1, 4000), 0.25},
+                                                   {Demand::CpuOnly(2000, 0), 0.15}})
+                          .value();
+  ClusterState s = TwoGpuNode(1000, 300);  // 16 cores, 1300 milli free.
+  // Every GPU shape the host can feed leaves GPU 1's 300 milli (too little
+  // for 500, not idle for a whole GPU); the rest leave all 1300.
+  double reference = 0;
+  for (const TaskShape& shape : p.shapes()) {
+    const Demand& d = shape.demand;
+    uint32_t left = 1300;
+    if (d.gpus > 0 && d.cpu_milli <= 16000) left = 300;
+    reference += shape.weight * shape.rarity * left;
+  }
+  EXPECT_EQ(NodeFragmentation(p, s.node(0)), reference);
+}
+
+TEST(FragmentationCache, RecomputesOnlyNodesThatChanged) {
+  WorkloadProfile p = OnlyShape(Demand::Fraction(500, 0));
+  ClusterState s;
+  ASSERT_TRUE(s.AddUniformNode("a", 16000, 1 << 30, 2, "T4").ok());
+  ASSERT_TRUE(s.AddUniformNode("b", 16000, 1 << 30, 2, "T4").ok());
+  FragmentationCache cache;
+  EXPECT_EQ(cache.Get(p, 0, s.node(0)), 0);
+  EXPECT_EQ(cache.Get(p, 1, s.node(1)), 0);
+  Placement at;
+  at.node = 1;
+  at.gpu_count = 1;
+  ASSERT_TRUE(s.Allocate(Demand::Fraction(700, 0), at).ok());
+  EXPECT_EQ(cache.Get(p, 1, s.node(1)), 300);  // GPU 0 has 300 left: too little.
+  EXPECT_EQ(cache.Get(p, 1, s.node(1)), NodeFragmentation(p, s.node(1)));
+  EXPECT_EQ(cache.Get(p, 0, s.node(0)), 0);
+  // Another profile resets it.
+  WorkloadProfile whole = OnlyShape(Demand::WholeGpus(2));
+  EXPECT_EQ(cache.Get(whole, 1, s.node(1)), 1300);
+}
+
 }  // namespace
 }  // namespace gpuslice::core

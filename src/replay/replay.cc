@@ -136,7 +136,10 @@ Result<ReplayResult> RunReplay(const ReplayInput& input, const ReplayConfig& con
   // Decisions draw from their own stream so the arrival order does not
   // depend on the policy.
   core::PlacementRng rng(config.seed ^ 0x5deece66dull);
-  const core::PlaceOptions options{config.policy, &profile, &rng};
+  // Each decision recomputes the fragmentation of the node the last one
+  // changed only; the placements are the same as without the cache.
+  core::FragmentationCache frag_cache;
+  const core::PlaceOptions options{config.policy, &profile, &rng, &frag_cache};
 
   ReplayResult result;
   result.policy = config.policy;
