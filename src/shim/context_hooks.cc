@@ -23,7 +23,14 @@ CUresult AfterContext(CUdevice ordinal, Undo undo) {
   int dev = SliceDeviceForOrdinal(ordinal);
   if (dev < 0) return CUDA_SUCCESS;
   uint64_t before = OwnSlot().overhead_bytes[dev].load(std::memory_order_relaxed);
-  if (!ResyncDriverMemory(dev)) return CUDA_SUCCESS;
+  // A first context costs what the slice's first one did: charge the cached
+  // size and skip NVML's initialisation (the start-up cost of every process).
+  // Growth beyond it (lazy loading, modules) is learnt at the next module or
+  // context event, which asks NVML as before.
+  if (!ChargeCachedContext(dev)) {
+    if (!ResyncDriverMemory(dev)) return CUDA_SUCCESS;
+    if (before == 0) LearnContextSize(dev);
+  }
   uint64_t after = OwnSlot().overhead_bytes[dev].load(std::memory_order_relaxed);
   uint64_t limit = SliceLimit(dev);
   if (after > before && limit != layout::kUnlimited && SliceUsed(dev) > limit) {

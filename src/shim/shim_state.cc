@@ -345,4 +345,34 @@ bool ResyncDriverMemory(int dev) {
   return ok;
 }
 
+bool ChargeCachedContext(int dev) {
+  if (!g_have_slot || dev < 0) return false;
+  const uint64_t cached = SliceDevice(dev).context_bytes.load(std::memory_order_relaxed);
+  if (cached == 0) return false;
+  bool expected = false;
+  // The same guard as ResyncDriverMemory: overhead_bytes has one writer.
+  if (!g_resync_busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+    return false;
+  }
+  bool charged = false;
+  layout::ProcessSlot& slot = *g_slot;
+  if (slot.overhead_bytes[dev].load(std::memory_order_relaxed) == 0) {
+    Force(dev, cached);
+    slot.overhead_bytes[dev].store(cached, std::memory_order_relaxed);
+    charged = true;
+  }
+  g_resync_busy.store(false, std::memory_order_release);
+  return charged;
+}
+
+void LearnContextSize(int dev) {
+  if (!g_have_slot || dev < 0) return;
+  const uint64_t learnt = g_slot->overhead_bytes[dev].load(std::memory_order_relaxed);
+  if (learnt == 0) return;
+  uint64_t none = 0;
+  // Relaxed: a plain number; a process that misses it just asks NVML. The
+  // first to learn wins; the others measured the same kind of context.
+  SliceDevice(dev).context_bytes.compare_exchange_strong(none, learnt, std::memory_order_relaxed);
+}
+
 }  // namespace gpuslice::shim

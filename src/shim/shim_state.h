@@ -94,4 +94,14 @@ AllocTable& Arrays();
 // makes this one a no-op. Returns false when NVML cannot tell.
 bool ResyncDriverMemory(int dev);
 
+// For the first context of this process on `dev` (no driver memory charged
+// here yet): charges the slice's cached size of a fresh context
+// (DeviceEntry::context_bytes) and returns true, sparing NVML; false when the
+// cache is empty or this process already holds driver memory on `dev` (the
+// caller then resyncs, and LearnContextSize fills the cache).
+bool ChargeCachedContext(int dev);
+// After a resync that followed this process's first context on `dev`:
+// publishes what it learnt as the slice's context size, if none is cached.
+void LearnContextSize(int dev);
+
 }  // namespace gpuslice::shim

@@ -143,6 +143,38 @@ TEST_F(ShimTest, ContextMemoryIsChargedToTheSlice) {
   EXPECT_EQ(uint64_t(o.Int("after_free")), kGiB - 256 * kMiB);
 }
 
+// The first process of a slice learns a context's size from NVML and caches
+// it in the region; later processes charge the cached size without NVML.
+// The second process cannot load NVML at all (its library path holds only
+// the driver), so only the cache can make it charge the context.
+TEST_F(ShimTest, LaterProcessesChargeTheCachedContextSize) {
+  Env env = Bare();
+  env["GPUSLICE_SIM_CONTEXT_MEM"] = "256MiB";  // Fixed when the state is made.
+  auto region = MakeRegion({{DeviceUuid(env), kGiB}});
+  ASSERT_NE(region, nullptr);
+  EXPECT_EQ(region->device(0).context_bytes.load(), 0u);
+  env = InSlice(RegionPath());
+  Output first = Probe({"fill", "alloc", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  EXPECT_EQ(uint64_t(first.Int("allocated")), kGiB - 256 * kMiB) << first.out;
+  EXPECT_EQ(region->device(0).context_bytes.load(), 256 * kMiB);
+
+  const std::string no_nvml = dir_ + "/no-nvml";
+  mkdir(no_nvml.c_str(), 0700);
+  ASSERT_EQ(symlink(GPUSLICE_SIM_DIR "/libcuda.so.1", (no_nvml + "/libcuda.so.1").c_str()), 0);
+  env["LD_LIBRARY_PATH"] = no_nvml;
+  Output second = Probe({"fill", "alloc", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_EQ(uint64_t(second.Int("allocated")), kGiB - 256 * kMiB) << second.out;
+  EXPECT_EQ(region->device(0).used_bytes.load(), 0u);  // All given back at exit.
+
+  // Proves the check can fail: with no cache and no NVML nothing is charged.
+  region->device(0).context_bytes.store(0);
+  Output uncached = Probe({"fill", "alloc", std::to_string(64 * kMiB)}, env);
+  ASSERT_EQ(uncached.exit_code, 0) << uncached.out << uncached.err;
+  EXPECT_EQ(uint64_t(uncached.Int("allocated")), kGiB) << uncached.out;
+}
+
 TEST_F(ShimTest, AContextThatDoesNotFitIsRefused) {
   Env env = Standalone("128MiB");
   env["GPUSLICE_SIM_CONTEXT_MEM"] = "256MiB";
