@@ -16,6 +16,7 @@
 
 #include "daemon/api.h"
 #include "daemon/config.h"
+#include "daemon/coord_dir.h"
 #include "daemon/doctor.h"
 #include "daemon/http_server.h"
 #include "daemon/log.h"
@@ -133,6 +134,16 @@ int main(int argc, char** argv) {
   options.shim_path = config.shim;
   options.sim_lib_dir = config.sim_lib_dir;
   options.admin_gid = admin_gid;
+  {
+    std::string coord = config.state_dir + "/coord";
+    auto group = gd::CoordDirGroup(socket_gid, geteuid() == 0, getegid());
+    if (auto s = gd::PrepareCoordDir(coord, group); s.ok()) {
+      options.coord_dir = coord;
+    } else {
+      // Shares still hold among one user's jobs (the shim's own directory).
+      gd::LogWarn("compute shares of different users will not coordinate: " + s.message());
+    }
+  }
   options.policy = config.policy;
   options.backfill = config.backfill;
   options.kill_grace_ms = config.kill_grace_ms;

@@ -27,10 +27,15 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
   }
   auto region = shim::Region::Create(path, options);
   if (!region.ok()) return region.status().WithContext("create slice region " + path);
-  // Recorded for the compute-share part of the shim (issue 4).
-  for (uint32_t i = 0; i < limits.uuids.size(); ++i) {
-    auto index = (*region)->FindDevice(limits.uuids[i]);
-    if (index.ok()) (*region)->device(*index).compute_share_milli.store(limits.compute_milli);
+  // Set before the job starts, so its first launch already follows them.
+  const shim::ComputeMode mode =
+      limits.work_conserving ? shim::ComputeMode::kWorkConserving : shim::ComputeMode::kHard;
+  for (const std::string& uuid : limits.uuids) {
+    core::Status s = (*region)->SetComputeShare(uuid, limits.compute_milli, mode, limits.priority);
+    if (!s.ok()) {
+      (void)shim::Region::Remove(path);
+      return s.WithContext("set the compute share of " + uuid + " in " + path);
+    }
   }
   if (geteuid() == 0 && chown(path.c_str(), limits.uid, limits.gid) != 0) {
     core::Status s = ErrnoError(errno, "chown slice region " + path);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/units.h"
 
 namespace gpuslice::daemon {
 
@@ -20,7 +21,13 @@ struct SliceLimits {
   std::string name;
   std::vector<std::string> uuids;  // One entry per device of the slice.
   uint64_t memory_bytes_per_device = 0;
-  uint32_t compute_milli = 0;  // 0: no compute cap.
+  uint32_t compute_milli = 0;  // 0: no compute share (not coordinated).
+  // Over the share's cap when the GPU is otherwise idle (work-conserving),
+  // or never (hard, the default).
+  bool work_conserving = false;
+  // The job's priority. Stored for every slice, whole-GPU and MIG ones too;
+  // the shim orders slices by it when they take turns on a GPU.
+  core::Priority priority = core::Priority::kNormal;
 };
 
 struct SliceUsage {
@@ -41,7 +48,9 @@ class RegionStore {
 };
 
 // Regions in `dir` (created 0755 so jobs of any user can reach their own
-// region; each region file is 0600 and owned by the job's user).
+// region; each region file is 0600 and owned by the job's user). Each
+// device entry gets the slice's memory limit, and its compute share, mode
+// and priority through Region::SetComputeShare.
 class ShimRegionStore : public RegionStore {
  public:
   explicit ShimRegionStore(std::string dir) : dir_(std::move(dir)) {}

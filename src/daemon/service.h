@@ -57,6 +57,9 @@ struct ServiceOptions {
   std::string shim_path;            // libgpuslice.so preloaded into jobs.
   std::string sim_lib_dir;          // Prepended to jobs' LD_LIBRARY_PATH when simulated.
   std::vector<std::string> job_env; // "K=V" forced into every job (e.g. GPUSLICE_SIM_*).
+  // GPUSLICE_COORD_DIR for jobs (coord_dir.h): slices of all users on one GPU
+  // coordinate their compute shares there. "": the shim's per-user default.
+  std::string coord_dir;
   std::optional<uint32_t> admin_gid;
   core::Policy policy = core::Policy::kBinpack;
   bool backfill = true;

@@ -38,7 +38,7 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   // The caller's environment, minus what the slice decides.
   auto overridden = [&](const std::string& e) {
     for (const char* k : {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=",
-                          "GPUSLICE_MEMORY_LIMIT="}) {
+                          "GPUSLICE_MEMORY_LIMIT=", "GPUSLICE_COORD_DIR="}) {
       if (e.rfind(k, 0) == 0) return true;
     }
     for (const std::string& forced : options_.job_env) {
@@ -61,6 +61,7 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   env.push_back("CUDA_VISIBLE_DEVICES=" + Join(job.allocation.gpu_uuids, ','));
   env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
   if (!job.region_path.empty()) env.push_back("GPUSLICE_SLICE=" + job.region_path);
+  if (!options_.coord_dir.empty()) env.push_back("GPUSLICE_COORD_DIR=" + options_.coord_dir);
   if (!options_.shim_path.empty()) {
     env.push_back("LD_PRELOAD=" + options_.shim_path + (preload.empty() ? "" : ":" + preload));
   } else if (!preload.empty()) {
@@ -192,6 +193,7 @@ void Service::StartJob(Job& job) {
   limits.uuids = job.allocation.gpu_uuids;
   limits.memory_bytes_per_device = job.allocation.memory_bytes_per_gpu;
   limits.compute_milli = job.allocation.compute_milli;
+  limits.priority = job.request.priority;
   auto region = regions_.Create(limits);
   if (!region.ok()) {
     // Running first, so the failure is a legal transition and the capacity

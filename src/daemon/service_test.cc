@@ -47,6 +47,7 @@ class ServiceTest : public ::testing::Test {
     o.state_dir = dir_;
     o.shim_path = "/lib/libgpuslice.so";
     o.sim_lib_dir = "/lib/sim";
+    o.coord_dir = "/state/coord";
     o.kill_grace_ms = 1000;
     service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
     ASSERT_TRUE(service_->Start().ok());
@@ -64,7 +65,8 @@ class ServiceTest : public ::testing::Test {
     s.fields.max_runtime = runtime;
     s.argv = {"train"};
     s.cwd = "/home/u";
-    s.env = {"PATH=/usr/bin", "LD_PRELOAD=/mine.so", "CUDA_VISIBLE_DEVICES=7"};
+    s.env = {"PATH=/usr/bin", "LD_PRELOAD=/mine.so", "CUDA_VISIBLE_DEVICES=7",
+             "GPUSLICE_COORD_DIR=/tmp/mine"};
     Caller c;
     c.uid = uid;
     c.gid = uid;
@@ -98,8 +100,25 @@ TEST_F(ServiceTest, JobStartsInItsSliceWithTheSliceEnvironment) {
   EXPECT_TRUE(has("LD_LIBRARY_PATH=/lib/sim"));
   EXPECT_TRUE(has("GPUSLICE_SLICE=/fake/slice-1"));
   EXPECT_FALSE(has("CUDA_VISIBLE_DEVICES=7"));
+  EXPECT_TRUE(has("GPUSLICE_COORD_DIR=/state/coord")) << "slices of all users coordinate";
+  EXPECT_FALSE(has("GPUSLICE_COORD_DIR=/tmp/mine"));
   ASSERT_EQ(regions_.regions.size(), 1u);
   EXPECT_EQ(regions_.regions.begin()->second.memory_bytes_per_device, 8 * core::kGiB);
+}
+
+TEST_F(ServiceTest, TheSliceGetsTheJobsShareAndPriorityWholeGpusToo) {
+  auto fraction = Submit("8GiB", std::nullopt, "high");  // --compute 10%.
+  auto whole = Submit(std::nullopt, "1", "low");
+  ASSERT_TRUE(fraction.ok()) << fraction.status().ToString();
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_EQ(regions_.regions.size(), 2u);
+  const SliceLimits& f = regions_.regions.at("/fake/slice-" + std::to_string(fraction->job.id));
+  EXPECT_EQ(f.compute_milli, 100u);
+  EXPECT_FALSE(f.work_conserving);
+  EXPECT_EQ(f.priority, core::Priority::kHigh);
+  const SliceLimits& w = regions_.regions.at("/fake/slice-" + std::to_string(whole->job.id));
+  EXPECT_EQ(w.compute_milli, 0u) << "a whole GPU is not capped";
+  EXPECT_EQ(w.priority, core::Priority::kLow);
 }
 
 TEST_F(ServiceTest, RequestThatCanNeverFitIsRefusedAtOnce) {
