@@ -189,6 +189,28 @@ TEST(Place, FragAwareWithoutTiedDemandBehavesAsBefore) {
   EXPECT_EQ(ours->node, 0u);
 }
 
+// A CPU-only task: "cpu-rich" can spare the cores, "cpu-poor" would be left
+// unable to feed its GPUs at the profile's 2 CPU milli per GPU milli;
+// "full" has too few cores for the task and only raises the allocation.
+TEST(Place, FragAwareGuardsCpuForGpusOnlyOnceTheClusterIsHalfAllocated) {
+  ClusterState s;
+  ASSERT_TRUE(s.AddUniformNode("cpu-rich", 8000, 64 * kGiB, 2, "A100").ok());
+  ASSERT_TRUE(s.AddUniformNode("cpu-poor", 4000, 64 * kGiB, 2, "A100").ok());
+  ASSERT_TRUE(s.AddUniformNode("full", 1000, 64 * kGiB, 8, "A100").ok());
+  WorkloadProfile p =
+      WorkloadProfile::FromShapes({{Demand::Fraction(500, 0, 1000), 1}}).value();
+  const Demand d = Demand::CpuOnly(2000, 0);
+  // 0% allocated: no fragmentation either way, so packing picks the smaller.
+  Result<Placement> early = Place(s, d, {.policy = Policy::kFragAware, .profile = &p});
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_EQ(early->node, 1u);
+  // 8 of 12 GPUs allocated: keep the CPU-poor node's cores for its GPUs.
+  ASSERT_TRUE(s.Allocate(Demand::WholeGpus(8), On(2, {0, 1, 2, 3, 4, 5, 6, 7})).ok());
+  Result<Placement> late = Place(s, d, {.policy = Policy::kFragAware, .profile = &p});
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  EXPECT_EQ(late->node, 0u);
+}
+
 TEST(Place, BinpackFillsAndSpreadSpreads) {
   ClusterState s;
   ASSERT_TRUE(s.AddUniformNode("a", 64000, 256 * kGiB, 2, "A100").ok());
