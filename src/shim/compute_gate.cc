@@ -351,6 +351,16 @@ __attribute__((destructor)) void LeaveAtExit() {
 
 }  // namespace
 
+void MarkBatchEnd(CUstream stream, bool per_thread) {
+  if (g_coord == nullptr) return;
+  // A launch into a capturing stream only added a graph node: an event
+  // recorded there would become part of the graph. Its batch is marked at
+  // the thread's next slow path instead.
+  if (Capturing(stream, per_thread)) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  MarkLocked(stream, per_thread, MonotonicNs());
+}
+
 void WaitForLaunch(CUstream stream, bool per_thread) {
   {
     std::lock_guard<std::mutex> lock(g_start_mu);
