@@ -27,6 +27,7 @@ struct GpuView {
   bool idle[kMaxGpusPerNode];
   bool tracked[kMaxGpusPerNode];
   uint8_t model[kMaxGpusPerNode];
+  uint64_t models = 0;  // Bit m: some GPU of the node is model m.
 };
 
 void MakeView(const NodeState& node, const NodeDelta& delta, GpuView* v) {
@@ -52,6 +53,7 @@ void MakeView(const NodeState& node, const NodeDelta& delta, GpuView* v) {
     v->idle[i] = milli == g.milli_total && mem == g.mem_total;
     v->tracked[i] = g.mem_total != 0;
     v->model[i] = g.model;
+    v->models |= uint64_t{1} << g.model;
     v->total_free += milli;
   }
 }
@@ -183,6 +185,12 @@ double NodeFragmentation(const WorkloadProfile& profile, const NodeState& node,
   unusable.resize(profile.groups_.size());
   for (size_t g = 0; g < profile.groups_.size(); ++g) {
     const WorkloadProfile::GpuGroup& group = profile.groups_[g];
+    // Most nodes hold one model, and most groups of a trace with model
+    // lists (gpuspec33) allow none of it: nothing to scan.
+    if (group.model_mask != 0 && (group.model_mask & v.models) == 0) {
+      unusable[g] = v.total_free;
+      continue;
+    }
     Demand s;
     s.gpus = group.gpus;
     s.gpu_milli = group.gpu_milli;
