@@ -30,7 +30,9 @@ using namespace gpuslice::shim;
     const auto real = REAL(symbol);                                                            \
     if (real == nullptr) return kMissingInDriver;                                              \
     GateLaunch(stream, per_thread);                                                            \
-    return real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);                     \
+    const CUresult r = real(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra);         \
+    GateLaunchDone(stream, per_thread);                                                        \
+    return r;                                                                                  \
   }
 GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel, false)
 GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel_ptsz, true)
@@ -42,8 +44,11 @@ GPUSLICE_LAUNCH_KERNEL(cuLaunchKernel_ptsz, true)
     EnsureStarted();                                                                           \
     const auto real = REAL(symbol);                                                            \
     if (real == nullptr) return kMissingInDriver;                                              \
-    if (config != nullptr) GateLaunch(config->hStream, per_thread);                            \
-    return real(config, f, params, extra);                                                     \
+    if (config == nullptr) return real(config, f, params, extra);                              \
+    GateLaunch(config->hStream, per_thread);                                                   \
+    const CUresult r = real(config, f, params, extra);                                         \
+    GateLaunchDone(config->hStream, per_thread);                                               \
+    return r;                                                                                  \
   }
 GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx, false)
 GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, true)
@@ -58,7 +63,9 @@ GPUSLICE_LAUNCH_KERNEL_EX(cuLaunchKernelEx_ptsz, true)
     const auto real = REAL(symbol);                                                            \
     if (real == nullptr) return kMissingInDriver;                                              \
     GateLaunch(stream, per_thread);                                                            \
-    return real(f, gx, gy, gz, bx, by, bz, shared, stream, params);                            \
+    const CUresult r = real(f, gx, gy, gz, bx, by, bz, shared, stream, params);                \
+    GateLaunchDone(stream, per_thread);                                                        \
+    return r;                                                                                  \
   }
 GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel, false)
 GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, true)
@@ -72,7 +79,9 @@ GPUSLICE_LAUNCH_COOPERATIVE(cuLaunchCooperativeKernel_ptsz, true)
     const auto real = REAL(symbol);                                                            \
     if (real == nullptr) return kMissingInDriver;                                              \
     GateLaunch(stream, per_thread);                                                            \
-    return real(graph, stream);                                                                \
+    const CUresult r = real(graph, stream);                                                    \
+    GateLaunchDone(stream, per_thread);                                                        \
+    return r;                                                                                  \
   }
 GPUSLICE_GRAPH_LAUNCH(cuGraphLaunch, false)
 GPUSLICE_GRAPH_LAUNCH(cuGraphLaunch_ptsz, true)

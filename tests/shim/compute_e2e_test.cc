@@ -244,6 +244,22 @@ TEST_F(ComputeShareTest, TwoHardSlicesSplitTheGpu30To70) {
   EXPECT_NEAR(a / (a + b), 0.30, 0.07) << a << " / " << b;
 }
 
+TEST_F(ComputeShareTest, LaunchSyncLoopsOfLongKernelsSplitTheGpu30To70) {
+  // One 2 ms kernel, then a synchronisation, over and over (requests of one
+  // kernel that fall behind a 1 ms period go back to back). Each batch is a
+  // single launch whose thread comes back only after the kernel ended: when
+  // its marker was recorded only then, the slices looked idle while their
+  // kernels ran, were charged a quarter of it, and split about 50/50.
+  const std::vector<std::string> loop = {"--kernel-us", "2000", "--request-us", "2000",
+                                         "--period-ms", "1"};
+  RunTenants({{"30", "hard", "", loop}, {"70", "hard", "", loop}}, 2.6);
+  const double a = Achieved(0, kFrom, 2.5), b = Achieved(1, kFrom, 2.5);
+  EXPECT_LE(a, 35.0);
+  EXPECT_LE(b, 75.0);
+  ASSERT_GT(a + b, 55.0);
+  EXPECT_NEAR(a / (a + b), 0.30, 0.07) << a << " / " << b;
+}
+
 TEST_F(ComputeShareTest, AHardShareAloneStaysWellBelowTheWholeGpu) {
   RunTenants({{"50", "hard", "", kBusy200us}}, 2.0);
   const double a = Achieved(0, kFrom, 1.9);
