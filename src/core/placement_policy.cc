@@ -469,10 +469,9 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
     cpu_per_gpu_milli = CpuPerGpuMilli(*options.profile);
   }
   // The CPU-starvation term only from kStarvationFrom of the GPUs allocated.
-  const double allocated =
-      state.TotalGpuMilli() == 0
-          ? 0
-          : 1.0 - double(state.FreeGpuMilli()) / double(state.TotalGpuMilli());
+  const double allocated = state.TotalGpuMilli() == 0
+                               ? 0
+                               : 1.0 - double(state.FreeGpuMilli()) / double(state.TotalGpuMilli());
   const double starve_weight = allocated >= kStarvationFrom ? 1.0 : 0.0;
   const Ctx ctx{state, demand, options, prices.data(), cpu_per_gpu_milli, starve_weight};
   // Ties go to the first node in cluster order, for every policy. The

@@ -197,8 +197,7 @@ TEST(Place, FragAwareGuardsCpuForGpusOnlyOnceTheClusterIsHalfAllocated) {
   ASSERT_TRUE(s.AddUniformNode("cpu-rich", 8000, 64 * kGiB, 2, "A100").ok());
   ASSERT_TRUE(s.AddUniformNode("cpu-poor", 4000, 64 * kGiB, 2, "A100").ok());
   ASSERT_TRUE(s.AddUniformNode("full", 1000, 64 * kGiB, 8, "A100").ok());
-  WorkloadProfile p =
-      WorkloadProfile::FromShapes({{Demand::Fraction(500, 0, 1000), 1}}).value();
+  WorkloadProfile p = WorkloadProfile::FromShapes({{Demand::Fraction(500, 0, 1000), 1}}).value();
   const Demand d = Demand::CpuOnly(2000, 0);
   // 0% allocated: no fragmentation either way, so packing picks the smaller.
   Result<Placement> early = Place(s, d, {.policy = Policy::kFragAware, .profile = &p});
