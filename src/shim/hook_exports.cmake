@@ -11,12 +11,6 @@ set(_cuda_h "${CUDA_INCLUDE_DIR}/cuda.h")
 set(_def "${CMAKE_CURRENT_SOURCE_DIR}/hooks.def")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_def}" "${_cuda_h}")
 
-file(STRINGS "${_cuda_h}" _ver_line REGEX "^#define CUDA_VERSION [0-9]+")
-if(NOT _ver_line MATCHES "^#define CUDA_VERSION ([0-9]+)")
-  message(FATAL_ERROR "${_cuda_h}: no '#define CUDA_VERSION <number>' line")
-endif()
-set(_cuda_version ${CMAKE_MATCH_1})
-
 # hooks.def holds three kinds of preprocessor lines: the #ifndef/#define/
 # #endif defaults of the two macros, the #undefs at the end, and the
 # `#if CUDA_VERSION >= N` guards. Each open #if/#ifndef pushes 1 (skipping)
@@ -28,7 +22,7 @@ set(_exports "")
 set(_count 0)
 foreach(_line IN LISTS _lines)
   if(_line MATCHES "^[ \t]*#[ \t]*if[ \t]+CUDA_VERSION[ \t]*>=[ \t]*([0-9]+)[ \t]*$")
-    if(_cuda_version LESS CMAKE_MATCH_1)
+    if(GPUSLICE_CUDA_H_VERSION LESS CMAKE_MATCH_1)
       list(APPEND _stack 1)
     else()
       list(APPEND _stack 0)
@@ -59,7 +53,7 @@ list(LENGTH _stack _depth)
 if(NOT _depth EQUAL 0)
   message(FATAL_ERROR "${_def}: #if without #endif")
 endif()
-message(STATUS "Shim: cuda.h ${_cuda_version}, ${_count} hooks exported")
+message(STATUS "Shim: cuda.h ${GPUSLICE_CUDA_H_VERSION}, ${_count} hooks exported")
 
 set(GPUSLICE_VERSION_SCRIPT ${CMAKE_CURRENT_BINARY_DIR}/libgpuslice.map)
 file(CONFIGURE OUTPUT ${GPUSLICE_VERSION_SCRIPT}

@@ -17,13 +17,7 @@ set(_cuda_h "${CUDA_INCLUDE_DIR}/cuda.h")
 set(_def "${CMAKE_CURRENT_SOURCE_DIR}/driver/entry_points.def")
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${_def}" "${_cuda_h}")
 
-# CUDA_VERSION of the header, for the .def's `#if CUDA_VERSION >= N` guards.
-file(STRINGS "${_cuda_h}" _ver_line REGEX "^#define CUDA_VERSION [0-9]+")
-if(NOT _ver_line MATCHES "^#define CUDA_VERSION ([0-9]+)")
-  message(FATAL_ERROR "${_cuda_h}: no '#define CUDA_VERSION <number>' line")
-endif()
-set(GPUSLICE_CUDA_H_VERSION ${CMAKE_MATCH_1})
-
+# GPUSLICE_CUDA_H_VERSION (top-level CMakeLists.txt) evaluates the .def's guards.
 # Implemented symbols: the .def's entries, keeping only those whose guards
 # hold. The .def may use exactly `#if CUDA_VERSION >= <number>` and `#endif`
 # (nestable) around entries; anything else is an error rather than a silent
