@@ -49,6 +49,13 @@ inline bool TryCharge(layout::DeviceEntry& device, layout::ProcessSlot& slot, ui
   return true;
 }
 
+// Counts one allocation refused for the slice's limit, for monitoring. Only
+// the refusal path calls it (after the retry that follows a sweep), so a
+// successful allocation costs nothing more.
+inline void CountRefusal(layout::DeviceEntry& device) {
+  device.refused_allocs.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Charges `bytes` whatever the limit: for memory the driver has already taken
 // (a context, a module, a memory pool that grew by more than asked).
 inline void ForceCharge(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,

@@ -63,6 +63,9 @@ std::atomic<int32_t> g_member{-1};
 uint64_t g_slice_key = 0;
 PolicyParams g_params;
 std::atomic<uint32_t> g_share{0};  // Current share (from the region), 0: none.
+// The region's launches_paused flag as last read: the gate stays closed
+// while it is set, whatever the share (the daemon's idle reclaim).
+std::atomic<bool> g_paused{false};
 
 std::mutex g_mu;
 Marker g_markers[kMaxMarkers];  // Ring, oldest first. Guarded by g_mu.
@@ -91,20 +94,29 @@ uint32_t SharedPriority(uint32_t region_priority) {
   return region_priority == kRegionPriorityDefault ? 1 : region_priority - 1;
 }
 
-// Opens or closes the gate to match the shared turn.
+// Reads the slice's pause flag from the region (acquire: pairs with the
+// release in Region::SetLaunchesPaused) and remembers it for RefreshGate.
+bool ReadPaused() {
+  const bool paused = SliceDevice(g_device).launches_paused.load(std::memory_order_acquire) != 0;
+  g_paused.store(paused, std::memory_order_relaxed);
+  return paused;
+}
+
+// Opens or closes the gate to match the shared turn; closed while paused.
 void RefreshGate() {
   uint32_t gate = g_gate.load(std::memory_order_relaxed);
-  if (g_share.load(std::memory_order_relaxed) == 0 || g_coord == nullptr) {
+  const bool paused = g_paused.load(std::memory_order_relaxed);
+  if (g_coord == nullptr || (!paused && g_share.load(std::memory_order_relaxed) == 0)) {
     if (gate != kGateOff) g_gate.store(kGateOff, std::memory_order_release);
     return;
   }
   const int32_t m = g_member.load(std::memory_order_relaxed);
   const coord::CoordHeader& h = g_coord->header();
-  const bool ours = m >= 0 &&
+  const bool ours = !paused && m >= 0 &&
                     h.holder.load(std::memory_order_acquire) ==
                         g_coord->member(uint32_t(m)).slice.load(std::memory_order_relaxed) &&
                     h.turn_state.load(std::memory_order_relaxed) == coord::kTurnOpen;
-  if (gate == kGateOff) gate = 1;  // A share appeared: start closed.
+  if (gate == kGateOff) gate = 1;  // A share or a pause appeared: start closed.
   const bool open = (gate & 1) == 0;
   if (ours == open && g_gate.load(std::memory_order_relaxed) != kGateOff) return;
   uint32_t next = gate + 1;
@@ -215,6 +227,7 @@ void FollowRegion(uint64_t now) {
     }
   }
   g_share.store(share, std::memory_order_relaxed);
+  ReadPaused();
 }
 
 void* BackgroundMain(void*) {
@@ -333,6 +346,7 @@ void AtForkChild() {
   g_coord = nullptr;
   g_member.store(-1, std::memory_order_relaxed);
   g_share.store(0, std::memory_order_relaxed);
+  g_paused.store(false, std::memory_order_relaxed);
   g_marker_count = 0;
   g_marker_head = 0;
   g_unmarked.store(0, std::memory_order_relaxed);
@@ -379,6 +393,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   const uint64_t start = MonotonicNs();
   bool waiting = false;
   bool granted = false;
+  uint64_t paused_ns = 0;  // Time held by a pause: neither throttling nor a reason to give up.
   {
     std::lock_guard<std::mutex> lock(g_mu);
     MarkLocked(stream, per_thread, start);
@@ -386,7 +401,17 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   while (true) {
     const uint32_t gate = g_gate.load(std::memory_order_acquire);
     if (gate == kGateOff) break;
-    const uint64_t now = MonotonicNs();
+    uint64_t now = MonotonicNs();
+    if (ReadPaused()) {
+      // Held for as long as the daemon says, without the 30 s bound: the
+      // pause is a decision, not a coordination failure. Not published as
+      // waiting, so the slice's turns go to others meanwhile.
+      RefreshGate();
+      timespec ts{0, 1'000'000};
+      nanosleep(&ts, nullptr);
+      paused_ns += MonotonicNs() - now;
+      continue;
+    }
     if ((gate & 1) == 0) {
       std::lock_guard<std::mutex> lock(g_mu);
       PollMarkersLocked(now);
@@ -406,7 +431,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
         break;
       }
     }
-    if (now - start > kMaxWaitNs) {
+    if (now - start - paused_ns > kMaxWaitNs) {
       GPUSLICE_LOG(kWarn, "a launch waited %llu s for the GPU; letting it through",
                    static_cast<unsigned long long>(kMaxWaitNs / 1000000000ull));
       break;
@@ -433,7 +458,13 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     RefreshGate();
     if ((g_gate.load(std::memory_order_acquire) & 1) != 0) g_coord->WaitTurnChange(seq, 1'000'000);
   }
-  if (waiting) g_waiters.fetch_sub(1, std::memory_order_relaxed);
+  if (waiting) {
+    g_waiters.fetch_sub(1, std::memory_order_relaxed);
+    // Only launches that really waited are counted, once each, on the slow
+    // path; the fast path never touches the region.
+    const uint64_t waited = MonotonicNs() - start - paused_ns;
+    SliceDevice(g_device).throttled_ns.fetch_add(waited, std::memory_order_relaxed);
+  }
   // Work is about to be queued: say so now rather than at the background
   // thread's next tick, since the slice is charged from that flag on.
   if (granted) Publish(MonotonicNs(), true);

@@ -400,6 +400,14 @@ Status Region::SetComputeShare(std::string_view uuid, uint32_t share_milli, Comp
   return Status::Ok();
 }
 
+Status Region::SetLaunchesPaused(std::string_view uuid, bool paused) {
+  GPUSLICE_ASSIGN_OR_RETURN(uint32_t index, FindDevice(uuid));
+  // Release, paired with the gate's acquire: nothing else is published with
+  // the flag, but a gate that sees it cleared must not act on older state.
+  device(index).launches_paused.store(paused ? 1u : 0u, std::memory_order_release);
+  return Status::Ok();
+}
+
 Result<uint32_t> Region::ClaimSlot(int32_t pid, uint64_t start_time) {
   for (int pass = 0; pass < 2; ++pass) {
     for (uint32_t i = 0; i < layout::kMaxProcesses; ++i) {
@@ -483,6 +491,9 @@ std::vector<DeviceUsage> Region::Devices() const {
     u.limit_bytes = d.limit_bytes.load(std::memory_order_relaxed);
     u.used_bytes = d.used_bytes.load(std::memory_order_relaxed);
     u.peak_bytes = d.peak_bytes.load(std::memory_order_relaxed);
+    u.refused_allocs = d.refused_allocs.load(std::memory_order_relaxed);
+    u.throttled_ns = d.throttled_ns.load(std::memory_order_relaxed);
+    u.launches_paused = d.launches_paused.load(std::memory_order_relaxed) != 0;
     out.push_back(std::move(u));
   }
   return out;

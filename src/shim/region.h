@@ -63,6 +63,9 @@ struct DeviceUsage {
   uint64_t limit_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t peak_bytes = 0;
+  uint64_t refused_allocs = 0;  // Allocations refused for the limit (counter).
+  uint64_t throttled_ns = 0;    // Time launches waited in the compute gate (counter).
+  bool launches_paused = false;
 };
 
 struct ProcessUsage {
@@ -119,6 +122,12 @@ class Region {
   // control period, without a restart.
   core::Status SetComputeShare(std::string_view uuid, uint32_t share_milli, ComputeMode mode,
                                core::Priority priority);
+
+  // Holds (true) or releases (false) new launches of the slice on that
+  // device: every process's launch gate follows within one background tick
+  // (5 ms idle); a launch already waiting resumes when it is released. The
+  // daemon's idle reclaim uses it to stop a slice launching new work.
+  core::Status SetLaunchesPaused(std::string_view uuid, bool paused);
 
   // Claims a free process slot for `pid`; sweeps dead processes first if
   // none is free. ResourceExhausted when the slice is full of live ones.

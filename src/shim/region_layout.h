@@ -124,20 +124,35 @@ struct alignas(64) DeviceEntry {
   // Line 3: the admission counter.
   std::atomic<uint64_t> used_bytes;  // Charged to the whole slice.
   std::atomic<uint64_t> peak_bytes;  // High-water mark of used_bytes.
-  uint8_t reserved2[48];
-  // Line 4: reserved for the compute-share part (issue 4).
+  // Allocations the shim refused for the limit (monitoring counter). Bumped
+  // on the refusal path only, next to the counter that path just read.
+  // Was reserved (zero) space: version unchanged.
+  std::atomic<uint64_t> refused_allocs;
+  uint8_t reserved2[40];
+  // Line 4: the compute share (issue 4), read by every process's gate tick.
   std::atomic<uint32_t> compute_share_milli;  // 0: no compute cap.
   std::atomic<uint32_t> priority;             // core::Priority.
   std::atomic<uint32_t> compute_mode;         // 0: none.
-  uint32_t reserved3;
-  uint8_t reserved4[112];
+  // Non-zero: the gate holds new launches of this slice on this device until
+  // it is cleared (the daemon's idle reclaim). Was reserved3 (zero).
+  std::atomic<uint32_t> launches_paused;
+  uint8_t reserved4[48];
+  // Line 6: nanoseconds launches of the slice waited in the gate for a turn
+  // or for the share's budget (monitoring counter). Written on the launch
+  // slow path only, on a line of its own so that it disturbs no reader of
+  // the limit or the share. Was reserved (zero) space.
+  std::atomic<uint64_t> throttled_ns;
+  uint8_t reserved5[56];
 };
 static_assert(offsetof(DeviceEntry, uuid) == 8);
 static_assert(offsetof(DeviceEntry, context_bytes) == 72);
 static_assert(offsetof(DeviceEntry, limit_bytes) == 128);
 static_assert(offsetof(DeviceEntry, used_bytes) == 192);
 static_assert(offsetof(DeviceEntry, peak_bytes) == 200);
+static_assert(offsetof(DeviceEntry, refused_allocs) == 208);
 static_assert(offsetof(DeviceEntry, compute_share_milli) == 256);
+static_assert(offsetof(DeviceEntry, launches_paused) == 268);
+static_assert(offsetof(DeviceEntry, throttled_ns) == 320);
 static_assert(sizeof(DeviceEntry) == kDeviceEntrySize);
 
 // One process of the slice. `used_bytes[d]` is what this process holds on

@@ -243,6 +243,61 @@ TEST(Region, SetLimitOfAnUnknownDeviceIsNotFound) {
   EXPECT_EQ((*r)->SetLimit(kUuidB, kGiB).code(), core::StatusCode::kNotFound);
 }
 
+TEST(Region, MonitoringCountersStartAtZeroAndAreReportedByDevices) {
+  TempDir dir;
+  auto r = Region::Create(dir.File("r"), OneDevice(100));
+  ASSERT_TRUE(r.ok());
+  std::vector<DeviceUsage> before = (*r)->Devices();
+  ASSERT_EQ(before.size(), 1u);
+  EXPECT_EQ(before[0].refused_allocs, 0u);
+  EXPECT_EQ(before[0].throttled_ns, 0u);
+  EXPECT_FALSE(before[0].launches_paused);
+  auto& dev = (*r)->device(0);
+  auto& s = (*r)->slot(*(*r)->ClaimSlot(getpid(), 0));
+  ASSERT_FALSE(TryCharge(dev, s, 0, 101));
+  CountRefusal(dev);
+  CountRefusal(dev);
+  dev.throttled_ns.fetch_add(1500);
+  // Another mapping of the same file (another process of the slice, or the
+  // daemon) sees the counters.
+  auto other = Region::Open(dir.File("r"));
+  ASSERT_TRUE(other.ok());
+  std::vector<DeviceUsage> after = (*other)->Devices();
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].refused_allocs, 2u);
+  EXPECT_EQ(after[0].throttled_ns, 1500u);
+  EXPECT_EQ(after[0].used_bytes, 0u);
+}
+
+TEST(Region, SetLaunchesPausedIsSeenByEveryMappingAndCanBeCleared) {
+  TempDir dir;
+  RegionOptions o = OneDevice(kGiB);
+  o.devices.push_back({kUuidB, kGiB});
+  auto r = Region::Create(dir.File("r"), o);
+  ASSERT_TRUE(r.ok());
+  auto other = Region::Open(dir.File("r"));
+  ASSERT_TRUE(other.ok());
+  const uint64_t gen = (*r)->header().limits_generation.load();
+  ASSERT_TRUE((*r)->SetLaunchesPaused(kUuidB, true).ok());
+  EXPECT_EQ((*other)->device(1).launches_paused.load(), 1u);
+  EXPECT_EQ((*other)->device(0).launches_paused.load(), 0u);
+  std::vector<DeviceUsage> u = (*other)->Devices();
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_FALSE(u[0].launches_paused);
+  EXPECT_TRUE(u[1].launches_paused);
+  // Pausing is not a limit change: the memory admission does not re-read.
+  EXPECT_EQ((*r)->header().limits_generation.load(), gen);
+  ASSERT_TRUE((*r)->SetLaunchesPaused("gpu-AAAAAAAA-bbbb-cccc-dddd-eeeeeeeeeeee", false).ok());
+  EXPECT_FALSE((*other)->Devices()[1].launches_paused);
+}
+
+TEST(Region, SetLaunchesPausedOfAnUnknownDeviceIsNotFound) {
+  TempDir dir;
+  auto r = Region::Create(dir.File("r"), OneDevice(kGiB));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)->SetLaunchesPaused(kUuidB, true).code(), core::StatusCode::kNotFound);
+}
+
 TEST(Region, SweepReturnsTheUsageOfDeadProcessesOnly) {
   TempDir dir;
   auto r = Region::Create(dir.File("r"), OneDevice(kGiB));

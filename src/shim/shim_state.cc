@@ -280,7 +280,9 @@ bool Admit(int dev, uint64_t bytes) {
   // Would fail: reclaim what dead processes and idle pools hold, then retry.
   g_region->Sweep(RealProcessProbe());
   ResyncPools();
-  return TryCharge(device, *g_slot, uint32_t(dev), bytes);
+  if (TryCharge(device, *g_slot, uint32_t(dev), bytes)) return true;
+  CountRefusal(device);
+  return false;
 }
 
 uint64_t SliceLimit(int dev) {
