@@ -1,0 +1,109 @@
+#pragma once
+
+// `gpuslice top`'s view of the node: a model built from the daemon's JSON
+// (GET /v1/status, /v1/gpus, /v1/jobs, /v1/events) and a pure rendering of it
+// into lines of at most a given width. The terminal loop (top.cc) only draws
+// these lines; everything shown is decided here, so it is tested without a
+// terminal or a daemon (top_view_test.cc).
+//
+// Every string that comes from the daemon (job names, users, event messages)
+// is cleaned to printable ASCII before it is shown, so nothing a user can put
+// in a job can move the cursor or change the terminal.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace gpuslice::cli {
+
+struct TopSlice {
+  uint64_t job = 0;
+  std::string user;
+  std::string name;
+  bool whole_gpu = false;
+  uint64_t memory_limit = 0;
+  int64_t memory_used = -1;    // -1: unknown (the region could not be read).
+  uint32_t compute_milli = 0;  // Target share; 0: none (whole GPUs show 100%).
+  double achieved_pct = -1;    // The job's GPU utilisation, 0-100; -1: unknown.
+  int64_t low_use_ms = 0;      // How long it has stayed under the idle threshold.
+  bool idle = false;           // The daemon flagged it idle.
+  uint64_t refused_allocs = 0;
+};
+
+struct TopGpu {
+  uint32_t index = 0;
+  std::string model;
+  std::string uuid;
+  uint64_t memory_total = 0;
+  uint64_t memory_used = 0;
+  uint32_t utilization_pct = 0;
+  int32_t temperature_c = -1;  // -1: unknown.
+  double power_w = -1;         // -1: unknown.
+  bool mig = false;
+  std::vector<TopSlice> slices;
+};
+
+struct TopQueued {
+  int position = 0;
+  uint64_t job = 0;
+  std::string user;
+  std::string name;
+  std::string request;  // "8 GiB + 30%".
+  std::string priority;
+  int64_t submitted_ms = 0;
+  std::string waiting_for;
+};
+
+struct TopEvent {
+  int64_t at_ms = 0;
+  std::string kind;
+  uint64_t job = 0;
+  std::string user;
+  std::string message;
+};
+
+struct TopModel {
+  std::string host;
+  std::string time_text;  // The local time of the snapshot, as the header shows it.
+  int64_t now_ms = 0;
+  std::string state;  // "ok" / "degraded"; "" when the daemon was not reached.
+  std::string degraded_reason;
+  std::string version;
+  bool simulated = false;
+  int running = 0;
+  int queued = 0;
+  std::vector<TopGpu> gpus;
+  std::vector<TopQueued> queue;  // In queue order.
+  std::vector<TopEvent> events;  // Oldest first.
+  std::string error;  // Why the last refresh failed (shown, the rest is the last good data).
+};
+
+// Builds the model from the daemon's answers. Missing optional fields (usage,
+// temperature, power) stay unknown; `events` may be null (an older daemon).
+TopModel ModelFromJson(const nlohmann::json& status, const nlohmann::json& gpus,
+                       const nlohmann::json& jobs, const nlohmann::json& events);
+
+// The model as one JSON snapshot (`gpuslice top --json`).
+nlohmann::json ModelToJson(const TopModel& model);
+
+struct RenderOptions {
+  size_t width = 80;  // Columns; every line fits (at least 40 are assumed).
+  bool utf8 = false;  // Block-character bars and "…"; else ASCII only.
+  size_t max_events = 10;
+};
+
+// The view as lines without newlines, none wider than options.width columns.
+std::vector<std::string> RenderTop(const TopModel& model, const RenderOptions& options);
+
+// Pieces, exposed for tests.
+// A bar `width` columns wide (brackets included) filled to `fraction` (0..1).
+std::string Bar(double fraction, size_t width, bool utf8);
+// Columns a string takes: UTF-8 code points (all glyphs used here are one column wide).
+size_t DisplayWidth(const std::string& s);
+// Cut to `width` columns, marking the cut with "…" (UTF-8) or "~".
+std::string Fit(const std::string& s, size_t width, bool utf8);
+// Printable ASCII only: anything else becomes '?'.
+std::string Clean(const std::string& s);
+
+}  // namespace gpuslice::cli
