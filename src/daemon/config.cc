@@ -64,6 +64,14 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     c->tcp_listen = v;
     return core::Status::Ok();
   }
+  if (key == "metrics_listen") {
+    size_t colon = v.rfind(':');
+    if (!v.empty() && (colon == std::string::npos || colon == 0 || colon + 1 == v.size())) {
+      return core::InvalidArgumentError("metrics_listen: expected HOST:PORT, got '" + v + "'");
+    }
+    c->metrics_listen = v;
+    return core::Status::Ok();
+  }
   if (key == "policy") {
     auto p = core::ParsePolicy(v);
     if (!p.ok()) return p.status().WithContext("policy");

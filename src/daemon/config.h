@@ -24,6 +24,9 @@ struct DaemonConfig {
   std::string state_dir = "/var/lib/gpuslice";
   std::string tcp_listen;          // "127.0.0.1:7420"; "" = no TCP listener.
   std::string tcp_token_file;      // Required with tcp_listen.
+  // "127.0.0.1:9400": plain-HTTP listener for GET /metrics and the status
+  // page only (no auth, no job submission); port 0 picks one. "" = none.
+  std::string metrics_listen;
   std::string admin_group;         // Members may act on every job.
   core::Policy policy = core::Policy::kBinpack;
   bool backfill = true;

@@ -25,6 +25,13 @@ TEST(Config, FileOverridesDefaults) {
   EXPECT_EQ(c.socket_mode, 0600u);
 }
 
+TEST(Config, MetricsListenIsOffByDefaultAndTakesHostPort) {
+  DaemonConfig config;
+  EXPECT_EQ(config.metrics_listen, "");
+  ASSERT_TRUE(ParseConfigText("metrics_listen = 127.0.0.1:0\n", "t.conf", &config).ok());
+  EXPECT_EQ(config.metrics_listen, "127.0.0.1:0");
+}
+
 TEST(Config, ErrorsNameTheLineAndTheValue) {
   struct Case {
     const char* text;
@@ -37,6 +44,7 @@ TEST(Config, ErrorsNameTheLineAndTheValue) {
       {"socket_mode = 0666\n", "not world-writable"},
       {"backfill = maybe\n", "expected true or false"},
       {"gpu_source = gpu\n", "expected auto, nvml or simulated"},
+      {"metrics_listen = 9400\n", "metrics_listen: expected HOST:PORT, got '9400'"},
   };
   for (const Case& c : cases) {
     DaemonConfig config;
