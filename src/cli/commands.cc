@@ -14,13 +14,13 @@ namespace gpuslice::cli {
 
 using nlohmann::json;
 
-namespace {
-
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+namespace {
 
 void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   RequestOptions& r = ctx->request;
@@ -254,7 +254,8 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
 }
 
 const std::vector<Command>& Commands() {
-  static const std::vector<Command> kCommands = {
+  static const std::vector<Command> kCommands = [] {
+    std::vector<Command> all = {
       {"run", "Run a command in a slice; stream its output; exit with its exit code",
        SetupRequest, Run},
       {"submit", "Run a command in a slice, detached; print its job id", SetupRequest, Submit},
@@ -265,7 +266,14 @@ const std::vector<Command>& Commands() {
       {"gpus", "The GPUs and the slices on each", SetupNone, Gpus},
       {"doctor", "Check driver, CUDA, NVML and the shim", SetupNone, Doctor},
       {"status", "The daemon's state", SetupNone, StatusCmd},
-  };
+    };
+    // Commands that live in their own files.
+    for (const auto& more : {EventCommands(), PolicyCommands(), MonitorCommands(),
+                             ServiceCommands()}) {
+      all.insert(all.end(), more.begin(), more.end());
+    }
+    return all;
+  }();
   return kCommands;
 }
 

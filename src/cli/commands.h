@@ -39,7 +39,16 @@ struct Command {
   int (*run)(Context& ctx);
 };
 
+// Every subcommand: the basic ones (commands.cc) and those of the tables
+// below, each defined in its own file.
 const std::vector<Command>& Commands();
+std::vector<Command> EventCommands();    // events_command.cc: events
+std::vector<Command> PolicyCommands();   // policy_commands.cc: quota, resize, ...
+std::vector<Command> MonitorCommands();  // monitor_commands.cc: top, usage
+std::vector<Command> ServiceCommands();  // service_commands.cc: service ...
+
+// Milliseconds since the Unix epoch, now.
+int64_t NowMs();
 
 // Exit codes of the CLI itself (a job's own exit code passes through `run`).
 inline constexpr int kExitUsage = 2;

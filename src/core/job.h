@@ -81,6 +81,9 @@ struct Job {
   int64_t pid = 0;
   uint64_t pid_start_time = 0;
   std::string region_path;
+  // Time its GPU use stayed below the daemon's idle threshold while it ran
+  // (sampled once a second; accounting's "idle hours").
+  int64_t idle_ms = 0;
 
   bool IsLive() const { return !IsTerminal(state); }
   // When it must end, if it has a maximum run time and has started.

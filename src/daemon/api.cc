@@ -36,6 +36,24 @@ bool Match(std::string_view pattern, std::string_view path, uint64_t* id) {
   return true;
 }
 
+// Matches `path` against an added route's pattern; "{x}" segments capture.
+bool MatchNamed(std::string_view pattern, std::string_view path,
+                std::map<std::string, std::string>* params) {
+  while (!pattern.empty() || !path.empty()) {
+    size_t pe = pattern.find('/', 1), te = path.find('/', 1);
+    std::string_view pseg = pattern.substr(0, pe), tseg = path.substr(0, te);
+    if (pseg.size() > 3 && pseg[1] == '{' && pseg.back() == '}') {
+      if (tseg.size() < 2) return false;
+      (*params)[std::string(pseg.substr(2, pseg.size() - 3))] = std::string(tseg.substr(1));
+    } else if (pseg != tseg) {
+      return false;
+    }
+    pattern = pe == std::string_view::npos ? std::string_view() : pattern.substr(pe);
+    path = te == std::string_view::npos ? std::string_view() : path.substr(te);
+  }
+  return true;
+}
+
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -117,7 +135,12 @@ const Api::Route Api::kRoutes[] = {
     {"GET", "/v1/jobs/{id}/logs", &Api::JobLogs},
     {"POST", "/v1/jobs/{id}/attach", &Api::AttachJob},
     {"POST", "/v1/jobs/{id}/exit", &Api::JobExit},
+    {"GET", "/v1/events", &Api::ListEvents},
 };
+
+void Api::AddRoute(std::string method, std::string pattern, ExtraHandler handler) {
+  extra_.push_back({std::move(method), std::move(pattern), std::move(handler)});
+}
 
 ApiResponse Api::Handle(const ApiRequest& request) {
   bool path_known = false;
@@ -126,6 +149,16 @@ ApiResponse Api::Handle(const ApiRequest& request) {
     if (!Match(r.pattern, request.path, &id)) continue;
     path_known = true;
     if (request.method == r.method) return (this->*r.handler)(request, id);
+  }
+  for (const ExtraRoute& r : extra_) {
+    std::map<std::string, std::string> params;
+    if (!MatchNamed(r.pattern, request.path, &params)) continue;
+    path_known = true;
+    if (request.method != r.method) continue;
+    if (params.empty()) return r.handler(request);
+    ApiRequest with = request;
+    with.params = std::move(params);
+    return r.handler(with);
   }
   if (path_known) {
     ApiResponse r = Error(core::InvalidArgumentError("method " + request.method +
@@ -162,6 +195,9 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
         if (u.index != g.index) continue;
         gj["memory_used"] = u.memory_used;
         gj["utilization_pct"] = u.utilization_pct;
+        gj["memory_util_pct"] = u.memory_util_pct;
+        if (u.temperature_c >= 0) gj["temperature_c"] = u.temperature_c;
+        if (u.power_mw > 0) gj["power_w"] = u.power_mw / 1000.0;
         json procs = json::array();
         for (const GpuProcess& p : u.processes) {
           procs.push_back({{"pid", p.pid}, {"used_memory", p.used_memory}});
@@ -204,6 +240,33 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
 }
 
 ApiResponse Api::DoctorReport(const ApiRequest&, uint64_t) { return Json(200, doctor_.Run()); }
+
+ApiResponse Api::ListEvents(const ApiRequest& req, uint64_t) {
+  EventQuery q;
+  uint64_t v = 0;
+  if (auto it = req.query.find("since_ms"); it != req.query.end()) {
+    if (!ParseU64(it->second, &v)) {
+      return Error(core::InvalidArgumentError("since_ms: not a number: '" + it->second + "'"));
+    }
+    q.since_ms = static_cast<int64_t>(v);
+  }
+  if (auto it = req.query.find("job"); it != req.query.end()) {
+    if (!ParseU64(it->second, &q.job_id)) {
+      return Error(core::InvalidArgumentError("job: not a job id: '" + it->second + "'"));
+    }
+  }
+  if (auto it = req.query.find("limit"); it != req.query.end()) {
+    if (!ParseU64(it->second, &v) || v == 0 || v > 10000) {
+      return Error(core::InvalidArgumentError("limit: expected 1-10000, got '" + it->second + "'"));
+    }
+    q.limit = v;
+  }
+  auto events = service_.Events(q);
+  if (!events.ok()) return Error(events.status());
+  json out = json::array();
+  for (const Event& e : *events) out.push_back(EventToJson(e));
+  return Json(200, {{"events", out}});
+}
 
 ApiResponse Api::ListJobs(const ApiRequest& req, uint64_t) {
   auto all = req.query.find("all");

@@ -6,6 +6,7 @@
 // ApiResponse. Errors are JSON {"error": {"code", "message"}} with the HTTP
 // status of their StatusCode.
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -23,6 +24,8 @@ struct ApiRequest {
   std::map<std::string, std::string> query;
   std::string body;
   Caller caller;
+  // Segments captured by an added route's "{name}" pattern parts.
+  std::map<std::string, std::string> params;
 };
 
 struct ApiResponse {
@@ -40,8 +43,16 @@ core::Status ParseTarget(std::string_view target, std::string* path,
 
 class Api {
  public:
+  using ExtraHandler = std::function<ApiResponse(const ApiRequest&)>;
+
   Api(Service& service, Doctor& doctor) : service_(service), doctor_(doctor) {}
   ApiResponse Handle(const ApiRequest& request);
+
+  // Routes of the daemon's other modules (metrics, services, usage...), so
+  // they live beside their code. `pattern` segments "{x}" match one
+  // non-empty segment, given to the handler as params["x"]. Checked after
+  // the built-in table.
+  void AddRoute(std::string method, std::string pattern, ExtraHandler handler);
 
  private:
   using Handler = ApiResponse (Api::*)(const ApiRequest&, uint64_t id);
@@ -62,6 +73,14 @@ class Api {
   ApiResponse AttachJob(const ApiRequest&, uint64_t id);
   ApiResponse JobExit(const ApiRequest&, uint64_t id);
   ApiResponse DoctorReport(const ApiRequest&, uint64_t);
+  ApiResponse ListEvents(const ApiRequest&, uint64_t);
+
+  struct ExtraRoute {
+    std::string method;
+    std::string pattern;
+    ExtraHandler handler;
+  };
+  std::vector<ExtraRoute> extra_;
 
   Service& service_;
   Doctor& doctor_;

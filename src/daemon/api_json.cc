@@ -160,7 +160,28 @@ json JobToJson(const JobView& v) {
     out["queue_position"] = v.queue_position;
     out["waiting_for"] = v.waiting_for;
   }
+  if (v.usage) out["usage"] = UsageToJson(*v.usage);
+  out["idle_ms"] = j.idle_ms;
   return out;
+}
+
+json UsageToJson(const JobUsage& u) {
+  return {{"sampled_ms", u.sampled_ms},
+          {"memory_used_bytes", u.memory_used_bytes},
+          {"memory_limit_bytes", u.memory_limit_bytes},
+          {"memory_peak_bytes", u.memory_peak_bytes},
+          {"nvml_memory_bytes", u.nvml_memory_bytes},
+          {"gpu_util_pct", u.gpu_util_pct},
+          {"refused_allocs", u.refused_allocs},
+          {"throttled_ms", u.throttled_ns / 1'000'000},
+          {"low_use_ms", u.low_use_ms},
+          {"idle_ms_total", u.idle_ms_total},
+          {"pids", u.pids}};
+}
+
+json EventToJson(const Event& e) {
+  return {{"id", e.id},           {"at_ms", e.at_ms}, {"kind", e.kind},
+          {"job", e.job_id},      {"user", e.user},   {"message", e.message}};
 }
 
 json TransitionToJson(const Transition& t) {

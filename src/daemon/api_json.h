@@ -29,6 +29,8 @@ core::Result<int64_t> ParseIntField(std::string_view body, const char* field, in
 
 nlohmann::json JobToJson(const JobView& view);
 nlohmann::json TransitionToJson(const Transition& t);
+nlohmann::json EventToJson(const Event& e);
+nlohmann::json UsageToJson(const JobUsage& u);
 nlohmann::json GpuToJson(const GpuInfo& gpu);
 nlohmann::json ErrorJson(const core::Status& status);
 

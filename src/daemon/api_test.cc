@@ -152,5 +152,43 @@ TEST_F(ApiTest, StatusSaysSimulated) {
   EXPECT_TRUE(j["simulated"].get<bool>());
 }
 
+TEST_F(ApiTest, AddedRoutesCaptureNamedSegments) {
+  api_->AddRoute("POST", "/v1/things/{name}/poke", [](const ApiRequest& r) {
+    return ApiResponse{200, r.params.at("name") + ":" + r.body, "text/plain", {}};
+  });
+  api_->AddRoute("GET", "/metrics", [](const ApiRequest& r) {
+    return ApiResponse{200, "up " + std::to_string(r.params.size()), "text/plain", {}};
+  });
+  ApiResponse r = Call("POST", "/v1/things/a%20b/poke", "x");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "a%20b:x") << "segments are given as sent";
+  EXPECT_EQ(Call("GET", "/metrics").body, "up 0");
+  EXPECT_EQ(Call("GET", "/v1/things/a/poke").status, 405);
+  EXPECT_EQ(Call("POST", "/v1/things//poke").status, 404) << "an empty segment does not match";
+  EXPECT_EQ(Call("POST", "/v1/things/a/poke/more").status, 404);
+  EXPECT_EQ(Call("GET", "/v1/status").status, 200) << "the built-in table still wins";
+}
+
+TEST_F(ApiTest, EventsAreListedNewestLastWithFilters) {
+  ASSERT_EQ(Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["x"], "cwd": "/"})").status, 201);
+  clock_.Advance(1000);
+  ASSERT_EQ(Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["y"], "cwd": "/"})").status, 201);
+  auto all = nlohmann::json::parse(Call("GET", "/v1/events").body)["events"];
+  ASSERT_EQ(all.size(), 4u);  // submitted + started, twice.
+  EXPECT_EQ(all[0]["kind"], "submitted");
+  EXPECT_EQ(all[0]["job"], 1);
+  EXPECT_EQ(all[3]["kind"], "started");
+  EXPECT_EQ(all[3]["job"], 2);
+  auto job2 = nlohmann::json::parse(Call("GET", "/v1/events?job=2&limit=1").body)["events"];
+  ASSERT_EQ(job2.size(), 1u);
+  EXPECT_EQ(job2[0]["kind"], "started");
+  int64_t later = all[3]["at_ms"].get<int64_t>();
+  auto since = nlohmann::json::parse(
+      Call("GET", "/v1/events?since_ms=" + std::to_string(later)).body)["events"];
+  EXPECT_EQ(since.size(), 2u);
+  EXPECT_EQ(Call("GET", "/v1/events?limit=0").status, 400);
+  EXPECT_EQ(Call("GET", "/v1/events?job=x").status, 400);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

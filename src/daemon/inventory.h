@@ -38,12 +38,18 @@ struct GpuInfo {
 struct GpuProcess {
   uint32_t pid = 0;
   uint64_t used_memory = 0;
+  // Its SM use over the last sampling interval (NVML per-process samples).
+  uint32_t sm_util_pct = 0;
 };
 
 struct GpuUsage {
   uint32_t index = 0;
   uint64_t memory_used = 0;
+  uint64_t memory_total = 0;
   uint32_t utilization_pct = 0;
+  uint32_t memory_util_pct = 0;
+  int32_t temperature_c = -1;  // -1: unknown.
+  uint32_t power_mw = 0;       // 0: unknown.
   std::vector<GpuProcess> processes;
 };
 
@@ -71,11 +77,20 @@ class FakeInventory : public Inventory {
  public:
   explicit FakeInventory(InventorySnapshot snapshot) : snapshot_(std::move(snapshot)) {}
   core::Result<InventorySnapshot> Read() override { return snapshot_; }
+  // `usage` when a test set it, else idle GPUs.
   core::Result<std::vector<GpuUsage>> Usage() override {
+    if (!usage.empty()) return usage;
     std::vector<GpuUsage> u;
-    for (const GpuInfo& g : snapshot_.gpus) u.push_back({g.index, 0, 0, {}});
+    for (const GpuInfo& g : snapshot_.gpus) {
+      GpuUsage gu;
+      gu.index = g.index;
+      gu.memory_total = g.memory_total;
+      u.push_back(gu);
+    }
     return u;
   }
+
+  std::vector<GpuUsage> usage;
 
  private:
   InventorySnapshot snapshot_;

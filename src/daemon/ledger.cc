@@ -1,5 +1,7 @@
 #include "daemon/ledger.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "daemon/ledger_schema.h"
@@ -64,7 +66,7 @@ Result<std::vector<std::string>> FromJson(const std::string& text, const char* c
 constexpr const char* kJobColumns =
     "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
-    "exit_code, reason, pid, pid_start_time, region_path";
+    "exit_code, reason, pid, pid_start_time, region_path, idle_ms";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -107,6 +109,7 @@ Result<Job> ReadJob(const Stmt& s) {
   j.pid = s.Int(23);
   j.pid_start_time = static_cast<uint64_t>(s.Int(24));
   j.region_path = s.Text(25);
+  j.idle_ms = s.Int(26);
   return j;
 }
 
@@ -237,7 +240,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
   auto body = [&]() -> Status {
     std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
                       ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-                      "?19,?20,?21,?22,?23,?24,?25,?26)";
+                      "?19,?20,?21,?22,?23,?24,?25,?26,?27)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -271,6 +274,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(24, job.pid);
     s.Bind(25, static_cast<int64_t>(job.pid_start_time));
     s.Bind(26, job.region_path);
+    s.Bind(27, job.idle_ms);
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 
@@ -396,6 +400,83 @@ Result<std::vector<std::pair<uint64_t, uint32_t>>> Ledger::HeldAllocations() {
     out.emplace_back(static_cast<uint64_t>(s.Int(0)), static_cast<uint32_t>(s.Int(1)));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: held allocations");
+  return out;
+}
+
+Result<uint64_t> Ledger::AddEvent(const Event& e) {
+  Stmt s(db_, "INSERT INTO events (at_ms, kind, job_id, user, message) VALUES (?1,?2,?3,?4,?5)");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: add event"));
+  s.Bind(1, e.at_ms);
+  s.Bind(2, e.kind);
+  s.Bind(3, static_cast<int64_t>(e.job_id));
+  s.Bind(4, e.user);
+  s.Bind(5, e.message);
+  int rc = s.Step();
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: add event");
+  return static_cast<uint64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Result<std::vector<Event>> Ledger::Events(const EventQuery& q) {
+  // The newest `limit` matching rows, then put back in time order.
+  Stmt s(db_,
+         "SELECT id, at_ms, kind, job_id, user, message FROM events"
+         " WHERE at_ms >= ?1 AND (?2 = 0 OR job_id = ?2) ORDER BY id DESC LIMIT ?3");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: read events"));
+  s.Bind(1, q.since_ms);
+  s.Bind(2, static_cast<int64_t>(q.job_id));
+  s.Bind(3, static_cast<int64_t>(q.limit));
+  std::vector<Event> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    out.push_back({static_cast<uint64_t>(s.Int(0)), s.Int(1), s.Text(2),
+                   static_cast<uint64_t>(s.Int(3)), s.Text(4), s.Text(5)});
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: read events");
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, uint64_t>>> Ledger::EventCountsByKind() {
+  Stmt s(db_, "SELECT kind, count(*) FROM events GROUP BY kind ORDER BY kind");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: count events"));
+  std::vector<std::pair<std::string, uint64_t>> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.emplace_back(s.Text(0), static_cast<uint64_t>(s.Int(1)));
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: count events");
+  return out;
+}
+
+Result<std::vector<UsageRow>> Ledger::UsageRows(int64_t since_ms, int64_t until_ms) {
+  Stmt s(db_,
+         "SELECT a.job_id, j.uid, j.gid, j.user, j.name, a.gpu_index, j.kind, a.memory_bytes,"
+         " a.compute_milli, a.allocated_ms, coalesce(a.released_ms, 0), j.started_ms,"
+         " j.ended_ms, j.idle_ms FROM allocations a JOIN jobs j ON j.id = a.job_id"
+         " WHERE a.allocated_ms < ?2 AND (a.released_ms IS NULL OR a.released_ms > ?1)"
+         " ORDER BY a.job_id, a.gpu_index");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: usage rows"));
+  s.Bind(1, since_ms);
+  s.Bind(2, until_ms);
+  std::vector<UsageRow> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    UsageRow r;
+    r.job_id = static_cast<uint64_t>(s.Int(0));
+    r.uid = static_cast<uint32_t>(s.Int(1));
+    r.gid = static_cast<uint32_t>(s.Int(2));
+    r.user = s.Text(3);
+    r.name = s.Text(4);
+    r.gpu_index = static_cast<uint32_t>(s.Int(5));
+    r.whole_gpu = s.Text(6) == "gpus";
+    r.memory_bytes = static_cast<uint64_t>(s.Int(7));
+    r.compute_milli = static_cast<uint32_t>(s.Int(8));
+    r.allocated_ms = s.Int(9);
+    r.released_ms = s.Int(10);
+    r.job_started_ms = s.Int(11);
+    r.job_ended_ms = s.Int(12);
+    r.job_idle_ms = s.Int(13);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: usage rows");
   return out;
 }
 

@@ -35,6 +35,42 @@ struct Transition {
   std::string reason;
 };
 
+// A decision or happening worth telling a user about: a job submitted,
+// started or ended, a quota wait, a preemption, a resize, an idle action...
+struct Event {
+  uint64_t id = 0;
+  int64_t at_ms = 0;
+  std::string kind;     // e.g. "submitted", "started", "finished", "preempted"
+  uint64_t job_id = 0;  // 0: not about one job.
+  std::string user;     // Whose job (or who acted); "" when neither.
+  std::string message;
+};
+
+struct EventQuery {
+  int64_t since_ms = 0;  // Events at or after this time.
+  uint64_t job_id = 0;   // 0: all jobs.
+  size_t limit = 100;    // The newest `limit` of those, returned oldest first.
+};
+
+// One allocation row joined with its job, for accounting: what a job held on
+// one GPU and from when to when.
+struct UsageRow {
+  uint64_t job_id = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string user;
+  std::string name;
+  uint32_t gpu_index = 0;
+  bool whole_gpu = false;      // The job asked for whole GPUs.
+  uint64_t memory_bytes = 0;   // Its limit on this GPU.
+  uint32_t compute_milli = 0;  // Its share of this GPU (0: uncapped).
+  int64_t allocated_ms = 0;
+  int64_t released_ms = 0;     // 0: still held.
+  int64_t job_started_ms = 0;
+  int64_t job_ended_ms = 0;    // 0: still running.
+  int64_t job_idle_ms = 0;     // The job's idle time so far (jobs.idle_ms).
+};
+
 class Ledger {
  public:
   // Opens (creating if absent) and migrates the ledger at `path`. Errors when
@@ -61,6 +97,19 @@ class Ledger {
   core::Result<std::vector<Transition>> Transitions(uint64_t job_id);
   // Held allocation rows (released_ms IS NULL) as (job id, GPU index) pairs.
   core::Result<std::vector<std::pair<uint64_t, uint32_t>>> HeldAllocations();
+
+  // Appends an event; returns its id.
+  core::Result<uint64_t> AddEvent(const Event& event);
+  core::Result<std::vector<Event>> Events(const EventQuery& query);
+  // Number of events of each kind ever recorded.
+  core::Result<std::vector<std::pair<std::string, uint64_t>>> EventCountsByKind();
+  // Allocation rows held at any time in [since_ms, until_ms).
+  core::Result<std::vector<UsageRow>> UsageRows(int64_t since_ms, int64_t until_ms);
+
+  // The connection, for the daemon's other ledger modules that keep their own
+  // tables in this file (created by the numbered migrations here). Same
+  // thread rule as the rest of the ledger.
+  sqlite3* db() { return db_; }
 
  private:
   explicit Ledger(sqlite3* db) : db_(db) {}

@@ -54,6 +54,54 @@ CREATE TABLE transitions (
 );
 CREATE INDEX transitions_job ON transitions(job_id);
 )sql",
+    // 2: events (every decision the daemon takes), idle accounting, quotas,
+    // and autoscaled services with their replica jobs.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN idle_ms INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE events (
+  id              INTEGER PRIMARY KEY,
+  at_ms           INTEGER NOT NULL,
+  kind            TEXT NOT NULL,
+  job_id          INTEGER NOT NULL DEFAULT 0,   -- 0: not about one job
+  user            TEXT NOT NULL DEFAULT '',
+  message         TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX events_at ON events(at_ms);
+CREATE INDEX events_job ON events(job_id) WHERE job_id != 0;
+CREATE TABLE quotas (
+  scope           TEXT NOT NULL CHECK (scope IN ('user', 'group')),
+  name            TEXT NOT NULL,
+  memory_bytes    INTEGER,                -- NULL: no limit
+  gpus            INTEGER,
+  compute_milli   INTEGER,
+  running_jobs    INTEGER,
+  updated_ms      INTEGER NOT NULL,
+  PRIMARY KEY (scope, name)
+);
+CREATE TABLE services (
+  id              INTEGER PRIMARY KEY,
+  name            TEXT NOT NULL UNIQUE,
+  uid             INTEGER NOT NULL,
+  gid             INTEGER NOT NULL,
+  user            TEXT NOT NULL,
+  replicas_min    INTEGER NOT NULL,
+  replicas_max    INTEGER NOT NULL,
+  desired         INTEGER NOT NULL,
+  target_util_pct REAL NOT NULL,
+  spec            TEXT NOT NULL,          -- JSON: request fields, windows, cool-down
+  argv            TEXT NOT NULL,          -- JSON array of strings
+  cwd             TEXT NOT NULL,
+  env             TEXT NOT NULL,          -- JSON array of "K=V"
+  created_ms      INTEGER NOT NULL,
+  updated_ms      INTEGER NOT NULL,
+  removed_ms      INTEGER                 -- NULL while it exists
+);
+CREATE TABLE service_replicas (
+  service_id      INTEGER NOT NULL REFERENCES services(id),
+  job_id          INTEGER NOT NULL REFERENCES jobs(id),
+  PRIMARY KEY (service_id, job_id)
+);
+)sql",
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "daemon/ledger.h"
 
+#include "daemon/ledger_schema.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -49,7 +51,7 @@ class LedgerTest : public ::testing::Test {
 TEST_F(LedgerTest, FreshLedgerIsAtTheLatestSchema) {
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ((*l)->schema_version(), 1);
+  EXPECT_EQ((*l)->schema_version(), 2);
   EXPECT_EQ(*(*l)->MaxJobId(), 0u);
 }
 
@@ -157,6 +159,112 @@ TEST_F(LedgerTest, PathThatIsADirectoryIsAnError) {
   auto l = Ledger::Open(path_);
   ASSERT_FALSE(l.ok());
   EXPECT_NE(l.status().message().find(path_), std::string::npos) << l.status().ToString();
+}
+
+TEST_F(LedgerTest, VersionOneLedgerIsMigratedKeepingItsJobs) {
+  // A ledger as the first release wrote it: migration 1 only.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  std::string v1 = std::string("PRAGMA application_id=") + std::to_string(kLedgerApplicationId) +
+                   "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                   " INSERT INTO schema_version VALUES (1);" +
+                   LedgerMigrations()[0] +
+                   "INSERT INTO jobs (id, uid, gid, user, kind, priority, mode, argv, cwd, env,"
+                   " state, submitted_ms) VALUES (5, 1000, 1000, 'bob', 'gpus', 'normal',"
+                   " 'submit', '[\"x\"]', '/', '[]', 'exited', 10);";
+  ASSERT_EQ(sqlite3_exec(db, v1.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ((*l)->schema_version(), 2);
+  auto jobs = (*l)->LoadJobs(false);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].user, "bob");
+  EXPECT_EQ((*jobs)[0].idle_ms, 0);
+  EXPECT_TRUE((*l)->AddEvent({0, 20, "submitted", 5, "bob", ""}).ok());
+}
+
+TEST_F(LedgerTest, IdleTimeRoundTrips) {
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  core::Job j = SampleJob(3);
+  j.idle_ms = 123456;
+  ASSERT_TRUE((*l)->SaveJob(j, std::nullopt, 1000).ok());
+  auto back = (*l)->LoadJob(3);
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_EQ((*back)->idle_ms, 123456);
+}
+
+TEST_F(LedgerTest, EventsAreFilteredAndTheNewestAreReturnedInOrder) {
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  for (int i = 1; i <= 10; ++i) {
+    Event e;
+    e.at_ms = 1000 * i;
+    e.kind = i % 2 ? "started" : "exited";
+    e.job_id = static_cast<uint64_t>(i % 3);
+    e.user = "alice";
+    e.message = "m" + std::to_string(i);
+    auto id = (*l)->AddEvent(e);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    EXPECT_EQ(*id, static_cast<uint64_t>(i));
+  }
+  EventQuery q;
+  q.limit = 3;
+  auto newest = (*l)->Events(q);
+  ASSERT_TRUE(newest.ok());
+  ASSERT_EQ(newest->size(), 3u);
+  EXPECT_EQ((*newest)[0].message, "m8");
+  EXPECT_EQ((*newest)[2].message, "m10");
+  q = EventQuery{};
+  q.job_id = 1;  // Events 1, 4, 7, 10.
+  q.since_ms = 4000;
+  auto job1 = (*l)->Events(q);
+  ASSERT_TRUE(job1.ok());
+  ASSERT_EQ(job1->size(), 3u);
+  EXPECT_EQ((*job1)[0].message, "m4");
+  auto counts = (*l)->EventCountsByKind();
+  ASSERT_TRUE(counts.ok());
+  ASSERT_EQ(counts->size(), 2u);
+  EXPECT_EQ((*counts)[0], (std::pair<std::string, uint64_t>{"exited", 5}));
+  EXPECT_EQ((*counts)[1], (std::pair<std::string, uint64_t>{"started", 5}));
+}
+
+TEST_F(LedgerTest, UsageRowsAreTheAllocationsOverlappingTheWindow) {
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  auto run = [&](uint64_t id, int64_t from, int64_t to) {
+    core::Job j = SampleJob(id);
+    ASSERT_TRUE((*l)->SaveJob(j, std::nullopt, from).ok());
+    j.state = core::JobState::kRunning;
+    j.started_ms = from;
+    j.allocation = {{1}, {"GPU-1"}, 8 * core::kGiB, 300};
+    ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kQueued, from).ok());
+    if (to > 0) {
+      j.state = core::JobState::kExited;
+      j.ended_ms = to;
+      j.idle_ms = 7;
+      ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kRunning, to).ok());
+    }
+  };
+  run(1, 1000, 2000);   // Before the window.
+  run(2, 1500, 5000);   // Overlaps its start.
+  run(3, 6000, 0);      // Still held.
+  run(4, 20000, 30000); // After the window.
+  auto rows = (*l)->UsageRows(3000, 10000);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].job_id, 2u);
+  EXPECT_EQ((*rows)[0].released_ms, 5000);
+  EXPECT_EQ((*rows)[0].job_idle_ms, 7);
+  EXPECT_EQ((*rows)[0].memory_bytes, 8 * core::kGiB);
+  EXPECT_EQ((*rows)[0].compute_milli, 300u);
+  EXPECT_FALSE((*rows)[0].whole_gpu);
+  EXPECT_EQ((*rows)[1].job_id, 3u);
+  EXPECT_EQ((*rows)[1].released_ms, 0);
+  EXPECT_EQ((*rows)[1].user, "alice");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <map>
 #include <numeric>
 
 #include "core/nvml_abi.h"
@@ -35,6 +36,9 @@ struct Nvml {
   nvmlDeviceGetMemoryInfo_fn memory = nullptr;
   nvmlDeviceGetUtilizationRates_fn utilization = nullptr;
   nvmlDeviceGetComputeRunningProcesses_v3_fn processes = nullptr;
+  nvmlDeviceGetProcessUtilization_fn process_util = nullptr;
+  nvmlDeviceGetTemperature_fn temperature = nullptr;
+  nvmlDeviceGetPowerUsage_fn power = nullptr;
   nvmlDeviceGetMigMode_fn mig_mode = nullptr;
   nvmlDeviceGetMaxMigDeviceCount_fn mig_count = nullptr;
   nvmlDeviceGetMigDeviceHandleByIndex_fn mig_by_index = nullptr;
@@ -61,6 +65,9 @@ struct Nvml {
     Get(h, &memory, "nvmlDeviceGetMemoryInfo");
     Get(h, &utilization, "nvmlDeviceGetUtilizationRates");
     Get(h, &processes, "nvmlDeviceGetComputeRunningProcesses_v3");
+    Get(h, &process_util, "nvmlDeviceGetProcessUtilization");
+    Get(h, &temperature, "nvmlDeviceGetTemperature");
+    Get(h, &power, "nvmlDeviceGetPowerUsage");
     Get(h, &mig_mode, "nvmlDeviceGetMigMode");
     Get(h, &mig_count, "nvmlDeviceGetMaxMigDeviceCount");
     Get(h, &mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
@@ -309,6 +316,7 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
   if (handle_ == nullptr) return core::FailedPreconditionError("NVML not loaded");
   Nvml n;
   n.Resolve(handle_);
+  last_sample_us_.resize(gpu_count_, 0);
   std::vector<GpuUsage> out;
   for (unsigned i = 0; i < gpu_count_; ++i) {
     nvmlDevice_t d = nullptr;
@@ -317,14 +325,50 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
     GpuUsage u;
     u.index = i;
     nvmlMemory_t mem{};
-    if (n.memory(d, &mem) == NVML_SUCCESS) u.memory_used = mem.used;
+    if (n.memory(d, &mem) == NVML_SUCCESS) {
+      u.memory_used = mem.used;
+      u.memory_total = mem.total;
+    }
     nvmlUtilization_t util{};
-    if (n.utilization && n.utilization(d, &util) == NVML_SUCCESS) u.utilization_pct = util.gpu;
+    if (n.utilization && n.utilization(d, &util) == NVML_SUCCESS) {
+      u.utilization_pct = util.gpu;
+      u.memory_util_pct = util.memory;
+    }
+    unsigned int value = 0;
+    if (n.temperature && n.temperature(d, NVML_TEMPERATURE_GPU, &value) == NVML_SUCCESS) {
+      u.temperature_c = static_cast<int32_t>(value);
+    }
+    if (n.power && n.power(d, &value) == NVML_SUCCESS) u.power_mw = value;
     if (n.processes) {
       nvmlProcessInfo_t infos[64];
       unsigned cnt = 64;
       if (n.processes(d, &cnt, infos) == NVML_SUCCESS) {
-        for (unsigned k = 0; k < cnt; ++k) u.processes.push_back({infos[k].pid, infos[k].usedGpuMemory});
+        for (unsigned k = 0; k < cnt; ++k) {
+          u.processes.push_back({infos[k].pid, infos[k].usedGpuMemory, 0});
+        }
+      }
+    }
+    // Per-process SM use: the mean of each process's samples since the last
+    // call. NVML keeps a short ring of samples per GPU; asking from the last
+    // timestamp seen avoids counting one sample twice. A process without a
+    // sample in the interval did not run a kernel: 0%.
+    if (n.process_util && !u.processes.empty()) {
+      nvmlProcessUtilizationSample_t samples[256];
+      unsigned int count = 256;
+      if (n.process_util(d, samples, &count, last_sample_us_[i]) == NVML_SUCCESS) {
+        std::map<unsigned int, std::pair<uint64_t, uint32_t>> sum;  // pid -> (sum, n)
+        for (unsigned k = 0; k < count && k < 256; ++k) {
+          auto& [total, num] = sum[samples[k].pid];
+          total += samples[k].smUtil;
+          ++num;
+          last_sample_us_[i] = std::max(last_sample_us_[i], samples[k].timeStamp);
+        }
+        for (GpuProcess& p : u.processes) {
+          auto it = sum.find(p.pid);
+          if (it != sum.end()) {
+            p.sm_util_pct = static_cast<uint32_t>(it->second.first / it->second.second);
+          }
+        }
       }
     }
     out.push_back(u);

@@ -35,6 +35,9 @@ class NvmlInventory : public Inventory {
   std::string sim_lib_dir_;
   void* handle_ = nullptr;
   size_t gpu_count_ = 0;
+  // Per GPU: the newest per-process utilisation sample already seen, so each
+  // Usage() averages only the samples since the previous one.
+  std::vector<unsigned long long> last_sample_us_;
 };
 
 }  // namespace gpuslice::daemon

@@ -56,9 +56,37 @@ core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& 
   if (!region.ok()) return region.status();
   std::vector<SliceUsage> out;
   for (const shim::DeviceUsage& d : (*region)->Devices()) {
-    out.push_back({d.uuid, d.limit_bytes, d.used_bytes, d.peak_bytes});
+    SliceUsage u;
+    u.uuid = d.uuid;
+    u.limit_bytes = d.limit_bytes;
+    u.used_bytes = d.used_bytes;
+    u.peak_bytes = d.peak_bytes;
+    out.push_back(u);
   }
   return out;
+}
+
+core::Result<std::vector<int32_t>> ShimRegionStore::Pids(const std::string& path) {
+  auto region = shim::Region::Open(path);
+  if (!region.ok()) return region.status();
+  std::vector<int32_t> out;
+  for (const shim::ProcessUsage& p : (*region)->Processes()) out.push_back(p.pid);
+  return out;
+}
+
+core::Status ShimRegionStore::Update(const std::string& path, const SliceLimits& limits) {
+  auto region = shim::Region::Open(path);
+  if (!region.ok()) return region.status().WithContext("open slice region " + path);
+  const shim::ComputeMode mode =
+      limits.work_conserving ? shim::ComputeMode::kWorkConserving : shim::ComputeMode::kHard;
+  for (const std::string& uuid : limits.uuids) {
+    GPUSLICE_RETURN_IF_ERROR(
+        (*region)->SetLimit(uuid, limits.memory_bytes_per_device).WithContext(path));
+    GPUSLICE_RETURN_IF_ERROR(
+        (*region)->SetComputeShare(uuid, limits.compute_milli, mode, limits.priority)
+            .WithContext(path));
+  }
+  return core::Status::Ok();
 }
 
 }  // namespace gpuslice::daemon

@@ -28,6 +28,9 @@ struct SliceLimits {
   // The job's priority. Stored for every slice, whole-GPU and MIG ones too;
   // the shim orders slices by it when they take turns on a GPU.
   core::Priority priority = core::Priority::kNormal;
+  // Idle reclaim's "stop launching new work": while set, the shim holds the
+  // slice's new kernel launches (memory stays allocated).
+  bool launches_paused = false;
 };
 
 struct SliceUsage {
@@ -35,6 +38,8 @@ struct SliceUsage {
   uint64_t limit_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t peak_bytes = 0;
+  uint64_t refused_allocs = 0;  // Allocations the shim refused for the limit.
+  uint64_t throttled_ns = 0;    // Time launches waited for their compute turn.
 };
 
 class RegionStore {
@@ -45,6 +50,12 @@ class RegionStore {
   virtual core::Status Remove(const std::string& path) = 0;
   virtual bool Exists(const std::string& path) = 0;
   virtual core::Result<std::vector<SliceUsage>> Usage(const std::string& path) = 0;
+  // Pids of the processes that have the slice open (live process slots).
+  virtual core::Result<std::vector<int32_t>> Pids(const std::string& path) = 0;
+  // Live change of an existing slice: memory limit, compute share, mode,
+  // priority and pause flag of every device in `limits.uuids`. The devices
+  // themselves cannot change (a closed region's device list is fixed).
+  virtual core::Status Update(const std::string& path, const SliceLimits& limits) = 0;
 };
 
 // Regions in `dir` (created 0755 so jobs of any user can reach their own
@@ -58,6 +69,8 @@ class ShimRegionStore : public RegionStore {
   core::Status Remove(const std::string& path) override;
   bool Exists(const std::string& path) override;
   core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override;
+  core::Result<std::vector<int32_t>> Pids(const std::string& path) override;
+  core::Status Update(const std::string& path, const SliceLimits& limits) override;
 
  private:
   std::string dir_;
@@ -80,11 +93,33 @@ class FakeRegionStore : public RegionStore {
     if (it == regions.end()) return core::NotFoundError("no region " + path);
     std::vector<SliceUsage> u;
     for (const std::string& id : it->second.uuids) {
-      u.push_back({id, it->second.memory_bytes_per_device, 0, 0});
+      SliceUsage su;
+      su.uuid = id;
+      su.limit_bytes = it->second.memory_bytes_per_device;
+      su.used_bytes = used.count(path) ? used[path] : 0;
+      su.peak_bytes = su.used_bytes;
+      u.push_back(su);
     }
     return u;
   }
+  core::Result<std::vector<int32_t>> Pids(const std::string& path) override {
+    if (!regions.count(path)) return core::NotFoundError("no region " + path);
+    return pids.count(path) ? pids[path] : std::vector<int32_t>{};
+  }
+  core::Status Update(const std::string& path, const SliceLimits& limits) override {
+    auto it = regions.find(path);
+    if (it == regions.end()) return core::NotFoundError("no region " + path);
+    SliceLimits next = limits;
+    next.uuids = it->second.uuids;
+    it->second = next;
+    return core::Status::Ok();
+  }
+
   std::map<std::string, SliceLimits> regions;
+  // Set by tests: per region, bytes used on each device and the live pids.
+  std::map<std::string, uint64_t> used;
+  std::map<std::string, std::vector<int32_t>> pids;
 };
+
 
 }  // namespace gpuslice::daemon

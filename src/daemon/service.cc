@@ -87,6 +87,9 @@ Status Service::Start() {
     return Status::Ok();
   }
   next_id_ = *max_id + 1;
+  if (auto counts = ledger_->EventCountsByKind(); counts.ok()) {
+    for (auto& [kind, n] : *counts) event_counts_[kind] = n;
+  }
   Recover(std::move(*live));
   Schedule();
   return Status::Ok();
@@ -220,6 +223,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   }
   ++next_id_;
   jobs_[id] = job;
+  RecordEvent("submitted", id, job.user, job.request.Describe());
   Enqueue(jobs_[id]);
   RequestSchedule();
   return View(jobs_[id]);
@@ -272,7 +276,8 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
 }
 
 JobView Service::View(const Job& job) {
-  JobView v{job, 0, ""};
+  JobView v{job, 0, "", std::nullopt};
+  if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
   if (job.state != JobState::kQueued) return v;
   if (waiting_index_stale_) {
     waiting_index_.clear();

@@ -65,6 +65,42 @@ struct ServiceOptions {
   bool backfill = true;
   int64_t kill_grace_ms = 5000;     // SIGTERM, then SIGKILL after this.
   size_t history = 1000;            // Finished jobs kept in memory for `ps --all`.
+  // Usage sampling (Service::Sample): how often, and the GPU use under which a
+  // running job counts as idle (JobUsage::low_use_ms, jobs.idle_ms).
+  int64_t sample_interval_ms = 1000;
+  double idle_threshold_pct = 30.0;
+};
+
+// What a running job uses, sampled once a second from its slice region (what
+// the shim charged) and NVML (what its processes hold and how busy they keep
+// the GPU).
+struct JobUsage {
+  int64_t sampled_ms = 0;
+  uint64_t memory_used_bytes = 0;   // Sum over its GPUs (the shim's count).
+  uint64_t memory_limit_bytes = 0;  // Sum over its GPUs.
+  uint64_t memory_peak_bytes = 0;
+  // What NVML says its processes hold (includes CUDA contexts and memory a
+  // process that escaped the shim allocated): the watchdog's figure.
+  uint64_t nvml_memory_bytes = 0;
+  // Achieved compute: its processes' SM use summed per GPU, averaged over its
+  // GPUs (0-100).
+  double gpu_util_pct = 0;
+  uint64_t refused_allocs = 0;
+  uint64_t throttled_ns = 0;
+  // How long gpu_util_pct has stayed below the idle threshold (0 when above).
+  int64_t low_use_ms = 0;
+  // Time below the threshold over the job's life (persisted as jobs.idle_ms).
+  int64_t idle_ms_total = 0;
+  std::vector<int32_t> pids;  // Processes seen in the slice or its process group.
+};
+
+// Queue waits of started jobs (submitted -> started), for the metrics'
+// histogram: cumulative counts per upper bound, like Prometheus buckets.
+struct WaitHistogram {
+  std::vector<double> bounds_s;
+  std::vector<uint64_t> cumulative;  // cumulative[i]: waits <= bounds_s[i].
+  uint64_t count = 0;
+  double sum_s = 0;
 };
 
 // A job plus what only the live daemon knows.
@@ -72,6 +108,7 @@ struct JobView {
   core::Job job;
   int queue_position = 0;  // 1-based; 0 when not queued.
   std::string waiting_for;  // Why a queued job waits.
+  std::optional<JobUsage> usage;  // Running jobs, once sampled.
 };
 
 struct LogChunk {
@@ -111,6 +148,20 @@ class Service {
   // Runs a queue plan that submissions deferred (see RequestSchedule). The
   // event loop calls it every few milliseconds; cheap when nothing waits.
   void Flush();
+
+  // Events: every decision worth telling a user (docs/DAEMON.md lists the
+  // kinds). Stored in the ledger; counted per kind for the metrics.
+  void RecordEvent(std::string kind, uint64_t job_id, std::string user, std::string message);
+  core::Result<std::vector<Event>> Events(const EventQuery& query) const;
+  const std::map<std::string, uint64_t>& EventCounts() const { return event_counts_; }
+
+  // Usage, as of the last sample (Sample runs from Tick once per
+  // sample_interval_ms).
+  std::optional<JobUsage> UsageOf(uint64_t job_id) const;
+  const std::vector<GpuUsage>& GpuUsageNow() const { return gpu_usage_; }
+  const WaitHistogram& QueueWaitHistogram() const { return wait_histogram_; }
+  // Samples now (Tick calls it when due; tests call it directly).
+  void Sample();
 
   bool degraded() const { return !degraded_reason_.empty(); }
   const std::string& degraded_reason() const { return degraded_reason_; }
@@ -159,6 +210,7 @@ class Service {
   void Dequeue(uint64_t id);
   JobView View(const core::Job& job);
   void TrimHistory();
+  void ObserveWait(const core::Job& job);
 
   ServiceOptions options_;
   Clock& clock_;
@@ -182,6 +234,17 @@ class Service {
   uint64_t plan_head_ = 0;
   bool schedule_pending_ = false;
   int64_t last_schedule_ms_ = 0;
+
+  // Events (in memory only when the ledger is unavailable).
+  std::map<std::string, uint64_t> event_counts_;
+  std::vector<Event> unsaved_events_;
+  // Usage sampling.
+  std::vector<GpuUsage> gpu_usage_;
+  std::unordered_map<uint64_t, JobUsage> usage_;
+  int64_t last_sample_ms_ = 0;
+  int64_t last_idle_persist_ms_ = 0;
+  bool usage_error_logged_ = false;
+  WaitHistogram wait_histogram_;
 };
 
 }  // namespace gpuslice::daemon

@@ -76,6 +76,7 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
 }
 
 void Service::Tick() {
+  if (clock_.NowMs() - last_sample_ms_ >= options_.sample_interval_ms) Sample();
   WatchRunning();
   Schedule();
   TrimHistory();
@@ -231,6 +232,11 @@ void Service::StartJob(Job& job) {
   }
   live_[job.id] = l;
   Persist(job, JobState::kQueued);
+  ObserveWait(job);
+  RecordEvent("started", job.id, job.user,
+              "on " + (job.allocation.gpu_uuids.empty() ? std::string("-")
+                                                        : Join(job.allocation.gpu_uuids, ',')) +
+                  (job.pid ? ", pid " + std::to_string(job.pid) : ""));
   LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +
           ") started on " + (job.allocation.gpu_uuids.empty() ? "-" : job.allocation.gpu_uuids[0]) +
           (job.pid ? ", pid " + std::to_string(job.pid) : ""));
@@ -254,11 +260,16 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
   live_.erase(job.id);
+  usage_.erase(job.id);
   job.state = state;
   job.exit_code = exit_code;
   job.reason = std::move(reason);
   job.ended_ms = clock_.NowMs();
   Persist(job, from);
+  // The event kind is the end state: exited, cancelled, timed_out, failed.
+  std::string what = exit_code >= 0 ? "exit " + std::to_string(exit_code) : std::string();
+  if (!job.reason.empty()) what += (what.empty() ? "" : ": ") + job.reason;
+  RecordEvent(std::string(core::JobStateName(state)), job.id, job.user, what);
   LogInfo("job " + std::to_string(job.id) + " " + std::string(core::JobStateName(state)) +
           (exit_code >= 0 ? " (exit " + std::to_string(exit_code) + ")" : "") +
           (job.reason.empty() ? "" : ": " + job.reason));

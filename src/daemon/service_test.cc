@@ -269,5 +269,109 @@ TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
   EXPECT_EQ(State(v->job.id), core::JobState::kExited);
 }
 
+TEST_F(ServiceTest, SubmissionsStartsAndEndsAreEvents) {
+  auto v = Submit("8GiB", std::nullopt);
+  ASSERT_TRUE(v.ok());
+  clock_.Advance(500);
+  launcher_.Exit(v->job.pid, 3);
+  service_->Tick();
+  ASSERT_EQ(State(v->job.id), core::JobState::kExited);
+  EventQuery q;
+  q.job_id = v->job.id;
+  auto events = service_->Events(q);
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 3u);
+  EXPECT_EQ((*events)[0].kind, "submitted");
+  EXPECT_EQ((*events)[1].kind, "started");
+  EXPECT_EQ((*events)[2].kind, "exited");
+  EXPECT_EQ((*events)[2].message, "exit 3");
+  EXPECT_EQ((*events)[2].user, "u1000");
+  EXPECT_EQ(service_->EventCounts().at("exited"), 1u);
+  // Counts survive a restart (read back from the ledger).
+  Restart();
+  EXPECT_EQ(service_->EventCounts().at("submitted"), 1u);
+}
+
+TEST_F(ServiceTest, QueueWaitsAreObservedInTheHistogram) {
+  auto a = Submit(std::nullopt, "2");
+  auto b = Submit(std::nullopt, "1");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(State(b->job.id), core::JobState::kQueued);
+  clock_.Advance(42'000);
+  launcher_.Exit(a->job.pid, 0);
+  service_->Tick();
+  ASSERT_EQ(State(b->job.id), core::JobState::kRunning);
+  const WaitHistogram& h = service_->QueueWaitHistogram();
+  EXPECT_EQ(h.count, 2u);
+  EXPECT_DOUBLE_EQ(h.sum_s, 42.0);
+  ASSERT_EQ(h.bounds_s.size(), h.cumulative.size());
+  for (size_t i = 0; i < h.bounds_s.size(); ++i) {
+    uint64_t expect = (h.bounds_s[i] >= 42.0 ? 2 : 1);
+    EXPECT_EQ(h.cumulative[i], expect) << "bound " << h.bounds_s[i];
+  }
+}
+
+TEST_F(ServiceTest, SamplerAttributesGpuUseAndCountsIdleTime) {
+  auto busy = Submit(std::nullopt, "1");
+  auto idle = Submit(std::nullopt, "1");
+  ASSERT_TRUE(busy.ok() && idle.ok());
+  const core::Job bj = busy->job;
+  const core::Job ij = idle->job;
+  ASSERT_NE(bj.allocation.gpu_indices[0], ij.allocation.gpu_indices[0]);
+  regions_.pids[bj.region_path] = {4242};
+  regions_.pids[ij.region_path] = {4343};
+  regions_.used[bj.region_path] = 3 * core::kGiB;
+  auto set_use = [&](uint32_t busy_sm, uint32_t idle_sm) {
+    inventory_.usage.clear();
+    for (uint32_t g = 0; g < 2; ++g) {
+      GpuUsage u;
+      u.index = g;
+      u.memory_total = 80 * core::kGiB;
+      if (g == bj.allocation.gpu_indices[0]) u.processes.push_back({4242, 5 * core::kGiB, busy_sm});
+      if (g == ij.allocation.gpu_indices[0]) u.processes.push_back({4343, 1 * core::kGiB, idle_sm});
+      // A process of nobody's job is ignored.
+      u.processes.push_back({999999, 1 * core::kGiB, 50});
+      inventory_.usage.push_back(u);
+    }
+  };
+  set_use(90, 2);
+  service_->Sample();
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(1000);
+    service_->Sample();
+  }
+  auto b = service_->UsageOf(bj.id);
+  auto d = service_->UsageOf(ij.id);
+  ASSERT_TRUE(b && d);
+  EXPECT_DOUBLE_EQ(b->gpu_util_pct, 90);
+  EXPECT_EQ(b->memory_used_bytes, 3 * core::kGiB);
+  EXPECT_EQ(b->memory_limit_bytes, 80 * core::kGiB) << "a whole GPU's slice is its memory";
+  EXPECT_EQ(b->nvml_memory_bytes, 5 * core::kGiB);
+  EXPECT_EQ(b->low_use_ms, 0);
+  EXPECT_DOUBLE_EQ(d->gpu_util_pct, 2);
+  EXPECT_EQ(d->low_use_ms, 5000);
+  EXPECT_EQ(d->idle_ms_total, 5000);
+  EXPECT_EQ(service_->Get(ij.id)->usage->low_use_ms, 5000) << "the job view carries it";
+  // Use comes back: the low-use streak restarts, the total stays.
+  set_use(90, 60);
+  clock_.Advance(1000);
+  service_->Sample();
+  EXPECT_EQ(service_->UsageOf(ij.id)->low_use_ms, 0);
+  EXPECT_EQ(service_->UsageOf(ij.id)->idle_ms_total, 5000);
+  // A long stall of the daemon counts as one interval, not as idle time.
+  set_use(90, 1);
+  clock_.Advance(3'600'000);
+  service_->Sample();
+  EXPECT_EQ(service_->UsageOf(ij.id)->idle_ms_total, 6000);
+  // The idle time is in the ledger once the job ends.
+  launcher_.Exit(ij.pid, 0);
+  service_->Tick();
+  EXPECT_FALSE(service_->UsageOf(ij.id).has_value());
+  Restart();
+  auto ended = service_->Get(ij.id);
+  ASSERT_TRUE(ended.ok());
+  EXPECT_EQ(ended->job.idle_ms, 6000);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

@@ -1,0 +1,10 @@
+// The CLI's monitor commands (see commands.h). The table grows with issue 6/7
+// work; each command keeps its option state in this file.
+
+#include "cli/commands.h"
+
+namespace gpuslice::cli {
+
+std::vector<Command> MonitorCommands() { return {}; }
+
+}  // namespace gpuslice::cli

@@ -1,0 +1,189 @@
+// Service: events and usage sampling. See service.h.
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+
+namespace {
+
+// Upper bounds of the queue-wait histogram, in seconds: from "started at
+// once" to "waited a day", roughly geometric.
+constexpr double kWaitBoundsS[] = {0.1, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 86400};
+
+// A sample older than this many intervals is not trusted to stand for the
+// whole gap (the daemon was stopped or starved): idle time then grows by one
+// interval only.
+constexpr int64_t kMaxGapIntervals = 3;
+
+// The process group of `pid` from /proc/PID/stat (field 5), or -1.
+int64_t ProcessGroupOf(int32_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return -1;
+  // The command name (field 2) may hold spaces and parentheses: skip to the
+  // last ')'.
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  char state = 0;
+  long long ppid = 0, pgrp = -1;
+  if (std::sscanf(stat.c_str() + close + 1, " %c %lld %lld", &state, &ppid, &pgrp) != 3) return -1;
+  return pgrp;
+}
+
+}  // namespace
+
+void Service::RecordEvent(std::string kind, uint64_t job_id, std::string user,
+                          std::string message) {
+  Event e;
+  e.at_ms = clock_.NowMs();
+  e.kind = std::move(kind);
+  e.job_id = job_id;
+  e.user = std::move(user);
+  e.message = std::move(message);
+  ++event_counts_[e.kind];
+  if (ledger_) {
+    auto id = ledger_->AddEvent(e);
+    if (id.ok()) return;
+    Degrade("ledger write failed: " + id.status().message());
+  }
+  // Without a ledger the newest events still show, from memory.
+  e.id = unsaved_events_.empty() ? 1 : unsaved_events_.back().id + 1;
+  unsaved_events_.push_back(std::move(e));
+  if (unsaved_events_.size() > 1000) unsaved_events_.erase(unsaved_events_.begin());
+}
+
+core::Result<std::vector<Event>> Service::Events(const EventQuery& query) const {
+  if (ledger_) return ledger_->Events(query);
+  std::vector<Event> out;
+  for (const Event& e : unsaved_events_) {
+    if (e.at_ms >= query.since_ms && (query.job_id == 0 || e.job_id == query.job_id)) {
+      out.push_back(e);
+    }
+  }
+  if (out.size() > query.limit) out.erase(out.begin(), out.end() - query.limit);
+  return out;
+}
+
+std::optional<JobUsage> Service::UsageOf(uint64_t job_id) const {
+  auto it = usage_.find(job_id);
+  if (it == usage_.end()) return std::nullopt;
+  return it->second;
+}
+
+void Service::ObserveWait(const Job& job) {
+  WaitHistogram& h = wait_histogram_;
+  if (h.bounds_s.empty()) {
+    h.bounds_s.assign(std::begin(kWaitBoundsS), std::end(kWaitBoundsS));
+    h.cumulative.assign(h.bounds_s.size(), 0);
+  }
+  double wait_s = std::max<int64_t>(0, job.started_ms - job.submitted_ms) / 1000.0;
+  for (size_t i = 0; i < h.bounds_s.size(); ++i) {
+    if (wait_s <= h.bounds_s[i]) ++h.cumulative[i];
+  }
+  ++h.count;
+  h.sum_s += wait_s;
+}
+
+void Service::Sample() {
+  int64_t now = clock_.NowMs();
+  int64_t gap = last_sample_ms_ == 0 ? 0 : now - last_sample_ms_;
+  if (gap > kMaxGapIntervals * options_.sample_interval_ms) gap = options_.sample_interval_ms;
+  last_sample_ms_ = now;
+
+  auto gpus = inventory_source_.Usage();
+  if (gpus.ok()) {
+    gpu_usage_ = std::move(*gpus);
+    usage_error_logged_ = false;
+  } else if (!usage_error_logged_) {
+    LogWarn("cannot read GPU usage: " + gpus.status().message());
+    usage_error_logged_ = true;
+  }
+
+  // Which job each GPU process belongs to: the slice's process slots name
+  // the processes the shim sees; a process that escaped the shim (no
+  // LD_PRELOAD) is still in the job's process group.
+  std::unordered_map<int64_t, uint64_t> job_of_pid;
+  std::unordered_map<int64_t, uint64_t> job_of_group;
+  for (const auto& [id, l] : live_) {
+    const Job& job = jobs_[id];
+    if (job.pid > 0) job_of_group[job.pid] = id;
+    JobUsage& u = usage_[id];
+    u.sampled_ms = now;
+    u.pids.clear();
+    u.memory_used_bytes = u.memory_limit_bytes = u.memory_peak_bytes = 0;
+    u.refused_allocs = u.throttled_ns = 0;
+    u.nvml_memory_bytes = 0;
+    if (job.region_path.empty()) continue;
+    if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
+      for (int32_t p : *pids) {
+        job_of_pid[p] = id;
+        u.pids.push_back(p);
+      }
+    }
+    if (auto slices = regions_.Usage(job.region_path); slices.ok()) {
+      for (const SliceUsage& s : *slices) {
+        u.memory_used_bytes += s.used_bytes;
+        if (s.limit_bytes != ~0ull) u.memory_limit_bytes += s.limit_bytes;
+        u.memory_peak_bytes += s.peak_bytes;
+        u.refused_allocs += s.refused_allocs;
+        u.throttled_ns += s.throttled_ns;
+      }
+    }
+  }
+  // SM use per job and GPU.
+  std::unordered_map<uint64_t, std::map<uint32_t, double>> sm;
+  for (const GpuUsage& g : gpu_usage_) {
+    for (const GpuProcess& p : g.processes) {
+      uint64_t id = 0;
+      if (auto it = job_of_pid.find(p.pid); it != job_of_pid.end()) {
+        id = it->second;
+      } else if (auto grp = job_of_group.find(ProcessGroupOf(static_cast<int32_t>(p.pid)));
+                 grp != job_of_group.end()) {
+        id = grp->second;
+        usage_[id].pids.push_back(static_cast<int32_t>(p.pid));
+      } else {
+        continue;
+      }
+      usage_[id].nvml_memory_bytes += p.used_memory;
+      sm[id][g.index] += p.sm_util_pct;
+    }
+  }
+  bool persist_idle = now - last_idle_persist_ms_ >= 60'000;
+  for (auto& [id, l] : live_) {
+    Job& job = jobs_[id];
+    JobUsage& u = usage_[id];
+    double sum = 0;
+    for (uint32_t g : job.allocation.gpu_indices) {
+      auto per_job = sm.find(id);
+      if (per_job == sm.end()) break;
+      auto it = per_job->second.find(g);
+      if (it != per_job->second.end()) sum += std::min(100.0, it->second);
+    }
+    size_t n = job.allocation.gpu_indices.size();
+    u.gpu_util_pct = n ? sum / static_cast<double>(n) : 0;
+    if (gap > 0 && u.gpu_util_pct < options_.idle_threshold_pct) {
+      u.low_use_ms += gap;
+      job.idle_ms += gap;
+    } else if (u.gpu_util_pct >= options_.idle_threshold_pct) {
+      u.low_use_ms = 0;
+    }
+    u.idle_ms_total = job.idle_ms;
+    if (persist_idle && gap > 0) Persist(job, job.state);
+  }
+  if (persist_idle) last_idle_persist_ms_ = now;
+  // Forget jobs that ended.
+  for (auto it = usage_.begin(); it != usage_.end();) {
+    it = live_.count(it->first) ? std::next(it) : usage_.erase(it);
+  }
+}
+
+}  // namespace gpuslice::daemon
