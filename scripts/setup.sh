@@ -10,6 +10,9 @@ packages=(
   nlohmann-json3-dev libboost1.74-dev libcli11-dev
   libsqlite3-dev sqlite3
   gnuplot-nox
+  # Monitoring tests: a real Prometheus (promtool too) and Alertmanager, the
+  # status page in headless Chromium; python3 for small test helpers.
+  prometheus prometheus-alertmanager chromium python3
 )
 
 missing=()
