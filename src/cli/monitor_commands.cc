@@ -1,10 +1,18 @@
-// The CLI's monitor commands (see commands.h). The table grows with issue 6/7
-// work; each command keeps its option state in this file.
+// The CLI's monitor commands (see commands.h): `top` and `usage`, each in its
+// own file (top.cc, usage_command.cc) with its own option state.
 
 #include "cli/commands.h"
+#include "cli/monitor.h"
 
 namespace gpuslice::cli {
 
-std::vector<Command> MonitorCommands() { return {}; }
+std::vector<Command> MonitorCommands() {
+  return {
+      {"top", "A live view of the GPUs, their slices, the queue and recent events", SetupTop,
+       RunTop},
+      {"usage", "GPU-hours and more per user, group or job over a time window", SetupUsage,
+       RunUsage},
+  };
+}
 
 }  // namespace gpuslice::cli

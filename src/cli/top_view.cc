@@ -276,7 +276,7 @@ TopModel ModelFromJson(const json& status, const json& gpus, const json& jobs, c
       TopEvent t;
       t.at_ms = Get<int64_t>(e, "at_ms", 0);
       t.kind = Text(e, "kind");
-      t.job = Get<uint64_t>(e, "job_id", 0);
+      t.job = Get<uint64_t>(e, "job", Get<uint64_t>(e, "job_id", 0));
       t.user = Text(e, "user");
       t.message = Text(e, "message");
       m.events.push_back(std::move(t));

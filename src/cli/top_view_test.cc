@@ -70,13 +70,13 @@ json Events() {
            {{{"id", 1},
              {"at_ms", kNow - 90'000},
              {"kind", "submitted"},
-             {"job_id", 1},
+             {"job", 1},
              {"user", "alice"},
              {"message", "8 GiB + 30%"}},
             {{"id", 2},
              {"at_ms", kNow - 89'000},
              {"kind", "started"},
-             {"job_id", 1},
+             {"job", 1},
              {"user", "alice"},
              {"message", "GPU 0"}}}}};
 }
