@@ -64,8 +64,11 @@ class HttpServer::Impl {
   template <typename Socket>
   class Session : public std::enable_shared_from_this<Session<Socket>> {
    public:
-    Session(Impl* impl, Socket socket, std::optional<Caller> caller)
-        : impl_(impl), socket_(std::move(socket)), caller_(std::move(caller)) {}
+    Session(Impl* impl, Socket socket, std::optional<Caller> caller, bool metrics_only = false)
+        : impl_(impl),
+          socket_(std::move(socket)),
+          caller_(std::move(caller)),
+          metrics_only_(metrics_only) {}
     void Start() { Read(); }
 
    private:
@@ -105,6 +108,8 @@ class HttpServer::Impl {
       ApiResponse resp;
       if (!target.ok()) {
         resp = {400, ErrorJson(target).dump(), "application/json", {}};
+      } else if (metrics_only_) {
+        resp = impl_->HandleMetricsOnly(ar);
       } else if (caller_) {
         ar.caller = *caller_;
         resp = impl_->api_.Handle(ar);
@@ -154,6 +159,7 @@ class HttpServer::Impl {
     Impl* impl_;
     Socket socket_;
     std::optional<Caller> caller_;
+    bool metrics_only_ = false;  // The metrics listener's rules apply.
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
     http::response<http::string_body> response_;
@@ -180,6 +186,41 @@ class HttpServer::Impl {
     });
   }
 
+  // The metrics listener: anonymous reads of the allowed paths only.
+  ApiResponse HandleMetricsOnly(ApiRequest& ar) {
+    bool allowed = ar.method == "GET";
+    if (allowed) {
+      allowed = false;
+      for (const std::string& p : metrics_paths_) allowed = allowed || ar.path == p;
+    }
+    if (!allowed) {
+      return {404,
+              ErrorJson(core::NotFoundError("the metrics listener serves only GET of " +
+                                            metrics_paths_text_))
+                  .dump(),
+              "application/json",
+              {}};
+    }
+    ar.caller = Caller{};
+    ar.caller.uid = UINT32_MAX;
+    ar.caller.gid = UINT32_MAX;
+    ar.caller.user = "metrics-listener";
+    ar.caller.admin = false;
+    ar.caller.local = false;
+    return api_.Handle(ar);
+  }
+
+  void AcceptMetrics() {
+    metrics_acceptor_->async_accept([this](beast::error_code ec, tcp::socket socket) {
+      if (!ec) {
+        socket.set_option(tcp::no_delay(true));
+        std::make_shared<Session<tcp::socket>>(this, std::move(socket), std::nullopt, true)
+            ->Start();
+      }
+      if (ec != asio::error::operation_aborted) AcceptMetrics();
+    });
+  }
+
   void AcceptTcp() {
     tcp_acceptor_->async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (!ec) {
@@ -196,6 +237,9 @@ class HttpServer::Impl {
   HttpServer* owner_;
   std::optional<local::acceptor> unix_acceptor_;
   std::optional<tcp::acceptor> tcp_acceptor_;
+  std::optional<tcp::acceptor> metrics_acceptor_;
+  std::vector<std::string> metrics_paths_;
+  std::string metrics_paths_text_;
 };
 
 HttpServer::HttpServer(asio::io_context& io, Api& api, ServerOptions options)
@@ -256,6 +300,55 @@ core::Status HttpServer::ListenTcp(const std::string& host_port) {
   LogInfo("TCP API on " + host_port + " (bearer token required)");
   impl_->AcceptTcp();
   return core::Status::Ok();
+}
+
+}  // namespace gpuslice::daemon
+
+namespace gpuslice::daemon {
+
+core::Result<std::string> HttpServer::ListenMetrics(const std::string& host_port,
+                                                    std::vector<std::string> paths) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == host_port.size()) {
+    return core::InvalidArgumentError("metrics_listen: expected HOST:PORT, got '" + host_port +
+                                      "'");
+  }
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const std::string port_text = host_port.substr(colon + 1);
+  char* end = nullptr;
+  const long port = std::strtol(port_text.c_str(), &end, 10);
+  if (*end != '\0' || port < 0 || port > 65535) {
+    return core::InvalidArgumentError("metrics_listen: bad port '" + port_text + "' in '" +
+                                      host_port + "'");
+  }
+  beast::error_code ec;
+  auto addr = asio::ip::make_address(host, ec);
+  if (ec) {
+    return core::InvalidArgumentError("metrics_listen: bad address '" + host + "' in '" +
+                                      host_port + "' (an IP address is needed)");
+  }
+  impl_->metrics_paths_ = std::move(paths);
+  impl_->metrics_paths_text_.clear();
+  for (const std::string& p : impl_->metrics_paths_) {
+    impl_->metrics_paths_text_ += (impl_->metrics_paths_text_.empty() ? "" : ", ") + p;
+  }
+  auto& acceptor = impl_->metrics_acceptor_.emplace(impl_->io_);
+  tcp::endpoint ep(addr, static_cast<unsigned short>(port));
+  acceptor.open(ep.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(ep, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return core::UnavailableError("metrics listener on " + host_port + ": " + ec.message());
+  const tcp::endpoint bound = acceptor.local_endpoint(ec);
+  if (ec) return core::InternalError("metrics listener: local address: " + ec.message());
+  const std::string address = bound.address().is_v6()
+                                  ? "[" + bound.address().to_string() + "]"
+                                  : bound.address().to_string();
+  impl_->AcceptMetrics();
+  return address + ":" + std::to_string(bound.port());
 }
 
 }  // namespace gpuslice::daemon

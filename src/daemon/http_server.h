@@ -1,14 +1,18 @@
 #pragma once
 
 // The daemon's HTTP/1.1 server (Boost.Beast over Asio): a unix socket whose
-// callers are identified by SO_PEERCRED, and an optional TCP listener whose
-// callers must present the bearer token. Runs on the daemon's one event
-// thread; each request is handed to Api::Handle synchronously.
+// callers are identified by SO_PEERCRED, an optional TCP listener whose
+// callers must present the bearer token, and an optional metrics listener
+// (plain HTTP, no credentials) that answers only GET on a fixed list of
+// read-only paths (/metrics and the status page) and 404 to anything else.
+// Runs on the daemon's one event thread; each request is handed to
+// Api::Handle synchronously.
 
 #include <functional>
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <string>
@@ -32,6 +36,13 @@ class HttpServer {
   // when given. Errors when another daemon answers on it.
   core::Status ListenUnix(const std::string& path, uint32_t mode, std::optional<uint32_t> gid);
   core::Status ListenTcp(const std::string& host_port);
+  // Plain HTTP on HOST:PORT ("[::1]:PORT" for IPv6) for Prometheus and the
+  // status page: no authentication, so only GET of exactly `paths` is passed
+  // to the Api (as an anonymous, non-admin, non-local caller); every other
+  // request gets 404. Port 0 picks a free port. Returns the bound
+  // "HOST:PORT".
+  core::Result<std::string> ListenMetrics(const std::string& host_port,
+                                          std::vector<std::string> paths);
   // Called after each handled request (the daemon runs housekeeping then).
   void set_after_request(std::function<void()> f) { after_request_ = std::move(f); }
 

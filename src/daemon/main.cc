@@ -20,6 +20,7 @@
 #include "daemon/doctor.h"
 #include "daemon/http_server.h"
 #include "daemon/log.h"
+#include "daemon/metrics.h"
 #include "daemon/nvml_inventory.h"
 #include "daemon/region_store.h"
 #include "daemon/service.h"
@@ -52,6 +53,22 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// Writes "HOST:PORT\n" to `path` (through a temporary file and rename, so a
+// reader never sees half of it): how tests and scripts find a metrics
+// listener started on port 0.
+gpuslice::core::Status WriteAddressFile(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << address << "\n";
+    if (!out.flush()) return gpuslice::core::InternalError("cannot write " + tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return gpuslice::core::InternalError("cannot rename " + tmp + ": " + ec.message());
+  return gpuslice::core::Status::Ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,7 +76,7 @@ int main(int argc, char** argv) {
   std::string config_file;
   std::vector<std::string> sets;
   std::string state_dir, socket, tcp, tcp_token_file, admin_group, policy, gpu_source, shim,
-      sim_lib_dir, log_level, socket_group;
+      sim_lib_dir, log_level, socket_group, metrics_listen;
   bool no_backfill = false;
   app.add_option("--config", config_file, "Configuration file (docs/CONFIG.md)");
   app.add_option("--state-dir", state_dir, "Ledger, logs and slices (default /var/lib/gpuslice)");
@@ -67,6 +84,9 @@ int main(int argc, char** argv) {
   app.add_option("--socket-group", socket_group, "Group allowed to connect to the socket");
   app.add_option("--tcp", tcp, "Also listen on HOST:PORT (needs --tcp-token-file)");
   app.add_option("--tcp-token-file", tcp_token_file, "File holding the TCP bearer token");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "Serve GET /metrics and the status page over plain HTTP on HOST:PORT "
+                 "(no auth; port 0 picks one, see <state_dir>/metrics.addr)");
   app.add_option("--admin-group", admin_group, "Group whose members may act on all jobs");
   app.add_option("--policy", policy, "Placement policy: binpack (default) or spread");
   app.add_option("--gpu-source", gpu_source, "auto (default), nvml or simulated");
@@ -86,7 +106,8 @@ int main(int argc, char** argv) {
       {"state_dir", state_dir}, {"socket", socket},         {"tcp_listen", tcp},
       {"tcp_token_file", tcp_token_file}, {"admin_group", admin_group}, {"policy", policy},
       {"gpu_source", gpu_source}, {"shim", shim},           {"sim_lib_dir", sim_lib_dir},
-      {"log_level", log_level}, {"socket_group", socket_group}};
+      {"log_level", log_level}, {"socket_group", socket_group},
+      {"metrics_listen", metrics_listen}};
   for (const std::string& kv : sets) {
     size_t eq = kv.find('=');
     if (eq == std::string::npos) return Fail("--set expects key=value, got '" + kv + "'");
@@ -166,6 +187,10 @@ int main(int argc, char** argv) {
   gd::DoctorOptions doctor_options{config.shim, config.sim_lib_dir, options.job_env};
   gd::Doctor doctor(doctor_options, service.inventory());
   gd::Api api(service, doctor);
+  gd::MetricsOptions metrics_options;
+  metrics_options.version = GPUSLICE_VERSION;
+  metrics_options.start_time_ms = clock.NowMs();
+  gd::RegisterMetrics(api, service, metrics_options);
   boost::asio::io_context io(1);
   gd::ServerOptions server_options;
   server_options.admin_gid = admin_gid;
@@ -176,6 +201,15 @@ int main(int argc, char** argv) {
   }
   if (!config.tcp_listen.empty()) {
     if (auto s = server.ListenTcp(config.tcp_listen); !s.ok()) return Fail(s.message());
+  }
+  const std::string metrics_addr_file = config.state_dir + "/metrics.addr";
+  fs::remove(metrics_addr_file, ec);
+  if (!config.metrics_listen.empty()) {
+    auto bound =
+        server.ListenMetrics(config.metrics_listen, {"/metrics", "/status", "/status.json"});
+    if (!bound.ok()) return Fail(bound.status().message());
+    if (auto s = WriteAddressFile(metrics_addr_file, *bound); !s.ok()) return Fail(s.message());
+    gd::LogInfo("metrics and status page on http://" + *bound + "/metrics (no authentication)");
   }
 
   // Housekeeping: on every child exit and every 100 ms (the latter catches
@@ -220,5 +254,6 @@ int main(int argc, char** argv) {
               (service.degraded() ? "; DEGRADED: " + service.degraded_reason() : ""));
   io.run();
   unlink(config.socket.c_str());
+  if (!config.metrics_listen.empty()) fs::remove(metrics_addr_file, ec);
   return 0;
 }

@@ -32,6 +32,7 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
       limits.work_conserving ? shim::ComputeMode::kWorkConserving : shim::ComputeMode::kHard;
   for (const std::string& uuid : limits.uuids) {
     core::Status s = (*region)->SetComputeShare(uuid, limits.compute_milli, mode, limits.priority);
+    if (s.ok() && limits.launches_paused) s = (*region)->SetLaunchesPaused(uuid, true);
     if (!s.ok()) {
       (void)shim::Region::Remove(path);
       return s.WithContext("set the compute share of " + uuid + " in " + path);
@@ -61,6 +62,8 @@ core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& 
     u.limit_bytes = d.limit_bytes;
     u.used_bytes = d.used_bytes;
     u.peak_bytes = d.peak_bytes;
+    u.refused_allocs = d.refused_allocs;
+    u.throttled_ns = d.throttled_ns;
     out.push_back(u);
   }
   return out;
@@ -85,6 +88,8 @@ core::Status ShimRegionStore::Update(const std::string& path, const SliceLimits&
     GPUSLICE_RETURN_IF_ERROR(
         (*region)->SetComputeShare(uuid, limits.compute_milli, mode, limits.priority)
             .WithContext(path));
+    GPUSLICE_RETURN_IF_ERROR(
+        (*region)->SetLaunchesPaused(uuid, limits.launches_paused).WithContext(path));
   }
   return core::Status::Ok();
 }

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "shim/admission.h"
 #include "shim/region.h"
 
 namespace gpuslice::daemon {
@@ -83,6 +84,40 @@ TEST_F(ShimRegionStoreTest, AShareAboveTheWholeGpuIsRefusedAndLeavesNoRegion) {
   EXPECT_NE(path.status().message().find("above 100%"), std::string::npos)
       << path.status().message();
   EXPECT_FALSE(store.Exists(dir_ + "/slices/job-9.slice"));
+}
+
+TEST_F(ShimRegionStoreTest, LaunchesPausedIsSetAtCreateAndFollowsUpdates) {
+  ShimRegionStore store(dir_ + "/slices");
+  SliceLimits l = Limits(3, {"GPU-aaaa", "GPU-bbbb"});
+  l.launches_paused = true;
+  auto path = store.Create(l);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  auto region = shim::Region::Open(*path);
+  ASSERT_TRUE(region.ok());
+  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
+  l.launches_paused = false;
+  ASSERT_TRUE(store.Update(*path, l).ok());
+  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_FALSE(d.launches_paused) << d.uuid;
+  l.launches_paused = true;
+  ASSERT_TRUE(store.Update(*path, l).ok());
+  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
+}
+
+TEST_F(ShimRegionStoreTest, UsageCarriesTheShimsRefusalAndThrottleCounters) {
+  ShimRegionStore store(dir_ + "/slices");
+  auto path = store.Create(Limits(4, {"GPU-aaaa"}));
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  auto region = shim::Region::Open(*path);
+  ASSERT_TRUE(region.ok());
+  // What the shim does in a job's processes (admission.h, the compute gate).
+  shim::CountRefusal((*region)->device(0));
+  shim::CountRefusal((*region)->device(0));
+  (*region)->device(0).throttled_ns.fetch_add(2'500'000);
+  auto usage = store.Usage(*path);
+  ASSERT_TRUE(usage.ok()) << usage.status().ToString();
+  ASSERT_EQ(usage->size(), 1u);
+  EXPECT_EQ((*usage)[0].refused_allocs, 2u);
+  EXPECT_EQ((*usage)[0].throttled_ns, 2'500'000u);
 }
 
 }  // namespace
