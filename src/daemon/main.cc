@@ -24,6 +24,8 @@
 #include "daemon/nvml_inventory.h"
 #include "daemon/region_store.h"
 #include "daemon/service.h"
+#include "daemon/status_page.h"
+#include "daemon/usage_api.h"
 
 namespace gd = gpuslice::daemon;
 namespace fs = std::filesystem;
@@ -191,6 +193,8 @@ int main(int argc, char** argv) {
   metrics_options.version = GPUSLICE_VERSION;
   metrics_options.start_time_ms = clock.NowMs();
   gd::RegisterMetrics(api, service, metrics_options);
+  gd::RegisterStatusPage(api, service);
+  gd::RegisterUsageApi(api, service);
   boost::asio::io_context io(1);
   gd::ServerOptions server_options;
   server_options.admin_gid = admin_gid;
