@@ -31,6 +31,11 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   sub->add_option("--priority", r.priority, "low, normal (default) or high");
   sub->add_option("--name", r.name, "A name to show in ps");
   sub->add_option("--max-runtime", r.max_runtime, "End the job after this long, e.g. 2h");
+  sub->add_option("--pool", r.pool, "Run on this pool's GPUs (default: the default pool)");
+  if (with_command) {
+    sub->add_flag("--restartable", r.restartable,
+                  "If preempted, queue it again (it restarts from the beginning)");
+  }
   if (with_command) {
     sub->add_option("command", r.command, "The command, after --")->required();
   }
@@ -112,6 +117,9 @@ int Ps(Context& ctx) {
       note = code >= 0 ? "exit " + std::to_string(code) : "";
       std::string reason = j.value("reason", "");
       if (!reason.empty()) note += (note.empty() ? "" : "; ") + reason;
+    } else if (state == "running" && j.contains("flags")) {
+      // Policy flags: idle, paused, over_limit, preempted.
+      for (const json& f : j["flags"]) note += (note.empty() ? "" : ",") + f.get<std::string>();
     }
     t.Add({std::to_string(j["id"].get<uint64_t>()), j["user"], j.value("name", ""), state,
            Describe(j), j["request"]["priority"], GpuColumn(j), FormatAge(now - since), pos,
@@ -154,13 +162,14 @@ int Gpus(Context& ctx) {
             << g.value("nvml_version", "?") << "   CUDA "
             << g.value("cuda_driver_version", 0) / 1000 << "."
             << (g.value("cuda_driver_version", 0) % 1000) / 10 << "\n";
-  Table t({"GPU", "NAME", "UUID", "MEMORY", "UTIL", "SMs", "ISLAND", "SLICES"});
+  Table t({"GPU", "NAME", "UUID", "POOL", "MEMORY", "UTIL", "SMs", "ISLAND", "SLICES"});
   Table s({"GPU", "JOB", "USER", "NAME", "MEM LIMIT", "MEM USED", "COMPUTE"});
   for (const json& gpu : g["gpus"]) {
     std::string mem = core::FormatBytes(gpu.value("memory_used", uint64_t{0})) + " / " +
                       core::FormatBytes(gpu.value("memory_total", uint64_t{0}));
     int island = gpu.value("island", -1);
-    t.Add({std::to_string(gpu["index"].get<int>()), gpu["model"], gpu["uuid"], mem,
+    t.Add({std::to_string(gpu["index"].get<int>()), gpu["model"], gpu["uuid"],
+           gpu.value("pool", std::string("-")), mem,
            std::to_string(gpu.value("utilization_pct", 0)) + "%",
            gpu.value("sm_count", 0) ? std::to_string(gpu["sm_count"].get<int>()) : "-",
            island < 0 ? "-" : std::to_string(island) + " " + gpu.value("link", ""),
@@ -176,7 +185,7 @@ int Gpus(Context& ctx) {
     }
     if (gpu.value("mig_enabled", false)) {
       for (const json& m : gpu["mig"]) {
-        t.Add({"  mig", m.value("profile", ""), m["uuid"],
+        t.Add({"  mig", m.value("profile", ""), m["uuid"], "",
                core::FormatBytes(m.value("memory_total", uint64_t{0})), "", "", "", ""});
       }
     }
@@ -244,6 +253,8 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
   put("priority", r.priority);
   put("name", r.name);
   put("max_runtime", r.max_runtime);
+  put("pool", r.pool);
+  if (r.restartable) body["restartable"] = true;
   body["argv"] = r.command;
   char cwd[4096];
   body["cwd"] = getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string("/");

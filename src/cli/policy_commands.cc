@@ -1,10 +1,158 @@
-// The CLI's policy commands (see commands.h). The table grows with issue 6/7
-// work; each command keeps its option state in this file.
+// The CLI's policy commands (see commands.h): quotas and live resize. Each
+// command keeps its option state in this file.
+
+#include <iostream>
 
 #include "cli/commands.h"
+#include "cli/table.h"
+#include "core/units.h"
 
 namespace gpuslice::cli {
+namespace {
 
-std::vector<Command> PolicyCommands() { return {}; }
+using nlohmann::json;
+
+struct QuotaOptions {
+  CLI::App* set = nullptr;
+  CLI::App* ls = nullptr;
+  CLI::App* rm = nullptr;
+  std::string user, group;
+  std::optional<std::string> mem, gpus, compute, jobs;
+} g_quota;
+
+struct ResizeOptions {
+  std::optional<std::string> mem, compute;
+  bool force = false;
+} g_resize;
+
+void AddPrincipal(CLI::App* sub) {
+  auto* u = sub->add_option("--user", g_quota.user, "A user's quota");
+  auto* g = sub->add_option("--group", g_quota.group, "A group's quota (every member's jobs together)");
+  u->excludes(g);
+}
+
+void SetupQuota(CLI::App* sub, Context* ctx) {
+  sub->require_subcommand(1);
+  g_quota.set = sub->add_subcommand("set", "Set a user's or group's quota (admins only)");
+  AddPrincipal(g_quota.set);
+  g_quota.set->add_option("--mem", g_quota.mem, "GPU memory over all running jobs, e.g. 20GiB");
+  g_quota.set->add_option("--gpus", g_quota.gpus, "Whole GPUs at once");
+  g_quota.set->add_option("--compute", g_quota.compute,
+                          "Sum of compute shares, e.g. 150% (100% = one GPU)");
+  g_quota.set->add_option("--jobs", g_quota.jobs, "Running jobs at once");
+  g_quota.ls = sub->add_subcommand("ls", "The quotas and what each principal holds now");
+  g_quota.rm = sub->add_subcommand("rm", "Remove a user's or group's quota (admins only)");
+  AddPrincipal(g_quota.rm);
+  for (CLI::App* leaf : {g_quota.set, g_quota.ls, g_quota.rm}) {
+    leaf->add_flag("--json", ctx->json, "Machine-readable output");
+  }
+}
+
+core::Result<json> PrincipalBody() {
+  if (g_quota.user.empty() == g_quota.group.empty()) {
+    return core::InvalidArgumentError("name exactly one of --user or --group");
+  }
+  return json{{"scope", g_quota.user.empty() ? "group" : "user"},
+              {"name", g_quota.user.empty() ? g_quota.group : g_quota.user}};
+}
+
+std::string UseOf(const json& q, const char* limit_key, const char* used_key, bool bytes,
+                  bool share) {
+  if (!q.contains(limit_key)) return "-";
+  uint64_t limit = q[limit_key].get<uint64_t>();
+  uint64_t used = q["in_use"].value(used_key, uint64_t{0});
+  auto fmt = [&](uint64_t v) {
+    if (bytes) return core::FormatBytes(v);
+    if (share) return core::FormatShareMilli(static_cast<uint32_t>(v));
+    return std::to_string(v);
+  };
+  return fmt(used) + " / " + fmt(limit);
+}
+
+int Quota(Context& ctx) {
+  if (g_quota.ls->parsed()) {
+    auto r = ctx.client->Call("GET", "/v1/quotas");
+    if (!r.ok()) return ReportError(ctx, r.status());
+    if (ctx.json) {
+      std::cout << r->dump(2) << "\n";
+      return 0;
+    }
+    Table t({"SCOPE", "NAME", "MEMORY", "GPUS", "COMPUTE", "JOBS"});
+    for (const json& q : (*r)["quotas"]) {
+      t.Add({q["scope"], q["name"], UseOf(q, "memory_bytes", "memory_bytes", true, false),
+             UseOf(q, "gpus", "gpus", false, false),
+             UseOf(q, "compute_milli", "compute_milli", false, true),
+             UseOf(q, "jobs", "jobs", false, false)});
+    }
+    std::cout << t.Render();
+    return 0;
+  }
+  auto who = PrincipalBody();
+  if (!who.ok()) return ReportError(ctx, who.status());
+  if (g_quota.rm->parsed()) {
+    std::string target = "/v1/quotas/" + (*who)["scope"].get<std::string>() + "/" +
+                         (*who)["name"].get<std::string>();
+    auto r = ctx.client->Call("DELETE", target);
+    if (!r.ok()) return ReportError(ctx, r.status());
+    if (ctx.json) {
+      std::cout << r->dump(2) << "\n";
+    } else {
+      std::cout << "quota of " << (*who)["scope"].get<std::string>() << " "
+                << (*who)["name"].get<std::string>() << " removed\n";
+    }
+    return 0;
+  }
+  json body = *who;
+  auto put = [&](const char* key, const std::optional<std::string>& v) {
+    if (v) body[key] = *v;
+  };
+  put("mem", g_quota.mem);
+  put("gpus", g_quota.gpus);
+  put("compute", g_quota.compute);
+  put("jobs", g_quota.jobs);
+  auto r = ctx.client->Call("POST", "/v1/quotas", &body);
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    std::cout << (*r)["scope"].get<std::string>() << " " << (*r)["name"].get<std::string>()
+              << ": " << (*r)["describe"].get<std::string>() << "\n";
+  }
+  return 0;
+}
+
+void SetupResize(CLI::App* sub, Context* ctx) {
+  sub->add_option("id", ctx->job_id, "Job id")->required();
+  sub->add_option("--mem", g_resize.mem, "New memory limit, e.g. 12GiB");
+  sub->add_option("--compute", g_resize.compute, "New compute share, e.g. 50%");
+  sub->add_flag("--force", g_resize.force,
+                "Apply a memory limit below what the job uses now (its new allocations fail "
+                "until its use falls under it)");
+}
+
+int Resize(Context& ctx) {
+  json body = json::object();
+  if (g_resize.mem) body["mem"] = *g_resize.mem;
+  if (g_resize.compute) body["compute"] = *g_resize.compute;
+  if (g_resize.force) body["force"] = true;
+  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/resize", &body);
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    std::cout << "job " << ctx.job_id << ": " << (*r)["request"].value("describe", "?") << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> PolicyCommands() {
+  return {
+      {"quota", "Quotas per user and group: set, ls, rm", SetupQuota, Quota},
+      {"resize", "Change a running job's memory limit and compute share at once", SetupResize,
+       Resize},
+  };
+}
 
 }  // namespace gpuslice::cli

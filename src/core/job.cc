@@ -22,7 +22,7 @@ constexpr std::array<std::pair<JobMode, std::string_view>, 3> kModeNames = {{
 }};
 
 // The edges of the state diagram in job.h.
-constexpr std::array<std::pair<JobState, JobState>, 7> kEdges = {{
+constexpr std::array<std::pair<JobState, JobState>, 8> kEdges = {{
     {JobState::kQueued, JobState::kRunning},
     {JobState::kQueued, JobState::kCancelled},
     {JobState::kQueued, JobState::kFailed},
@@ -30,6 +30,7 @@ constexpr std::array<std::pair<JobState, JobState>, 7> kEdges = {{
     {JobState::kRunning, JobState::kCancelled},
     {JobState::kRunning, JobState::kTimedOut},
     {JobState::kRunning, JobState::kFailed},
+    {JobState::kRunning, JobState::kQueued},  // Preempted, restartable.
 }};
 
 }  // namespace
@@ -94,6 +95,19 @@ Status ValidateJobName(std::string_view name) {
   return Status::Ok();
 }
 
+Status ValidatePoolName(std::string_view name) {
+  bool ok = !name.empty() && name.size() <= 64;
+  for (char c : name) {
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                c == '-' || c == '_' || c == '.');
+  }
+  if (!ok) {
+    return InvalidArgumentError("--pool '" + std::string(name.substr(0, 64)) +
+                                "': a pool name of letters, digits, '-', '_' or '.'");
+  }
+  return Status::Ok();
+}
+
 Result<ResourceRequest> BuildRequest(const RequestFields& f) {
   ResourceRequest r;
   if (f.compute && !f.mem) {
@@ -137,6 +151,10 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
   if (f.name) {
     GPUSLICE_RETURN_IF_ERROR(ValidateJobName(*f.name));
     r.name = *f.name;
+  }
+  if (f.pool) {
+    GPUSLICE_RETURN_IF_ERROR(ValidatePoolName(*f.pool));
+    r.pool = *f.pool;
   }
   if (f.max_runtime) {
     auto d = ParseDuration(*f.max_runtime);

@@ -19,9 +19,10 @@ namespace gpuslice::core {
 // The life of a job. Queued and running are live; the rest are terminal.
 //
 //   queued ──> running ──> exited     (all its processes ended; exit code kept)
-//     │           ├──────> cancelled  (a user or admin ended it)
-//     │           ├──────> timed_out  (ran past its maximum run time)
-//     │           └──────> failed     (could not be launched, or was lost)
+//     ▲ │         ├──────> cancelled  (a user or admin ended it, or preempted)
+//     │ │         ├──────> timed_out  (ran past its maximum run time)
+//     │ │         ├──────> failed     (could not be launched, or was lost)
+//     │ │         └──────> queued     (preempted and restartable: runs again)
 //     ├──> cancelled
 //     └──> failed                     (e.g. no longer fits after GPUs vanished)
 enum class JobState { kQueued, kRunning, kExited, kCancelled, kTimedOut, kFailed };
@@ -81,6 +82,9 @@ struct Job {
   int64_t pid = 0;
   uint64_t pid_start_time = 0;
   std::string region_path;
+  // Preemption may end it and queue it again (`--restartable`); otherwise a
+  // preempted job ends cancelled.
+  bool restartable = false;
   // Time its GPU use stayed below the daemon's idle threshold while it ran
   // (sampled once a second; accounting's "idle hours").
   int64_t idle_ms = 0;
@@ -100,6 +104,7 @@ struct RequestFields {
   std::optional<std::string> priority;     // low|normal|high
   std::optional<std::string> name;
   std::optional<std::string> max_runtime;  // "2h"
+  std::optional<std::string> pool;         // "inference"; unset: the default pool
 };
 
 // Builds and validates a ResourceRequest. Errors name the field ("--mem") and
@@ -109,5 +114,7 @@ Result<ResourceRequest> BuildRequest(const RequestFields& fields);
 // A job name must be printable ASCII without spaces or quotes, so it can be
 // shown in tables and passed in URLs safely.
 Status ValidateJobName(std::string_view name);
+// Pool names: 1-64 of letters, digits, '-', '_', '.' (config keys and URLs).
+Status ValidatePoolName(std::string_view name);
 
 }  // namespace gpuslice::core

@@ -25,7 +25,8 @@ TEST(JobState, TransitionsFollowTheDiagram) {
       {JobState::kQueued, JobState::kExited, false},
       {JobState::kRunning, JobState::kExited, true},
       {JobState::kRunning, JobState::kTimedOut, true},
-      {JobState::kRunning, JobState::kQueued, false},
+      {JobState::kRunning, JobState::kQueued, true},  // Preempted, restartable.
+      {JobState::kQueued, JobState::kQueued, false},
       {JobState::kExited, JobState::kRunning, false},
       {JobState::kCancelled, JobState::kCancelled, false},
   };
@@ -35,6 +36,17 @@ TEST(JobState, TransitionsFollowTheDiagram) {
   }
   EXPECT_TRUE(IsTerminal(JobState::kFailed));
   EXPECT_FALSE(IsTerminal(JobState::kRunning));
+}
+
+TEST(BuildRequest, PoolIsValidated) {
+  RequestFields f;
+  f.mem = "1GiB";
+  f.pool = "inference";
+  EXPECT_EQ(BuildRequest(f)->pool, "inference");
+  f.pool = "a b";
+  auto bad = BuildRequest(f);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--pool 'a b'"), std::string::npos);
 }
 
 TEST(BuildRequest, FractionWithComputeShare) {

@@ -55,6 +55,7 @@ std::string_view WaitReasonName(WaitReason reason) {
     case WaitReason::kWouldDelayHead: return "would_delay_head";
     case WaitReason::kNotConsidered: return "not_considered";
     case WaitReason::kNeverFits: return "never_fits";
+    case WaitReason::kHeld: return "held";
   }
   return "head";
 }
@@ -87,14 +88,23 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
                        [&](const QueueShape& f) { return s.Dominates(f); });
   };
 
+  auto start = [&](const QueuedJob& job) {
+    plan.start.push_back(job.id);
+    std::optional<int64_t> end;
+    if (job.max_runtime) end = now_ms + job.max_runtime->count();
+    started.push_back({job.id, end});
+    if (options.started) options.started(job.id);
+  };
+
   for (const QueuedJob& job : queued) {
+    if (options.held && options.held(job.id)) {
+      wait(job, WaitReason::kHeld);
+      continue;
+    }
     if (head == nullptr) {
       FitResult fit = (++plan.placements_tried, model.TryPlace(job.id));
       if (fit == FitResult::kPlaced) {
-        plan.start.push_back(job.id);
-        std::optional<int64_t> end;
-        if (job.max_runtime) end = now_ms + job.max_runtime->count();
-        started.push_back({job.id, end});
+        start(job);
         continue;
       }
       if (fit == FitResult::kNever) {
@@ -155,10 +165,7 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
       }
       at_reservation->Mirror(job.id, model);
     }
-    plan.start.push_back(job.id);
-    std::optional<int64_t> end;
-    if (job.max_runtime) end = now_ms + job.max_runtime->count();
-    started.push_back({job.id, end});
+    start(job);
   }
   return plan;
 }

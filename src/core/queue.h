@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,6 +90,7 @@ enum class WaitReason {
   kWouldDelayHead,   // Fits now, but starting it would delay the head.
   kNotConsidered,    // Past the per-pass backfill limit; looked at next pass.
   kNeverFits,        // No GPU here could ever hold it (the daemon fails it).
+  kHeld,             // Held back by PlanOptions::held (e.g. its owner's quota).
 };
 std::string_view WaitReasonName(WaitReason reason);
 
@@ -113,6 +115,13 @@ struct PlanOptions {
   // Candidates behind the head that get the (costly) rule (b) check per pass.
   int max_backfill_checks = 64;
   bool backfill = true;
+  // Holds a job back for something other than capacity (quotas). Asked in
+  // queue order before a job is placed; a held job waits with kHeld, takes
+  // nothing and is never the head, so it delays no one. `started` is told of
+  // each job the pass starts, in order, so `held` can count it (two jobs of
+  // one user may each fit the quota alone but not together).
+  std::function<bool(uint64_t id)> held;
+  std::function<void(uint64_t id)> started;
 };
 
 // `queued` must be sorted by QueueBefore (the daemon keeps it so; sorting

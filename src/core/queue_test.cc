@@ -101,6 +101,28 @@ TEST(PlanQueue, HighPriorityArrivalGoesAheadOfOlderJobs) {
   EXPECT_EQ(p.waiting[0].reason, WaitReason::kHead);
 }
 
+TEST(PlanQueue, HeldJobsWaitWithoutBlockingAndStartedOnesAreCounted) {
+  // A hold that admits one job of "user A" (jobs 1-3) per pass, as a quota
+  // of one running job would; job 4 is someone else's.
+  ToyModel m({10}, {{1, 2}, {2, 2}, {3, 2}, {4, 2}});
+  int a_started = 0;
+  std::vector<uint64_t> seen;
+  PlanOptions opt;
+  opt.held = [&](uint64_t id) { return id <= 3 && a_started >= 1; };
+  opt.started = [&](uint64_t id) {
+    seen.push_back(id);
+    if (id <= 3) ++a_started;
+  };
+  QueuePlan p = PlanQueue(Sorted({Q(1, 2), Q(2, 2), Q(3, 2), Q(4, 2)}), {}, 0, m, opt);
+  EXPECT_EQ(p.start, (std::vector<uint64_t>{1, 4}));
+  EXPECT_EQ(seen, p.start);
+  ASSERT_EQ(p.waiting.size(), 2u);
+  EXPECT_EQ(p.waiting[0].reason, WaitReason::kHeld);
+  EXPECT_EQ(p.waiting[1].reason, WaitReason::kHeld);
+  EXPECT_EQ(p.head, 0u) << "a held job is never the head";
+  EXPECT_EQ(WaitReasonName(WaitReason::kHeld), "held");
+}
+
 // Table of backfill cases on one GPU of 10 units where job 100 (running, 6
 // units) blocks the head (job 1, 8 units) and a candidate (job 2) arrives.
 struct BackfillCase {

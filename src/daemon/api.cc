@@ -136,7 +136,17 @@ const Api::Route Api::kRoutes[] = {
     {"POST", "/v1/jobs/{id}/attach", &Api::AttachJob},
     {"POST", "/v1/jobs/{id}/exit", &Api::JobExit},
     {"GET", "/v1/events", &Api::ListEvents},
+    {"POST", "/v1/jobs/{id}/resize", &Api::ResizeJob},
+    {"POST", "/v1/jobs/{id}/resume", &Api::ResumeJob},
+    {"GET", "/v1/quotas", &Api::ListQuotas},
+    {"POST", "/v1/quotas", &Api::SetQuota},
 };
+
+Api::Api(Service& service, Doctor& doctor) : service_(service), doctor_(doctor) {
+  // Two named segments: the built-in table matches only "{id}".
+  AddRoute("DELETE", "/v1/quotas/{scope}/{name}",
+           [this](const ApiRequest& r) { return RemoveQuota(r); });
+}
 
 void Api::AddRoute(std::string method, std::string pattern, ExtraHandler handler) {
   extra_.push_back({std::move(method), std::move(pattern), std::move(handler)});
@@ -190,6 +200,7 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
   json gpus = json::array();
   for (const GpuInfo& g : inv.gpus) {
     json gj = GpuToJson(g);
+    gj["pool"] = service_.PoolOf(g.index);
     if (usage.ok()) {
       for (const GpuUsage& u : *usage) {
         if (u.index != g.index) continue;
@@ -345,6 +356,50 @@ ApiResponse Api::JobExit(const ApiRequest& req, uint64_t id) {
   core::Status s = service_.ReportExit(req.caller, id, static_cast<int>(*code));
   if (!s.ok()) return Error(s);
   return Json(200, {{"id", id}});
+}
+
+ApiResponse Api::ResizeJob(const ApiRequest& req, uint64_t id) {
+  auto spec = ParseResizeBody(req.body);
+  if (!spec.ok()) return Error(spec.status());
+  auto v = service_.Resize(req.caller, id, *spec);
+  if (!v.ok()) return Error(v.status());
+  return Json(200, JobToJson(*v));
+}
+
+ApiResponse Api::ListQuotas(const ApiRequest&, uint64_t) {
+  json out = json::array();
+  for (const QuotaView& q : service_.Quotas()) out.push_back(QuotaToJson(q));
+  return Json(200, {{"quotas", out}});
+}
+
+ApiResponse Api::SetQuota(const ApiRequest& req, uint64_t) {
+  auto parsed = ParseQuotaBody(req.body);
+  if (!parsed.ok()) return Error(parsed.status());
+  auto quota = core::BuildQuota(parsed->second);
+  if (!quota.ok()) return Error(quota.status());
+  if (auto s = service_.SetQuota(req.caller, parsed->first, *quota); !s.ok()) return Error(s);
+  for (const QuotaView& q : service_.Quotas()) {
+    if (q.who == parsed->first) return Json(200, QuotaToJson(q));
+  }
+  return Error(core::InternalError("quota set but not listed"));
+}
+
+ApiResponse Api::RemoveQuota(const ApiRequest& req) {
+  core::Principal who;
+  auto kind = core::ParsePrincipalKind(req.params.at("scope"));
+  if (!kind.ok()) return Error(kind.status());
+  who.kind = *kind;
+  who.name = req.params.at("name");
+  if (auto s = ValidatePrincipalName(who.name); !s.ok()) return Error(s);
+  if (auto s = service_.RemoveQuota(req.caller, who); !s.ok()) return Error(s);
+  return Json(200, {{"scope", core::PrincipalKindName(who.kind)}, {"name", who.name}, {"removed", true}});
+}
+
+ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
+  if (auto s = service_.Resume(req.caller, id); !s.ok()) return Error(s);
+  auto v = service_.Get(id);
+  if (!v.ok()) return Error(v.status());
+  return Json(200, JobToJson(*v));
 }
 
 }  // namespace gpuslice::daemon

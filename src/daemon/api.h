@@ -45,7 +45,7 @@ class Api {
  public:
   using ExtraHandler = std::function<ApiResponse(const ApiRequest&)>;
 
-  Api(Service& service, Doctor& doctor) : service_(service), doctor_(doctor) {}
+  Api(Service& service, Doctor& doctor);
   ApiResponse Handle(const ApiRequest& request);
 
   // Routes of the daemon's other modules (metrics, services, usage...), so
@@ -74,6 +74,12 @@ class Api {
   ApiResponse JobExit(const ApiRequest&, uint64_t id);
   ApiResponse DoctorReport(const ApiRequest&, uint64_t);
   ApiResponse ListEvents(const ApiRequest&, uint64_t);
+  // Policies.
+  ApiResponse ResizeJob(const ApiRequest&, uint64_t id);
+  ApiResponse ResumeJob(const ApiRequest&, uint64_t id);
+  ApiResponse ListQuotas(const ApiRequest&, uint64_t);
+  ApiResponse SetQuota(const ApiRequest&, uint64_t);
+  ApiResponse RemoveQuota(const ApiRequest& request);  // DELETE /v1/quotas/{scope}/{name}
 
   struct ExtraRoute {
     std::string method;

@@ -67,9 +67,9 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
-  static const char* const kKnown[] = {"gpus",        "mem",  "compute", "mig", "priority",
-                                       "name",        "max_runtime", "mode", "argv", "cwd",
-                                       "env"};
+  static const char* const kKnown[] = {"gpus", "mem",  "compute", "mig", "priority",
+                                       "name", "max_runtime", "mode", "argv", "cwd",
+                                       "env",  "pool", "restartable"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -84,6 +84,13 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "priority", false, &f.priority));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "name", false, &f.name));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "max_runtime", false, &f.max_runtime));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "pool", false, &f.pool));
+  if (j.contains("restartable")) {
+    if (!j["restartable"].is_boolean()) {
+      return core::InvalidArgumentError("restartable: must be true or false");
+    }
+    spec.restartable = j["restartable"].get<bool>();
+  }
   if (j.contains("mode")) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string mode, GetString(j, "mode"));
     GPUSLICE_ASSIGN_OR_RETURN(spec.mode, core::ParseJobMode(mode));
@@ -134,6 +141,7 @@ json JobToJson(const JobView& v) {
     request["mig"] = r.mig.ToString();
   }
   if (r.max_runtime) request["max_runtime_ms"] = r.max_runtime->count();
+  if (!r.pool.empty()) request["pool"] = r.pool;
   json out = {{"id", j.id},
               {"name", r.name},
               {"user", j.user},
@@ -161,6 +169,8 @@ json JobToJson(const JobView& v) {
     out["waiting_for"] = v.waiting_for;
   }
   if (v.usage) out["usage"] = UsageToJson(*v.usage);
+  out["restartable"] = j.restartable;
+  if (j.state == core::JobState::kRunning) out["flags"] = v.flags;
   out["idle_ms"] = j.idle_ms;
   return out;
 }
@@ -212,6 +222,79 @@ json GpuToJson(const GpuInfo& g) {
 
 json ErrorJson(const core::Status& s) {
   return {{"error", {{"code", core::StatusCodeName(s.code())}, {"message", s.message()}}}};
+}
+
+core::Status ValidatePrincipalName(std::string_view name) {
+  if (name.empty() || name.size() > 64) {
+    return core::InvalidArgumentError("name: a user or group name of 1-64 characters");
+  }
+  for (char c : name) {
+    if (c <= ' ' || c > '~' || c == '/' || c == '"' || c == '\'') {
+      return core::InvalidArgumentError("name '" + std::string(name.substr(0, 64)) +
+                                        "': not a user or group name");
+    }
+  }
+  return core::Status::Ok();
+}
+
+core::Result<std::pair<core::Principal, core::QuotaFields>> ParseQuotaBody(std::string_view body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
+  if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    bool known = false;
+    for (const char* k : {"scope", "name", "mem", "gpus", "compute", "jobs"}) known = known || key == k;
+    if (!known) return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
+  }
+  if (!j.contains("scope")) return core::InvalidArgumentError("scope: missing (user or group)");
+  if (!j.contains("name")) return core::InvalidArgumentError("name: missing");
+  core::Principal who;
+  GPUSLICE_ASSIGN_OR_RETURN(std::string scope, GetString(j, "scope"));
+  GPUSLICE_ASSIGN_OR_RETURN(who.kind, core::ParsePrincipalKind(scope));
+  GPUSLICE_ASSIGN_OR_RETURN(who.name, GetString(j, "name"));
+  GPUSLICE_RETURN_IF_ERROR(ValidatePrincipalName(who.name));
+  core::QuotaFields f;
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &f.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &f.gpus));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &f.compute));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "jobs", true, &f.jobs));
+  return std::make_pair(std::move(who), std::move(f));
+}
+
+core::Result<ResizeSpec> ParseResizeBody(std::string_view body) {
+  json j = json::parse(body.empty() ? std::string_view("{}") : body, nullptr,
+                       /*allow_exceptions=*/false);
+  if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
+  if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (key != "mem" && key != "compute" && key != "force") {
+      return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
+    }
+  }
+  ResizeSpec spec;
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &spec.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &spec.compute));
+  if (j.contains("force")) {
+    if (!j["force"].is_boolean()) return core::InvalidArgumentError("force: must be true or false");
+    spec.force = j["force"].get<bool>();
+  }
+  return spec;
+}
+
+json QuotaToJson(const QuotaView& q) {
+  json j = {{"scope", core::PrincipalKindName(q.who.kind)},
+            {"name", q.who.name},
+            {"describe", q.quota.Describe()},
+            {"in_use",
+             {{"memory_bytes", q.in_use.memory_bytes},
+              {"gpus", q.in_use.gpus},
+              {"compute_milli", q.in_use.compute_milli},
+              {"jobs", q.in_use.jobs}}}};
+  if (q.quota.memory_bytes) j["memory_bytes"] = *q.quota.memory_bytes;
+  if (q.quota.gpus) j["gpus"] = *q.quota.gpus;
+  if (q.quota.compute_milli) j["compute_milli"] = *q.quota.compute_milli;
+  if (q.quota.jobs) j["jobs"] = *q.quota.jobs;
+  return j;
 }
 
 }  // namespace gpuslice::daemon

@@ -27,6 +27,16 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body);
 // A small object body such as {"pid": 123}: the named non-negative integer.
 core::Result<int64_t> ParseIntField(std::string_view body, const char* field, int64_t max);
 
+// Policies. POST /v1/quotas: {"scope": "user"|"group", "name", "mem", "gpus",
+// "compute", "jobs"} (limits as a user types them). POST /v1/jobs/{id}/resize:
+// {"mem", "compute", "force"}.
+core::Result<std::pair<core::Principal, core::QuotaFields>> ParseQuotaBody(std::string_view body);
+core::Result<ResizeSpec> ParseResizeBody(std::string_view body);
+// A user or group name as quotas take it: 1-64 printable characters, no
+// spaces, quotes or slashes.
+core::Status ValidatePrincipalName(std::string_view name);
+nlohmann::json QuotaToJson(const QuotaView& quota);
+
 nlohmann::json JobToJson(const JobView& view);
 nlohmann::json TransitionToJson(const Transition& t);
 nlohmann::json EventToJson(const Event& e);

@@ -17,15 +17,20 @@ constexpr size_t kGpusPerNode = core::kMaxGpusPerNode;
 }  // namespace
 
 core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
-    const std::vector<GpuInfo>& gpus, core::Policy policy) {
+    const std::vector<GpuInfo>& gpus, core::Policy policy, const std::vector<std::string>& pool_of,
+    const std::string& default_pool) {
   const core::PolicyInfo& info = core::InfoOf(policy);
   if (info.needs_profile || info.needs_rng) {
     return core::InvalidArgumentError("placement policy '" + std::string(info.name) +
                                       "' needs a workload profile or randomness; the daemon "
                                       "supports binpack and spread");
   }
+  if (!pool_of.empty() && pool_of.size() != gpus.size()) {
+    return core::InternalError("pools: one pool per GPU expected");
+  }
   std::unique_ptr<NodeCapacity> c(new NodeCapacity());
   c->options_.policy = policy;
+  c->default_pool_ = default_pool;
   core::NodeState node;
   auto flush = [&]() -> Status {
     if (node.gpus.empty()) return Status::Ok();
@@ -39,14 +44,20 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
     node = core::NodeState();
     return Status::Ok();
   };
-  for (const GpuInfo& g : gpus) {
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const GpuInfo& g = gpus[i];
+    std::string pool = pool_of.empty() ? std::string() : pool_of[i];
+    if (!pool.empty()) c->pool_masks_.emplace(pool, 0);
     if (g.mig_enabled) {
-      for (const MigInstance& m : g.mig) c->mig_.push_back({g.index, m, false});
+      for (const MigInstance& m : g.mig) c->mig_.push_back({g.index, m, false, pool});
       continue;
     }
     core::GpuState s;
     s.mem_total = s.mem_free = g.memory_total;
-    GPUSLICE_ASSIGN_OR_RETURN(s.model, c->state_.InternModel(g.model.empty() ? "gpu" : g.model));
+    std::string model = g.model.empty() ? "gpu" : g.model;
+    if (!pool.empty()) model += "@" + pool;
+    GPUSLICE_ASSIGN_OR_RETURN(s.model, c->state_.InternModel(model));
+    if (!pool.empty()) c->pool_masks_[pool] |= 1ull << s.model;
     s.island = static_cast<int16_t>(g.island);
     node.gpus.push_back(s);
     c->node_gpus_->push_back(g);
@@ -56,10 +67,12 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
   return c;
 }
 
-int NodeCapacity::FindMig(const core::MigProfile& profile, bool free_only) const {
+int NodeCapacity::FindMig(const core::MigProfile& profile, const std::string& pool,
+                          bool free_only) const {
   std::string want = profile.ToString();
   for (size_t i = 0; i < mig_.size(); ++i) {
     if (free_only && mig_[i].taken) continue;
+    if (!pool.empty() && mig_[i].pool != pool) continue;
     const MigInstance& m = mig_[i].instance;
     bool match = !m.profile.empty()
                      ? m.profile == want
@@ -70,8 +83,28 @@ int NodeCapacity::FindMig(const core::MigProfile& profile, bool free_only) const
   return -1;
 }
 
+std::vector<std::string> NodeCapacity::Pools() const {
+  std::vector<std::string> out;
+  for (const auto& [name, mask] : pool_masks_) out.push_back(name);
+  if (out.empty()) out.push_back(default_pool_);
+  return out;
+}
+
+core::Result<std::string> NodeCapacity::PoolOf(const core::ResourceRequest& request) const {
+  const std::string& pool = request.pool.empty() ? default_pool_ : request.pool;
+  if (pool_masks_.empty() ? pool == default_pool_ : pool_masks_.count(pool) > 0) {
+    return pool_masks_.empty() ? std::string() : pool;
+  }
+  std::string have;
+  for (const std::string& p : Pools()) have += (have.empty() ? "" : ", ") + p;
+  return core::InvalidArgumentError("--pool: no pool '" + request.pool + "' on this machine (pools: " +
+                                    have + ")");
+}
+
 Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request) {
-  DemandEntry e{request, {}};
+  DemandEntry e;
+  e.request = request;
+  GPUSLICE_ASSIGN_OR_RETURN(e.pool, PoolOf(request));
   if (request.kind == core::RequestKind::kMig) {
     if (mig_.empty()) {
       return core::InvalidArgumentError("--mig " + request.mig.ToString() +
@@ -81,7 +114,11 @@ Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request
     core::ResourceRequest r = request;
     if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
     GPUSLICE_ASSIGN_OR_RETURN(e.demand, core::DemandFromRequest(r));
-    e.ever_fits = state_.TotalGpus() > 0 && core::CouldEverFit(state_, e.demand).ok();
+    uint64_t mask = e.pool.empty() ? 0 : pool_masks_.at(e.pool);
+    e.demand.model_mask = mask;
+    // A pool of MIG GPUs only has no mask bit; 0 would mean "any GPU".
+    e.ever_fits = state_.TotalGpus() > 0 && (e.pool.empty() || mask != 0) &&
+                  core::CouldEverFit(state_, e.demand).ok();
   }
   (*demands_)[id] = std::move(e);
   return Status::Ok();
@@ -90,34 +127,39 @@ Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request
 void NodeCapacity::ForgetDemand(uint64_t id) { demands_->erase(id); }
 
 Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
+  GPUSLICE_ASSIGN_OR_RETURN(std::string pool, PoolOf(request));
+  std::string in_pool = pool.empty() ? "" : " in pool '" + pool + "'";
   if (request.kind == core::RequestKind::kMig) {
     if (mig_.empty()) {
       return core::OutOfRangeError("--mig " + request.mig.ToString() +
                                    ": no GPU on this machine is in MIG mode");
     }
-    if (FindMig(request.mig, /*free_only=*/false) < 0) {
+    if (FindMig(request.mig, pool, /*free_only=*/false) < 0) {
       std::string have;
       for (const MigUnit& m : mig_) {
+        if (!pool.empty() && m.pool != pool) continue;
         if (have.find(m.instance.profile) == std::string::npos) {
           have += (have.empty() ? "" : ", ") + m.instance.profile;
         }
       }
       return core::OutOfRangeError("--mig " + request.mig.ToString() +
-                                   ": no MIG instance of that profile here (have: " + have + ")");
+                                   ": no MIG instance of that profile" + in_pool + " here (have: " +
+                                   (have.empty() ? "none" : have) + ")");
     }
     return Status::Ok();
   }
   core::ResourceRequest r = request;
   if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
   GPUSLICE_ASSIGN_OR_RETURN(core::Demand d, core::DemandFromRequest(r));
-  if (state_.TotalGpus() == 0) {
-    return core::OutOfRangeError("this machine has no GPU outside MIG mode for " +
+  if (!pool.empty()) d.model_mask = pool_masks_.at(pool);
+  if (state_.TotalGpus() == 0 || (!pool.empty() && d.model_mask == 0)) {
+    return core::OutOfRangeError("this machine has no GPU outside MIG mode" + in_pool + " for " +
                                  request.Describe());
   }
   Status s = core::CouldEverFit(state_, d);
   if (!s.ok()) {
-    return core::OutOfRangeError(request.Describe() + " can never fit on this machine: " +
-                                 s.message());
+    return core::OutOfRangeError(request.Describe() + " can never fit" +
+                                 (pool.empty() ? " on this machine" : in_pool) + ": " + s.message());
   }
   return Status::Ok();
 }
@@ -162,6 +204,36 @@ Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
   return Status::Ok();
 }
 
+Status NodeCapacity::Resize(uint64_t id, const core::ResourceRequest& request) {
+  auto d = demands_->find(id);
+  auto h = held_.find(id);
+  if (d == demands_->end() || h == held_.end()) {
+    return core::InternalError("resize: job " + std::to_string(id) + " holds nothing");
+  }
+  if (request.kind != core::RequestKind::kFraction || h->second.mig >= 0) {
+    return core::FailedPreconditionError("only parts of a GPU can be resized");
+  }
+  core::ResourceRequest r = request;
+  if (r.compute_milli == 0) r.compute_milli = 1;
+  GPUSLICE_ASSIGN_OR_RETURN(core::Demand next, core::DemandFromRequest(r));
+  next.model_mask = d->second.demand.model_mask;
+  const core::Placement& p = h->second.placement;
+  GPUSLICE_RETURN_IF_ERROR(state_.Release(d->second.demand, p));
+  bounds_dirty_ = true;
+  if (Status s = state_.Allocate(next, p); !s.ok()) {
+    const core::GpuState& g = state_.node(p.node).gpus[p.gpus[0]];
+    std::string free = core::FormatBytes(g.mem_free) + " + " + core::FormatShareMilli(g.milli_free);
+    (void)state_.Allocate(d->second.demand, p);
+    const GpuInfo& info = (*node_gpus_)[p.node * kGpusPerNode + p.gpus[0]];
+    return core::ResourceExhaustedError("GPU " + std::to_string(info.index) + " has only " + free +
+                                        " free besides this job; " + request.Describe() +
+                                        " does not fit there");
+  }
+  d->second.demand = next;
+  d->second.request = request;
+  return Status::Ok();
+}
+
 const NodeCapacity::Bounds& NodeCapacity::CurrentBounds() {
   if (!bounds_dirty_) return bounds_;
   bounds_ = Bounds();
@@ -185,9 +257,9 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
   if (it == demands_->end() || held_.count(id)) return core::FitResult::kNever;
   const DemandEntry& e = it->second;
   if (e.request.kind == core::RequestKind::kMig) {
-    int i = FindMig(e.request.mig, /*free_only=*/true);
+    int i = FindMig(e.request.mig, e.pool, /*free_only=*/true);
     if (i < 0) {
-      return FindMig(e.request.mig, false) < 0 ? core::FitResult::kNever
+      return FindMig(e.request.mig, e.pool, false) < 0 ? core::FitResult::kNever
                                                 : core::FitResult::kNotNow;
     }
     mig_[i].taken = true;
@@ -292,13 +364,15 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
   if (d == demands_->end()) return "unknown job";
   const DemandEntry& e = d->second;
   if (e.request.kind == core::RequestKind::kMig) {
-    return "needs a free MIG " + e.request.mig.ToString() + " instance; all are taken";
+    return "needs a free MIG " + e.request.mig.ToString() + " instance" +
+           (e.pool.empty() ? "" : " in pool '" + e.pool + "'") + "; all are taken";
   }
   uint32_t idle = 0;
   uint64_t best_mem = 0;
   uint32_t best_milli = 0;
   for (const core::NodeState& n : state_.nodes()) {
     for (const core::GpuState& g : n.gpus) {
+      if (!e.demand.AllowsModel(g.model)) continue;  // Another pool.
       if (g.IsIdle()) ++idle;
       if (g.mem_free > best_mem) {
         best_mem = g.mem_free;
@@ -306,12 +380,13 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
       }
     }
   }
+  std::string where = e.pool.empty() ? "" : " in pool '" + e.pool + "'";
   if (e.demand.IsWhole()) {
     return "needs " + std::to_string(e.demand.gpus) + " idle GPU" +
-           (e.demand.gpus == 1 ? "" : "s") + (e.demand.gpus > 1 ? " on one island" : "") +
+           (e.demand.gpus == 1 ? "" : "s") + (e.demand.gpus > 1 ? " on one island" : "") + where +
            "; idle now: " + std::to_string(idle);
   }
-  return "needs " + e.request.Describe() + " on one GPU; most free on one GPU: " +
+  return "needs " + e.request.Describe() + " on one GPU" + where + "; most free on one GPU: " +
          core::FormatBytes(best_mem) + " + " + core::FormatShareMilli(best_milli);
 }
 

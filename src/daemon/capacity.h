@@ -10,6 +10,12 @@
 // except that a fraction with no compute share (--mem alone) shares compute
 // uncapped, so it is placed with the smallest share (1 per-mille) instead of
 // as a whole GPU; only its memory limits how many fit.
+//
+// Pools: the admin may split the GPUs into named pools (docs/CONFIG.md); a
+// request is placed only on its pool's GPUs. Each GPU's model is interned as
+// "model@pool", so a pool is a set of model indices and a request's pool is
+// its demand's model mask: the placement core needs no notion of pools, and
+// queue shapes of different pools never compare.
 
 #include <cstdint>
 #include <map>
@@ -30,12 +36,22 @@ namespace gpuslice::daemon {
 class NodeCapacity : public core::CapacityModel {
  public:
   // Policies that need a workload profile or randomness are refused.
-  static core::Result<std::unique_ptr<NodeCapacity>> Create(const std::vector<GpuInfo>& gpus,
-                                                            core::Policy policy);
+  // `pool_of` names each GPU's pool (same order as `gpus`; MIG instances are
+  // in their GPU's pool); empty: one pool, `default_pool`, holds them all.
+  static core::Result<std::unique_ptr<NodeCapacity>> Create(
+      const std::vector<GpuInfo>& gpus, core::Policy policy,
+      const std::vector<std::string>& pool_of = {}, const std::string& default_pool = "default");
 
   // Registers what job `id` asks for. Errors when the request cannot be
-  // expressed (e.g. a MIG profile when no GPU is in MIG mode).
+  // expressed (e.g. a MIG profile when no GPU is in MIG mode, a pool that
+  // does not exist).
   core::Status SetDemand(uint64_t id, const core::ResourceRequest& request);
+  // Live resize of a running fraction, on the GPU it holds: kResourceExhausted
+  // (nothing changed) when that GPU cannot hold the new size beside the others.
+  core::Status Resize(uint64_t id, const core::ResourceRequest& request);
+  // The pools, in name order; and whether `name` is one.
+  std::vector<std::string> Pools() const;
+  const std::string& default_pool() const { return default_pool_; }
   void ForgetDemand(uint64_t id);
   // kOutOfRange (never fits) with a message naming what is never enough.
   core::Status CouldEverFit(const core::ResourceRequest& request) const;
@@ -68,11 +84,13 @@ class NodeCapacity : public core::CapacityModel {
     uint32_t gpu_index;
     MigInstance instance;
     bool taken = false;
+    std::string pool;
   };
   struct DemandEntry {
     core::ResourceRequest request;
     core::Demand demand;
     bool ever_fits = true;  // CouldEverFit, decided once at SetDemand.
+    std::string pool;       // "" when the machine has one pool.
   };
   // Upper bounds of what one placement could get now, so most requests that
   // cannot fit a busy machine are turned away without running a placement.
@@ -86,7 +104,10 @@ class NodeCapacity : public core::CapacityModel {
   using DemandTable = std::unordered_map<uint64_t, DemandEntry>;
 
   NodeCapacity() = default;
-  int FindMig(const core::MigProfile& profile, bool free_only) const;
+  // A MIG instance of `profile` in `pool` ("": any pool).
+  int FindMig(const core::MigProfile& profile, const std::string& pool, bool free_only) const;
+  // The request's pool, or an error naming the pools there are.
+  core::Result<std::string> PoolOf(const core::ResourceRequest& request) const;
 
   core::ClusterState state_;
   core::PlaceOptions options_;
@@ -94,6 +115,9 @@ class NodeCapacity : public core::CapacityModel {
   // (non-MIG GPUs only). Immutable after Create, so clones share it.
   std::shared_ptr<std::vector<GpuInfo>> node_gpus_ = std::make_shared<std::vector<GpuInfo>>();
   std::vector<MigUnit> mig_;
+  // Pool name -> model mask of its GPUs (empty when there is one pool).
+  std::map<std::string, uint64_t> pool_masks_;
+  std::string default_pool_ = "default";
   // Shared with clones: clones only read it, and live no longer than one
   // planning pass, during which no demand is added.
   std::shared_ptr<DemandTable> demands_ = std::make_shared<DemandTable>();

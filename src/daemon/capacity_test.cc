@@ -5,6 +5,8 @@
 namespace gpuslice::daemon {
 namespace {
 
+using core::Status;
+
 GpuInfo Gpu(uint32_t i, int island = -1) {
   GpuInfo g;
   g.index = i;
@@ -104,6 +106,73 @@ TEST(NodeCapacity, MigInstancesAreAllocatableUnits) {
   EXPECT_EQ((*c)->TryPlace(3), core::FitResult::kPlaced);
   mig.mig = {3, 40};
   EXPECT_EQ((*c)->CouldEverFit(mig).code(), core::StatusCode::kOutOfRange);
+}
+
+TEST(NodeCapacity, PoolsRestrictPlacementToTheirGpus) {
+  auto c = NodeCapacity::Create({Gpu(0), Gpu(1), Gpu(2)}, core::Policy::kBinpack,
+                                {"inference", "shared", "shared"}, "shared");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ((*c)->Pools(), (std::vector<std::string>{"inference", "shared"}));
+  core::ResourceRequest whole;
+  whole.kind = core::RequestKind::kWholeGpus;
+  whole.gpus_min = whole.gpus_max = 1;
+  // The default pool (shared) has two GPUs: a third whole GPU waits.
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE((*c)->SetDemand(id, whole).ok());
+  EXPECT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->TryPlace(3), core::FitResult::kNotNow);
+  EXPECT_NE((*c)->AllocationOf(1)->gpu_indices[0], 0u);
+  EXPECT_NE((*c)->AllocationOf(2)->gpu_indices[0], 0u);
+  EXPECT_NE((*c)->WhyNotNow(3).find("in pool 'shared'"), std::string::npos) << (*c)->WhyNotNow(3);
+  // A request for the inference pool lands on GPU 0.
+  core::ResourceRequest inf = Fraction(10, 300);
+  inf.pool = "inference";
+  ASSERT_TRUE((*c)->SetDemand(4, inf).ok());
+  EXPECT_EQ((*c)->TryPlace(4), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->AllocationOf(4)->gpu_indices, std::vector<uint32_t>{0});
+  // Two whole GPUs can never fit the one-GPU inference pool.
+  core::ResourceRequest two = whole;
+  two.gpus_min = two.gpus_max = 2;
+  two.pool = "inference";
+  EXPECT_EQ((*c)->CouldEverFit(two).code(), core::StatusCode::kOutOfRange);
+}
+
+TEST(NodeCapacity, UnknownPoolIsAClearError) {
+  auto c = NodeCapacity::Create({Gpu(0), Gpu(1)}, core::Policy::kBinpack, {"a", "b"}, "a");
+  core::ResourceRequest r = Fraction(1, 100);
+  r.pool = "gpu-farm";
+  Status s = (*c)->SetDemand(1, r);
+  EXPECT_EQ(s.code(), core::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "--pool: no pool 'gpu-farm' on this machine (pools: a, b)");
+  // Without pools configured, only the default pool's name is accepted.
+  auto one = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
+  r.pool = "default";
+  EXPECT_TRUE((*one)->SetDemand(2, r).ok());
+  r.pool = "a";
+  EXPECT_FALSE((*one)->SetDemand(3, r).ok());
+}
+
+TEST(NodeCapacity, ResizeGrowsInPlaceOnlyWhenTheGpuHasRoom) {
+  auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
+  ASSERT_TRUE((*c)->SetDemand(1, Fraction(10, 300)).ok());
+  ASSERT_TRUE((*c)->SetDemand(2, Fraction(15, 300)).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  ASSERT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+  // 40 GiB: 15 free. Growing job 1 to 20 GiB fits; to 26 GiB does not.
+  EXPECT_TRUE((*c)->Resize(1, Fraction(20, 500)).ok());
+  EXPECT_EQ((*c)->AllocationOf(1)->memory_bytes_per_gpu, 20 * core::kGiB);
+  EXPECT_EQ((*c)->AllocationOf(1)->compute_milli, 500u);
+  Status s = (*c)->Resize(1, Fraction(26, 500));
+  EXPECT_EQ(s.code(), core::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "GPU 0 has only 25 GiB + 70% free besides this job; 26 GiB + 50% does "
+                         "not fit there");
+  // Nothing changed: a 1 GiB job still fits next to both.
+  ASSERT_TRUE((*c)->SetDemand(3, Fraction(1, 100)).ok());
+  EXPECT_EQ((*c)->TryPlace(3), core::FitResult::kPlaced);
+  // Shrinking frees room at once.
+  EXPECT_TRUE((*c)->Resize(2, Fraction(5, 100)).ok());
+  ASSERT_TRUE((*c)->SetDemand(4, Fraction(14, 100)).ok());
+  EXPECT_EQ((*c)->TryPlace(4), core::FitResult::kPlaced);
 }
 
 }  // namespace

@@ -109,6 +109,9 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     return core::InvalidArgumentError("log_level: expected error, warn, info or debug, got '" +
                                       v + "'");
   }
+  bool policy_key = false;
+  GPUSLICE_RETURN_IF_ERROR(ApplyPolicyValue(&c->rules, key, value, &policy_key));
+  if (policy_key) return core::Status::Ok();
   return core::InvalidArgumentError("unknown setting '" + std::string(key) +
                                     "' (see docs/CONFIG.md)");
 }

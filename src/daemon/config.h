@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "daemon/log.h"
 #include "daemon/nvml_inventory.h"
+#include "daemon/policy_config.h"
 
 namespace gpuslice::daemon {
 
@@ -35,6 +36,7 @@ struct DaemonConfig {
   std::string sim_lib_dir;         // "" = <bindir>/../lib/sim
   int64_t kill_grace_ms = 5000;
   LogLevel log_level = LogLevel::kInfo;
+  PolicyConfig rules;              // Pools, preemption, watchdog, idle reclaim.
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.

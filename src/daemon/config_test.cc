@@ -54,5 +54,56 @@ TEST(Config, ErrorsNameTheLineAndTheValue) {
   }
 }
 
+TEST(Config, PolicySettings) {
+  DaemonConfig c;
+  auto s = ParseConfigText(
+      "pool.inference = 0\n"
+      "pool.shared = 1, GPU-abc\n"
+      "default_pool = shared\n"
+      "preemption = lower-after:10m\n"
+      "preemption_grace = 20s\n"
+      "watchdog = kill\n"
+      "watchdog_allowance = 1GiB\n"
+      "idle_threshold = 25%\n"
+      "idle_after = 5m\n"
+      "idle_action = pause\n"
+      "idle_action_always = yes\n",
+      "test.conf", &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const PolicyConfig& r = c.rules;
+  ASSERT_EQ(r.pools.size(), 2u);
+  EXPECT_EQ(r.pools[1].name, "shared");
+  EXPECT_EQ(r.pools[1].gpus, (std::vector<std::string>{"1", "GPU-abc"}));
+  EXPECT_EQ(r.default_pool, "shared");
+  EXPECT_EQ(r.preemption.ToString(), "lower-after:10m");
+  EXPECT_EQ(r.preemption_grace_ms, 20000);
+  EXPECT_EQ(r.watchdog, WatchdogAction::kKill);
+  EXPECT_EQ(r.watchdog_allowance_bytes, core::kGiB);
+  EXPECT_DOUBLE_EQ(r.idle_threshold_pct, 25.0);
+  EXPECT_EQ(r.idle_after_ms, 300000);
+  EXPECT_EQ(r.idle_action, IdleAction::kPause);
+  EXPECT_TRUE(r.idle_action_always);
+}
+
+TEST(Config, PolicyErrorsNameTheSetting) {
+  struct Case {
+    const char* text;
+    const char* needle;
+  } cases[] = {
+      {"pool.a b = 0\n", "pool name 'a b'"},
+      {"pool.x = 0,,1\n", "pool.x: expected a list of GPU indices"},
+      {"preemption = always\n", "test.conf:1: bad preemption policy 'always'"},
+      {"watchdog = loud\n", "watchdog: expected off, report or kill"},
+      {"idle_action = sleep\n", "idle_action: expected warn, pause or end"},
+      {"idle_threshold = 120%\n", "idle_threshold"},
+  };
+  for (const Case& c : cases) {
+    DaemonConfig config;
+    auto s = ParseConfigText(c.text, "test.conf", &config);
+    ASSERT_FALSE(s.ok()) << c.text;
+    EXPECT_NE(s.message().find(c.needle), std::string::npos) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

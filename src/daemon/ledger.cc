@@ -66,7 +66,7 @@ Result<std::vector<std::string>> FromJson(const std::string& text, const char* c
 constexpr const char* kJobColumns =
     "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
-    "exit_code, reason, pid, pid_start_time, region_path, idle_ms";
+    "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -110,6 +110,8 @@ Result<Job> ReadJob(const Stmt& s) {
   j.pid_start_time = static_cast<uint64_t>(s.Int(24));
   j.region_path = s.Text(25);
   j.idle_ms = s.Int(26);
+  r.pool = s.Text(27);
+  j.restartable = s.Int(28) != 0;
   return j;
 }
 
@@ -178,17 +180,24 @@ Status Ledger::Exec(const char* sql) {
 }
 
 Status Ledger::Migrate() {
-  Stmt app(db_, "PRAGMA application_id");
-  GPUSLICE_RETURN_IF_ERROR(app.prepared("ledger: read application_id"));
-  int rc = app.Step();
-  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "ledger: read application_id");
-  int64_t app_id = app.Int(0);
-
-  Stmt tables(db_, "SELECT count(*) FROM sqlite_master");
-  GPUSLICE_RETURN_IF_ERROR(tables.prepared("ledger: read schema"));
-  rc = tables.Step();
-  if (rc != SQLITE_ROW) return SqliteError(db_, rc, "ledger: read schema");
-  bool fresh = tables.Int(0) == 0;
+  // Each statement is finalised (end of its block) before anything writes.
+  int rc;
+  int64_t app_id = 0;
+  {
+    Stmt app(db_, "PRAGMA application_id");
+    GPUSLICE_RETURN_IF_ERROR(app.prepared("ledger: read application_id"));
+    rc = app.Step();
+    if (rc != SQLITE_ROW) return SqliteError(db_, rc, "ledger: read application_id");
+    app_id = app.Int(0);
+  }
+  bool fresh = false;
+  {
+    Stmt tables(db_, "SELECT count(*) FROM sqlite_master");
+    GPUSLICE_RETURN_IF_ERROR(tables.prepared("ledger: read schema"));
+    rc = tables.Step();
+    if (rc != SQLITE_ROW) return SqliteError(db_, rc, "ledger: read schema");
+    fresh = tables.Int(0) == 0;
+  }
 
   if (!fresh && app_id != kLedgerApplicationId) {
     return core::FailedPreconditionError(
@@ -201,11 +210,15 @@ Status Ledger::Migrate() {
          " INSERT INTO schema_version VALUES (0); COMMIT;")
             .c_str()));
   }
-  Stmt ver(db_, "SELECT version FROM schema_version");
-  GPUSLICE_RETURN_IF_ERROR(ver.prepared("ledger: read schema_version"));
-  rc = ver.Step();
-  if (rc != SQLITE_ROW) return core::FailedPreconditionError("ledger: schema_version is empty");
-  schema_version_ = static_cast<int>(ver.Int(0));
+  {
+    // An open statement would keep DROP TABLE (migration 3) from running
+    // ("database table is locked").
+    Stmt ver(db_, "SELECT version FROM schema_version");
+    GPUSLICE_RETURN_IF_ERROR(ver.prepared("ledger: read schema_version"));
+    rc = ver.Step();
+    if (rc != SQLITE_ROW) return core::FailedPreconditionError("ledger: schema_version is empty");
+    schema_version_ = static_cast<int>(ver.Int(0));
+  }
 
   auto migrations = LedgerMigrations();
   if (schema_version_ > static_cast<int>(migrations.size())) {
@@ -235,12 +248,32 @@ Result<uint64_t> Ledger::MaxJobId() {
   return static_cast<uint64_t>(s.Int(0));
 }
 
+Status Ledger::InsertAllocations(const Job& job, int64_t now_ms) {
+  const core::Allocation& a = job.allocation;
+  for (size_t i = 0; i < a.gpu_indices.size(); ++i) {
+    // The unique index over held rows keeps one row per (job, GPU) held.
+    Stmt ins(db_,
+             "INSERT OR IGNORE INTO allocations (job_id, gpu_index, gpu_uuid, memory_bytes,"
+             " compute_milli, allocated_ms) VALUES (?1,?2,?3,?4,?5,?6)");
+    GPUSLICE_RETURN_IF_ERROR(ins.prepared("ledger: save allocation"));
+    ins.Bind(1, static_cast<int64_t>(job.id));
+    ins.Bind(2, int64_t{a.gpu_indices[i]});
+    ins.Bind(3, i < a.gpu_uuids.size() ? a.gpu_uuids[i] : std::string());
+    ins.Bind(4, static_cast<int64_t>(a.memory_bytes_per_gpu));
+    ins.Bind(5, int64_t{a.compute_milli});
+    ins.Bind(6, now_ms);
+    int rc = ins.Step();
+    if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save allocation");
+  }
+  return Status::Ok();
+}
+
 Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64_t now_ms) {
   GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   auto body = [&]() -> Status {
     std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
                       ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-                      "?19,?20,?21,?22,?23,?24,?25,?26,?27)";
+                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -275,28 +308,17 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(25, static_cast<int64_t>(job.pid_start_time));
     s.Bind(26, job.region_path);
     s.Bind(27, job.idle_ms);
+    s.Bind(28, r.pool);
+    s.Bind(29, int64_t{job.restartable});
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 
     // Allocation rows: inserted once while held; marked released when the job
     // is terminal. Never deleted, so the history shows where a job ran.
-    const core::Allocation& a = job.allocation;
     if (job.state == core::JobState::kRunning) {
-      for (size_t i = 0; i < a.gpu_indices.size(); ++i) {
-        Stmt ins(db_,
-                 "INSERT OR IGNORE INTO allocations (job_id, gpu_index, gpu_uuid, memory_bytes,"
-                 " compute_milli, allocated_ms) VALUES (?1,?2,?3,?4,?5,?6)");
-        GPUSLICE_RETURN_IF_ERROR(ins.prepared("ledger: save allocation"));
-        ins.Bind(1, static_cast<int64_t>(job.id));
-        ins.Bind(2, int64_t{a.gpu_indices[i]});
-        ins.Bind(3, i < a.gpu_uuids.size() ? a.gpu_uuids[i] : std::string());
-        ins.Bind(4, static_cast<int64_t>(a.memory_bytes_per_gpu));
-        ins.Bind(5, int64_t{a.compute_milli});
-        ins.Bind(6, now_ms);
-        rc = ins.Step();
-        if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save allocation");
-      }
-    } else if (core::IsTerminal(job.state)) {
+      GPUSLICE_RETURN_IF_ERROR(InsertAllocations(job, now_ms));
+    } else if (core::IsTerminal(job.state) || from == core::JobState::kRunning) {
+      // Ended, or requeued after a preemption: what it held is free.
       Stmt rel(db_,
                "UPDATE allocations SET released_ms = ?2 WHERE job_id = ?1 AND released_ms IS "
                "NULL");
@@ -343,9 +365,12 @@ Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) {
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: load jobs");
   // Allocations, attached to their jobs (held ones for live jobs, the last
   // ones for finished jobs: the history of where they ran).
+  // A job may have held several stretches (requeued after a preemption,
+  // resized): only its latest counts, one row per GPU (the newest).
   Stmt a(db_,
-         "SELECT job_id, gpu_index, gpu_uuid, memory_bytes, compute_milli FROM allocations"
-         " ORDER BY job_id, gpu_index");
+         "SELECT job_id, gpu_index, gpu_uuid, memory_bytes, compute_milli FROM allocations a"
+         " WHERE allocated_ms = (SELECT max(allocated_ms) FROM allocations b"
+         " WHERE b.job_id = a.job_id) ORDER BY job_id, gpu_index, id");
   GPUSLICE_RETURN_IF_ERROR(a.prepared("ledger: load allocations"));
   size_t k = 0;
   while ((rc = a.Step()) == SQLITE_ROW) {
@@ -353,9 +378,15 @@ Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) {
     while (k < jobs.size() && jobs[k].id < id) ++k;
     if (k == jobs.size()) break;
     if (jobs[k].id != id) continue;
+    if (jobs[k].state == core::JobState::kQueued) continue;  // Requeued: holds nothing.
     core::Allocation& al = jobs[k].allocation;
-    al.gpu_indices.push_back(static_cast<uint32_t>(a.Int(1)));
-    al.gpu_uuids.push_back(a.Text(2));
+    uint32_t gpu = static_cast<uint32_t>(a.Int(1));
+    if (!al.gpu_indices.empty() && al.gpu_indices.back() == gpu) {
+      al.gpu_uuids.back() = a.Text(2);  // Same GPU twice in one millisecond: the newest.
+    } else {
+      al.gpu_indices.push_back(gpu);
+      al.gpu_uuids.push_back(a.Text(2));
+    }
     al.memory_bytes_per_gpu = static_cast<uint64_t>(a.Int(3));
     al.compute_milli = static_cast<uint32_t>(a.Int(4));
   }
@@ -478,6 +509,92 @@ Result<std::vector<UsageRow>> Ledger::UsageRows(int64_t since_ms, int64_t until_
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: usage rows");
   return out;
+}
+
+Status Ledger::SaveQuota(const core::Principal& who, const core::Quota& q, int64_t now_ms) {
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO quotas (scope, name, memory_bytes, gpus, compute_milli,"
+         " running_jobs, updated_ms) VALUES (?1,?2,?3,?4,?5,?6,?7)");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save quota"));
+  s.Bind(1, std::string(core::PrincipalKindName(who.kind)));
+  s.Bind(2, who.name);
+  auto opt = [&](int i, auto v) {
+    if (v) {
+      s.Bind(i, static_cast<int64_t>(*v));
+    } else {
+      s.BindNull(i);
+    }
+  };
+  opt(3, q.memory_bytes);
+  opt(4, q.gpus);
+  opt(5, q.compute_milli);
+  opt(6, q.jobs);
+  s.Bind(7, now_ms);
+  int rc = s.Step();
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save quota");
+  return Status::Ok();
+}
+
+Status Ledger::RemoveQuota(const core::Principal& who) {
+  Stmt s(db_, "DELETE FROM quotas WHERE scope = ?1 AND name = ?2");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: remove quota"));
+  s.Bind(1, std::string(core::PrincipalKindName(who.kind)));
+  s.Bind(2, who.name);
+  int rc = s.Step();
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: remove quota");
+  if (sqlite3_changes(db_) == 0) return core::NotFoundError("no quota for " + who.ToString());
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<core::Principal, core::Quota>>> Ledger::LoadQuotas() {
+  Stmt s(db_,
+         "SELECT scope, name, memory_bytes, gpus, compute_milli, running_jobs FROM quotas"
+         " ORDER BY scope, name");
+  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: load quotas"));
+  std::vector<std::pair<core::Principal, core::Quota>> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    core::Principal who;
+    GPUSLICE_ASSIGN_OR_RETURN(who.kind, core::ParsePrincipalKind(s.Text(0)));
+    who.name = s.Text(1);
+    core::Quota q;
+    if (!s.IsNull(2)) q.memory_bytes = static_cast<uint64_t>(s.Int(2));
+    if (!s.IsNull(3)) q.gpus = static_cast<uint32_t>(s.Int(3));
+    if (!s.IsNull(4)) q.compute_milli = static_cast<uint32_t>(s.Int(4));
+    if (!s.IsNull(5)) q.jobs = static_cast<uint32_t>(s.Int(5));
+    out.emplace_back(std::move(who), q);
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: load quotas");
+  return out;
+}
+
+Status Ledger::SaveResize(const Job& job, int64_t now_ms) {
+  GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto body = [&]() -> Status {
+    Stmt j(db_, "UPDATE jobs SET memory_bytes = ?2, compute_milli = ?3 WHERE id = ?1");
+    GPUSLICE_RETURN_IF_ERROR(j.prepared("ledger: resize job"));
+    j.Bind(1, static_cast<int64_t>(job.id));
+    j.Bind(2, static_cast<int64_t>(job.request.memory_bytes));
+    j.Bind(3, int64_t{job.request.compute_milli});
+    int rc = j.Step();
+    if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: resize job");
+    // The old size ends now and the new one starts: accounting charges each
+    // for its own time.
+    Stmt rel(db_,
+             "UPDATE allocations SET released_ms = ?2 WHERE job_id = ?1 AND released_ms IS NULL");
+    GPUSLICE_RETURN_IF_ERROR(rel.prepared("ledger: resize allocation"));
+    rel.Bind(1, static_cast<int64_t>(job.id));
+    rel.Bind(2, now_ms);
+    rc = rel.Step();
+    if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: resize allocation");
+    return InsertAllocations(job, now_ms);
+  };
+  Status s = body();
+  if (!s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
 }
 
 }  // namespace gpuslice::daemon

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/job.h"
+#include "core/quota.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {
@@ -106,6 +107,14 @@ class Ledger {
   // Allocation rows held at any time in [since_ms, until_ms).
   core::Result<std::vector<UsageRow>> UsageRows(int64_t since_ms, int64_t until_ms);
 
+  // Quotas (table quotas): one row per user or group.
+  core::Status SaveQuota(const core::Principal& who, const core::Quota& quota, int64_t now_ms);
+  core::Status RemoveQuota(const core::Principal& who);  // kNotFound when it has none.
+  core::Result<std::vector<std::pair<core::Principal, core::Quota>>> LoadQuotas();
+  // A running job's new size: its row, and its held allocation rows closed
+  // at `now_ms` and opened again with the new size, in one transaction.
+  core::Status SaveResize(const core::Job& job, int64_t now_ms);
+
   // The connection, for the daemon's other ledger modules that keep their own
   // tables in this file (created by the numbered migrations here). Same
   // thread rule as the rest of the ledger.
@@ -115,6 +124,8 @@ class Ledger {
   explicit Ledger(sqlite3* db) : db_(db) {}
   core::Status Migrate();
   core::Status Exec(const char* sql);
+  // Rows for what a running job holds (kept if already there).
+  core::Status InsertAllocations(const core::Job& job, int64_t now_ms);
 
   sqlite3* db_;
   int schema_version_ = 0;

@@ -102,6 +102,32 @@ CREATE TABLE service_replicas (
   PRIMARY KEY (service_id, job_id)
 );
 )sql",
+    // 3: pools and restartable jobs; allocation rows get their own id, so a
+    // job may hold a GPU again after a preemption or a resize, each stretch
+    // its own row, with at most one held row per (job, GPU).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN pool TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN restartable INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE allocations_v3 (
+  id              INTEGER PRIMARY KEY,
+  job_id          INTEGER NOT NULL REFERENCES jobs(id),
+  gpu_index       INTEGER NOT NULL,
+  gpu_uuid        TEXT NOT NULL,
+  memory_bytes    INTEGER NOT NULL,
+  compute_milli   INTEGER NOT NULL,
+  allocated_ms    INTEGER NOT NULL,
+  released_ms     INTEGER                 -- NULL while held
+);
+INSERT INTO allocations_v3 (job_id, gpu_index, gpu_uuid, memory_bytes, compute_milli,
+                            allocated_ms, released_ms)
+  SELECT job_id, gpu_index, gpu_uuid, memory_bytes, compute_milli, allocated_ms, released_ms
+  FROM allocations ORDER BY job_id, gpu_index;
+DROP TABLE allocations;
+ALTER TABLE allocations_v3 RENAME TO allocations;
+CREATE UNIQUE INDEX allocations_held ON allocations(job_id, gpu_index)
+  WHERE released_ms IS NULL;
+CREATE INDEX allocations_job ON allocations(job_id);
+)sql",
 };
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "daemon/ledger.h"
+#include "daemon/ledger_schema.h"
 
 #include "daemon/ledger_schema.h"
 
@@ -51,7 +52,7 @@ class LedgerTest : public ::testing::Test {
 TEST_F(LedgerTest, FreshLedgerIsAtTheLatestSchema) {
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ((*l)->schema_version(), 2);
+  EXPECT_EQ((*l)->schema_version(), static_cast<int>(LedgerMigrations().size()));
   EXPECT_EQ(*(*l)->MaxJobId(), 0u);
 }
 
@@ -124,6 +125,111 @@ TEST_F(LedgerTest, TerminalJobReleasesItsAllocationOnce) {
   EXPECT_EQ((*l)->Transitions(1)->size(), 2u);  // queued->running, running->exited.
 }
 
+TEST_F(LedgerTest, QuotasRoundTripAndRemove) {
+  {
+    auto l = Ledger::Open(path_);
+    ASSERT_TRUE(l.ok());
+    core::Quota q;
+    q.memory_bytes = 20 * core::kGiB;
+    q.jobs = 2;
+    ASSERT_TRUE((*l)->SaveQuota({core::PrincipalKind::kUser, "alice"}, q, 10).ok());
+    core::Quota g;
+    g.compute_milli = 2500;
+    ASSERT_TRUE((*l)->SaveQuota({core::PrincipalKind::kGroup, "students"}, g, 10).ok());
+    q.jobs = 3;  // Replaces.
+    ASSERT_TRUE((*l)->SaveQuota({core::PrincipalKind::kUser, "alice"}, q, 11).ok());
+  }
+  auto l = Ledger::Open(path_);
+  auto all = (*l)->LoadQuotas();
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].first.ToString(), "group students");
+  EXPECT_EQ((*all)[0].second.compute_milli, 2500u);
+  EXPECT_FALSE((*all)[0].second.memory_bytes);
+  EXPECT_EQ((*all)[1].second.jobs, 3u);
+  EXPECT_EQ((*all)[1].second.memory_bytes, 20 * core::kGiB);
+  EXPECT_TRUE((*l)->RemoveQuota({core::PrincipalKind::kUser, "alice"}).ok());
+  EXPECT_EQ((*l)->RemoveQuota({core::PrincipalKind::kUser, "alice"}).code(),
+            core::StatusCode::kNotFound);
+  EXPECT_EQ((*l)->LoadQuotas()->size(), 1u);
+}
+
+TEST_F(LedgerTest, ResizeClosesTheOldStretchAndOpensANewOne) {
+  auto l = Ledger::Open(path_);
+  core::Job j = SampleJob(1);
+  j.state = core::JobState::kRunning;
+  j.allocation = {{0}, {"GPU-0"}, 8 * core::kGiB, 300};
+  ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kQueued, 10).ok());
+  j.request.memory_bytes = 12 * core::kGiB;
+  j.allocation.memory_bytes_per_gpu = 12 * core::kGiB;
+  ASSERT_TRUE((*l)->SaveResize(j, 20).ok());
+  auto rows = (*l)->UsageRows(0, 100);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].memory_bytes + (*rows)[1].memory_bytes, 20 * core::kGiB);
+  EXPECT_EQ((*l)->HeldAllocations()->size(), 1u);
+  auto live = (*l)->LoadJobs(true);
+  ASSERT_EQ(live->size(), 1u);
+  EXPECT_EQ((*live)[0].request.memory_bytes, 12 * core::kGiB);
+  EXPECT_EQ((*live)[0].allocation.memory_bytes_per_gpu, 12 * core::kGiB);
+  EXPECT_EQ((*live)[0].allocation.gpu_indices, std::vector<uint32_t>{0});
+}
+
+TEST_F(LedgerTest, RequeuedJobReleasesAndMayHoldTheSameGpuAgain) {
+  auto l = Ledger::Open(path_);
+  core::Job j = SampleJob(1);
+  j.restartable = true;
+  j.request.pool = "inference";
+  j.state = core::JobState::kRunning;
+  j.allocation = {{0}, {"GPU-0"}, 8 * core::kGiB, 300};
+  ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kQueued, 10).ok());
+  j.state = core::JobState::kQueued;
+  j.allocation = core::Allocation();
+  ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kRunning, 20).ok());
+  EXPECT_TRUE((*l)->HeldAllocations()->empty());
+  auto queued = (*l)->LoadJobs(true);
+  ASSERT_EQ(queued->size(), 1u);
+  EXPECT_TRUE((*queued)[0].allocation.empty());
+  EXPECT_TRUE((*queued)[0].restartable);
+  EXPECT_EQ((*queued)[0].request.pool, "inference");
+  j.state = core::JobState::kRunning;
+  j.allocation = {{0}, {"GPU-0"}, 8 * core::kGiB, 300};
+  ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kQueued, 30).ok());
+  EXPECT_EQ((*l)->HeldAllocations()->size(), 1u);
+  EXPECT_EQ((*l)->UsageRows(0, 100)->size(), 2u) << "both stretches kept";
+  EXPECT_EQ((*l)->Transitions(1)->size(), 3u);
+}
+
+TEST_F(LedgerTest, MigrationThreeKeepsVersionTwoAllocations) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    std::string sql = "PRAGMA application_id=" + std::to_string(kLedgerApplicationId) +
+                      "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                      " INSERT INTO schema_version VALUES (2);";
+    auto m = LedgerMigrations();
+    sql += m[0];
+    sql += m[1];
+    sql += "INSERT INTO jobs (id, uid, gid, user, kind, priority, mode, argv, cwd, env, state,"
+           " submitted_ms) VALUES (5, 1, 1, 'bob', 'gpus', 'normal', 'submit', '[]', '/', '[]',"
+           " 'running', 1);"
+           "INSERT INTO allocations VALUES (5, 1, 'GPU-1', 80, 1000, 7, NULL);";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  auto held = (*l)->HeldAllocations();
+  ASSERT_EQ(held->size(), 1u);
+  EXPECT_EQ((*held)[0], std::make_pair(uint64_t{5}, uint32_t{1}));
+  auto jobs = (*l)->LoadJobs(true);
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].allocation.gpu_uuids, std::vector<std::string>{"GPU-1"});
+  EXPECT_FALSE((*jobs)[0].restartable);
+  EXPECT_EQ((*jobs)[0].request.pool, "");
+}
+
 TEST_F(LedgerTest, GarbageFileIsRefusedWithAClearError) {
   std::ofstream(path_) << "this is not a database, just some text that is long enough to matter"
                           " for sqlite's header check............................................";
@@ -177,7 +283,7 @@ TEST_F(LedgerTest, VersionOneLedgerIsMigratedKeepingItsJobs) {
   sqlite3_close(db);
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ((*l)->schema_version(), 2);
+  EXPECT_EQ((*l)->schema_version(), static_cast<int>(LedgerMigrations().size()));
   auto jobs = (*l)->LoadJobs(false);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 1u);

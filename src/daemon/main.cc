@@ -170,6 +170,8 @@ int main(int argc, char** argv) {
   options.policy = config.policy;
   options.backfill = config.backfill;
   options.kill_grace_ms = config.kill_grace_ms;
+  options.rules = config.rules;
+  options.idle_threshold_pct = config.rules.idle_threshold_pct;
   gd::Service service(options, clock, inventory, launcher, regions);
   if (auto s = service.Start(); !s.ok()) return Fail(s.message());
   // Jobs on simulated GPUs must see the same simulated machine as we do.

@@ -68,9 +68,15 @@ Status Service::Start() {
                                                    : std::string("NVML: ")) +
             inventory_.library + ", " + std::to_string(inventory_.gpus.size()) + " GPU(s)");
   }
-  auto cap = NodeCapacity::Create(inventory_.gpus, options_.policy);
+  std::vector<std::string> pool_of;
+  GPUSLICE_RETURN_IF_ERROR(ResolvePools(&pool_of));
+  auto cap = NodeCapacity::Create(inventory_.gpus, options_.policy, pool_of,
+                                  options_.rules.default_pool);
   if (!cap.ok()) return cap.status();
   capacity_ = std::move(*cap);
+  for (const GpuInfo& g : inventory_.gpus) {
+    if (min_gpu_memory_ == 0 || g.memory_total < min_gpu_memory_) min_gpu_memory_ = g.memory_total;
+  }
 
   std::string ledger_path = options_.state_dir + "/ledger.db";
   auto ledger = Ledger::Open(ledger_path);
@@ -87,6 +93,11 @@ Status Service::Start() {
     return Status::Ok();
   }
   next_id_ = *max_id + 1;
+  if (auto quotas = ledger_->LoadQuotas(); quotas.ok()) {
+    for (const auto& [who, quota] : *quotas) quotas_.Set(who, quota);
+  } else {
+    Degrade("ledger unreadable: " + quotas.status().message());
+  }
   if (auto counts = ledger_->EventCountsByKind(); counts.ok()) {
     for (auto& [kind, n] : *counts) event_counts_[kind] = n;
   }
@@ -198,6 +209,9 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
       return core::InvalidArgumentError("env entry '" + e.substr(0, 64) + "' is not KEY=value");
     }
   }
+  if (spec.restartable && spec.mode == core::JobMode::kShell) {
+    return core::InvalidArgumentError("--restartable: a shell cannot be restarted by the daemon");
+  }
   uint64_t id = next_id_;
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
   Status ever = capacity_->CouldEverFit(request);
@@ -216,7 +230,12 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   job.argv = std::move(spec.argv);
   job.cwd = std::move(spec.cwd);
   job.env = std::move(spec.env);
+  job.restartable = spec.restartable;
   job.submitted_ms = clock_.NowMs();
+  if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
+    capacity_->ForgetDemand(id);
+    return q;
+  }
   if (!Persist(job, std::nullopt)) {
     capacity_->ForgetDemand(id);
     return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): job not accepted");
@@ -276,8 +295,11 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
 }
 
 JobView Service::View(const Job& job) {
-  JobView v{job, 0, "", std::nullopt};
-  if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
+  JobView v{job, 0, "", std::nullopt, {}};
+  if (job.state == JobState::kRunning) {
+    v.usage = UsageOf(job.id);
+    v.flags = FlagsOf(job.id);
+  }
   if (job.state != JobState::kQueued) return v;
   if (waiting_index_stale_) {
     waiting_index_.clear();
@@ -289,11 +311,19 @@ JobView Service::View(const Job& job) {
   if (w != waiting_index_.end()) {
     const core::WaitingJob& wj = last_waiting_[w->second];
     v.queue_position = wj.position;
-  std::string head = std::to_string(plan_head_);
+    std::string head = std::to_string(plan_head_);
     switch (wj.reason) {
-      case core::WaitReason::kHead:
+      case core::WaitReason::kHead: {
         v.waiting_for = "first in line: " + capacity_->WhyNotNow(job.id);
+        if (auto p = preempting_.find(job.id); p != preempting_.end()) {
+          std::string ids;
+          for (uint64_t id : p->second) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+          v.waiting_for += "; preempting job(s) " + ids;
+        } else if (auto n = preempt_note_.find(job.id); n != preempt_note_.end()) {
+          v.waiting_for += "; cannot preempt: " + n->second;
+        }
         break;
+      }
       case core::WaitReason::kBehindHead:
         v.waiting_for = "behind job " + head + ": " + capacity_->WhyNotNow(job.id);
         break;
@@ -306,6 +336,11 @@ JobView Service::View(const Job& job) {
       case core::WaitReason::kNeverFits:
         v.waiting_for = "can never fit";
         break;
+      case core::WaitReason::kHeld: {
+        auto q = quota_wait_.find(job.id);
+        v.waiting_for = "quota: " + (q == quota_wait_.end() ? std::string("over quota") : q->second);
+        break;
+      }
     }
   }
   return v;

@@ -22,14 +22,19 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
 #include "core/job.h"
 #include "core/placement_policy.h"
+#include "core/preemption.h"
 #include "core/queue.h"
+#include "core/quota.h"
 #include "daemon/capacity.h"
 #include "daemon/clock.h"
 #include "daemon/inventory.h"
 #include "daemon/launcher.h"
 #include "daemon/ledger.h"
+#include "daemon/policy_config.h"
 #include "daemon/region_store.h"
 
 namespace gpuslice::daemon {
@@ -50,7 +55,26 @@ struct SubmitSpec {
   std::vector<std::string> argv;
   std::string cwd;
   std::vector<std::string> env;
+  bool restartable = false;  // Preemption requeues it instead of ending it.
 };
+
+// A quota with what its principal's running jobs hold now.
+struct QuotaView {
+  core::Principal who;
+  core::Quota quota;
+  core::QuotaCharge in_use;
+};
+
+// `gpuslice resize`: the new size of a running fraction (unset: unchanged).
+struct ResizeSpec {
+  std::optional<std::string> mem;
+  std::optional<std::string> compute;
+  bool force = false;  // Even below the memory it uses now.
+};
+
+// The groups (names) a user belongs to, from the system's group database:
+// `gid` and the supplementary groups (getgrouplist). For group quotas.
+std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid);
 
 struct ServiceOptions {
   std::string state_dir;
@@ -65,6 +89,10 @@ struct ServiceOptions {
   bool backfill = true;
   int64_t kill_grace_ms = 5000;     // SIGTERM, then SIGKILL after this.
   size_t history = 1000;            // Finished jobs kept in memory for `ps --all`.
+  // Pools, preemption, watchdog, idle reclaim (policy_config.h).
+  PolicyConfig rules;
+  // A user's groups for group quotas; unset: SystemGroupsOf (tests fake it).
+  std::function<std::vector<std::string>(const std::string& user, uint32_t gid)> groups_of;
   // Usage sampling (Service::Sample): how often, and the GPU use under which a
   // running job counts as idle (JobUsage::low_use_ms, jobs.idle_ms).
   int64_t sample_interval_ms = 1000;
@@ -109,6 +137,8 @@ struct JobView {
   int queue_position = 0;  // 1-based; 0 when not queued.
   std::string waiting_for;  // Why a queued job waits.
   std::optional<JobUsage> usage;  // Running jobs, once sampled.
+  // Policy flags of a running job: "idle", "paused", "over_limit", "preempted".
+  std::vector<std::string> flags;
 };
 
 struct LogChunk {
@@ -180,6 +210,21 @@ class Service {
   // Jobs holding each GPU (by inventory index), for `gpuslice gpus`.
   std::map<uint32_t, std::vector<uint64_t>> SlicesByGpu() const;
 
+  // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
+  // Quotas: admins set and remove them; anyone lists them.
+  core::Status SetQuota(const Caller& caller, const core::Principal& who,
+                        const core::Quota& quota);
+  core::Status RemoveQuota(const Caller& caller, const core::Principal& who);
+  std::vector<QuotaView> Quotas();
+  // Live resize of a running fraction (owner or admin): within its quotas
+  // and its GPU; below the memory it uses only with `force`.
+  core::Result<JobView> Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec);
+  // Lets a job paused by idle reclaim launch again (owner or admin).
+  core::Status Resume(const Caller& caller, uint64_t id);
+  // The pool of a GPU (by inventory index): the default pool unless the
+  // admin put it in another.
+  const std::string& PoolOf(uint32_t gpu_index) const;
+
  private:
   struct Live {
     int64_t supervisor_pid = 0;   // 0 when re-adopted or a shell.
@@ -189,6 +234,12 @@ class Service {
     int64_t kill_at_ms = 0;       // SIGKILL the group at this time if alive.
     int64_t group_gone_ms = 0;    // First seen without processes.
     std::optional<int> reported_exit;  // Shell jobs.
+    // Policies.
+    bool idle_flagged = false;    // Under the idle threshold for idle_after.
+    bool idle_acted = false;      // The idle action was taken (once per episode).
+    bool paused = false;          // Launches paused by idle reclaim.
+    int64_t idle_base_ms = 0;     // low_use_ms at the last resume.
+    bool over_limit = false;      // The watchdog saw it over its limit.
   };
 
   void Degrade(const std::string& reason);
@@ -211,6 +262,28 @@ class Service {
   JobView View(const core::Job& job);
   void TrimHistory();
   void ObserveWait(const core::Job& job);
+  // The slice limits of a job as it is now (StartJob, resize, pause).
+  SliceLimits SliceLimitsOf(const core::Job& job) const;
+
+  // Quotas.
+  core::QuotaOwner OwnerOf(const core::Job& job);
+  core::QuotaCharge RequestCharge(const core::Job& job) const;
+  // What each principal with a quota holds, over the running jobs but one.
+  core::QuotaUsage RunningUsage(uint64_t except_id = 0);
+  core::Status CheckQuotaAtSubmit(const core::Job& job);
+  // Sets the plan's hold (quota waits) and start hooks over `usage`.
+  void HoldForQuotas(core::PlanOptions* options, core::QuotaUsage* usage);
+  void RecordQuotaWaits();
+  // Preemption: the head of the queue may end lower-priority jobs.
+  void MaybePreempt(uint64_t head_id);
+  void ForgetPreemptions();
+  // A preempted restartable job goes back to the queue.
+  void Requeue(core::Job& job, std::string reason);
+  // Idle reclaim and the watchdog, after each sample.
+  void Reclaim();
+  void AppendToStderr(const core::Job& job, const std::string& line);
+  std::vector<std::string> FlagsOf(uint64_t id) const;
+  core::Status ResolvePools(std::vector<std::string>* pool_of);
 
   ServiceOptions options_;
   Clock& clock_;
@@ -245,6 +318,16 @@ class Service {
   int64_t last_idle_persist_ms_ = 0;
   bool usage_error_logged_ = false;
   WaitHistogram wait_histogram_;
+
+  // Policies.
+  core::QuotaBook quotas_;
+  std::unordered_map<uint32_t, core::QuotaOwner> owners_;  // By uid, cached.
+  std::unordered_map<uint64_t, std::string> quota_wait_;   // Held jobs: why.
+  std::unordered_map<uint64_t, std::string> held_now_;     // This pass's holds.
+  uint64_t min_gpu_memory_ = 0;  // What a whole GPU is charged to quotas.
+  std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
+  std::unordered_map<uint64_t, std::string> preempt_note_; // Head -> why it cannot.
+  std::map<uint32_t, std::string> pool_of_gpu_;
 };
 
 }  // namespace gpuslice::daemon

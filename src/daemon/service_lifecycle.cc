@@ -76,7 +76,10 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
 }
 
 void Service::Tick() {
-  if (clock_.NowMs() - last_sample_ms_ >= options_.sample_interval_ms) Sample();
+  if (clock_.NowMs() - last_sample_ms_ >= options_.sample_interval_ms) {
+    Sample();
+    Reclaim();
+  }
   WatchRunning();
   Schedule();
   TrimHistory();
@@ -111,6 +114,16 @@ void Service::WatchRunning() {
       l.kill_at_ms = INT64_MAX;
     }
     JobState end_state = l.ending.value_or(JobState::kExited);
+    if (end_state == JobState::kQueued) {
+      // Preempted and restartable: back to the queue once its processes are
+      // gone (a shell is never restartable).
+      if (job.mode != core::JobMode::kShell && !launcher_.GroupAlive(job.pid) &&
+          (l.supervisor_pid == 0 || l.supervisor_reaped ||
+           ReadExitStatusFile(JobDir(id) + "/status"))) {
+        Requeue(job, l.ending_reason + "; requeued");
+      }
+      continue;
+    }
     if (job.mode == core::JobMode::kShell) {
       if (l.reported_exit) {
         FinishJob(job, end_state, *l.reported_exit, l.ending_reason);
@@ -165,7 +178,10 @@ void Service::Schedule() {
   }
   core::PlanOptions opt;
   opt.backfill = options_.backfill;
+  core::QuotaUsage quota_usage;
+  HoldForQuotas(&opt, &quota_usage);
   core::QueuePlan plan = core::PlanQueue(queue_, running, clock_.NowMs(), *capacity_, opt);
+  RecordQuotaWaits();
   for (uint64_t id : plan.never_fit) {
     Dequeue(id);
     FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
@@ -176,6 +192,21 @@ void Service::Schedule() {
   }
   last_waiting_ = std::move(plan.waiting);
   plan_head_ = plan.head;
+  ForgetPreemptions();
+  if (plan.head != 0 && jobs_.count(plan.head)) MaybePreempt(plan.head);
+}
+
+SliceLimits Service::SliceLimitsOf(const Job& job) const {
+  SliceLimits limits;
+  limits.job_id = job.id;
+  limits.uid = job.uid;
+  limits.gid = job.gid;
+  limits.name = job.request.name;
+  limits.uuids = job.allocation.gpu_uuids;
+  limits.memory_bytes_per_device = job.allocation.memory_bytes_per_gpu;
+  limits.compute_milli = job.allocation.compute_milli;
+  limits.priority = job.request.priority;
+  return limits;
 }
 
 void Service::StartJob(Job& job) {
@@ -186,16 +217,7 @@ void Service::StartJob(Job& job) {
   }
   job.allocation = *alloc;
   job.started_ms = clock_.NowMs();
-  SliceLimits limits;
-  limits.job_id = job.id;
-  limits.uid = job.uid;
-  limits.gid = job.gid;
-  limits.name = job.request.name;
-  limits.uuids = job.allocation.gpu_uuids;
-  limits.memory_bytes_per_device = job.allocation.memory_bytes_per_gpu;
-  limits.compute_milli = job.allocation.compute_milli;
-  limits.priority = job.request.priority;
-  auto region = regions_.Create(limits);
+  auto region = regions_.Create(SliceLimitsOf(job));
   if (!region.ok()) {
     // Running first, so the failure is a legal transition and the capacity
     // taken by the plan is given back by FinishJob.

@@ -1,0 +1,132 @@
+#include "daemon/policy_config.h"
+
+#include "core/units.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+core::Status Bad(std::string_view key, std::string_view value, const std::string& expected) {
+  return core::InvalidArgumentError(std::string(key) + ": expected " + expected + ", got '" +
+                                    std::string(value) + "'");
+}
+
+bool ValidPoolName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view WatchdogActionName(WatchdogAction a) {
+  switch (a) {
+    case WatchdogAction::kOff: return "off";
+    case WatchdogAction::kReport: return "report";
+    case WatchdogAction::kKill: return "kill";
+  }
+  return "report";
+}
+
+std::string_view IdleActionName(IdleAction a) {
+  switch (a) {
+    case IdleAction::kWarn: return "warn";
+    case IdleAction::kPause: return "pause";
+    case IdleAction::kEnd: return "end";
+  }
+  return "warn";
+}
+
+core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string_view value,
+                              bool* known) {
+  *known = true;
+  std::string v(value);
+  if (key.substr(0, 5) == "pool.") {
+    std::string name(key.substr(5));
+    if (!ValidPoolName(name)) {
+      return core::InvalidArgumentError("pool name '" + name +
+                                        "': use letters, digits, '-', '_' or '.'");
+    }
+    PoolSpec spec{name, {}};
+    std::string_view rest = value;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (item.empty()) return Bad(key, value, "a list of GPU indices or UUIDs such as '0,1'");
+      spec.gpus.emplace_back(item);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    if (spec.gpus.empty()) return Bad(key, value, "a list of GPU indices or UUIDs such as '0,1'");
+    std::erase_if(c->pools, [&](const PoolSpec& p) { return p.name == name; });
+    c->pools.push_back(std::move(spec));
+    return core::Status::Ok();
+  }
+  if (key == "default_pool") {
+    if (!ValidPoolName(v)) return Bad(key, value, "a pool name");
+    c->default_pool = v;
+    return core::Status::Ok();
+  }
+  if (key == "preemption") {
+    auto p = core::ParsePreemptionPolicy(v);
+    if (!p.ok()) return p.status();
+    c->preemption = *p;
+    return core::Status::Ok();
+  }
+  auto duration = [&](int64_t* out) -> core::Status {
+    auto d = core::ParseDuration(v);
+    if (!d.ok()) return d.status().WithContext(key);
+    *out = d->count();
+    return core::Status::Ok();
+  };
+  if (key == "preemption_grace") return duration(&c->preemption_grace_ms);
+  if (key == "idle_after") return duration(&c->idle_after_ms);
+  if (key == "watchdog") {
+    for (WatchdogAction a : {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
+      if (v == WatchdogActionName(a)) {
+        c->watchdog = a;
+        return core::Status::Ok();
+      }
+    }
+    return Bad(key, value, "off, report or kill");
+  }
+  if (key == "watchdog_allowance") {
+    auto b = core::ParseBytes(v);
+    if (!b.ok()) return b.status().WithContext(key);
+    c->watchdog_allowance_bytes = *b;
+    return core::Status::Ok();
+  }
+  if (key == "idle_threshold") {
+    auto m = core::ParseShareMilli(v);
+    if (!m.ok()) return m.status().WithContext(key);
+    c->idle_threshold_pct = *m / 10.0;
+    return core::Status::Ok();
+  }
+  if (key == "idle_action") {
+    for (IdleAction a : {IdleAction::kWarn, IdleAction::kPause, IdleAction::kEnd}) {
+      if (v == IdleActionName(a)) {
+        c->idle_action = a;
+        return core::Status::Ok();
+      }
+    }
+    return Bad(key, value, "warn, pause or end");
+  }
+  if (key == "idle_action_always") {
+    if (v == "true" || v == "yes" || v == "on" || v == "1") {
+      c->idle_action_always = true;
+    } else if (v == "false" || v == "no" || v == "off" || v == "0") {
+      c->idle_action_always = false;
+    } else {
+      return Bad(key, value, "true or false");
+    }
+    return core::Status::Ok();
+  }
+  *known = false;
+  return core::Status::Ok();
+}
+
+}  // namespace gpuslice::daemon

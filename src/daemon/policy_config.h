@@ -1,0 +1,54 @@
+#pragma once
+
+// The daemon's policy settings (docs/CONFIG.md, "Policies"): pools,
+// preemption, the enforcement watchdog and idle reclaim. Read
+// from the configuration file by config.cc, carried into the Service by
+// ServiceOptions::rules. Quotas are not here: admins set them at run time
+// (`gpuslice quota`) and the ledger keeps them.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/preemption.h"
+#include "core/status.h"
+
+namespace gpuslice::daemon {
+
+// `pool.NAME = 0,1` or `pool.NAME = GPU-uuid,...`.
+struct PoolSpec {
+  std::string name;
+  std::vector<std::string> gpus;  // Indices or UUIDs, as written; resolved at start.
+};
+
+enum class WatchdogAction { kOff, kReport, kKill };
+enum class IdleAction { kWarn, kPause, kEnd };
+std::string_view WatchdogActionName(WatchdogAction a);
+std::string_view IdleActionName(IdleAction a);
+
+struct PolicyConfig {
+  std::vector<PoolSpec> pools;
+  // Requests without --pool go here; GPUs no pool names belong to it.
+  std::string default_pool = "default";
+
+  core::PreemptionPolicy preemption;   // never
+  int64_t preemption_grace_ms = 30'000;  // SIGTERM, then SIGKILL after this.
+
+  WatchdogAction watchdog = WatchdogAction::kReport;
+  // NVML counts each process's CUDA context, which the shim does not charge
+  // to the slice: this much per process is allowed over the limit.
+  uint64_t watchdog_allowance_bytes = 512ull << 20;
+
+  double idle_threshold_pct = 30.0;  // GPU use under this counts as idle.
+  int64_t idle_after_ms = 0;         // 0: idle reclaim off.
+  IdleAction idle_action = IdleAction::kWarn;
+  bool idle_action_always = false;   // Act even when nothing waits.
+};
+
+// Applies one `key = value` if `key` is a policy setting; *known = false
+// (and Ok) when it is not. Errors name the key and the value.
+core::Status ApplyPolicyValue(PolicyConfig* config, std::string_view key, std::string_view value,
+                              bool* known);
+
+}  // namespace gpuslice::daemon

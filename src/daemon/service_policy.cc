@@ -1,0 +1,389 @@
+// Service: quotas, live resize and priority preemption. See service.h and
+// docs/DAEMON.md ("Policies").
+
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+using core::Result;
+using core::Status;
+
+namespace {
+
+std::string Who(const Caller& c) { return c.user.empty() ? std::to_string(c.uid) : c.user; }
+
+}  // namespace
+
+std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid) {
+  std::vector<std::string> out;
+  std::vector<gid_t> gids(64);
+  int n = static_cast<int>(gids.size());
+  if (!user.empty() && getgrouplist(user.c_str(), gid, gids.data(), &n) < 0) {
+    gids.resize(static_cast<size_t>(n));
+    if (getgrouplist(user.c_str(), gid, gids.data(), &n) < 0) n = 0;
+  }
+  if (user.empty()) {
+    gids = {gid};
+    n = 1;
+  }
+  gids.resize(static_cast<size_t>(std::max(n, 0)));
+  if (std::find(gids.begin(), gids.end(), gid) == gids.end()) gids.push_back(gid);
+  for (gid_t g : gids) {
+    struct group grp;
+    struct group* found = nullptr;
+    std::vector<char> buf(16384);
+    if (getgrgid_r(g, &grp, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+      out.emplace_back(found->gr_name);
+    }
+  }
+  return out;
+}
+
+core::QuotaOwner Service::OwnerOf(const Job& job) {
+  auto it = owners_.find(job.uid);
+  if (it != owners_.end() && it->second.user == job.user) return it->second;
+  core::QuotaOwner o;
+  o.user = job.user;
+  o.groups = options_.groups_of ? options_.groups_of(job.user, job.gid)
+                                : SystemGroupsOf(job.user, job.gid);
+  owners_[job.uid] = o;
+  return o;
+}
+
+core::QuotaCharge Service::RequestCharge(const Job& job) const {
+  return core::ChargeOfRequest(job.request, min_gpu_memory_);
+}
+
+core::QuotaUsage Service::RunningUsage(uint64_t except_id) {
+  core::QuotaUsage usage;
+  if (quotas_.empty()) return usage;
+  for (const auto& [id, l] : live_) {
+    if (id == except_id) continue;
+    const Job& job = jobs_[id];
+    quotas_.AddCharge(OwnerOf(job), core::ChargeOfAllocation(job.request, job.allocation), &usage);
+  }
+  return usage;
+}
+
+Status Service::CheckQuotaAtSubmit(const Job& job) {
+  if (quotas_.empty()) return Status::Ok();
+  core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
+  if (d.verdict == core::QuotaVerdict::kNever) {
+    return core::OutOfRangeError("over quota, can never run: " + d.reason);
+  }
+  return Status::Ok();
+}
+
+void Service::HoldForQuotas(core::PlanOptions* opt, core::QuotaUsage* usage) {
+  if (quotas_.empty()) {
+    quota_wait_.clear();
+    return;
+  }
+  *usage = RunningUsage();
+  held_now_.clear();
+  opt->held = [this, usage](uint64_t id) {
+    const Job& job = jobs_[id];
+    core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), *usage);
+    if (d.verdict == core::QuotaVerdict::kFits) return false;
+    held_now_[id] = d.reason;
+    return true;
+  };
+  opt->started = [this, usage](uint64_t id) {
+    const Job& job = jobs_[id];
+    auto a = capacity_->AllocationOf(id);
+    quotas_.AddCharge(OwnerOf(job),
+                      a ? core::ChargeOfAllocation(job.request, *a) : RequestCharge(job), usage);
+  };
+}
+
+void Service::RecordQuotaWaits() {
+  // An event when a job starts waiting for a quota (or its reason changes),
+  // not on every pass.
+  for (const auto& [id, reason] : held_now_) {
+    auto it = quota_wait_.find(id);
+    if (it != quota_wait_.end() && it->second == reason) continue;
+    const Job& job = jobs_[id];
+    RecordEvent("quota_wait", id, job.user, reason);
+  }
+  quota_wait_ = std::move(held_now_);
+  held_now_.clear();
+}
+
+Status Service::SetQuota(const Caller& caller, const core::Principal& who,
+                         const core::Quota& quota) {
+  if (!caller.admin) {
+    return core::PermissionDeniedError("only root or the admin group may set quotas");
+  }
+  if (who.name.empty()) return core::InvalidArgumentError("a quota needs a user or group name");
+  if (quota.empty()) return core::InvalidArgumentError("a quota needs at least one limit");
+  if (!ledger_) return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): cannot record a quota");
+  GPUSLICE_RETURN_IF_ERROR(ledger_->SaveQuota(who, quota, clock_.NowMs()));
+  quotas_.Set(who, quota);
+  RecordEvent("quota_set", 0, Who(caller), who.ToString() + ": " + quota.Describe());
+  Schedule();
+  return Status::Ok();
+}
+
+Status Service::RemoveQuota(const Caller& caller, const core::Principal& who) {
+  if (!caller.admin) {
+    return core::PermissionDeniedError("only root or the admin group may remove quotas");
+  }
+  if (!quotas_.Find(who)) return core::NotFoundError("no quota for " + who.ToString());
+  if (!ledger_) return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): cannot record a quota");
+  GPUSLICE_RETURN_IF_ERROR(ledger_->RemoveQuota(who));
+  quotas_.Remove(who);
+  RecordEvent("quota_removed", 0, Who(caller), who.ToString());
+  Schedule();
+  return Status::Ok();
+}
+
+std::vector<QuotaView> Service::Quotas() {
+  core::QuotaUsage usage = RunningUsage();
+  std::vector<QuotaView> out;
+  for (const auto& [who, quota] : quotas_.all()) {
+    auto u = usage.find(who);
+    out.push_back({who, quota, u == usage.end() ? core::QuotaCharge{} : u->second});
+  }
+  return out;
+}
+
+Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (degraded()) {
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): not resizing");
+  }
+  if (job.state != JobState::kRunning) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " is " +
+                                         std::string(core::JobStateName(job.state)) +
+                                         "; only running jobs are resized");
+  }
+  if (job.request.kind != core::RequestKind::kFraction) {
+    return core::FailedPreconditionError(
+        "job " + std::to_string(id) + " holds " + job.request.Describe() +
+        "; only parts of a GPU (--mem jobs) can be resized");
+  }
+  if (!spec.mem && !spec.compute) {
+    return core::InvalidArgumentError("resize needs --mem and/or --compute");
+  }
+  core::ResourceRequest next = job.request;
+  if (spec.mem) {
+    auto b = core::ParseBytes(*spec.mem);
+    if (!b.ok()) return b.status().WithContext("--mem");
+    next.memory_bytes = *b;
+  }
+  if (spec.compute) {
+    auto m = core::ParseShareMilli(*spec.compute);
+    if (!m.ok()) return m.status().WithContext("--compute");
+    next.compute_milli = *m;
+  }
+  GPUSLICE_RETURN_IF_ERROR(next.Validate());
+  std::string from = job.request.Describe(), to = next.Describe();
+  if (next.memory_bytes == job.request.memory_bytes &&
+      next.compute_milli == job.request.compute_milli) {
+    return View(job);
+  }
+  // Quotas: what the job would hold instead of what it holds.
+  if (!quotas_.empty()) {
+    core::Allocation after = job.allocation;
+    after.memory_bytes_per_gpu = next.memory_bytes;
+    after.compute_milli = next.compute_milli;
+    core::QuotaDecision d = quotas_.Decide(
+        OwnerOf(job), core::ChargeOfAllocation(next, after), RunningUsage(job.id));
+    if (d.verdict != core::QuotaVerdict::kFits) {
+      return core::ResourceExhaustedError("resize to " + to + " is over quota: " + d.reason);
+    }
+  }
+  // Memory in use: a limit under it is refused unless forced.
+  uint64_t used = 0;
+  if (auto u = regions_.Usage(job.region_path); u.ok()) {
+    for (const SliceUsage& s : *u) used = std::max(used, s.used_bytes);
+  }
+  if (next.memory_bytes < used && !spec.force) {
+    return core::FailedPreconditionError(
+        "job " + std::to_string(id) + " uses " + core::FormatBytes(used) + "; a limit of " +
+        core::FormatBytes(next.memory_bytes) +
+        " is below that (--force applies it anyway: new allocations then fail until its use "
+        "falls under the limit)");
+  }
+  GPUSLICE_RETURN_IF_ERROR(capacity_->Resize(id, next));
+  SliceLimits limits = SliceLimitsOf(job);
+  limits.memory_bytes_per_device = next.memory_bytes;
+  limits.compute_milli = next.compute_milli;
+  if (Status s = regions_.Update(job.region_path, limits); !s.ok()) {
+    (void)capacity_->Resize(id, job.request);
+    return s.WithContext("update the slice");
+  }
+  job.request.memory_bytes = next.memory_bytes;
+  job.request.compute_milli = next.compute_milli;
+  job.allocation.memory_bytes_per_gpu = next.memory_bytes;
+  job.allocation.compute_milli = next.compute_milli;
+  if (ledger_) {
+    if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
+      Degrade("ledger write failed: " + s.message());
+    }
+  }
+  RecordEvent("resized", id, job.user,
+              from + " -> " + to + " by " + Who(caller) +
+                  (next.memory_bytes < used ? " (forced below the " + core::FormatBytes(used) +
+                                                  " in use)"
+                                            : ""));
+  LogInfo("job " + std::to_string(id) + " resized: " + from + " -> " + to);
+  // A smaller job leaves room for the queue.
+  RequestSchedule();
+  return View(job);
+}
+
+void Service::MaybePreempt(uint64_t head_id) {
+  const core::PreemptionPolicy& policy = options_.rules.preemption;
+  if (policy.mode == core::PreemptionMode::kNever || head_id == 0) return;
+  auto in_flight = preempting_.find(head_id);
+  if (in_flight != preempting_.end()) return;  // Victims are still ending.
+  preempt_note_.erase(head_id);
+  const Job& head = jobs_[head_id];
+  std::vector<core::PreemptCandidate> running;
+  for (const auto& [id, l] : live_) {
+    if (l.ending) continue;  // Ending anyway.
+    const Job& job = jobs_[id];
+    core::PreemptCandidate c;
+    c.id = id;
+    c.priority = job.request.priority;
+    c.started_ms = job.started_ms;
+    c.restartable = job.restartable;
+    const core::Allocation& a = job.allocation;
+    switch (job.request.kind) {
+      case core::RequestKind::kWholeGpus:
+        c.gpu_weight = static_cast<double>(a.gpu_indices.size());
+        break;
+      case core::RequestKind::kFraction:
+        c.gpu_weight = job.request.compute_milli ? job.request.compute_milli / 1000.0 : 0.1;
+        break;
+      case core::RequestKind::kMig:
+        c.gpu_weight = job.request.mig.compute_slices / 7.0;
+        break;
+    }
+    running.push_back(c);
+  }
+  if (running.empty()) return;
+  auto plan = core::PlanPreemption(head_id, head.request.priority, running, policy,
+                                   clock_.NowMs(), *capacity_);
+  if (!plan.ok()) {
+    preempt_note_[head_id] = plan.status().message();
+    return;
+  }
+  int64_t now = clock_.NowMs();
+  std::string victims;
+  for (uint64_t v : plan->victims) victims += (victims.empty() ? "" : ", ") + std::to_string(v);
+  for (uint64_t v : plan->victims) {
+    Job& job = jobs_[v];
+    Live& l = live_[v];
+    l.ending = job.restartable ? JobState::kQueued : JobState::kCancelled;
+    l.ending_reason = "preempted by job " + std::to_string(head_id) + " (" +
+                      std::string(core::PriorityName(head.request.priority)) + " priority)";
+    l.kill_at_ms = now + options_.rules.preemption_grace_ms;
+    if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+    if (job.mode == core::JobMode::kShell && job.pid > 0) {
+      (void)launcher_.SignalGroup(job.pid, SIGHUP);
+    }
+    RecordEvent("preempted", v, job.user,
+                l.ending_reason + (job.restartable ? "; requeued when it ends" : "; not restartable") +
+                    "; SIGTERM, SIGKILL after " +
+                    core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
+  }
+  preempting_[head_id] = plan->victims;
+  RecordEvent("preempting", head_id, head.user,
+              "ending lower-priority job(s) " + victims + " to make room (" +
+                  std::to_string(static_cast<int64_t>(plan->lost_gpu_seconds)) +
+                  " GPU-seconds of work lost at most)");
+  LogInfo("job " + std::to_string(head_id) + " preempts job(s) " + victims);
+}
+
+void Service::ForgetPreemptions() {
+  // A head's preemption is over once none of its victims still runs.
+  for (auto it = preempting_.begin(); it != preempting_.end();) {
+    bool running = std::any_of(it->second.begin(), it->second.end(),
+                               [&](uint64_t v) { return live_.count(v) > 0; });
+    it = running ? std::next(it) : preempting_.erase(it);
+  }
+}
+
+void Service::Requeue(Job& job, std::string reason) {
+  JobState from = job.state;
+  if (capacity_) capacity_->Release(job.id);
+  if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
+    Status s = regions_.Remove(job.region_path);
+    if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
+  }
+  live_.erase(job.id);
+  usage_.erase(job.id);
+  job.state = JobState::kQueued;
+  job.reason = std::move(reason);
+  job.pid = 0;
+  job.pid_start_time = 0;
+  job.region_path.clear();
+  job.allocation = core::Allocation();
+  job.started_ms = 0;
+  // The next run's supervisor writes a new status; an old one would end it.
+  unlink((JobDir(job.id) + "/status").c_str());
+  Persist(job, from);
+  RecordEvent("requeued", job.id, job.user, job.reason);
+  LogInfo("job " + std::to_string(job.id) + " requeued: " + job.reason);
+  Enqueue(job);
+}
+
+Status Service::ResolvePools(std::vector<std::string>* pool_of) {
+  const PolicyConfig& rules = options_.rules;
+  pool_of->clear();
+  pool_of_gpu_.clear();
+  for (const GpuInfo& g : inventory_.gpus) pool_of_gpu_[g.index] = rules.default_pool;
+  if (rules.pools.empty() || inventory_.gpus.empty()) return Status::Ok();
+  pool_of->assign(inventory_.gpus.size(), rules.default_pool);
+  std::vector<std::string> named(inventory_.gpus.size());
+  for (const PoolSpec& pool : rules.pools) {
+    for (const std::string& want : pool.gpus) {
+      size_t found = inventory_.gpus.size();
+      for (size_t i = 0; i < inventory_.gpus.size(); ++i) {
+        const GpuInfo& g = inventory_.gpus[i];
+        if (want == g.uuid || want == std::to_string(g.index)) found = i;
+      }
+      if (found == inventory_.gpus.size()) {
+        return core::InvalidArgumentError("pool." + pool.name + ": no GPU '" + want +
+                                          "' on this machine (give indices 0-" +
+                                          std::to_string(inventory_.gpus.size() - 1) +
+                                          " or UUIDs, see `gpuslice gpus`)");
+      }
+      if (!named[found].empty() && named[found] != pool.name) {
+        return core::InvalidArgumentError("GPU " + want + " is in two pools: " + named[found] +
+                                          " and " + pool.name);
+      }
+      named[found] = pool.name;
+      (*pool_of)[found] = pool.name;
+      pool_of_gpu_[inventory_.gpus[found].index] = pool.name;
+    }
+  }
+  std::string summary;
+  for (size_t i = 0; i < pool_of->size(); ++i) {
+    summary += (i ? ", " : "") + std::to_string(inventory_.gpus[i].index) + ":" + (*pool_of)[i];
+  }
+  LogInfo("pools (GPU:pool): " + summary + "; default pool " + rules.default_pool);
+  return Status::Ok();
+}
+
+const std::string& Service::PoolOf(uint32_t gpu_index) const {
+  auto it = pool_of_gpu_.find(gpu_index);
+  return it == pool_of_gpu_.end() ? options_.rules.default_pool : it->second;
+}
+
+}  // namespace gpuslice::daemon

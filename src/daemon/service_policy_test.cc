@@ -1,0 +1,422 @@
+// Service policies with fakes and a hand-moved clock: quotas, live resize,
+// preemption, idle reclaim and the watchdog.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "daemon/launcher_fake.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+InventorySnapshot TwoGpus() {
+  InventorySnapshot s;
+  s.source = "simulated";
+  for (uint32_t i = 0; i < 2; ++i) {
+    GpuInfo g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(i);
+    g.model = "H100";
+    g.memory_total = 80 * core::kGiB;
+    s.gpus.push_back(g);
+  }
+  return s;
+}
+
+Caller User(uint32_t uid, bool admin = false) {
+  Caller c;
+  c.uid = c.gid = uid;
+  c.user = "u" + std::to_string(uid);
+  c.admin = admin;
+  return c;
+}
+
+const Caller kAdmin = User(0, true);
+
+class PolicyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-policy-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Start(PolicyConfig rules = {}) {
+    ServiceOptions o;
+    o.state_dir = dir_;
+    o.kill_grace_ms = 1000;
+    o.rules = rules;
+    o.idle_threshold_pct = rules.idle_threshold_pct;
+    o.groups_of = [](const std::string& user, uint32_t) {
+      return std::vector<std::string>{user == "u1000" || user == "u1001" ? "students" : "staff"};
+    };
+    service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
+    ASSERT_TRUE(service_->Start().ok());
+  }
+
+  core::Result<JobView> Submit(core::RequestFields f, uint32_t uid = 1000,
+                               bool restartable = false) {
+    SubmitSpec s;
+    s.fields = std::move(f);
+    s.argv = {"train"};
+    s.cwd = "/home/u";
+    s.restartable = restartable;
+    return service_->Submit(User(uid), s);
+  }
+  static core::RequestFields Mem(const std::string& mem, const std::string& compute = "10%",
+                                 const std::string& priority = "normal") {
+    core::RequestFields f;
+    f.mem = mem;
+    f.compute = compute;
+    f.priority = priority;
+    return f;
+  }
+  static core::RequestFields Gpus(const std::string& n, const std::string& priority = "normal") {
+    core::RequestFields f;
+    f.gpus = n;
+    f.priority = priority;
+    return f;
+  }
+  JobView Get(uint64_t id) { return *service_->Get(id); }
+  core::JobState State(uint64_t id) { return Get(id).job.state; }
+  bool HasEvent(uint64_t id, const std::string& kind) {
+    EventQuery q;
+    q.job_id = id;
+    auto events = service_->Events(q);
+    if (!events.ok()) return false;
+    for (const Event& e : *events) {
+      if (e.kind == kind) return true;
+    }
+    return false;
+  }
+  // Moves time in one-second steps, ticking (and sampling) each.
+  void Run(int seconds) {
+    for (int i = 0; i < seconds; ++i) {
+      clock_.Advance(1000);
+      service_->Tick();
+    }
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  FakeInventory inventory_{TwoGpus()};
+  FakeLauncher launcher_;
+  FakeRegionStore regions_;
+  std::unique_ptr<Service> service_;
+};
+
+core::Quota Jobs(uint32_t n) {
+  core::Quota q;
+  q.jobs = n;
+  return q;
+}
+
+const core::Principal kU1000{core::PrincipalKind::kUser, "u1000"};
+const core::Principal kStudents{core::PrincipalKind::kGroup, "students"};
+
+TEST_F(PolicyTest, QuotaHoldsAJobBackWithTheReasonAndLetsOthersPass) {
+  Start();
+  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, Jobs(1)).ok());
+  auto a = Submit(Mem("8GiB"));
+  auto b = Submit(Mem("8GiB"));
+  auto c = Submit(Mem("8GiB"), 2000);  // Another user, not held.
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(State(a->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(b->job.id), core::JobState::kQueued);
+  EXPECT_EQ(State(c->job.id), core::JobState::kRunning) << "a held job blocks no one";
+  EXPECT_EQ(Get(b->job.id).waiting_for, "quota: user u1000: 1 of 1 running jobs in use, asks 1 more");
+  EXPECT_TRUE(HasEvent(b->job.id, "quota_wait"));
+  launcher_.Exit(Get(a->job.id).job.pid, 0);
+  service_->Tick();
+  EXPECT_EQ(State(b->job.id), core::JobState::kRunning);
+}
+
+TEST_F(PolicyTest, GroupQuotaCountsJobsStartedInTheSamePass) {
+  Start();
+  auto blocker = Submit(Gpus("2"), 3000);
+  ASSERT_TRUE(blocker.ok());
+  ASSERT_TRUE(service_->SetQuota(kAdmin, kStudents, Jobs(1)).ok());
+  auto x = Submit(Mem("8GiB"), 1000);
+  auto y = Submit(Mem("8GiB"), 1001);
+  EXPECT_EQ(State(x->job.id), core::JobState::kQueued);
+  EXPECT_EQ(State(y->job.id), core::JobState::kQueued);
+  launcher_.Exit(Get(blocker->job.id).job.pid, 0);
+  service_->Tick();
+  EXPECT_EQ(State(x->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(y->job.id), core::JobState::kQueued);
+  EXPECT_EQ(Get(y->job.id).waiting_for,
+            "quota: group students: 1 of 1 running jobs in use, asks 1 more");
+}
+
+TEST_F(PolicyTest, QuotaThatCanNeverFitRefusesAtSubmit) {
+  Start();
+  core::Quota q;
+  q.memory_bytes = 4 * core::kGiB;
+  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, q).ok());
+  auto r = Submit(Mem("8GiB"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), core::StatusCode::kOutOfRange);
+  EXPECT_EQ(r.status().message(),
+            "over quota, can never run: user u1000: asks 8 GiB of memory, over its quota of 4 GiB");
+}
+
+TEST_F(PolicyTest, OnlyAdminsSetQuotasAndTheyOutliveARestart) {
+  Start();
+  EXPECT_EQ(service_->SetQuota(User(1000), kU1000, Jobs(1)).code(),
+            core::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(service_->SetQuota(kAdmin, kStudents, Jobs(3)).ok());
+  service_.reset();
+  Start();
+  auto all = service_->Quotas();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].who, kStudents);
+  EXPECT_EQ(all[0].quota.jobs, 3u);
+  EXPECT_EQ(service_->RemoveQuota(kAdmin, kU1000).code(), core::StatusCode::kNotFound);
+  EXPECT_TRUE(service_->RemoveQuota(kAdmin, kStudents).ok());
+  EXPECT_TRUE(service_->Quotas().empty());
+}
+
+TEST_F(PolicyTest, ResizeChangesTheSliceTheLedgerAndTheCapacity) {
+  Start();
+  auto a = Submit(Mem("8GiB", "30%"));
+  ASSERT_TRUE(a.ok());
+  uint64_t id = a->job.id;
+  std::string region = Get(id).job.region_path;
+  ResizeSpec spec;
+  spec.mem = "20GiB";
+  spec.compute = "50%";
+  auto r = service_->Resize(User(1000), id, spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->job.request.Describe(), "20 GiB + 50%");
+  EXPECT_EQ(regions_.regions[region].memory_bytes_per_device, 20 * core::kGiB);
+  EXPECT_EQ(regions_.regions[region].compute_milli, 500u);
+  EXPECT_TRUE(HasEvent(id, "resized"));
+  // Someone else may not; over the GPU is refused.
+  EXPECT_EQ(service_->Resize(User(2000), id, spec).status().code(),
+            core::StatusCode::kPermissionDenied);
+  spec.mem = "90GiB";
+  EXPECT_EQ(service_->Resize(User(1000), id, spec).status().code(),
+            core::StatusCode::kResourceExhausted);
+  // Below what it uses: only with force.
+  regions_.used[region] = 12 * core::kGiB;
+  spec.mem = "10GiB";
+  auto below = service_->Resize(User(1000), id, spec);
+  EXPECT_EQ(below.status().code(), core::StatusCode::kFailedPrecondition);
+  spec.force = true;
+  EXPECT_TRUE(service_->Resize(User(1000), id, spec).ok());
+  EXPECT_EQ(regions_.regions[region].memory_bytes_per_device, 10 * core::kGiB);
+  // A restart reads the new size back.
+  service_.reset();
+  Start();
+  EXPECT_EQ(Get(id).job.allocation.memory_bytes_per_gpu, 10 * core::kGiB);
+}
+
+TEST_F(PolicyTest, ResizeWithinTheUsersQuota) {
+  Start();
+  core::Quota q;
+  q.memory_bytes = 16 * core::kGiB;
+  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, q).ok());
+  auto a = Submit(Mem("8GiB"));
+  auto b = Submit(Mem("4GiB"));
+  ResizeSpec spec;
+  spec.mem = "13GiB";
+  auto r = service_->Resize(User(1000), a->job.id, spec);
+  EXPECT_EQ(r.status().code(), core::StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(), "resize to 13 GiB + 10% is over quota: user u1000: memory "
+                                  "4 GiB of 16 GiB in use, asks 13 GiB");
+  spec.mem = "12GiB";
+  EXPECT_TRUE(service_->Resize(User(1000), a->job.id, spec).ok());
+  (void)b;
+}
+
+TEST_F(PolicyTest, HighPriorityPreemptsTheCheapestLowerJobAndRequeuesIt) {
+  PolicyConfig rules;
+  rules.preemption = *core::ParsePreemptionPolicy("lower");
+  rules.preemption_grace_ms = 5000;
+  Start(rules);
+  auto old_low = Submit(Gpus("1", "low"), 1000, /*restartable=*/true);
+  clock_.Advance(60'000);
+  auto new_low = Submit(Gpus("1", "low"), 1000, /*restartable=*/true);
+  clock_.Advance(1000);
+  launcher_.die_on_signal = false;  // Ignores SIGTERM: SIGKILL after the grace.
+  auto high = Submit(Gpus("1", "high"), 2000);
+  ASSERT_TRUE(high.ok());
+  EXPECT_EQ(State(high->job.id), core::JobState::kQueued);
+  int64_t victim = Get(new_low->job.id).job.pid;
+  EXPECT_EQ(launcher_.signals.back(), std::make_pair(victim, SIGTERM)) << "the younger one";
+  EXPECT_TRUE(HasEvent(new_low->job.id, "preempted"));
+  EXPECT_NE(Get(high->job.id).waiting_for.find("preempting job(s) " +
+                                               std::to_string(new_low->job.id)),
+            std::string::npos)
+      << Get(high->job.id).waiting_for;
+  Run(4);
+  EXPECT_EQ(State(new_low->job.id), core::JobState::kRunning) << "still in its grace";
+  Run(2);
+  EXPECT_EQ(launcher_.signals.back(), std::make_pair(victim, SIGKILL));
+  launcher_.alive.erase(victim);
+  launcher_.WriteStatus(victim, "signal", SIGKILL);
+  service_->Tick();
+  EXPECT_EQ(State(new_low->job.id), core::JobState::kQueued);
+  EXPECT_TRUE(HasEvent(new_low->job.id, "requeued"));
+  EXPECT_EQ(State(high->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(old_low->job.id), core::JobState::kRunning);
+  // The high job ends: the victim runs again, from the start.
+  launcher_.Exit(Get(high->job.id).job.pid, 0);
+  service_->Tick();
+  EXPECT_EQ(State(new_low->job.id), core::JobState::kRunning);
+  EXPECT_NE(Get(new_low->job.id).job.pid, victim);
+}
+
+TEST_F(PolicyTest, NonRestartableVictimEndsCancelledAsPreempted) {
+  PolicyConfig rules;
+  rules.preemption = *core::ParsePreemptionPolicy("lower");
+  Start(rules);
+  auto low = Submit(Gpus("2", "low"));
+  auto high = Submit(Gpus("1", "high"), 2000);
+  service_->Tick();
+  EXPECT_EQ(State(low->job.id), core::JobState::kCancelled);
+  EXPECT_EQ(Get(low->job.id).job.reason.rfind("preempted by job " + std::to_string(high->job.id), 0),
+            0u)
+      << Get(low->job.id).job.reason;
+  EXPECT_EQ(State(high->job.id), core::JobState::kRunning);
+}
+
+TEST_F(PolicyTest, MinimumRuntimeDelaysPreemption) {
+  PolicyConfig rules;
+  rules.preemption = *core::ParsePreemptionPolicy("lower-after:10m");
+  Start(rules);
+  auto low = Submit(Gpus("2", "low"));
+  clock_.Advance(60'000);
+  auto high = Submit(Gpus("1", "high"), 2000);
+  EXPECT_EQ(State(low->job.id), core::JobState::kRunning);
+  EXPECT_NE(Get(high->job.id).waiting_for.find("run less than the minimum of 10m"),
+            std::string::npos)
+      << Get(high->job.id).waiting_for;
+  clock_.Advance(9 * 60'000);
+  service_->Tick();
+  service_->Tick();
+  EXPECT_EQ(State(low->job.id), core::JobState::kCancelled);
+  EXPECT_EQ(State(high->job.id), core::JobState::kRunning);
+}
+
+TEST_F(PolicyTest, EqualPriorityIsNeverPreempted) {
+  PolicyConfig rules;
+  rules.preemption = *core::ParsePreemptionPolicy("lower");
+  Start(rules);
+  auto a = Submit(Gpus("2", "high"));
+  auto b = Submit(Gpus("1", "high"), 2000);
+  service_->Tick();
+  EXPECT_EQ(State(a->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(b->job.id), core::JobState::kQueued);
+}
+
+TEST_F(PolicyTest, IdleJobIsFlaggedThenPausedWhenSomethingWaits) {
+  PolicyConfig rules;
+  rules.idle_after_ms = 5 * 60'000;
+  rules.idle_action = IdleAction::kPause;
+  Start(rules);
+  auto idle = Submit(Gpus("2"));
+  std::string region = Get(idle->job.id).job.region_path;
+  Run(5 * 60 + 2);
+  JobView v = Get(idle->job.id);
+  EXPECT_NE(std::find(v.flags.begin(), v.flags.end(), "idle"), v.flags.end());
+  EXPECT_TRUE(HasEvent(idle->job.id, "idle_flagged"));
+  EXPECT_FALSE(regions_.regions[region].launches_paused) << "nothing waits: no action";
+  auto waiting = Submit(Gpus("1"), 2000);
+  Run(2);
+  EXPECT_TRUE(regions_.regions[region].launches_paused);
+  EXPECT_TRUE(HasEvent(idle->job.id, "idle_action"));
+  v = Get(idle->job.id);
+  EXPECT_NE(std::find(v.flags.begin(), v.flags.end(), "paused"), v.flags.end());
+  // Paused jobs stay paused until resumed.
+  EXPECT_EQ(service_->Resume(User(2000), idle->job.id).code(), core::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(service_->Resume(User(1000), idle->job.id).ok());
+  EXPECT_FALSE(regions_.regions[region].launches_paused);
+  Run(60);
+  EXPECT_FALSE(regions_.regions[region].launches_paused) << "idle time counts afresh";
+  (void)waiting;
+}
+
+TEST_F(PolicyTest, IdleEndActionCancelsWithReasonIdle) {
+  PolicyConfig rules;
+  rules.idle_after_ms = 60'000;
+  rules.idle_action = IdleAction::kEnd;
+  rules.idle_action_always = true;
+  Start(rules);
+  auto idle = Submit(Mem("8GiB"));
+  Run(63);
+  EXPECT_EQ(State(idle->job.id), core::JobState::kCancelled);
+  EXPECT_EQ(Get(idle->job.id).job.reason.rfind("idle: GPU use under 30% for 1m", 0), 0u)
+      << Get(idle->job.id).job.reason;
+}
+
+TEST_F(PolicyTest, BusyJobIsNotIdle) {
+  PolicyConfig rules;
+  rules.idle_after_ms = 60'000;
+  rules.idle_action = IdleAction::kEnd;
+  rules.idle_action_always = true;
+  Start(rules);
+  auto busy = Submit(Mem("8GiB"));
+  std::string region = Get(busy->job.id).job.region_path;
+  regions_.pids[region] = {4242};
+  GpuUsage g0;
+  g0.index = Get(busy->job.id).job.allocation.gpu_indices[0];
+  g0.processes.push_back({4242, 1 * core::kGiB, 80});
+  GpuUsage g1;
+  g1.index = 1 - g0.index;
+  inventory_.usage = {g0.index == 0 ? g0 : g1, g0.index == 0 ? g1 : g0};
+  Run(120);
+  EXPECT_EQ(State(busy->job.id), core::JobState::kRunning);
+}
+
+TEST_F(PolicyTest, WatchdogReportsAndKillsAJobOverItsLimitInNvml) {
+  PolicyConfig rules;
+  rules.watchdog = WatchdogAction::kKill;
+  Start(rules);
+  auto job = Submit(Mem("4GiB"));
+  JobView v = Get(job->job.id);
+  regions_.pids[v.job.region_path] = {777};
+  GpuUsage g;
+  g.index = v.job.allocation.gpu_indices[0];
+  // 4 GiB limit + 512 MiB context allowance for one process: 5 GiB is over.
+  g.processes.push_back({777, 5 * core::kGiB, 50});
+  GpuUsage other;
+  other.index = 1 - g.index;
+  inventory_.usage = {g.index == 0 ? g : other, g.index == 0 ? other : g};
+  Run(2);
+  EXPECT_TRUE(HasEvent(job->job.id, "watchdog"));
+  EXPECT_EQ(State(job->job.id), core::JobState::kCancelled);
+  EXPECT_EQ(Get(job->job.id).job.reason.rfind("killed by the watchdog", 0), 0u);
+}
+
+TEST_F(PolicyTest, WatchdogReportOnlyFlagsTheJob) {
+  PolicyConfig rules;  // watchdog = report.
+  Start(rules);
+  auto job = Submit(Mem("4GiB"));
+  JobView v = Get(job->job.id);
+  regions_.pids[v.job.region_path] = {777};
+  GpuUsage g;
+  g.index = v.job.allocation.gpu_indices[0];
+  g.processes.push_back({777, 4 * core::kGiB + 256 * core::kMiB, 50});  // Within the allowance.
+  GpuUsage other;
+  other.index = 1 - g.index;
+  inventory_.usage = {g.index == 0 ? g : other, g.index == 0 ? other : g};
+  Run(2);
+  EXPECT_FALSE(HasEvent(job->job.id, "watchdog"));
+  inventory_.usage[g.index].processes[0].used_memory = 6 * core::kGiB;
+  Run(2);
+  EXPECT_TRUE(HasEvent(job->job.id, "watchdog"));
+  v = Get(job->job.id);
+  EXPECT_EQ(v.job.state, core::JobState::kRunning);
+  EXPECT_NE(std::find(v.flags.begin(), v.flags.end(), "over_limit"), v.flags.end());
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

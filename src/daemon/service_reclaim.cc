@@ -1,0 +1,163 @@
+// Service: idle reclaim and the enforcement watchdog, from the usage samples
+// (service_usage.cc). See docs/DAEMON.md ("Idle reclaim", "Watchdog").
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+using core::Status;
+
+namespace {
+
+std::string Minutes(int64_t ms) { return core::FormatDuration(std::chrono::milliseconds(ms)); }
+
+}  // namespace
+
+void Service::AppendToStderr(const Job& job, const std::string& line) {
+  // The job's own stderr log, so the user reads it with `gpuslice logs`.
+  std::string path = JobDir(job.id) + "/stderr";
+  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  std::string text = "gpuslice: " + line + "\n";
+  (void)!write(fd, text.data(), text.size());
+  close(fd);
+}
+
+void Service::Reclaim() {
+  const PolicyConfig& rules = options_.rules;
+  int64_t now = clock_.NowMs();
+  bool someone_waits = !queue_.empty();
+  std::vector<uint64_t> ids;
+  for (const auto& [id, l] : live_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto u = usage_.find(id);
+    if (u == usage_.end() || u->second.sampled_ms == 0) continue;
+    Job& job = jobs_[id];
+    Live& l = live_[id];
+    if (l.ending) continue;
+    const JobUsage& use = u->second;
+
+    // Watchdog: what NVML says the job's processes hold against its limit
+    // plus a context allowance per process. Only a process the shim does not
+    // see (it unset LD_PRELOAD, or loaded CUDA some other way) gets there.
+    if (rules.watchdog != WatchdogAction::kOff && use.memory_limit_bytes > 0) {
+      uint64_t procs = std::max<uint64_t>(1, use.pids.size());
+      uint64_t allowed = use.memory_limit_bytes + rules.watchdog_allowance_bytes * procs;
+      if (use.nvml_memory_bytes > allowed) {
+        std::string what = "its processes hold " + core::FormatBytes(use.nvml_memory_bytes) +
+                           " (NVML), over its limit of " +
+                           core::FormatBytes(use.memory_limit_bytes) + " + " +
+                           core::FormatBytes(rules.watchdog_allowance_bytes) +
+                           " per process: a process escaped the shim";
+        if (!l.over_limit) {
+          l.over_limit = true;
+          RecordEvent("watchdog", id, job.user,
+                      what + (rules.watchdog == WatchdogAction::kKill ? "; killing it"
+                                                                      : "; reported"));
+          LogWarn("job " + std::to_string(id) + ": " + what);
+        }
+        if (rules.watchdog == WatchdogAction::kKill) {
+          l.ending = JobState::kCancelled;
+          l.ending_reason = "killed by the watchdog: " + what;
+          l.kill_at_ms = now;  // No grace: it is over its limit now.
+          if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGKILL);
+          continue;
+        }
+      }
+    }
+
+    // Idle reclaim.
+    if (rules.idle_after_ms <= 0) continue;
+    if (use.low_use_ms < l.idle_base_ms) l.idle_base_ms = 0;  // Use came back meanwhile.
+    int64_t low = use.low_use_ms - l.idle_base_ms;
+    if (low < rules.idle_after_ms) {
+      if (low == 0 && !l.paused) l.idle_flagged = l.idle_acted = false;
+      continue;
+    }
+    std::string idle = "GPU use under " + core::FormatShareMilli(static_cast<uint32_t>(
+                                              rules.idle_threshold_pct * 10)) +
+                       " for " + Minutes(low);
+    if (!l.idle_flagged) {
+      l.idle_flagged = true;
+      RecordEvent("idle_flagged", id, job.user, idle);
+    }
+    if (l.idle_acted || (!someone_waits && !rules.idle_action_always)) continue;
+    l.idle_acted = true;
+    std::string because = someone_waits ? " while jobs wait" : "";
+    switch (rules.idle_action) {
+      case IdleAction::kWarn:
+        RecordEvent("idle_action", id, job.user, "warned: " + idle + because);
+        AppendToStderr(job, "warning: job " + std::to_string(id) + " has had " + idle + because +
+                                "; its GPU share may be reclaimed");
+        break;
+      case IdleAction::kPause: {
+        SliceLimits limits = SliceLimitsOf(job);
+        limits.launches_paused = true;
+        if (Status s = regions_.Update(job.region_path, limits); !s.ok()) {
+          LogWarn("job " + std::to_string(id) + ": cannot pause: " + s.message());
+          break;
+        }
+        l.paused = true;
+        RecordEvent("idle_action", id, job.user,
+                    "paused (no new GPU work until `gpuslice resume " + std::to_string(id) +
+                        "`): " + idle + because);
+        AppendToStderr(job, "job " + std::to_string(id) + " paused: " + idle + because +
+                                "; its memory stays allocated; `gpuslice resume " +
+                                std::to_string(id) + "` lets it launch again");
+        break;
+      }
+      case IdleAction::kEnd:
+        l.ending = JobState::kCancelled;
+        l.ending_reason = "idle: " + idle + because;
+        l.kill_at_ms = now + options_.kill_grace_ms;
+        if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+        RecordEvent("idle_action", id, job.user, "ended: " + idle + because);
+        AppendToStderr(job, "job " + std::to_string(id) + " ended: " + idle + because);
+        break;
+    }
+  }
+}
+
+Status Service::Resume(const Caller& caller, uint64_t id) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  auto l = live_.find(id);
+  if (l == live_.end() || !l->second.paused) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " is not paused");
+  }
+  SliceLimits limits = SliceLimitsOf(job);
+  limits.launches_paused = false;
+  GPUSLICE_RETURN_IF_ERROR(regions_.Update(job.region_path, limits));
+  l->second.paused = false;
+  l->second.idle_acted = l->second.idle_flagged = false;
+  // Idle time counts afresh from now.
+  if (auto u = usage_.find(id); u != usage_.end()) l->second.idle_base_ms = u->second.low_use_ms;
+  RecordEvent("resumed", id, job.user,
+              "launches allowed again by " + (caller.user.empty() ? std::to_string(caller.uid)
+                                                                  : caller.user));
+  return Status::Ok();
+}
+
+std::vector<std::string> Service::FlagsOf(uint64_t id) const {
+  std::vector<std::string> flags;
+  auto l = live_.find(id);
+  if (l == live_.end()) return flags;
+  if (l->second.idle_flagged) flags.push_back("idle");
+  if (l->second.paused) flags.push_back("paused");
+  if (l->second.over_limit) flags.push_back("over_limit");
+  if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
+    flags.push_back("preempted");
+  }
+  return flags;
+}
+
+}  // namespace gpuslice::daemon

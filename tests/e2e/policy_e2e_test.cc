@@ -1,0 +1,259 @@
+// End-to-end: the policies of issue 6 (quotas, live resize, pools, priority
+// preemption, idle reclaim, the watchdog) with the real gpusliced, gpuslice,
+// shim and simulated GPU. Time-driven policies use short settings (seconds,
+// not minutes) and poll with generous timeouts.
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "harness.h"
+
+namespace gpuslice::e2e {
+namespace {
+
+using nlohmann::json;
+
+json Job(Daemon& d, const std::string& id) {
+  CliResult r = d.Cli({"ps", "--all", "--json"});
+  json list = json::parse(r.out, nullptr, false);
+  if (!list.is_object()) return json();
+  for (const json& j : list["jobs"]) {
+    if (std::to_string(j["id"].get<uint64_t>()) == id) return j;
+  }
+  return json();
+}
+
+std::string State(Daemon& d, const std::string& id) {
+  json j = Job(d, id);
+  return j.is_null() ? "" : j["state"].get<std::string>();
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string Me() {
+  struct passwd* pw = getpwuid(geteuid());
+  return pw ? pw->pw_name : std::to_string(geteuid());
+}
+
+bool HasEvent(Daemon& d, const std::string& id, const std::string& kind,
+              const std::string& needle = "") {
+  CliResult r = d.Cli({"events", "--job", id, "--json"});
+  json j = json::parse(r.out, nullptr, false);
+  if (!j.is_object()) return false;
+  for (const json& e : j["events"]) {
+    if (e.value("kind", "") == kind &&
+        e.value("message", "").find(needle) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string Submit(Daemon& d, std::vector<std::string> args) {
+  args.insert(args.begin(), "submit");
+  CliResult r = d.Cli(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return Trim(r.out);
+}
+
+class PolicyE2E : public ::testing::Test {
+ protected:
+  void Start(Daemon& d) { ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log"); }
+  void TearDown() override {
+    if (HasFailure() && d_) std::cerr << "daemon log:\n" << ReadFile(d_->dir() + "/daemon.log");
+  }
+  Daemon* d_ = nullptr;
+};
+
+TEST_F(PolicyE2E, QuotaOnRunningJobsMakesTheNextWaitWithTheReason) {
+  Daemon d;
+  d_ = &d;
+  Start(d);
+  CliResult set = d.Cli({"quota", "set", "--user", Me(), "--jobs", "1", "--mem", "20GiB"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_NE(set.out.find("memory 20 GiB, jobs 1"), std::string::npos) << set.out;
+  std::string a = Submit(d, {"--mem", "4GiB", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "running"; }));
+  std::string b = Submit(d, {"--mem", "4GiB", "--", "true"});
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    return Job(d, b).value("waiting_for", "").find("quota") != std::string::npos;
+  }));
+  EXPECT_EQ(Job(d, b)["waiting_for"], "quota: user " + Me() + ": 1 of 1 running jobs in use, asks 1 more");
+  CliResult ps = d.Cli({"ps"});
+  EXPECT_NE(ps.out.find("1 of 1 running jobs"), std::string::npos) << ps.out;
+  EXPECT_TRUE(HasEvent(d, b, "quota_wait", "1 of 1 running jobs"));
+  // quota ls shows what is in use against each limit.
+  CliResult ls = d.Cli({"quota", "ls"});
+  EXPECT_NE(ls.out.find("4 GiB / 20 GiB"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("1 / 1"), std::string::npos) << ls.out;
+  // The first ends: the second runs.
+  ASSERT_EQ(d.Cli({"cancel", a}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, b) == "exited"; }));
+}
+
+TEST_F(PolicyE2E, QuotaRefusesARequestThatCouldNeverFitIt) {
+  Daemon d;
+  d_ = &d;
+  Start(d);
+  ASSERT_EQ(d.Cli({"quota", "set", "--user", Me(), "--mem", "4GiB"}).exit_code, 0);
+  CliResult r = d.Cli({"submit", "--mem", "8GiB", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_NE(r.err.find("over quota, can never run: user " + Me() +
+                       ": asks 8 GiB of memory, over its quota of 4 GiB"),
+            std::string::npos)
+      << r.err;
+  // Removed: the same request runs.
+  ASSERT_EQ(d.Cli({"quota", "rm", "--user", Me()}).exit_code, 0);
+  EXPECT_EQ(d.Cli({"run", "--mem", "8GiB", "--", "true"}).exit_code, 0);
+  CliResult gone = d.Cli({"quota", "rm", "--user", Me()});
+  EXPECT_EQ(gone.exit_code, 125);
+  EXPECT_NE(gone.err.find("no quota for user"), std::string::npos) << gone.err;
+}
+
+TEST_F(PolicyE2E, QuotasAreKeptAcrossADaemonRestart) {
+  Daemon d;
+  d_ = &d;
+  Start(d);
+  ASSERT_EQ(d.Cli({"quota", "set", "--group", "students", "--gpus", "1", "--compute", "150%"})
+                .exit_code,
+            0);
+  d.Kill(SIGKILL);
+  Start(d);
+  CliResult ls = d.Cli({"quota", "ls", "--json"});
+  json j = json::parse(ls.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << ls.out << ls.err;
+  ASSERT_EQ(j["quotas"].size(), 1u);
+  EXPECT_EQ(j["quotas"][0]["name"], "students");
+  EXPECT_EQ(j["quotas"][0]["compute_milli"], 1500);
+}
+
+TEST_F(PolicyE2E, ResizeAppliesToTheRunningSliceAtOnce) {
+  Daemon d;
+  d_ = &d;
+  Start(d);
+  std::string go = d.dir() + "/go";
+  // Holds 2 GiB, then (once told) allocates 5 GiB more: over the 4 GiB it
+  // started with, within the 8 GiB it is resized to.
+  std::string script = WorkerPath() + " --name hold --mem 2GiB --duty 5% --seconds 60 & " +
+                       "hold=$!; while [ ! -e " + go + " ]; do sleep 0.1; done; " + WorkerPath() +
+                       " --name big --mem 5GiB --duty 5% --seconds 0.2; rc=$?; kill $hold; " +
+                       "exit $rc";
+  std::string id = Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "sh", "-c", script});
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    json g = json::parse(d.Cli({"gpus", "--json"}).out, nullptr, false);
+    if (!g.is_object()) return false;
+    for (const json& gpu : g["gpus"]) {
+      for (const json& s : gpu["slices"]) {
+        if (s.value("memory_used", uint64_t{0}) >= (2ull << 30)) return true;
+      }
+    }
+    return false;
+  }, 60));
+  CliResult below = d.Cli({"resize", id, "--mem", "1GiB"});
+  EXPECT_EQ(below.exit_code, 125);
+  EXPECT_NE(below.err.find("is below that (--force"), std::string::npos) << below.err;
+  CliResult ok = d.Cli({"resize", id, "--mem", "8GiB", "--compute", "50%"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("8 GiB + 50%"), std::string::npos) << ok.out;
+  EXPECT_TRUE(HasEvent(d, id, "resized", "4 GiB + 20% -> 8 GiB + 50%"));
+  std::ofstream(go).put('\n');
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) != "running"; }, 60));
+  json j = Job(d, id);
+  EXPECT_EQ(j["state"], "exited");
+  EXPECT_EQ(j["exit_code"], 0) << "the 5 GiB allocation fits the new limit: "
+                               << ReadFile(d.state_dir() + "/jobs/" + id + "/stderr");
+}
+
+TEST_F(PolicyE2E, ResizeOverTheGpuIsRefused) {
+  Daemon d;
+  d_ = &d;
+  Start(d);
+  std::string a = Submit(d, {"--mem", "40GiB", "--compute", "50%", "--", "sleep", "60"});
+  std::string b = Submit(d, {"--mem", "30GiB", "--compute", "30%", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, b) == "running"; }));
+  CliResult r = d.Cli({"resize", a, "--mem", "60GiB"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_NE(r.err.find("does not fit there"), std::string::npos) << r.err;
+  CliResult whole = d.Cli({"resize", a, "--compute", "90%"});
+  EXPECT_EQ(whole.exit_code, 125) << "50% + 30% + 90% > 100%";
+}
+
+TEST_F(PolicyE2E, PoolsKeepRequestsOnTheirGpus) {
+  Daemon d("2xH100-80GB", {"--set", "pool.inference=0", "--set", "default_pool=shared"});
+  d_ = &d;
+  Start(d);
+  std::string a = Submit(d, {"--gpus", "1", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "running"; }));
+  EXPECT_EQ(Job(d, a)["allocation"]["gpu_indices"][0], 1) << "the default pool is GPU 1";
+  std::string b = Submit(d, {"--gpus", "1", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    return Job(d, b).value("waiting_for", "").find("in pool 'shared'") != std::string::npos;
+  }));
+  std::string c = Submit(d, {"--pool", "inference", "--mem", "8GiB", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, c) == "running"; }));
+  EXPECT_EQ(Job(d, c)["allocation"]["gpu_indices"][0], 0);
+  EXPECT_EQ(Job(d, c)["request"]["pool"], "inference");
+  CliResult bad = d.Cli({"submit", "--pool", "nope", "--mem", "1GiB", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 125);
+  EXPECT_NE(bad.err.find("no pool 'nope' on this machine (pools: inference, shared)"),
+            std::string::npos)
+      << bad.err;
+  CliResult gpus = d.Cli({"gpus"});
+  EXPECT_NE(gpus.out.find("POOL"), std::string::npos) << gpus.out;
+  EXPECT_NE(gpus.out.find("inference"), std::string::npos) << gpus.out;
+}
+
+TEST_F(PolicyE2E, HighPriorityPreemptsAndTheRestartableVictimIsRequeued) {
+  Daemon d("1xH100-80GB", {"--set", "preemption=lower", "--set", "preemption_grace=2s"});
+  d_ = &d;
+  Start(d);
+  std::string low = Submit(d, {"--gpus", "1", "--priority", "low", "--restartable", "--", "sh",
+                               "-c", "echo run; sleep 60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, low) == "running"; }));
+  std::string other = Submit(d, {"--gpus", "1", "--priority", "low", "--", "true"});
+  std::string high = Submit(d, {"--gpus", "1", "--priority", "high", "--", "sleep", "1"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, high) != "queued"; }, 60));
+  EXPECT_TRUE(HasEvent(d, low, "preempted", "preempted by job " + high));
+  EXPECT_TRUE(HasEvent(d, low, "requeued"));
+  EXPECT_TRUE(HasEvent(d, high, "preempting", "job(s) " + low));
+  // The victim runs again after the high job, ahead of the later low job.
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, high) == "exited"; }, 60));
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, low) == "running"; }, 60));
+  EXPECT_EQ(State(d, other), "queued");
+  ASSERT_EQ(d.Cli({"cancel", low}).exit_code, 0);
+}
+
+TEST_F(PolicyE2E, ANonRestartableVictimEndsCancelledWithTheReason) {
+  Daemon d("1xH100-80GB", {"--set", "preemption=lower", "--set", "preemption_grace=1s"});
+  d_ = &d;
+  Start(d);
+  std::string low = Submit(d, {"--mem", "60GiB", "--priority", "low", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, low) == "running"; }));
+  std::string high = Submit(d, {"--mem", "40GiB", "--priority", "high", "--", "true"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, high) == "exited"; }, 60));
+  json j = Job(d, low);
+  EXPECT_EQ(j["state"], "cancelled");
+  EXPECT_NE(j.value("reason", "").find("preempted by job " + high), std::string::npos) << j.dump();
+}
+
+TEST_F(PolicyE2E, NoPreemptionByDefault) {
+  Daemon d;
+  d_ = &d;
+  Start(d);
+  std::string low = Submit(d, {"--gpus", "1", "--priority", "low", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, low) == "running"; }));
+  std::string high = Submit(d, {"--gpus", "1", "--priority", "high", "--", "true"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return !Job(d, high).value("waiting_for", "").empty(); }));
+  EXPECT_EQ(State(d, low), "running");
+  EXPECT_FALSE(HasEvent(d, low, "preempted"));
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e
