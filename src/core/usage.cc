@@ -353,7 +353,7 @@ std::string RenderUsageCsv(const UsageReport& report) {
     f.push_back(std::to_string(t.jobs));
     for (double v :
          {t.gpu_hours, t.memory_gib_hours, t.compute_share_hours, t.idle_hours, t.idle_gpu_hours}) {
-      f.push_back(Fixed(v, 4));
+      f.push_back(Fixed(v, 6));
     }
     out += line(f);
   }

@@ -92,7 +92,8 @@ Result<int64_t> ParseUsageTime(std::string_view text, int64_t now_ms);
 
 // Renderings of a report. Table: aligned columns with a TOTAL line, figures
 // with two decimals. CSV: RFC 4180 (CRLF line ends, fields with a comma,
-// quote, CR or LF quoted with quotes doubled), a header line, no total line.
+// quote, CR or LF quoted with quotes doubled), a header line, no total line,
+// figures with six decimals (a short job is a tiny fraction of a GPU-hour).
 std::string RenderUsageTable(const UsageReport& report);
 std::string RenderUsageCsv(const UsageReport& report);
 // One CSV field, quoted when RFC 4180 requires it.

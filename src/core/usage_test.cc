@@ -237,7 +237,7 @@ TEST(RenderUsage, CsvHasAHeaderCrlfLinesAndQuotedNames) {
   EXPECT_EQ(RenderUsageCsv(*r),
             "job,user,name,jobs,gpu_hours,memory_gib_hours,compute_share_hours,idle_hours,"
             "idle_gpu_hours\r\n"
-            "1,alice,\"a,\"\"b\"\"\",1,1.0000,80.0000,1.0000,0.0000,0.0000\r\n");
+            "1,alice,\"a,\"\"b\"\"\",1,1.000000,80.000000,1.000000,0.000000,0.000000\r\n");
 }
 
 TEST(RenderUsage, TableAlignsFiguresAndEndsWithTheTotal) {

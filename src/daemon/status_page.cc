@@ -99,9 +99,11 @@ code { font-size: .92em; word-break: break-all; }
   }
   function table(headers, rows) {
     const t = el("table");
-    const hr = el("tr");
-    headers.forEach((h) => hr.appendChild(el("th", null, h)));
-    t.appendChild(hr);
+    if (headers.length) {
+      const hr = el("tr");
+      headers.forEach((h) => hr.appendChild(el("th", null, h)));
+      t.appendChild(hr);
+    }
     rows.forEach((r) => {
       const tr = el("tr");
       r.forEach((c) => tr.appendChild(cell(c)));
