@@ -6,6 +6,7 @@ series and the GPU's DCGM series reach Prometheus with sane values.
 Skips (exit 77) only when the prometheus binary is absent.
 """
 
+import json
 import os
 import sys
 
@@ -24,6 +25,12 @@ def main():
         status, ctype, body = http_get(f"http://{daemon.metrics_address}/metrics")
         assert status == 200 and ctype.startswith("text/plain; version=0.0.4"), (status, ctype)
         assert "gpuslice_daemon_up 1\n" in body, body[:2000]
+        # The status page is forwarded to the API's own routes.
+        status, ctype, body = http_get(f"http://{daemon.metrics_address}/status.json")
+        assert status == 200 and ctype.startswith("application/json"), (status, ctype)
+        assert "gpus" in json.loads(body), body[:500]
+        status, ctype, body = http_get(f"http://{daemon.metrics_address}/status")
+        assert status == 200 and ctype.startswith("text/html"), (status, ctype)
         try:
             http_get(f"http://{daemon.metrics_address}/v1/jobs")
             raise AssertionError("/v1/jobs answered on the metrics listener")
