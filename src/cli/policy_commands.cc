@@ -1,4 +1,5 @@
-// The CLI's policy commands (see commands.h): quotas and live resize. Each
+// The CLI's policy commands (see commands.h): quotas, live resize and resuming
+// a job paused by idle reclaim. Each
 // command keeps its option state in this file.
 
 #include <iostream>
@@ -145,6 +146,21 @@ int Resize(Context& ctx) {
   return 0;
 }
 
+void SetupResume(CLI::App* sub, Context* ctx) {
+  sub->add_option("id", ctx->job_id, "Job id")->required();
+}
+
+int Resume(Context& ctx) {
+  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/resume");
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    std::cout << "job " << ctx.job_id << ": may launch GPU work again\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Command> PolicyCommands() {
@@ -152,6 +168,7 @@ std::vector<Command> PolicyCommands() {
       {"quota", "Quotas per user and group: set, ls, rm", SetupQuota, Quota},
       {"resize", "Change a running job's memory limit and compute share at once", SetupResize,
        Resize},
+      {"resume", "Let a job paused by idle reclaim launch GPU work again", SetupResume, Resume},
   };
 }
 

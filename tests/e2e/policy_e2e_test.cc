@@ -255,5 +255,84 @@ TEST_F(PolicyE2E, NoPreemptionByDefault) {
   EXPECT_FALSE(HasEvent(d, low, "preempted"));
 }
 
+TEST_F(PolicyE2E, IdleJobIsEndedWhenConfiguredToAlways) {
+  Daemon d("1xH100-80GB", {"--set", "idle_after=2s", "--set", "idle_action=end", "--set",
+                           "idle_action_always=true"});
+  d_ = &d;
+  Start(d);
+  // Holds a slice and never touches the GPU.
+  std::string id = Submit(d, {"--mem", "4GiB", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 60));
+  json j = Job(d, id);
+  EXPECT_EQ(j.value("reason", "").rfind("idle: GPU use under 30% for", 0), 0u) << j.dump();
+  EXPECT_TRUE(HasEvent(d, id, "idle_flagged"));
+  EXPECT_TRUE(HasEvent(d, id, "idle_action", "ended"));
+  EXPECT_NE(ReadFile(d.state_dir() + "/jobs/" + id + "/stderr").find("gpuslice: job " + id +
+                                                                      " ended: GPU use under"),
+            std::string::npos);
+}
+
+TEST_F(PolicyE2E, IdleJobIsPausedWhileAnotherWaitsAndResumedByItsOwner) {
+  Daemon d("1xH100-80GB", {"--set", "idle_after=2s", "--set", "idle_action=pause"});
+  d_ = &d;
+  Start(d);
+  std::string idle = Submit(d, {"--gpus", "1", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, idle) == "running"; }));
+  auto flags = [&] {
+    json j = Job(d, idle);
+    return j.contains("flags") ? j["flags"].dump() : std::string();
+  };
+  ASSERT_TRUE(Daemon::WaitFor([&] { return flags().find("idle") != std::string::npos; }, 60));
+  EXPECT_EQ(flags().find("paused"), std::string::npos) << "nothing waits: only flagged";
+  std::string waiting = Submit(d, {"--gpus", "1", "--", "true"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return flags().find("paused") != std::string::npos; }, 60));
+  EXPECT_TRUE(HasEvent(d, idle, "idle_action", "paused"));
+  CliResult ps = d.Cli({"ps"});
+  EXPECT_NE(ps.out.find("idle,paused"), std::string::npos) << ps.out;
+  CliResult r = d.Cli({"resume", idle});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(flags().find("paused"), std::string::npos);
+  EXPECT_TRUE(HasEvent(d, idle, "resumed"));
+  CliResult again = d.Cli({"resume", idle});
+  EXPECT_EQ(again.exit_code, 125);
+  EXPECT_NE(again.err.find("is not paused"), std::string::npos) << again.err;
+  ASSERT_EQ(d.Cli({"cancel", idle}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, waiting) == "exited"; }, 60));
+}
+
+// A process that unsets LD_PRELOAD escapes the shim: the simulated NVML still
+// sees what it holds, and the watchdog acts on that.
+TEST_F(PolicyE2E, WatchdogKillsAJobThatEscapedTheShimAndWentOverItsLimit) {
+  Daemon d("1xH100-80GB", {"--set", "watchdog=kill"});
+  d_ = &d;
+  Start(d);
+  std::string id = Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "env", "-u",
+                              "LD_PRELOAD", WorkerPath(), "--name", "escaped", "--mem", "6GiB",
+                              "--duty", "5%", "--seconds", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 60));
+  json j = Job(d, id);
+  EXPECT_EQ(j.value("reason", "").rfind("killed by the watchdog: its processes hold", 0), 0u)
+      << j.dump();
+  EXPECT_TRUE(HasEvent(d, id, "watchdog", "over its limit of 4 GiB"));
+}
+
+TEST_F(PolicyE2E, WatchdogReportsWithoutKillingByDefault) {
+  Daemon d;
+  d_ = &d;
+  Start(d);
+  std::string id = Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "env", "-u",
+                              "LD_PRELOAD", WorkerPath(), "--name", "escaped", "--mem", "6GiB",
+                              "--duty", "5%", "--seconds", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return HasEvent(d, id, "watchdog"); }, 60));
+  json j = Job(d, id);
+  EXPECT_EQ(j["state"], "running");
+  EXPECT_NE(j["flags"].dump().find("over_limit"), std::string::npos) << j.dump();
+  // Within the shim, the same program is refused the memory instead.
+  CliResult in = d.Cli({"run", "--mem", "4GiB", "--compute", "20%", "--", WorkerPath(), "--name",
+                        "inside", "--mem", "6GiB", "--seconds", "0.2"});
+  EXPECT_EQ(in.exit_code, 3) << in.err;
+  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace gpuslice::e2e
