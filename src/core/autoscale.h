@@ -115,21 +115,20 @@ Status SetDesired(const AutoscalePolicy& policy, AutoscaleState& state, uint32_t
 
 // A new range (`service scale NAME --replicas 2-6`): desired is clamped into
 // it; a clamp counts as a change.
-void ApplyRange(AutoscalePolicy& policy, AutoscaleState& state, ReplicaRange range,
-                int64_t now_ms);
+void ApplyRange(AutoscalePolicy& policy, AutoscaleState& state, ReplicaRange range, int64_t now_ms);
 
 // Use of one replica's slice, 0-100: its GPU use relative to its compute
 // share when it has one (`compute_milli` > 0), else as is; capped at 100.
 double SliceUsePct(double gpu_util_pct, uint32_t compute_milli);
 
 struct ReplicaEnd {
-  int64_t ran_ms = 0;     // 0: never started (failed to launch, cancelled while queued).
+  int64_t ran_ms = 0;               // 0: never started (failed to launch, cancelled while queued).
   bool stopped_by_service = false;  // Scale-down or removal: not a failure.
 };
 
 struct RestartDecision {
-  bool failure = false;           // It counts towards the crash loop.
-  int64_t replace_at_ms = 0;      // Earliest start of its replacement.
+  bool failure = false;             // It counts towards the crash loop.
+  int64_t replace_at_ms = 0;        // Earliest start of its replacement.
   bool entered_crash_loop = false;  // This end made it a crash loop (report once).
 };
 
@@ -150,8 +149,8 @@ uint32_t ReplicasToStart(const AutoscaleState& state, uint32_t live, int64_t now
 
 struct ReplicaInfo {
   uint64_t id = 0;
-  bool running = false;      // Else pending (queued).
-  int64_t since_ms = 0;      // Started (running) or submitted (pending).
+  bool running = false;  // Else pending (queued).
+  int64_t since_ms = 0;  // Started (running) or submitted (pending).
 };
 
 // Which replica a scale-down stops: a pending one first (it holds nothing and
