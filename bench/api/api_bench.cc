@@ -143,7 +143,9 @@ void BM_PlanQueue1000Gpus(benchmark::State& state) {
     g.island = static_cast<int>(i / 8);
     gpus.push_back(g);
   }
-  auto cap = gd::NodeCapacity::Create(gpus, gc::Policy::kBinpack);
+  // Arg 0: binpack; 1: frag-aware (the default) with its learnt profile.
+  auto cap = gd::NodeCapacity::Create(
+      gpus, state.range(0) == 0 ? gc::Policy::kBinpack : gc::Policy::kFragAware);
   if (!cap.ok()) {
     state.SkipWithError(cap.status().message().c_str());
     return;
@@ -239,8 +241,15 @@ void BM_PlanQueue1000Gpus(benchmark::State& state) {
   double total_us = 0;
   for (double u : us) total_us += u;
   state.counters["us_per_placement"] = tried > 0 ? total_us / tried : 0;
+  if (const gc::WorkloadProfile* p = c.profile()) {
+    state.counters["profile_shapes"] = static_cast<double>(p->shapes().size());
+  }
 }
-BENCHMARK(BM_PlanQueue1000Gpus)->Iterations(300)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlanQueue1000Gpus)
+    ->Arg(0)
+    ->Arg(1)
+    ->Iterations(300)
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

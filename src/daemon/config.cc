@@ -75,9 +75,11 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (key == "policy") {
     auto p = core::ParsePolicy(v);
     if (!p.ok()) return p.status().WithContext("policy");
-    if (*p != core::Policy::kBinpack && *p != core::Policy::kSpread) {
-      return core::InvalidArgumentError("policy: the daemon supports binpack and spread, not '" +
-                                        v + "'");
+    if (core::InfoOf(*p).needs_rng) {
+      return core::InvalidArgumentError("policy: '" + v +
+                                        "' is random; the daemon supports frag-aware (default), "
+                                        "fgd, best-fit, dot-product, gpu-packing, gpu-clustering, "
+                                        "binpack and spread");
     }
     c->policy = *p;
     return core::Status::Ok();

@@ -29,7 +29,7 @@ struct DaemonConfig {
   // page only (no auth, no job submission); port 0 picks one. "" = none.
   std::string metrics_listen;
   std::string admin_group;         // Members may act on every job.
-  core::Policy policy = core::Policy::kBinpack;
+  core::Policy policy = core::kDefaultPolicy;  // frag-aware
   bool backfill = true;
   GpuSourceMode gpu_source = GpuSourceMode::kAuto;
   std::string shim;                // "" = <bindir>/../lib/libgpuslice.so

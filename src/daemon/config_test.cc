@@ -38,7 +38,7 @@ TEST(Config, ErrorsNameTheLineAndTheValue) {
     const char* needle;
   } cases[] = {
       {"socket = relative.sock\n", "test.conf:1: socket: must be an absolute path"},
-      {"\n\npolicy = fgd\n", "test.conf:3: policy"},
+      {"\n\npolicy = random-fit\n", "test.conf:3: policy: 'random-fit' is random"},
       {"colour = blue\n", "unknown setting 'colour'"},
       {"just words\n", "expected 'key = value'"},
       {"socket_mode = 0666\n", "not world-writable"},
@@ -67,7 +67,9 @@ TEST(Config, PolicySettings) {
       "idle_threshold = 25%\n"
       "idle_after = 5m\n"
       "idle_action = pause\n"
-      "idle_action_always = yes\n",
+      "idle_action_always = yes\n"
+      "elastic_signal = SIGUSR2\n"
+      "elastic_cooldown = 10s\n",
       "test.conf", &c);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const PolicyConfig& r = c.rules;
@@ -83,6 +85,8 @@ TEST(Config, PolicySettings) {
   EXPECT_EQ(r.idle_after_ms, 300000);
   EXPECT_EQ(r.idle_action, IdleAction::kPause);
   EXPECT_TRUE(r.idle_action_always);
+  EXPECT_EQ(r.elastic_signal, SIGUSR2);
+  EXPECT_EQ(r.elastic_cooldown_ms, 10000);
 }
 
 TEST(Config, PolicyErrorsNameTheSetting) {
@@ -96,6 +100,7 @@ TEST(Config, PolicyErrorsNameTheSetting) {
       {"watchdog = loud\n", "watchdog: expected off, report or kill"},
       {"idle_action = sleep\n", "idle_action: expected warn, pause or end"},
       {"idle_threshold = 120%\n", "idle_threshold"},
+      {"elastic_signal = KILL\n", "elastic_signal: expected USR1"},
   };
   for (const Case& c : cases) {
     DaemonConfig config;
