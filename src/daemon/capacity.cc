@@ -20,10 +20,9 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
     const std::vector<GpuInfo>& gpus, core::Policy policy, const std::vector<std::string>& pool_of,
     const std::string& default_pool) {
   const core::PolicyInfo& info = core::InfoOf(policy);
-  if (info.needs_profile || info.needs_rng) {
+  if (info.needs_rng) {
     return core::InvalidArgumentError("placement policy '" + std::string(info.name) +
-                                      "' needs a workload profile or randomness; the daemon "
-                                      "supports binpack and spread");
+                                      "' is random; the daemon's placements are deterministic");
   }
   if (!pool_of.empty() && pool_of.size() != gpus.size()) {
     return core::InternalError("pools: one pool per GPU expected");
@@ -120,11 +119,52 @@ Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request
     e.ever_fits = state_.TotalGpus() > 0 && (e.pool.empty() || mask != 0) &&
                   core::CouldEverFit(state_, e.demand).ok();
   }
+  if (e.request.kind != core::RequestKind::kMig) ++profile_changes_;
   (*demands_)[id] = std::move(e);
   return Status::Ok();
 }
 
-void NodeCapacity::ForgetDemand(uint64_t id) { demands_->erase(id); }
+void NodeCapacity::ForgetDemand(uint64_t id) {
+  auto it = demands_->find(id);
+  if (it == demands_->end()) return;
+  if (it->second.request.kind != core::RequestKind::kMig) {
+    recent_.push_back(it->second.demand);
+    if (recent_.size() > kRecentDemands) recent_.pop_front();
+    ++profile_changes_;
+  }
+  demands_->erase(it);
+}
+
+void NodeCapacity::EnsureProfile() {
+  size_t known = demands_->size() + recent_.size();
+  if (profile_ && profile_changes_ < std::max<size_t>(8, known / 4)) return;
+  // Sorted by id, so equal-weight shapes come in the same order every time
+  // (the placements must not depend on hash order).
+  std::vector<std::pair<uint64_t, const core::Demand*>> live;
+  live.reserve(demands_->size());
+  for (const auto& [id, e] : *demands_) {
+    if (e.request.kind != core::RequestKind::kMig) live.emplace_back(id, &e.demand);
+  }
+  std::sort(live.begin(), live.end());
+  std::vector<core::Demand> all(recent_.begin(), recent_.end());
+  for (const auto& [id, d] : live) all.push_back(*d);
+  profile_changes_ = 0;
+  if (all.empty()) return;
+  core::ProfileOptions po;
+  po.coverage = 1.0;  // A node sees few shapes: keep them all.
+  auto profile = core::WorkloadProfile::FromDemands(all, po);
+  if (!profile.ok()) return;  // Keep the previous profile.
+  // A decision costs O(shapes); requests typed by hand can all differ
+  // (8GiB/30%, 9GiB/35%...). The heaviest shapes carry the signal.
+  if (profile->shapes().size() > kMaxProfileShapes) {
+    std::vector<core::TaskShape> top(profile->shapes().begin(),
+                                     profile->shapes().begin() + kMaxProfileShapes);
+    auto trimmed = core::WorkloadProfile::FromShapes(std::move(top));
+    if (!trimmed.ok()) return;
+    profile = std::move(trimmed);
+  }
+  profile_ = std::make_shared<const core::WorkloadProfile>(std::move(*profile));
+}
 
 Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
   GPUSLICE_ASSIGN_OR_RETURN(std::string pool, PoolOf(request));
@@ -198,9 +238,10 @@ Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
     p.gpus[p.gpu_count++] = static_cast<uint8_t>(flat % kGpusPerNode);
   }
   std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
-  GPUSLICE_RETURN_IF_ERROR(state_.Allocate(it->second.demand, p));
+  Held h{p, -1};
+  GPUSLICE_RETURN_IF_ERROR(state_.Allocate(HeldDemand(it->second, h), p));
   bounds_dirty_ = true;
-  held_[id] = {p, -1};
+  held_[id] = h;
   return Status::Ok();
 }
 
@@ -272,7 +313,30 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
                          : e.demand.gpu_mem > b.max_mem_free || e.demand.gpu_milli > b.max_milli_free) {
     return core::FitResult::kNotNow;
   }
-  auto p = core::Place(state_, e.demand, options_);
+  core::PlaceOptions options = options_;
+  if (core::InfoOf(options.policy).needs_profile) {
+    EnsureProfile();
+    options.profile = profile_.get();
+    options.frag_cache = &frag_cache_;
+    // No GPU demand learnt yet (cannot happen with `id` registered, but a
+    // placement must never fail for want of a profile): pack.
+    if (options.profile == nullptr) options.policy = core::Policy::kBinpack;
+  }
+  const core::ResourceRequest& r = e.request;
+  if (r.kind == core::RequestKind::kWholeGpus && r.gpus_max > r.gpus_min) {
+    // Elastic: as many as it can get now, at least its minimum (below).
+    for (uint32_t n = std::min(r.gpus_max, b.idle_gpus); n > r.gpus_min; --n) {
+      core::Demand more = e.demand;
+      more.gpus = n;
+      auto p = core::Place(state_, more, options);
+      if (p.ok() && state_.Allocate(more, *p).ok()) {
+        bounds_dirty_ = true;
+        held_[id] = {*p, -1};
+        return core::FitResult::kPlaced;
+      }
+    }
+  }
+  auto p = core::Place(state_, e.demand, options);
   if (!p.ok()) {
     return p.status().code() == core::StatusCode::kResourceExhausted ? core::FitResult::kNotNow
                                                                      : core::FitResult::kNever;
@@ -290,7 +354,9 @@ void NodeCapacity::Release(uint64_t id) {
     mig_[h->second.mig].taken = false;
   } else {
     auto d = demands_->find(id);
-    if (d != demands_->end()) (void)state_.Release(d->second.demand, h->second.placement);
+    if (d != demands_->end()) {
+      (void)state_.Release(HeldDemand(d->second, h->second), h->second.placement);
+    }
     bounds_dirty_ = true;
   }
   held_.erase(h);
@@ -306,12 +372,64 @@ bool NodeCapacity::Mirror(uint64_t id, const core::CapacityModel& source) {
   if (h->second.mig >= 0) {
     if (mig_[h->second.mig].taken) return false;
     mig_[h->second.mig].taken = true;
-  } else if (!state_.Allocate(d->second.demand, h->second.placement).ok()) {
+  } else if (!state_.Allocate(HeldDemand(d->second, h->second), h->second.placement).ok()) {
     return false;
   }
   bounds_dirty_ = true;
   held_[id] = h->second;
   return true;
+}
+
+core::Demand NodeCapacity::HeldDemand(const DemandEntry& e, const Held& h) {
+  core::Demand d = e.demand;
+  if (h.mig < 0 && d.IsWhole() && h.placement.gpu_count > 0) d.gpus = h.placement.gpu_count;
+  return d;
+}
+
+core::Result<core::Allocation> NodeCapacity::SetElasticGpus(uint64_t id, uint32_t count) {
+  auto d = demands_->find(id);
+  auto h = held_.find(id);
+  if (d == demands_->end() || h == held_.end() || h->second.mig >= 0) {
+    return core::InternalError("elastic: job " + std::to_string(id) + " holds no GPUs");
+  }
+  const core::ResourceRequest& r = d->second.request;
+  if (r.kind != core::RequestKind::kWholeGpus || count < r.gpus_min || count > r.gpus_max) {
+    return core::InvalidArgumentError("elastic: job " + std::to_string(id) + " runs on " +
+                                      r.Describe() + ", not " + std::to_string(count));
+  }
+  core::Placement p = h->second.placement;
+  core::Demand old_demand = HeldDemand(d->second, h->second);
+  if (count < p.gpu_count) {
+    p.gpu_count = static_cast<uint8_t>(count);  // Gives back its last GPUs.
+  } else if (count > p.gpu_count) {
+    const core::NodeState& node = state_.node(p.node);
+    int16_t island = node.gpus[p.gpus[0]].island;
+    for (size_t g = 0; g < node.gpus.size() && p.gpu_count < count; ++g) {
+      const core::GpuState& gs = node.gpus[g];
+      bool mine = std::find(p.gpus.begin(), p.gpus.begin() + p.gpu_count, g) !=
+                  p.gpus.begin() + p.gpu_count;
+      if (mine || !gs.IsIdle() || !old_demand.AllowsModel(gs.model)) continue;
+      if (island != core::kUnknownIsland && gs.island != island) continue;
+      p.gpus[p.gpu_count++] = static_cast<uint8_t>(g);
+    }
+    if (p.gpu_count < count) {
+      return core::ResourceExhaustedError("no idle GPU for job " + std::to_string(id) +
+                                          " to grow onto");
+    }
+    std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
+  } else {
+    return *AllocationOf(id);
+  }
+  core::Demand next = old_demand;
+  next.gpus = count;
+  GPUSLICE_RETURN_IF_ERROR(state_.Release(old_demand, h->second.placement));
+  if (Status s = state_.Allocate(next, p); !s.ok()) {
+    (void)state_.Allocate(old_demand, h->second.placement);
+    return s;
+  }
+  bounds_dirty_ = true;
+  h->second.placement = p;
+  return *AllocationOf(id);
 }
 
 std::optional<core::Allocation> NodeCapacity::AllocationOf(uint64_t id) const {

@@ -6,6 +6,11 @@
 // own, matched by profile). No placement algorithm lives here: fitting goes
 // through core::Place with the configured policy.
 //
+// Policies: binpack, spread, and the fragmentation-aware ones (frag-aware,
+// the default, and fgd), whose workload profile is learnt here from what this
+// machine is asked for: every registered demand (queued and running) plus the
+// last kRecentDemands that ended, rebuilt after a quarter of them changed.
+//
 // Demands: whole GPUs and fractions map through core::DemandFromRequest,
 // except that a fraction with no compute share (--mem alone) shares compute
 // uncapped, so it is placed with the smallest share (1 per-mille) instead of
@@ -18,6 +23,7 @@
 // queue shapes of different pools never compare.
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +34,7 @@
 #include "core/job.h"
 #include "core/placement_model.h"
 #include "core/placement_policy.h"
+#include "core/placement_profile.h"
 #include "core/queue.h"
 #include "daemon/inventory.h"
 
@@ -35,7 +42,7 @@ namespace gpuslice::daemon {
 
 class NodeCapacity : public core::CapacityModel {
  public:
-  // Policies that need a workload profile or randomness are refused.
+  // Policies that need randomness (random-fit) are refused.
   // `pool_of` names each GPU's pool (same order as `gpus`; MIG instances are
   // in their GPU's pool); empty: one pool, `default_pool`, holds them all.
   static core::Result<std::unique_ptr<NodeCapacity>> Create(
@@ -49,6 +56,13 @@ class NodeCapacity : public core::CapacityModel {
   // Live resize of a running fraction, on the GPU it holds: kResourceExhausted
   // (nothing changed) when that GPU cannot hold the new size beside the others.
   core::Status Resize(uint64_t id, const core::ResourceRequest& request);
+  // Elastic jobs ("--gpus 1-4"): TryPlace gives one as many idle GPUs of its
+  // pool as it can get, up to its maximum. SetElasticGpus grows a running
+  // one onto idle GPUs of its node and pool (same island when known) or
+  // shrinks it by giving back its last GPUs; kResourceExhausted (nothing
+  // changed) when there is nothing to grow onto.
+  core::Result<core::Allocation> SetElasticGpus(uint64_t id, uint32_t count);
+  uint32_t IdleGpus() { return CurrentBounds().idle_gpus; }
   // The pools, in name order; and whether `name` is one.
   std::vector<std::string> Pools() const;
   const std::string& default_pool() const { return default_pool_; }
@@ -74,6 +88,14 @@ class NodeCapacity : public core::CapacityModel {
   std::string WhyNotNow(uint64_t id) const;
 
   const core::ClusterState& state() const { return state_; }
+  // The profile the fragmentation-aware policies use now (null before the
+  // first placement that needed one, or with other policies).
+  const core::WorkloadProfile* profile() const { return profile_.get(); }
+
+  // Ended demands the learnt profile remembers.
+  static constexpr size_t kRecentDemands = 256;
+  // The learnt profile keeps at most this many shapes, the most frequent.
+  static constexpr size_t kMaxProfileShapes = 16;
 
  private:
   struct Held {
@@ -106,8 +128,14 @@ class NodeCapacity : public core::CapacityModel {
   NodeCapacity() = default;
   // A MIG instance of `profile` in `pool` ("": any pool).
   int FindMig(const core::MigProfile& profile, const std::string& pool, bool free_only) const;
+  // What a held job's placement holds: its demand, with an elastic job's
+  // current GPU count.
+  static core::Demand HeldDemand(const DemandEntry& e, const Held& h);
   // The request's pool, or an error naming the pools there are.
   core::Result<std::string> PoolOf(const core::ResourceRequest& request) const;
+  // Rebuilds profile_ when it is missing or stale; keeps the old one (or
+  // none) when no GPU demand is known.
+  void EnsureProfile();
 
   core::ClusterState state_;
   core::PlaceOptions options_;
@@ -124,6 +152,13 @@ class NodeCapacity : public core::CapacityModel {
   std::unordered_map<uint64_t, Held> held_;
   Bounds bounds_;
   bool bounds_dirty_ = true;
+  // The learnt workload profile (shared with clones, immutable).
+  std::shared_ptr<const core::WorkloadProfile> profile_;
+  std::deque<core::Demand> recent_;  // Demands that ended, newest last.
+  size_t profile_changes_ = 0;       // Demands added or ended since the build.
+  // Each node's fragmentation under profile_, by node version (copied into
+  // clones with the state it describes).
+  core::FragmentationCache frag_cache_;
 };
 
 }  // namespace gpuslice::daemon

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace gpuslice::daemon {
 namespace {
 
@@ -108,6 +110,64 @@ TEST(NodeCapacity, MigInstancesAreAllocatableUnits) {
   EXPECT_EQ((*c)->CouldEverFit(mig).code(), core::StatusCode::kOutOfRange);
 }
 
+// Two GPUs with 600 and 500 per-mille free, a workload of 50% requests, and
+// a 10% request: packing fills the fuller GPU and leaves 400 there, which no
+// typical request can use; frag-aware takes the emptier one and keeps two
+// GPUs that can each still host a typical request.
+TEST(NodeCapacity, FragAwareKeepsRoomForTheTypicalRequest) {
+  for (core::Policy policy : {core::Policy::kFragAware, core::Policy::kBinpack}) {
+    auto c = NodeCapacity::Create({Gpu(0), Gpu(1)}, policy);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->SetDemand(1, Fraction(8, 400)).ok());
+    ASSERT_TRUE((*c)->Hold(1, {{0}, {"GPU-0"}, 8 * core::kGiB, 400}).ok());
+    ASSERT_TRUE((*c)->SetDemand(2, Fraction(8, 500)).ok());
+    ASSERT_TRUE((*c)->Hold(2, {{1}, {"GPU-1"}, 8 * core::kGiB, 500}).ok());
+    for (uint64_t id = 10; id < 20; ++id) ASSERT_TRUE((*c)->SetDemand(id, Fraction(8, 500)).ok());
+    ASSERT_TRUE((*c)->SetDemand(30, Fraction(4, 100)).ok());
+    ASSERT_EQ((*c)->TryPlace(30), core::FitResult::kPlaced);
+    uint32_t gpu = (*c)->AllocationOf(30)->gpu_indices[0];
+    if (policy == core::Policy::kFragAware) {
+      EXPECT_EQ(gpu, 0u) << "frag-aware keeps a 500 hole on each GPU";
+      ASSERT_NE((*c)->profile(), nullptr);
+      EXPECT_GE((*c)->profile()->shapes().size(), 3u);
+    } else {
+      EXPECT_EQ(gpu, 1u) << "binpack fills the fuller GPU";
+      EXPECT_EQ((*c)->profile(), nullptr);
+    }
+  }
+}
+
+TEST(NodeCapacity, TheLearntProfileRemembersEndedDemandsAndFollowsChanges) {
+  auto c = NodeCapacity::Create({Gpu(0), Gpu(1)}, core::Policy::kFragAware);
+  ASSERT_TRUE(c.ok());
+  // Many 25% requests come and go.
+  for (uint64_t id = 1; id <= 40; ++id) {
+    ASSERT_TRUE((*c)->SetDemand(id, Fraction(2, 250)).ok());
+    ASSERT_EQ((*c)->TryPlace(id), core::FitResult::kPlaced) << id;
+    if (id > 4) {
+      (*c)->Release(id);
+      (*c)->ForgetDemand(id);
+    }
+  }
+  const core::WorkloadProfile* p = (*c)->profile();
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->shapes().size(), 1u) << "one shape: 25%, from live and ended demands";
+  EXPECT_EQ(p->shapes()[0].demand.gpu_milli, 250u);
+  // A new kind of request appears in numbers: the profile is rebuilt.
+  for (uint64_t id = 100; id < 140; ++id) ASSERT_TRUE((*c)->SetDemand(id, Fraction(4, 700)).ok());
+  ASSERT_TRUE((*c)->SetDemand(200, Fraction(1, 100)).ok());
+  ASSERT_EQ((*c)->TryPlace(200), core::FitResult::kPlaced);
+  bool has_700 = false;
+  for (const core::TaskShape& s : (*c)->profile()->shapes()) has_700 |= s.demand.gpu_milli == 700;
+  EXPECT_TRUE(has_700);
+}
+
+TEST(NodeCapacity, RandomPoliciesAreRefusedAndProfilePoliciesAccepted) {
+  EXPECT_FALSE(NodeCapacity::Create({Gpu(0)}, core::Policy::kRandomFit).ok());
+  EXPECT_TRUE(NodeCapacity::Create({Gpu(0)}, core::Policy::kFgd).ok());
+  EXPECT_TRUE(NodeCapacity::Create({Gpu(0)}, core::Policy::kFragAware).ok());
+}
+
 TEST(NodeCapacity, PoolsRestrictPlacementToTheirGpus) {
   auto c = NodeCapacity::Create({Gpu(0), Gpu(1), Gpu(2)}, core::Policy::kBinpack,
                                 {"inference", "shared", "shared"}, "shared");
@@ -173,6 +233,46 @@ TEST(NodeCapacity, ResizeGrowsInPlaceOnlyWhenTheGpuHasRoom) {
   EXPECT_TRUE((*c)->Resize(2, Fraction(5, 100)).ok());
   ASSERT_TRUE((*c)->SetDemand(4, Fraction(14, 100)).ok());
   EXPECT_EQ((*c)->TryPlace(4), core::FitResult::kPlaced);
+}
+
+TEST(NodeCapacity, ElasticJobsTakeWhatIsIdleGrowAndShrink) {
+  auto c = NodeCapacity::Create({Gpu(0), Gpu(1), Gpu(2), Gpu(3)}, core::Policy::kBinpack);
+  core::ResourceRequest one;
+  one.kind = core::RequestKind::kWholeGpus;
+  one.gpus_min = one.gpus_max = 1;
+  ASSERT_TRUE((*c)->SetDemand(1, one).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  core::ResourceRequest elastic;
+  elastic.kind = core::RequestKind::kWholeGpus;
+  elastic.gpus_min = 1;
+  elastic.gpus_max = 4;
+  ASSERT_TRUE((*c)->SetDemand(2, elastic).ok());
+  ASSERT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->AllocationOf(2)->gpu_indices.size(), 3u) << "all that was idle";
+  EXPECT_EQ((*c)->IdleGpus(), 0u);
+  // Shrinks to 1: two GPUs idle again; releasing it frees exactly what it holds.
+  auto a = (*c)->SetElasticGpus(2, 1);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->gpu_indices.size(), 1u);
+  EXPECT_EQ((*c)->IdleGpus(), 2u);
+  // Grows by one onto an idle GPU, keeping the one it has.
+  auto b = (*c)->SetElasticGpus(2, 2);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->gpu_indices.size(), 2u);
+  EXPECT_NE(std::find(b->gpu_indices.begin(), b->gpu_indices.end(), a->gpu_indices[0]),
+            b->gpu_indices.end());
+  EXPECT_EQ((*c)->IdleGpus(), 1u);
+  EXPECT_EQ((*c)->SetElasticGpus(2, 5).status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*c)->SetElasticGpus(2, 3).ok());
+  EXPECT_EQ((*c)->SetElasticGpus(2, 4).status().code(), core::StatusCode::kResourceExhausted)
+      << "the fourth GPU is job 1's";
+  (*c)->Release(2);
+  EXPECT_EQ((*c)->IdleGpus(), 3u);
+  // A restart re-takes what the ledger says it held (three GPUs).
+  auto again = NodeCapacity::Create({Gpu(0), Gpu(1), Gpu(2), Gpu(3)}, core::Policy::kBinpack);
+  ASSERT_TRUE((*again)->SetDemand(2, elastic).ok());
+  ASSERT_TRUE((*again)->Hold(2, {{1, 2, 3}, {"GPU-1", "GPU-2", "GPU-3"}, 40 * core::kGiB, 0}).ok());
+  EXPECT_EQ((*again)->IdleGpus(), 1u);
 }
 
 }  // namespace
