@@ -21,6 +21,8 @@ namespace {
 constexpr const char* kServiceEnv = "GPUSLICE_SERVICE=";
 constexpr const char* kServiceIdEnv = "GPUSLICE_SERVICE_ID=";
 constexpr const char* kReplicaEnv = "GPUSLICE_SERVICE_REPLICA=";
+// How many of the newest events a restart reads for the last decisions.
+constexpr size_t kRecentEvents = 5000;
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -146,6 +148,14 @@ Status ReplicaManager::Start() {
   std::vector<StoredService> stored = std::move(*loaded);
   int64_t now = clock_.NowMs();
   std::vector<JobView> live_jobs = service_.List(/*include_finished=*/false);
+  // The last scaling decision of each service, for `service ls`, from the
+  // newest events (a decision older than those shows as none).
+  std::vector<Event> recent;
+  if (!stored.empty()) {
+    EventQuery q;
+    q.limit = kRecentEvents;
+    if (auto e = service_.Events(q); e.ok()) recent = std::move(*e);
+  }
   for (StoredService& s : stored) {
     std::string name = s.name;
     std::vector<uint64_t> rows = s.replica_jobs;
@@ -157,6 +167,14 @@ Status ReplicaManager::Start() {
     Managed& m = services_[name] = std::move(*built);
     // A restart is judged like a change: decisions wait for one cool-down.
     m.state.last_change_ms = now;
+    const std::string prefix = "service " + name + ": ";
+    for (auto e = recent.rbegin(); e != recent.rend(); ++e) {
+      if (e->kind == "service_scale" && e->message.rfind(prefix, 0) == 0) {
+        m.last_decision = e->message.substr(prefix.size());
+        m.last_decision_ms = e->at_ms;
+        break;
+      }
+    }
     std::set<uint32_t> used;
     auto adopt = [&](const core::Job& job) {
       uint32_t index = ParseIndex(EnvValue(job.env, kReplicaEnv));
@@ -439,14 +457,16 @@ Result<ServiceView> ReplicaManager::Scale(const Caller& caller, const std::strin
     core::ApplyRange(policy, state, *range, now);
   }
   if (desired) GPUSLICE_RETURN_IF_ERROR(core::SetDesired(policy, state, *desired, now));
-  std::string before =
-      std::to_string(m->state.desired) + " of " + core::FormatReplicaRange(m->policy.replicas);
+  std::string message = "set by " + caller.user + ": " + std::to_string(m->state.desired) + " -> " +
+                        std::to_string(state.desired) + " replicas";
+  std::string old_range = core::FormatReplicaRange(m->policy.replicas);
+  std::string new_range = core::FormatReplicaRange(policy.replicas);
+  message += old_range == new_range ? " (range " + new_range + ")"
+                                    : ", range " + old_range + " -> " + new_range;
   m->policy = policy;
   m->state = state;
   Persist(*m, now);
-  Decided(*m, now, "service_scale", 0,
-          "set by " + caller.user + ": " + before + " -> " + std::to_string(state.desired) +
-              " of " + core::FormatReplicaRange(policy.replicas) + " replicas");
+  Decided(*m, now, "service_scale", 0, message);
   TickOne(*m, now);
   return View(*m);
 }

@@ -362,10 +362,13 @@ TEST_F(ReplicasTest, ARestartReassociatesReplicasAndSubmitsNothingTwice) {
                    nullptr, nullptr, nullptr),
       SQLITE_OK);
   size_t launches = launcher_.launches.size();
+  std::string decision = manager_->Get("web")->last_decision;
+  ASSERT_NE(decision.find("2 -> 3"), std::string::npos) << decision;
   Restart();
   auto v = manager_->Get("web");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->desired, 3u);
+  EXPECT_EQ(v->last_decision, decision) << "read back from the events";
   EXPECT_EQ(Live("web").size(), 3u);
   for (int i = 0; i < 5; ++i) Second();
   EXPECT_EQ(launcher_.launches.size(), launches) << "nothing submitted twice";
@@ -398,6 +401,7 @@ TEST_F(ReplicasTest, OnlyTheOwnerOrAnAdminScalesOrRemoves) {
   v = manager_->Scale(User(1000), "web", std::nullopt, core::ReplicaRange{1, 2});
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->desired, 2u);
+  EXPECT_EQ(v->last_decision, "set by u1000: 3 -> 2 replicas, range 1-4 -> 1-2");
   Second();
   EXPECT_EQ(Live("web").size(), 2u);
 
