@@ -1,6 +1,7 @@
 #include "cli/top_view.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -77,7 +78,12 @@ TopSlice SliceFrom(const json& s, const std::map<uint64_t, const json*>& jobs) {
   if (it != jobs.end()) {
     const json& j = *it->second;
     t.whole_gpu = j.contains("request") && Get<std::string>(j["request"], "kind", "") == "gpus";
-    t.idle = Get<bool>(j, "idle", false);
+    if (j.contains("flags") && j["flags"].is_array()) {
+      for (const json& f : j["flags"]) {
+        if (f.is_string()) t.flags.push_back(Clean(f.get<std::string>()));
+      }
+    }
+    t.idle = std::find(t.flags.begin(), t.flags.end(), "idle") != t.flags.end();
     if (j.contains("usage") && j["usage"].is_object()) {
       const json& u = j["usage"];
       t.achieved_pct = Get<double>(u, "gpu_util_pct", -1);
@@ -135,7 +141,12 @@ std::string SliceRow(const TopSlice& s, const SliceColumns& c, bool utf8) {
                                              : "-";
   std::string got = s.achieved_pct >= 0 ? Pct(s.achieved_pct) : "-";
   std::vector<std::string> flags;
-  if (s.idle) flags.push_back("IDLE");
+  // The daemon's flags in capitals ("IDLE", "PAUSED", "OVER LIMIT"), then ours.
+  for (std::string f : s.flags) {
+    for (char& c : f)
+      c = c == '_' ? ' ' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    flags.push_back(f);
+  }
   if (s.low_use_ms >= 60'000) flags.push_back("low use " + FormatAge(s.low_use_ms));
   if (s.refused_allocs) flags.push_back(std::to_string(s.refused_allocs) + " refused");
   std::string f;
@@ -298,6 +309,7 @@ json ModelToJson(const TopModel& m) {
                  {"compute_milli", s.compute_milli},
                  {"low_use_ms", s.low_use_ms},
                  {"idle", s.idle},
+                 {"flags", s.flags},
                  {"refused_allocs", s.refused_allocs}};
       sj["memory_used_bytes"] = s.memory_used >= 0 ? json(s.memory_used) : json(nullptr);
       sj["achieved_util_pct"] = s.achieved_pct >= 0 ? json(s.achieved_pct) : json(nullptr);

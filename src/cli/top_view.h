@@ -28,6 +28,8 @@ struct TopSlice {
   double achieved_pct = -1;    // The job's GPU utilisation, 0-100; -1: unknown.
   int64_t low_use_ms = 0;      // How long it has stayed under the idle threshold.
   bool idle = false;           // The daemon flagged it idle.
+  // The daemon's policy flags ("idle", "paused", "over_limit", "preempted").
+  std::vector<std::string> flags;
   uint64_t refused_allocs = 0;
 };
 

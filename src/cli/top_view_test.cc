@@ -259,13 +259,14 @@ TEST(RenderTop, IdleAndLowUseSlicesAreFlaggedAndWholeGpusShowFullShare) {
   json job = RunningJob(1, "alice", "whole");
   job["request"]["kind"] = "gpus";
   job["usage"]["low_use_ms"] = 600'000;
-  job["idle"] = true;
+  job["flags"] = {"idle", "over_limit"};
   json slice = SliceJson(1, "alice", "whole");
   slice["compute_milli"] = 0;
   TopModel m = ModelFromJson(Status(), Gpus({slice}), {{"jobs", {job}}}, nullptr);
-  std::string text = Join(RenderTop(m, {.width = 120}));
+  std::string text = Join(RenderTop(m, {.width = 160}));
   EXPECT_NE(text.find("100%/28%"), std::string::npos) << text;
-  EXPECT_NE(text.find("IDLE, low use 10m00s"), std::string::npos) << text;
+  EXPECT_NE(text.find("IDLE, OVER LIMIT, low use 10m00s"), std::string::npos) << text;
+  EXPECT_TRUE(m.gpus[0].slices[0].idle);
 }
 
 TEST(RenderTop, ShowsTheDegradedReasonAndARefreshError) {

@@ -151,7 +151,7 @@ code { font-size: .92em; word-break: break-all; }
           ["Job", "User", "Name", "Command", "Memory used / limit", "Share", "GPU use", "Flags"],
           g.slices.map((sl) => {
             const flags = [];
-            if (sl.idle) flags.push("idle");
+            (sl.flags || []).forEach((f) => flags.push(String(f).replace(/_/g, " ")));
             if (sl.low_use_ms >= 60000) flags.push("low use " + age(sl.low_use_ms));
             if (sl.refused_allocs) flags.push(sl.refused_allocs + " refused");
             return [sl.job, sl.user, sl.name, el("code", null, sl.command),
@@ -242,6 +242,7 @@ json SliceJson(Service& service, const JobView& v, size_t alloc_index) {
             {"compute_milli", job.allocation.compute_milli}};
   const std::string& uuid = job.allocation.gpu_uuids[alloc_index];
   if (auto used = SliceMemoryUsed(service, job, uuid)) s["memory_used"] = *used;
+  s["flags"] = v.flags;
   if (v.usage) {
     s["gpu_util_pct"] = v.usage->gpu_util_pct;
     s["low_use_ms"] = v.usage->low_use_ms;

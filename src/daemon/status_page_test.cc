@@ -109,6 +109,7 @@ TEST_F(StatusPageTest, SnapshotHasTheGpuItsSlicesTheQueueAndEvents) {
   EXPECT_EQ(g["slices"][0]["memory_limit"], 60 * core::kGiB);
   EXPECT_EQ(g["slices"][0]["memory_used"], 3 * core::kGiB);
   EXPECT_EQ(g["slices"][0]["compute_milli"], 300);
+  EXPECT_TRUE(g["slices"][0]["flags"].is_array());
   ASSERT_EQ(s["queue"].size(), 1u);
   EXPECT_EQ(s["queue"][0]["job"], queued.job.id);
   EXPECT_EQ(s["queue"][0]["position"], 1);
