@@ -281,6 +281,28 @@ TEST_F(ReplicasTest, BusyReplicasScaleUpThroughCoolDownsAndIdleOnesScaleDown) {
   EXPECT_EQ(CountEvents("service_scale"), 4u);
 }
 
+TEST_F(ReplicasTest, UseIsRelativeToTheReplicasComputeShare) {
+  ServiceCreateSpec spec = Spec("web", {1, 2});
+  spec.request["compute"] = "30%";
+  ASSERT_TRUE(manager_->Create(User(1000), spec).ok());
+  SetAllUse("web", 27);  // 27% of the GPU is 90% of a 30% share.
+  Second();
+  auto v = manager_->Get("web");
+  ASSERT_TRUE(v->mean_use_pct.has_value());
+  EXPECT_NEAR(*v->mean_use_pct, 90.0, 1e-9);
+  ASSERT_EQ(v->replicas.size(), 1u);
+  EXPECT_NEAR(v->replicas[0].use_pct.value_or(-1), 90.0, 1e-9);
+  for (int i = 0; i < 12; ++i) Second();
+  EXPECT_EQ(manager_->Get("web")->desired, 2u) << "90% of the share is above the 70% target";
+}
+
+TEST_F(ReplicasTest, WithoutItsTablesTheManagerRefusesNewServices) {
+  ReplicaManager unstarted(*service_, clock_);
+  EXPECT_EQ(unstarted.Create(User(1000), Spec("web", {1, 2})).status().code(),
+            core::StatusCode::kUnavailable);
+  EXPECT_TRUE(unstarted.List().empty());
+}
+
 TEST_F(ReplicasTest, APendingReplicaIsNotCapacityAndBlocksScaleUp) {
   // 60 GiB each: one per GPU, so a third waits.
   ASSERT_TRUE(manager_->Create(User(1000), Spec("big", {2, 4}, "60GiB")).ok());
