@@ -161,6 +161,25 @@ TEST_F(UsageApiTest, TheWindowCutsAllocationsAtItsEdges) {
   EXPECT_DOUBLE_EQ((*Row(a, "carol"))["gpu_hours"].get<double>(), 0.25);  // 3h..4h at 0.25.
 }
 
+TEST_F(UsageApiTest, EachStretchOfAResizedJobCountsWithItsOwnLimits) {
+  // bob's slice grew at 3h from 8 GiB + 25% to 16 GiB + 50%: the held row is
+  // closed and a new one opened, as a live resize records it.
+  std::string sql =
+      "UPDATE allocations SET released_ms = " + std::to_string(kT0 + 3 * kHour) +
+      " WHERE job_id = 2 AND released_ms IS NULL;"
+      " INSERT INTO allocations (job_id, gpu_index, gpu_uuid, memory_bytes, compute_milli,"
+      " allocated_ms) VALUES (2, 0, 'GPU-0', " +
+      std::to_string(16 * core::kGiB) + ", 500, " + std::to_string(kT0 + 3 * kHour) + ");";
+  ASSERT_EQ(sqlite3_exec(ledger_->db(), sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(ledger_->db());
+  json a = Get({{"since_ms", std::to_string(kT0)}, {"by", "job"}}, Admin(), kT0 + 6 * kHour);
+  const json* bob = Row(a, "2");
+  ASSERT_NE(bob, nullptr) << a.dump();
+  EXPECT_EQ((*bob)["jobs"], 1) << "one job, however many stretches";
+  EXPECT_DOUBLE_EQ((*bob)["gpu_hours"].get<double>(), 2 * 0.25 + 3 * 0.5);
+  EXPECT_DOUBLE_EQ((*bob)["memory_gib_hours"].get<double>(), 2 * 8 + 3 * 16);
+}
+
 TEST_F(UsageApiTest, OthersSeeOnlyTheirOwnJobs) {
   json b = Get({{"since_ms", std::to_string(kT0)}, {"by", "job"}}, User(1002), kT0 + 6 * kHour);
   EXPECT_EQ(b["scope"], "own");
