@@ -178,9 +178,16 @@ std::string_view UsageGroupByName(UsageGroupBy by) {
   return "?";
 }
 
-double GpuWeight(const UsageRecord& r) {
+double ComputeShare(const UsageRecord& r) {
   if (r.whole_gpu) return 1.0;
-  if (r.compute_milli > 0) return std::min(1000u, r.compute_milli) / 1000.0;
+  if (r.mig_compute_slices > 0) {
+    return std::min(kMigSlicesPerGpu, r.mig_compute_slices) / static_cast<double>(kMigSlicesPerGpu);
+  }
+  return std::min(1000u, r.compute_milli) / 1000.0;
+}
+
+double GpuWeight(const UsageRecord& r) {
+  if (r.whole_gpu || r.mig_compute_slices > 0 || r.compute_milli > 0) return ComputeShare(r);
   if (r.gpu_memory_total == 0) return 0.0;
   return std::min(1.0,
                   static_cast<double>(r.memory_bytes) / static_cast<double>(r.gpu_memory_total));
@@ -222,7 +229,7 @@ Result<UsageReport> AggregateUsage(const std::vector<UsageRecord>& records, int6
       g.name = r.name;
     }
     double weight = GpuWeight(r);
-    double share = r.whole_gpu ? 1.0 : std::min(1000u, r.compute_milli) / 1000.0;
+    double share = ComputeShare(r);
     g.gpu_hours += weight * hours;
     g.memory_gib_hours += static_cast<double>(r.memory_bytes) / kGiB * hours;
     g.compute_share_hours += share * hours;

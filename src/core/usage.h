@@ -7,12 +7,14 @@
 // in short, for the part of an allocation that lies inside the window:
 //
 //   GPU-hours            hours x weight, where the weight of a whole GPU is 1,
-//                        of a fraction its compute share (30% -> 0.3), and of
-//                        a fraction without a share or a MIG instance its
-//                        memory / the GPU's memory.
+//                        of a MIG instance its compute slices / 7, of a
+//                        fraction its compute share (30% -> 0.3), and of a
+//                        fraction without a share its memory / the GPU's.
 //   memory-GiB-hours     hours x the memory limit held, in GiB.
 //   compute-share-hours  hours x the compute share reserved: 1 for a whole
-//                        GPU, the share for a fraction, 0 without one.
+//                        GPU, slices / 7 for a MIG instance, the share for a
+//                        fraction, 0 without one. (The same shares as the
+//                        metrics' allocated compute.)
 //   idle hours           the job's idle time (jobs.idle_ms) prorated to the
 //                        window by the part of its run time inside it;
 //                        counted once per job, not per GPU.
@@ -40,8 +42,9 @@ struct UsageRecord {
   uint32_t gpu_index = 0;
   uint64_t gpu_memory_total = 0;  // Of the GPU it sits on; 0 when unknown.
   bool whole_gpu = false;
-  uint64_t memory_bytes = 0;   // Memory limit held on this GPU.
-  uint32_t compute_milli = 0;  // Compute share; 0: none.
+  uint64_t memory_bytes = 0;        // Memory limit held on this GPU.
+  uint32_t compute_milli = 0;       // Compute share; 0: none.
+  uint32_t mig_compute_slices = 0;  // A MIG instance: its compute slices; 0 otherwise.
   int64_t allocated_ms = 0;
   int64_t released_ms = 0;  // 0: still held.
   // The job's run (for prorating its idle time): start, end (0: running) and
@@ -50,6 +53,9 @@ struct UsageRecord {
   int64_t job_ended_ms = 0;
   int64_t job_idle_ms = 0;
 };
+
+// Compute slices of a whole GPU in MIG mode (A100/H100: 7).
+inline constexpr uint32_t kMigSlicesPerGpu = 7;
 
 enum class UsageGroupBy { kUser, kGroup, kJob };
 Result<UsageGroupBy> ParseUsageGroupBy(std::string_view text);  // user|group|job
@@ -76,8 +82,10 @@ struct UsageReport {
   UsageTotals total;              // key "TOTAL".
 };
 
-// The weight of one row in GPU-hours per hour (see the top of this file).
+// The weight of one row in GPU-hours per hour, and its compute share (see
+// the top of this file).
 double GpuWeight(const UsageRecord& r);
+double ComputeShare(const UsageRecord& r);
 
 // Aggregates `records` over [since_ms, min(until_ms, now_ms)). Rows outside
 // the window contribute nothing; a job counts once in `jobs` when any of its

@@ -48,10 +48,16 @@ const UsageTotals* Find(const UsageReport& r, const std::string& key) {
   return nullptr;
 }
 
-TEST(GpuWeight, WholeGpuCountsOneAndAFractionItsShareElseItsMemory) {
+TEST(GpuWeight, WholeGpuCountsOneMigItsSlicesAFractionItsShareElseItsMemory) {
   EXPECT_DOUBLE_EQ(GpuWeight(Whole(1, "a", 0, 1)), 1.0);
   EXPECT_DOUBLE_EQ(GpuWeight(Fraction(1, "a", 0, 1, 8 * kGiB, 300)), 0.3);
   EXPECT_DOUBLE_EQ(GpuWeight(Fraction(1, "a", 0, 1, 20 * kGiB, 0)), 0.25);
+  UsageRecord mig = Fraction(1, "a", 0, 1, 10 * kGiB, 0);
+  mig.mig_compute_slices = 2;
+  EXPECT_DOUBLE_EQ(GpuWeight(mig), 2.0 / 7);
+  EXPECT_DOUBLE_EQ(ComputeShare(mig), 2.0 / 7);
+  EXPECT_DOUBLE_EQ(ComputeShare(Fraction(1, "a", 0, 1, 20 * kGiB, 0)), 0.0);
+  EXPECT_DOUBLE_EQ(ComputeShare(Whole(1, "a", 0, 1)), 1.0);
   UsageRecord unknown_total = Fraction(1, "a", 0, 1, 20 * kGiB, 0);
   unknown_total.gpu_memory_total = 0;
   EXPECT_DOUBLE_EQ(GpuWeight(unknown_total), 0.0);

@@ -92,8 +92,22 @@ core::Result<UsageQuery> ParseUsageQuery(const std::map<std::string, std::string
   return q;
 }
 
+core::Result<std::map<uint64_t, uint32_t>> MigSlices(Ledger& ledger,
+                                                     const std::vector<UsageRow>& rows) {
+  std::map<uint64_t, uint32_t> slices;
+  for (const UsageRow& r : rows) {
+    // Only a row without a whole GPU or a share can be a MIG instance.
+    if (r.whole_gpu || r.compute_milli > 0 || slices.count(r.job_id)) continue;
+    GPUSLICE_ASSIGN_OR_RETURN(std::optional<core::Job> job, ledger.LoadJob(r.job_id));
+    bool mig = job && job->request.kind == core::RequestKind::kMig;
+    slices[r.job_id] = mig ? job->request.mig.compute_slices : 0;
+  }
+  return slices;
+}
+
 std::vector<core::UsageRecord> UsageRecords(const std::vector<UsageRow>& rows,
-                                            const InventorySnapshot& inventory) {
+                                            const InventorySnapshot& inventory,
+                                            const std::map<uint64_t, uint32_t>& mig_slices) {
   std::map<uint32_t, uint64_t> memory;
   for (const GpuInfo& g : inventory.gpus) memory[g.index] = g.memory_total;
   std::map<uint32_t, std::string> groups;
@@ -115,6 +129,9 @@ std::vector<core::UsageRecord> UsageRecords(const std::vector<UsageRow>& rows,
     u.whole_gpu = r.whole_gpu;
     u.memory_bytes = r.memory_bytes;
     u.compute_milli = r.compute_milli;
+    if (auto it = mig_slices.find(r.job_id); it != mig_slices.end()) {
+      u.mig_compute_slices = it->second;
+    }
     u.allocated_ms = r.allocated_ms;
     u.released_ms = r.released_ms;
     u.job_started_ms = r.job_started_ms;
@@ -150,8 +167,10 @@ ApiResponse HandleUsage(const ApiRequest& request, Ledger* ledger,
   if (!request.caller.admin) {
     std::erase_if(*rows, [&](const UsageRow& r) { return r.uid != request.caller.uid; });
   }
-  auto report =
-      core::AggregateUsage(UsageRecords(*rows, inventory), q->since_ms, q->until_ms, now_ms, q->by);
+  auto mig = MigSlices(*ledger, *rows);
+  if (!mig.ok()) return Error(mig.status());
+  auto report = core::AggregateUsage(UsageRecords(*rows, inventory, *mig), q->since_ms, q->until_ms,
+                                     now_ms, q->by);
   if (!report.ok()) return Error(report.status());
   return Json(200, UsageReportToJson(*report, request.caller));
 }

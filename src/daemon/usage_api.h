@@ -39,10 +39,17 @@ struct UsageQuery {
 core::Result<UsageQuery> ParseUsageQuery(const std::map<std::string, std::string>& query,
                                          int64_t now_ms);
 
+// The compute slices of each MIG job among `rows` (job id -> slices; 0 for
+// the other jobs without a whole GPU or a share), from the jobs' requests.
+core::Result<std::map<uint64_t, uint32_t>> MigSlices(Ledger& ledger,
+                                                     const std::vector<UsageRow>& rows);
+
 // The ledger's rows as accounting records: group names from the system's
-// group database (the gid when unknown), GPU memory from the inventory.
+// group database (the gid when unknown), GPU memory from the inventory, MIG
+// slices from MigSlices.
 std::vector<core::UsageRecord> UsageRecords(const std::vector<UsageRow>& rows,
-                                            const InventorySnapshot& inventory);
+                                            const InventorySnapshot& inventory,
+                                            const std::map<uint64_t, uint32_t>& mig_slices);
 
 // The JSON answer of a report.
 nlohmann::json UsageReportToJson(const core::UsageReport& report, const Caller& caller);

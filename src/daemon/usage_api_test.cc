@@ -180,6 +180,31 @@ TEST_F(UsageApiTest, EachStretchOfAResizedJobCountsWithItsOwnLimits) {
   EXPECT_DOUBLE_EQ((*bob)["memory_gib_hours"].get<double>(), 2 * 8 + 3 * 16);
 }
 
+TEST_F(UsageApiTest, AMigInstanceCountsItsComputeSlices) {
+  core::Job j;
+  j.id = 4;
+  j.uid = 1004;
+  j.user = "dave";
+  j.request.kind = core::RequestKind::kMig;
+  j.request.mig = {2, 20};
+  j.argv = {"x"};
+  j.cwd = "/";
+  j.submitted_ms = kT0;
+  ASSERT_TRUE(ledger_->SaveJob(j, std::nullopt, kT0).ok());
+  j.state = core::JobState::kRunning;
+  j.started_ms = kT0;
+  j.allocation.gpu_indices = {1};
+  j.allocation.gpu_uuids = {"MIG-1"};
+  j.allocation.memory_bytes_per_gpu = 20 * core::kGiB;
+  ASSERT_TRUE(ledger_->SaveJob(j, core::JobState::kQueued, kT0).ok());
+  json a = Get({{"since_ms", std::to_string(kT0)}}, Admin(), kT0 + 7 * kHour);
+  const json* dave = Row(a, "dave");
+  ASSERT_NE(dave, nullptr) << a.dump();
+  EXPECT_DOUBLE_EQ((*dave)["gpu_hours"].get<double>(), 2.0);  // 7 h x 2/7.
+  EXPECT_DOUBLE_EQ((*dave)["compute_share_hours"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ((*dave)["memory_gib_hours"].get<double>(), 140.0);
+}
+
 TEST_F(UsageApiTest, OthersSeeOnlyTheirOwnJobs) {
   json b = Get({{"since_ms", std::to_string(kT0)}, {"by", "job"}}, User(1002), kT0 + 6 * kHour);
   EXPECT_EQ(b["scope"], "own");
