@@ -254,6 +254,25 @@ TEST_F(UserViews, TopOnATerminalRedrawsFollowsResizesAndRestoresTheTerminalOnQ) 
   EXPECT_TRUE(t.TerminalIsCooked()) << "line mode and echo are back";
 }
 
+TEST_F(UserViews, TopScrollsWhatDoesNotFitWithTheKeys) {
+  // 12 rows: the header, 10 lines of the view, the key line; the view is longer.
+  Pty t(d, {"top", "--interval", "200ms"}, 80, 12);
+  ASSERT_TRUE(t.ReadUntil([](const std::string& o) {
+    return o.find("lines 1-10 of ") != std::string::npos;
+  })) << t.out();
+  t.Send("j");
+  ASSERT_TRUE(t.ReadUntil([](const std::string& o) {
+    return o.find("lines 2-11 of ") != std::string::npos;
+  })) << t.out();
+  t.Send("\x1b[A");  // Up arrow.
+  size_t before = Count(t.out(), "lines 1-10 of ");
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
+    return Count(o, "lines 1-10 of ") > before;
+  })) << t.out();
+  t.Send("q");
+  EXPECT_EQ(t.Wait(), 0) << t.out();
+}
+
 TEST_F(UserViews, TopRestoresTheTerminalOnCtrlCAndSigterm) {
   {
     Pty t(d, {"top", "--interval", "200ms"}, 80, 24);
