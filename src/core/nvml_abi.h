@@ -168,6 +168,31 @@ typedef enum nvmlTemperatureSensors_enum {
   NVML_TEMPERATURE_COUNT
 } nvmlTemperatureSensors_t;
 
+// nvmlDeviceGetTotalEccErrors.
+typedef enum nvmlMemoryErrorType_enum {
+  NVML_MEMORY_ERROR_TYPE_CORRECTED = 0,    // Single-bit, corrected.
+  NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1,  // Double-bit, not corrected.
+  NVML_MEMORY_ERROR_TYPE_COUNT
+} nvmlMemoryErrorType_t;
+
+typedef enum nvmlEccCounterType_enum {
+  NVML_VOLATILE_ECC = 0,   // Since the last driver load.
+  NVML_AGGREGATE_ECC = 1,  // Over the GPU's life.
+  NVML_ECC_COUNTER_TYPE_COUNT
+} nvmlEccCounterType_t;
+
+// Events (nvmlEventSetCreate, nvmlDeviceRegisterEvents, nvmlEventSetWait_v2).
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
+#define nvmlEventTypeXidCriticalError 0x0000000000000008LL
+
+typedef struct nvmlEventData_st {
+  nvmlDevice_t device;
+  unsigned long long eventType;
+  unsigned long long eventData;  // The XID code, for nvmlEventTypeXidCriticalError.
+  unsigned int gpuInstanceId;    // 0xFFFFFFFF when not a MIG device's event.
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
 typedef enum nvmlEnableState_enum {
   NVML_FEATURE_DISABLED = 0,
   NVML_FEATURE_ENABLED = 1
@@ -213,6 +238,15 @@ typedef enum nvmlEnableState_enum {
   X(nvmlDeviceGetTemperature,                                                                \
     (nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int* temp))          \
   X(nvmlDeviceGetPowerUsage, (nvmlDevice_t device, unsigned int* power))                     \
+  X(nvmlDeviceGetTotalEccErrors,                                                             \
+    (nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType, \
+     unsigned long long* eccCounts))                                                         \
+  X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t device, unsigned long long* eventTypes)) \
+  X(nvmlDeviceRegisterEvents,                                                                \
+    (nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set))                \
+  X(nvmlEventSetCreate, (nvmlEventSet_t* set))                                               \
+  X(nvmlEventSetWait_v2, (nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms)) \
+  X(nvmlEventSetFree, (nvmlEventSet_t set))                                                  \
   X(nvmlDeviceGetMigMode,                                                                    \
     (nvmlDevice_t device, unsigned int* currentMode, unsigned int* pendingMode))             \
   X(nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t device, unsigned int* count))              \
@@ -268,4 +302,9 @@ static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);
 static_assert(offsetof(nvmlProcessUtilizationSample_t, timeStamp) == 8);
 static_assert(offsetof(nvmlProcessUtilizationSample_t, smUtil) == 16);
 static_assert(offsetof(nvmlProcessUtilizationSample_t, decUtil) == 28);
+static_assert(sizeof(nvmlMemoryErrorType_t) == 4);
+static_assert(sizeof(nvmlEccCounterType_t) == 4);
+static_assert(sizeof(nvmlEventData_t) == 32);
+static_assert(offsetof(nvmlEventData_t, eventData) == 16);
+static_assert(offsetof(nvmlEventData_t, gpuInstanceId) == 24);
 #endif  // __cplusplus

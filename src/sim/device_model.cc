@@ -434,6 +434,8 @@ std::vector<ProcessUtilization> DeviceModel::ProcessUtilizationSince(uint32_t un
 }
 
 uint32_t DeviceModel::TemperatureC(uint32_t device) {
+  const int32_t fixed = Health(device).temperature_c.load(std::memory_order_relaxed);
+  if (fixed > 0) return uint32_t(fixed);
   uint32_t util = DeviceUtilizationPercent(device);
   return kIdleTemperatureC + (kFullLoadTemperatureC - kIdleTemperatureC) * util / 100;
 }
@@ -443,6 +445,26 @@ uint32_t DeviceModel::PowerMilliwatts(uint32_t device) {
   uint32_t util = DeviceUtilizationPercent(device);
   return r.idle_power_mw +
          static_cast<uint32_t>(uint64_t{r.power_limit_mw - r.idle_power_mw} * util / 100);
+}
+
+void DeviceModel::InjectXid(uint32_t device, uint32_t code) {
+  layout::DeviceHealth& h = Health(device);
+  // One injector at a time claims the next sequence number; the code is
+  // stored before the count that publishes it (release, paired with the
+  // readers' acquire).
+  uint64_t n = h.xid_count.load(std::memory_order_relaxed);
+  h.xid_codes[n % layout::kXidRing].store(code, std::memory_order_relaxed);
+  h.xid_count.store(n + 1, std::memory_order_release);
+}
+
+void DeviceModel::AddEccErrors(uint32_t device, uint64_t corrected, uint64_t uncorrected) {
+  layout::DeviceHealth& h = Health(device);
+  h.ecc_corrected.fetch_add(corrected, std::memory_order_relaxed);
+  h.ecc_uncorrected.fetch_add(uncorrected, std::memory_order_relaxed);
+}
+
+void DeviceModel::SetTemperature(uint32_t device, int32_t celsius) {
+  Health(device).temperature_c.store(celsius > 0 ? celsius : 0, std::memory_order_relaxed);
 }
 
 }  // namespace gpuslice::sim

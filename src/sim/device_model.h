@@ -173,6 +173,16 @@ class DeviceModel {
   uint32_t TemperatureC(uint32_t device);
   uint32_t PowerMilliwatts(uint32_t device);
 
+  // Faults of a physical GPU (docs/SIMULATOR.md, "Faults"), for tests and
+  // demos of monitoring: seen by every process through NVML.
+  // An XID event with `code` (79: fallen off the bus, 48: double-bit ECC...).
+  void InjectXid(uint32_t device, uint32_t code);
+  // Adds to the volatile ECC error counts.
+  void AddEccErrors(uint32_t device, uint64_t corrected, uint64_t uncorrected);
+  // Reports `celsius` as the GPU's temperature; 0 returns to the modelled one.
+  void SetTemperature(uint32_t device, int32_t celsius);
+  layout::DeviceHealth& Health(uint32_t device) { return state_->header.health[device]; }
+
   // Takes a utilisation sample of every unit and process if ~166 ms have
   // passed since the last one. Cheap when none is due.
   void MaybeSample();

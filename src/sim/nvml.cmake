@@ -8,6 +8,7 @@ add_library(gpuslice_sim_nvml_objects OBJECT
   nvml_context.cc
   nvml_device.cc
   nvml_errors.cc
+  nvml_health.cc
   nvml_mig.cc
   nvml_pci.cc
   nvml_system.cc
@@ -33,5 +34,5 @@ target_link_options(gpuslice_sim_nvml PRIVATE
   -Wl,--no-undefined)
 
 gpuslice_test(sim_nvml_test
-  SOURCES nvml_test.cc nvml_pci_test.cc
+  SOURCES nvml_test.cc nvml_pci_test.cc nvml_health_test.cc
   LIBS gpuslice_sim_nvml_objects)

@@ -157,6 +157,24 @@ struct ProcessSlot {
 };
 static_assert(sizeof(ProcessSlot) == 64 + 192 * kMaxUnits);
 
+// Faults injected into a physical GPU (gpuslice-sim-fault, DeviceModel's
+// InjectXid / AddEccErrors / SetTemperature), read by the simulated NVML:
+// volatile ECC counts, XID events, a fixed temperature. Lives in the
+// header's formerly reserved (zero) bytes: zero means "no fault", so files
+// of older builds read as healthy and the version is unchanged.
+inline constexpr uint32_t kXidRing = 8;
+struct DeviceHealth {
+  std::atomic<uint64_t> ecc_corrected;    // Volatile single-bit ECC errors.
+  std::atomic<uint64_t> ecc_uncorrected;  // Volatile double-bit ECC errors.
+  // XID events so far; the code of event i is xid_codes[i % kXidRing],
+  // written before xid_count is raised past i (release).
+  std::atomic<uint64_t> xid_count;
+  std::atomic<uint32_t> xid_codes[kXidRing];
+  std::atomic<int32_t> temperature_c;  // > 0: reported as is; 0: follows utilisation.
+  uint32_t reserved;
+};
+static_assert(sizeof(DeviceHealth) == 64);
+
 struct Header {
   std::atomic<uint64_t> magic;  // kStateMagic, published last (release).
   uint32_t version;
@@ -172,9 +190,12 @@ struct Header {
   uint64_t config_fingerprint;  // SimConfig::Fingerprint() of the creator.
   uint8_t reserved1[184];
   pthread_mutex_t lock;  // Robust, process-shared.
-  uint8_t reserved2[4096 - 256 - sizeof(pthread_mutex_t)];
+  uint8_t reserved2[1024 - 256 - sizeof(pthread_mutex_t)];
+  DeviceHealth health[kMaxDevices];  // Was reserved (zero): see DeviceHealth.
+  uint8_t reserved3[4096 - 1024 - sizeof(DeviceHealth) * kMaxDevices];
 };
 static_assert(sizeof(Header) == 4096);
+static_assert(offsetof(Header, health) == 1024);
 static_assert(offsetof(Header, version) == 8);
 static_assert(offsetof(Header, quantum_ns) == 40);
 static_assert(offsetof(Header, config_fingerprint) == 64);
