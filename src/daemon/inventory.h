@@ -50,6 +50,16 @@ struct GpuUsage {
   uint32_t memory_util_pct = 0;
   int32_t temperature_c = -1;  // -1: unknown.
   uint32_t power_mw = 0;       // 0: unknown.
+  // Health. Volatile ECC error counts (single-bit corrected, double-bit
+  // uncorrected); -1 when NVML cannot tell (ECC off or not supported).
+  int64_t ecc_corrected = -1;
+  int64_t ecc_uncorrected = -1;
+  // XID events seen since the daemon started watching (NVML events) and the
+  // code of the last one (0: none yet); xid_watched is false when NVML
+  // cannot deliver XID events for this GPU.
+  bool xid_watched = false;
+  uint64_t xid_errors = 0;
+  uint32_t last_xid = 0;
   std::vector<GpuProcess> processes;
 };
 

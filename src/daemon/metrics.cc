@@ -25,6 +25,10 @@ constexpr char kFbFree[] = "DCGM_FI_DEV_FB_FREE";
 constexpr char kFbTotal[] = "DCGM_FI_DEV_FB_TOTAL";
 constexpr char kGpuTemp[] = "DCGM_FI_DEV_GPU_TEMP";
 constexpr char kPowerUsage[] = "DCGM_FI_DEV_POWER_USAGE";
+constexpr char kXidLast[] = "DCGM_FI_DEV_XID_ERRORS";
+constexpr char kEccSbe[] = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL";
+constexpr char kEccDbe[] = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL";
+constexpr char kXidTotal[] = "gpuslice_gpu_xid_errors_total";
 constexpr char kGpuInfo[] = "gpuslice_gpu_info";
 constexpr char kGpuSimulated[] = "gpuslice_gpu_simulated";
 constexpr char kGpuMemAllocBytes[] = "gpuslice_gpu_memory_allocated_bytes";
@@ -153,6 +157,26 @@ void RenderGpus(MetricsText& t, const InventorySnapshot& inv, const std::vector<
       kPowerUsage, MetricType::kGauge, "Power draw (in W).",
       [](const GpuUsage& u, const GpuInfo&) { return u.power_mw / 1000.0; },
       [](const GpuUsage& u) { return u.power_mw > 0; });
+  per_gpu(
+      kXidLast, MetricType::kGauge, "Value of the last XID error encountered (0: none yet).",
+      [](const GpuUsage& u, const GpuInfo&) { return double(u.last_xid); },
+      [](const GpuUsage& u) { return u.xid_watched; });
+  // dcgm-exporter's names end in an uppercase _TOTAL; typed gauge, because
+  // promtool's lint wants counters to end in a lowercase _total. They only
+  // grow (until the driver reloads): use increase() as on a counter.
+  per_gpu(
+      kEccSbe, MetricType::kGauge, "Total number of single-bit volatile ECC errors.",
+      [](const GpuUsage& u, const GpuInfo&) { return double(u.ecc_corrected); },
+      [](const GpuUsage& u) { return u.ecc_corrected >= 0; });
+  per_gpu(
+      kEccDbe, MetricType::kGauge, "Total number of double-bit volatile ECC errors.",
+      [](const GpuUsage& u, const GpuInfo&) { return double(u.ecc_uncorrected); },
+      [](const GpuUsage& u) { return u.ecc_uncorrected >= 0; });
+  per_gpu(
+      kXidTotal, MetricType::kCounter,
+      "XID errors the GPU reported since the daemon started watching (NVML events).",
+      [](const GpuUsage& u, const GpuInfo&) { return double(u.xid_errors); },
+      [](const GpuUsage& u) { return u.xid_watched; });
 
   t.Family(kGpuInfo, MetricType::kGauge,
            "Always 1 per GPU; its labels describe the GPU (PCI bus id, MIG mode, link).");
@@ -354,7 +378,8 @@ void RegisterMetrics(Api& api, Service& service, MetricsOptions options) {
 const std::vector<std::string_view>& MetricFamilyNames() {
   static const std::vector<std::string_view> names = {
       kGpuUtil,          kMemCopyUtil,      kFbUsed,           kFbFree,
-      kFbTotal,          kGpuTemp,          kPowerUsage,       kGpuInfo,
+      kFbTotal,          kGpuTemp,          kPowerUsage,       kXidLast,
+      kEccSbe,           kEccDbe,           kXidTotal,         kGpuInfo,
       kGpuSimulated,     kGpuMemAllocBytes, kGpuMemAllocRatio, kGpuComputeAllocRatio,
       kGpuSlices,        kJobInfo,          kJobStart,         kJobShareTarget,
       kJobMemUsed,       kJobMemLimit,      kJobMemPeak,       kJobNvmlMem,

@@ -134,6 +134,11 @@ TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
   u0.memory_util_pct = 7;
   u0.temperature_c = 55;
   u0.power_mw = 312'500;
+  u0.ecc_corrected = 12;
+  u0.ecc_uncorrected = 1;
+  u0.xid_watched = true;
+  u0.xid_errors = 2;
+  u0.last_xid = 79;
   GpuUsage u1;
   u1.index = 1;
   u1.memory_total = 80 * core::kGiB;  // Temperature and power unknown.
@@ -151,6 +156,14 @@ TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
   EXPECT_TRUE(Has(m, "DCGM_FI_DEV_GPU_TEMP" + l0 + " 55"));
   EXPECT_TRUE(Has(m, "DCGM_FI_DEV_POWER_USAGE" + l0 + " 312.5"));
   EXPECT_TRUE(Has(m, "gpuslice_gpu_simulated" + l0 + " 1"));
+  EXPECT_TRUE(Has(m, "DCGM_FI_DEV_XID_ERRORS" + l0 + " 79"));
+  EXPECT_TRUE(Has(m, "gpuslice_gpu_xid_errors_total" + l0 + " 2"));
+  EXPECT_TRUE(Has(m, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL" + l0 + " 12"));
+  EXPECT_TRUE(Has(m, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL" + l0 + " 1"));
+  EXPECT_TRUE(Has(m, "# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL gauge"));
+  // Not watched, ECC unknown: absent, not 0.
+  EXPECT_EQ(m.find("DCGM_FI_DEV_XID_ERRORS{gpu=\"1\""), std::string::npos);
+  EXPECT_EQ(m.find("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"1\""), std::string::npos);
   // Unknown figures are left out rather than reported as 0.
   EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""), std::string::npos);
   EXPECT_EQ(m.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), std::string::npos);
@@ -257,6 +270,11 @@ TEST_F(MetricsTest, PromtoolFindsNothingToLint) {
   u0.memory_used = core::kGiB;
   u0.temperature_c = 40;
   u0.power_mw = 100'000;
+  u0.ecc_corrected = 3;
+  u0.ecc_uncorrected = 0;
+  u0.xid_watched = true;
+  u0.xid_errors = 1;
+  u0.last_xid = 48;
   inventory_.usage = {u0, GpuUsage{}};
   inventory_.usage[1].index = 1;
   Submit("8GiB", std::nullopt, "normal", "a-job");

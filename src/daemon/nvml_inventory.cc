@@ -39,6 +39,11 @@ struct Nvml {
   nvmlDeviceGetProcessUtilization_fn process_util = nullptr;
   nvmlDeviceGetTemperature_fn temperature = nullptr;
   nvmlDeviceGetPowerUsage_fn power = nullptr;
+  nvmlDeviceGetTotalEccErrors_fn ecc = nullptr;
+  nvmlDeviceGetSupportedEventTypes_fn event_types = nullptr;
+  nvmlEventSetCreate_fn event_set_create = nullptr;
+  nvmlDeviceRegisterEvents_fn register_events = nullptr;
+  nvmlEventSetWait_v2_fn event_wait = nullptr;
   nvmlDeviceGetMigMode_fn mig_mode = nullptr;
   nvmlDeviceGetMaxMigDeviceCount_fn mig_count = nullptr;
   nvmlDeviceGetMigDeviceHandleByIndex_fn mig_by_index = nullptr;
@@ -68,6 +73,11 @@ struct Nvml {
     Get(h, &process_util, "nvmlDeviceGetProcessUtilization");
     Get(h, &temperature, "nvmlDeviceGetTemperature");
     Get(h, &power, "nvmlDeviceGetPowerUsage");
+    Get(h, &ecc, "nvmlDeviceGetTotalEccErrors");
+    Get(h, &event_types, "nvmlDeviceGetSupportedEventTypes");
+    Get(h, &event_set_create, "nvmlEventSetCreate");
+    Get(h, &register_events, "nvmlDeviceRegisterEvents");
+    Get(h, &event_wait, "nvmlEventSetWait_v2");
     Get(h, &mig_mode, "nvmlDeviceGetMigMode");
     Get(h, &mig_count, "nvmlDeviceGetMaxMigDeviceCount");
     Get(h, &mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
@@ -312,11 +322,51 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
   return snap;
 }
 
+// Registers every GPU that supports XID events with one event set, once.
+// A driver without events (or a GPU without XID support) leaves those GPUs
+// unwatched: their XID figures are then reported as unknown, not as 0.
+void NvmlInventory::WatchXids() {
+  xid_watched_.resize(gpu_count_, false);
+  xid_errors_.resize(gpu_count_, 0);
+  last_xid_.resize(gpu_count_, 0);
+  if (xid_events_ != nullptr || handle_ == nullptr) return;
+  Nvml n;
+  n.Resolve(handle_);
+  if (!n.event_set_create || !n.register_events || !n.event_wait || !n.event_types) return;
+  if (n.event_set_create(&xid_events_) != NVML_SUCCESS) {
+    xid_events_ = nullptr;
+    return;
+  }
+  for (unsigned i = 0; i < gpu_count_; ++i) {
+    nvmlDevice_t d = nullptr;
+    unsigned long long types = 0;
+    if (n.by_index(i, &d) == NVML_SUCCESS && n.event_types(d, &types) == NVML_SUCCESS &&
+        (types & nvmlEventTypeXidCriticalError) != 0 &&
+        n.register_events(d, nvmlEventTypeXidCriticalError, xid_events_) == NVML_SUCCESS) {
+      xid_watched_[i] = true;
+    }
+  }
+}
+
 core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
   if (handle_ == nullptr) return core::FailedPreconditionError("NVML not loaded");
   Nvml n;
   n.Resolve(handle_);
   last_sample_us_.resize(gpu_count_, 0);
+  WatchXids();
+  // Drain the XID events that arrived since the last call (no waiting).
+  nvmlEventData_t event{};
+  while (xid_events_ != nullptr && n.event_wait(xid_events_, &event, 0) == NVML_SUCCESS) {
+    unsigned int index = gpu_count_;  // Not one of ours: ignored.
+    for (unsigned i = 0; i < gpu_count_; ++i) {
+      nvmlDevice_t d = nullptr;
+      if (n.by_index(i, &d) == NVML_SUCCESS && d == event.device) index = i;
+    }
+    if (index < gpu_count_) {
+      ++xid_errors_[index];
+      last_xid_[index] = static_cast<uint32_t>(event.eventData);
+    }
+  }
   std::vector<GpuUsage> out;
   for (unsigned i = 0; i < gpu_count_; ++i) {
     nvmlDevice_t d = nullptr;
@@ -339,6 +389,18 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
       u.temperature_c = static_cast<int32_t>(value);
     }
     if (n.power && n.power(d, &value) == NVML_SUCCESS) u.power_mw = value;
+    unsigned long long ecc = 0;
+    if (n.ecc &&
+        n.ecc(d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, &ecc) == NVML_SUCCESS) {
+      u.ecc_corrected = static_cast<int64_t>(ecc);
+    }
+    if (n.ecc &&
+        n.ecc(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc) == NVML_SUCCESS) {
+      u.ecc_uncorrected = static_cast<int64_t>(ecc);
+    }
+    u.xid_watched = xid_watched_[i];
+    u.xid_errors = xid_errors_[i];
+    u.last_xid = last_xid_[i];
     if (n.processes) {
       nvmlProcessInfo_t infos[64];
       unsigned cnt = 64;

@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "core/nvml_abi.h"
 #include "daemon/inventory.h"
 
 namespace gpuslice::daemon {
@@ -38,6 +39,13 @@ class NvmlInventory : public Inventory {
   // Per GPU: the newest per-process utilisation sample already seen, so each
   // Usage() averages only the samples since the previous one.
   std::vector<unsigned long long> last_sample_us_;
+  // XID events: one event set for every GPU that supports them, drained on
+  // each Usage(); counts and last code per GPU.
+  void WatchXids();
+  nvmlEventSet_t xid_events_ = nullptr;
+  std::vector<bool> xid_watched_;
+  std::vector<uint64_t> xid_errors_;
+  std::vector<uint32_t> last_xid_;
 };
 
 }  // namespace gpuslice::daemon

@@ -14,13 +14,6 @@ import sys
 
 from harness import Daemon, Workspace
 
-# Rules written for figures gpusliced does not expose yet (docs/MONITORING.md,
-# "Not done yet"): allowed in the rules only while a real scrape lacks them,
-# so exposing one makes this test ask for its removal from this list. The
-# dashboard may not use them at all.
-PENDING_IN_RULES = {"gpuslice_gpu_xid_errors_total", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-                    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"}
-
 KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
             "group_right", "bool", "offset", "inf", "nan"}
 
@@ -132,10 +125,8 @@ def main():
         exprs = rule_exprs(f.read())
     assert len(exprs) >= 10, exprs
     for expr in exprs:
-        for n in sorted(metric_names(expr) - known - {"up"} - PENDING_IN_RULES):
+        for n in sorted(metric_names(expr) - known - {"up"}):
             problems.append(f"rule '{expr}': '{n}' is not in gpusliced's /metrics")
-    for n in sorted(PENDING_IN_RULES & known):
-        problems.append(f"'{n}' is exposed now: remove it from PENDING_IN_RULES")
     if problems:
         print("\n".join(problems))
         return 1

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """A real Prometheus (Debian's package) scrapes a real gpusliced on the
-simulated GPU: the daemon's metrics listener answers, and a running job's
-series and the GPU's DCGM series reach Prometheus with sane values.
+simulated GPU: the daemon's metrics listener answers (metrics and the status
+page, nothing else), a running job's series and the GPU's DCGM series reach
+Prometheus with sane values, and faults injected into the simulated GPU (an
+XID, ECC errors, a hot GPU) show up under dcgm-exporter's names.
 
 Skips (exit 77) only when the prometheus binary is absent.
 """
 
 import json
 import os
+import subprocess
 import sys
 
 from harness import Daemon, Prometheus, Workspace, http_get, need, wait_until
@@ -80,6 +83,25 @@ def main():
         assert started and started[0][1] >= 1, started
         up = prom.query('up{job="gpuslice"}')
         assert up and up[0][1] == 1, up
+
+        # Faults injected into the simulated GPU reach Prometheus through the
+        # daemon's NVML: an XID event, ECC errors and a hot GPU.
+        for fault in (["xid", "0", "79"], ["ecc", "0", "5", "1"], ["temperature", "0", "95"]):
+            subprocess.run([os.environ["GPUSLICE_SIM_FAULT"], *fault], env=daemon.env, check=True,
+                           timeout=30)
+
+        def value(expr):
+            r = prom.query(expr)
+            return r[0][1] if r else None
+
+        wait_until("the XID error in Prometheus",
+                   lambda: value('gpuslice_gpu_xid_errors_total{gpu="0"}') == 1, 30)
+        assert value('DCGM_FI_DEV_XID_ERRORS{gpu="0"}') == 79
+        wait_until("the ECC errors in Prometheus",
+                   lambda: value('DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu="0"}') == 5
+                   and value('DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="0"}') == 1, 30)
+        wait_until("the temperature in Prometheus",
+                   lambda: value('DCGM_FI_DEV_GPU_TEMP{gpu="0"}') == 95, 30)
         daemon.cli("cancel", str(job))
         ok = True
         print("prometheus_e2e: OK")
