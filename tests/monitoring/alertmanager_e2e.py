@@ -4,7 +4,8 @@ the shim at its memory limit; a real Prometheus evaluates the real rules of
 deploy/prometheus/gpuslice.rules.yml (every `for:` shortened to 1s) against
 the daemon's metrics; a real Alertmanager (Debian's prometheus-alertmanager)
 routes the firing GpusliceAllocationsRefused alert to a webhook receiver
-listening in this test.
+listening in this test; then GPU 0 is made hot (gpuslice-sim-fault
+temperature 0 95) and GpusliceGpuHot arrives the same way.
 
 Skips (exit 77) only when prometheus or prometheus-alertmanager is absent.
 """
@@ -13,6 +14,7 @@ import http.server
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 
@@ -88,9 +90,24 @@ def main():
         assert "had allocations refused" in alert["annotations"]["summary"], alert
         refused = prom.query(f'gpuslice_job_refused_allocations_total{{job_id="{job}"}}')
         assert refused and refused[0][1] >= 1, refused
+
+        # A hot GPU: GpusliceGpuHot, through the simulator's fault injection.
+        subprocess.run([os.environ["GPUSLICE_SIM_FAULT"], "temperature", "0", "95"],
+                       env=daemon.env, check=True, timeout=30)
+
+        def hot_alert():
+            for payload in Hook.received:
+                for a in payload.get("alerts", []):
+                    if a["labels"].get("alertname") == "GpusliceGpuHot" and a["status"] == "firing":
+                        return a
+            return None
+
+        hot = wait_until("Alertmanager to deliver GpusliceGpuHot", hot_alert, 60, 0.5)
+        assert hot["labels"]["gpu"] == "0" and hot["labels"]["severity"] == "warning", hot
+        assert hot["annotations"]["summary"].endswith("runs at 95 C"), hot
         daemon.cli("cancel", str(job))
         ok = True
-        print("alertmanager_e2e: OK, webhook got", alert["labels"]["alertname"])
+        print("alertmanager_e2e: OK, webhook got GpusliceAllocationsRefused and GpusliceGpuHot")
     finally:
         hook.shutdown()
         ws.close(keep_logs_on_failure=not ok)
