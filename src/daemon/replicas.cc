@@ -394,9 +394,13 @@ Result<ServiceView> ReplicaManager::Create(const Caller& caller, ServiceCreateSp
   }
   GPUSLICE_RETURN_IF_ERROR(ValidateServiceName(spec.name));
   GPUSLICE_RETURN_IF_ERROR(spec.policy.Validate());
-  if (!table_ || service_.degraded()) {
+  if (service_.degraded()) {
     return core::UnavailableError("daemon degraded (" + service_.degraded_reason() +
                                   "): not accepting new services");
+  }
+  if (!table_) {
+    return core::UnavailableError(
+        "services unavailable: their ledger tables could not be opened (see the daemon log)");
   }
   if (services_.count(spec.name)) {
     return core::AlreadyExistsError("a service named '" + spec.name + "' exists");

@@ -298,8 +298,10 @@ TEST_F(ReplicasTest, UseIsRelativeToTheReplicasComputeShare) {
 
 TEST_F(ReplicasTest, WithoutItsTablesTheManagerRefusesNewServices) {
   ReplicaManager unstarted(*service_, clock_);
-  EXPECT_EQ(unstarted.Create(User(1000), Spec("web", {1, 2})).status().code(),
-            core::StatusCode::kUnavailable);
+  auto refused = unstarted.Create(User(1000), Spec("web", {1, 2}));
+  EXPECT_EQ(refused.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("ledger tables"), std::string::npos)
+      << refused.status().ToString();
   EXPECT_TRUE(unstarted.List().empty());
 }
 
