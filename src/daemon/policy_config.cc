@@ -85,6 +85,7 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
   };
   if (key == "preemption_grace") return duration(&c->preemption_grace_ms);
   if (key == "idle_after") return duration(&c->idle_after_ms);
+  if (key == "elastic_cooldown") return duration(&c->elastic_cooldown_ms);
   if (key == "watchdog") {
     for (WatchdogAction a : {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
       if (v == WatchdogActionName(a)) {
@@ -124,6 +125,18 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
       return Bad(key, value, "true or false");
     }
     return core::Status::Ok();
+  }
+  if (key == "elastic_signal") {
+    static const std::pair<const char*, int> kSignals[] = {
+        {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"CONT", SIGCONT}};
+    std::string name = v.rfind("SIG", 0) == 0 ? v.substr(3) : v;
+    for (const auto& [n, sig] : kSignals) {
+      if (name == n) {
+        c->elastic_signal = sig;
+        return core::Status::Ok();
+      }
+    }
+    return Bad(key, value, "USR1, USR2, HUP or CONT");
   }
   *known = false;
   return core::Status::Ok();

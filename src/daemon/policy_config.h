@@ -1,10 +1,12 @@
 #pragma once
 
 // The daemon's policy settings (docs/CONFIG.md, "Policies"): pools,
-// preemption, the enforcement watchdog and idle reclaim. Read
+// preemption, the enforcement watchdog, idle reclaim and elastic jobs. Read
 // from the configuration file by config.cc, carried into the Service by
 // ServiceOptions::rules. Quotas are not here: admins set them at run time
 // (`gpuslice quota`) and the ledger keeps them.
+
+#include <signal.h>
 
 #include <cstdint>
 #include <string>
@@ -44,6 +46,11 @@ struct PolicyConfig {
   int64_t idle_after_ms = 0;         // 0: idle reclaim off.
   IdleAction idle_action = IdleAction::kWarn;
   bool idle_action_always = false;   // Act even when nothing waits.
+
+  // Elastic jobs: the signal that tells one its GPU set changed, and the
+  // least time between two changes of one job (rescaling restarts workers).
+  int elastic_signal = SIGUSR1;
+  int64_t elastic_cooldown_ms = 30'000;
 };
 
 // Applies one `key = value` if `key` is a policy setting; *known = false

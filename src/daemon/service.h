@@ -240,6 +240,7 @@ class Service {
     bool paused = false;          // Launches paused by idle reclaim.
     int64_t idle_base_ms = 0;     // low_use_ms at the last resume.
     bool over_limit = false;      // The watchdog saw it over its limit.
+    int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
   };
 
   void Degrade(const std::string& reason);
@@ -284,6 +285,14 @@ class Service {
   void AppendToStderr(const core::Job& job, const std::string& line);
   std::vector<std::string> FlagsOf(uint64_t id) const;
   core::Status ResolvePools(std::vector<std::string>* pool_of);
+  // Elastic jobs (service_elastic.cc): shrink for the waiting head, grow when
+  // nothing waits; each change rewrites <job dir>/gpus and signals the job.
+  static bool IsElastic(const core::Job& job);
+  void Elastic(uint64_t head_id);
+  core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
+  void WriteGpusFile(const core::Job& job);
+  // An elastic job about to start gives back what its owner's quotas forbid.
+  void FitElasticToQuotas(core::Job& job);
 
   ServiceOptions options_;
   Clock& clock_;

@@ -38,7 +38,7 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   // The caller's environment, minus what the slice decides.
   auto overridden = [&](const std::string& e) {
     for (const char* k : {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=",
-                          "GPUSLICE_MEMORY_LIMIT=", "GPUSLICE_COORD_DIR="}) {
+                          "GPUSLICE_MEMORY_LIMIT=", "GPUSLICE_COORD_DIR=", "GPUSLICE_GPUS_FILE="}) {
       if (e.rfind(k, 0) == 0) return true;
     }
     for (const std::string& forced : options_.job_env) {
@@ -61,6 +61,7 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   env.push_back("CUDA_VISIBLE_DEVICES=" + Join(job.allocation.gpu_uuids, ','));
   env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
   if (!job.region_path.empty()) env.push_back("GPUSLICE_SLICE=" + job.region_path);
+  if (IsElastic(job)) env.push_back("GPUSLICE_GPUS_FILE=" + JobDir(job.id) + "/gpus");
   if (!options_.coord_dir.empty()) env.push_back("GPUSLICE_COORD_DIR=" + options_.coord_dir);
   if (!options_.shim_path.empty()) {
     env.push_back("LD_PRELOAD=" + options_.shim_path + (preload.empty() ? "" : ":" + preload));
@@ -81,6 +82,9 @@ void Service::Tick() {
     Reclaim();
   }
   WatchRunning();
+  // Elastic jobs first: a shrink that lets the head start makes preempting
+  // for it unnecessary.
+  Elastic(queue_.empty() ? 0 : plan_head_);
   Schedule();
   TrimHistory();
 }
@@ -188,6 +192,7 @@ void Service::Schedule() {
   }
   for (uint64_t id : plan.start) {
     Dequeue(id);
+    FitElasticToQuotas(jobs_[id]);
     StartJob(jobs_[id]);
   }
   last_waiting_ = std::move(plan.waiting);
@@ -232,6 +237,7 @@ void Service::StartJob(Job& job) {
   if (job.mode != core::JobMode::kShell) {
     std::string dir = JobDir(job.id);
     mkdir(dir.c_str(), 0700);
+    if (IsElastic(job)) WriteGpusFile(job);
     LaunchSpec spec;
     spec.argv = job.argv;
     spec.cwd = job.cwd;

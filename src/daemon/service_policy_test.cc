@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "daemon/launcher_fake.h"
 #include "daemon/service.h"
@@ -38,6 +40,13 @@ Caller User(uint32_t uid, bool admin = false) {
 }
 
 const Caller kAdmin = User(0, true);
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 class PolicyTest : public ::testing::Test {
  protected:
@@ -416,6 +425,73 @@ TEST_F(PolicyTest, WatchdogReportOnlyFlagsTheJob) {
   v = Get(job->job.id);
   EXPECT_EQ(v.job.state, core::JobState::kRunning);
   EXPECT_NE(std::find(v.flags.begin(), v.flags.end(), "over_limit"), v.flags.end());
+}
+
+TEST_F(PolicyTest, ElasticJobShrinksForAWaitingJobAndGrowsBackAfterTheCooldown) {
+  PolicyConfig rules;
+  rules.elastic_cooldown_ms = 30'000;
+  Start(rules);
+  auto elastic = Submit(Gpus("1-2"));
+  ASSERT_TRUE(elastic.ok()) << elastic.status().ToString();
+  uint64_t id = elastic->job.id;
+  EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 2u) << "both GPUs were idle";
+  std::string gpus_file = dir_ + "/jobs/" + std::to_string(id) + "/gpus";
+  EXPECT_EQ(ReadAll(gpus_file), "GPU-0\nGPU-1\n");
+  const LaunchSpec& spec = launcher_.launches.begin()->second;
+  EXPECT_NE(std::find(spec.env.begin(), spec.env.end(), "GPUSLICE_GPUS_FILE=" + gpus_file),
+            spec.env.end());
+  int64_t pid = Get(id).job.pid;
+  launcher_.die_on_signal = false;  // The job handles SIGUSR1 (it must).
+  auto other = Submit(Gpus("1"), 2000);
+  EXPECT_EQ(State(other->job.id), core::JobState::kQueued);
+  service_->Tick();
+  EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 1u);
+  EXPECT_EQ(State(other->job.id), core::JobState::kRunning);
+  EXPECT_EQ(ReadAll(gpus_file).size(), std::string("GPU-0\n").size());
+  EXPECT_EQ(launcher_.signals.back(), std::make_pair(pid, SIGUSR1));
+  EXPECT_TRUE(HasEvent(id, "elastic_shrink"));
+  // The other job ends: a GPU is idle and nothing waits, but the cool-down
+  // (30 s since the shrink) holds the growth back.
+  launcher_.Exit(Get(other->job.id).job.pid, 0);
+  Run(10);
+  EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 1u);
+  Run(25);
+  EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 2u);
+  EXPECT_TRUE(HasEvent(id, "elastic_grow"));
+  EXPECT_EQ(ReadAll(gpus_file), "GPU-0\nGPU-1\n");
+  // A restart re-adopts it with both GPUs.
+  service_.reset();
+  Start(rules);
+  EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 2u);
+  auto third = Submit(Gpus("1"), 2000);
+  service_->Tick();
+  EXPECT_EQ(State(third->job.id), core::JobState::kRunning);
+}
+
+TEST_F(PolicyTest, ElasticJobStartsWithItsMinimumWhenThatIsAllThereIs) {
+  Start();
+  auto first = Submit(Gpus("1"));
+  auto elastic = Submit(Gpus("1-4"));
+  ASSERT_TRUE(elastic.ok());
+  EXPECT_EQ(Get(elastic->job.id).job.allocation.gpu_indices.size(), 1u);
+  auto never = Submit(Gpus("3-4"));
+  EXPECT_FALSE(never.ok()) << "more than the machine has at its minimum";
+  (void)first;
+}
+
+TEST_F(PolicyTest, ElasticJobsStayWithinTheOwnersGpuQuota) {
+  PolicyConfig rules;
+  rules.elastic_cooldown_ms = 1000;
+  Start(rules);
+  core::Quota q;
+  q.gpus = 1;
+  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, q).ok());
+  auto elastic = Submit(Gpus("1-2"));
+  ASSERT_TRUE(elastic.ok());
+  EXPECT_EQ(Get(elastic->job.id).job.allocation.gpu_indices.size(), 1u) << "quota: 1 GPU";
+  Run(5);
+  EXPECT_EQ(Get(elastic->job.id).job.allocation.gpu_indices.size(), 1u) << "no growth past it";
+  EXPECT_FALSE(HasEvent(elastic->job.id, "elastic_grow"));
 }
 
 }  // namespace

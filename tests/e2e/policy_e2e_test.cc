@@ -334,5 +334,36 @@ TEST_F(PolicyE2E, WatchdogReportsWithoutKillingByDefault) {
   ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
 }
 
+// An elastic job learns its GPUs from GPUSLICE_GPUS_FILE at start and from
+// the same file when SIGUSR1 says it changed (a launcher would restart its
+// workers there).
+TEST_F(PolicyE2E, ElasticJobShrinksForAWaitingJobAndGrowsBack) {
+  Daemon d("2xH100-80GB", {"--set", "elastic_cooldown=1s"});
+  d_ = &d;
+  Start(d);
+  std::string script =
+      "trap 'echo rescale $(wc -l < \"$GPUSLICE_GPUS_FILE\")' USR1; "
+      "echo start $(wc -l < \"$GPUSLICE_GPUS_FILE\") $CUDA_VISIBLE_DEVICES; "
+      "while true; do sleep 0.2; done";
+  std::string id = Submit(d, {"--gpus", "1-2", "--", "sh", "-c", script});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  auto out = [&] { return d.Cli({"logs", id}).out; };
+  ASSERT_TRUE(Daemon::WaitFor([&] { return out().find("start 2 GPU-") != std::string::npos; }))
+      << out();
+  EXPECT_EQ(Job(d, id)["allocation"]["gpu_indices"].size(), 2u);
+  std::string other = Submit(d, {"--gpus", "1", "--", "true"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, other) == "exited"; }, 60));
+  EXPECT_TRUE(HasEvent(d, id, "elastic_shrink", "2 -> 1 GPUs"));
+  ASSERT_TRUE(Daemon::WaitFor([&] { return out().find("rescale 1") != std::string::npos; }))
+      << out();
+  // Nothing waits any more: it grows back after the cool-down.
+  ASSERT_TRUE(Daemon::WaitFor([&] { return HasEvent(d, id, "elastic_grow", "1 -> 2 GPUs"); }, 60));
+  ASSERT_TRUE(Daemon::WaitFor([&] { return out().find("rescale 2") != std::string::npos; }))
+      << out();
+  EXPECT_EQ(Job(d, id)["allocation"]["gpu_indices"].size(), 2u);
+  EXPECT_EQ(State(d, id), "running");
+  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace gpuslice::e2e
