@@ -190,5 +190,59 @@ TEST_F(ApiTest, EventsAreListedNewestLastWithFilters) {
   EXPECT_EQ(Call("GET", "/v1/events?job=x").status, 400);
 }
 
+TEST_F(ApiTest, QuotasAreSetListedAndRemovedByAdmins) {
+  const char* body = R"({"scope": "user", "name": "u1000", "mem": "20GiB", "jobs": 2})";
+  ApiResponse r = Call("POST", "/v1/quotas", body);
+  EXPECT_EQ(r.status, 403) << "only admins: " << r.body;
+  r = Call("POST", "/v1/quotas", body, 0);
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto q = nlohmann::json::parse(r.body);
+  EXPECT_EQ(q["describe"], "memory 20 GiB, jobs 2");
+  EXPECT_EQ(q["memory_bytes"], 20 * core::kGiB);
+  ASSERT_EQ(Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["x"], "cwd": "/"})").status, 201);
+  r = Call("GET", "/v1/quotas");
+  auto list = nlohmann::json::parse(r.body)["quotas"];
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0]["in_use"]["memory_bytes"], 8 * core::kGiB);
+  EXPECT_EQ(list[0]["in_use"]["jobs"], 1);
+  EXPECT_FALSE(list[0].contains("gpus")) << "unset: no limit";
+  EXPECT_EQ(Call("DELETE", "/v1/quotas/user/u1000").status, 403);
+  EXPECT_EQ(Call("DELETE", "/v1/quotas/user/u1000", "", 0).status, 200);
+  EXPECT_EQ(Call("DELETE", "/v1/quotas/user/u1000", "", 0).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/quotas/team/x", "", 0).status, 400);
+}
+
+TEST_F(ApiTest, PolicyBodiesAreCheckedNamingTheField) {
+  struct Case {
+    const char* target;
+    const char* body;
+    const char* needle;
+  } cases[] = {
+      {"/v1/quotas", R"({"name": "a", "jobs": "1"})", "scope: missing"},
+      {"/v1/quotas", R"({"scope": "team", "name": "a", "jobs": "1"})", "expected user or group"},
+      {"/v1/quotas", R"({"scope": "user", "name": "a b", "jobs": "1"})", "not a user or group name"},
+      {"/v1/quotas", R"({"scope": "user", "name": "a"})", "at least one of"},
+      {"/v1/quotas", R"({"scope": "user", "name": "a", "mem": "lots"})", "--mem"},
+      {"/v1/quotas", R"({"scope": "user", "name": "a", "disk": "1"})", "unknown field 'disk'"},
+      {"/v1/jobs/1/resize", R"({"mem": "12GiB", "force": "yes"})", "force: must be true or false"},
+      {"/v1/jobs/1/resize", R"({"gpus": "2"})", "unknown field 'gpus'"},
+      {"/v1/jobs/1/resize", R"({"compute": "150%"})", "over 100%"},
+      {"/v1/jobs", R"({"mem": "1GiB", "argv": ["x"], "cwd": "/", "pool": "x"})", "no pool 'x'"},
+      {"/v1/jobs", R"({"mem": "1GiB", "argv": ["x"], "cwd": "/", "restartable": 1})",
+       "restartable: must be true or false"},
+  };
+  ASSERT_EQ(Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["x"], "cwd": "/"})").status, 201);
+  for (const Case& c : cases) {
+    ApiResponse r = Call("POST", c.target, c.body, 0);
+    EXPECT_EQ(r.status, 400) << c.body << ": " << r.body;
+    EXPECT_NE(r.body.find(c.needle), std::string::npos) << r.body;
+  }
+  ApiResponse ok = Call("POST", "/v1/jobs/1/resize", R"({"mem": "12GiB", "compute": "40%"})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(nlohmann::json::parse(ok.body)["request"]["describe"], "12 GiB + 40%");
+  ApiResponse gpus = Call("GET", "/v1/gpus");
+  EXPECT_EQ(nlohmann::json::parse(gpus.body)["gpus"][0]["pool"], "default");
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon
