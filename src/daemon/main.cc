@@ -23,6 +23,8 @@
 #include "daemon/metrics.h"
 #include "daemon/nvml_inventory.h"
 #include "daemon/region_store.h"
+#include "daemon/replicas.h"
+#include "daemon/replicas_api.h"
 #include "daemon/service.h"
 #include "daemon/status_page.h"
 #include "daemon/usage_api.h"
@@ -90,7 +92,8 @@ int main(int argc, char** argv) {
                  "Serve GET /metrics and the status page over plain HTTP on HOST:PORT "
                  "(no auth; port 0 picks one, see <state_dir>/metrics.addr)");
   app.add_option("--admin-group", admin_group, "Group whose members may act on all jobs");
-  app.add_option("--policy", policy, "Placement policy: binpack (default) or spread");
+  app.add_option("--policy", policy,
+                 "Placement policy: frag-aware (default), fgd, binpack, spread, ... (docs/PLACEMENT.md)");
   app.add_option("--gpu-source", gpu_source, "auto (default), nvml or simulated");
   app.add_option("--shim", shim, "Path of libgpuslice.so preloaded into jobs");
   app.add_option("--sim-lib-dir", sim_lib_dir, "Directory of the simulated libcuda/libnvidia-ml");
@@ -197,6 +200,10 @@ int main(int argc, char** argv) {
   gd::RegisterMetrics(api, service, metrics_options);
   gd::RegisterStatusPage(api, service);
   gd::RegisterUsageApi(api, service);
+  // Autoscaled services (docs/SERVICES.md): replicas are ordinary jobs.
+  gd::ReplicaManager replicas(service, clock);
+  if (auto s = replicas.Start(); !s.ok()) gd::LogError("services unavailable: " + s.message());
+  gd::RegisterServiceRoutes(api, replicas);
   boost::asio::io_context io(1);
   gd::ServerOptions server_options;
   server_options.admin_gid = admin_gid;
@@ -235,6 +242,7 @@ int main(int argc, char** argv) {
     timer.async_wait([&](const boost::system::error_code& e) {
       if (e) return;
       service.Tick();
+      replicas.Tick();
       on_timer();
     });
   };

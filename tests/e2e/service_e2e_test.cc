@@ -43,13 +43,6 @@ class ServiceE2E : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
-    // Until gpusliced's main.cc creates the ReplicaManager and registers its
-    // routes (docs/SERVICES.md, "Inside"), /v1/services is an unknown route.
-    // TODO(services): drop this once main.cc is wired, so a lost wiring fails.
-    CliResult probe = d.Cli({"service", "ls"});
-    if (probe.exit_code != 0 && probe.err.find("no route") != std::string::npos) {
-      GTEST_SKIP() << "this gpusliced has no /v1/services routes yet: " << probe.err;
-    }
   }
   void TearDown() override {
     if (HasFailure()) std::cerr << "daemon log:\n" << ReadFile(d.dir() + "/daemon.log");
