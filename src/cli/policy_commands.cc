@@ -28,7 +28,8 @@ struct ResizeOptions {
 
 void AddPrincipal(CLI::App* sub) {
   auto* u = sub->add_option("--user", g_quota.user, "A user's quota");
-  auto* g = sub->add_option("--group", g_quota.group, "A group's quota (every member's jobs together)");
+  auto* g =
+      sub->add_option("--group", g_quota.group, "A group's quota (every member's jobs together)");
   u->excludes(g);
 }
 
@@ -116,8 +117,8 @@ int Quota(Context& ctx) {
   if (ctx.json) {
     std::cout << r->dump(2) << "\n";
   } else {
-    std::cout << (*r)["scope"].get<std::string>() << " " << (*r)["name"].get<std::string>()
-              << ": " << (*r)["describe"].get<std::string>() << "\n";
+    std::cout << (*r)["scope"].get<std::string>() << " " << (*r)["name"].get<std::string>() << ": "
+              << (*r)["describe"].get<std::string>() << "\n";
   }
   return 0;
 }

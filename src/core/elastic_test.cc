@@ -5,8 +5,8 @@
 namespace gpuslice::core {
 namespace {
 
-ElasticJob E(uint64_t id, uint32_t min, uint32_t max, uint32_t held,
-             Priority p = Priority::kNormal, int64_t last_change_ms = 0) {
+ElasticJob E(uint64_t id, uint32_t min, uint32_t max, uint32_t held, Priority p = Priority::kNormal,
+             int64_t last_change_ms = 0) {
   return {id, min, max, held, p, last_change_ms};
 }
 
@@ -22,16 +22,16 @@ TEST(ElasticGrowth, OneGpuPerJobFewestFirstWhileIdleGpusLast) {
 
 TEST(ElasticGrowth, NothingWhileSomethingWaitsOrInCooldown) {
   EXPECT_TRUE(PlanElasticGrowth({E(1, 1, 4, 1)}, 2, true, 60'000).empty());
-  EXPECT_TRUE(PlanElasticGrowth({E(1, 1, 4, 1, Priority::kNormal, 50'000)}, 2, false, 60'000)
-                  .empty());
+  EXPECT_TRUE(
+      PlanElasticGrowth({E(1, 1, 4, 1, Priority::kNormal, 50'000)}, 2, false, 60'000).empty());
   EXPECT_EQ(PlanElasticGrowth({E(1, 1, 4, 1, Priority::kNormal, 50'000)}, 2, false, 80'000).size(),
             1u);
   EXPECT_TRUE(PlanElasticGrowth({E(1, 1, 4, 4)}, 2, false, 60'000).empty()) << "at its max";
 }
 
 TEST(ElasticShrink, GivesBackAboveTheMinimumLowestPriorityFirst) {
-  auto steps = PlanElasticShrink(
-      {E(1, 1, 4, 4, Priority::kNormal), E(2, 1, 4, 3, Priority::kLow)}, 3, Priority::kNormal);
+  auto steps = PlanElasticShrink({E(1, 1, 4, 4, Priority::kNormal), E(2, 1, 4, 3, Priority::kLow)},
+                                 3, Priority::kNormal);
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_EQ(steps[0].id, 2u);
   EXPECT_EQ(steps[0].delta, -2);

@@ -30,8 +30,10 @@ std::string IdList(const std::vector<uint64_t>& ids) {
 
 std::string PreemptionPolicy::ToString() const {
   switch (mode) {
-    case PreemptionMode::kNever: return "never";
-    case PreemptionMode::kLower: return "lower";
+    case PreemptionMode::kNever:
+      return "never";
+    case PreemptionMode::kLower:
+      return "lower";
     case PreemptionMode::kLowerAfterMinRuntime:
       return std::string(kAfterPrefix) + FormatDuration(min_runtime);
   }

@@ -76,7 +76,8 @@ TEST(PlanPreemption, OffMeansNoVictims) {
 TEST(PlanPreemption, NeverEqualOrHigherPriority) {
   UnitsModel m({4}, {{1, 4}, {kAsk, 4}});
   m.Run(1, 0);
-  auto plan = PlanPreemption(kAsk, Priority::kNormal, {C(1, Priority::kNormal, 0)}, kLower, 1000, m);
+  auto plan =
+      PlanPreemption(kAsk, Priority::kNormal, {C(1, Priority::kNormal, 0)}, kLower, 1000, m);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().message(), "no running job has a priority below normal");
 }
@@ -87,9 +88,9 @@ TEST(PlanPreemption, TakesTheJobThatLostLeastWork) {
   m.Run(1, 0);
   m.Run(2, 1);
   // Job 1 ran 100 s on a whole GPU, job 2 ran 50 s.
-  auto plan = PlanPreemption(kAsk, Priority::kHigh,
-                             {C(1, Priority::kLow, 0), C(2, Priority::kLow, 50'000)}, kLower,
-                             100'000, m);
+  auto plan =
+      PlanPreemption(kAsk, Priority::kHigh, {C(1, Priority::kLow, 0), C(2, Priority::kLow, 50'000)},
+                     kLower, 100'000, m);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   EXPECT_EQ(plan->victims, std::vector<uint64_t>{2});
   EXPECT_DOUBLE_EQ(plan->lost_gpu_seconds, 50.0);
@@ -114,10 +115,10 @@ TEST(PlanPreemption, SparesCheapVictimsOnTheWrongGpu) {
   m.Run(1, 0);
   m.Run(2, 0);
   m.Run(3, 1);
-  auto plan = PlanPreemption(kAsk, Priority::kHigh,
-                             {C(1, Priority::kLow, 90'000), C(2, Priority::kLow, 95'000),
-                              C(3, Priority::kLow, 0)},
-                             kLower, 100'000, m);
+  auto plan = PlanPreemption(
+      kAsk, Priority::kHigh,
+      {C(1, Priority::kLow, 90'000), C(2, Priority::kLow, 95'000), C(3, Priority::kLow, 0)}, kLower,
+      100'000, m);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->victims, (std::vector<uint64_t>{2, 1}));
 }
@@ -130,10 +131,10 @@ TEST(PlanPreemption, MinimalSetDropsVictimsThatDidNotHelp) {
   m.Run(1, 0);
   m.Run(3, 0);
   m.Run(2, 1);
-  auto plan = PlanPreemption(kAsk, Priority::kHigh,
-                             {C(1, Priority::kLow, 99'000), C(2, Priority::kLow, 0),
-                              C(3, Priority::kHigh, 0)},
-                             kLower, 100'000, m);
+  auto plan = PlanPreemption(
+      kAsk, Priority::kHigh,
+      {C(1, Priority::kLow, 99'000), C(2, Priority::kLow, 0), C(3, Priority::kHigh, 0)}, kLower,
+      100'000, m);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->victims, std::vector<uint64_t>{2});
 }
@@ -142,9 +143,10 @@ TEST(PlanPreemption, RestartableBeforeNotOnEqualWork) {
   UnitsModel m({4, 4}, {{1, 4}, {2, 4}, {kAsk, 4}});
   m.Run(1, 0);
   m.Run(2, 1);
-  auto plan = PlanPreemption(kAsk, Priority::kHigh,
-                             {C(1, Priority::kLow, 0, 1.0, false), C(2, Priority::kLow, 0, 1.0, true)},
-                             kLower, 100'000, m);
+  auto plan =
+      PlanPreemption(kAsk, Priority::kHigh,
+                     {C(1, Priority::kLow, 0, 1.0, false), C(2, Priority::kLow, 0, 1.0, true)},
+                     kLower, 100'000, m);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->victims, std::vector<uint64_t>{2});
 }
@@ -167,12 +169,13 @@ TEST(PlanPreemption, MinimumRuntimeProtectsYoungJobs) {
   UnitsModel m({4}, {{1, 4}, {kAsk, 4}});
   m.Run(1, 0);
   PreemptionPolicy after{PreemptionMode::kLowerAfterMinRuntime, std::chrono::minutes(10)};
-  auto young = PlanPreemption(kAsk, Priority::kHigh, {C(1, Priority::kLow, 0)}, after,
-                              9 * 60'000, m);
+  auto young =
+      PlanPreemption(kAsk, Priority::kHigh, {C(1, Priority::kLow, 0)}, after, 9 * 60'000, m);
   ASSERT_FALSE(young.ok());
   EXPECT_EQ(young.status().message(),
             "the lower-priority jobs (1) have run less than the minimum of 10m");
-  auto old = PlanPreemption(kAsk, Priority::kHigh, {C(1, Priority::kLow, 0)}, after, 10 * 60'000, m);
+  auto old =
+      PlanPreemption(kAsk, Priority::kHigh, {C(1, Priority::kLow, 0)}, after, 10 * 60'000, m);
   ASSERT_TRUE(old.ok());
   EXPECT_EQ(old->victims, std::vector<uint64_t>{1});
 }
@@ -191,7 +194,8 @@ TEST(PlanPreemption, SaysWhenEvenAllVictimsAreNotEnough) {
 TEST(PlanPreemption, LeavesTheCallersModelUnchanged) {
   UnitsModel m({4}, {{1, 4}, {kAsk, 4}});
   m.Run(1, 0);
-  ASSERT_TRUE(PlanPreemption(kAsk, Priority::kHigh, {C(1, Priority::kLow, 0)}, kLower, 1000, m).ok());
+  ASSERT_TRUE(
+      PlanPreemption(kAsk, Priority::kHigh, {C(1, Priority::kLow, 0)}, kLower, 1000, m).ok());
   EXPECT_EQ(m.TryPlace(kAsk), FitResult::kNotNow);
 }
 

@@ -68,8 +68,8 @@ std::optional<std::string> Exceeds(const Principal& who, const Quota& q, const Q
   }
   if (q.compute_milli && used.compute_milli + ask.compute_milli > *q.compute_milli) {
     if (alone) {
-      return p + "asks compute " + FormatShareMilli(ask.compute_milli) +
-             ", over its quota of " + FormatShareMilli(*q.compute_milli);
+      return p + "asks compute " + FormatShareMilli(ask.compute_milli) + ", over its quota of " +
+             FormatShareMilli(*q.compute_milli);
     }
     return p + "compute " + FormatShareMilli(used.compute_milli) + " of " +
            FormatShareMilli(*q.compute_milli) + " in use, asks " +
@@ -185,9 +185,12 @@ bool QuotaOwner::IsCharged(const Principal& p) const {
 
 std::string_view QuotaVerdictName(QuotaVerdict verdict) {
   switch (verdict) {
-    case QuotaVerdict::kFits: return "fits";
-    case QuotaVerdict::kWaits: return "waits";
-    case QuotaVerdict::kNever: return "never";
+    case QuotaVerdict::kFits:
+      return "fits";
+    case QuotaVerdict::kWaits:
+      return "waits";
+    case QuotaVerdict::kNever:
+      return "never";
   }
   return "fits";
 }

@@ -57,12 +57,9 @@ TEST(BuildQuota, ErrorsNameTheFieldAndToken) {
     QuotaFields fields;
     std::string needle;
   } cases[] = {
-      {{"20XB", {}, {}, {}}, "--mem"},
-      {{{}, "two", {}, {}}, "'two'"},
-      {{{}, {}, "1.25%", {}}, "'1.25%'"},
-      {{{}, {}, "x%", {}}, "--compute"},
-      {{{}, {}, {}, "-1"}, "--jobs"},
-      {{}, "at least one"},
+      {{"20XB", {}, {}, {}}, "--mem"},    {{{}, "two", {}, {}}, "'two'"},
+      {{{}, {}, "1.25%", {}}, "'1.25%'"}, {{{}, {}, "x%", {}}, "--compute"},
+      {{{}, {}, {}, "-1"}, "--jobs"},     {{}, "at least one"},
   };
   for (const Case& c : cases) {
     auto q = BuildQuota(c.fields);
@@ -109,7 +106,8 @@ TEST(QuotaCharge, MigCountsProfileMemoryAndSlices) {
 }
 
 TEST(DecideQuota, FitsWhenEveryQuotaHasRoom) {
-  QuotaDecision d = DecideQuota({8 * kGiB, 0, 0, 1}, {{kAlice, Memory(20 * kGiB), {8 * kGiB, 0, 0, 1}}});
+  QuotaDecision d =
+      DecideQuota({8 * kGiB, 0, 0, 1}, {{kAlice, Memory(20 * kGiB), {8 * kGiB, 0, 0, 1}}});
   EXPECT_EQ(d.verdict, QuotaVerdict::kFits);
   EXPECT_TRUE(d.reason.empty());
 }
@@ -139,9 +137,9 @@ TEST(DecideQuota, NeverWhenTheRequestAloneExceeds) {
 TEST(DecideQuota, NeverWinsOverWaits) {
   Quota gpus;
   gpus.gpus = 1;
-  QuotaDecision d = DecideQuota({160 * kGiB, 2, 2000, 1},
-                                {{kAlice, Memory(400 * kGiB), {390 * kGiB, 0, 0, 1}},
-                                 {kStudents, gpus, {}}});
+  QuotaDecision d =
+      DecideQuota({160 * kGiB, 2, 2000, 1},
+                  {{kAlice, Memory(400 * kGiB), {390 * kGiB, 0, 0, 1}}, {kStudents, gpus, {}}});
   EXPECT_EQ(d.verdict, QuotaVerdict::kNever);
   EXPECT_EQ(d.blocking, kStudents);
   EXPECT_EQ(d.reason, "group students: asks 2 whole GPUs, over its quota of 1");

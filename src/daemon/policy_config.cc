@@ -24,18 +24,24 @@ bool ValidPoolName(std::string_view name) {
 
 std::string_view WatchdogActionName(WatchdogAction a) {
   switch (a) {
-    case WatchdogAction::kOff: return "off";
-    case WatchdogAction::kReport: return "report";
-    case WatchdogAction::kKill: return "kill";
+    case WatchdogAction::kOff:
+      return "off";
+    case WatchdogAction::kReport:
+      return "report";
+    case WatchdogAction::kKill:
+      return "kill";
   }
   return "report";
 }
 
 std::string_view IdleActionName(IdleAction a) {
   switch (a) {
-    case IdleAction::kWarn: return "warn";
-    case IdleAction::kPause: return "pause";
-    case IdleAction::kEnd: return "end";
+    case IdleAction::kWarn:
+      return "warn";
+    case IdleAction::kPause:
+      return "pause";
+    case IdleAction::kEnd:
+      return "end";
   }
   return "warn";
 }
@@ -87,7 +93,8 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
   if (key == "idle_after") return duration(&c->idle_after_ms);
   if (key == "elastic_cooldown") return duration(&c->elastic_cooldown_ms);
   if (key == "watchdog") {
-    for (WatchdogAction a : {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
+    for (WatchdogAction a :
+         {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
       if (v == WatchdogActionName(a)) {
         c->watchdog = a;
         return core::Status::Ok();

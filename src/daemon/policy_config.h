@@ -34,7 +34,7 @@ struct PolicyConfig {
   // Requests without --pool go here; GPUs no pool names belong to it.
   std::string default_pool = "default";
 
-  core::PreemptionPolicy preemption;   // never
+  core::PreemptionPolicy preemption;     // never
   int64_t preemption_grace_ms = 30'000;  // SIGTERM, then SIGKILL after this.
 
   WatchdogAction watchdog = WatchdogAction::kReport;
@@ -45,7 +45,7 @@ struct PolicyConfig {
   double idle_threshold_pct = 30.0;  // GPU use under this counts as idle.
   int64_t idle_after_ms = 0;         // 0: idle reclaim off.
   IdleAction idle_action = IdleAction::kWarn;
-  bool idle_action_always = false;   // Act even when nothing waits.
+  bool idle_action_always = false;  // Act even when nothing waits.
 
   // Elastic jobs: the signal that tells one its GPU set changed, and the
   // least time between two changes of one job (rescaling restarts workers).

@@ -65,8 +65,8 @@ Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
     if (region.ok()) {
       job.region_path = *region;
     } else {
-      LogWarn("job " + std::to_string(job.id) + ": cannot recreate its slice: " +
-              region.status().message());
+      LogWarn("job " + std::to_string(job.id) +
+              ": cannot recreate its slice: " + region.status().message());
     }
   }
   if (ledger_) {
@@ -142,8 +142,8 @@ void Service::Elastic(uint64_t head_id) {
     for (const core::ElasticStep& s : steps) {
       Job& job = jobs_[s.id];
       uint32_t held = static_cast<uint32_t>(job.allocation.gpu_indices.size());
-      Status st = ApplyElastic(job, held + s.delta,
-                               s.reason + " (job " + std::to_string(head_id) + ")");
+      Status st =
+          ApplyElastic(job, held + s.delta, s.reason + " (job " + std::to_string(head_id) + ")");
       if (!st.ok()) LogWarn("job " + std::to_string(s.id) + ": shrink failed: " + st.message());
     }
     Schedule();

@@ -126,7 +126,9 @@ Status Service::SetQuota(const Caller& caller, const core::Principal& who,
   }
   if (who.name.empty()) return core::InvalidArgumentError("a quota needs a user or group name");
   if (quota.empty()) return core::InvalidArgumentError("a quota needs at least one limit");
-  if (!ledger_) return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): cannot record a quota");
+  if (!ledger_)
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): cannot record a quota");
   GPUSLICE_RETURN_IF_ERROR(ledger_->SaveQuota(who, quota, clock_.NowMs()));
   quotas_.Set(who, quota);
   RecordEvent("quota_set", 0, Who(caller), who.ToString() + ": " + quota.Describe());
@@ -139,7 +141,9 @@ Status Service::RemoveQuota(const Caller& caller, const core::Principal& who) {
     return core::PermissionDeniedError("only root or the admin group may remove quotas");
   }
   if (!quotas_.Find(who)) return core::NotFoundError("no quota for " + who.ToString());
-  if (!ledger_) return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): cannot record a quota");
+  if (!ledger_)
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): cannot record a quota");
   GPUSLICE_RETURN_IF_ERROR(ledger_->RemoveQuota(who));
   quotas_.Remove(who);
   RecordEvent("quota_removed", 0, Who(caller), who.ToString());
@@ -171,9 +175,9 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
                                          "; only running jobs are resized");
   }
   if (job.request.kind != core::RequestKind::kFraction) {
-    return core::FailedPreconditionError(
-        "job " + std::to_string(id) + " holds " + job.request.Describe() +
-        "; only parts of a GPU (--mem jobs) can be resized");
+    return core::FailedPreconditionError("job " + std::to_string(id) + " holds " +
+                                         job.request.Describe() +
+                                         "; only parts of a GPU (--mem jobs) can be resized");
   }
   if (!spec.mem && !spec.compute) {
     return core::InvalidArgumentError("resize needs --mem and/or --compute");
@@ -200,8 +204,8 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
     core::Allocation after = job.allocation;
     after.memory_bytes_per_gpu = next.memory_bytes;
     after.compute_milli = next.compute_milli;
-    core::QuotaDecision d = quotas_.Decide(
-        OwnerOf(job), core::ChargeOfAllocation(next, after), RunningUsage(job.id));
+    core::QuotaDecision d =
+        quotas_.Decide(OwnerOf(job), core::ChargeOfAllocation(next, after), RunningUsage(job.id));
     if (d.verdict != core::QuotaVerdict::kFits) {
       return core::ResourceExhaustedError("resize to " + to + " is over quota: " + d.reason);
     }
@@ -235,11 +239,11 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
       Degrade("ledger write failed: " + s.message());
     }
   }
-  RecordEvent("resized", id, job.user,
-              from + " -> " + to + " by " + Who(caller) +
-                  (next.memory_bytes < used ? " (forced below the " + core::FormatBytes(used) +
-                                                  " in use)"
-                                            : ""));
+  RecordEvent(
+      "resized", id, job.user,
+      from + " -> " + to + " by " + Who(caller) +
+          (next.memory_bytes < used ? " (forced below the " + core::FormatBytes(used) + " in use)"
+                                    : ""));
   LogInfo("job " + std::to_string(id) + " resized: " + from + " -> " + to);
   // A smaller job leaves room for the queue.
   RequestSchedule();
@@ -277,8 +281,8 @@ void Service::MaybePreempt(uint64_t head_id) {
     running.push_back(c);
   }
   if (running.empty()) return;
-  auto plan = core::PlanPreemption(head_id, head.request.priority, running, policy,
-                                   clock_.NowMs(), *capacity_);
+  auto plan = core::PlanPreemption(head_id, head.request.priority, running, policy, clock_.NowMs(),
+                                   *capacity_);
   if (!plan.ok()) {
     preempt_note_[head_id] = plan.status().message();
     return;
@@ -297,10 +301,11 @@ void Service::MaybePreempt(uint64_t head_id) {
     if (job.mode == core::JobMode::kShell && job.pid > 0) {
       (void)launcher_.SignalGroup(job.pid, SIGHUP);
     }
-    RecordEvent("preempted", v, job.user,
-                l.ending_reason + (job.restartable ? "; requeued when it ends" : "; not restartable") +
-                    "; SIGTERM, SIGKILL after " +
-                    core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
+    RecordEvent(
+        "preempted", v, job.user,
+        l.ending_reason + (job.restartable ? "; requeued when it ends" : "; not restartable") +
+            "; SIGTERM, SIGKILL after " +
+            core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
   }
   preempting_[head_id] = plan->victims;
   RecordEvent("preempting", head_id, head.user,
@@ -359,10 +364,9 @@ Status Service::ResolvePools(std::vector<std::string>* pool_of) {
         if (want == g.uuid || want == std::to_string(g.index)) found = i;
       }
       if (found == inventory_.gpus.size()) {
-        return core::InvalidArgumentError("pool." + pool.name + ": no GPU '" + want +
-                                          "' on this machine (give indices 0-" +
-                                          std::to_string(inventory_.gpus.size() - 1) +
-                                          " or UUIDs, see `gpuslice gpus`)");
+        return core::InvalidArgumentError(
+            "pool." + pool.name + ": no GPU '" + want + "' on this machine (give indices 0-" +
+            std::to_string(inventory_.gpus.size() - 1) + " or UUIDs, see `gpuslice gpus`)");
       }
       if (!named[found].empty() && named[found] != pool.name) {
         return core::InvalidArgumentError("GPU " + want + " is in two pools: " + named[found] +

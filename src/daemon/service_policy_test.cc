@@ -140,7 +140,8 @@ TEST_F(PolicyTest, QuotaHoldsAJobBackWithTheReasonAndLetsOthersPass) {
   EXPECT_EQ(State(a->job.id), core::JobState::kRunning);
   EXPECT_EQ(State(b->job.id), core::JobState::kQueued);
   EXPECT_EQ(State(c->job.id), core::JobState::kRunning) << "a held job blocks no one";
-  EXPECT_EQ(Get(b->job.id).waiting_for, "quota: user u1000: 1 of 1 running jobs in use, asks 1 more");
+  EXPECT_EQ(Get(b->job.id).waiting_for,
+            "quota: user u1000: 1 of 1 running jobs in use, asks 1 more");
   EXPECT_TRUE(HasEvent(b->job.id, "quota_wait"));
   launcher_.Exit(Get(a->job.id).job.pid, 0);
   service_->Tick();
@@ -238,8 +239,9 @@ TEST_F(PolicyTest, ResizeWithinTheUsersQuota) {
   spec.mem = "13GiB";
   auto r = service_->Resize(User(1000), a->job.id, spec);
   EXPECT_EQ(r.status().code(), core::StatusCode::kResourceExhausted);
-  EXPECT_EQ(r.status().message(), "resize to 13 GiB + 10% is over quota: user u1000: memory "
-                                  "4 GiB of 16 GiB in use, asks 13 GiB");
+  EXPECT_EQ(r.status().message(),
+            "resize to 13 GiB + 10% is over quota: user u1000: memory "
+            "4 GiB of 16 GiB in use, asks 13 GiB");
   spec.mem = "12GiB";
   EXPECT_TRUE(service_->Resize(User(1000), a->job.id, spec).ok());
   (void)b;
@@ -261,9 +263,9 @@ TEST_F(PolicyTest, HighPriorityPreemptsTheCheapestLowerJobAndRequeuesIt) {
   int64_t victim = Get(new_low->job.id).job.pid;
   EXPECT_EQ(launcher_.signals.back(), std::make_pair(victim, SIGTERM)) << "the younger one";
   EXPECT_TRUE(HasEvent(new_low->job.id, "preempted"));
-  EXPECT_NE(Get(high->job.id).waiting_for.find("preempting job(s) " +
-                                               std::to_string(new_low->job.id)),
-            std::string::npos)
+  EXPECT_NE(
+      Get(high->job.id).waiting_for.find("preempting job(s) " + std::to_string(new_low->job.id)),
+      std::string::npos)
       << Get(high->job.id).waiting_for;
   Run(4);
   EXPECT_EQ(State(new_low->job.id), core::JobState::kRunning) << "still in its grace";
@@ -291,8 +293,8 @@ TEST_F(PolicyTest, NonRestartableVictimEndsCancelledAsPreempted) {
   auto high = Submit(Gpus("1", "high"), 2000);
   service_->Tick();
   EXPECT_EQ(State(low->job.id), core::JobState::kCancelled);
-  EXPECT_EQ(Get(low->job.id).job.reason.rfind("preempted by job " + std::to_string(high->job.id), 0),
-            0u)
+  EXPECT_EQ(
+      Get(low->job.id).job.reason.rfind("preempted by job " + std::to_string(high->job.id), 0), 0u)
       << Get(low->job.id).job.reason;
   EXPECT_EQ(State(high->job.id), core::JobState::kRunning);
 }

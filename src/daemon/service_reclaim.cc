@@ -58,9 +58,9 @@ void Service::Reclaim() {
                            " per process: a process escaped the shim";
         if (!l.over_limit) {
           l.over_limit = true;
-          RecordEvent("watchdog", id, job.user,
-                      what + (rules.watchdog == WatchdogAction::kKill ? "; killing it"
-                                                                      : "; reported"));
+          RecordEvent(
+              "watchdog", id, job.user,
+              what + (rules.watchdog == WatchdogAction::kKill ? "; killing it" : "; reported"));
           LogWarn("job " + std::to_string(id) + ": " + what);
         }
         if (rules.watchdog == WatchdogAction::kKill) {
@@ -81,9 +81,10 @@ void Service::Reclaim() {
       if (low == 0 && !l.paused) l.idle_flagged = l.idle_acted = false;
       continue;
     }
-    std::string idle = "GPU use under " + core::FormatShareMilli(static_cast<uint32_t>(
-                                              rules.idle_threshold_pct * 10)) +
-                       " for " + Minutes(low);
+    std::string idle =
+        "GPU use under " +
+        core::FormatShareMilli(static_cast<uint32_t>(rules.idle_threshold_pct * 10)) + " for " +
+        Minutes(low);
     if (!l.idle_flagged) {
       l.idle_flagged = true;
       RecordEvent("idle_flagged", id, job.user, idle);
@@ -142,8 +143,8 @@ Status Service::Resume(const Caller& caller, uint64_t id) {
   // Idle time counts afresh from now.
   if (auto u = usage_.find(id); u != usage_.end()) l->second.idle_base_ms = u->second.low_use_ms;
   RecordEvent("resumed", id, job.user,
-              "launches allowed again by " + (caller.user.empty() ? std::to_string(caller.uid)
-                                                                  : caller.user));
+              "launches allowed again by " +
+                  (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
   return Status::Ok();
 }
 

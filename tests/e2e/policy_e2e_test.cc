@@ -48,8 +48,7 @@ bool HasEvent(Daemon& d, const std::string& id, const std::string& kind,
   json j = json::parse(r.out, nullptr, false);
   if (!j.is_object()) return false;
   for (const json& e : j["events"]) {
-    if (e.value("kind", "") == kind &&
-        e.value("message", "").find(needle) != std::string::npos) {
+    if (e.value("kind", "") == kind && e.value("message", "").find(needle) != std::string::npos) {
       return true;
     }
   }
@@ -82,10 +81,10 @@ TEST_F(PolicyE2E, QuotaOnRunningJobsMakesTheNextWaitWithTheReason) {
   std::string a = Submit(d, {"--mem", "4GiB", "--", "sleep", "60"});
   ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "running"; }));
   std::string b = Submit(d, {"--mem", "4GiB", "--", "true"});
-  ASSERT_TRUE(Daemon::WaitFor([&] {
-    return Job(d, b).value("waiting_for", "").find("quota") != std::string::npos;
-  }));
-  EXPECT_EQ(Job(d, b)["waiting_for"], "quota: user " + Me() + ": 1 of 1 running jobs in use, asks 1 more");
+  ASSERT_TRUE(Daemon::WaitFor(
+      [&] { return Job(d, b).value("waiting_for", "").find("quota") != std::string::npos; }));
+  EXPECT_EQ(Job(d, b)["waiting_for"],
+            "quota: user " + Me() + ": 1 of 1 running jobs in use, asks 1 more");
   CliResult ps = d.Cli({"ps"});
   EXPECT_NE(ps.out.find("1 of 1 running jobs"), std::string::npos) << ps.out;
   EXPECT_TRUE(HasEvent(d, b, "quota_wait", "1 of 1 running jobs"));
@@ -121,9 +120,9 @@ TEST_F(PolicyE2E, QuotasAreKeptAcrossADaemonRestart) {
   Daemon d;
   d_ = &d;
   Start(d);
-  ASSERT_EQ(d.Cli({"quota", "set", "--group", "students", "--gpus", "1", "--compute", "150%"})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      d.Cli({"quota", "set", "--group", "students", "--gpus", "1", "--compute", "150%"}).exit_code,
+      0);
   d.Kill(SIGKILL);
   Start(d);
   CliResult ls = d.Cli({"quota", "ls", "--json"});
@@ -146,16 +145,18 @@ TEST_F(PolicyE2E, ResizeAppliesToTheRunningSliceAtOnce) {
                        " --name big --mem 5GiB --duty 5% --seconds 0.2; rc=$?; kill $hold; " +
                        "exit $rc";
   std::string id = Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "sh", "-c", script});
-  ASSERT_TRUE(Daemon::WaitFor([&] {
-    json g = json::parse(d.Cli({"gpus", "--json"}).out, nullptr, false);
-    if (!g.is_object()) return false;
-    for (const json& gpu : g["gpus"]) {
-      for (const json& s : gpu["slices"]) {
-        if (s.value("memory_used", uint64_t{0}) >= (2ull << 30)) return true;
-      }
-    }
-    return false;
-  }, 60));
+  ASSERT_TRUE(Daemon::WaitFor(
+      [&] {
+        json g = json::parse(d.Cli({"gpus", "--json"}).out, nullptr, false);
+        if (!g.is_object()) return false;
+        for (const json& gpu : g["gpus"]) {
+          for (const json& s : gpu["slices"]) {
+            if (s.value("memory_used", uint64_t{0}) >= (2ull << 30)) return true;
+          }
+        }
+        return false;
+      },
+      60));
   CliResult below = d.Cli({"resize", id, "--mem", "1GiB"});
   EXPECT_EQ(below.exit_code, 125);
   EXPECT_NE(below.err.find("is below that (--force"), std::string::npos) << below.err;
@@ -267,8 +268,8 @@ TEST_F(PolicyE2E, IdleJobIsEndedWhenConfiguredToAlways) {
   EXPECT_EQ(j.value("reason", "").rfind("idle: GPU use under 30% for", 0), 0u) << j.dump();
   EXPECT_TRUE(HasEvent(d, id, "idle_flagged"));
   EXPECT_TRUE(HasEvent(d, id, "idle_action", "ended"));
-  EXPECT_NE(ReadFile(d.state_dir() + "/jobs/" + id + "/stderr").find("gpuslice: job " + id +
-                                                                      " ended: GPU use under"),
+  EXPECT_NE(ReadFile(d.state_dir() + "/jobs/" + id + "/stderr")
+                .find("gpuslice: job " + id + " ended: GPU use under"),
             std::string::npos);
 }
 
@@ -306,9 +307,9 @@ TEST_F(PolicyE2E, WatchdogKillsAJobThatEscapedTheShimAndWentOverItsLimit) {
   Daemon d("1xH100-80GB", {"--set", "watchdog=kill"});
   d_ = &d;
   Start(d);
-  std::string id = Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "env", "-u",
-                              "LD_PRELOAD", WorkerPath(), "--name", "escaped", "--mem", "6GiB",
-                              "--duty", "5%", "--seconds", "60"});
+  std::string id =
+      Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "env", "-u", "LD_PRELOAD", WorkerPath(),
+                 "--name", "escaped", "--mem", "6GiB", "--duty", "5%", "--seconds", "60"});
   ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 60));
   json j = Job(d, id);
   EXPECT_EQ(j.value("reason", "").rfind("killed by the watchdog: its processes hold", 0), 0u)
@@ -320,9 +321,9 @@ TEST_F(PolicyE2E, WatchdogReportsWithoutKillingByDefault) {
   Daemon d;
   d_ = &d;
   Start(d);
-  std::string id = Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "env", "-u",
-                              "LD_PRELOAD", WorkerPath(), "--name", "escaped", "--mem", "6GiB",
-                              "--duty", "5%", "--seconds", "60"});
+  std::string id =
+      Submit(d, {"--mem", "4GiB", "--compute", "20%", "--", "env", "-u", "LD_PRELOAD", WorkerPath(),
+                 "--name", "escaped", "--mem", "6GiB", "--duty", "5%", "--seconds", "60"});
   ASSERT_TRUE(Daemon::WaitFor([&] { return HasEvent(d, id, "watchdog"); }, 60));
   json j = Job(d, id);
   EXPECT_EQ(j["state"], "running");
