@@ -27,6 +27,9 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   sub->add_option("--gpus", r.gpus, "Whole GPUs: a count (2) or a range (1-4)");
   sub->add_option("--mem", r.mem, "Part of one GPU: its memory, e.g. 8GiB");
   sub->add_option("--compute", r.compute, "With --mem: compute share, e.g. 30%");
+  sub->add_option("--compute-mode", r.compute_mode,
+                  "With --compute: hard (default; never above the share) or work-conserving "
+                  "(uses time other slices leave idle)");
   sub->add_option("--mig", r.mig, "A MIG instance of this profile, e.g. 1g.10gb");
   sub->add_option("--priority", r.priority, "low, normal (default) or high");
   sub->add_option("--name", r.name, "A name to show in ps");
@@ -249,6 +252,7 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
   put("gpus", r.gpus);
   put("mem", r.mem);
   put("compute", r.compute);
+  put("compute_mode", r.compute_mode);
   put("mig", r.mig);
   put("priority", r.priority);
   put("name", r.name);

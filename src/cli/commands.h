@@ -17,7 +17,7 @@ namespace gpuslice::cli {
 
 // Options shared by the subcommands that ask for resources.
 struct RequestOptions {
-  std::optional<std::string> gpus, mem, compute, mig, priority, name, max_runtime, pool;
+  std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime, pool;
   bool restartable = false;
   std::vector<std::string> command;
 };

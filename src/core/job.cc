@@ -110,6 +110,9 @@ Status ValidatePoolName(std::string_view name) {
 
 Result<ResourceRequest> BuildRequest(const RequestFields& f) {
   ResourceRequest r;
+  if (f.compute_mode && !f.compute) {
+    return InvalidArgumentError("--compute-mode goes with --compute (a share of one GPU)");
+  }
   if (f.compute && !f.mem) {
     return InvalidArgumentError("--compute goes with --mem (a part of one GPU)");
   }
@@ -136,6 +139,12 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
       auto share = ParseShareMilli(*f.compute);
       if (!share.ok()) return share.status().WithContext("--compute");
       r.compute_milli = *share;
+    }
+    if (f.compute_mode) {
+      if (!f.compute) return InvalidArgumentError("--compute-mode goes with --compute");
+      auto mode = ParseComputeMode(*f.compute_mode);
+      if (!mode.ok()) return mode.status().WithContext("--compute-mode");
+      r.compute_mode = *mode;
     }
   } else {
     r.kind = RequestKind::kMig;

@@ -100,6 +100,7 @@ struct RequestFields {
   std::optional<std::string> gpus;         // "2", "1-4"
   std::optional<std::string> mem;          // "8GiB"
   std::optional<std::string> compute;      // "30%"
+  std::optional<std::string> compute_mode; // hard | work-conserving (with compute)
   std::optional<std::string> mig;          // "1g.10gb"
   std::optional<std::string> priority;     // low|normal|high
   std::optional<std::string> name;

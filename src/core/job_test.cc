@@ -130,5 +130,33 @@ TEST(Job, DeadlineNeedsStartAndRuntime) {
   EXPECT_EQ(*j.DeadlineMs(), 1500);
 }
 
+TEST(BuildRequest, ComputeModeGoesWithAComputeShare) {
+  RequestFields f;
+  f.mem = "8GiB";
+  f.compute = "30%";
+  f.compute_mode = "work-conserving";
+  auto r = BuildRequest(f);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->compute_mode, ComputeMode::kWorkConserving);
+  EXPECT_EQ(r->Describe(), "8 GiB + 30% (work-conserving)");
+  f.compute_mode = "hard";
+  EXPECT_EQ(BuildRequest(f)->compute_mode, ComputeMode::kHard);
+  f.compute_mode = "soft";
+  auto bad = BuildRequest(f);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--compute-mode"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("'soft'"), std::string::npos);
+  RequestFields no_share;
+  no_share.mem = "8GiB";
+  no_share.compute_mode = "work-conserving";
+  auto lone = BuildRequest(no_share);
+  ASSERT_FALSE(lone.ok());
+  EXPECT_NE(lone.status().message().find("--compute-mode goes with --compute"), std::string::npos);
+  RequestFields whole;
+  whole.gpus = "1";
+  whole.compute_mode = "hard";
+  EXPECT_FALSE(BuildRequest(whole).ok());
+}
+
 }  // namespace
 }  // namespace gpuslice::core

@@ -72,6 +72,17 @@ Status ParseGpuCount(std::string_view text, uint32_t* min, uint32_t* max) {
   return Status::Ok();
 }
 
+std::string_view ComputeModeName(ComputeMode mode) {
+  return mode == ComputeMode::kWorkConserving ? "work-conserving" : "hard";
+}
+
+Result<ComputeMode> ParseComputeMode(std::string_view text) {
+  if (text == "hard") return ComputeMode::kHard;
+  if (text == "work-conserving") return ComputeMode::kWorkConserving;
+  return InvalidArgumentError("compute mode '" + std::string(text.substr(0, 64)) +
+                              "': expected hard or work-conserving");
+}
+
 Status ResourceRequest::Validate() const {
   switch (kind) {
     case RequestKind::kWholeGpus:
@@ -90,6 +101,9 @@ Status ResourceRequest::Validate() const {
         return InvalidArgumentError("mem: a part of a GPU needs a memory size, e.g. --mem 8GiB");
       }
       if (compute_milli > 1000) return InvalidArgumentError("compute: over 100%");
+      if (compute_mode != ComputeMode::kHard && compute_milli == 0) {
+        return InvalidArgumentError("compute_mode: goes with a compute share (--compute)");
+      }
       break;
     case RequestKind::kMig:
       if (mig.compute_slices == 0 || mig.memory_gb == 0) {
@@ -99,6 +113,9 @@ Status ResourceRequest::Validate() const {
         return InvalidArgumentError("mig: a MIG request cannot also carry --mem, --compute or --gpus");
       }
       break;
+  }
+  if (kind != RequestKind::kFraction && compute_mode != ComputeMode::kHard) {
+    return InvalidArgumentError("compute_mode: goes with --mem and --compute (a part of one GPU)");
   }
   if (max_runtime && max_runtime->count() <= 0) {
     return InvalidArgumentError("max_runtime: must be positive");
@@ -116,7 +133,8 @@ std::string ResourceRequest::Describe() const {
       return std::to_string(gpus_min) + "-" + std::to_string(gpus_max) + " GPUs";
     case RequestKind::kFraction:
       return FormatBytes(memory_bytes) +
-             (compute_milli ? " + " + FormatShareMilli(compute_milli) : std::string());
+             (compute_milli ? " + " + FormatShareMilli(compute_milli) : std::string()) +
+             (compute_mode == ComputeMode::kWorkConserving ? " (work-conserving)" : "");
     case RequestKind::kMig:
       return "MIG " + mig.ToString();
   }

@@ -35,6 +35,13 @@ enum class RequestKind {
 };
 std::string_view RequestKindName(RequestKind kind);
 
+// What a fraction's compute share means (docs/COMPUTE.md): a hard cap, never
+// above its share even alone on the GPU (the default), or work-conserving,
+// above it while other slices leave the GPU idle.
+enum class ComputeMode { kHard, kWorkConserving };
+std::string_view ComputeModeName(ComputeMode mode);  // "hard", "work-conserving"
+Result<ComputeMode> ParseComputeMode(std::string_view text);
+
 struct ResourceRequest {
   RequestKind kind = RequestKind::kFraction;
   // kWholeGpus: a fixed count has gpus_min == gpus_max; elastic jobs
@@ -45,6 +52,7 @@ struct ResourceRequest {
   // fraction with compute_milli == 0 gets no compute cap.
   uint64_t memory_bytes = 0;
   uint32_t compute_milli = 0;
+  ComputeMode compute_mode = ComputeMode::kHard;  // Only with compute_milli.
   // kMig.
   MigProfile mig;
 

@@ -69,7 +69,7 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   static const char* const kKnown[] = {"gpus", "mem",  "compute", "mig", "priority",
                                        "name", "max_runtime", "mode", "argv", "cwd",
-                                       "env",  "pool", "restartable"};
+                                       "env",  "pool", "restartable", "compute_mode"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -80,6 +80,7 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &f.gpus));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &f.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &f.compute));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute_mode", false, &f.compute_mode));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mig", false, &f.mig));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "priority", false, &f.priority));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "name", false, &f.name));
@@ -137,6 +138,7 @@ json JobToJson(const JobView& v) {
   } else if (r.kind == core::RequestKind::kFraction) {
     request["memory_bytes"] = r.memory_bytes;
     request["compute_milli"] = r.compute_milli;
+    request["compute_mode"] = core::ComputeModeName(r.compute_mode);
   } else {
     request["mig"] = r.mig.ToString();
   }

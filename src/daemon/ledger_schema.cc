@@ -128,6 +128,10 @@ CREATE UNIQUE INDEX allocations_held ON allocations(job_id, gpu_index)
   WHERE released_ms IS NULL;
 CREATE INDEX allocations_job ON allocations(job_id);
 )sql",
+    // 4: a fraction's compute mode (hard | work-conserving).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN compute_mode TEXT NOT NULL DEFAULT 'hard';
+)sql",
 };
 
 }  // namespace

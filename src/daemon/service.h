@@ -85,7 +85,7 @@ struct ServiceOptions {
   // coordinate their compute shares there. "": the shim's per-user default.
   std::string coord_dir;
   std::optional<uint32_t> admin_gid;
-  core::Policy policy = core::Policy::kBinpack;
+  core::Policy policy = core::kDefaultPolicy;  // frag-aware
   bool backfill = true;
   int64_t kill_grace_ms = 5000;     // SIGTERM, then SIGKILL after this.
   size_t history = 1000;            // Finished jobs kept in memory for `ps --all`.

@@ -210,6 +210,7 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
   limits.uuids = job.allocation.gpu_uuids;
   limits.memory_bytes_per_device = job.allocation.memory_bytes_per_gpu;
   limits.compute_milli = job.allocation.compute_milli;
+  limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
   limits.priority = job.request.priority;
   return limits;
 }

@@ -121,6 +121,27 @@ TEST_F(ServiceTest, TheSliceGetsTheJobsShareAndPriorityWholeGpusToo) {
   EXPECT_EQ(w.priority, core::Priority::kLow);
 }
 
+TEST_F(ServiceTest, AWorkConservingRequestGivesAWorkConservingSliceAndSurvivesARestart) {
+  SubmitSpec s;
+  s.fields.mem = "8GiB";
+  s.fields.compute = "30%";
+  s.fields.compute_mode = "work-conserving";
+  s.argv = {"serve"};
+  s.cwd = "/";
+  Caller c;
+  c.uid = c.gid = 1000;
+  c.user = "u1000";
+  auto v = service_->Submit(c, s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const SliceLimits& limits = regions_.regions.at(v->job.region_path);
+  EXPECT_TRUE(limits.work_conserving);
+  EXPECT_EQ(limits.compute_milli, 300u);
+  Restart();
+  auto back = service_->Get(v->job.id);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->job.request.compute_mode, core::ComputeMode::kWorkConserving);
+}
+
 TEST_F(ServiceTest, RequestThatCanNeverFitIsRefusedAtOnce) {
   auto big = Submit("81GiB", std::nullopt);
   ASSERT_FALSE(big.ok());

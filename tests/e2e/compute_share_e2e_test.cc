@@ -97,5 +97,41 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
   EXPECT_TRUE(coord_file) << "no coordination file in " << d.state_dir() << "/coord";
 }
 
+// --compute-mode reaches the slice: alone on the GPU, a hard 30% job stays
+// near 30%, a work-conserving 30% job uses the idle rest.
+TEST_F(E2ECompute, AWorkConservingJobAloneUsesTheIdleGpuAHardOneDoesNot) {
+  constexpr unsigned kKernelUs = 200;
+  auto run_alone = [&](const std::string& mode) {
+    CliResult r = d.Cli({"submit", "--mem", "2GiB", "--compute", "30%", "--compute-mode", mode,
+                         "--name", mode, "--", WorkerPath(), "--name", mode, "--mem", "256MiB",
+                         "--duty", "100%", "--seconds", "2", "--kernel-us",
+                         std::to_string(kKernelUs)});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::string id = Trim(r.out);
+    EXPECT_TRUE(Daemon::WaitFor([&] { return StateOf(d, id) == "exited"; }, 60));
+    json job = json::parse(d.Cli({"ps", "--all", "--json"}).out, nullptr, false);
+    for (const json& j : job["jobs"]) {
+      if (std::to_string(j["id"].get<uint64_t>()) == id) {
+        EXPECT_EQ(j["request"]["compute_mode"], mode);
+      }
+    }
+    std::string out = d.Cli({"logs", id}).out;
+    WorkerReport rep;
+    EXPECT_TRUE(ParseReport(out, &rep)) << out;
+    double use = rep.wall_ms > 0 ? rep.kernels * kKernelUs / 1000.0 / rep.wall_ms : 0;
+    std::cerr << mode << " 30% alone: " << use << " of the GPU\n";
+    return use;
+  };
+  double hard = run_alone("hard");
+  double wc = run_alone("work-conserving");
+  EXPECT_LE(hard, 0.30 + 0.10);
+  EXPECT_GE(wc, 0.55) << "a work-conserving slice alone may use the idle GPU";
+  // A bad mode is refused, naming the flag.
+  CliResult bad = d.Cli({"submit", "--mem", "1GiB", "--compute", "30%", "--compute-mode", "soft",
+                         "--", "true"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--compute-mode"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace gpuslice::e2e
