@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/ledger_schema.h"
+#include "daemon/sqlite_stmt.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -13,38 +14,7 @@ using core::Job;
 using core::Result;
 using core::Status;
 
-// One prepared statement, finalised on scope exit. Bind* take 1-based indices.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  Status prepared(const char* what) const {
-    return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what);
-  }
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
-  // SQLITE_ROW, SQLITE_DONE or an error code.
-  int Step() { return sqlite3_step(stmt_); }
-  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
-  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
-  std::string Text(int col) const {
-    const unsigned char* t = sqlite3_column_text(stmt_, col);
-    return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_ = SQLITE_OK;
-};
+using Stmt = SqliteStmt;
 
 std::string ToJson(const std::vector<std::string>& v) { return nlohmann::json(v).dump(); }
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/ledger.h"
+#include "daemon/sqlite_stmt.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -11,41 +12,7 @@ namespace {
 using core::Result;
 using core::Status;
 
-// One prepared statement, finalised on scope exit. Bind* take 1-based indices.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  Status prepared(const char* what) const {
-    return rc_ == SQLITE_OK ? Status::Ok() : SqliteError(db_, rc_, what);
-  }
-  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
-  void Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-  }
-  Status Run(const char* what) {
-    int rc = sqlite3_step(stmt_);
-    return rc == SQLITE_DONE ? Status::Ok() : SqliteError(db_, rc, what);
-  }
-  int Step() { return sqlite3_step(stmt_); }
-  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
-  double Real(int col) const { return sqlite3_column_double(stmt_, col); }
-  std::string Text(int col) const {
-    const unsigned char* t = sqlite3_column_text(stmt_, col);
-    return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
-  }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_ = SQLITE_OK;
-};
+using Stmt = SqliteStmt;
 
 Result<std::vector<std::string>> Strings(const std::string& text, const char* column) {
   auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
