@@ -301,7 +301,26 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
       }
       return true;
     };
-    const size_t last = samples.size() - 1;
+    // Steady state ends when the first tenant stops using the GPU: the
+    // workers' run times start at their own start-up, so they end tens of
+    // ms apart, and the tail after one ends is not the new split.
+    size_t last = samples.size() - 1;
+    for (size_t i = 0; i < sc.tenants.size(); ++i) {
+      size_t last_use = 0;
+      for (size_t k = 1; k < samples.size(); ++k) {
+        if (busy[i][k] > busy[i][k - 1]) last_use = k;
+      }
+      if (last_use > kc + 4) last = std::min(last, last_use - 1);
+    }
+    // What each changed tenant got from 300 ms after the change to the end
+    // of the steady state.
+    for (size_t i = 0; i < sc.tenants.size(); ++i) {
+      const size_t from = index_at(change_time + 0.3);
+      if (sc.tenants[i].change_at_s < 0 || from >= last) continue;
+      const double d = double(samples[last].t_ns - samples[from].t_ns);
+      j["after_change_pct"][sc.tenants[i].name] =
+          std::round(1000.0 * double(busy[i][last] - busy[i][from]) / d) / 10.0;
+    }
     size_t settled_at = 0;
     for (size_t k = kc; k + 4 <= last; ++k) {
       if (all_within(k, k + 4, 5.0) && (k + 4 == last || all_within(k + 4, last, 2.0))) {
