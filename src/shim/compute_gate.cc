@@ -29,6 +29,13 @@ namespace {
 constexpr uint64_t kTargetBatchNs = 500'000;  // GPU time one batch of credits should take.
 constexpr int32_t kMaxBatch = 256;
 constexpr uint32_t kMaxPendingMarkers = 2;       // Batches queued on the GPU at most.
+// While a slice of higher priority shares the GPU, a slice keeps at most one
+// short batch queued: the GPU time-slices between the processes that have
+// work in flight, so whatever is queued when the higher-priority work
+// arrives delays it (2 x 500 us of queued best-effort work added ~1.5 ms to
+// a 2 ms inference request; docs/COMPUTE.md).
+constexpr uint64_t kOutrankedBatchNs = 250000;
+constexpr uint32_t kOutrankedPendingMarkers = 2;
 constexpr uint64_t kActiveTickNs = 200'000;      // Background tick while using the GPU.
 constexpr uint64_t kIdleTickNs = 5'000'000;      // ... while idle or without a share.
 constexpr uint64_t kMaxWaitNs = 30'000'000'000;  // A launch never waits longer (degrade).
@@ -66,6 +73,8 @@ std::atomic<uint32_t> g_share{0};  // Current share (from the region), 0: none.
 // The region's launches_paused flag as last read: the gate stays closed
 // while it is set, whatever the share (the daemon's idle reclaim).
 std::atomic<bool> g_paused{false};
+// Some other slice on this GPU has a higher priority (FollowRegion).
+std::atomic<bool> g_outranked{false};
 
 std::mutex g_mu;
 Marker g_markers[kMaxMarkers];  // Ring, oldest first. Guarded by g_mu.
@@ -227,6 +236,15 @@ void FollowRegion(uint64_t now) {
     }
   }
   g_share.store(share, std::memory_order_relaxed);
+  // Whether a slice of higher priority is on this GPU: then keep the queue
+  // shallow (kOutrankedBatchNs). A scan of kMaxSlices entries per tick.
+  bool outranked = false;
+  for (uint32_t s = 0; s < coord::kMaxSlices && !outranked; ++s) {
+    const coord::SliceEntry& e = g_coord->slice(s);
+    const uint64_t key = e.key.load(std::memory_order_relaxed);
+    outranked = key != 0 && key != g_slice_key && e.priority.load(std::memory_order_relaxed) > priority;
+  }
+  g_outranked.store(outranked, std::memory_order_relaxed);
   ReadPaused();
 }
 
@@ -415,9 +433,12 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     if ((gate & 1) == 0) {
       std::lock_guard<std::mutex> lock(g_mu);
       PollMarkersLocked(now);
-      if (uint32_t(g_marker_count) < kMaxPendingMarkers) {
+      const bool outranked = g_outranked.load(std::memory_order_relaxed);
+      const uint32_t max_pending = outranked ? kOutrankedPendingMarkers : kMaxPendingMarkers;
+      if (uint32_t(g_marker_count) < max_pending) {
+        const double target = double(outranked ? kOutrankedBatchNs : kTargetBatchNs);
         const int32_t batch = std::clamp<int32_t>(
-            int32_t(double(kTargetBatchNs) / std::max(g_ns_per_launch, 1.0)), 1, kMaxBatch);
+            int32_t(target / std::max(g_ns_per_launch, 1.0)), 1, kMaxBatch);
         t_gate.gen = gate;
         t_gate.credits = batch - 1;  // This launch takes one.
         t_gate.batch = batch;
