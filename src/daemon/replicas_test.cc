@@ -8,35 +8,13 @@
 
 #include "daemon/launcher_fake.h"
 #include "daemon/replicas_api.h"
+#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 namespace fs = std::filesystem;
 using core::JobState;
-
-InventorySnapshot TwoGpus() {
-  InventorySnapshot s;
-  s.source = "simulated";
-  for (uint32_t i = 0; i < 2; ++i) {
-    GpuInfo g;
-    g.index = i;
-    g.uuid = "GPU-" + std::to_string(i);
-    g.model = "H100";
-    g.memory_total = 80 * core::kGiB;
-    s.gpus.push_back(g);
-  }
-  return s;
-}
-
-Caller User(uint32_t uid, bool admin = false) {
-  Caller c;
-  c.uid = uid;
-  c.gid = uid;
-  c.user = "u" + std::to_string(uid);
-  c.admin = admin;
-  return c;
-}
 
 // A Service over the fakes (as in service_test.cc) with a ReplicaManager on
 // its ledger; the fake clock moves by hand, the fake inventory reports the
@@ -154,7 +132,7 @@ class ReplicasTest : public ::testing::Test {
 
   std::string dir_;
   FakeClock clock_;
-  FakeInventory inventory_{TwoGpus()};
+  FakeInventory inventory_{SimulatedGpus(2)};
   FakeLauncher launcher_;
   FakeRegionStore regions_;
   std::unique_ptr<Service> service_;
@@ -163,7 +141,7 @@ class ReplicasTest : public ::testing::Test {
 };
 
 TEST_F(ReplicasTest, CreateSubmitsTheMinimumAsTaggedJobsOfTheOwner) {
-  auto v = manager_->Create(User(1000), Spec("web", {2, 4}));
+  auto v = manager_->Create(TestCaller(1000), Spec("web", {2, 4}));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->desired, 2u);
   EXPECT_EQ(v->request_describe, "8 GiB");
@@ -181,39 +159,39 @@ TEST_F(ReplicasTest, CreateSubmitsTheMinimumAsTaggedJobsOfTheOwner) {
   }
   EXPECT_EQ(names, (std::set<std::string>{"web-1", "web-2"}));
   EXPECT_EQ(CountEvents("service_created"), 1u);
-  EXPECT_EQ(manager_->Create(User(1000), Spec("web", {1, 2})).status().code(),
+  EXPECT_EQ(manager_->Create(TestCaller(1000), Spec("web", {1, 2})).status().code(),
             core::StatusCode::kAlreadyExists);
 }
 
 TEST_F(ReplicasTest, ARequestNoGpuCanHoldIsRefusedAndNothingStays) {
-  auto v = manager_->Create(User(1000), Spec("big", {1, 2}, "100GiB"));
+  auto v = manager_->Create(TestCaller(1000), Spec("big", {1, 2}, "100GiB"));
   EXPECT_EQ(v.status().code(), core::StatusCode::kInvalidArgument) << v.status().ToString();
   EXPECT_TRUE(manager_->List().empty());
   EXPECT_TRUE(service_->List(false).empty());
   // The name is free again, and nothing comes back after a restart.
   Restart();
   EXPECT_TRUE(manager_->List().empty());
-  EXPECT_TRUE(manager_->Create(User(1000), Spec("big", {1, 2})).ok());
+  EXPECT_TRUE(manager_->Create(TestCaller(1000), Spec("big", {1, 2})).ok());
 }
 
 TEST_F(ReplicasTest, BadNamesAndPoliciesAreRefusedWithTheirField) {
-  EXPECT_NE(manager_->Create(User(1000), Spec("a/b", {1, 2})).status().message().find("a/b"),
+  EXPECT_NE(manager_->Create(TestCaller(1000), Spec("a/b", {1, 2})).status().message().find("a/b"),
             std::string::npos);
   ServiceCreateSpec s = Spec("ok", {1, 2});
   s.policy.target_milli = 0;
-  EXPECT_NE(manager_->Create(User(1000), s).status().message().find("--target-util"),
+  EXPECT_NE(manager_->Create(TestCaller(1000), s).status().message().find("--target-util"),
             std::string::npos);
   s = Spec("ok", {1, 2});
   s.request["argv"] = {"x"};
-  EXPECT_EQ(manager_->Create(User(1000), s).status().code(), core::StatusCode::kInvalidArgument);
-  Caller tcp = User(1000);
+  EXPECT_EQ(manager_->Create(TestCaller(1000), s).status().code(), core::StatusCode::kInvalidArgument);
+  Caller tcp = TestCaller(1000);
   tcp.local = false;
   EXPECT_EQ(manager_->Create(tcp, Spec("ok", {1, 2})).status().code(),
             core::StatusCode::kPermissionDenied);
 }
 
 TEST_F(ReplicasTest, BusyReplicasScaleUpThroughCoolDownsAndIdleOnesScaleDown) {
-  ASSERT_TRUE(manager_->Create(User(1000), Spec("web", {1, 3})).ok());
+  ASSERT_TRUE(manager_->Create(TestCaller(1000), Spec("web", {1, 3})).ok());
   SetAllUse("web", 90);
   // Scale-up window 10 s: the first sample above target starts it.
   int seconds = 0;
@@ -284,7 +262,7 @@ TEST_F(ReplicasTest, BusyReplicasScaleUpThroughCoolDownsAndIdleOnesScaleDown) {
 TEST_F(ReplicasTest, UseIsRelativeToTheReplicasComputeShare) {
   ServiceCreateSpec spec = Spec("web", {1, 2});
   spec.request["compute"] = "30%";
-  ASSERT_TRUE(manager_->Create(User(1000), spec).ok());
+  ASSERT_TRUE(manager_->Create(TestCaller(1000), spec).ok());
   SetAllUse("web", 27);  // 27% of the GPU is 90% of a 30% share.
   Second();
   auto v = manager_->Get("web");
@@ -298,7 +276,7 @@ TEST_F(ReplicasTest, UseIsRelativeToTheReplicasComputeShare) {
 
 TEST_F(ReplicasTest, WithoutItsTablesTheManagerRefusesNewServices) {
   ReplicaManager unstarted(*service_, clock_);
-  auto refused = unstarted.Create(User(1000), Spec("web", {1, 2}));
+  auto refused = unstarted.Create(TestCaller(1000), Spec("web", {1, 2}));
   EXPECT_EQ(refused.status().code(), core::StatusCode::kUnavailable);
   EXPECT_NE(refused.status().message().find("ledger tables"), std::string::npos)
       << refused.status().ToString();
@@ -307,7 +285,7 @@ TEST_F(ReplicasTest, WithoutItsTablesTheManagerRefusesNewServices) {
 
 TEST_F(ReplicasTest, APendingReplicaIsNotCapacityAndBlocksScaleUp) {
   // 60 GiB each: one per GPU, so a third waits.
-  ASSERT_TRUE(manager_->Create(User(1000), Spec("big", {2, 4}, "60GiB")).ok());
+  ASSERT_TRUE(manager_->Create(TestCaller(1000), Spec("big", {2, 4}, "60GiB")).ok());
   SetAllUse("big", 100);
   for (int i = 0; i < 15; ++i) Second();
   auto v = manager_->Get("big");
@@ -319,7 +297,7 @@ TEST_F(ReplicasTest, APendingReplicaIsNotCapacityAndBlocksScaleUp) {
   EXPECT_EQ(v->desired, 3u) << "no scale-up while a replica is pending";
   EXPECT_EQ(v->pending, 1u);
   // Scaling down by hand stops the pending replica first.
-  ASSERT_TRUE(manager_->Scale(User(1000), "big", 2u, std::nullopt).ok());
+  ASSERT_TRUE(manager_->Scale(TestCaller(1000), "big", 2u, std::nullopt).ok());
   Second();
   v = manager_->Get("big");
   EXPECT_EQ(v->running, 2u);
@@ -327,7 +305,7 @@ TEST_F(ReplicasTest, APendingReplicaIsNotCapacityAndBlocksScaleUp) {
 }
 
 TEST_F(ReplicasTest, AReplicaThatExitsIsReplacedAndQuickFailuresBackOff) {
-  ASSERT_TRUE(manager_->Create(User(1000), Spec("web", {1, 2})).ok());
+  ASSERT_TRUE(manager_->Create(TestCaller(1000), Spec("web", {1, 2})).ok());
   for (int i = 0; i < 60; ++i) Second();
   auto first = Live("web");
   ASSERT_EQ(first.size(), 1u);
@@ -375,8 +353,8 @@ TEST_F(ReplicasTest, AReplicaThatExitsIsReplacedAndQuickFailuresBackOff) {
 }
 
 TEST_F(ReplicasTest, ARestartReassociatesReplicasAndSubmitsNothingTwice) {
-  ASSERT_TRUE(manager_->Create(User(1000), Spec("web", {2, 4})).ok());
-  ASSERT_TRUE(manager_->Scale(User(1000), "web", 3u, std::nullopt).ok());
+  ASSERT_TRUE(manager_->Create(TestCaller(1000), Spec("web", {2, 4})).ok());
+  ASSERT_TRUE(manager_->Scale(TestCaller(1000), "web", 3u, std::nullopt).ok());
   ASSERT_EQ(Live("web").size(), 3u);
   // A crash between a replica's submission and its row: the row is missing.
   uint64_t lost = Live("web").back().job_id;
@@ -409,27 +387,27 @@ TEST_F(ReplicasTest, ARestartReassociatesReplicasAndSubmitsNothingTwice) {
 }
 
 TEST_F(ReplicasTest, OnlyTheOwnerOrAnAdminScalesOrRemoves) {
-  ASSERT_TRUE(manager_->Create(User(1000), Spec("web", {1, 4})).ok());
-  EXPECT_EQ(manager_->Scale(User(1001), "web", 2u, std::nullopt).status().code(),
+  ASSERT_TRUE(manager_->Create(TestCaller(1000), Spec("web", {1, 4})).ok());
+  EXPECT_EQ(manager_->Scale(TestCaller(1001), "web", 2u, std::nullopt).status().code(),
             core::StatusCode::kPermissionDenied);
-  EXPECT_EQ(manager_->Remove(User(1001), "web").status().code(),
+  EXPECT_EQ(manager_->Remove(TestCaller(1001), "web").status().code(),
             core::StatusCode::kPermissionDenied);
-  EXPECT_EQ(manager_->Scale(User(1000), "web", 5u, std::nullopt).status().code(),
+  EXPECT_EQ(manager_->Scale(TestCaller(1000), "web", 5u, std::nullopt).status().code(),
             core::StatusCode::kOutOfRange);
-  EXPECT_EQ(manager_->Scale(User(1000), "nope", 2u, std::nullopt).status().code(),
+  EXPECT_EQ(manager_->Scale(TestCaller(1000), "nope", 2u, std::nullopt).status().code(),
             core::StatusCode::kNotFound);
-  auto v = manager_->Scale(User(0, /*admin=*/true), "web", 3u, std::nullopt);
+  auto v = manager_->Scale(TestCaller(0, /*admin=*/true), "web", 3u, std::nullopt);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(Live("web").size(), 3u);
   // A narrower range clamps desired.
-  v = manager_->Scale(User(1000), "web", std::nullopt, core::ReplicaRange{1, 2});
+  v = manager_->Scale(TestCaller(1000), "web", std::nullopt, core::ReplicaRange{1, 2});
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->desired, 2u);
   EXPECT_EQ(v->last_decision, "set by u1000: 3 -> 2 replicas, range 1-4 -> 1-2");
   Second();
   EXPECT_EQ(Live("web").size(), 2u);
 
-  auto cancelled = manager_->Remove(User(1000), "web");
+  auto cancelled = manager_->Remove(TestCaller(1000), "web");
   ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
   EXPECT_EQ(cancelled->size(), 2u);
   Second();
@@ -437,7 +415,7 @@ TEST_F(ReplicasTest, OnlyTheOwnerOrAnAdminScalesOrRemoves) {
   EXPECT_TRUE(manager_->List().empty());
   Restart();
   EXPECT_TRUE(manager_->List().empty()) << "removal is durable";
-  EXPECT_TRUE(manager_->Create(User(1000), Spec("web", {1, 1})).ok()) << "the name is free again";
+  EXPECT_TRUE(manager_->Create(TestCaller(1000), Spec("web", {1, 1})).ok()) << "the name is free again";
 }
 
 TEST(ServiceTable, OpensOnlyAnExistingGpusliceLedger) {

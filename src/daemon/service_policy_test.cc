@@ -11,35 +11,14 @@
 
 #include "daemon/launcher_fake.h"
 #include "daemon/service.h"
+#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 namespace fs = std::filesystem;
 
-InventorySnapshot TwoGpus() {
-  InventorySnapshot s;
-  s.source = "simulated";
-  for (uint32_t i = 0; i < 2; ++i) {
-    GpuInfo g;
-    g.index = i;
-    g.uuid = "GPU-" + std::to_string(i);
-    g.model = "H100";
-    g.memory_total = 80 * core::kGiB;
-    s.gpus.push_back(g);
-  }
-  return s;
-}
-
-Caller User(uint32_t uid, bool admin = false) {
-  Caller c;
-  c.uid = c.gid = uid;
-  c.user = "u" + std::to_string(uid);
-  c.admin = admin;
-  return c;
-}
-
-const Caller kAdmin = User(0, true);
+const Caller kAdmin = TestCaller(0, true);
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -77,7 +56,7 @@ class PolicyTest : public ::testing::Test {
     s.argv = {"train"};
     s.cwd = "/home/u";
     s.restartable = restartable;
-    return service_->Submit(User(uid), s);
+    return service_->Submit(TestCaller(uid), s);
   }
   static core::RequestFields Mem(const std::string& mem, const std::string& compute = "10%",
                                  const std::string& priority = "normal") {
@@ -115,7 +94,7 @@ class PolicyTest : public ::testing::Test {
 
   std::string dir_;
   FakeClock clock_;
-  FakeInventory inventory_{TwoGpus()};
+  FakeInventory inventory_{SimulatedGpus(2)};
   FakeLauncher launcher_;
   FakeRegionStore regions_;
   std::unique_ptr<Service> service_;
@@ -179,7 +158,7 @@ TEST_F(PolicyTest, QuotaThatCanNeverFitRefusesAtSubmit) {
 
 TEST_F(PolicyTest, OnlyAdminsSetQuotasAndTheyOutliveARestart) {
   Start();
-  EXPECT_EQ(service_->SetQuota(User(1000), kU1000, Jobs(1)).code(),
+  EXPECT_EQ(service_->SetQuota(TestCaller(1000), kU1000, Jobs(1)).code(),
             core::StatusCode::kPermissionDenied);
   ASSERT_TRUE(service_->SetQuota(kAdmin, kStudents, Jobs(3)).ok());
   service_.reset();
@@ -202,25 +181,25 @@ TEST_F(PolicyTest, ResizeChangesTheSliceTheLedgerAndTheCapacity) {
   ResizeSpec spec;
   spec.mem = "20GiB";
   spec.compute = "50%";
-  auto r = service_->Resize(User(1000), id, spec);
+  auto r = service_->Resize(TestCaller(1000), id, spec);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->job.request.Describe(), "20 GiB + 50%");
   EXPECT_EQ(regions_.regions[region].memory_bytes_per_device, 20 * core::kGiB);
   EXPECT_EQ(regions_.regions[region].compute_milli, 500u);
   EXPECT_TRUE(HasEvent(id, "resized"));
   // Someone else may not; over the GPU is refused.
-  EXPECT_EQ(service_->Resize(User(2000), id, spec).status().code(),
+  EXPECT_EQ(service_->Resize(TestCaller(2000), id, spec).status().code(),
             core::StatusCode::kPermissionDenied);
   spec.mem = "90GiB";
-  EXPECT_EQ(service_->Resize(User(1000), id, spec).status().code(),
+  EXPECT_EQ(service_->Resize(TestCaller(1000), id, spec).status().code(),
             core::StatusCode::kResourceExhausted);
   // Below what it uses: only with force.
   regions_.used[region] = 12 * core::kGiB;
   spec.mem = "10GiB";
-  auto below = service_->Resize(User(1000), id, spec);
+  auto below = service_->Resize(TestCaller(1000), id, spec);
   EXPECT_EQ(below.status().code(), core::StatusCode::kFailedPrecondition);
   spec.force = true;
-  EXPECT_TRUE(service_->Resize(User(1000), id, spec).ok());
+  EXPECT_TRUE(service_->Resize(TestCaller(1000), id, spec).ok());
   EXPECT_EQ(regions_.regions[region].memory_bytes_per_device, 10 * core::kGiB);
   // A restart reads the new size back.
   service_.reset();
@@ -237,13 +216,13 @@ TEST_F(PolicyTest, ResizeWithinTheUsersQuota) {
   auto b = Submit(Mem("4GiB"));
   ResizeSpec spec;
   spec.mem = "13GiB";
-  auto r = service_->Resize(User(1000), a->job.id, spec);
+  auto r = service_->Resize(TestCaller(1000), a->job.id, spec);
   EXPECT_EQ(r.status().code(), core::StatusCode::kResourceExhausted);
   EXPECT_EQ(r.status().message(),
             "resize to 13 GiB + 10% is over quota: user u1000: memory "
             "4 GiB of 16 GiB in use, asks 13 GiB");
   spec.mem = "12GiB";
-  EXPECT_TRUE(service_->Resize(User(1000), a->job.id, spec).ok());
+  EXPECT_TRUE(service_->Resize(TestCaller(1000), a->job.id, spec).ok());
   (void)b;
 }
 
@@ -347,8 +326,8 @@ TEST_F(PolicyTest, IdleJobIsFlaggedThenPausedWhenSomethingWaits) {
   v = Get(idle->job.id);
   EXPECT_NE(std::find(v.flags.begin(), v.flags.end(), "paused"), v.flags.end());
   // Paused jobs stay paused until resumed.
-  EXPECT_EQ(service_->Resume(User(2000), idle->job.id).code(), core::StatusCode::kPermissionDenied);
-  ASSERT_TRUE(service_->Resume(User(1000), idle->job.id).ok());
+  EXPECT_EQ(service_->Resume(TestCaller(2000), idle->job.id).code(), core::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(service_->Resume(TestCaller(1000), idle->job.id).ok());
   EXPECT_FALSE(regions_.regions[region].launches_paused);
   Run(60);
   EXPECT_FALSE(regions_.regions[region].launches_paused) << "idle time counts afresh";

@@ -9,25 +9,12 @@
 #include <fstream>
 
 #include "daemon/launcher_fake.h"
+#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 namespace fs = std::filesystem;
-
-InventorySnapshot TwoGpus() {
-  InventorySnapshot s;
-  s.source = "simulated";
-  for (uint32_t i = 0; i < 2; ++i) {
-    GpuInfo g;
-    g.index = i;
-    g.uuid = "GPU-" + std::to_string(i);
-    g.model = "H100";
-    g.memory_total = 80 * core::kGiB;
-    s.gpus.push_back(g);
-  }
-  return s;
-}
 
 class ServiceTest : public ::testing::Test {
  protected:
@@ -78,7 +65,7 @@ class ServiceTest : public ::testing::Test {
 
   std::string dir_;
   FakeClock clock_;
-  FakeInventory inventory_{TwoGpus()};
+  FakeInventory inventory_{SimulatedGpus(2)};
   FakeLauncher launcher_;
   FakeRegionStore regions_;
   std::unique_ptr<Service> service_;

@@ -6,6 +6,7 @@
 
 #include "core/units.h"
 #include "daemon/launcher_fake.h"
+#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -16,20 +17,6 @@ using nlohmann::json;
 constexpr int64_t kHour = 3600 * 1000;
 constexpr int64_t kT0 = 1'700'000'000'000;
 constexpr uint32_t kUnknownGid = 4'242'424;
-
-InventorySnapshot TwoGpus() {
-  InventorySnapshot s;
-  s.source = "simulated";
-  for (uint32_t i = 0; i < 2; ++i) {
-    GpuInfo g;
-    g.index = i;
-    g.uuid = "GPU-" + std::to_string(i);
-    g.model = "H100";
-    g.memory_total = 80 * core::kGiB;
-    s.gpus.push_back(g);
-  }
-  return s;
-}
 
 Caller Admin() {
   Caller c;
@@ -109,7 +96,7 @@ class UsageApiTest : public ::testing::Test {
     r.path = "/v1/usage";
     r.query = std::move(query);
     r.caller = caller;
-    ApiResponse resp = HandleUsage(r, ledger_.get(), TwoGpus(), now_ms);
+    ApiResponse resp = HandleUsage(r, ledger_.get(), SimulatedGpus(2), now_ms);
     if (status) *status = resp.status;
     return json::parse(resp.body);
   }
@@ -248,7 +235,7 @@ TEST_F(UsageApiTest, WithoutALedgerItIsUnavailable) {
   r.method = "GET";
   r.path = "/v1/usage";
   r.caller = Admin();
-  EXPECT_EQ(HandleUsage(r, nullptr, TwoGpus(), kT0).status, 503);
+  EXPECT_EQ(HandleUsage(r, nullptr, SimulatedGpus(2), kT0).status, 503);
 }
 
 TEST(UsageApiRoute, ReadsTheServicesOwnLedger) {
@@ -257,7 +244,7 @@ TEST(UsageApiRoute, ReadsTheServicesOwnLedger) {
   std::string dir = tmpl;
   {
     FakeClock clock;
-    FakeInventory inventory{TwoGpus()};
+    FakeInventory inventory{SimulatedGpus(2)};
     FakeLauncher launcher;
     FakeRegionStore regions;
     ServiceOptions o;
