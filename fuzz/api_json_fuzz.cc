@@ -1,5 +1,6 @@
-// Fuzzes the API's JSON bodies: POST /v1/jobs (ParseSubmitBody) and the small
-// integer bodies of /attach and /exit. Arbitrary bytes must give a value or a
+// Fuzzes the API's JSON bodies: POST /v1/jobs (ParseSubmitBody), the small
+// integer bodies of /attach and /exit, POST /v1/quotas (ParseQuotaBody, then
+// BuildQuota) and POST /v1/jobs/{id}/resize (ParseResizeBody). Arbitrary bytes must give a value or a
 // clear error, never a crash, an exception or an unbounded allocation; an
 // accepted submission's request fields then go through BuildRequest.
 
@@ -25,5 +26,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto pid = daemon::ParseIntField(body, "pid", 1 << 30);
   if (pid.ok() && (*pid < 0 || *pid > (1 << 30))) __builtin_trap();
+  auto quota = daemon::ParseQuotaBody(body);
+  if (quota.ok()) {
+    if (!daemon::ValidatePrincipalName(quota->first.name).ok()) __builtin_trap();
+    auto q = core::BuildQuota(quota->second);
+    if (!q.ok() && q.status().message().empty()) __builtin_trap();
+  } else if (quota.status().message().empty()) {
+    __builtin_trap();
+  }
+  auto resize = daemon::ParseResizeBody(body);
+  if (!resize.ok() && resize.status().message().empty()) __builtin_trap();
   return 0;
 }
