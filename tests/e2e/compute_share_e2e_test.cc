@@ -18,20 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-std::string StateOf(Daemon& d, const std::string& id) {
-  json list = json::parse(d.Cli({"ps", "--all", "--json"}).out, nullptr, false);
-  if (!list.is_object()) return "";
-  for (const json& j : list["jobs"]) {
-    if (std::to_string(j["id"].get<uint64_t>()) == id) return j["state"].get<std::string>();
-  }
-  return "";
-}
-
 struct WorkerReport {
   long kernels = 0;
   double gpu_ms = 0;
@@ -72,7 +58,7 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
   ASSERT_FALSE(a.empty());
   ASSERT_FALSE(b.empty());
   ASSERT_TRUE(Daemon::WaitFor(
-      [&] { return StateOf(d, a) == "exited" && StateOf(d, b) == "exited"; }, 90));
+      [&] { return State(d, a) == "exited" && State(d, b) == "exited"; }, 90));
   std::string out_a = d.Cli({"logs", a}).out, out_b = d.Cli({"logs", b}).out;
   WorkerReport ra, rb;
   ASSERT_TRUE(ParseReport(out_a, &ra)) << out_a << d.Cli({"logs", a}).err;
@@ -108,7 +94,7 @@ TEST_F(E2ECompute, AWorkConservingJobAloneUsesTheIdleGpuAHardOneDoesNot) {
                          std::to_string(kKernelUs)});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::string id = Trim(r.out);
-    EXPECT_TRUE(Daemon::WaitFor([&] { return StateOf(d, id) == "exited"; }, 60));
+    EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 60));
     json job = json::parse(d.Cli({"ps", "--all", "--json"}).out, nullptr, false);
     for (const json& j : job["jobs"]) {
       if (std::to_string(j["id"].get<uint64_t>()) == id) {

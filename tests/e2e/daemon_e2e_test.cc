@@ -20,27 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-json Job(Daemon& d, const std::string& id) {
-  CliResult r = d.Cli({"ps", "--all", "--json"});
-  // Held in a variable: a range-for over a member of a temporary dangles.
-  json list = json::parse(r.out, nullptr, false);
-  if (!list.is_object()) return json();
-  for (const json& j : list["jobs"]) {
-    if (std::to_string(j["id"].get<uint64_t>()) == id) return j;
-  }
-  return json();
-}
-
-std::string State(Daemon& d, const std::string& id) {
-  json j = Job(d, id);
-  return j.is_null() ? "" : j["state"].get<std::string>();
-}
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 class E2E : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log"); }

@@ -191,4 +191,25 @@ int Daemon::CliAsync(const std::vector<std::string>& args, const std::string& ou
   return Spawn(argv, Env(), out_path, out_path + ".err", -1);
 }
 
+nlohmann::json Job(Daemon& d, const std::string& id) {
+  CliResult r = d.Cli({"ps", "--all", "--json"});
+  // Held in a variable: a range-for over a member of a temporary dangles.
+  nlohmann::json list = nlohmann::json::parse(r.out, nullptr, false);
+  if (!list.is_object()) return nlohmann::json();
+  for (const nlohmann::json& j : list["jobs"]) {
+    if (std::to_string(j["id"].get<uint64_t>()) == id) return j;
+  }
+  return nlohmann::json();
+}
+
+std::string State(Daemon& d, const std::string& id) {
+  nlohmann::json j = Job(d, id);
+  return j.is_null() ? "" : j["state"].get<std::string>();
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
 }  // namespace gpuslice::e2e

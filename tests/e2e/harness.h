@@ -7,6 +7,7 @@
 // a busy 2-core machine slows the tests down without breaking them.
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,5 +61,12 @@ class Daemon {
 
 std::string WorkerPath();
 std::string ReadFile(const std::string& path);
+
+// Job `id` as `gpuslice ps --all --json` shows it; null when absent.
+nlohmann::json Job(Daemon& d, const std::string& id);
+// Its state ("queued", "running", "exited"...), "" when absent.
+std::string State(Daemon& d, const std::string& id);
+// `s` without trailing newlines and spaces (a CLI's printed id, say).
+std::string Trim(std::string s);
 
 }  // namespace gpuslice::e2e

@@ -17,26 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-json Job(Daemon& d, const std::string& id) {
-  CliResult r = d.Cli({"ps", "--all", "--json"});
-  json list = json::parse(r.out, nullptr, false);
-  if (!list.is_object()) return json();
-  for (const json& j : list["jobs"]) {
-    if (std::to_string(j["id"].get<uint64_t>()) == id) return j;
-  }
-  return json();
-}
-
-std::string State(Daemon& d, const std::string& id) {
-  json j = Job(d, id);
-  return j.is_null() ? "" : j["state"].get<std::string>();
-}
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 std::string Me() {
   struct passwd* pw = getpwuid(geteuid());
   return pw ? pw->pw_name : std::to_string(geteuid());

@@ -18,25 +18,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda_program.h"
+
 namespace {
 
-const char kPtx[] =
-    ".version 8.0\n.target sm_90\n.address_size 64\n"
-    ".visible .entry sim_sleep_us(.param .u32 us)\n{\n ret;\n}\n";
-
-void Check(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return;
-  const char* name = nullptr;
-  cuGetErrorName(r, &name);
-  std::fprintf(stderr, "launch_loop: %s failed: %s\n", what, name ? name : "?");
-  std::exit(1);
-}
-
-uint64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
+using gpuslice::test::Check;
+using gpuslice::test::NowNs;
+constexpr const char* kPtx = gpuslice::test::kSleepKernelPtx;
 
 }  // namespace
 
