@@ -38,6 +38,13 @@ namespace fs = std::filesystem;
 using gpuslice::shim::ComputeMode;
 using gpuslice::shim::Region;
 
+// The simulator's per-process busy time is sampled every 25 ms. Settling is
+// judged over 200 ms windows and give-back over 50 ms ones; a window ends on
+// a sample, so the sampling step bounds how much a figure overstates.
+constexpr uint64_t kSampleNs = 25'000'000;
+constexpr size_t kWin = 8;          // Samples in a 200 ms window.
+constexpr size_t kGiveBackWin = 2;  // Samples in a 50 ms window.
+
 uint64_t NowNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -172,7 +179,7 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     for (const auto& p : (*model)->DeviceProcesses(0)) s.busy[p.pid] = p.busy_ns;
     samples.push_back(std::move(s));
     if (!alive) break;
-    SleepNs(50'000'000);
+    SleepNs(kSampleNs);
   }
   // Per-tenant busy time over [a, b) from the samples (pids stay known after exit
   // only while sampled: keep the last value seen).
@@ -310,7 +317,7 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
       for (size_t k = 1; k < samples.size(); ++k) {
         if (busy[i][k] > busy[i][k - 1]) last_use = k;
       }
-      if (last_use > kc + 4) last = std::min(last, last_use - 1);
+      if (last_use > kc + kWin) last = std::min(last, last_use - 1);
     }
     // What each changed tenant got from 300 ms after the change to the end
     // of the steady state.
@@ -322,29 +329,31 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
           std::round(1000.0 * double(busy[i][last] - busy[i][from]) / d) / 10.0;
     }
     size_t settled_at = 0;
-    for (size_t k = kc; k + 4 <= last; ++k) {
-      if (all_within(k, k + 4, 5.0) && (k + 4 == last || all_within(k + 4, last, 2.0))) {
-        settle = double(samples[k + 4].t_ns) / 1e9 - change_time;
-        settled_at = k + 4;
+    for (size_t k = kc; k + kWin <= last; ++k) {
+      if (all_within(k, k + kWin, 5.0) && (k + kWin == last || all_within(k + kWin, last, 2.0))) {
+        settle = double(samples[k + kWin].t_ns) / 1e9 - change_time;
+        settled_at = k + kWin;
         break;
       }
     }
     if (settle >= 0) {
       int in_band = 0, windows = 0;
-      for (size_t m = settled_at; m + 4 <= last; m += 4, ++windows)
-        in_band += all_within(m, m + 4, 5.0);
+      for (size_t m = settled_at; m + kWin <= last; m += kWin, ++windows)
+        in_band += all_within(m, m + kWin, 5.0);
       j["in_band_pct"] = windows > 0 ? std::round(100.0 * in_band / windows) : 100.0;
     }
     j["settle_ms"] = settle < 0 ? -1 : std::round(settle * 1000);
     // The shares over 200 ms windows around the change, to see how it settled.
     nlohmann::json trace = nlohmann::json::array();
     for (size_t k = index_at(change_time - 0.4);
-         k + 4 < samples.size() && samples[k].t_ns < uint64_t((change_time + 1.2) * 1e9); k += 4) {
-      const double d = double(samples[k + 4].t_ns - samples[k].t_ns);
+         k + kWin < samples.size() && samples[k].t_ns < uint64_t((change_time + 1.2) * 1e9);
+         k += kWin) {
+      const double d = double(samples[k + kWin].t_ns - samples[k].t_ns);
       nlohmann::json row = {
           {"t_ms", std::round((double(samples[k].t_ns) / 1e9 - change_time) * 1000)}};
       for (size_t i = 0; i < sc.tenants.size(); ++i) {
-        row[sc.tenants[i].name] = std::round(1000.0 * double(busy[i][k + 4] - busy[i][k]) / d) / 10;
+        row[sc.tenants[i].name] =
+            std::round(1000.0 * double(busy[i][k + kWin] - busy[i][k]) / d) / 10;
       }
       trace.push_back(row);
     }
@@ -352,7 +361,7 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
   }
   // Give-back: when a tenant arrives, how long from its first GPU use (its
   // process start-up excluded: the simulator's busy time is the witness)
-  // until it gets >= 80% of its share over a 100 ms window (2 samples).
+  // until it gets >= 80% of its share over a 50 ms window (kGiveBackWin).
   for (size_t i = 0; i < sc.tenants.size(); ++i) {
     if (sc.tenants[i].start_s <= 0) continue;
     size_t ks = 0;
@@ -360,10 +369,11 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     if (ks == samples.size()) continue;
     const double first_use = double(samples[ks > 0 ? ks - 1 : 0].t_ns) / 1e9;
     j["first_use_s"] = std::round(first_use * 1000) / 1000;
-    for (size_t k = ks > 0 ? ks - 1 : 0; k + 2 < samples.size(); ++k) {
-      const double d = double(samples[k + 2].t_ns - samples[k].t_ns);
-      if (100.0 * double(busy[i][k + 2] - busy[i][k]) / d >= 0.8 * sc.tenants[i].share) {
-        j["giveback_ms"] = std::round((double(samples[k + 2].t_ns) / 1e9 - first_use) * 1000);
+    for (size_t k = ks > 0 ? ks - 1 : 0; k + kGiveBackWin < samples.size(); ++k) {
+      const double d = double(samples[k + kGiveBackWin].t_ns - samples[k].t_ns);
+      if (100.0 * double(busy[i][k + kGiveBackWin] - busy[i][k]) / d >= 0.8 * sc.tenants[i].share) {
+        j["giveback_ms"] =
+            std::round((double(samples[k + kGiveBackWin].t_ns) / 1e9 - first_use) * 1000);
         break;
       }
     }
@@ -467,15 +477,43 @@ int main(int argc, char** argv) {
     shared.tenants[0].target = 10;
     shared.tenants[1].target = 45;
     shared.tenants[2].target = 45;
-    std::vector<double> p99;
-    nlohmann::json a = RunScenario(alone, scale, &p99);
-    nlohmann::json b = RunScenario(shared, scale, &p99);
-    if (p99.size() == 2 && p99[0] > 0) {
-      b["p99_inflation_pct"] = std::round((p99[1] / p99[0] - 1) * 1000) / 10;
+    // The p99 of a 2 ms request on a small loaded machine moves by +-0.5 ms
+    // from run to run, alone as well as shared: rounds of (alone, shared)
+    // side by side, and the inflation of the medians of their p99s.
+    constexpr int kRounds = 3;
+    std::vector<double> p99_alone, p99_shared;
+    for (int round = 0; round < kRounds; ++round) {
+      std::vector<double> p99;
+      nlohmann::json a = RunScenario(alone, scale, &p99);
+      nlohmann::json b = RunScenario(shared, scale, &p99);
+      if (p99.size() == 2 && p99[0] > 0) {
+        b["p99_inflation_pct"] = std::round((p99[1] / p99[0] - 1) * 1000) / 10;
+        p99_alone.push_back(p99[0]);
+        p99_shared.push_back(p99[1]);
+      }
+      a["round"] = round + 1;
+      b["round"] = round + 1;
+      std::printf("%s\n%s\n", a.dump().c_str(), b.dump().c_str());
+      std::fflush(stdout);
+      all.push_back(a);
+      all.push_back(b);
     }
-    std::printf("%s\n%s\n", a.dump().c_str(), b.dump().c_str());
-    all.push_back(a);
-    all.push_back(b);
+    if (!p99_alone.empty()) {
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double ma = median(p99_alone), ms = median(p99_shared);
+      nlohmann::json summary = {{"scenario", "priority: p99 inflation over the rounds"},
+                                {"rounds", p99_alone.size()},
+                                {"p99_alone_us", p99_alone},
+                                {"p99_shared_us", p99_shared},
+                                {"median_p99_alone_us", ma},
+                                {"median_p99_shared_us", ms},
+                                {"p99_inflation_pct", std::round((ms / ma - 1) * 1000) / 10}};
+      std::printf("%s\n", summary.dump().c_str());
+      all.push_back(summary);
+    }
   }
   if (!json_path.empty()) std::ofstream(json_path) << all.dump(2) << "\n";
   return 0;

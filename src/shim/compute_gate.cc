@@ -1,6 +1,7 @@
 #include "shim/compute_gate.h"
 
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,14 +29,22 @@ namespace {
 
 constexpr uint64_t kTargetBatchNs = 500'000;  // GPU time one batch of credits should take.
 constexpr int32_t kMaxBatch = 256;
-constexpr uint32_t kMaxPendingMarkers = 2;       // Batches queued on the GPU at most.
-// While a slice of higher priority shares the GPU, a slice keeps at most one
-// short batch queued: the GPU time-slices between the processes that have
-// work in flight, so whatever is queued when the higher-priority work
-// arrives delays it (2 x 500 us of queued best-effort work added ~1.5 ms to
-// a 2 ms inference request; docs/COMPUTE.md).
-constexpr uint64_t kOutrankedBatchNs = 250000;
-constexpr uint32_t kOutrankedPendingMarkers = 2;
+constexpr uint32_t kMaxPendingMarkers = 2;  // Batches queued on the GPU at most.
+// While a slice of higher priority shares the GPU, a slice keeps its queue
+// on the GPU as shallow as it can keep fed: the GPU time-slices between the
+// processes that have work in flight, so whatever is queued when the
+// higher-priority work arrives delays it (2 x 500 us of queued best-effort
+// work added ~1.5 ms to a 2 ms inference request; docs/COMPUTE.md). How
+// shallow depends on how promptly this process's launching thread wakes up
+// to top the queue up, so the depth adapts: it grows by a quarter each time
+// a top-up finds the queue already drained (the GPU may have idled), and
+// shrinks by 1 us each time one does not, between the bounds below: about 2%
+// of top-ups find it dry.
+constexpr uint32_t kOutrankedPendingMarkers = 2;  // Depth / 2 per batch.
+constexpr double kOutrankedMinDepthNs = 100'000;
+constexpr double kOutrankedMaxDepthNs = 1'000'000;
+constexpr double kOutrankedStartDepthNs = 500'000;
+constexpr double kOutrankedDepthStepNs = 1'000;
 constexpr uint64_t kActiveTickNs = 200'000;      // Background tick while using the GPU.
 constexpr uint64_t kIdleTickNs = 5'000'000;      // ... while idle or without a share.
 constexpr uint64_t kMaxWaitNs = 30'000'000'000;  // A launch never waits longer (degrade).
@@ -47,12 +56,15 @@ struct Fns {
   PFN_cuEventRecord_v7000_ptsz event_record_ptsz = nullptr;
   PFN_cuEventQuery_v2000 event_query = nullptr;
   PFN_cuEventDestroy_v4000 event_destroy = nullptr;
+  PFN_cuEventElapsedTime_v2000 event_elapsed = nullptr;  // Optional: null, no timed samples.
   PFN_cuStreamIsCapturing_v10000 is_capturing = nullptr;
   PFN_cuStreamIsCapturing_v10000_ptsz is_capturing_ptsz = nullptr;
 };
 
 struct Marker {
   CUevent event = nullptr;
+  uint64_t seq = 0;        // Record order, from 1.
+  uint64_t chain_seq = 0;  // The marker its batch queued right behind (same thread, same stream).
   int64_t launches = 0;
   uint64_t granted_ns = 0;  // When the batch it closes was granted.
   uint64_t recorded_ns = 0;
@@ -85,11 +97,27 @@ uint64_t g_last_complete_ns = 0;
 // markers have taught the real figure: a process of 10 ms kernels never
 // queues a batch of them unseen.
 double g_ns_per_launch = double(kTargetBatchNs);
-std::atomic<int64_t> g_unmarked{0};  // Launches granted, not yet covered by a marker.
+// Samples of the per-launch time come from the GPU's own clock when they
+// can: the elapsed time between a marker and the one its batch queued
+// behind (events with timing). Measured on the CPU instead (from the grant,
+// or the previous completion, to the poll that saw the completion), a
+// sample includes the poll's lateness: with short batches on a loaded
+// machine that doubled the estimate, batches shrank to one launch and the
+// queue ran dry between polls. CPU samples are used only while no timed
+// sample came in the last kCpuSampleAfter markers (a thread that launches
+// and synchronises never queues behind its own marker).
+constexpr int kCpuSampleAfter = 8;
+uint64_t g_next_seq = 1;           // Guarded by g_mu.
+uint64_t g_popped_seq = 0;         // Newest marker seen complete. Guarded by g_mu.
+CUevent g_popped_event = nullptr;  // Its event, kept for the next elapsed time. Guarded by g_mu.
+int g_markers_since_timed = kCpuSampleAfter;  // Guarded by g_mu.
+std::atomic<int64_t> g_unmarked{0};           // Launches granted, not yet covered by a marker.
 // When the work granted so far should be done by the estimate: each grant
 // queues behind what is already queued. Guarded by g_mu.
 uint64_t g_expected_done_ns = 0;
 std::atomic<int32_t> g_waiters{0};
+// Queue depth while outranked (see kOutrankedMinDepthNs). Guarded by g_mu.
+double g_outranked_depth_ns = kOutrankedStartDepthNs;
 
 template <typename T>
 void Resolve(T* out, const char* name) {
@@ -147,15 +175,28 @@ void PollMarkersLocked(uint64_t now) {
     // recorded long after its batch was granted (the thread synchronised or
     // computed in between) may have completed long before this poll: it
     // teaches nothing.
-    const uint64_t from = std::max(g_last_complete_ns, mk.granted_ns);
-    const double expected = double(mk.launches) * g_ns_per_launch;
-    const bool prompt = double(mk.recorded_ns - mk.granted_ns) <= 2 * expected;
-    if (mk.launches > 0 && now > from && prompt) {
-      const double sample = double(now - from) / double(mk.launches);
+    float ms = 0;
+    const bool timed = mk.launches > 0 && mk.chain_seq != 0 && mk.chain_seq == g_popped_seq &&
+                       g_popped_event != nullptr && g_fns.event_elapsed != nullptr &&
+                       g_fns.event_elapsed(&ms, g_popped_event, mk.event) == CUDA_SUCCESS && ms > 0;
+    if (timed) {
+      const double sample = double(ms) * 1e6 / double(mk.launches);
       g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
+      g_markers_since_timed = 0;
+    } else if (++g_markers_since_timed >= kCpuSampleAfter) {
+      g_markers_since_timed = kCpuSampleAfter;
+      const uint64_t from = std::max(g_last_complete_ns, mk.granted_ns);
+      const double expected = double(mk.launches) * g_ns_per_launch;
+      const bool prompt = double(mk.recorded_ns - mk.granted_ns) <= 2 * expected;
+      if (mk.launches > 0 && now > from && prompt) {
+        const double sample = double(now - from) / double(mk.launches);
+        g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
+      }
     }
     g_last_complete_ns = now;
-    g_fns.event_destroy(mk.event);
+    if (g_popped_event != nullptr) g_fns.event_destroy(g_popped_event);
+    g_popped_event = mk.event;
+    g_popped_seq = mk.seq;
     mk = Marker{};
     g_marker_head = (g_marker_head + 1) % kMaxMarkers;
     --g_marker_count;
@@ -166,13 +207,20 @@ void PollMarkersLocked(uint64_t now) {
 void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
   const int64_t launched = t_gate.batch;
   const uint64_t granted = t_gate.granted_ns;
+  const bool chained =
+      t_gate.chain_seq != 0 && t_gate.last_stream == stream && t_gate.last_per_thread == per_thread;
+  const uint64_t chain_seq = chained ? t_gate.chain_seq : 0;
   t_gate.batch = 0;
   t_gate.credits = 0;
+  t_gate.chain_seq = 0;
   if (launched == 0) return;
   g_unmarked.fetch_sub(launched, std::memory_order_relaxed);
+  t_gate.last_seq = 0;
   if (g_marker_count == kMaxMarkers) return;  // Covered by the next one.
   CUevent ev = nullptr;
-  if (g_fns.event_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return;
+  const unsigned flags =
+      g_fns.event_elapsed != nullptr ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
+  if (g_fns.event_create(&ev, flags) != CUDA_SUCCESS) return;
   const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
                          ? g_fns.event_record_ptsz(ev, stream)
                          : g_fns.event_record(ev, stream);
@@ -180,8 +228,13 @@ void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
     g_fns.event_destroy(ev);
     return;
   }
-  g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] = Marker{ev, launched, granted, now};
+  const uint64_t seq = g_next_seq++;
+  g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] =
+      Marker{ev, seq, chain_seq, launched, granted, now};
   ++g_marker_count;
+  t_gate.last_seq = seq;
+  t_gate.last_stream = stream;
+  t_gate.last_per_thread = per_thread;
 }
 
 // Work of this process that may still be queued on the GPU.
@@ -237,12 +290,13 @@ void FollowRegion(uint64_t now) {
   }
   g_share.store(share, std::memory_order_relaxed);
   // Whether a slice of higher priority is on this GPU: then keep the queue
-  // shallow (kOutrankedBatchNs). A scan of kMaxSlices entries per tick.
+  // shallow (kOutrankedMinDepthNs). A scan of kMaxSlices entries per tick.
   bool outranked = false;
   for (uint32_t s = 0; s < coord::kMaxSlices && !outranked; ++s) {
     const coord::SliceEntry& e = g_coord->slice(s);
     const uint64_t key = e.key.load(std::memory_order_relaxed);
-    outranked = key != 0 && key != g_slice_key && e.priority.load(std::memory_order_relaxed) > priority;
+    outranked =
+        key != 0 && key != g_slice_key && e.priority.load(std::memory_order_relaxed) > priority;
   }
   g_outranked.store(outranked, std::memory_order_relaxed);
   ReadPaused();
@@ -301,6 +355,8 @@ bool Start() {
   Resolve(&g_fns.event_record_ptsz, "cuEventRecord_ptsz");
   Resolve(&g_fns.event_query, "cuEventQuery");
   Resolve(&g_fns.event_destroy, "cuEventDestroy_v2");
+  Resolve(&g_fns.event_elapsed, "cuEventElapsedTime_v2");
+  if (g_fns.event_elapsed == nullptr) Resolve(&g_fns.event_elapsed, "cuEventElapsedTime");
   Resolve(&g_fns.is_capturing, "cuStreamIsCapturing");
   Resolve(&g_fns.is_capturing_ptsz, "cuStreamIsCapturing_ptsz");
   if (g_fns.event_create == nullptr || g_fns.event_record == nullptr ||
@@ -369,6 +425,11 @@ void AtForkChild() {
   g_marker_head = 0;
   g_unmarked.store(0, std::memory_order_relaxed);
   g_expected_done_ns = 0;
+  g_outranked_depth_ns = kOutrankedStartDepthNs;
+  g_next_seq = 1;
+  g_popped_seq = 0;
+  g_popped_event = nullptr;  // The parent's context's: not ours to destroy.
+  g_markers_since_timed = kCpuSampleAfter;
   g_waiters.store(0, std::memory_order_relaxed);
   t_gate = GateCredits{};
   g_gate.store(1, std::memory_order_release);
@@ -412,6 +473,11 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   bool waiting = false;
   bool granted = false;
   uint64_t paused_ns = 0;  // Time held by a pause: neither throttling nor a reason to give up.
+  long slack = -1;         // The thread's timer slack, while lowered for the waits below.
+  // The open gate under which this thread waited for markers because enough
+  // was queued (0: it did not). A wait across a closed gate (another slice's
+  // turn, during which the queue drains) says nothing about the depth.
+  uint32_t topping_up = 0;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     MarkLocked(stream, per_thread, start);
@@ -436,13 +502,24 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
       const bool outranked = g_outranked.load(std::memory_order_relaxed);
       const uint32_t max_pending = outranked ? kOutrankedPendingMarkers : kMaxPendingMarkers;
       if (uint32_t(g_marker_count) < max_pending) {
-        const double target = double(outranked ? kOutrankedBatchNs : kTargetBatchNs);
-        const int32_t batch = std::clamp<int32_t>(
-            int32_t(target / std::max(g_ns_per_launch, 1.0)), 1, kMaxBatch);
+        if (outranked && topping_up == gate) {
+          // This thread waited for the queue to go down: did it run dry?
+          g_outranked_depth_ns =
+              g_marker_count == 0
+                  ? std::min(g_outranked_depth_ns * 1.25, kOutrankedMaxDepthNs)
+                  : std::max(g_outranked_depth_ns - kOutrankedDepthStepNs, kOutrankedMinDepthNs);
+        }
+        const double target =
+            outranked ? g_outranked_depth_ns / kOutrankedPendingMarkers : double(kTargetBatchNs);
+        const int32_t batch =
+            std::clamp<int32_t>(int32_t(target / std::max(g_ns_per_launch, 1.0)), 1, kMaxBatch);
         t_gate.gen = gate;
         t_gate.credits = batch - 1;  // This launch takes one.
         t_gate.batch = batch;
         t_gate.granted_ns = now;
+        // Queues right behind this thread's previous marker if that is still
+        // pending (markers complete in record order as far as the ring knows).
+        t_gate.chain_seq = t_gate.last_seq > g_popped_seq ? t_gate.last_seq : 0;
         g_unmarked.fetch_add(batch, std::memory_order_relaxed);
         g_expected_done_ns =
             std::max(g_expected_done_ns, now) + uint64_t(double(batch) * g_ns_per_launch);
@@ -469,6 +546,13 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     }
     if ((gate & 1) == 0) {
       // Ours, but enough is queued: wait for a marker to complete.
+      topping_up = gate;
+      // The default 50 us timer slack makes a 50 us sleep last ~100 us, and
+      // the queue has to cover that: sleep with 1 us slack, restored below.
+      if (slack < 0) {
+        slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+        prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+      }
       timespec ts{0, 50'000};
       nanosleep(&ts, nullptr);
       continue;
@@ -479,6 +563,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     RefreshGate();
     if ((g_gate.load(std::memory_order_acquire) & 1) != 0) g_coord->WaitTurnChange(seq, 1'000'000);
   }
+  if (slack > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0, 0, 0);
   if (waiting) {
     g_waiters.fetch_sub(1, std::memory_order_relaxed);
     // Only launches that really waited are counted, once each, on the slow

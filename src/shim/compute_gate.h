@@ -38,6 +38,13 @@ struct GateCredits {
   int32_t credits = 0;      // Launches left in this thread's batch.
   int32_t batch = 0;        // Size of the batch last granted (for markers).
   uint64_t granted_ns = 0;  // When it was granted (its work queued from then on).
+  // This thread's newest marker: its sequence number (0: none) and stream.
+  // A batch granted while that marker is still pending queues right behind
+  // it, so the GPU time between the two markers is the batch's own.
+  uint64_t last_seq = 0;
+  CUstream last_stream = nullptr;
+  bool last_per_thread = false;
+  uint64_t chain_seq = 0;  // last_seq at the grant, when it was pending; else 0.
 };
 extern thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
 
