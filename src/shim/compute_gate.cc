@@ -141,10 +141,11 @@ bool ReadPaused() {
 
 // Opens or closes the gate to match the shared turn; closed while paused.
 void RefreshGate() {
-  uint32_t gate = g_gate.load(std::memory_order_relaxed);
   const bool paused = g_paused.load(std::memory_order_relaxed);
   if (g_coord == nullptr || (!paused && g_share.load(std::memory_order_relaxed) == 0)) {
-    if (gate != kGateOff) g_gate.store(kGateOff, std::memory_order_release);
+    if (g_gate.load(std::memory_order_relaxed) != kGateOff) {
+      g_gate.store(kGateOff, std::memory_order_release);
+    }
     return;
   }
   const int32_t m = g_member.load(std::memory_order_relaxed);
@@ -153,14 +154,22 @@ void RefreshGate() {
                     h.holder.load(std::memory_order_acquire) ==
                         g_coord->member(uint32_t(m)).slice.load(std::memory_order_relaxed) &&
                     h.turn_state.load(std::memory_order_relaxed) == coord::kTurnOpen;
-  if (gate == kGateOff) gate = 1;  // A share or a pause appeared: start closed.
-  const bool open = (gate & 1) == 0;
-  if (ours == open && g_gate.load(std::memory_order_relaxed) != kGateOff) return;
-  uint32_t next = gate + 1;
-  if (next == kGateOff) next = 2;
-  if (ours != ((next & 1) == 0)) ++next;
-  // Release: pairs with the acquire in LaunchAllowedFast.
-  g_gate.store(next, std::memory_order_release);
+  uint32_t seen = g_gate.load(std::memory_order_relaxed);
+  while (true) {
+    const uint32_t gate = seen == kGateOff ? 1 : seen;  // A share or a pause appeared: closed.
+    if (seen != kGateOff && ((gate & 1) == 0) == ours) return;
+    uint32_t next = gate + 1;
+    if (next == kGateOff) next = 2;
+    if (ours != ((next & 1) == 0)) ++next;
+    // Release: pairs with the acquire in LaunchAllowedFast. Compare and
+    // swap: the background thread and waiting launchers refresh at the same
+    // time, and a plain store could put back a generation another thread had
+    // already moved past (reopening credits it had voided).
+    if (g_gate.compare_exchange_weak(seen, next, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+      return;
+    }
+  }
 }
 
 // Pops completed markers and refines the per-launch estimate. Needs g_mu.
@@ -483,8 +492,18 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     MarkLocked(stream, per_thread, start);
   }
   while (true) {
-    const uint32_t gate = g_gate.load(std::memory_order_acquire);
+    uint32_t gate = g_gate.load(std::memory_order_acquire);
     if (gate == kGateOff) break;
+    if ((gate & 1) == 0) {
+      // The gate says the slice holds the GPU, as of the background
+      // thread's last tick (up to 200 us ago). Before queueing more, check
+      // the turn itself: an outranked slice that topped its queue up after a
+      // higher-priority slice had taken the GPU put that much more work in
+      // front of it.
+      RefreshGate();
+      gate = g_gate.load(std::memory_order_acquire);
+      if (gate == kGateOff) break;
+    }
     uint64_t now = MonotonicNs();
     if (ReadPaused()) {
       // Held for as long as the daemon says, without the 30 s bound: the

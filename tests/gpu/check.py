@@ -183,7 +183,7 @@ def main():
     else:
         launch["details"] = {"without": bare, "with": shimmed}
     checks.append(launch)
-    checks.extend(compute_check.run_compute_checks(SHIM))
+    checks.extend(compute_check.run_compute_checks(SHIM, extended="--extended" in sys.argv[1:]))
 
     result = {
         "skipped": False,

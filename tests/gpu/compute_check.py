@@ -1,19 +1,31 @@
 """Compute shares on a real GPU (issue 4), part of check.py; also runs alone.
 
-Two PyTorch processes run loops of bf16 matrix products (8192 x 8192) at
-once, each in its own standalone slice with a compute share
-(GPUSLICE_COMPUTE_SHARE, hard cap), coordinated through one directory
-(GPUSLICE_COORD_DIR). The share each achieved is its throughput (products per
-second over the same window) divided by the throughput of one process alone
-on the GPU without the shim. Scenarios: 30/70, 10/90, 30/70 replaying a CUDA
-graph of the products, and 50% alone (a hard cap holds alone too).
+PyTorch processes run loops of bf16 matrix products at once, each in its own
+standalone slice with a compute share (GPUSLICE_COMPUTE_SHARE), coordinated
+through one directory (GPUSLICE_COORD_DIR). The share each achieved is its
+throughput (products per second over the same window) divided by the
+throughput of one process alone on the GPU without the shim, for the same
+matrix size. Scenarios:
 
-A check passes when every tenant is within TOLERANCE_PP of its share. Alone,
-the throughput per busy second is not the baseline's: a GPU busy half the
-time runs cooler and at higher clocks than one saturated by matrix products,
-so a tenant alone is judged by the GPU's busy time instead (NVML's
+  - 30/70 and 10/90 hard, 30/70 replaying a CUDA graph of the products,
+    50% alone (a hard cap holds alone too) -- 8192 x 8192 products;
+  - 25/25/50 work-conserving: the aggregate (sum of the achieved shares);
+  - 30/70 hard with fine kernels (2048 x 2048 products, tens of us each);
+  - priority: an inference tenant (requests of 8 products of 4096 x 4096
+    every 20 ms, high priority) alone, then beside two best-effort loops of
+    the same products (low priority), once without the shim at all (the GPU
+    time-slices the three processes) and with it; the inference tenant's
+    p50/p99 request latency and the best-effort throughput. Alone and shared
+    run twice, interleaved; the inflation is that of the medians.
+
+A share check passes when every tenant is within TOLERANCE_PP of its share.
+Alone, the throughput per busy second is not the baseline's: a GPU busy half
+the time runs cooler and at higher clocks than one saturated by matrix
+products, so a tenant alone is judged by the GPU's busy time instead (NVML's
 utilisation averaged over the window, through pynvml when it is installed),
 and its throughput-based figure and the mean SM clock are reported beside it.
+The priority check reports; it passes when the shared p99 with the shim is
+below the shared p99 without it.
 
     python3 tests/gpu/compute_check.py      # writes $OUT/gpu_compute_check.json
 """
@@ -33,14 +45,23 @@ CHILD_TIMEOUT_S = 60
 
 # Runs in each tenant: products in batches of 8, synchronising every 4
 # batches (a training step), timed over MEASURE_S from a common start.
+PRIORITY_S = 10.0
+
+# Runs in each tenant. GC_KIND=loop: products in batches of GC_PER_BATCH,
+# synchronising every 4 batches (a training step); GC_KIND=request: every
+# GC_PERIOD_MS, a request of GC_REQUEST products and a synchronisation, its
+# latency recorded. Timed over GC_SECONDS from a common start.
 MATMUL = r"""
 import json, os, sys, time, torch
-n, seconds = 8192, float(os.environ["GC_SECONDS"])
+n, seconds = int(os.environ.get("GC_N", "8192")), float(os.environ["GC_SECONDS"])
+kind = os.environ.get("GC_KIND", "loop")
 ready, go = os.environ["GC_READY"], os.environ["GC_GO"]
 a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-per_batch = 8
+per_batch = int(os.environ.get("GC_PER_BATCH", "8"))
+if kind == "request":
+    per_batch = int(os.environ.get("GC_REQUEST", "8"))
 def batch():
     for _ in range(per_batch):
         torch.matmul(a, b, out=c)
@@ -63,21 +84,48 @@ deadline = time.time() + 60
 while not os.path.exists(go) and time.time() < deadline:
     time.sleep(0.002)
 t0 = time.perf_counter()
-done, k = 0, 0
-while time.perf_counter() - t0 < seconds:
-    run()
-    done += per_batch
-    k += 1
-    if k % 4 == 0:
+done, k, lat = 0, 0, []
+if kind == "request":
+    period = float(os.environ.get("GC_PERIOD_MS", "20")) / 1000.0
+    nxt = t0
+    while time.perf_counter() - t0 < seconds:
+        r0 = time.perf_counter()
+        run()
         torch.cuda.synchronize()
+        lat.append((time.perf_counter() - r0) * 1e6)
+        done += per_batch
+        nxt += period
+        wait = nxt - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+else:
+    while time.perf_counter() - t0 < seconds:
+        run()
+        done += per_batch
+        k += 1
+        if k % 4 == 0:
+            torch.cuda.synchronize()
 torch.cuda.synchronize()
 elapsed = time.perf_counter() - t0
-print(json.dumps({"products": done, "seconds": elapsed, "rate": done / elapsed}))
+out = {"products": done, "seconds": elapsed, "rate": done / elapsed}
+if lat:
+    lat.sort()
+    out.update(requests=len(lat), p50_us=round(lat[len(lat) // 2], 1),
+               p99_us=round(lat[min(len(lat) - 1, int(0.99 * len(lat)))], 1),
+               max_us=round(lat[-1], 1))
+print(json.dumps(out))
 """
 
 
-def run_tenants(shim, tenants, graph=False):
-    """Runs one child per tenant (share in percent, or None: no shim) at once.
+def tenant(share, mode="hard", priority=None, **env):
+    """A tenant: share in percent (None: no shim), mode, priority, GC_* env."""
+    return {"share": share, "mode": mode, "priority": priority,
+            "env": {k: str(v) for k, v in env.items()}}
+
+
+def run_tenants(shim, tenants, graph=False, seconds=None):
+    """Runs one child per tenant (a share in percent, None: no shim, or a
+    tenant() dict) at once.
 
     Returns a list of result dicts (rate = products per second), or raises
     RuntimeError with the reason.
@@ -86,17 +134,24 @@ def run_tenants(shim, tenants, graph=False):
     os.chmod(work, 0o700)
     procs = []
     try:
-        for i, share in enumerate(tenants):
+        for i, t in enumerate(tenants):
+            if not isinstance(t, dict):
+                t = tenant(t)
+            share = t["share"]
             env = dict(os.environ)
             for k in ("LD_PRELOAD", "GPUSLICE_SLICE", "GPUSLICE_MEMORY_LIMIT",
                       "GPUSLICE_COMPUTE_SHARE", "GPUSLICE_COMPUTE_MODE", "GPUSLICE_PRIORITY"):
                 env.pop(k, None)
-            env.update(GC_SECONDS=str(MEASURE_S), GC_READY=os.path.join(work, "ready%d" % i),
+            env.update(GC_SECONDS=str(seconds or MEASURE_S),
+                       GC_READY=os.path.join(work, "ready%d" % i),
                        GC_GO=os.path.join(work, "go"), GC_GRAPH="1" if graph else "0")
+            env.update(t["env"])
             if share is not None:
                 env.update(LD_PRELOAD=shim, XDG_RUNTIME_DIR=work, GPUSLICE_COORD_DIR=work,
                            GPUSLICE_SLICE=os.path.join(work, "t%d.region" % i),
-                           GPUSLICE_COMPUTE_SHARE=str(share), GPUSLICE_COMPUTE_MODE="hard")
+                           GPUSLICE_COMPUTE_SHARE=str(share), GPUSLICE_COMPUTE_MODE=t["mode"])
+                if t["priority"]:
+                    env["GPUSLICE_PRIORITY"] = t["priority"]
             procs.append(subprocess.Popen([sys.executable, "-c", MATMUL], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
@@ -177,11 +232,14 @@ def tail(procs):
     return "timed out"
 
 
-def scenario(shim, name, shares, alone_rate, graph=False):
+def scenario(shim, name, shares, alone_rate, graph=False, mode="hard", **env):
     started = time.time()
     out = {"check": "compute_" + name, "targets_pct": shares}
+    if mode != "hard" or env:
+        out["mode"] = mode
+        out["env"] = env
     try:
-        results = run_tenants(shim, shares, graph)
+        results = run_tenants(shim, [tenant(s, mode, None, **env) for s in shares], graph)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         out.update(ok=False, why=str(e))
         return out
@@ -205,8 +263,19 @@ def scenario(shim, name, shares, alone_rate, graph=False):
     return out
 
 
-def run_compute_checks(shim):
-    """The compute-share checks, as check.py's list entries."""
+def guarded(name, fn, *args):
+    """fn(*args), or a failed check named `name` if it raised: one broken
+    scenario must not lose the others' figures."""
+    try:
+        return fn(*args)
+    except Exception as e:  # Reported, not hidden: the check fails.
+        return {"check": name, "ok": False, "why": "%s: %s" % (type(e).__name__, e)}
+
+
+def run_compute_checks(shim, extended=False):
+    """The compute-share checks, as check.py's list entries. The core set
+    (30/70, 10/90, graphs, 50% alone) takes about a minute on an H200;
+    `extended` adds work-conserving, fine kernels and priority (~2 more)."""
     started = time.time()
     try:
         alone = run_tenants(shim, [None])[0]
@@ -219,8 +288,87 @@ def run_compute_checks(shim):
     checks.append(scenario(shim, "10_90_hard", [10, 90], rate))
     checks.append(scenario(shim, "30_70_hard_cuda_graph", [30, 70], rate, graph=True))
     checks.append(scenario(shim, "50_alone_hard", [50], rate))
+    if extended:
+        checks.append(guarded("compute_25_25_50_work_conserving", lambda: scenario(
+            shim, "25_25_50_work_conserving", [25, 25, 50], rate, mode="work-conserving")))
+        fine = guarded("compute_fine_kernels", fine_kernel_checks, shim)
+        checks.extend(fine if isinstance(fine, list) else [fine])
+        checks.append(guarded("compute_priority_inference_beside_2_best_effort",
+                              priority_check, shim))
     checks[0]["seconds_all"] = round(time.time() - started, 1)
     return checks
+
+
+def fine_kernel_checks(shim):
+    """30/70 hard with 2048 x 2048 products (tens of us each), against the
+    rate of one process of them alone."""
+    try:
+        alone = run_tenants(shim, [tenant(None, GC_N=2048, GC_PER_BATCH=64)])[0]
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        return [{"check": "compute_fine_baseline", "ok": False, "why": str(e)}]
+    base = {"check": "compute_fine_baseline", "ok": True, "rate": round(alone["rate"], 1),
+            "us_per_product": round(1e6 / alone["rate"], 1), "gpu": alone.get("gpu")}
+    return [base, scenario(shim, "30_70_hard_fine_kernels", [30, 70], alone["rate"],
+                           GC_N=2048, GC_PER_BATCH=64)]
+
+
+def priority_check(shim):
+    """An inference tenant's request latency alone and beside two
+    best-effort loops, without the shim and with it (high vs low priority)."""
+    started = time.time()
+    out = {"check": "compute_priority_inference_beside_2_best_effort"}
+    req = dict(GC_KIND="request", GC_N=4096, GC_REQUEST=8, GC_PERIOD_MS=20)
+    loop = dict(GC_N=4096, GC_PER_BATCH=8)
+    inf = tenant(30, "work-conserving", "high", **req)
+    be = tenant(35, "work-conserving", "low", **loop)
+    try:
+        base = run_tenants(shim, [tenant(None, **loop)])[0]
+        rounds = []
+        for _ in range(2):
+            alone = run_tenants(shim, [inf], seconds=PRIORITY_S)[0]
+            shared = run_tenants(shim, [inf, be, be], seconds=PRIORITY_S)
+            rounds.append((alone, shared))
+        blind = run_tenants(shim, [tenant(None, **req), tenant(None, **loop),
+                                   tenant(None, **loop)], seconds=PRIORITY_S)
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        out.update(ok=False, why=str(e))
+        return out
+    rate = base["rate"]
+
+    def share_of(r):
+        return round(100.0 * r["rate"] / rate, 1)
+
+    def summary(results):
+        first = results[0]
+        return {"p50_us": first["p50_us"], "p99_us": first["p99_us"],
+                "max_us": first["max_us"], "requests": first["requests"],
+                "inference_pct": share_of(first),
+                "best_effort_pct": [share_of(r) for r in results[1:]],
+                "aggregate_pct": round(sum(share_of(r) for r in results), 1),
+                "gpu": first.get("gpu")}
+
+    alone = [summary([a]) for a, _ in rounds]
+    shared = [summary(s) for _, s in rounds]
+    no_shim = summary(blind)
+
+    def median(xs):
+        xs = sorted(xs)
+        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+    p99_alone = median([a["p99_us"] for a in alone])
+    p99_shared = median([s["p99_us"] for s in shared])
+    p50_alone = median([a["p50_us"] for a in alone])
+    p50_shared = median([s["p50_us"] for s in shared])
+    out.update(best_effort_rate_alone=round(rate, 1), us_per_product=round(1e6 / rate, 1),
+               alone=alone, shared_with_shim=shared, shared_without_shim=no_shim,
+               p99_inflation_pct=round(100.0 * (p99_shared / p99_alone - 1), 1),
+               p50_inflation_pct=round(100.0 * (p50_shared / p50_alone - 1), 1),
+               p99_inflation_without_shim_pct=round(100.0 * (no_shim["p99_us"] / p99_alone - 1), 1),
+               seconds=round(time.time() - started, 1))
+    out["ok"] = p99_shared < no_shim["p99_us"]
+    if not out["ok"]:
+        out["why"] = "the shared p99 with the shim is not below the one without it"
+    return out
 
 
 def main():
@@ -237,7 +385,7 @@ def main():
     if not os.path.exists(shim):
         print("compute check skipped: %s does not exist" % shim, file=sys.stderr)
         return 0
-    checks = run_compute_checks(shim)
+    checks = run_compute_checks(shim, extended="--core" not in sys.argv[1:])
     out = os.environ.get("OUT", os.path.join(os.getcwd(), "gpu-check-out"))
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "gpu_compute_check.json"), "w") as f:
