@@ -1,6 +1,7 @@
 // Fuzzes the API's JSON bodies: POST /v1/jobs (ParseSubmitBody), the small
 // integer bodies of /attach and /exit, POST /v1/quotas (ParseQuotaBody, then
-// BuildQuota) and POST /v1/jobs/{id}/resize (ParseResizeBody). Arbitrary bytes must give a value or a
+// BuildQuota), POST /v1/jobs/{id}/resize (ParseResizeBody), and the services'
+// POST /v1/services (ParseServiceBody) and /scale (ParseScaleBody). Arbitrary bytes must give a value or a
 // clear error, never a crash, an exception or an unbounded allocation; an
 // accepted submission's request fields then go through BuildRequest.
 
@@ -9,6 +10,7 @@
 #include <string_view>
 
 #include "daemon/api_json.h"
+#include "daemon/service_body.h"
 
 using namespace gpuslice;
 
@@ -36,5 +38,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   auto resize = daemon::ParseResizeBody(body);
   if (!resize.ok() && resize.status().message().empty()) __builtin_trap();
+  auto service = daemon::ParseServiceBody(body);
+  if (service.ok()) {
+    // What the parser accepted is a service the manager can hold: a valid
+    // policy, a command, and request fields that build a valid request.
+    if (!service->policy.Validate().ok() || service->argv.empty() || service->name.empty()) {
+      __builtin_trap();
+    }
+    if (service->argv.size() > daemon::kMaxArgs || service->env.size() > daemon::kMaxEnv) {
+      __builtin_trap();
+    }
+  } else if (service.status().message().empty()) {
+    __builtin_trap();
+  }
+  auto scale = daemon::ParseScaleBody(body);
+  if (scale.ok()) {
+    if (!scale->desired && !scale->range) __builtin_trap();
+    if (scale->desired && *scale->desired > core::kMaxReplicas) __builtin_trap();
+  } else if (scale.status().message().empty()) {
+    __builtin_trap();
+  }
   return 0;
 }

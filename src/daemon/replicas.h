@@ -29,21 +29,11 @@
 #include "daemon/clock.h"
 #include "daemon/replica_table.h"
 #include "daemon/service.h"
+#include "daemon/service_body.h"
 
 namespace gpuslice::daemon {
 
 // What `service create` asks for.
-struct ServiceCreateSpec {
-  std::string name;
-  core::AutoscalePolicy policy;
-  // The replicas' request fields as a POST /v1/jobs body carries them
-  // ("mem", "compute", "gpus", "priority"...; no argv, cwd, env, name, mode).
-  nlohmann::json request = nlohmann::json::object();
-  std::vector<std::string> argv;
-  std::string cwd;
-  std::vector<std::string> env;
-};
-
 struct ReplicaView {
   uint64_t job_id = 0;
   std::string name;  // NAME-k
