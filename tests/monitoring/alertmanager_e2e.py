@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""End-to-end alert: a job on the simulated GPU has allocations refused by
+"""End-to-end alerts: a job on the simulated GPU has allocations refused by
 the shim at its memory limit; a real Prometheus evaluates the real rules of
 deploy/prometheus/gpuslice.rules.yml (every `for:` shortened to 1s) against
 the daemon's metrics; a real Alertmanager (Debian's prometheus-alertmanager)
 routes the firing GpusliceAllocationsRefused alert to a webhook receiver
 listening in this test; then GPU 0 is made hot (gpuslice-sim-fault
-temperature 0 95) and GpusliceGpuHot arrives the same way.
+temperature 0 95) and GpusliceGpuHot arrives the same way; then an XID error
+and an uncorrectable ECC error (gpuslice-sim-fault xid / ecc) bring the
+critical GpusliceGpuXidError and GpusliceGpuEccUncorrectable.
 
 Skips (exit 77) only when prometheus or prometheus-alertmanager is absent.
 """
@@ -105,9 +107,34 @@ def main():
         hot = wait_until("Alertmanager to deliver GpusliceGpuHot", hot_alert, 60, 0.5)
         assert hot["labels"]["gpu"] == "0" and hot["labels"]["severity"] == "warning", hot
         assert hot["annotations"]["summary"].endswith("runs at 95 C"), hot
+
+        # Hardware faults: an XID error and an uncorrectable ECC error, both
+        # critical. The counters were scraped at 0 before, so increase() sees
+        # them rise.
+        fault = os.environ["GPUSLICE_SIM_FAULT"]
+        subprocess.run([fault, "xid", "0", "79"], env=daemon.env, check=True, timeout=30)
+        subprocess.run([fault, "ecc", "0", "0", "2"], env=daemon.env, check=True, timeout=30)
+
+        def firing(name):
+            def find():
+                for payload in Hook.received:
+                    for a in payload.get("alerts", []):
+                        if a["labels"].get("alertname") == name and a["status"] == "firing":
+                            return a
+                return None
+            return find
+
+        xid = wait_until("Alertmanager to deliver GpusliceGpuXidError",
+                         firing("GpusliceGpuXidError"), 60, 0.5)
+        assert xid["labels"]["gpu"] == "0" and xid["labels"]["severity"] == "critical", xid
+        assert "reported XID errors" in xid["annotations"]["summary"], xid
+        ecc = wait_until("Alertmanager to deliver GpusliceGpuEccUncorrectable",
+                         firing("GpusliceGpuEccUncorrectable"), 60, 0.5)
+        assert ecc["labels"]["gpu"] == "0" and ecc["labels"]["severity"] == "critical", ecc
         daemon.cli("cancel", str(job))
         ok = True
-        print("alertmanager_e2e: OK, webhook got GpusliceAllocationsRefused and GpusliceGpuHot")
+        print("alertmanager_e2e: OK, webhook got GpusliceAllocationsRefused, GpusliceGpuHot,"
+              " GpusliceGpuXidError and GpusliceGpuEccUncorrectable")
     finally:
         hook.shutdown()
         ws.close(keep_logs_on_failure=not ok)
