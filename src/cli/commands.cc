@@ -44,9 +44,7 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   }
 }
 
-std::string Describe(const json& job) {
-  return job["request"].value("describe", std::string("?"));
-}
+std::string Describe(const json& job) { return job["request"].value("describe", std::string("?")); }
 
 std::string GpuColumn(const json& job) {
   if (!job.contains("allocation")) return "-";
@@ -61,6 +59,12 @@ std::string GpuColumn(const json& job) {
 void SetupNone(CLI::App*, Context*) {}
 
 void SetupRequest(CLI::App* sub, Context* ctx) { AddRequestOptions(sub, ctx, true); }
+void SetupRun(CLI::App* sub, Context* ctx) {
+  AddRequestOptions(sub, ctx, true);
+  sub->add_flag("-i,--interactive", ctx->request.interactive,
+                "Run the command here, attached to this terminal (its stdin, a tty, Ctrl-C), "
+                "once the daemon has granted the slice; not with --restartable");
+}
 void SetupShell(CLI::App* sub, Context* ctx) { AddRequestOptions(sub, ctx, false); }
 
 void SetupId(CLI::App* sub, Context* ctx) {
@@ -125,8 +129,7 @@ int Ps(Context& ctx) {
       for (const json& f : j["flags"]) note += (note.empty() ? "" : ",") + f.get<std::string>();
     }
     t.Add({std::to_string(j["id"].get<uint64_t>()), j["user"], j.value("name", ""), state,
-           Describe(j), j["request"]["priority"], GpuColumn(j), FormatAge(now - since), pos,
-           note});
+           Describe(j), j["request"]["priority"], GpuColumn(j), FormatAge(now - since), pos, note});
   }
   std::cout << t.Render();
   return 0;
@@ -179,12 +182,12 @@ int Gpus(Context& ctx) {
            std::to_string(gpu["slices"].size())});
     for (const json& sl : gpu["slices"]) {
       uint32_t milli = sl.value("compute_milli", 0u);
-      s.Add({std::to_string(gpu["index"].get<int>()), std::to_string(sl["job"].get<uint64_t>()),
-             sl["user"], sl.value("name", ""),
-             core::FormatBytes(sl.value("memory_limit", uint64_t{0})),
-             sl.contains("memory_used") ? core::FormatBytes(sl["memory_used"].get<uint64_t>())
-                                        : "-",
-             milli ? core::FormatShareMilli(milli) : "-"});
+      s.Add(
+          {std::to_string(gpu["index"].get<int>()), std::to_string(sl["job"].get<uint64_t>()),
+           sl["user"], sl.value("name", ""),
+           core::FormatBytes(sl.value("memory_limit", uint64_t{0})),
+           sl.contains("memory_used") ? core::FormatBytes(sl["memory_used"].get<uint64_t>()) : "-",
+           milli ? core::FormatShareMilli(milli) : "-"});
     }
     if (gpu.value("mig_enabled", false)) {
       for (const json& m : gpu["mig"]) {
@@ -235,8 +238,8 @@ int StatusCmd(Context& ctx) {
 
 int ReportError(const Context& ctx, const core::Status& status) {
   if (ctx.json) {
-    json j = {{"error", {{"code", core::StatusCodeName(status.code())},
-                         {"message", status.message()}}}};
+    json j = {
+        {"error", {{"code", core::StatusCodeName(status.code())}, {"message", status.message()}}}};
     std::cerr << j.dump() << "\n";
   } else {
     std::cerr << "gpuslice: " << status.message() << "\n";
@@ -271,20 +274,20 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
 const std::vector<Command>& Commands() {
   static const std::vector<Command> kCommands = [] {
     std::vector<Command> all = {
-      {"run", "Run a command in a slice; stream its output; exit with its exit code",
-       SetupRequest, Run},
-      {"submit", "Run a command in a slice, detached; print its job id", SetupRequest, Submit},
-      {"shell", "Open an interactive shell in a slice", SetupShell, Shell},
-      {"ps", "List jobs (queued ones with their position and why they wait)", SetupPs, Ps},
-      {"cancel", "End a job (yours; root and the admin group: any)", SetupId, Cancel},
-      {"logs", "Print a job's output", SetupLogs, Logs},
-      {"gpus", "The GPUs and the slices on each", SetupNone, Gpus},
-      {"doctor", "Check driver, CUDA, NVML and the shim", SetupNone, Doctor},
-      {"status", "The daemon's state", SetupNone, StatusCmd},
+        {"run", "Run a command in a slice; stream its output; exit with its exit code", SetupRun,
+         Run},
+        {"submit", "Run a command in a slice, detached; print its job id", SetupRequest, Submit},
+        {"shell", "Open an interactive shell in a slice", SetupShell, Shell},
+        {"ps", "List jobs (queued ones with their position and why they wait)", SetupPs, Ps},
+        {"cancel", "End a job (yours; root and the admin group: any)", SetupId, Cancel},
+        {"logs", "Print a job's output", SetupLogs, Logs},
+        {"gpus", "The GPUs and the slices on each", SetupNone, Gpus},
+        {"doctor", "Check driver, CUDA, NVML and the shim", SetupNone, Doctor},
+        {"status", "The daemon's state", SetupNone, StatusCmd},
     };
     // Commands that live in their own files.
-    for (const auto& more : {EventCommands(), PolicyCommands(), MonitorCommands(),
-                             ServiceCommands()}) {
+    for (const auto& more :
+         {EventCommands(), PolicyCommands(), MonitorCommands(), ServiceCommands()}) {
       all.insert(all.end(), more.begin(), more.end());
     }
     return all;

@@ -17,8 +17,12 @@ namespace gpuslice::cli {
 
 // Options shared by the subcommands that ask for resources.
 struct RequestOptions {
-  std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime, pool;
+  std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime,
+      pool;
   bool restartable = false;
+  // run -i: the command runs here, attached to this terminal (a "shell" job
+  // with a command: the daemon grants the slice, the CLI starts it).
+  bool interactive = false;
   std::vector<std::string> command;
 };
 
@@ -65,6 +69,10 @@ nlohmann::json SubmitBody(const RequestOptions& r, const std::string& mode);
 // Declared in run_command.cc.
 int RunJob(Context& ctx, const std::string& mode);
 int ShellJob(Context& ctx);
+// A "shell" job: the daemon grants the slice, this process starts `command`
+// (empty: the user's $SHELL) in it, attached to the terminal, and reports
+// its pid and exit status (run -i, shell).
+int AttachedJob(Context& ctx, const std::vector<std::string>& command);
 int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_code);
 
 }  // namespace gpuslice::cli

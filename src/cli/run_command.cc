@@ -5,9 +5,12 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <thread>
 
@@ -36,9 +39,7 @@ void CatchInterrupts() {
 
 void Sleep(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-bool IsTerminal(const std::string& state) {
-  return state != "queued" && state != "running";
-}
+bool IsTerminal(const std::string& state) { return state != "queued" && state != "running"; }
 
 void WriteFd(int fd, const std::string& data) {
   const char* p = data.data();
@@ -144,6 +145,14 @@ int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_c
 }
 
 int RunJob(Context& ctx, const std::string& mode) {
+  if (ctx.request.interactive) {
+    if (ctx.request.restartable) {
+      return ReportError(ctx, core::InvalidArgumentError(
+                                  "--restartable: a command run here (-i) cannot be restarted "
+                                  "by the daemon; drop -i or --restartable"));
+    }
+    return AttachedJob(ctx, ctx.request.command);
+  }
   CatchInterrupts();
   json body = SubmitBody(ctx.request, mode);
   auto job = ctx.client->Call("POST", "/v1/jobs", &body);
@@ -168,9 +177,48 @@ int RunJob(Context& ctx, const std::string& mode) {
   return ExitCodeOf(f);
 }
 
-int ShellJob(Context& ctx) {
+int ShellJob(Context& ctx) { return AttachedJob(ctx, {}); }
+
+namespace {
+
+// The attached command's process group, for the signal handler below.
+volatile sig_atomic_t g_child_group = 0;
+
+// SIGINT, SIGTERM and SIGHUP that reach gpuslice go on to the command's
+// group (when stdin is not a terminal, Ctrl-C reaches gpuslice, not it).
+void ForwardSignal(int sig) {
+  if (g_child_group > 0) kill(-static_cast<pid_t>(g_child_group), sig);
+}
+
+void ForwardSignals() {
+  struct sigaction sa = {};
+  sa.sa_handler = ForwardSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
+}
+
+// Makes `group` the terminal's foreground group (SIGTTOU ignored meanwhile:
+// the caller may be in a background group).
+void GiveTerminal(int tty, pid_t group) {
+  struct sigaction ignore = {}, old = {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGTTOU, &ignore, &old);
+  (void)tcsetpgrp(tty, group);
+  sigaction(SIGTTOU, &old, nullptr);
+}
+
+}  // namespace
+
+int AttachedJob(Context& ctx, const std::vector<std::string>& command) {
   CatchInterrupts();
-  json body = SubmitBody(ctx.request, "shell");
+  const bool shell = command.empty();
+  RequestOptions request = ctx.request;
+  request.command = command;
+  json body = SubmitBody(request, "shell");
   auto job = ctx.client->Call("POST", "/v1/jobs", &body);
   if (!job.ok()) return ReportError(ctx, job.status());
   uint64_t id = (*job)["id"];
@@ -180,36 +228,58 @@ int ShellJob(Context& ctx) {
   if ((*started)["state"] != "running") return ExitCodeOf(*started);
   std::vector<std::string> env = (*started).value("env", std::vector<std::string>());
   const char* shell_env = getenv("SHELL");
-  std::string shell = shell_env && *shell_env ? shell_env : "/bin/bash";
-  if (!ctx.json) {
+  std::vector<std::string> argv = command;
+  if (shell) argv = {shell_env && *shell_env ? shell_env : "/bin/bash"};
+  if (!ctx.json && shell) {
     std::cerr << "gpuslice: job " << id << ": shell in slice "
               << (*started)["request"]["describe"].get<std::string>() << " on "
               << (*started)["allocation"]["gpu_uuids"][0].get<std::string>()
               << " (exit the shell to release it)\n";
   }
+  // A command gets its own process group (the daemon signals the group to
+  // end it), in the terminal's foreground when stdin is one; an interactive
+  // shell does its own job control.
+  const int tty = !shell && isatty(STDIN_FILENO) ? STDIN_FILENO : -1;
   pid_t pid = fork();
   if (pid == 0) {
+    if (!shell) {
+      setpgid(0, 0);
+      if (tty >= 0) GiveTerminal(tty, getpid());
+    }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
     std::vector<char*> envp;
     for (std::string& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
-    char* argv[] = {shell.data(), nullptr};
-    execve(shell.c_str(), argv, envp.data());
-    perror(("gpuslice: exec " + shell).c_str());
-    _exit(127);
+    std::vector<char*> args;
+    for (std::string& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    // execvpe: the command is looked up in the caller's PATH.
+    execvpe(args[0], args.data(), envp.data());
+    const int err = errno;
+    std::fprintf(stderr, "gpuslice: %s: %s\n", args[0], std::strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
   }
   if (pid < 0) return ReportError(ctx, core::InternalError("fork failed"));
+  if (!shell) {
+    setpgid(pid, pid);  // Also here: whichever runs first.
+    g_child_group = pid;
+    ForwardSignals();
+  }
   json attach = {{"pid", pid}};
   auto a = ctx.client->Call("POST", target + "/attach", &attach);
   if (!a.ok()) std::cerr << "gpuslice: " << a.status().message() << "\n";
-  // The shell owns the terminal now: Ctrl-C is its business, not ours.
-  signal(SIGINT, SIG_IGN);
-  signal(SIGQUIT, SIG_IGN);
+  if (shell) {
+    // The shell owns the terminal now: Ctrl-C is its business, not ours.
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+  }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (tty >= 0) GiveTerminal(tty, getpgrp());
+  g_child_group = 0;
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   json exit_body = {{"exit_code", code}};
   (void)ctx.client->Call("POST", target + "/exit", &exit_body);

@@ -37,9 +37,10 @@ bool CanTransition(JobState from, JobState to);
 //   kRun:    started by the daemon; the CLI streams its output and exits with
 //            its exit code (`gpuslice run`).
 //   kSubmit: started by the daemon, detached; output kept for `gpuslice logs`.
-//   kShell:  the CLI itself starts an interactive shell in the slice once the
-//            allocation is granted and tells the daemon its pid (`gpuslice
-//            shell`): a terminal cannot be handed across the socket cleanly.
+//   kShell:  the CLI itself starts an interactive shell (`gpuslice shell`) or
+//            the command (`gpuslice run -i`) in the slice once the allocation
+//            is granted and tells the daemon its pid: a terminal cannot be
+//            handed across the socket cleanly.
 enum class JobMode { kRun, kSubmit, kShell };
 std::string_view JobModeName(JobMode mode);
 Result<JobMode> ParseJobMode(std::string_view name);
@@ -65,7 +66,7 @@ struct Job {
 
   ResourceRequest request;
   JobMode mode = JobMode::kSubmit;
-  std::vector<std::string> argv;  // Empty for kShell (the CLI picks the shell).
+  std::vector<std::string> argv;  // kShell: empty for a shell, the command for run -i.
   std::string cwd;
   std::vector<std::string> env;  // "KEY=value" entries, as the caller had them.
 

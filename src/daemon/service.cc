@@ -210,7 +210,9 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
     }
   }
   if (spec.restartable && spec.mode == core::JobMode::kShell) {
-    return core::InvalidArgumentError("--restartable: a shell cannot be restarted by the daemon");
+    return core::InvalidArgumentError(
+        "--restartable: a shell or a command run by the client (run -i) cannot be restarted by "
+        "the daemon");
   }
   uint64_t id = next_id_;
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
@@ -415,10 +417,12 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (job.mode != core::JobMode::kShell) {
-    return core::FailedPreconditionError("only shell jobs are attached by the client");
+    return core::FailedPreconditionError(
+        "only shell jobs and run -i commands are attached by the client");
   }
   if (job.state != JobState::kRunning || job.pid != 0) {
-    return core::FailedPreconditionError("job " + std::to_string(id) + " is not waiting for its shell");
+    return core::FailedPreconditionError("job " + std::to_string(id) +
+                                         " is not waiting for its client to start it");
   }
   // The pid must be the caller's own process: check its owner in /proc.
   struct stat st;
@@ -440,7 +444,8 @@ Status Service::ReportExit(const Caller& caller, uint64_t id, int exit_code) {
   if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, it->second));
   if (it->second.mode != core::JobMode::kShell) {
-    return core::FailedPreconditionError("only shell jobs report their own exit");
+    return core::FailedPreconditionError(
+        "only shell jobs and run -i commands report their own exit");
   }
   auto l = live_.find(id);
   if (l == live_.end()) return Status::Ok();  // Already ended.

@@ -132,9 +132,13 @@ void Service::WatchRunning() {
       if (l.reported_exit) {
         FinishJob(job, end_state, *l.reported_exit, l.ending_reason);
       } else if (job.pid == 0 && now - job.started_ms > kShellAttachTimeoutMs) {
-        FinishJob(job, JobState::kFailed, -1, "the shell was never started by the client");
+        FinishJob(job, JobState::kFailed, -1,
+                  job.argv.empty() ? "the shell was never started by the client"
+                                   : "the command was never started by the client (run -i)");
       } else if (job.pid != 0 && !launcher_.ProcessAlive(job.pid, job.pid_start_time)) {
-        FinishJob(job, end_state, -1, l.ending ? l.ending_reason : "the shell ended");
+        FinishJob(job, end_state, -1,
+                  l.ending ? l.ending_reason
+                           : (job.argv.empty() ? "the shell ended" : "the command ended"));
       } else if (job.pid == 0 && l.ending) {
         FinishJob(job, end_state, -1, l.ending_reason);
       }

@@ -152,6 +152,67 @@ TEST_F(E2E, ShellRunsInASliceAndReleasesItOnExit) {
   EXPECT_EQ(list["jobs"][0]["exit_code"], 4);
 }
 
+TEST_F(E2E, RunInteractiveGivesTheCommandThisStdinAndItsExitCode) {
+  // run -i: the daemon grants the slice, the CLI starts the command with its
+  // own stdin, stdout and stderr (so input reaches it and the two outputs
+  // keep their order).
+  CliResult r = d.CliWithInput(
+      {"run", "-i", "--mem", "1GiB", "--name", "attached", "--", "sh", "-c",
+       "cat; echo \"slice=$GPUSLICE_SLICE gpu=$CUDA_VISIBLE_DEVICES\"; exit 7"},
+      "hello\nworld\n", {});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_EQ(r.out.rfind("hello\nworld\nslice=/", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(" gpu=GPU-"), std::string::npos) << r.out;
+  json list = json::parse(d.Cli({"ps", "--all", "--json"}).out);
+  ASSERT_EQ(list["jobs"].size(), 1u);
+  const json& job = list["jobs"][0];
+  EXPECT_EQ(job["state"], "exited");
+  EXPECT_EQ(job["exit_code"], 7);
+  EXPECT_EQ(job["name"], "attached");
+  EXPECT_EQ(job["argv"][0], "sh") << job.dump();
+
+  CliResult missing = d.CliWithInput({"run", "-i", "--mem", "1GiB", "--", "no-such-command-xyz"},
+                                     "", {});
+  EXPECT_EQ(missing.exit_code, 127);
+  EXPECT_NE(missing.err.find("no-such-command-xyz"), std::string::npos) << missing.err;
+
+  CliResult both = d.Cli({"run", "-i", "--restartable", "--mem", "1GiB", "--", "true"});
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("--restartable"), std::string::npos) << both.err;
+  EXPECT_EQ(json::parse(d.Cli({"ps", "--all", "--json"}).out)["jobs"].size(), 2u)
+      << "the refused request created no job";
+}
+
+TEST_F(E2E, RunInteractiveForwardsCtrlCAndCancelEndsTheCommandsGroup) {
+  // stdin is not a terminal here, so Ctrl-C reaches gpuslice: it passes the
+  // signal on to the command's process group.
+  std::string out = d.dir() + "/run-i.out";
+  int pid = d.CliAsync({"run", "-i", "--mem", "1GiB", "--", "sh", "-c",
+                        "trap 'echo got-int; exit 9' INT; echo up; while :; do sleep 0.05; done"},
+                       out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return ReadFile(out) == "up\n"; }));
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_TRUE(Daemon::WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }));
+  EXPECT_EQ(WEXITSTATUS(status), 9) << ReadFile(out);
+  EXPECT_EQ(ReadFile(out), "up\ngot-int\n");
+
+  // `gpuslice cancel` from elsewhere: the daemon signals the command's group
+  // (its own, set up by the CLI), a child of it included.
+  std::string out2 = d.dir() + "/run-i2.out";
+  int pid2 = d.CliAsync({"run", "-i", "--mem", "1GiB", "--", "sh", "-c",
+                         "sleep 60 & echo up; wait"},
+                        out2);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return ReadFile(out2) == "up\n"; }));
+  json running = json::parse(d.Cli({"ps", "--json"}).out)["jobs"];
+  ASSERT_EQ(running.size(), 1u);
+  const std::string id = std::to_string(running[0]["id"].get<uint64_t>());
+  EXPECT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return waitpid(pid2, &status, WNOHANG) == pid2; }));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }));
+}
+
 TEST_F(E2E, RunCtrlCCancelsTheJob) {
   std::string out = d.dir() + "/run.out";
   int pid = d.CliAsync({"run", "--mem", "1GiB", "--", "sh", "-c", "echo up; exec sleep 60"}, out);

@@ -288,6 +288,31 @@ TEST_F(UserViews, TopRestoresTheTerminalOnCtrlCAndSigterm) {
   }
 }
 
+TEST_F(UserViews, RunInteractiveOnATerminalGivesTheCommandTheTerminal) {
+  // run -i on a terminal: the command's process group is the terminal's
+  // foreground group, so it may read the terminal (from a background group
+  // it would be stopped by SIGTTIN) and Ctrl-C goes to it.
+  {
+    Pty t(d, {"run", "-i", "--mem", "1GiB", "--", "sh", "-c", "read x; echo got=$x; exit 3"},
+          80, 24);
+    t.Send("abc\n");
+    ASSERT_TRUE(t.ReadUntil([](const std::string& o) { return o.find("got=abc") != o.npos; }))
+        << t.out();
+    EXPECT_EQ(t.Wait(), 3) << t.out();
+  }
+  {
+    Pty t(d,
+          {"run", "-i", "--mem", "1GiB", "--", "sh", "-c",
+           "trap 'echo got-int; exit 9' INT; echo up; while :; do sleep 0.05; done"},
+          80, 24);
+    ASSERT_TRUE(t.ReadUntil([](const std::string& o) { return o.find("up") != o.npos; }))
+        << t.out();
+    t.Send("\x03");  // Ctrl-C through the line discipline: SIGINT to the foreground group.
+    EXPECT_EQ(t.Wait(), 9) << t.out();
+    EXPECT_NE(t.out().find("got-int"), std::string::npos) << t.out();
+  }
+}
+
 TEST_F(UserViews, TopUsesAsciiBarsWithoutAUtf8Locale) {
   // -n 1: one refresh, then it exits by itself.
   Pty c(d, {"top", "--interval", "200ms", "-n", "1"}, 80, 24, "C");
