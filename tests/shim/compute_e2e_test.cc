@@ -344,8 +344,9 @@ TEST_F(ComputeShareTest, AnOutrankedSliceKeepsTheGpuBusyBetweenRequests) {
   RunTenants({server, best_effort}, 2.6);
   const double server_pct = Achieved(0, kFrom, 2.5), be = Achieved(1, kFrom, 2.5);
   EXPECT_GT(server_pct, 5.0);
-  // The server asks for ~10%; the best-effort slice gets most of the rest.
-  EXPECT_GT(be, 60.0) << "server " << server_pct;
+  // The server asks for ~10%; the best-effort slice gets most of the rest
+  // (84% on a quiet 2-core machine, 62% with four busy loops beside it).
+  EXPECT_GT(be, 55.0) << "server " << server_pct;
 }
 
 }  // namespace
