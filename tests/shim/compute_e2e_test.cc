@@ -335,7 +335,8 @@ TEST_F(ComputeShareTest, AnOutrankedSliceKeepsTheGpuBusyBetweenRequests) {
   // the GPU, so that a request waits little behind it; the depth adapts to
   // how promptly the slice can top the queue up. Fixed at 2 x 50 us, the
   // best-effort slices of the harness's priority scenario got 55% of the
-  // GPU instead of 82% (round trips to top the queue up left it idle).
+  // GPU instead of 82% (round trips to top the queue up left it idle), and
+  // the slice here 51.5%.
   const TenantSpec server{"30",
                           "work-conserving",
                           "high",
