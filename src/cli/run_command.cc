@@ -276,7 +276,21 @@ int AttachedJob(Context& ctx, const std::vector<std::string>& command) {
     signal(SIGQUIT, SIG_IGN);
   }
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (true) {
+    if (waitpid(pid, &status, tty >= 0 ? WUNTRACED : 0) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (!WIFSTOPPED(status)) break;
+    // Ctrl-Z (or a read from the terminal in the background) stopped the
+    // command: take the terminal back and stop as well, so that the user's
+    // shell gets it; `fg` continues us, and we continue the command in the
+    // foreground again. (A process group without a job-control shell above
+    // it is not stopped by SIGTSTP: then the command simply goes on.)
+    GiveTerminal(tty, getpgrp());
+    raise(SIGTSTP);
+    if (tcgetpgrp(tty) == getpgrp()) GiveTerminal(tty, pid);
+    kill(-pid, SIGCONT);
   }
   if (tty >= 0) GiveTerminal(tty, getpgrp());
   g_child_group = 0;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -293,8 +294,8 @@ TEST_F(UserViews, RunInteractiveOnATerminalGivesTheCommandTheTerminal) {
   // foreground group, so it may read the terminal (from a background group
   // it would be stopped by SIGTTIN) and Ctrl-C goes to it.
   {
-    Pty t(d, {"run", "-i", "--mem", "1GiB", "--", "sh", "-c", "read x; echo got=$x; exit 3"},
-          80, 24);
+    Pty t(d, {"run", "-i", "--mem", "1GiB", "--", "sh", "-c", "read x; echo got=$x; exit 3"}, 80,
+          24);
     t.Send("abc\n");
     ASSERT_TRUE(t.ReadUntil([](const std::string& o) { return o.find("got=abc") != o.npos; }))
         << t.out();
@@ -310,6 +311,25 @@ TEST_F(UserViews, RunInteractiveOnATerminalGivesTheCommandTheTerminal) {
     t.Send("\x03");  // Ctrl-C through the line discipline: SIGINT to the foreground group.
     EXPECT_EQ(t.Wait(), 9) << t.out();
     EXPECT_NE(t.out().find("got-int"), std::string::npos) << t.out();
+  }
+  {
+    // Ctrl-Z stops the command; gpuslice takes the terminal back and would
+    // stop too, but here no job-control shell is above it (its group is
+    // orphaned, so SIGTSTP does not stop it): it continues the command at
+    // once, which then reads on. Left stopped, it would never read "two".
+    Pty t(d,
+          {"run", "-i", "--mem", "1GiB", "--", "sh", "-c",
+           "read a; echo got=$a; read b; echo got=$b; exit 5"},
+          80, 24);
+    t.Send("one\n");
+    ASSERT_TRUE(t.ReadUntil([](const std::string& o) { return o.find("got=one") != o.npos; }))
+        << t.out();
+    t.Send("\x1a");  // Ctrl-Z: SIGTSTP to the foreground group.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    t.Send("two\n");
+    ASSERT_TRUE(t.ReadUntil([](const std::string& o) { return o.find("got=two") != o.npos; }))
+        << t.out();
+    EXPECT_EQ(t.Wait(), 5) << t.out();
   }
 }
 
