@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -109,6 +110,7 @@ class FakeRegionStore : public RegionStore {
   core::Status Update(const std::string& path, const SliceLimits& limits) override {
     auto it = regions.find(path);
     if (it == regions.end()) return core::NotFoundError("no region " + path);
+    updates.emplace_back(path, limits);
     SliceLimits next = limits;
     next.uuids = it->second.uuids;
     it->second = next;
@@ -116,10 +118,11 @@ class FakeRegionStore : public RegionStore {
   }
 
   std::map<std::string, SliceLimits> regions;
+  // Every Update, as asked (devices and limits), in order.
+  std::vector<std::pair<std::string, SliceLimits>> updates;
   // Set by tests: per region, bytes used on each device and the live pids.
   std::map<std::string, uint64_t> used;
   std::map<std::string, std::vector<int32_t>> pids;
 };
-
 
 }  // namespace gpuslice::daemon

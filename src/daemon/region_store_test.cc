@@ -103,6 +103,25 @@ TEST_F(ShimRegionStoreTest, LaunchesPausedIsSetAtCreateAndFollowsUpdates) {
   for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
 }
 
+TEST_F(ShimRegionStoreTest, AnUpdateOfSomeDevicesLeavesTheOthersAlone) {
+  // An elastic job's shrink closes only the given-back GPU (limit 0) in the
+  // region its running processes keep.
+  ShimRegionStore store(dir_ + "/slices");
+  SliceLimits l = Limits(4, {"GPU-aaaa", "GPU-bbbb"});
+  auto path = store.Create(l);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  SliceLimits gone = l;
+  gone.uuids = {"GPU-bbbb"};
+  gone.memory_bytes_per_device = 0;
+  ASSERT_TRUE(store.Update(*path, gone).ok());
+  auto usage = store.Usage(*path);
+  ASSERT_TRUE(usage.ok());
+  ASSERT_EQ(usage->size(), 2u);
+  for (const SliceUsage& u : *usage) {
+    EXPECT_EQ(u.limit_bytes, u.uuid == "GPU-bbbb" ? 0 : 4 * core::kGiB) << u.uuid;
+  }
+}
+
 TEST_F(ShimRegionStoreTest, UsageCarriesTheShimsRefusalAndThrottleCounters) {
   ShimRegionStore store(dir_ + "/slices");
   auto path = store.Create(Limits(4, {"GPU-aaaa"}));

@@ -55,11 +55,30 @@ void Service::WriteGpusFile(const Job& job) {
 
 Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
   size_t before = job.allocation.gpu_indices.size();
+  SliceLimits given_back = SliceLimitsOf(job);
   GPUSLICE_ASSIGN_OR_RETURN(core::Allocation a, capacity_->SetElasticGpus(job.id, count));
   job.allocation = a;
   // A region's device list is fixed: a new one at the same path. Running
   // processes keep the old mapping; restarted workers open the new one.
   if (!job.region_path.empty()) {
+    // In the old region, which the running processes keep, the GPUs given
+    // back get a memory limit of 0: until they restart, those processes can
+    // allocate nothing more there (what they hold stays theirs, and their
+    // kernels still run: the workers are told to restart).
+    std::vector<std::string> gone;
+    for (const std::string& u : given_back.uuids) {
+      if (std::find(a.gpu_uuids.begin(), a.gpu_uuids.end(), u) == a.gpu_uuids.end()) {
+        gone.push_back(u);
+      }
+    }
+    if (!gone.empty() && regions_.Exists(job.region_path)) {
+      given_back.uuids = gone;
+      given_back.memory_bytes_per_device = 0;
+      if (Status s = regions_.Update(job.region_path, given_back); !s.ok()) {
+        LogWarn("job " + std::to_string(job.id) +
+                ": cannot close the given-back GPUs to new allocations: " + s.message());
+      }
+    }
     if (regions_.Exists(job.region_path)) (void)regions_.Remove(job.region_path);
     auto region = regions_.Create(SliceLimitsOf(job));
     if (region.ok()) {

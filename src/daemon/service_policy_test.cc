@@ -326,7 +326,8 @@ TEST_F(PolicyTest, IdleJobIsFlaggedThenPausedWhenSomethingWaits) {
   v = Get(idle->job.id);
   EXPECT_NE(std::find(v.flags.begin(), v.flags.end(), "paused"), v.flags.end());
   // Paused jobs stay paused until resumed.
-  EXPECT_EQ(service_->Resume(TestCaller(2000), idle->job.id).code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_->Resume(TestCaller(2000), idle->job.id).code(),
+            core::StatusCode::kPermissionDenied);
   ASSERT_TRUE(service_->Resume(TestCaller(1000), idle->job.id).ok());
   EXPECT_FALSE(regions_.regions[region].launches_paused);
   Run(60);
@@ -431,6 +432,13 @@ TEST_F(PolicyTest, ElasticJobShrinksForAWaitingJobAndGrowsBackAfterTheCooldown) 
   EXPECT_EQ(ReadAll(gpus_file).size(), std::string("GPU-0\n").size());
   EXPECT_EQ(launcher_.signals.back(), std::make_pair(pid, SIGUSR1));
   EXPECT_TRUE(HasEvent(id, "elastic_shrink"));
+  // The running processes' (old) region closed the given-back GPU to new
+  // allocations before the new region replaced it.
+  ASSERT_FALSE(regions_.updates.empty());
+  EXPECT_EQ(regions_.updates.back().first, Get(id).job.region_path);
+  EXPECT_EQ(regions_.updates.back().second.uuids, std::vector<std::string>{"GPU-1"});
+  EXPECT_EQ(regions_.updates.back().second.memory_bytes_per_device, 0u);
+  const size_t updates_after_shrink = regions_.updates.size();
   // The other job ends: a GPU is idle and nothing waits, but the cool-down
   // (30 s since the shrink) holds the growth back.
   launcher_.Exit(Get(other->job.id).job.pid, 0);
@@ -439,6 +447,7 @@ TEST_F(PolicyTest, ElasticJobShrinksForAWaitingJobAndGrowsBackAfterTheCooldown) 
   Run(25);
   EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 2u);
   EXPECT_TRUE(HasEvent(id, "elastic_grow"));
+  EXPECT_EQ(regions_.updates.size(), updates_after_shrink) << "growing gives nothing back";
   EXPECT_EQ(ReadAll(gpus_file), "GPU-0\nGPU-1\n");
   // A restart re-adopts it with both GPUs.
   service_.reset();
