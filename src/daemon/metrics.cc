@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 
@@ -49,6 +50,7 @@ constexpr char kJobThrottled[] = "gpuslice_job_throttled_seconds_total";
 constexpr char kJobIdle[] = "gpuslice_job_idle";
 constexpr char kJobLowUse[] = "gpuslice_job_low_use_seconds";
 constexpr char kJobIdleTotal[] = "gpuslice_job_idle_seconds_total";
+constexpr char kJobPaused[] = "gpuslice_job_launches_paused";
 constexpr char kQueueLength[] = "gpuslice_queue_length";
 constexpr char kQueueWait[] = "gpuslice_queue_wait_seconds";
 constexpr char kJobsRunning[] = "gpuslice_jobs_running";
@@ -257,6 +259,13 @@ void RenderJobs(MetricsText& t, Service& service, const std::vector<JobView>& jo
   for (size_t i = 0; i < running.size(); ++i) {
     t.Sample(labels[i], HeldPerGpu(running[i]->job, 0).compute);
   }
+  t.Family(kJobPaused, MetricType::kGauge,
+           "1 while idle reclaim holds the job's new kernel launches (until gpuslice resume), "
+           "else 0.");
+  for (size_t i = 0; i < running.size(); ++i) {
+    const std::vector<std::string>& flags = running[i]->flags;
+    t.Sample(labels[i], std::find(flags.begin(), flags.end(), "paused") != flags.end() ? 1.0 : 0.0);
+  }
 
   // The usage families: running jobs that have been sampled.
   std::vector<std::pair<size_t, JobUsage>> sampled;
@@ -376,17 +385,46 @@ void RegisterMetrics(Api& api, Service& service, MetricsOptions options) {
 }
 
 const std::vector<std::string_view>& MetricFamilyNames() {
-  static const std::vector<std::string_view> names = {
-      kGpuUtil,          kMemCopyUtil,      kFbUsed,           kFbFree,
-      kFbTotal,          kGpuTemp,          kPowerUsage,       kXidLast,
-      kEccSbe,           kEccDbe,           kXidTotal,         kGpuInfo,
-      kGpuSimulated,     kGpuMemAllocBytes, kGpuMemAllocRatio, kGpuComputeAllocRatio,
-      kGpuSlices,        kJobInfo,          kJobStart,         kJobShareTarget,
-      kJobMemUsed,       kJobMemLimit,      kJobMemPeak,       kJobNvmlMem,
-      kJobShareAchieved, kJobGpuUtil,       kJobRefused,       kJobThrottled,
-      kJobIdle,          kJobLowUse,        kJobIdleTotal,     kQueueLength,
-      kQueueWait,        kJobsRunning,      kEvents,           kUp,
-      kDegraded,         kStartTime,        kBuildInfo};
+  static const std::vector<std::string_view> names = {kGpuUtil,
+                                                      kMemCopyUtil,
+                                                      kFbUsed,
+                                                      kFbFree,
+                                                      kFbTotal,
+                                                      kGpuTemp,
+                                                      kPowerUsage,
+                                                      kXidLast,
+                                                      kEccSbe,
+                                                      kEccDbe,
+                                                      kXidTotal,
+                                                      kGpuInfo,
+                                                      kGpuSimulated,
+                                                      kGpuMemAllocBytes,
+                                                      kGpuMemAllocRatio,
+                                                      kGpuComputeAllocRatio,
+                                                      kGpuSlices,
+                                                      kJobInfo,
+                                                      kJobStart,
+                                                      kJobShareTarget,
+                                                      kJobMemUsed,
+                                                      kJobMemLimit,
+                                                      kJobMemPeak,
+                                                      kJobNvmlMem,
+                                                      kJobShareAchieved,
+                                                      kJobGpuUtil,
+                                                      kJobRefused,
+                                                      kJobThrottled,
+                                                      kJobIdle,
+                                                      kJobLowUse,
+                                                      kJobIdleTotal,
+                                                      kJobPaused,
+                                                      kQueueLength,
+                                                      kQueueWait,
+                                                      kJobsRunning,
+                                                      kEvents,
+                                                      kUp,
+                                                      kDegraded,
+                                                      kStartTime,
+                                                      kBuildInfo};
   return names;
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "daemon/launcher_fake.h"
+#include "daemon/metrics.h"
 #include "daemon/service.h"
 #include "daemon/test_support.h"
 
@@ -325,11 +326,22 @@ TEST_F(PolicyTest, IdleJobIsFlaggedThenPausedWhenSomethingWaits) {
   EXPECT_TRUE(HasEvent(idle->job.id, "idle_action"));
   v = Get(idle->job.id);
   EXPECT_NE(std::find(v.flags.begin(), v.flags.end(), "paused"), v.flags.end());
+  // ... and say so in the metrics.
+  auto paused_metric = [&] {
+    const std::string m = RenderMetrics(*service_, MetricsOptions{});
+    const std::string key =
+        "gpuslice_job_launches_paused{job_id=\"" + std::to_string(idle->job.id) + "\",";
+    const size_t at = m.find(key);
+    if (at == std::string::npos) return std::string("absent");
+    return m.substr(m.find(' ', at) + 1, 1);
+  };
+  EXPECT_EQ(paused_metric(), "1");
   // Paused jobs stay paused until resumed.
   EXPECT_EQ(service_->Resume(TestCaller(2000), idle->job.id).code(),
             core::StatusCode::kPermissionDenied);
   ASSERT_TRUE(service_->Resume(TestCaller(1000), idle->job.id).ok());
   EXPECT_FALSE(regions_.regions[region].launches_paused);
+  EXPECT_EQ(paused_metric(), "0");
   Run(60);
   EXPECT_FALSE(regions_.regions[region].launches_paused) << "idle time counts afresh";
   (void)waiting;
