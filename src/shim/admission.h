@@ -32,13 +32,14 @@ inline void RaisePeak(std::atomic<uint64_t>& peak, uint64_t value) {
   }
 }
 
-// Charges `bytes` on slice device `d` to `slot` if the slice stays within the
-// device's limit. Returns false (and changes nothing) otherwise.
+// Charges `bytes` on slice device `d` to `slot` if the slice stays within
+// `limit` (Region::LimitOf(d): the daemon's limits page, or the region's own
+// field in a standalone slice; never read here from `device`, which the job
+// may rewrite). Returns false (and changes nothing) otherwise. The caller
+// loads the limit with relaxed order: any value of the limit is a valid
+// limit; a resize that races with this admission applies to the next one.
 inline bool TryCharge(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-                      uint64_t bytes) {
-  // Relaxed: any value of the limit is a valid limit; a resize that races
-  // with this admission applies to the next one.
-  const uint64_t limit = device.limit_bytes.load(std::memory_order_relaxed);
+                      uint64_t bytes, uint64_t limit) {
   uint64_t used = device.used_bytes.load(std::memory_order_relaxed);
   do {
     if (bytes > limit || used > limit - bytes) return false;

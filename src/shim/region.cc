@@ -13,6 +13,8 @@
 #include <ctime>
 
 #include "shim/admission.h"
+#include "shim/limits_page.h"
+#include "shim/posix_error.h"
 
 namespace gpuslice::shim {
 namespace {
@@ -21,25 +23,6 @@ using core::Result;
 using core::Status;
 using layout::DeviceEntry;
 using layout::ProcessSlot;
-
-// The one place errno becomes a Status.
-Status PosixError(const std::string& context, int err) {
-  std::string msg = context + ": " + std::strerror(err);
-  switch (err) {
-    case ENOENT:
-      return core::NotFoundError(msg);
-    case EEXIST:
-      return core::AlreadyExistsError(msg);
-    case EACCES:
-    case EPERM:
-      return core::PermissionDeniedError(msg);
-    case ENOSPC:
-    case ENOMEM:
-      return core::ResourceExhaustedError(msg);
-    default:
-      return core::InternalError(msg);
-  }
-}
 
 uint64_t UnixNanos() {
   timespec ts{};
@@ -128,8 +111,39 @@ Result<uint64_t> ProcessStartTime(int32_t pid) {
   return uint64_t{value};
 }
 
+// What a device gets when the daemon's limits page says nothing for it (or
+// could not be used): no memory, no share, normal priority, not paused.
+constinit const layout::LimitsEntry kNothingGranted{};
+
 Region::Region(std::string path, void* base)
-    : path_(std::move(path)), base_(base), header_(static_cast<layout::RegionHeader*>(base)) {}
+    : path_(std::move(path)), base_(base), header_(static_cast<layout::RegionHeader*>(base)) {
+  // Until a limits page is attached, each device's own entry decides.
+  for (uint32_t i = 0; i < layout::kMaxDevices; ++i) {
+    const DeviceEntry& d = device(i);
+    controls_[i] = {&d.limit_bytes, &d.compute_share_milli, &d.compute_mode, &d.priority,
+                    &d.launches_paused};
+  }
+}
+
+void Region::AttachLimits(std::unique_ptr<LimitsPage> page) {
+  limits_refused_ = page == nullptr;
+  for (uint32_t i = 0; i < layout::kMaxDevices; ++i) {
+    const layout::LimitsEntry* e = &kNothingGranted;
+    const DeviceEntry& d = device(i);
+    // Acquire: pairs with the release that made the entry ready, so the
+    // UUID we match is the one its claimer wrote. Matched once: a later
+    // rewrite of the region (the job owns it) changes nothing here.
+    if (page != nullptr &&
+        layout::OwnerState(d.owner.load(std::memory_order_acquire)) == layout::kEntryReady) {
+      const layout::LimitsEntry* listed =
+          page->Find(std::string_view(d.uuid, strnlen(d.uuid, sizeof(d.uuid))));
+      if (listed != nullptr) e = listed;
+    }
+    controls_[i] = {&e->limit_bytes, &e->compute_share_milli, &e->compute_mode, &e->priority,
+                    &e->launches_paused};
+  }
+  limits_ = std::move(page);
+}
 
 Region::~Region() { munmap(base_, layout::kRegionSize); }
 
@@ -488,12 +502,12 @@ std::vector<DeviceUsage> Region::Devices() const {
     DeviceUsage u;
     u.index = i;
     u.uuid = std::string(d.uuid, strnlen(d.uuid, sizeof(d.uuid)));
-    u.limit_bytes = d.limit_bytes.load(std::memory_order_relaxed);
+    u.limit_bytes = LimitOf(i);
     u.used_bytes = d.used_bytes.load(std::memory_order_relaxed);
     u.peak_bytes = d.peak_bytes.load(std::memory_order_relaxed);
     u.refused_allocs = d.refused_allocs.load(std::memory_order_relaxed);
     u.throttled_ns = d.throttled_ns.load(std::memory_order_relaxed);
-    u.launches_paused = d.launches_paused.load(std::memory_order_relaxed) != 0;
+    u.launches_paused = LaunchesPausedOf(i);
     out.push_back(std::move(u));
   }
   return out;

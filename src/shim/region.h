@@ -2,8 +2,15 @@
 
 // Create, open, resize, inspect and sweep a slice region (region_layout.h,
 // docs/SLICE_REGION.md). Used by the shim inside CUDA processes and by the
-// daemon, which creates a slice's region with its limits, resizes it live,
-// reads usage and removes it.
+// daemon, which creates a slice's region, reads what the job reports there
+// (usage, pids) and removes it.
+//
+// Where a device's limit, compute share, mode, priority and pause flag are
+// read: a standalone region carries its own (the fields of its DeviceEntry);
+// a daemon slice's come from the daemon's read-only limits page
+// (limits_page.h), attached with AttachLimits, because the region belongs
+// to the job and a job can rewrite it. Every reader goes through LimitOf,
+// ShareOf, ModeOf, PriorityOf and LaunchesPausedOf, which know which.
 //
 // Thread safety: a Region may be used from any number of threads and
 // processes at once; every mutation is a compare-and-swap or an atomic
@@ -12,6 +19,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,6 +31,8 @@
 #include "shim/region_layout.h"
 
 namespace gpuslice::shim {
+
+class LimitsPage;
 
 // Seam over "is this process still alive?" so sweeping can be tested
 // without killing anything.
@@ -60,12 +70,12 @@ struct RegionOptions {
 struct DeviceUsage {
   uint32_t index = 0;
   std::string uuid;
-  uint64_t limit_bytes = 0;
+  uint64_t limit_bytes = 0;  // LimitOf(index): the limits page's when one is attached.
   uint64_t used_bytes = 0;
   uint64_t peak_bytes = 0;
   uint64_t refused_allocs = 0;  // Allocations refused for the limit (counter).
   uint64_t throttled_ns = 0;    // Time launches waited in the compute gate (counter).
-  bool launches_paused = false;
+  bool launches_paused = false;  // LaunchesPausedOf(index).
 };
 
 struct ProcessUsage {
@@ -106,7 +116,48 @@ class Region {
   layout::RegionHeader& header() const { return *header_; }
   layout::DeviceEntry& device(uint32_t index) const;
   layout::ProcessSlot& slot(uint32_t index) const;
-  bool closed() const { return (header_->flags & layout::kFlagClosed) != 0; }
+  // Closed: the slice may use only the devices listed. A region with a
+  // limits page attached is closed whatever its (job-writable) flag says.
+  bool closed() const {
+    return limits_ != nullptr || limits_refused_ || (header_->flags & layout::kFlagClosed) != 0;
+  }
+
+  // Takes the slice's limits, shares, modes, priorities and pause flags from
+  // `page` (the daemon's limits page, mapped read-only) instead of this
+  // region, for every device. Each region device is matched to its page
+  // entry by UUID once, here; a device the page does not list, or one added
+  // to the region later, gets no memory, no share and no pause. A null
+  // `page` (the page could not be used: missing, writable by us, another
+  // version) does the same for every device: the slice gets no memory
+  // rather than no limit. Call once, before the region is shared with other
+  // threads.
+  void AttachLimits(std::unique_ptr<LimitsPage> page);
+  bool has_limits_page() const { return limits_ != nullptr; }
+
+  // The controls of slice device `index` (< kMaxDevices), from wherever they
+  // live (see the top of this file). One pointer load and one atomic load
+  // each, so the allocation path can call LimitOf on every allocation.
+  // Relaxed for the limit: any value is a valid limit (admission.h).
+  uint64_t LimitOf(uint32_t index) const {
+    return controls_[index].limit->load(std::memory_order_relaxed);
+  }
+  // Acquire: pairs with the release store of the share, made after mode and
+  // priority (SetComputeShare, LimitsPage::Set), so ModeOf/PriorityOf read
+  // after it see the settings that go with it.
+  uint32_t ShareOf(uint32_t index) const {
+    return controls_[index].share->load(std::memory_order_acquire);
+  }
+  // The stored encodings (shim/config.h: kRegionMode*, kRegionPriorityDefault).
+  uint32_t ModeOf(uint32_t index) const {
+    return controls_[index].mode->load(std::memory_order_relaxed);
+  }
+  uint32_t PriorityOf(uint32_t index) const {
+    return controls_[index].priority->load(std::memory_order_relaxed);
+  }
+  // Acquire: pairs with the release in SetLaunchesPaused (either source).
+  bool LaunchesPausedOf(uint32_t index) const {
+    return controls_[index].paused->load(std::memory_order_acquire) != 0;
+  }
 
   // The index of the ready device entry for `uuid`; NotFound if none.
   core::Result<uint32_t> FindDevice(std::string_view uuid) const;
@@ -114,6 +165,10 @@ class Region {
   // Two processes adding the same UUID at once end up with one entry.
   // A closed region answers NotFound for a device it does not list.
   core::Result<uint32_t> FindOrAddDevice(std::string_view uuid, uint64_t limit_bytes);
+  // The Set* below write this region's own fields: they decide for a
+  // standalone slice (and for a slice of an older daemon, which has no
+  // limits page); a process with a limits page attached ignores them.
+  //
   // Live resize: the next admission on that device sees the new limit.
   // Lowering below current usage refuses new allocations until usage drops.
   core::Status SetLimit(std::string_view uuid, uint64_t limit_bytes);
@@ -147,9 +202,21 @@ class Region {
   // Returns a dead slot's usage and frees it, if `owner` is still its owner.
   bool Reclaim(uint32_t index, uint64_t owner);
 
+  // Where each device's controls are read (see LimitOf).
+  struct Controls {
+    const std::atomic<uint64_t>* limit;
+    const std::atomic<uint32_t>* share;
+    const std::atomic<uint32_t>* mode;
+    const std::atomic<uint32_t>* priority;
+    const std::atomic<uint32_t>* paused;
+  };
+
   std::string path_;
   void* base_;
   layout::RegionHeader* header_;
+  std::array<Controls, layout::kMaxDevices> controls_;
+  std::unique_ptr<LimitsPage> limits_;  // Null: the region's own fields.
+  bool limits_refused_ = false;         // AttachLimits(nullptr): nothing is granted.
 };
 
 }  // namespace gpuslice::shim
