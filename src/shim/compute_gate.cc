@@ -133,10 +133,11 @@ uint32_t SharedPriority(uint32_t region_priority) {
   return region_priority == kRegionPriorityDefault ? 1 : region_priority - 1;
 }
 
-// Reads the slice's pause flag from the region (acquire: pairs with the
-// release in Region::SetLaunchesPaused) and remembers it for RefreshGate.
+// Reads the slice's pause flag (Region::LaunchesPausedOf: the daemon's
+// limits page, or a standalone region; acquire, paired with the release of
+// SetLaunchesPaused) and remembers it for RefreshGate.
 bool ReadPaused() {
-  const bool paused = SliceDevice(g_device).launches_paused.load(std::memory_order_acquire) != 0;
+  const bool paused = SliceRegion()->LaunchesPausedOf(uint32_t(g_device));
   g_paused.store(paused, std::memory_order_relaxed);
   return paused;
 }
@@ -272,10 +273,13 @@ void Publish(uint64_t now, bool inflight) {
 // Re-reads the slice's share from the region (the daemon may change it
 // live) and joins or leaves the coordination accordingly.
 void FollowRegion(uint64_t now) {
-  layout::DeviceEntry& entry = SliceDevice(g_device);
-  const uint32_t share = entry.compute_share_milli.load(std::memory_order_acquire);
-  const uint32_t mode = SharedMode(entry.compute_mode.load(std::memory_order_relaxed));
-  const uint32_t priority = SharedPriority(entry.priority.load(std::memory_order_relaxed));
+  // Through the region's accessors: the daemon's limits page when there is
+  // one, never a field the job can rewrite. ShareOf is an acquire load, so
+  // mode and priority read after it go with it.
+  const Region& region = *SliceRegion();
+  const uint32_t share = region.ShareOf(uint32_t(g_device));
+  const uint32_t mode = SharedMode(region.ModeOf(uint32_t(g_device)));
+  const uint32_t priority = SharedPriority(region.PriorityOf(uint32_t(g_device)));
   int32_t m = g_member.load(std::memory_order_relaxed);
   if (share != 0 && m < 0) {
     core::Result<uint32_t> joined = g_coord->Join(g_slice_key, getpid(), now);

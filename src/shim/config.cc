@@ -46,6 +46,11 @@ ShimConfig ReadShimConfig(const std::function<const char*(const char*)>& env) {
       c.slice_path = slice;
     }
   }
+  if (const char* limits = env(kEnvLimits); limits != nullptr && *limits != '\0') {
+    // Taken as given: whatever it names must pass LimitsPage::OpenReadOnly's
+    // checks, and a page that cannot be used means no memory, never no limit.
+    c.limits_path = limits;
+  }
   if (const char* limit = env(kEnvMemoryLimit); limit != nullptr && *limit != '\0') {
     core::Result<std::map<int, uint64_t>> parsed = core::ParsePerDeviceBytes(limit);
     if (parsed.ok()) {

@@ -8,6 +8,9 @@
 //                                sees; or "0=4GiB,1=2GiB" per visible ordinal.
 //   GPUSLICE_SLICE=/path         the slice region (set by the daemon, or by
 //                                the shim itself for standalone descendants).
+//   GPUSLICE_LIMITS=/path        the daemon's read-only limits page: when set,
+//                                every limit, share, priority and pause comes
+//                                from it, never from the region.
 //   GPUSLICE_LOG_LEVEL=warn      error|warn|info|debug.
 //   GPUSLICE_COMPUTE_SHARE=30    standalone compute share ("30", "30%", "12.5%").
 //   GPUSLICE_COMPUTE_MODE=hard   hard | work-conserving.
@@ -33,6 +36,7 @@ namespace gpuslice::shim {
 inline constexpr char kEnvDisable[] = "GPUSLICE_DISABLE";
 inline constexpr char kEnvMemoryLimit[] = "GPUSLICE_MEMORY_LIMIT";
 inline constexpr char kEnvSlice[] = "GPUSLICE_SLICE";
+inline constexpr char kEnvLimits[] = "GPUSLICE_LIMITS";
 inline constexpr char kEnvLogLevel[] = "GPUSLICE_LOG_LEVEL";
 inline constexpr char kEnvComputeShare[] = "GPUSLICE_COMPUTE_SHARE";
 inline constexpr char kEnvComputeMode[] = "GPUSLICE_COMPUTE_MODE";
@@ -49,6 +53,7 @@ struct ShimConfig {
   bool disabled = false;
   LogLevel log_level = LogLevel::kWarn;
   std::string slice_path;          // Empty: no slice (pass-through).
+  std::string limits_path;         // Empty: the region holds its own limits.
   bool has_limit = false;          // GPUSLICE_MEMORY_LIMIT parsed fine.
   std::map<int, uint64_t> limits;  // Ordinal -> bytes; -1: every device.
   bool has_share = false;           // GPUSLICE_COMPUTE_SHARE parsed fine.

@@ -89,6 +89,14 @@ TEST(ShimConfig, RelativeSlicePathIsRefused) {
   EXPECT_NE(c.problems[0].find("slice.region"), std::string::npos);
 }
 
+TEST(ShimConfig, TheLimitsPageIsTakenFromTheEnvironmentOnlyWhenSet) {
+  EXPECT_TRUE(Read({}).limits_path.empty());
+  EXPECT_TRUE(Read({{"GPUSLICE_LIMITS", ""}}).limits_path.empty());
+  ShimConfig c = Read({{"GPUSLICE_SLICE", "/s/job-1/region"}, {"GPUSLICE_LIMITS", "/s/job-1/limits"}});
+  EXPECT_EQ(c.limits_path, "/s/job-1/limits");
+  EXPECT_TRUE(c.problems.empty());
+}
+
 TEST(ShimConfig, StandaloneDirPrefersAnOwnedXdgRuntimeDir) {
   char tmpl[] = "/tmp/gpuslice-xdg-XXXXXX";
   std::string xdg = mkdtemp(tmpl);

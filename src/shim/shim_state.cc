@@ -13,6 +13,7 @@
 
 #include "shim/config.h"
 #include "shim/driver.h"
+#include "shim/limits_page.h"
 #include "shim/log.h"
 #include "shim/pool_tracker.h"
 #include "shim/region.h"
@@ -134,6 +135,17 @@ int Initialize() {
                    region.status().message().c_str());
       return kPhasePassThrough;
     }
+    if (!config.limits_path.empty()) {
+      // A daemon slice: every limit, share and pause comes from the daemon's
+      // read-only limits page, never from the region (the job's own file).
+      // A page we cannot use means no memory, not no limit.
+      core::Result<std::unique_ptr<LimitsPage>> page = LimitsPage::OpenReadOnly(config.limits_path);
+      if (!page.ok()) {
+        GPUSLICE_LOG(kError, "%s: %s; this process gets no GPU memory", kEnvLimits,
+                     page.status().message().c_str());
+      }
+      (*region)->AttachLimits(page.ok() ? std::move(*page) : nullptr);
+    }
     // Standalone regions are open (no closed flag); those are ours to remove.
     g_standalone = !(*region)->closed();
     g_region = region->release();
@@ -254,8 +266,7 @@ int SliceDeviceForOrdinal(CUdevice ordinal) {
     }
     GPUSLICE_LOG(kInfo, "device %d (%s) is slice device %u, limit %llu bytes", int(ordinal), text,
                  *index,
-                 static_cast<unsigned long long>(
-                     g_region->device(*index).limit_bytes.load(std::memory_order_relaxed)));
+                 static_cast<unsigned long long>(g_region->LimitOf(*index)));
   } else {
     GPUSLICE_LOG(kWarn, "device %d: %s; it gets no memory", int(ordinal),
                  index.status().message().c_str());
@@ -276,18 +287,20 @@ int CurrentSliceDevice() {
 bool Admit(int dev, uint64_t bytes) {
   if (!g_have_slot) return false;
   layout::DeviceEntry& device = SliceDevice(dev);
-  if (TryCharge(device, *g_slot, uint32_t(dev), bytes)) return true;
+  if (TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
+    return true;
+  }
   // Would fail: reclaim what dead processes and idle pools hold, then retry.
   g_region->Sweep(RealProcessProbe());
   ResyncPools();
-  if (TryCharge(device, *g_slot, uint32_t(dev), bytes)) return true;
+  if (TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
+    return true;
+  }
   CountRefusal(device);
   return false;
 }
 
-uint64_t SliceLimit(int dev) {
-  return SliceDevice(dev).limit_bytes.load(std::memory_order_relaxed);
-}
+uint64_t SliceLimit(int dev) { return g_region->LimitOf(uint32_t(dev)); }
 uint64_t SliceUsed(int dev) {
   return SliceDevice(dev).used_bytes.load(std::memory_order_relaxed);
 }

@@ -3,10 +3,13 @@
 // simulated device state and slice regions).
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -19,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "core/units.h"
+#include "shim/limits_page.h"
 #include "shim/region.h"
 #include "subprocess.h"
 
@@ -91,6 +95,48 @@ class ShimTest : public ::testing::Test {
     return r.ok() ? std::move(*r) : nullptr;
   }
   std::string RegionPath() const { return dir_ + "/slice.region"; }
+
+  // A slice as the daemon makes it (docs/SLICE_REGION.md): a directory the
+  // job cannot write, the daemon's limits page (root 0644) listing `uuid`
+  // with `limit`, and the job's region (0600, owned by `job_uid`).
+  struct DaemonSlice {
+    std::unique_ptr<LimitsPage> limits;  // The daemon's writable mapping.
+    std::unique_ptr<Region> region;
+    std::string limits_path;
+    std::string region_path;
+  };
+  DaemonSlice MakeDaemonSlice(const std::string& uuid, uint64_t limit, uid_t job_uid) {
+    DaemonSlice s;
+    const std::string dir = dir_ + "/job-1";
+    EXPECT_EQ(mkdir(dir.c_str(), 0755), 0);
+    chmod(dir.c_str(), 0755);
+    s.limits_path = dir + "/limits";
+    s.region_path = dir + "/region";
+    LimitsOptions page;
+    page.name = "job-1";
+    page.job_id = 1;
+    DeviceControls c;
+    c.uuid = uuid;
+    c.limit_bytes = limit;
+    page.devices = {c};
+    auto limits = LimitsPage::Create(s.limits_path, page);
+    EXPECT_TRUE(limits.ok()) << limits.status().ToString();
+    if (limits.ok()) s.limits = std::move(*limits);
+    RegionOptions region;
+    region.name = "job-1";
+    region.closed = true;
+    region.devices = {{uuid, 0}};
+    auto r = Region::Create(s.region_path, region);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) s.region = std::move(*r);
+    EXPECT_EQ(chown(s.region_path.c_str(), job_uid, job_uid), 0);
+    return s;
+  }
+  Env InDaemonSlice(const DaemonSlice& s) const {
+    Env e = InSlice(s.region_path);
+    e["GPUSLICE_LIMITS"] = s.limits_path;
+    return e;
+  }
 
   std::string dir_;
 };
@@ -284,6 +330,118 @@ TEST_F(ShimTest, LiveLimitChangesApplyToTheNextAllocation) {
   EXPECT_EQ(s.Ask("free", "freed"), "1");  // Memory from before the change uncounts.
   EXPECT_EQ(region->device(0).used_bytes.load(), 0u);
   EXPECT_EQ(s.Ask("alloc " + std::to_string(256 * kMiB), "result"), "0");
+}
+
+// Issue 13: a job owns its region and wrote a 40 GiB limit into its 4 GiB
+// slice. The shim takes the limit from the daemon's limits page, so the
+// process is still refused past 4 GiB, and sees a 4 GiB GPU.
+TEST_F(ShimTest, Issue13ARegionLimitRewrittenTo40GiBDoesNotLiftTheLimitsPage) {
+  const std::string uuid = DeviceUuid(Bare());
+  DaemonSlice slice = MakeDaemonSlice(uuid, 4 * kGiB, getuid());
+  ASSERT_NE(slice.region, nullptr);
+  ASSERT_TRUE(slice.region->SetLimit(uuid, 40 * kGiB).ok());
+  ASSERT_TRUE(slice.region->SetComputeShare(uuid, 1000, ComputeMode::kWorkConserving,
+                                            core::Priority::kHigh).ok());
+  const Env env = InDaemonSlice(slice);
+  Output fill = Probe({"fill", "alloc", std::to_string(512 * kMiB)}, env);
+  ASSERT_EQ(fill.exit_code, 0) << fill.out << fill.err;
+  EXPECT_EQ(fill.Int("error"), kOutOfMemory) << fill.out;
+  EXPECT_EQ(uint64_t(fill.Int("allocated")), 4 * kGiB) << fill.out;
+  EXPECT_EQ(uint64_t(fill.Int("full_total")), 4 * kGiB) << fill.out;
+  Output big = Probe({"alloc", "alloc", std::to_string(5 * kGiB)}, env);
+  EXPECT_EQ(big.Int("result"), kOutOfMemory) << big.out << big.err;
+  Output info = Probe({"info"}, env);
+  EXPECT_EQ(uint64_t(info.Int("device_total0")), 4 * kGiB) << info.out;
+  // Proves the test can fail: without the page the rewritten region decides.
+  Output lifted = Probe({"alloc", "alloc", std::to_string(5 * kGiB)}, InSlice(slice.region_path));
+  EXPECT_EQ(lifted.Int("result"), kOk) << lifted.out << lifted.err;
+}
+
+// The daemon's live changes reach a running process through the page.
+TEST_F(ShimTest, LiveChangesOfTheLimitsPageApplyToTheNextAllocation) {
+  const std::string uuid = DeviceUuid(Bare());
+  DaemonSlice slice = MakeDaemonSlice(uuid, kGiB, getuid());
+  ASSERT_NE(slice.limits, nullptr);
+  Session s({GPUSLICE_PROBE_PATH, "serve", "alloc"}, InDaemonSlice(slice));
+  ASSERT_EQ(s.WaitFor("ready"), "1");
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(768 * kMiB), "result"), "0");
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(512 * kMiB), "result"), "2");
+  ASSERT_TRUE(slice.limits->SetLimit(uuid, 2 * kGiB).ok());
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(512 * kMiB), "result"), "0");
+  EXPECT_EQ(s.Ask("info", "total"), std::to_string(2 * kGiB));
+  // The job's own region write changes nothing, live either.
+  ASSERT_TRUE(slice.region->SetLimit(uuid, 40 * kGiB).ok());
+  EXPECT_EQ(s.Ask("alloc " + std::to_string(kGiB), "result"), "2");
+  EXPECT_EQ(s.Ask("info", "total"), std::to_string(2 * kGiB));
+}
+
+// A page the process could write decides nothing: the slice gets no
+// memory, never no limit, and the process says why.
+TEST_F(ShimTest, ALimitsPageTheJobCouldWriteOrCannotOpenGivesNoMemory) {
+  const std::string uuid = DeviceUuid(Bare());
+  DaemonSlice slice = MakeDaemonSlice(uuid, 4 * kGiB, getuid());
+  ASSERT_EQ(chmod(slice.limits_path.c_str(), 0666), 0);
+  Output o = Probe({"alloc", "alloc", std::to_string(kMiB)}, InDaemonSlice(slice));
+  EXPECT_EQ(o.Int("result"), kOutOfMemory) << o.out << o.err;
+  EXPECT_NE(o.err.find("GPUSLICE_LIMITS"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("writable by group or others"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("no GPU memory"), std::string::npos) << o.err;
+  Env missing = InDaemonSlice(slice);
+  missing["GPUSLICE_LIMITS"] = dir_ + "/job-1/nothing";
+  Output m = Probe({"alloc", "alloc", std::to_string(kMiB)}, missing);
+  EXPECT_EQ(m.Int("result"), kOutOfMemory) << m.out << m.err;
+}
+
+// The same attack as the job's own user (not root): it can rewrite its
+// region, not the page, and its processes are held to the page.
+TEST_F(ShimTest, Issue13AJobUserCannotWriteItsLimitsPageAndIsHeldToIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the job as another user";
+  if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "no setpriv";
+  constexpr uid_t kJob = 65534;
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  // The job's simulated GPU state, which it must be able to write.
+  const std::string home = dir_ + "/job-home";
+  ASSERT_EQ(mkdir(home.c_str(), 0700), 0);
+  ASSERT_EQ(chown(home.c_str(), kJob, kJob), 0);
+  Env env = Bare();
+  env["GPUSLICE_SIM_STATE"] = home + "/sim-state";
+  env["XDG_RUNTIME_DIR"] = home;
+  auto as_job = [&](std::vector<std::string> args, const Env& e) {
+    args.insert(args.begin(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                               "--clear-groups", "--", GPUSLICE_PROBE_PATH});
+    return RunCmd(args, e, 60);
+  };
+  const std::string uuid = as_job({"info"}, env).values["uuid0"];
+  ASSERT_FALSE(uuid.empty());
+  DaemonSlice slice = MakeDaemonSlice(uuid, 4 * kGiB, kJob);
+  ASSERT_NE(slice.region, nullptr);
+  // The writer, as the job's user.
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(kJob) != 0 || setuid(kJob) != 0) _exit(100);
+    auto region = Region::Open(slice.region_path);  // Its own: allowed.
+    if (!region.ok() || !(*region)->SetLimit(uuid, 40 * kGiB).ok()) _exit(1);
+    if (open(slice.limits_path.c_str(), O_RDWR) >= 0 || errno != EACCES) _exit(2);
+    if (open(slice.limits_path.c_str(), O_WRONLY | O_TRUNC) >= 0) _exit(3);
+    if (LimitsPage::OpenForUpdate(slice.limits_path).ok()) _exit(4);
+    if (chmod(slice.limits_path.c_str(), 0666) == 0) _exit(5);
+    if (rename(slice.region_path.c_str(), slice.limits_path.c_str()) == 0) _exit(6);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the check that failed (see the child above)";
+  EXPECT_EQ(slice.region->device(0).limit_bytes.load(), 40 * kGiB) << "the job did write";
+
+  env["LD_PRELOAD"] = GPUSLICE_SHIM_PATH;
+  env["GPUSLICE_SLICE"] = slice.region_path;
+  env["GPUSLICE_LIMITS"] = slice.limits_path;
+  Output fill = as_job({"fill", "alloc", std::to_string(512 * kMiB)}, env);
+  ASSERT_EQ(fill.exit_code, 0) << fill.out << fill.err;
+  EXPECT_EQ(uint64_t(fill.Int("allocated")), 4 * kGiB) << fill.out << fill.err;
+  Output big = as_job({"alloc", "alloc", std::to_string(5 * kGiB)}, env);
+  EXPECT_EQ(big.Int("result"), kOutOfMemory) << big.out << big.err;
 }
 
 TEST_F(ShimTest, CudaVisibleDevicesRemappingIsFollowedByUuid) {
