@@ -1,17 +1,29 @@
 #pragma once
 
-// Slice regions (the shared-memory files the shim enforces limits from),
-// behind a seam. ShimRegionStore uses the shim's region library; tests use
-// FakeRegionStore.
+// A job's slice files, behind a seam. ShimRegionStore uses the shim's region
+// and limits page libraries; tests use FakeRegionStore.
+//
+// Trust split (docs/SLICE_REGION.md, issue 13): what the daemon decides
+// (limits, shares, modes, priorities, pauses) goes to the slice's limits
+// page, which only the daemon can write; what the job reports (usage,
+// pids, counters) comes from its region, which the job owns. Nothing here
+// ever takes a decision back from a region.
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
 #include "core/units.h"
+
+namespace gpuslice::shim {
+class LimitsPage;
+}
 
 namespace gpuslice::daemon {
 
@@ -34,8 +46,13 @@ struct SliceLimits {
   bool launches_paused = false;
 };
 
+// One device of a slice: what the job's processes report, plus the limit
+// the daemon set for it.
 struct SliceUsage {
   std::string uuid;
+  // The daemon's own limit for the device, from the limits page it wrote
+  // (never from the job's region). kUnlimited (~0) when no page says: a
+  // slice made by an older daemon, whose region holds its limits.
   uint64_t limit_bytes = 0;
   uint64_t used_bytes = 0;
   uint64_t peak_bytes = 0;
@@ -46,37 +63,75 @@ struct SliceUsage {
 class RegionStore {
  public:
   virtual ~RegionStore() = default;
-  // Creates the job's region; returns its path (for GPUSLICE_SLICE).
+  // Creates the job's slice (its limits page and its region); returns the
+  // region's path (for GPUSLICE_SLICE).
   virtual core::Result<std::string> Create(const SliceLimits& limits) = 0;
+  // Removes the slice whose region is `path`, limits page included.
   virtual core::Status Remove(const std::string& path) = 0;
   virtual bool Exists(const std::string& path) = 0;
+  // Per device of the slice: what the job reports and the daemon's limit.
   virtual core::Result<std::vector<SliceUsage>> Usage(const std::string& path) = 0;
   // Pids of the processes that have the slice open (live process slots).
   virtual core::Result<std::vector<int32_t>> Pids(const std::string& path) = 0;
   // Live change of an existing slice: memory limit, compute share, mode,
-  // priority and pause flag of every device in `limits.uuids`. The devices
-  // themselves cannot change (a closed region's device list is fixed).
+  // priority and pause flag of every device in `limits.uuids`, written to
+  // the limits page only. The devices themselves cannot change (a slice's
+  // device list is fixed).
   virtual core::Status Update(const std::string& path, const SliceLimits& limits) = 0;
+  // The limits page of the slice whose region is `region_path` (for
+  // GPUSLICE_LIMITS); empty for a slice that has none (one made by an older
+  // daemon: its shim reads its limits from the region).
+  virtual std::string LimitsPathOf(const std::string& region_path) const = 0;
 };
 
-// Regions in `dir` (created 0755 so jobs of any user can reach their own
-// region; each region file is 0600 and owned by the job's user). Each
-// device entry gets the slice's memory limit, and its compute share, mode
-// and priority through Region::SetComputeShare.
+// Slices under `dir` (the daemon's <state>/slices, created 0711: jobs of any
+// user can reach their own slice, nobody can list them). One directory per
+// slice, which the job cannot write (so it cannot rename or replace what is
+// in it):
+//   <dir>/job-<id>/          the daemon's, 0755
+//   <dir>/job-<id>/limits    the daemon's decisions (shim::LimitsPage): the
+//                            daemon's, 0644 (0444 when the daemon is not
+//                            root: its jobs run as its own user, and the
+//                            shim refuses a page its process could write)
+//   <dir>/job-<id>/region    the job's reports (shim::Region): the job's
+//                            user, 0600; the path Create returns
+// Slices of an older daemon (one file, <dir>/job-<id>.slice, holding limits
+// and reports) stay readable, updatable and removable, so a restarted
+// daemon can re-adopt their jobs.
+//
+// Thread safety: every method may be called from any thread (the cache of
+// open limits pages is guarded by a mutex).
 class ShimRegionStore : public RegionStore {
  public:
-  explicit ShimRegionStore(std::string dir) : dir_(std::move(dir)) {}
+  explicit ShimRegionStore(std::string dir);
+  ~ShimRegionStore() override;
   core::Result<std::string> Create(const SliceLimits& limits) override;
   core::Status Remove(const std::string& path) override;
   bool Exists(const std::string& path) override;
   core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override;
   core::Result<std::vector<int32_t>> Pids(const std::string& path) override;
   core::Status Update(const std::string& path, const SliceLimits& limits) override;
+  std::string LimitsPathOf(const std::string& region_path) const override;
 
  private:
+  // The slice directory `region_path` lives in, when it is one of ours
+  // (<dir>/job-<id>/region); empty for an older daemon's slice file.
+  std::string SliceDirOf(const std::string& region_path) const;
+  // Runs `fn` on the daemon's writable mapping of a limits page, under mu_.
+  // The mapping is opened once and kept until ForgetPage (a page a daemon
+  // that is not root made 0444 is opened by lifting its write bit, which is
+  // best done rarely).
+  core::Status WithPage(const std::string& limits_path,
+                        const std::function<core::Status(shim::LimitsPage&)>& fn);
+  void ForgetPage(const std::string& limits_path);
+
   std::string dir_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<shim::LimitsPage>> pages_;  // Guarded by mu_.
 };
 
+// In memory. Paths: "/fake/slice-<id>" for the region, "/fake/limits-<id>"
+// for its limits page.
 class FakeRegionStore : public RegionStore {
  public:
   core::Result<std::string> Create(const SliceLimits& limits) override {
@@ -115,6 +170,11 @@ class FakeRegionStore : public RegionStore {
     next.uuids = it->second.uuids;
     it->second = next;
     return core::Status::Ok();
+  }
+  std::string LimitsPathOf(const std::string& region_path) const override {
+    const std::string prefix = "/fake/slice-";
+    if (region_path.rfind(prefix, 0) != 0) return "";
+    return "/fake/limits-" + region_path.substr(prefix.size());
   }
 
   std::map<std::string, SliceLimits> regions;

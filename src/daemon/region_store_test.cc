@@ -1,18 +1,52 @@
 #include "daemon/region_store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 
 #include "shim/admission.h"
+#include "shim/limits_page.h"
 #include "shim/region.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The job's user in the tests that need one other than root.
+constexpr uid_t kJobUid = 65534;
+
+struct Stat {
+  uid_t uid = ~0u;
+  mode_t mode = 0;
+};
+Stat StatOf(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return {};
+  return {st.st_uid, mode_t(st.st_mode & 07777)};
+}
+
+// Runs `body` in a forked child as `uid` and returns its exit status: 0 when
+// every check passed, else the number of the first that failed.
+int AsUser(uid_t uid, const std::function<int()>& body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(uid) != 0 || setuid(uid) != 0) _exit(100);
+    _exit(body());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
 
 class ShimRegionStoreTest : public ::testing::Test {
  protected:
@@ -61,16 +95,27 @@ TEST_F(ShimRegionStoreTest, EachDeviceGetsTheShareModeAndPriority) {
     l.priority = c.priority;
     auto path = store.Create(l);
     ASSERT_TRUE(path.ok()) << path.status().ToString();
+    // In the daemon's limits page, which the job's shim reads.
+    auto page = shim::LimitsPage::OpenForUpdate(store.LimitsPathOf(*path));
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    for (const std::string& uuid : l.uuids) {
+      const shim::layout::LimitsEntry* e = (*page)->Find(uuid);
+      ASSERT_NE(e, nullptr) << uuid;
+      EXPECT_EQ(e->limit_bytes.load(), 4 * core::kGiB) << uuid;
+      EXPECT_EQ(e->compute_share_milli.load(), c.share_milli) << uuid;
+      EXPECT_EQ(e->compute_mode.load(), c.want_mode) << uuid;
+      // A set priority is encoded as core::Priority + 1 (0: unset).
+      EXPECT_EQ(e->priority.load(), uint32_t(c.priority) + 1) << uuid;
+    }
+    // The job's region lists the devices (for its usage counters) and
+    // decides nothing: its own limit and compute fields stay 0.
     auto region = shim::Region::Open(*path);
     ASSERT_TRUE(region.ok()) << region.status().ToString();
     for (const std::string& uuid : l.uuids) {
       auto index = (*region)->FindDevice(uuid);
       ASSERT_TRUE(index.ok()) << uuid;
-      const auto& d = (*region)->device(*index);
-      EXPECT_EQ(d.compute_share_milli.load(), c.share_milli) << uuid;
-      EXPECT_EQ(d.compute_mode.load(), c.want_mode) << uuid;
-      // The region encodes a set priority as core::Priority + 1 (0: unset).
-      EXPECT_EQ(d.priority.load(), uint32_t(c.priority) + 1) << uuid;
+      EXPECT_EQ((*region)->device(*index).limit_bytes.load(), 0u) << uuid;
+      EXPECT_EQ((*region)->device(*index).compute_share_milli.load(), 0u) << uuid;
     }
   }
 }
@@ -83,7 +128,8 @@ TEST_F(ShimRegionStoreTest, AShareAboveTheWholeGpuIsRefusedAndLeavesNoRegion) {
   ASSERT_FALSE(path.ok());
   EXPECT_NE(path.status().message().find("above 100%"), std::string::npos)
       << path.status().message();
-  EXPECT_FALSE(store.Exists(dir_ + "/slices/job-9.slice"));
+  EXPECT_FALSE(store.Exists(dir_ + "/slices/job-9/region"));
+  EXPECT_FALSE(fs::exists(dir_ + "/slices/job-9"));
 }
 
 TEST_F(ShimRegionStoreTest, LaunchesPausedIsSetAtCreateAndFollowsUpdates) {
@@ -92,15 +138,19 @@ TEST_F(ShimRegionStoreTest, LaunchesPausedIsSetAtCreateAndFollowsUpdates) {
   l.launches_paused = true;
   auto path = store.Create(l);
   ASSERT_TRUE(path.ok()) << path.status().ToString();
-  auto region = shim::Region::Open(*path);
-  ASSERT_TRUE(region.ok());
-  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
+  auto page = shim::LimitsPage::OpenForUpdate(store.LimitsPathOf(*path));
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  for (const auto& d : (*page)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
   l.launches_paused = false;
   ASSERT_TRUE(store.Update(*path, l).ok());
-  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_FALSE(d.launches_paused) << d.uuid;
+  for (const auto& d : (*page)->Devices()) EXPECT_FALSE(d.launches_paused) << d.uuid;
   l.launches_paused = true;
   ASSERT_TRUE(store.Update(*path, l).ok());
-  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
+  for (const auto& d : (*page)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
+  // Never in the job's region.
+  auto region = shim::Region::Open(*path);
+  ASSERT_TRUE(region.ok());
+  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_FALSE(d.launches_paused);
 }
 
 TEST_F(ShimRegionStoreTest, AnUpdateOfSomeDevicesLeavesTheOthersAlone) {
@@ -137,6 +187,160 @@ TEST_F(ShimRegionStoreTest, UsageCarriesTheShimsRefusalAndThrottleCounters) {
   ASSERT_EQ(usage->size(), 1u);
   EXPECT_EQ((*usage)[0].refused_allocs, 2u);
   EXPECT_EQ((*usage)[0].throttled_ns, 2'500'000u);
+}
+
+// Issue 13: the slice is a directory the job cannot write, holding the
+// daemon's limits page (daemon-owned, read-only to the job) and the job's
+// region (the job's, private).
+TEST_F(ShimRegionStoreTest, CreateMakesADaemonDirectoryALimitsPageAndAJobRegion) {
+  ShimRegionStore store(dir_ + "/slices");
+  SliceLimits l = Limits(12, {"GPU-aaaa"});
+  const bool root = geteuid() == 0;
+  if (root) l.uid = l.gid = kJobUid;
+  auto path = store.Create(l);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  const std::string dir = dir_ + "/slices/job-12";
+  EXPECT_EQ(*path, dir + "/region");
+  EXPECT_EQ(store.LimitsPathOf(*path), dir + "/limits");
+  const uid_t daemon = geteuid();
+  EXPECT_EQ(StatOf(dir_ + "/slices").mode, 0711u);
+  EXPECT_EQ(StatOf(dir).uid, daemon);
+  EXPECT_EQ(StatOf(dir).mode, 0755u);
+  EXPECT_EQ(StatOf(dir + "/limits").uid, daemon);
+  EXPECT_EQ(StatOf(dir + "/limits").mode, root ? 0644u : 0444u);
+  EXPECT_EQ(StatOf(dir + "/region").uid, root ? kJobUid : daemon);
+  EXPECT_EQ(StatOf(dir + "/region").mode, 0600u);
+}
+
+TEST_F(ShimRegionStoreTest, TheJobCannotWriteReplaceOrRemoveItsLimitsPage) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run the job as another user";
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  ShimRegionStore store(dir_ + "/slices");
+  SliceLimits l = Limits(13, {"GPU-aaaa"});
+  l.uid = l.gid = kJobUid;
+  auto path = store.Create(l);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  const std::string dir = dir_ + "/slices/job-13";
+  const std::string limits = dir + "/limits";
+  EXPECT_EQ(AsUser(kJobUid,
+                   [&] {
+                     // Its own region: yes (it reports there).
+                     int fd = open(path->c_str(), O_RDWR);
+                     if (fd < 0) return 1;
+                     close(fd);
+                     // The limits page: read and map, never write.
+                     if (open(limits.c_str(), O_RDWR) >= 0 || errno != EACCES) return 2;
+                     if (!shim::LimitsPage::OpenReadOnly(limits).ok()) return 3;
+                     if (chmod(limits.c_str(), 0666) == 0) return 4;
+                     // Nor replace it, remove it or add beside it.
+                     if (rename(path->c_str(), limits.c_str()) == 0) return 5;
+                     if (unlink(limits.c_str()) == 0) return 6;
+                     if (open((dir + "/fake").c_str(), O_CREAT | O_RDWR, 0444) >= 0) return 7;
+                     return 0;
+                   }),
+            0);
+  auto page = shim::LimitsPage::OpenReadOnly(limits);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ((*page)->Devices()[0].limit_bytes, 4 * core::kGiB);
+}
+
+// Issue 13: the job rewrote its region's limit to "unlimited" (and its
+// device list); the daemon's view of the slice's limits does not move, and
+// a resize lands in the limits page only.
+TEST_F(ShimRegionStoreTest, UsageAndUpdateNeverTakeALimitFromTheRegion) {
+  ShimRegionStore store(dir_ + "/slices");
+  SliceLimits l = Limits(14, {"GPU-aaaa", "GPU-bbbb"});
+  auto path = store.Create(l);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  auto region = shim::Region::Open(*path);
+  ASSERT_TRUE(region.ok());
+  (*region)->device(0).limit_bytes.store(~0ull);
+  (*region)->device(0).used_bytes.store(20 * core::kGiB);
+  std::strcpy((*region)->device(1).uuid, "GPU-cccc");  // A device it was never given.
+  auto usage = store.Usage(*path);
+  ASSERT_TRUE(usage.ok()) << usage.status().ToString();
+  ASSERT_EQ(usage->size(), 2u);
+  EXPECT_EQ((*usage)[0].uuid, "GPU-aaaa");
+  EXPECT_EQ((*usage)[0].limit_bytes, 4 * core::kGiB);
+  EXPECT_EQ((*usage)[0].used_bytes, 20 * core::kGiB) << "what the job reports";
+  EXPECT_EQ((*usage)[1].uuid, "GPU-bbbb");
+  EXPECT_EQ((*usage)[1].limit_bytes, 4 * core::kGiB);
+  EXPECT_EQ((*usage)[1].used_bytes, 0u);
+  l.memory_bytes_per_device = 8 * core::kGiB;
+  ASSERT_TRUE(store.Update(*path, l).ok());
+  usage = store.Usage(*path);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ((*usage)[0].limit_bytes, 8 * core::kGiB);
+  EXPECT_EQ((*region)->device(0).limit_bytes.load(), ~0ull) << "the region is not written";
+}
+
+TEST_F(ShimRegionStoreTest, RemoveTakesTheWholeSliceDirectoryAndCreateReplacesAStaleOne) {
+  ShimRegionStore store(dir_ + "/slices");
+  auto path = store.Create(Limits(15, {"GPU-aaaa"}));
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  const std::string dir = dir_ + "/slices/job-15";
+  std::ofstream(dir + "/members") << "x";  // What other parts keep there.
+  // A crashed daemon's leftover for the same id: made again, fresh.
+  SliceLimits again = Limits(15, {"GPU-bbbb"});
+  again.memory_bytes_per_device = core::kGiB;
+  path = store.Create(again);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  EXPECT_FALSE(fs::exists(dir + "/members"));
+  auto usage = store.Usage(*path);
+  ASSERT_TRUE(usage.ok());
+  ASSERT_EQ(usage->size(), 1u);
+  EXPECT_EQ((*usage)[0].uuid, "GPU-bbbb");
+  EXPECT_EQ((*usage)[0].limit_bytes, core::kGiB);
+  std::ofstream(dir + "/members") << "x";
+  ASSERT_TRUE(store.Remove(*path).ok());
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_FALSE(store.Exists(*path));
+  EXPECT_EQ(store.Remove(*path).code(), core::StatusCode::kNotFound);
+}
+
+TEST_F(ShimRegionStoreTest, OnlySlicesOfThisLayoutHaveALimitsPage) {
+  ShimRegionStore store(dir_ + "/slices");
+  EXPECT_EQ(store.LimitsPathOf(dir_ + "/slices/job-3/region"), dir_ + "/slices/job-3/limits");
+  EXPECT_EQ(store.LimitsPathOf(dir_ + "/slices/job-3.slice"), "");
+  EXPECT_EQ(store.LimitsPathOf("/elsewhere/job-3/region"), "");
+  EXPECT_EQ(store.LimitsPathOf(dir_ + "/slices/other/region"), "");
+  EXPECT_EQ(store.LimitsPathOf(""), "");
+}
+
+// A job started by an older daemon has one slice file (job-<id>.slice) that
+// holds its limits too; a restarted daemon must still read, update and
+// remove it, or it could not re-adopt the job.
+TEST_F(ShimRegionStoreTest, AnOlderDaemonsSliceFileIsStillReadUpdatedAndRemoved) {
+  ASSERT_EQ(mkdir((dir_ + "/slices").c_str(), 0755), 0);
+  const std::string path = dir_ + "/slices/job-5.slice";
+  shim::RegionOptions o;
+  o.name = "job-5";
+  o.closed = true;
+  o.devices = {{"GPU-aaaa", 4 * core::kGiB}};
+  auto old = shim::Region::Create(path, o);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  uint32_t slot = *(*old)->ClaimSlot(getpid(), 0);
+  shim::ForceCharge((*old)->device(0), (*old)->slot(slot), 0, core::kGiB);
+  ShimRegionStore store(dir_ + "/slices");
+  ASSERT_TRUE(store.Exists(path));
+  EXPECT_EQ(store.LimitsPathOf(path), "");
+  auto usage = store.Usage(path);
+  ASSERT_TRUE(usage.ok()) << usage.status().ToString();
+  ASSERT_EQ(usage->size(), 1u);
+  EXPECT_EQ((*usage)[0].used_bytes, core::kGiB);
+  EXPECT_EQ((*usage)[0].limit_bytes, ~0ull) << "no limit is taken from a job's file";
+  auto pids = store.Pids(path);
+  ASSERT_TRUE(pids.ok());
+  EXPECT_EQ(*pids, std::vector<int32_t>{getpid()});
+  // Its processes follow their region: a change has to go there.
+  SliceLimits l = Limits(5, {"GPU-aaaa"});
+  l.memory_bytes_per_device = 2 * core::kGiB;
+  l.launches_paused = true;
+  ASSERT_TRUE(store.Update(path, l).ok());
+  EXPECT_EQ((*old)->LimitOf(0), 2 * core::kGiB);
+  EXPECT_TRUE((*old)->LaunchesPausedOf(0));
+  ASSERT_TRUE(store.Remove(path).ok());
+  EXPECT_FALSE(store.Exists(path));
 }
 
 }  // namespace

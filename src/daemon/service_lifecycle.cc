@@ -38,7 +38,8 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   // The caller's environment, minus what the slice decides.
   auto overridden = [&](const std::string& e) {
     for (const char* k : {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=",
-                          "GPUSLICE_MEMORY_LIMIT=", "GPUSLICE_COORD_DIR=", "GPUSLICE_GPUS_FILE="}) {
+                          "GPUSLICE_MEMORY_LIMIT=", "GPUSLICE_COORD_DIR=", "GPUSLICE_GPUS_FILE=",
+                          "GPUSLICE_LIMITS="}) {
       if (e.rfind(k, 0) == 0) return true;
     }
     for (const std::string& forced : options_.job_env) {
@@ -61,6 +62,8 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   env.push_back("CUDA_VISIBLE_DEVICES=" + Join(job.allocation.gpu_uuids, ','));
   env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
   if (!job.region_path.empty()) env.push_back("GPUSLICE_SLICE=" + job.region_path);
+  const std::string limits_path = regions_.LimitsPathOf(job.region_path);
+  if (!limits_path.empty()) env.push_back("GPUSLICE_LIMITS=" + limits_path);
   if (IsElastic(job)) env.push_back("GPUSLICE_GPUS_FILE=" + JobDir(job.id) + "/gpus");
   if (!options_.coord_dir.empty()) env.push_back("GPUSLICE_COORD_DIR=" + options_.coord_dir);
   if (!options_.shim_path.empty()) {

@@ -53,7 +53,7 @@ class ServiceTest : public ::testing::Test {
     s.argv = {"train"};
     s.cwd = "/home/u";
     s.env = {"PATH=/usr/bin", "LD_PRELOAD=/mine.so", "CUDA_VISIBLE_DEVICES=7",
-             "GPUSLICE_COORD_DIR=/tmp/mine"};
+             "GPUSLICE_COORD_DIR=/tmp/mine", "GPUSLICE_LIMITS=/tmp/mine.limits"};
     Caller c;
     c.uid = uid;
     c.gid = uid;
@@ -86,6 +86,9 @@ TEST_F(ServiceTest, JobStartsInItsSliceWithTheSliceEnvironment) {
   EXPECT_TRUE(has("LD_PRELOAD=/lib/libgpuslice.so:/mine.so"));
   EXPECT_TRUE(has("LD_LIBRARY_PATH=/lib/sim"));
   EXPECT_TRUE(has("GPUSLICE_SLICE=/fake/slice-1"));
+  // Issue 13: the daemon's limits page, never one the caller names.
+  EXPECT_TRUE(has("GPUSLICE_LIMITS=/fake/limits-1"));
+  EXPECT_FALSE(has("GPUSLICE_LIMITS=/tmp/mine.limits"));
   EXPECT_FALSE(has("CUDA_VISIBLE_DEVICES=7"));
   EXPECT_TRUE(has("GPUSLICE_COORD_DIR=/state/coord")) << "slices of all users coordinate";
   EXPECT_FALSE(has("GPUSLICE_COORD_DIR=/tmp/mine"));
