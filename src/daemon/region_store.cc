@@ -77,9 +77,8 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
   // of another id can be using it.
   (void)RemoveSliceDir(dir);
   ForgetPage(dir + "/" + kLimitsName);
-  if (const std::string legacy = dir_ + "/job-" + id + ".slice"; access(legacy.c_str(), F_OK) == 0) {
-    (void)shim::Region::Remove(legacy);
-  }
+  const std::string legacy = dir_ + "/job-" + id + ".slice";  // An older daemon's.
+  if (access(legacy.c_str(), F_OK) == 0) (void)shim::Region::Remove(legacy);
   // The daemon's, 0755: the job can read and map what is in it but cannot
   // rename, replace or add anything.
   if (mkdir(dir.c_str(), 0755) != 0) return ErrnoError(errno, "create slice directory " + dir);

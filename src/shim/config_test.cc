@@ -92,7 +92,8 @@ TEST(ShimConfig, RelativeSlicePathIsRefused) {
 TEST(ShimConfig, TheLimitsPageIsTakenFromTheEnvironmentOnlyWhenSet) {
   EXPECT_TRUE(Read({}).limits_path.empty());
   EXPECT_TRUE(Read({{"GPUSLICE_LIMITS", ""}}).limits_path.empty());
-  ShimConfig c = Read({{"GPUSLICE_SLICE", "/s/job-1/region"}, {"GPUSLICE_LIMITS", "/s/job-1/limits"}});
+  ShimConfig c =
+      Read({{"GPUSLICE_SLICE", "/s/job-1/region"}, {"GPUSLICE_LIMITS", "/s/job-1/limits"}});
   EXPECT_EQ(c.limits_path, "/s/job-1/limits");
   EXPECT_TRUE(c.problems.empty());
 }

@@ -57,7 +57,8 @@ struct LimitsHeader {
   uint32_t flags;               // kLimitsFlagClosed.
   uint32_t device_count;        // Entries 0..device_count-1 are the slice's devices.
   uint64_t created_unix_ns;
-  uint64_t job_id;              // The daemon's job id; 0: none (tests).
+  // The daemon's job id; 0: none (tests).
+  uint64_t job_id;
   // +1 (release) after every change of any control word, so a reader can
   // tell cheaply that something changed.
   std::atomic<uint64_t> generation;

@@ -78,7 +78,7 @@ const LimitsEntry& LimitsPage::entry(uint32_t index) const {
 }
 
 Result<std::unique_ptr<LimitsPage>> LimitsPage::Create(const std::string& path,
-                                                      const LimitsOptions& options) {
+                                                       const LimitsOptions& options) {
   if ((options.mode & 0022) != 0 || (options.mode & 0400) == 0) {
     return core::InvalidArgumentError(
         "a limits page must be readable by its owner and writable by nobody else");
@@ -93,8 +93,7 @@ Result<std::unique_ptr<LimitsPage>> LimitsPage::Create(const std::string& path,
     GPUSLICE_RETURN_IF_ERROR(CheckControls(options.devices[i]));
     for (size_t j = 0; j < i; ++j) {
       if (SameUuid(options.devices[i].uuid, options.devices[j].uuid)) {
-        return core::InvalidArgumentError("device " + options.devices[i].uuid +
-                                          " is listed twice");
+        return core::InvalidArgumentError("device " + options.devices[i].uuid + " is listed twice");
       }
     }
   }
@@ -152,7 +151,7 @@ Result<std::unique_ptr<LimitsPage>> LimitsPage::Create(const std::string& path,
 }
 
 Result<std::unique_ptr<LimitsPage>> LimitsPage::Map(const std::string& path, int fd,
-                                                   bool writable) {
+                                                    bool writable) {
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     Status s = PosixError("stat limits page " + path, errno);
@@ -165,8 +164,8 @@ Result<std::unique_ptr<LimitsPage>> LimitsPage::Map(const std::string& path, int
   };
   if (!S_ISREG(st.st_mode)) return fail(core::InvalidArgumentError(path + " is not a file"));
   if ((st.st_mode & 0022) != 0) {
-    return fail(core::PermissionDeniedError(
-        "limits page " + path + " is writable by group or others; refusing it"));
+    return fail(core::PermissionDeniedError("limits page " + path +
+                                            " is writable by group or others; refusing it"));
   }
   if (!writable && geteuid() != 0 && st.st_uid == geteuid() && (st.st_mode & S_IWUSR) != 0) {
     // Our own job could rewrite it: then it decides nothing. Root is not
@@ -197,12 +196,10 @@ Result<std::unique_ptr<LimitsPage>> LimitsPage::Map(const std::string& path, int
   if (h.version != layout::kLimitsVersion || h.header_size != layout::kLimitsHeaderSize ||
       h.total_size != layout::kLimitsPageSize || h.device_capacity != layout::kMaxDevices ||
       h.entry_size != layout::kLimitsEntrySize ||
-      h.entries_offset != layout::kLimitsEntriesOffset ||
-      h.device_count > layout::kMaxDevices) {
-    return core::FailedPreconditionError("limits page " + path + " has version " +
-                                         std::to_string(h.version) + " or a layout this build (" +
-                                         std::to_string(layout::kLimitsVersion) +
-                                         ") does not read");
+      h.entries_offset != layout::kLimitsEntriesOffset || h.device_count > layout::kMaxDevices) {
+    return core::FailedPreconditionError(
+        "limits page " + path + " has version " + std::to_string(h.version) +
+        " or a layout this build (" + std::to_string(layout::kLimitsVersion) + ") does not read");
   }
   page->count_ = h.device_count;
   return page;

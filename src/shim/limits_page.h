@@ -41,7 +41,7 @@ struct DeviceControls {
 };
 
 struct LimitsOptions {
-  std::string name;    // Informational, at most 63 bytes.
+  std::string name;  // Informational, at most 63 bytes.
   uint64_t job_id = 0;
   std::vector<DeviceControls> devices;  // At most layout::kMaxDevices, distinct UUIDs.
   // The file's mode. Never group/other-writable. A daemon running as root
@@ -95,7 +95,7 @@ class LimitsPage {
  private:
   LimitsPage(std::string path, void* base, bool writable);
   static core::Result<std::unique_ptr<LimitsPage>> Map(const std::string& path, int fd,
-                                                      bool writable);
+                                                       bool writable);
   core::Result<layout::LimitsEntry*> Writable(std::string_view uuid);
 
   std::string path_;

@@ -1,6 +1,7 @@
 #include "shim/limits_page.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <filesystem>
 #include <functional>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "core/units.h"
 #include "shim/admission.h"
@@ -198,12 +197,14 @@ TEST(LimitsPage, APageTheReaderOwnsAndCanWriteIsRefused) {
   }
   ASSERT_EQ(chown(dir.File("limits").c_str(), kNobody, kNobody), 0);
   const std::string path = dir.File("limits");
-  EXPECT_EQ(AsUser(kNobody, [&] {
-              auto page = LimitsPage::OpenReadOnly(path);
-              if (page.status().code() != core::StatusCode::kPermissionDenied) return 1;
-              if (page.status().message().find("writable by it") == std::string::npos) return 2;
-              return 0;
-            }),
+  EXPECT_EQ(AsUser(kNobody,
+                   [&] {
+                     auto page = LimitsPage::OpenReadOnly(path);
+                     if (page.status().code() != core::StatusCode::kPermissionDenied) return 1;
+                     if (page.status().message().find("writable by it") == std::string::npos)
+                       return 2;
+                     return 0;
+                   }),
             0);
   // The same file made read-only for its owner (a daemon that is not root,
   // its jobs running as its user) is accepted.
@@ -332,10 +333,9 @@ TEST(RegionWithLimitsPage, ARewrittenRegionDecidesNothing) {
   EXPECT_EQ(region->ModeOf(0), 0u);
   EXPECT_TRUE(region->LaunchesPausedOf(1));
   EXPECT_TRUE(region->closed());
-  EXPECT_EQ(region->FindOrAddDevice("GPU-99999999-2222-3333-4444-555555555555", ~0ull)
-                .status()
-                .code(),
-            core::StatusCode::kNotFound);
+  EXPECT_EQ(
+      region->FindOrAddDevice("GPU-99999999-2222-3333-4444-555555555555", ~0ull).status().code(),
+      core::StatusCode::kNotFound);
   uint32_t slot = *region->ClaimSlot(getpid(), 0);
   EXPECT_TRUE(Admit(*region, 0, slot, 3 * kGiB));
   EXPECT_FALSE(Admit(*region, 0, slot, 2 * kGiB)) << "past the page's 4 GiB";

@@ -54,8 +54,7 @@ class FakeProbe final : public ProcessProbe {
 
 // Standalone admission: the limit is the device's own field (what
 // Region::LimitOf reads while no limits page is attached).
-bool TryCharge(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-               uint64_t bytes) {
+bool TryCharge(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d, uint64_t bytes) {
   return shim::TryCharge(device, slot, d, bytes, device.limit_bytes.load());
 }
 

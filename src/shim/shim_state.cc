@@ -265,8 +265,7 @@ int SliceDeviceForOrdinal(CUdevice ordinal) {
                                                         std::memory_order_release);
     }
     GPUSLICE_LOG(kInfo, "device %d (%s) is slice device %u, limit %llu bytes", int(ordinal), text,
-                 *index,
-                 static_cast<unsigned long long>(g_region->LimitOf(*index)));
+                 *index, static_cast<unsigned long long>(g_region->LimitOf(*index)));
   } else {
     GPUSLICE_LOG(kWarn, "device %d: %s; it gets no memory", int(ordinal),
                  index.status().message().c_str());

@@ -2,8 +2,10 @@
 // with the shim preloaded, each test in its own temporary directory (its own
 // simulated device state and slice regions).
 
+#include <cuda.h>  // CUDA_VERSION: which hooks the shim and the probe were built with.
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,9 +19,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <cuda.h>  // CUDA_VERSION: which hooks the shim and the probe were built with.
-#include <gtest/gtest.h>
 
 #include "core/units.h"
 #include "shim/limits_page.h"
@@ -340,8 +339,9 @@ TEST_F(ShimTest, Issue13ARegionLimitRewrittenTo40GiBDoesNotLiftTheLimitsPage) {
   DaemonSlice slice = MakeDaemonSlice(uuid, 4 * kGiB, getuid());
   ASSERT_NE(slice.region, nullptr);
   ASSERT_TRUE(slice.region->SetLimit(uuid, 40 * kGiB).ok());
-  ASSERT_TRUE(slice.region->SetComputeShare(uuid, 1000, ComputeMode::kWorkConserving,
-                                            core::Priority::kHigh).ok());
+  ASSERT_TRUE(
+      slice.region->SetComputeShare(uuid, 1000, ComputeMode::kWorkConserving, core::Priority::kHigh)
+          .ok());
   const Env env = InDaemonSlice(slice);
   Output fill = Probe({"fill", "alloc", std::to_string(512 * kMiB)}, env);
   ASSERT_EQ(fill.exit_code, 0) << fill.out << fill.err;
