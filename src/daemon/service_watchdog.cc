@@ -27,6 +27,18 @@ std::string Percent(double pct) {
   return buf;
 }
 
+// The job's processes outside its process group that may be signalled. Its
+// slice names them (job-written), so only those of the job's own user: a
+// job can never make the daemon signal someone else's process.
+void SignalOutsideGroup(ProcessTable& procs, const std::vector<int32_t>& pids, const Job& job,
+                        int signal) {
+  for (int32_t pid : pids) {
+    if (procs.ProcessGroupOf(pid) == job.pid) continue;
+    std::optional<ProcessOwner> owner = procs.OwnerOf(pid);
+    if (owner && owner->uid == job.uid) (void)procs.Signal(pid, signal);
+  }
+}
+
 }  // namespace
 
 void Service::StopJob(const Job& job) {
@@ -34,18 +46,14 @@ void Service::StopJob(const Job& job) {
   // holds processes that left the group.
   if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGSTOP);
   if (auto u = usage_.find(job.id); u != usage_.end()) {
-    for (int32_t pid : u->second.pids) {
-      if (Processes().ProcessGroupOf(pid) != job.pid) (void)Processes().Signal(pid, SIGSTOP);
-    }
+    SignalOutsideGroup(Processes(), u->second.pids, job, SIGSTOP);
   }
 }
 
 void Service::ContinueJob(const Job& job) {
   if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGCONT);
   if (auto u = usage_.find(job.id); u != usage_.end()) {
-    for (int32_t pid : u->second.pids) {
-      if (Processes().ProcessGroupOf(pid) != job.pid) (void)Processes().Signal(pid, SIGCONT);
-    }
+    SignalOutsideGroup(Processes(), u->second.pids, job, SIGCONT);
   }
 }
 
@@ -57,9 +65,7 @@ void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const st
   // GPU processes of the job outside its group (a process that left it but
   // is still the job's, by its slice and its owner).
   if (auto u = usage_.find(job.id); u != usage_.end()) {
-    for (int32_t pid : u->second.pids) {
-      if (Processes().ProcessGroupOf(pid) != job.pid) (void)Processes().Signal(pid, SIGKILL);
-    }
+    SignalOutsideGroup(Processes(), u->second.pids, job, SIGKILL);
   }
   RecordEvent(event_kind, job.id, job.user, why + "; killed");
   AppendToStderr(job, "job " + std::to_string(job.id) + " killed by the watchdog: " + why);

@@ -157,6 +157,18 @@ TEST_F(WatchdogTest, ASliceCannotClaimAnotherUsersProcess) {
   EXPECT_EQ(service_->ForeignProcesses()[0].pid, 1u);
 }
 
+TEST_F(WatchdogTest, AKilledJobCannotMakeTheWatchdogSignalAnotherUsersProcess) {
+  Start();
+  JobView v = StartJob();
+  uint32_t gpu = v.job.allocation.gpu_indices[0];
+  regions_.pids[v.job.region_path] = {1};  // Names root's process in its slice.
+  Process(gpu, 1, 1 * core::kGiB, 0, 0);
+  Process(gpu, 777, 20 * core::kGiB, 0, 1000, v.job.pid);
+  Run(1);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kCancelled);
+  for (const auto& [pid, sig] : processes_.signals) EXPECT_NE(pid, 1) << "signal " << sig;
+}
+
 TEST_F(WatchdogTest, WithinTheContextAllowanceNothingHappens) {
   Start();
   JobView v = StartJob();
