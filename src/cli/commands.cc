@@ -170,7 +170,17 @@ int Gpus(Context& ctx) {
             << (g.value("cuda_driver_version", 0) % 1000) / 10 << "\n";
   Table t({"GPU", "NAME", "UUID", "POOL", "MEMORY", "UTIL", "SMs", "ISLAND", "SLICES"});
   Table s({"GPU", "JOB", "USER", "NAME", "MEM LIMIT", "MEM USED", "COMPUTE"});
+  // GPU processes that belong to no job: their memory is charged to the GPU
+  // when jobs are placed, so they explain a job that waits.
+  Table f({"GPU", "PID", "USER", "MEMORY"});
+  size_t foreign = 0;
   for (const json& gpu : g["gpus"]) {
+    for (const json& p : gpu.value("foreign_processes", json::array())) {
+      ++foreign;
+      f.Add({std::to_string(gpu["index"].get<int>()), std::to_string(p.value("pid", 0u)),
+             p.value("user", std::string("?")),
+             core::FormatBytes(p.value("used_memory", uint64_t{0}))});
+    }
     std::string mem = core::FormatBytes(gpu.value("memory_used", uint64_t{0})) + " / " +
                       core::FormatBytes(gpu.value("memory_total", uint64_t{0}));
     int island = gpu.value("island", -1);
@@ -198,6 +208,10 @@ int Gpus(Context& ctx) {
   }
   std::cout << t.Render();
   std::cout << "\nSlices:\n" << s.Render();
+  if (foreign > 0) {
+    std::cout << "\nProcesses outside gpuslice (charged to their GPU in placement):\n"
+              << f.Render();
+  }
   return 0;
 }
 

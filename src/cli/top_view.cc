@@ -277,6 +277,15 @@ TopModel ModelFromJson(const json& status, const json& gpus, const json& jobs, c
       if (g.contains("slices") && g["slices"].is_array()) {
         for (const json& s : g["slices"]) t.slices.push_back(SliceFrom(s, by_id));
       }
+      if (g.contains("foreign_processes") && g["foreign_processes"].is_array()) {
+        for (const json& p : g["foreign_processes"]) {
+          TopForeign f;
+          f.pid = Get<uint32_t>(p, "pid", 0);
+          f.user = Text(p, "user");
+          f.memory = Get<uint64_t>(p, "used_memory", 0);
+          t.foreign.push_back(std::move(f));
+        }
+      }
       m.gpus.push_back(std::move(t));
     }
   }
@@ -323,6 +332,11 @@ json ModelToJson(const TopModel& m) {
                {"utilization_pct", g.utilization_pct},
                {"mig_enabled", g.mig},
                {"slices", slices}};
+    json foreign = json::array();
+    for (const TopForeign& f : g.foreign) {
+      foreign.push_back({{"pid", f.pid}, {"user", f.user}, {"memory_bytes", f.memory}});
+    }
+    gj["foreign_processes"] = foreign;
     gj["temperature_c"] = g.temperature_c >= 0 ? json(g.temperature_c) : json(nullptr);
     gj["power_w"] = g.power_w >= 0 ? json(g.power_w) : json(nullptr);
     gpus.push_back(std::move(gj));
@@ -387,6 +401,10 @@ std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
     emit(BarLine("MEM ", mem_frac,
                  core::FormatBytes(g.memory_used) + " / " + core::FormatBytes(g.memory_total), w,
                  u));
+    for (const TopForeign& f : g.foreign) {
+      emit("    outside gpuslice: pid " + std::to_string(f.pid) + " (" + Clean(f.user) + ") " +
+           core::FormatBytes(f.memory));
+    }
     if (g.slices.empty()) {
       emit("    (no slices)");
       continue;

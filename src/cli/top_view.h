@@ -33,6 +33,14 @@ struct TopSlice {
   uint64_t refused_allocs = 0;
 };
 
+// A process on the GPU that belongs to no job (the daemon charges its
+// memory to the GPU in placement).
+struct TopForeign {
+  uint32_t pid = 0;
+  std::string user;
+  uint64_t memory = 0;
+};
+
 struct TopGpu {
   uint32_t index = 0;
   std::string model;
@@ -44,6 +52,7 @@ struct TopGpu {
   double power_w = -1;         // -1: unknown.
   bool mig = false;
   std::vector<TopSlice> slices;
+  std::vector<TopForeign> foreign;
 };
 
 struct TopQueued {

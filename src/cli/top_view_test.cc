@@ -306,5 +306,17 @@ TEST(ModelToJson, HasTheSnapshotWithUnknownsAsNull) {
   EXPECT_EQ(j["events"].size(), 2u);
 }
 
+TEST(RenderTop, Issue13ShowsProcessesOutsideGpusliceWithPidAndUser) {
+  json gpus = Gpus();
+  gpus["gpus"][0]["foreign_processes"] = {
+      {{"pid", 4242}, {"user", "bob"}, {"uid", 1001}, {"used_memory", 30 * core::kGiB}}};
+  TopModel m = ModelFromJson(Status(), gpus, {{"jobs", json::array()}}, nullptr);
+  ASSERT_EQ(m.gpus[0].foreign.size(), 1u);
+  EXPECT_EQ(ModelToJson(m)["gpus"][0]["foreign_processes"][0]["pid"], 4242);
+  std::string all;
+  for (const std::string& line : RenderTop(m, RenderOptions{})) all += line + "\n";
+  EXPECT_NE(all.find("outside gpuslice: pid 4242 (bob) 30 GiB"), std::string::npos) << all;
+}
+
 }  // namespace
 }  // namespace gpuslice::cli

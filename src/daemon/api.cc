@@ -216,6 +216,20 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
         gj["processes"] = procs;
       }
     }
+    // Processes outside gpuslice (as of the last sample), with their owner.
+    json foreign = json::array();
+    uint64_t foreign_bytes = 0;
+    for (const ForeignProcess& f : service_.ForeignProcesses()) {
+      if (f.gpu_index != g.index) continue;
+      foreign.push_back({{"pid", f.pid},
+                         {"user", f.user},
+                         {"uid", f.uid},
+                         {"used_memory", f.used_memory},
+                         {"spared", f.spared}});
+      foreign_bytes += f.used_memory;
+    }
+    gj["foreign_processes"] = foreign;
+    gj["foreign_memory"] = foreign_bytes;
     json sl = json::array();
     for (uint64_t id : slices[g.index]) {
       auto v = service_.Get(id);

@@ -272,6 +272,7 @@ Status NodeCapacity::Resize(uint64_t id, const core::ResourceRequest& request) {
   }
   d->second.demand = next;
   d->second.request = request;
+  RechargeForeign();  // A shrink may have freed what foreign use lacked.
   return Status::Ok();
 }
 
@@ -360,6 +361,7 @@ void NodeCapacity::Release(uint64_t id) {
     bounds_dirty_ = true;
   }
   held_.erase(h);
+  RechargeForeign();
 }
 
 bool NodeCapacity::Mirror(uint64_t id, const core::CapacityModel& source) {
@@ -429,6 +431,7 @@ core::Result<core::Allocation> NodeCapacity::SetElasticGpus(uint64_t id, uint32_
   }
   bounds_dirty_ = true;
   h->second.placement = p;
+  RechargeForeign();
   return *AllocationOf(id);
 }
 
@@ -499,13 +502,91 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
     }
   }
   std::string where = e.pool.empty() ? "" : " in pool '" + e.pool + "'";
+  // What processes outside gpuslice hold on the GPUs it may use: the
+  // reason a user cannot guess from `gpuslice gpus` alone.
+  std::string foreign;
+  for (const auto& [flat, f] : foreign_) {
+    const core::GpuState& g = state_.node(FlatPlacement(flat).node).gpus[flat % kGpusPerNode];
+    if (f.want == 0 || !e.demand.AllowsModel(g.model)) continue;
+    foreign += "; GPU " + std::to_string(f.gpu_index) + ": " + core::FormatBytes(f.want) +
+               " held by processes outside gpuslice (" + f.who + ")";
+  }
   if (e.demand.IsWhole()) {
     return "needs " + std::to_string(e.demand.gpus) + " idle GPU" +
            (e.demand.gpus == 1 ? "" : "s") + (e.demand.gpus > 1 ? " on one island" : "") + where +
-           "; idle now: " + std::to_string(idle);
+           "; idle now: " + std::to_string(idle) + foreign;
   }
   return "needs " + e.request.Describe() + " on one GPU" + where + "; most free on one GPU: " +
-         core::FormatBytes(best_mem) + " + " + core::FormatShareMilli(best_milli);
+         core::FormatBytes(best_mem) + " + " + core::FormatShareMilli(best_milli) + foreign;
+}
+
+core::Demand NodeCapacity::ForeignDemand(uint64_t bytes) {
+  // One per-mille of compute: a placement needs a share to hold memory, and
+  // this keeps a whole-GPU request off the GPU.
+  return core::Demand::Fraction(1, bytes);
+}
+
+core::Placement NodeCapacity::FlatPlacement(size_t flat) const {
+  core::Placement p;
+  p.node = static_cast<uint32_t>(flat / kGpusPerNode);
+  p.gpu_count = 1;
+  p.gpus[0] = static_cast<uint8_t>(flat % kGpusPerNode);
+  return p;
+}
+
+void NodeCapacity::ChargeForeign(size_t flat) {
+  auto it = foreign_.find(flat);
+  if (it == foreign_.end()) return;
+  Foreign& f = it->second;
+  core::Placement p = FlatPlacement(flat);
+  if (f.held) {
+    (void)state_.Release(ForeignDemand(f.charged), p);
+    f.held = false;
+    f.charged = 0;
+    bounds_dirty_ = true;
+  }
+  if (f.want == 0) {
+    foreign_.erase(it);
+    return;
+  }
+  const core::GpuState& g = state_.node(p.node).gpus[p.gpus[0]];
+  uint64_t bytes = std::min(f.want, g.mem_free);
+  if (bytes == 0 || g.milli_free == 0) return;  // Full: charged when jobs give back.
+  if (state_.Allocate(ForeignDemand(bytes), p).ok()) {
+    f.held = true;
+    f.charged = bytes;
+    bounds_dirty_ = true;
+  }
+}
+
+void NodeCapacity::RechargeForeign() {
+  for (auto& [flat, f] : foreign_) {
+    if (f.charged < f.want) ChargeForeign(flat);
+  }
+}
+
+void NodeCapacity::SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who) {
+  auto g = std::find_if(node_gpus_->begin(), node_gpus_->end(),
+                        [&](const GpuInfo& x) { return x.index == gpu_index; });
+  if (g == node_gpus_->end()) return;  // A MIG GPU, or none.
+  size_t flat = static_cast<size_t>(g - node_gpus_->begin());
+  auto it = foreign_.find(flat);
+  if (it == foreign_.end()) {
+    if (bytes == 0) return;
+    it = foreign_.emplace(flat, Foreign{}).first;
+    it->second.gpu_index = gpu_index;
+  }
+  it->second.who = std::move(who);
+  if (it->second.want == bytes && (it->second.charged == bytes || bytes == 0)) return;
+  it->second.want = bytes;
+  ChargeForeign(flat);
+}
+
+uint64_t NodeCapacity::ForeignCharged(uint32_t gpu_index) const {
+  for (const auto& [flat, f] : foreign_) {
+    if (f.gpu_index == gpu_index) return f.charged;
+  }
+  return 0;
 }
 
 }  // namespace gpuslice::daemon

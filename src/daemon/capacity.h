@@ -84,8 +84,20 @@ class NodeCapacity : public core::CapacityModel {
   // The shape the queue planner prunes with.
   core::QueueShape ShapeOf(uint64_t id) const;
   // Why a job that does not fit now waits, e.g. "needs 40 GiB + 30% on one
-  // GPU; most free on one GPU: 20 GiB".
+  // GPU; most free on one GPU: 20 GiB", followed by what processes outside
+  // gpuslice hold on its pool's GPUs.
   std::string WhyNotNow(uint64_t id) const;
+
+  // Foreign GPU use: memory that processes belonging to no job hold on the
+  // GPU with inventory index `gpu_index` (NVML), charged like a slice of
+  // its own so that nothing is placed where it cannot fit (and the GPU is
+  // not idle for whole-GPU requests). `who` names them for WhyNotNow
+  // ("pid 4242, user bob"). 0 clears it. The charge takes only what is free
+  // (a job placed earlier keeps what it holds); the rest is charged as soon
+  // as jobs give memory back. MIG GPUs are not charged.
+  void SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who);
+  // What is charged for foreign use on the GPU now (at most what was set).
+  uint64_t ForeignCharged(uint32_t gpu_index) const;
 
   const core::ClusterState& state() const { return state_; }
   // The profile the fragmentation-aware policies use now (null before the
@@ -133,6 +145,21 @@ class NodeCapacity : public core::CapacityModel {
   static core::Demand HeldDemand(const DemandEntry& e, const Held& h);
   // The request's pool, or an error naming the pools there are.
   core::Result<std::string> PoolOf(const core::ResourceRequest& request) const;
+  // Foreign use on one GPU: what the caller set, what is charged (a
+  // Fraction of 1 per-mille and `charged` bytes, while `held`).
+  struct Foreign {
+    uint32_t gpu_index = 0;
+    uint64_t want = 0;
+    uint64_t charged = 0;
+    bool held = false;
+    std::string who;
+  };
+  static core::Demand ForeignDemand(uint64_t bytes);
+  core::Placement FlatPlacement(size_t flat) const;
+  // (Re)charges one GPU's foreign use as far as its free memory allows.
+  void ChargeForeign(size_t flat);
+  // After memory was given back: charges what foreign use still lacks.
+  void RechargeForeign();
   // Rebuilds profile_ when it is missing or stale; keeps the old one (or
   // none) when no GPU demand is known.
   void EnsureProfile();
@@ -154,6 +181,7 @@ class NodeCapacity : public core::CapacityModel {
   bool bounds_dirty_ = true;
   // The learnt workload profile (shared with clones, immutable).
   std::shared_ptr<const core::WorkloadProfile> profile_;
+  std::map<size_t, Foreign> foreign_;  // By flat GPU position.
   std::deque<core::Demand> recent_;  // Demands that ended, newest last.
   size_t profile_changes_ = 0;       // Demands added or ended since the build.
   // Each node's fragmentation under profile_, by node version (copied into

@@ -275,5 +275,56 @@ TEST(NodeCapacity, ElasticJobsTakeWhatIsIdleGrowAndShrink) {
   EXPECT_EQ((*again)->IdleGpus(), 1u);
 }
 
+// Issue 13 (measured): a 40 GiB job was placed on a GPU where a process
+// outside gpuslice held 70 GiB, and failed with out of memory.
+TEST(NodeCapacity, Issue13ForeignMemorySendsAJobToTheOtherGpuOrMakesItWait) {
+  GpuInfo big0 = Gpu(0), big1 = Gpu(1);
+  big0.memory_total = big1.memory_total = 80 * core::kGiB;
+  auto c = NodeCapacity::Create({big0, big1}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  (*c)->SetForeign(0, 70 * core::kGiB, "pid 4242, user bob");
+  EXPECT_EQ((*c)->ForeignCharged(0), 70 * core::kGiB);
+  ASSERT_TRUE((*c)->SetDemand(1, Fraction(40, 300)).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->AllocationOf(1)->gpu_indices, std::vector<uint32_t>{1}) << "not beside the 70 GiB";
+  // With GPU 1 taken too, the next one waits and says why.
+  (*c)->SetForeign(1, 70 * core::kGiB, "pid 4343, user eve");
+  ASSERT_TRUE((*c)->SetDemand(2, Fraction(20, 100)).ok());
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow);
+  std::string why = (*c)->WhyNotNow(2);
+  EXPECT_NE(why.find("GPU 0: 70 GiB held by processes outside gpuslice (pid 4242, user bob)"),
+            std::string::npos)
+      << why;
+  // The foreign process ends: the job fits.
+  (*c)->SetForeign(0, 0, "");
+  EXPECT_EQ((*c)->ForeignCharged(0), 0u);
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->AllocationOf(2)->gpu_indices, std::vector<uint32_t>{0});
+}
+
+TEST(NodeCapacity, ForeignMemoryKeepsWholeGpuRequestsOffAndIsChargedOnceJobsGiveBack) {
+  auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  core::ResourceRequest whole;
+  whole.kind = core::RequestKind::kWholeGpus;
+  whole.gpus_min = whole.gpus_max = 1;
+  ASSERT_TRUE((*c)->SetDemand(1, Fraction(30, 500)).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  // 20 GiB foreign beside a 30 GiB job on a 40 GiB GPU: only the free 10 GiB
+  // can be charged now (the job keeps what it holds).
+  (*c)->SetForeign(0, 20 * core::kGiB, "pid 1, user x");
+  EXPECT_EQ((*c)->ForeignCharged(0), 10 * core::kGiB);
+  (*c)->Release(1);
+  EXPECT_EQ((*c)->ForeignCharged(0), 20 * core::kGiB) << "charged in full once the job gave back";
+  ASSERT_TRUE((*c)->SetDemand(2, whole).ok());
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow) << "a GPU with foreign use is not idle";
+  EXPECT_NE((*c)->WhyNotNow(2).find("outside gpuslice"), std::string::npos);
+  ASSERT_TRUE((*c)->SetDemand(3, Fraction(20, 500)).ok());
+  EXPECT_EQ((*c)->TryPlace(3), core::FitResult::kPlaced);
+  (*c)->Release(3);
+  (*c)->SetForeign(0, 0, "");
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

@@ -62,8 +62,13 @@ TEST(Config, PolicySettings) {
       "default_pool = shared\n"
       "preemption = lower-after:10m\n"
       "preemption_grace = 20s\n"
-      "watchdog = kill\n"
+      "watchdog = stop\n"
       "watchdog_allowance = 1GiB\n"
+      "watchdog_compute = kill\n"
+      "watchdog_compute_window = 20s\n"
+      "watchdog_compute_margin = 15%\n"
+      "foreign = kill\n"
+      "foreign_allowed_groups = render, video\n"
       "idle_threshold = 25%\n"
       "idle_after = 5m\n"
       "idle_action = pause\n"
@@ -79,8 +84,13 @@ TEST(Config, PolicySettings) {
   EXPECT_EQ(r.default_pool, "shared");
   EXPECT_EQ(r.preemption.ToString(), "lower-after:10m");
   EXPECT_EQ(r.preemption_grace_ms, 20000);
-  EXPECT_EQ(r.watchdog, WatchdogAction::kKill);
+  EXPECT_EQ(r.watchdog, WatchdogAction::kStop);
   EXPECT_EQ(r.watchdog_allowance_bytes, core::kGiB);
+  EXPECT_EQ(r.watchdog_compute, WatchdogAction::kKill);
+  EXPECT_EQ(r.watchdog_compute_window_ms, 20000);
+  EXPECT_DOUBLE_EQ(r.watchdog_compute_margin_pct, 15.0);
+  EXPECT_EQ(r.foreign, ForeignAction::kKill);
+  EXPECT_EQ(r.foreign_allowed_groups, (std::vector<std::string>{"render", "video"}));
   EXPECT_DOUBLE_EQ(r.idle_threshold_pct, 25.0);
   EXPECT_EQ(r.idle_after_ms, 300000);
   EXPECT_EQ(r.idle_action, IdleAction::kPause);
@@ -97,7 +107,9 @@ TEST(Config, PolicyErrorsNameTheSetting) {
       {"pool.a b = 0\n", "pool name 'a b'"},
       {"pool.x = 0,,1\n", "pool.x: expected a list of GPU indices"},
       {"preemption = always\n", "test.conf:1: bad preemption policy 'always'"},
-      {"watchdog = loud\n", "watchdog: expected off, report or kill"},
+      {"watchdog = loud\n", "watchdog: expected off, report, stop or kill"},
+      {"watchdog_compute = stop\n", "watchdog_compute: expected off, report or kill"},
+      {"foreign = ignore\n", "foreign: expected report or kill"},
       {"idle_action = sleep\n", "idle_action: expected warn, pause or end"},
       {"idle_threshold = 120%\n", "idle_threshold"},
       {"elastic_signal = KILL\n", "elastic_signal: expected USR1"},

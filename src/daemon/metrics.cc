@@ -36,6 +36,8 @@ constexpr char kGpuMemAllocBytes[] = "gpuslice_gpu_memory_allocated_bytes";
 constexpr char kGpuMemAllocRatio[] = "gpuslice_gpu_memory_allocated_ratio";
 constexpr char kGpuComputeAllocRatio[] = "gpuslice_gpu_compute_allocated_ratio";
 constexpr char kGpuSlices[] = "gpuslice_gpu_slices";
+constexpr char kGpuForeignMem[] = "gpuslice_gpu_foreign_memory_bytes";
+constexpr char kGpuForeignProcs[] = "gpuslice_foreign_processes";
 constexpr char kJobInfo[] = "gpuslice_job_info";
 constexpr char kJobStart[] = "gpuslice_job_start_time_seconds";
 constexpr char kJobMemUsed[] = "gpuslice_job_memory_used_bytes";
@@ -112,7 +114,8 @@ struct GpuTotals {
 };
 
 void RenderGpus(MetricsText& t, const InventorySnapshot& inv, const std::vector<GpuUsage>& usage,
-                const std::vector<GpuTotals>& totals, const std::string& host) {
+                const std::vector<GpuTotals>& totals, const std::vector<ForeignProcess>& foreign,
+                const std::string& host) {
   std::vector<MetricLabels> labels;
   for (const GpuInfo& g : inv.gpus) labels.push_back(GpuLabels(g, host));
   // GpuUsageNow() is in the order of inventory().gpus; it is empty before
@@ -208,6 +211,25 @@ void RenderGpus(MetricsText& t, const InventorySnapshot& inv, const std::vector<
   for (size_t i = 0; i < inv.gpus.size(); ++i) t.Sample(labels[i], totals[i].compute);
   t.Family(kGpuSlices, MetricType::kGauge, "Running jobs holding (part of) the GPU.");
   for (size_t i = 0; i < inv.gpus.size(); ++i) t.Sample(labels[i], totals[i].slices);
+
+  // Foreign GPU use (docs/DAEMON.md, "Foreign GPU use"): every GPU has a
+  // sample, 0 when nothing outside gpuslice runs there, so alerts can use
+  // `> 0` without absent().
+  std::vector<uint64_t> foreign_bytes(inv.gpus.size()), foreign_count(inv.gpus.size());
+  for (const ForeignProcess& f : foreign) {
+    for (size_t i = 0; i < inv.gpus.size(); ++i) {
+      if (inv.gpus[i].index != f.gpu_index) continue;
+      foreign_bytes[i] += f.used_memory;
+      ++foreign_count[i];
+    }
+  }
+  t.Family(kGpuForeignMem, MetricType::kGauge,
+           "GPU memory held by processes that belong to no gpuslice job (NVML; bytes). "
+           "Charged to the GPU in placement.");
+  for (size_t i = 0; i < inv.gpus.size(); ++i) t.Sample(labels[i], foreign_bytes[i]);
+  t.Family(kGpuForeignProcs, MetricType::kGauge,
+           "Processes on the GPU that belong to no gpuslice job (NVML).");
+  for (size_t i = 0; i < inv.gpus.size(); ++i) t.Sample(labels[i], foreign_count[i]);
 }
 
 // A job's series carry job_id, not job: Prometheus sets `job` on every
@@ -368,7 +390,7 @@ std::string RenderMetrics(Service& service, const MetricsOptions& options) {
     }
   }
   MetricsText t;
-  RenderGpus(t, inv, service.GpuUsageNow(), totals, host);
+  RenderGpus(t, inv, service.GpuUsageNow(), totals, service.ForeignProcesses(), host);
   RenderJobs(t, service, jobs, inv, host);
   RenderScheduler(t, service, jobs);
   RenderDaemon(t, service, options);
@@ -402,6 +424,8 @@ const std::vector<std::string_view>& MetricFamilyNames() {
                                                       kGpuMemAllocRatio,
                                                       kGpuComputeAllocRatio,
                                                       kGpuSlices,
+                                                      kGpuForeignMem,
+                                                      kGpuForeignProcs,
                                                       kJobInfo,
                                                       kJobStart,
                                                       kJobShareTarget,

@@ -125,6 +125,26 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find(line + "\n") != std::string::npos;
 }
 
+TEST_F(MetricsTest, Issue13ForeignGpuUseIsExportedPerGpuAndZeroWhereThereIsNone) {
+  GpuUsage u0;
+  u0.index = 0;
+  u0.memory_total = 80 * core::kGiB;
+  // No job: a process outside gpuslice (a pid no system has, so no owner).
+  u0.processes.push_back({4'000'000'000u, 30 * core::kGiB, 0});
+  GpuUsage u1;
+  u1.index = 1;
+  u1.memory_total = 80 * core::kGiB;
+  inventory_.usage = {u0, u1};
+  service_->Sample();
+  const std::string m = Render();
+  const std::string l0 =
+      "{gpu=\"0\",UUID=\"GPU-0\",device=\"nvidia0\","
+      "model_name=\"NVIDIA H100 \\\"SXM\\\"\\\\80GB\",Hostname=\"node-1\"}";
+  EXPECT_TRUE(Has(m, "gpuslice_gpu_foreign_memory_bytes" + l0 + " 32212254720")) << m;
+  EXPECT_TRUE(Has(m, "gpuslice_foreign_processes" + l0 + " 1")) << m;
+  EXPECT_NE(m.find("gpuslice_foreign_processes{gpu=\"1\""), std::string::npos);
+}
+
 TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
   GpuUsage u0;
   u0.index = 0;

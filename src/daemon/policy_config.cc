@@ -28,10 +28,16 @@ std::string_view WatchdogActionName(WatchdogAction a) {
       return "off";
     case WatchdogAction::kReport:
       return "report";
+    case WatchdogAction::kStop:
+      return "stop";
     case WatchdogAction::kKill:
       return "kill";
   }
   return "report";
+}
+
+std::string_view ForeignActionName(ForeignAction a) {
+  return a == ForeignAction::kKill ? "kill" : "report";
 }
 
 std::string_view IdleActionName(IdleAction a) {
@@ -93,14 +99,58 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
   if (key == "idle_after") return duration(&c->idle_after_ms);
   if (key == "elastic_cooldown") return duration(&c->elastic_cooldown_ms);
   if (key == "watchdog") {
-    for (WatchdogAction a :
-         {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
+    for (WatchdogAction a : {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kStop,
+                             WatchdogAction::kKill}) {
       if (v == WatchdogActionName(a)) {
         c->watchdog = a;
         return core::Status::Ok();
       }
     }
+    return Bad(key, value, "off, report, stop or kill");
+  }
+  if (key == "watchdog_compute") {
+    // No `stop`: a stopped job's use falls to nothing, so it would flap
+    // between stopped and running with each window.
+    for (WatchdogAction a : {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
+      if (v == WatchdogActionName(a)) {
+        c->watchdog_compute = a;
+        return core::Status::Ok();
+      }
+    }
     return Bad(key, value, "off, report or kill");
+  }
+  if (key == "watchdog_compute_window") {
+    GPUSLICE_RETURN_IF_ERROR(duration(&c->watchdog_compute_window_ms));
+    if (c->watchdog_compute_window_ms < 1000) return Bad(key, value, "at least 1s");
+    return core::Status::Ok();
+  }
+  if (key == "watchdog_compute_margin") {
+    auto m = core::ParseShareMilli(v);
+    if (!m.ok()) return m.status().WithContext(key);
+    c->watchdog_compute_margin_pct = *m / 10.0;
+    return core::Status::Ok();
+  }
+  if (key == "foreign") {
+    for (ForeignAction a : {ForeignAction::kReport, ForeignAction::kKill}) {
+      if (v == ForeignActionName(a)) {
+        c->foreign = a;
+        return core::Status::Ok();
+      }
+    }
+    return Bad(key, value, "report or kill");
+  }
+  if (key == "foreign_allowed_groups") {
+    c->foreign_allowed_groups.clear();
+    std::string_view rest = value;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+      if (!item.empty()) c->foreign_allowed_groups.emplace_back(item);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+    return core::Status::Ok();
   }
   if (key == "watchdog_allowance") {
     auto b = core::ParseBytes(v);

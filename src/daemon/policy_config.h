@@ -24,10 +24,16 @@ struct PoolSpec {
   std::vector<std::string> gpus;  // Indices or UUIDs, as written; resolved at start.
 };
 
-enum class WatchdogAction { kOff, kReport, kKill };
+// What the watchdog does with a job over its limit (docs/DAEMON.md,
+// "Enforcement watchdog"): `stop` freezes the job until it is back under.
+enum class WatchdogAction { kOff, kReport, kStop, kKill };
 enum class IdleAction { kWarn, kPause, kEnd };
+// GPU processes that belong to no job: always charged in placement and
+// reported; `kill` also ends them (unless root's or an allowed group's).
+enum class ForeignAction { kReport, kKill };
 std::string_view WatchdogActionName(WatchdogAction a);
 std::string_view IdleActionName(IdleAction a);
+std::string_view ForeignActionName(ForeignAction a);
 
 struct PolicyConfig {
   std::vector<PoolSpec> pools;
@@ -37,10 +43,24 @@ struct PolicyConfig {
   core::PreemptionPolicy preemption;     // never
   int64_t preemption_grace_ms = 30'000;  // SIGTERM, then SIGKILL after this.
 
-  WatchdogAction watchdog = WatchdogAction::kReport;
+  // Memory: NVML's per-process memory against the daemon's own limit. Kill
+  // by default: only a process that escaped the shim can get there, and
+  // while it holds the memory another slice's allocations fail.
+  WatchdogAction watchdog = WatchdogAction::kKill;
   // NVML counts each process's CUDA context, which the shim does not charge
   // to the slice: this much per process is allowed over the limit.
   uint64_t watchdog_allowance_bytes = 512ull << 20;
+  // Compute: a slice with a hard share whose processes' SM use, averaged
+  // over the window, stays above its share by more than the margin
+  // (percentage points of the GPU). off, report or kill.
+  WatchdogAction watchdog_compute = WatchdogAction::kReport;
+  int64_t watchdog_compute_window_ms = 10'000;
+  double watchdog_compute_margin_pct = 25.0;
+
+  ForeignAction foreign = ForeignAction::kReport;
+  // Groups whose foreign GPU processes `foreign = kill` spares (root's are
+  // always spared).
+  std::vector<std::string> foreign_allowed_groups;
 
   double idle_threshold_pct = 30.0;  // GPU use under this counts as idle.
   int64_t idle_after_ms = 0;         // 0: idle reclaim off.

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include <deque>
 #include <functional>
 
 #include "core/job.h"
@@ -35,6 +36,7 @@
 #include "daemon/launcher.h"
 #include "daemon/ledger.h"
 #include "daemon/policy_config.h"
+#include "daemon/process_table.h"
 #include "daemon/region_store.h"
 
 namespace gpuslice::daemon {
@@ -97,6 +99,9 @@ struct ServiceOptions {
   // running job counts as idle (JobUsage::low_use_ms, jobs.idle_ms).
   int64_t sample_interval_ms = 1000;
   double idle_threshold_pct = 30.0;
+  // Owners, process groups and signals of GPU processes (the watchdog and
+  // foreign use); null: /proc (tests give a FakeProcessTable).
+  ProcessTable* processes = nullptr;
 };
 
 // What a running job uses, sampled once a second from its slice region (what
@@ -120,6 +125,23 @@ struct JobUsage {
   // Time below the threshold over the job's life (persisted as jobs.idle_ms).
   int64_t idle_ms_total = 0;
   std::vector<int32_t> pids;  // Processes seen in the slice or its process group.
+  // Per GPU (inventory index) its processes are on, from NVML: memory held,
+  // how many processes, their SM use summed (0-100 per process). The
+  // watchdog compares these with the daemon's own limits.
+  std::map<uint32_t, uint64_t> nvml_memory_by_gpu;
+  std::map<uint32_t, uint32_t> processes_by_gpu;
+  std::map<uint32_t, double> sm_pct_by_gpu;
+};
+
+// A GPU process that belongs to no job (NVML lists it; no job's process
+// group or slice claims it), as of the last sample.
+struct ForeignProcess {
+  uint32_t gpu_index = 0;
+  uint32_t pid = 0;
+  uint64_t used_memory = 0;
+  int64_t uid = -1;      // -1: the process is gone (its owner unknown).
+  std::string user;      // "?" when unknown.
+  bool spared = false;   // Root or an allowed group: `foreign = kill` leaves it.
 };
 
 // Queue waits of started jobs (submitted -> started), for the metrics'
@@ -189,6 +211,9 @@ class Service {
   // sample_interval_ms).
   std::optional<JobUsage> UsageOf(uint64_t job_id) const;
   const std::vector<GpuUsage>& GpuUsageNow() const { return gpu_usage_; }
+  // GPU processes outside gpuslice, as of the last sample (charged to their
+  // GPUs in placement; docs/DAEMON.md, "Foreign GPU use").
+  const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_; }
   const WaitHistogram& QueueWaitHistogram() const { return wait_histogram_; }
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
@@ -240,6 +265,10 @@ class Service {
     bool paused = false;          // Launches paused by idle reclaim.
     int64_t idle_base_ms = 0;     // low_use_ms at the last resume.
     bool over_limit = false;      // The watchdog saw it over its limit.
+    bool stopped = false;         // Stopped by the watchdog (watchdog = stop).
+    bool over_share = false;      // The compute watchdog saw it far over its share.
+    // SM use per GPU of the last samples within the compute window.
+    std::deque<std::pair<int64_t, std::map<uint32_t, double>>> sm_window;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
   };
 
@@ -282,6 +311,25 @@ class Service {
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
   void Reclaim();
+  // The watchdog (service_watchdog.cc), per running job after each sample;
+  // each returns true when it ended the job.
+  bool WatchMemory(core::Job& job, Live& l, const JobUsage& use);
+  bool WatchCompute(core::Job& job, Live& l, const JobUsage& use);
+  // Foreign GPU use, after each sample: charges it in placement, reports
+  // each process once, ends it with `foreign = kill`.
+  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid);
+  // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
+  // none. The one place that decides membership: the job's process group,
+  // else a slice's process slots when the process is the job user's.
+  std::unordered_map<int64_t, uint64_t> JobsOfProcesses(const std::vector<int64_t>& pids);
+  // Freezes / thaws every process of a job (its group and the processes of
+  // its slice outside it). One seam, so cgroup freezing can replace it.
+  void StopJob(const core::Job& job);
+  void ContinueJob(const core::Job& job);
+  // Ends a job at once (SIGKILL to its group and to its GPU processes
+  // outside it), with an event and a line in its log.
+  void KillJob(core::Job& job, Live& l, const std::string& event_kind, const std::string& why);
+  ProcessTable& Processes();
   void AppendToStderr(const core::Job& job, const std::string& line);
   std::vector<std::string> FlagsOf(uint64_t id) const;
   core::Status ResolvePools(std::vector<std::string>* pool_of);
@@ -323,6 +371,12 @@ class Service {
   // Usage sampling.
   std::vector<GpuUsage> gpu_usage_;
   std::unordered_map<uint64_t, JobUsage> usage_;
+  std::vector<ForeignProcess> foreign_;
+  // Foreign pids seen in consecutive samples (reported/acted on at the
+  // second, so a job's process caught between its job's end and NVML's
+  // next update is not called foreign), and those already reported.
+  std::unordered_map<int64_t, int> foreign_seen_;
+  std::set<int64_t> foreign_reported_;
   int64_t last_sample_ms_ = 0;
   int64_t last_idle_persist_ms_ = 0;
   bool usage_error_logged_ = false;

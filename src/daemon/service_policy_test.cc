@@ -42,6 +42,7 @@ class PolicyTest : public ::testing::Test {
     o.state_dir = dir_;
     o.kill_grace_ms = 1000;
     o.rules = rules;
+    o.processes = &processes_;  // Not this machine's /proc: fake pids.
     o.idle_threshold_pct = rules.idle_threshold_pct;
     o.groups_of = [](const std::string& user, uint32_t) {
       return std::vector<std::string>{user == "u1000" || user == "u1001" ? "students" : "staff"};
@@ -98,6 +99,7 @@ class PolicyTest : public ::testing::Test {
   FakeInventory inventory_{SimulatedGpus(2)};
   FakeLauncher launcher_;
   FakeRegionStore regions_;
+  FakeProcessTable processes_;
   std::unique_ptr<Service> service_;
 };
 
@@ -400,7 +402,8 @@ TEST_F(PolicyTest, WatchdogReportsAndKillsAJobOverItsLimitInNvml) {
 }
 
 TEST_F(PolicyTest, WatchdogReportOnlyFlagsTheJob) {
-  PolicyConfig rules;  // watchdog = report.
+  PolicyConfig rules;
+  rules.watchdog = WatchdogAction::kReport;
   Start(rules);
   auto job = Submit(Mem("4GiB"));
   JobView v = Get(job->job.id);

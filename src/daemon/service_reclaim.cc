@@ -41,37 +41,19 @@ void Service::Reclaim() {
     if (u == usage_.end() || u->second.sampled_ms == 0) continue;
     Job& job = jobs_[id];
     Live& l = live_[id];
-    if (l.ending) continue;
+    if (l.ending) {
+      // A stopped job being ended must run to take its SIGTERM.
+      if (l.stopped) {
+        ContinueJob(job);
+        l.stopped = false;
+      }
+      continue;
+    }
     const JobUsage& use = u->second;
 
-    // Watchdog: what NVML says the job's processes hold against its limit
-    // plus a context allowance per process. Only a process the shim does not
-    // see (it unset LD_PRELOAD, or loaded CUDA some other way) gets there.
-    if (rules.watchdog != WatchdogAction::kOff && use.memory_limit_bytes > 0) {
-      uint64_t procs = std::max<uint64_t>(1, use.pids.size());
-      uint64_t allowed = use.memory_limit_bytes + rules.watchdog_allowance_bytes * procs;
-      if (use.nvml_memory_bytes > allowed) {
-        std::string what = "its processes hold " + core::FormatBytes(use.nvml_memory_bytes) +
-                           " (NVML), over its limit of " +
-                           core::FormatBytes(use.memory_limit_bytes) + " + " +
-                           core::FormatBytes(rules.watchdog_allowance_bytes) +
-                           " per process: a process escaped the shim";
-        if (!l.over_limit) {
-          l.over_limit = true;
-          RecordEvent(
-              "watchdog", id, job.user,
-              what + (rules.watchdog == WatchdogAction::kKill ? "; killing it" : "; reported"));
-          LogWarn("job " + std::to_string(id) + ": " + what);
-        }
-        if (rules.watchdog == WatchdogAction::kKill) {
-          l.ending = JobState::kCancelled;
-          l.ending_reason = "killed by the watchdog: " + what;
-          l.kill_at_ms = now;  // No grace: it is over its limit now.
-          if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGKILL);
-          continue;
-        }
-      }
-    }
+    // The watchdog (service_watchdog.cc).
+    if (WatchMemory(job, l, use) || WatchCompute(job, l, use)) continue;
+    if (l.stopped) continue;  // Frozen by the watchdog, not idle.
 
     // Idle reclaim.
     if (rules.idle_after_ms <= 0) continue;
@@ -155,6 +137,8 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   if (l->second.idle_flagged) flags.push_back("idle");
   if (l->second.paused) flags.push_back("paused");
   if (l->second.over_limit) flags.push_back("over_limit");
+  if (l->second.stopped) flags.push_back("stopped");
+  if (l->second.over_share) flags.push_back("over_share");
   if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
     flags.push_back("preempted");
   }

@@ -1,8 +1,6 @@
 // Service: events and usage sampling. See service.h.
 
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "daemon/log.h"
@@ -24,22 +22,46 @@ constexpr double kWaitBoundsS[] = {0.1, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 
 // interval only.
 constexpr int64_t kMaxGapIntervals = 3;
 
-// The process group of `pid` from /proc/PID/stat (field 5), or -1.
-int64_t ProcessGroupOf(int32_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return -1;
-  // The command name (field 2) may hold spaces and parentheses: skip to the
-  // last ')'.
-  size_t close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  char state = 0;
-  long long ppid = 0, pgrp = -1;
-  if (std::sscanf(stat.c_str() + close + 1, " %c %lld %lld", &state, &ppid, &pgrp) != 3) return -1;
-  return pgrp;
+}  // namespace
+
+std::unordered_map<int64_t, uint64_t> Service::JobsOfProcesses(const std::vector<int64_t>& pids) {
+  // H3's cgroups will make this "the job whose cgroup holds the pid"; until
+  // then: the job's process group (set by the kernel: a process that unset
+  // LD_PRELOAD is still in it), else a slice's process slots. The slots are
+  // job-written, so a claim counts only for a process of the job's own user
+  // (or one already gone): a job cannot hide someone else's process.
+  std::unordered_map<int64_t, uint64_t> out;
+  if (pids.empty()) return out;
+  std::unordered_map<int64_t, uint64_t> job_of_group;
+  std::unordered_map<int64_t, uint64_t> claimed;
+  for (const auto& [id, l] : live_) {
+    const Job& job = jobs_[id];
+    if (job.pid > 0) job_of_group[job.pid] = id;
+    if (job.region_path.empty()) continue;
+    if (auto slots = regions_.Pids(job.region_path); slots.ok()) {
+      for (int32_t p : *slots) claimed.emplace(p, id);
+    }
+  }
+  ProcessTable& procs = Processes();
+  for (int64_t pid : pids) {
+    if (out.count(pid)) continue;
+    if (auto g = job_of_group.find(procs.ProcessGroupOf(pid)); g != job_of_group.end()) {
+      out[pid] = g->second;
+      continue;
+    }
+    auto c = claimed.find(pid);
+    if (c == claimed.end()) continue;
+    std::optional<ProcessOwner> owner = procs.OwnerOf(pid);
+    if (!owner || owner->uid == jobs_[c->second].uid) out[pid] = c->second;
+  }
+  return out;
 }
 
-}  // namespace
+ProcessTable& Service::Processes() {
+  if (options_.processes) return *options_.processes;
+  static ProcProcessTable real;  // Stateless: /proc and kill(2).
+  return real;
+}
 
 void Service::RecordEvent(std::string kind, uint64_t job_id, std::string user,
                           std::string message) {
@@ -108,55 +130,55 @@ void Service::Sample() {
     usage_error_logged_ = true;
   }
 
-  // Which job each GPU process belongs to: the slice's process slots name
-  // the processes the shim sees; a process that escaped the shim (no
-  // LD_PRELOAD) is still in the job's process group.
-  std::unordered_map<int64_t, uint64_t> job_of_pid;
-  std::unordered_map<int64_t, uint64_t> job_of_group;
+  // What each job's slice reports (job-written: shown, never a limit).
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
-    if (job.pid > 0) job_of_group[job.pid] = id;
     JobUsage& u = usage_[id];
     u.sampled_ms = now;
     u.pids.clear();
-    u.memory_used_bytes = u.memory_limit_bytes = u.memory_peak_bytes = 0;
+    u.memory_used_bytes = u.memory_peak_bytes = 0;
     u.refused_allocs = u.throttled_ns = 0;
     u.nvml_memory_bytes = 0;
+    u.nvml_memory_by_gpu.clear();
+    u.processes_by_gpu.clear();
+    u.sm_pct_by_gpu.clear();
+    // The limit is the daemon's own (the ledger's allocation), never the
+    // one in the job-writable region.
+    u.memory_limit_bytes = job.allocation.memory_bytes_per_gpu * job.allocation.gpu_indices.size();
     if (job.region_path.empty()) continue;
-    if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
-      for (int32_t p : *pids) {
-        job_of_pid[p] = id;
-        u.pids.push_back(p);
-      }
-    }
+    if (auto pids = regions_.Pids(job.region_path); pids.ok()) u.pids = *pids;
     if (auto slices = regions_.Usage(job.region_path); slices.ok()) {
       for (const SliceUsage& s : *slices) {
         u.memory_used_bytes += s.used_bytes;
-        if (s.limit_bytes != ~0ull) u.memory_limit_bytes += s.limit_bytes;
         u.memory_peak_bytes += s.peak_bytes;
         u.refused_allocs += s.refused_allocs;
         u.throttled_ns += s.throttled_ns;
       }
     }
   }
-  // SM use per job and GPU.
+  // NVML's ground truth, per job and GPU.
+  std::vector<int64_t> gpu_pids;
+  for (const GpuUsage& g : gpu_usage_) {
+    for (const GpuProcess& p : g.processes) gpu_pids.push_back(p.pid);
+  }
+  std::unordered_map<int64_t, uint64_t> job_of_pid = JobsOfProcesses(gpu_pids);
   std::unordered_map<uint64_t, std::map<uint32_t, double>> sm;
   for (const GpuUsage& g : gpu_usage_) {
     for (const GpuProcess& p : g.processes) {
-      uint64_t id = 0;
-      if (auto it = job_of_pid.find(p.pid); it != job_of_pid.end()) {
-        id = it->second;
-      } else if (auto grp = job_of_group.find(ProcessGroupOf(static_cast<int32_t>(p.pid)));
-                 grp != job_of_group.end()) {
-        id = grp->second;
-        usage_[id].pids.push_back(static_cast<int32_t>(p.pid));
-      } else {
-        continue;
+      auto it = job_of_pid.find(p.pid);
+      if (it == job_of_pid.end()) continue;  // Foreign (WatchForeign).
+      JobUsage& u = usage_[it->second];
+      if (std::find(u.pids.begin(), u.pids.end(), static_cast<int32_t>(p.pid)) == u.pids.end()) {
+        u.pids.push_back(static_cast<int32_t>(p.pid));
       }
-      usage_[id].nvml_memory_bytes += p.used_memory;
-      sm[id][g.index] += p.sm_util_pct;
+      u.nvml_memory_bytes += p.used_memory;
+      u.nvml_memory_by_gpu[g.index] += p.used_memory;
+      ++u.processes_by_gpu[g.index];
+      u.sm_pct_by_gpu[g.index] += p.sm_util_pct;
+      sm[it->second][g.index] += p.sm_util_pct;
     }
   }
+  WatchForeign(job_of_pid);
   bool persist_idle = now - last_idle_persist_ms_ >= 60'000;
   for (auto& [id, l] : live_) {
     Job& job = jobs_[id];

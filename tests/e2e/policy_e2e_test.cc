@@ -297,8 +297,8 @@ TEST_F(PolicyE2E, WatchdogKillsAJobThatEscapedTheShimAndWentOverItsLimit) {
   EXPECT_TRUE(HasEvent(d, id, "watchdog", "over its limit of 4 GiB"));
 }
 
-TEST_F(PolicyE2E, WatchdogReportsWithoutKillingByDefault) {
-  Daemon d;
+TEST_F(PolicyE2E, WatchdogReportsWithoutKillingWhenSetToReport) {
+  Daemon d("1xH100-80GB", {"--set", "watchdog=report"});
   d_ = &d;
   Start(d);
   std::string id =

@@ -1,0 +1,70 @@
+#pragma once
+
+// Processes the daemon did not start but must judge, behind a seam: the GPU
+// processes NVML lists (the watchdog's and foreign-use checks). The real one
+// reads /proc and sends signals; FakeProcessTable serves unit tests.
+//
+// Nothing here is trusted from a job: owners, groups and process groups come
+// from the kernel (/proc), never from a slice region.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gpuslice::daemon {
+
+struct ProcessOwner {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string user;                 // The uid's name, or the uid in digits.
+  std::vector<std::string> groups;  // Names of the gid and supplementary groups.
+};
+
+class ProcessTable {
+ public:
+  virtual ~ProcessTable() = default;
+  // The real uid and groups of `pid`; nullopt when it does not exist.
+  virtual std::optional<ProcessOwner> OwnerOf(int64_t pid) = 0;
+  // The process group of `pid`, or -1 when it does not exist.
+  virtual int64_t ProcessGroupOf(int64_t pid) = 0;
+  // kill(pid, signal) of one process (not its group).
+  virtual core::Status Signal(int64_t pid, int signal) = 0;
+};
+
+// /proc and kill(2).
+class ProcProcessTable : public ProcessTable {
+ public:
+  std::optional<ProcessOwner> OwnerOf(int64_t pid) override;
+  int64_t ProcessGroupOf(int64_t pid) override;
+  core::Status Signal(int64_t pid, int signal) override;
+};
+
+class FakeProcessTable : public ProcessTable {
+ public:
+  std::optional<ProcessOwner> OwnerOf(int64_t pid) override {
+    auto it = owners.find(pid);
+    if (it == owners.end()) return std::nullopt;
+    return it->second;
+  }
+  int64_t ProcessGroupOf(int64_t pid) override {
+    auto it = groups.find(pid);
+    return it == groups.end() ? -1 : it->second;
+  }
+  core::Status Signal(int64_t pid, int signal) override {
+    signals.emplace_back(pid, signal);
+    return core::Status::Ok();
+  }
+
+  std::map<int64_t, ProcessOwner> owners;
+  std::map<int64_t, int64_t> groups;  // pid -> process group.
+  std::vector<std::pair<int64_t, int>> signals;
+};
+
+}  // namespace gpuslice::daemon

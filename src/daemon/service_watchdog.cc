@@ -1,0 +1,278 @@
+// Service: the enforcement watchdog (memory and compute) and foreign GPU
+// use, from the usage samples (service_usage.cc). See docs/DAEMON.md
+// ("Enforcement watchdog", "Foreign GPU use").
+//
+// Every figure compared here is NVML's (ground truth) or the daemon's own
+// (the ledger's allocation); nothing is read back from a file a job can
+// write, so a job that rewrites its slice region cannot blind the watchdog.
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+
+namespace {
+
+std::string Percent(double pct) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f%%", pct);
+  return buf;
+}
+
+// The job's processes outside its process group that may be signalled. Its
+// slice names them (job-written), so only those of the job's own user: a
+// job can never make the daemon signal someone else's process.
+void SignalOutsideGroup(ProcessTable& procs, const std::vector<int32_t>& pids, const Job& job,
+                        int signal) {
+  for (int32_t pid : pids) {
+    if (procs.ProcessGroupOf(pid) == job.pid) continue;
+    std::optional<ProcessOwner> owner = procs.OwnerOf(pid);
+    if (owner && owner->uid == job.uid) (void)procs.Signal(pid, signal);
+  }
+}
+
+}  // namespace
+
+void Service::StopJob(const Job& job) {
+  // The integrator swaps this for the job's cgroup freezer (H3), which also
+  // holds processes that left the group.
+  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGSTOP);
+  if (auto u = usage_.find(job.id); u != usage_.end()) {
+    SignalOutsideGroup(Processes(), u->second.pids, job, SIGSTOP);
+  }
+}
+
+void Service::ContinueJob(const Job& job) {
+  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGCONT);
+  if (auto u = usage_.find(job.id); u != usage_.end()) {
+    SignalOutsideGroup(Processes(), u->second.pids, job, SIGCONT);
+  }
+}
+
+void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const std::string& why) {
+  l.ending = JobState::kCancelled;
+  l.ending_reason = "killed by the watchdog: " + why;
+  l.kill_at_ms = clock_.NowMs();  // No grace: it is over its limit now.
+  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGKILL);
+  // GPU processes of the job outside its group (a process that left it but
+  // is still the job's, by its slice and its owner).
+  if (auto u = usage_.find(job.id); u != usage_.end()) {
+    SignalOutsideGroup(Processes(), u->second.pids, job, SIGKILL);
+  }
+  RecordEvent(event_kind, job.id, job.user, why + "; killed");
+  AppendToStderr(job, "job " + std::to_string(job.id) + " killed by the watchdog: " + why);
+  LogWarn("job " + std::to_string(job.id) + " killed by the watchdog: " + why);
+}
+
+bool Service::WatchMemory(Job& job, Live& l, const JobUsage& use) {
+  const PolicyConfig& rules = options_.rules;
+  if (rules.watchdog == WatchdogAction::kOff) return false;
+  // Per GPU: what NVML says the job's processes hold there against the
+  // daemon's own limit for that GPU (0 on a GPU the job was not given),
+  // plus a context allowance per process there.
+  std::string what;
+  for (const auto& [gpu, held] : use.nvml_memory_by_gpu) {
+    const auto& mine = job.allocation.gpu_indices;
+    bool given = std::find(mine.begin(), mine.end(), gpu) != mine.end();
+    // An elastic job's workers keep a given-back GPU until they restart
+    // (docs/DAEMON.md, "Elastic jobs"): not a breach of its own.
+    if (!given && IsElastic(job)) continue;
+    uint64_t limit = given ? job.allocation.memory_bytes_per_gpu : 0;
+    auto n = use.processes_by_gpu.find(gpu);
+    uint64_t procs = n == use.processes_by_gpu.end() ? 1 : std::max<uint32_t>(1, n->second);
+    if (held <= limit + rules.watchdog_allowance_bytes * procs) continue;
+    what = "its processes hold " + core::FormatBytes(held) + " on GPU " + std::to_string(gpu) +
+           " (NVML), over its limit of " + core::FormatBytes(limit) +
+           (given ? "" : " (not its GPU)") + " + " +
+           core::FormatBytes(rules.watchdog_allowance_bytes) + " per process (" +
+           std::to_string(procs) + (procs == 1 ? " process" : " processes") +
+           "): a process escaped the shim";
+    break;
+  }
+  std::string id = std::to_string(job.id);
+  if (what.empty()) {
+    if (l.stopped) {
+      ContinueJob(job);
+      l.stopped = false;
+      RecordEvent("watchdog", job.id, job.user, "back under its memory limit; continued");
+      AppendToStderr(job, "job " + id + " continued: back under its GPU memory limit");
+    }
+    l.over_limit = false;
+    return false;
+  }
+  bool first = !l.over_limit;
+  l.over_limit = true;
+  switch (rules.watchdog) {
+    case WatchdogAction::kKill:
+      KillJob(job, l, "watchdog", what);
+      return true;
+    case WatchdogAction::kStop:
+      if (!l.stopped) {
+        StopJob(job);
+        l.stopped = true;
+        RecordEvent("watchdog", job.id, job.user, what + "; stopped until it is back under");
+        AppendToStderr(job, "job " + id + " stopped by the watchdog: " + what +
+                                "; it continues once back under (end the process that "
+                                "holds the memory, or `gpuslice cancel " + id + "`)");
+        LogWarn("job " + id + " stopped by the watchdog: " + what);
+      }
+      return false;
+    case WatchdogAction::kReport:
+      if (first) {
+        RecordEvent("watchdog", job.id, job.user, what + "; reported");
+        AppendToStderr(job, "warning: job " + id + ": " + what);
+        LogWarn("job " + id + ": " + what);
+      }
+      return false;
+    case WatchdogAction::kOff:
+      break;
+  }
+  return false;
+}
+
+bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
+  const PolicyConfig& rules = options_.rules;
+  // Only hard shares promise a bound: a work-conserving slice may use what
+  // others leave, and whole GPUs and memory-only slices have no share.
+  uint32_t share = job.allocation.compute_milli;
+  bool hard = job.request.compute_mode != core::ComputeMode::kWorkConserving;
+  if (rules.watchdog_compute == WatchdogAction::kOff || share == 0 || share >= 1000 || !hard) {
+    l.sm_window.clear();
+    return false;
+  }
+  int64_t now = use.sampled_ms;
+  l.sm_window.emplace_back(now, use.sm_pct_by_gpu);
+  while (!l.sm_window.empty() && l.sm_window.front().first <= now - rules.watchdog_compute_window_ms) {
+    l.sm_window.pop_front();
+  }
+  // A full window only: the arbiter withholds an over-using slice's turns
+  // within a few of them; use that stays high for a whole window came
+  // without turns (a process that bypasses the shim's gate).
+  int64_t covered = now - l.sm_window.front().first +
+                    options_.sample_interval_ms;  // Each sample stands for one interval.
+  if (covered < rules.watchdog_compute_window_ms) return false;
+  std::map<uint32_t, double> sum;
+  for (const auto& [at, per_gpu] : l.sm_window) {
+    for (const auto& [gpu, pct] : per_gpu) sum[gpu] += std::min(100.0, pct);
+  }
+  double share_pct = share / 10.0;
+  std::string what;
+  for (const auto& [gpu, total] : sum) {
+    double avg = total / static_cast<double>(l.sm_window.size());
+    if (avg <= share_pct + rules.watchdog_compute_margin_pct) continue;
+    what = "its processes used " + Percent(avg) + " of GPU " + std::to_string(gpu) + " (NVML) over " +
+           core::FormatDuration(std::chrono::milliseconds(rules.watchdog_compute_window_ms)) +
+           ", far over its share of " + core::FormatShareMilli(share) + " (margin " +
+           Percent(rules.watchdog_compute_margin_pct) + "): a process bypasses its turns";
+    break;
+  }
+  if (what.empty()) {
+    l.over_share = false;
+    return false;
+  }
+  bool first = !l.over_share;
+  l.over_share = true;
+  if (rules.watchdog_compute == WatchdogAction::kKill) {
+    KillJob(job, l, "watchdog_compute", what);
+    return true;
+  }
+  if (first) {
+    RecordEvent("watchdog_compute", job.id, job.user, what + "; reported");
+    AppendToStderr(job, "warning: job " + std::to_string(job.id) + ": " + what);
+    LogWarn("job " + std::to_string(job.id) + ": " + what);
+  }
+  return false;
+}
+
+void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid) {
+  const PolicyConfig& rules = options_.rules;
+  std::vector<ForeignProcess> now;
+  std::unordered_map<int64_t, int> seen;
+  std::map<uint32_t, std::pair<uint64_t, std::string>> per_gpu;  // Bytes, who.
+  std::map<uint32_t, uint64_t> largest;
+  for (const GpuUsage& g : gpu_usage_) {
+    for (const GpuProcess& p : g.processes) {
+      if (job_of_pid.count(p.pid)) continue;
+      ForeignProcess f;
+      f.gpu_index = g.index;
+      f.pid = p.pid;
+      f.used_memory = p.used_memory;
+      f.user = "?";
+      if (std::optional<ProcessOwner> o = Processes().OwnerOf(p.pid)) {
+        f.uid = o->uid;
+        f.user = o->user;
+        f.spared = o->uid == 0;
+        for (const std::string& grp : o->groups) {
+          const auto& allowed = rules.foreign_allowed_groups;
+          if (std::find(allowed.begin(), allowed.end(), grp) != allowed.end()) f.spared = true;
+        }
+      }
+      auto& [bytes, who] = per_gpu[g.index];
+      bytes += p.used_memory;
+      if (who.empty() || p.used_memory > largest[g.index]) {
+        largest[g.index] = p.used_memory;
+        who = "pid " + std::to_string(p.pid) + ", user " + f.user;
+      }
+      if (!seen.count(p.pid)) {
+        auto before = foreign_seen_.find(p.pid);
+        seen[p.pid] = before == foreign_seen_.end() ? 1 : before->second + 1;
+      }
+      now.push_back(std::move(f));
+    }
+  }
+  // Charged in placement at once (NVML says the memory is taken, whoever
+  // holds it); a GPU without foreign use is cleared.
+  if (capacity_) {
+    for (const GpuInfo& g : inventory_.gpus) {
+      auto it = per_gpu.find(g.index);
+      if (it == per_gpu.end()) {
+        capacity_->SetForeign(g.index, 0, "");
+        continue;
+      }
+      std::string who = it->second.second;
+      size_t n = std::count_if(now.begin(), now.end(),
+                               [&](const ForeignProcess& f) { return f.gpu_index == g.index; });
+      if (n > 1) who += ", and " + std::to_string(n - 1) + " more";
+      capacity_->SetForeign(g.index, it->second.first, who);
+    }
+  }
+  // Reported (and ended, with foreign = kill) from the second sample on: a
+  // job's process may be listed once between its job's end and NVML's
+  // next update.
+  for (const ForeignProcess& f : now) {
+    if (seen[f.pid] < 2 || foreign_reported_.count(f.pid)) continue;
+    foreign_reported_.insert(f.pid);
+    std::string what = "pid " + std::to_string(f.pid) + " (user " + f.user + ") holds " +
+                       core::FormatBytes(f.used_memory) + " on GPU " + std::to_string(f.gpu_index) +
+                       " outside gpuslice; charged to the GPU in placement";
+    if (rules.foreign == ForeignAction::kKill) {
+      if (f.spared) {
+        what += "; spared (" + std::string(f.uid == 0 ? "root" : "an allowed group") + ")";
+      } else if (f.uid < 0) {
+        what += "; gone before it could be ended";
+      } else if (core::Status s = Processes().Signal(f.pid, SIGKILL); s.ok()) {
+        what += "; killed (foreign = kill)";
+      } else {
+        what += "; cannot kill it: " + s.message();
+      }
+    }
+    RecordEvent("foreign_process", 0, f.user, what);
+    LogWarn(what);
+  }
+  foreign_seen_ = std::move(seen);
+  // Forget reported pids that are gone, so a reused pid is reported anew.
+  for (auto it = foreign_reported_.begin(); it != foreign_reported_.end();) {
+    it = foreign_seen_.count(*it) ? std::next(it) : foreign_reported_.erase(it);
+  }
+  foreign_ = std::move(now);
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,374 @@
+// The enforcement watchdog and foreign GPU use (issue 13, items 4 and 5),
+// with fakes and a hand-moved clock: NVML's per-process figures come from
+// FakeInventory, process owners and groups from FakeProcessTable.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/launcher_fake.h"
+#include "daemon/service.h"
+#include "daemon/test_support.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+class WatchdogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-watchdog-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Start(PolicyConfig rules = {}) {
+    ServiceOptions o;
+    o.state_dir = dir_;
+    o.kill_grace_ms = 1000;
+    o.rules = rules;
+    o.processes = &processes_;
+    o.groups_of = [](const std::string&, uint32_t) { return std::vector<std::string>{}; };
+    service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
+    ASSERT_TRUE(service_->Start().ok());
+    inventory_.usage = *FakeInventory(SimulatedGpus(2, "A100", 40 * core::kGiB)).Usage();
+  }
+
+  // A running 4 GiB / 25% slice of user 1000; its log file exists, as the
+  // real launcher makes it.
+  JobView StartJob(const std::string& mem = "4GiB", const std::string& compute = "25%") {
+    SubmitSpec s;
+    s.fields.mem = mem;
+    s.fields.compute = compute;
+    s.argv = {"train"};
+    s.cwd = "/home/u";
+    auto v = service_->Submit(TestCaller(1000), s);
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    JobView job = *service_->Get(v->job.id);
+    EXPECT_EQ(job.job.state, core::JobState::kRunning);
+    std::ofstream(launcher_.launches[job.job.pid].stderr_path);
+    return job;
+  }
+  // A GPU process of user `uid`, in process group `pgid` (0: its own).
+  void Process(uint32_t gpu, uint32_t pid, uint64_t bytes, uint32_t sm_pct, uint32_t uid,
+               int64_t pgid = 0, std::vector<std::string> groups = {}) {
+    inventory_.usage[gpu].processes.push_back({pid, bytes, sm_pct});
+    ProcessOwner o;
+    o.uid = o.gid = uid;
+    o.user = uid == 0 ? "root" : "u" + std::to_string(uid);
+    o.groups = std::move(groups);
+    processes_.owners[pid] = o;
+    processes_.groups[pid] = pgid ? pgid : pid;
+  }
+  JobView Get(uint64_t id) { return *service_->Get(id); }
+  std::vector<Event> EventsOf(uint64_t job_id, const std::string& kind) {
+    EventQuery q;
+    q.job_id = job_id;
+    std::vector<Event> out;
+    auto events = service_->Events(q);
+    if (!events.ok()) return out;
+    for (const Event& e : *events) {
+      if (e.kind == kind) out.push_back(e);
+    }
+    return out;
+  }
+  std::string Log(const JobView& v) {
+    std::ifstream in(launcher_.launches[v.job.pid].stderr_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  bool HasFlag(uint64_t id, const std::string& flag) {
+    auto flags = Get(id).flags;
+    return std::find(flags.begin(), flags.end(), flag) != flags.end();
+  }
+  void Run(int seconds) {
+    for (int i = 0; i < seconds; ++i) {
+      clock_.Advance(1000);
+      service_->Tick();
+    }
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  FakeInventory inventory_{SimulatedGpus(2, "A100", 40 * core::kGiB)};
+  FakeLauncher launcher_;
+  FakeRegionStore regions_;
+  FakeProcessTable processes_;
+  std::unique_ptr<Service> service_;
+};
+
+// Issue 13: a job rewrote its region's limit to unlimited, and its process
+// that skipped the shim held 20 GiB in a 4 GiB slice; the watchdog read the
+// limit back from the region and saw nothing. Now the limit is the daemon's
+// and the default action is kill.
+TEST_F(WatchdogTest, Issue13KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheRegionSaysUnlimited) {
+  Start();
+  JobView v = StartJob();
+  regions_.regions[v.job.region_path].memory_bytes_per_device = ~0ull;  // The job's rewrite.
+  uint32_t gpu = v.job.allocation.gpu_indices[0];
+  // pid 777 unset LD_PRELOAD: not in the slice, but in the job's group.
+  Process(gpu, 777, 20 * core::kGiB, 90, 1000, v.job.pid);
+  Run(1);  // One sample.
+  JobView after = Get(v.job.id);
+  EXPECT_EQ(after.job.state, core::JobState::kCancelled);
+  EXPECT_EQ(after.job.reason.rfind("killed by the watchdog: its processes hold 20 GiB on GPU", 0), 0u)
+      << after.job.reason;
+  ASSERT_EQ(EventsOf(v.job.id, "watchdog").size(), 1u);
+  EXPECT_NE(EventsOf(v.job.id, "watchdog")[0].message.find("over its limit of 4 GiB"),
+            std::string::npos);
+  EXPECT_NE(Log(v).find("killed by the watchdog"), std::string::npos) << Log(v);
+  EXPECT_NE(std::find(launcher_.signals.begin(), launcher_.signals.end(),
+                      std::make_pair(v.job.pid, SIGKILL)),
+            launcher_.signals.end());
+}
+
+TEST_F(WatchdogTest, AProcessOfTheJobOutsideItsGroupIsKilledByPid) {
+  Start();
+  JobView v = StartJob();
+  regions_.pids[v.job.region_path] = {888};  // setsid, shim still loaded.
+  Process(v.job.allocation.gpu_indices[0], 888, 10 * core::kGiB, 0, 1000);
+  Run(1);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kCancelled);
+  EXPECT_NE(std::find(processes_.signals.begin(), processes_.signals.end(),
+                      std::make_pair(int64_t{888}, SIGKILL)),
+            processes_.signals.end());
+}
+
+TEST_F(WatchdogTest, ASliceCannotClaimAnotherUsersProcess) {
+  PolicyConfig rules;
+  rules.foreign = ForeignAction::kReport;
+  Start(rules);
+  JobView v = StartJob();
+  // The job writes root's pid into its slice: the claim does not count, so
+  // the job is not blamed and root's process stays foreign (and charged).
+  regions_.pids[v.job.region_path] = {1};
+  Process(v.job.allocation.gpu_indices[0], 1, 10 * core::kGiB, 0, 0);
+  Run(2);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
+  ASSERT_EQ(service_->ForeignProcesses().size(), 1u);
+  EXPECT_EQ(service_->ForeignProcesses()[0].pid, 1u);
+}
+
+TEST_F(WatchdogTest, AKilledJobCannotMakeTheWatchdogSignalAnotherUsersProcess) {
+  Start();
+  JobView v = StartJob();
+  uint32_t gpu = v.job.allocation.gpu_indices[0];
+  regions_.pids[v.job.region_path] = {1};  // Names root's process in its slice.
+  Process(gpu, 1, 1 * core::kGiB, 0, 0);
+  Process(gpu, 777, 20 * core::kGiB, 0, 1000, v.job.pid);
+  Run(1);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kCancelled);
+  for (const auto& [pid, sig] : processes_.signals) EXPECT_NE(pid, 1) << "signal " << sig;
+}
+
+TEST_F(WatchdogTest, WithinTheContextAllowanceNothingHappens) {
+  Start();
+  JobView v = StartJob();
+  Process(v.job.allocation.gpu_indices[0], 777, 4 * core::kGiB + 400 * core::kMiB, 50, 1000,
+          v.job.pid);
+  Run(3);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
+  EXPECT_TRUE(EventsOf(v.job.id, "watchdog").empty());
+}
+
+TEST_F(WatchdogTest, MemoryOnAGpuTheJobWasNotGivenIsOverItsLimit) {
+  Start();
+  JobView v = StartJob();
+  uint32_t other = 1 - v.job.allocation.gpu_indices[0];
+  // CUDA_VISIBLE_DEVICES unset too: it reached the other GPU.
+  Process(other, 777, 2 * core::kGiB, 0, 1000, v.job.pid);
+  Run(1);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kCancelled);
+  EXPECT_NE(Get(v.job.id).job.reason.find("(not its GPU)"), std::string::npos);
+}
+
+TEST_F(WatchdogTest, ReportOnlyFlagsOnceAndClearsWhenBackUnder) {
+  PolicyConfig rules;
+  rules.watchdog = WatchdogAction::kReport;
+  Start(rules);
+  JobView v = StartJob();
+  uint32_t gpu = v.job.allocation.gpu_indices[0];
+  Process(gpu, 777, 8 * core::kGiB, 50, 1000, v.job.pid);
+  Run(3);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
+  EXPECT_EQ(EventsOf(v.job.id, "watchdog").size(), 1u) << "once per episode";
+  EXPECT_TRUE(HasFlag(v.job.id, "over_limit"));
+  EXPECT_NE(Log(v).find("warning: job"), std::string::npos);
+  inventory_.usage[gpu].processes[0].used_memory = 3 * core::kGiB;
+  Run(1);
+  EXPECT_FALSE(HasFlag(v.job.id, "over_limit"));
+}
+
+TEST_F(WatchdogTest, StopFreezesTheJobUntilItIsBackUnderThenContinuesIt) {
+  PolicyConfig rules;
+  rules.watchdog = WatchdogAction::kStop;
+  Start(rules);
+  launcher_.die_on_signal = false;
+  JobView v = StartJob();
+  uint32_t gpu = v.job.allocation.gpu_indices[0];
+  regions_.pids[v.job.region_path] = {888};  // Outside the group: stopped by pid.
+  Process(gpu, 777, 8 * core::kGiB, 50, 1000, v.job.pid);
+  Process(gpu, 888, 1 * core::kGiB, 0, 1000);
+  Run(1);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
+  EXPECT_TRUE(HasFlag(v.job.id, "stopped"));
+  EXPECT_EQ(launcher_.signals.back(), std::make_pair(v.job.pid, SIGSTOP));
+  EXPECT_NE(std::find(processes_.signals.begin(), processes_.signals.end(),
+                      std::make_pair(int64_t{888}, SIGSTOP)),
+            processes_.signals.end());
+  EXPECT_NE(Log(v).find("stopped by the watchdog"), std::string::npos) << Log(v);
+  Run(2);
+  EXPECT_EQ(std::count(launcher_.signals.begin(), launcher_.signals.end(),
+                       std::make_pair(v.job.pid, SIGSTOP)),
+            1)
+      << "stopped once";
+  // The user ends the offending process: the job is back under.
+  inventory_.usage[gpu].processes.erase(inventory_.usage[gpu].processes.begin());
+  Run(1);
+  EXPECT_FALSE(HasFlag(v.job.id, "stopped"));
+  EXPECT_EQ(launcher_.signals.back(), std::make_pair(v.job.pid, SIGCONT));
+  EXPECT_NE(Log(v).find("continued"), std::string::npos);
+  EXPECT_EQ(EventsOf(v.job.id, "watchdog").size(), 2u);
+}
+
+TEST_F(WatchdogTest, AStoppedJobThatIsCancelledIsContinuedToTakeItsSignal) {
+  PolicyConfig rules;
+  rules.watchdog = WatchdogAction::kStop;
+  Start(rules);
+  launcher_.die_on_signal = false;
+  JobView v = StartJob();
+  Process(v.job.allocation.gpu_indices[0], 777, 8 * core::kGiB, 50, 1000, v.job.pid);
+  Run(1);
+  ASSERT_TRUE(HasFlag(v.job.id, "stopped"));
+  ASSERT_TRUE(service_->Cancel(TestCaller(1000), v.job.id).ok());
+  Run(1);
+  EXPECT_NE(std::find(launcher_.signals.begin(), launcher_.signals.end(),
+                      std::make_pair(v.job.pid, SIGCONT)),
+            launcher_.signals.end());
+}
+
+TEST_F(WatchdogTest, ComputeFarOverItsShareForAWindowIsReportedByDefault) {
+  Start();
+  JobView v = StartJob("4GiB", "25%");
+  uint32_t gpu = v.job.allocation.gpu_indices[0];
+  Process(gpu, 777, 1 * core::kGiB, 95, 1000, v.job.pid);
+  Run(5);
+  EXPECT_TRUE(EventsOf(v.job.id, "watchdog_compute").empty()) << "not before a whole window";
+  Run(6);
+  auto events = EventsOf(v.job.id, "watchdog_compute");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].message.find("far over its share of 25%"), std::string::npos)
+      << events[0].message;
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
+  EXPECT_TRUE(HasFlag(v.job.id, "over_share"));
+}
+
+TEST_F(WatchdogTest, ComputeWithinTheMarginIsLeftAlone) {
+  Start();
+  JobView v = StartJob("4GiB", "25%");
+  Process(v.job.allocation.gpu_indices[0], 777, 1 * core::kGiB, 45, 1000, v.job.pid);
+  Run(15);
+  EXPECT_TRUE(EventsOf(v.job.id, "watchdog_compute").empty()) << "45% < 25% + 25% margin";
+}
+
+TEST_F(WatchdogTest, ComputeKillWhenConfigured) {
+  PolicyConfig rules;
+  rules.watchdog_compute = WatchdogAction::kKill;
+  rules.watchdog_compute_window_ms = 5000;
+  Start(rules);
+  JobView v = StartJob("4GiB", "10%");
+  Process(v.job.allocation.gpu_indices[0], 777, 1 * core::kGiB, 100, 1000, v.job.pid);
+  Run(6);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kCancelled);
+  EXPECT_EQ(EventsOf(v.job.id, "watchdog_compute").size(), 1u);
+  EXPECT_NE(Log(v).find("bypasses its turns"), std::string::npos);
+}
+
+// Issue 13 (measured): a 40 GiB job was placed on a GPU where a foreign
+// process held 70 GiB. Here: 30 GiB foreign on GPU 0 of two 40 GiB GPUs.
+TEST_F(WatchdogTest, Issue13ForeignMemoryIsChargedInPlacementAndReportedOnce) {
+  Start();
+  Process(0, 4242, 30 * core::kGiB, 0, 2000);
+  Run(2);
+  auto foreign = service_->ForeignProcesses();
+  ASSERT_EQ(foreign.size(), 1u);
+  EXPECT_EQ(foreign[0].user, "u2000");
+  EXPECT_EQ(foreign[0].used_memory, 30 * core::kGiB);
+  JobView a = StartJob("25GiB", "30%");
+  EXPECT_EQ(a.job.allocation.gpu_indices, std::vector<uint32_t>{1}) << "not beside the 30 GiB";
+  // A 20 GiB job fits nowhere now (10 GiB free on GPU 0, 15 on GPU 1): it
+  // waits and says why.
+  SubmitSpec s;
+  s.fields.mem = "20GiB";
+  s.fields.compute = "30%";
+  s.argv = {"train"};
+  s.cwd = "/home/u";
+  auto b = service_->Submit(TestCaller(1000), s);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  JobView bv = Get(b->job.id);
+  EXPECT_EQ(bv.job.state, core::JobState::kQueued);
+  EXPECT_NE(bv.waiting_for.find("GPU 0: 30 GiB held by processes outside gpuslice (pid 4242, "
+                                "user u2000)"),
+            std::string::npos)
+      << bv.waiting_for;
+  Run(3);
+  std::vector<Event> events = EventsOf(0, "foreign_process");
+  ASSERT_EQ(events.size(), 1u) << "once per process";
+  EXPECT_NE(events[0].message.find("pid 4242 (user u2000) holds 30 GiB on GPU 0"),
+            std::string::npos)
+      << events[0].message;
+  EXPECT_TRUE(processes_.signals.empty()) << "foreign = report by default";
+  // The foreign process ends: the waiting job starts there.
+  inventory_.usage[0].processes.clear();
+  Run(1);
+  EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kRunning);
+  EXPECT_EQ(Get(b->job.id).job.allocation.gpu_indices, std::vector<uint32_t>{0});
+}
+
+TEST_F(WatchdogTest, ForeignKillSparesRootAndAllowedGroups) {
+  PolicyConfig rules;
+  rules.foreign = ForeignAction::kKill;
+  rules.foreign_allowed_groups = {"render"};
+  Start(rules);
+  Process(0, 100, 1 * core::kGiB, 0, 0);                       // root
+  Process(0, 200, 1 * core::kGiB, 0, 2000, 0, {"u2000", "render"});  // allowed group
+  Process(1, 300, 1 * core::kGiB, 0, 3000, 0, {"u3000"});      // anyone else
+  Run(1);
+  EXPECT_TRUE(processes_.signals.empty()) << "not at the first sighting";
+  Run(1);
+  ASSERT_EQ(processes_.signals.size(), 1u);
+  EXPECT_EQ(processes_.signals[0], std::make_pair(int64_t{300}, SIGKILL));
+  std::vector<Event> events = EventsOf(0, "foreign_process");
+  ASSERT_EQ(events.size(), 3u);
+  int spared = 0, killed = 0;
+  for (const Event& e : events) {
+    spared += e.message.find("spared") != std::string::npos;
+    killed += e.message.find("killed") != std::string::npos;
+  }
+  EXPECT_EQ(spared, 2);
+  EXPECT_EQ(killed, 1);
+}
+
+TEST_F(WatchdogTest, AJobsOwnProcessesAreNotForeign) {
+  PolicyConfig rules;
+  rules.foreign = ForeignAction::kKill;
+  Start(rules);
+  JobView v = StartJob();
+  regions_.pids[v.job.region_path] = {901};
+  Process(v.job.allocation.gpu_indices[0], 900, 1 * core::kGiB, 0, 1000, v.job.pid);
+  Process(v.job.allocation.gpu_indices[0], 901, 1 * core::kGiB, 0, 1000);
+  Run(3);
+  EXPECT_TRUE(service_->ForeignProcesses().empty());
+  EXPECT_TRUE(processes_.signals.empty());
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
