@@ -112,13 +112,13 @@ const std::vector<Command>& Commands() {
       {"scribble", s::Scribble, {"unpause", "starve", "zero-used", "random-all"},
        "--root DIR... [--shared-root DIR...] [--exclude PATH...] [--limit SIZE] [--own-share MILLI] "
        "[--unpause] [--starve] [--zero-used] [--subst64 OLD=NEW...] [--subst32 OLD=NEW...] "
-       "[--random N] [--random-all] [--seconds S] [--interval-ms MS] [--wait-file F] [--report F]"},
+       "[--random N] [--random-all] [--seconds S] [--interval-ms MS|--interval-us US] [--wait-file F] [--report F]"},
       {"grep", s::Grep, {}, "--root DIR... --needle S [--report F]"},
       {"alloc", s::Alloc, {}, "--bytes SIZE [--hold S] [--device N] [--out F]"},
       {"setsid-hold", s::SetsidHold, {"unset-preload", "double-fork"},
        "--bytes SIZE [--hold S] --out F [--unset-preload] [--double-fork]"},
       {"work", s::Work, {},
-       "[--seconds S] [--kernel-us US] [--mem SIZE] [--wait-file F] [--delay-ms MS] --out F"},
+       "[--seconds S] [--kernel-us US] [--batch N] [--mem SIZE] [--wait-file F] [--delay-ms MS] --out F"},
       {"http", s::Http, {}, "--to unix:PATH|tcp:HOST:PORT [--method M] --path P [--body S] "
                             "[--token-file F]"},
       {"submit", s::Submit, {"stop-at-refusal"}, "--to EP [--count N] [--mem SIZE] [--gpus N] [--env K=V...] "

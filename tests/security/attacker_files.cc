@@ -133,8 +133,11 @@ class Scribbler {
     }
   }
 
-  // One pass over every writable file.
-  void Pass() {
+  // One pass over every writable file. The fields of the formats it knows
+  // are rewritten on every pass (a race against their writers is won by
+  // writing often); the whole-file attacks (substitution, random bytes) only
+  // on `full` passes.
+  void Pass(bool full) {
     for (auto& [path, fd] : fds_) {
       uint64_t magic = 0;
       uint32_t version = 0;
@@ -145,9 +148,10 @@ class Scribbler {
         AttackRegionV1(fd);
         known = true;
       } else if (magic == kCoordMagic && version == 1) {
-        AttackCoordV1(fd);
+        AttackCoordV1(fd, full);
         known = true;
       }
+      if (!full) continue;
       Substitute(fd);
       if (o_.random_writes > 0 && (!known || o_.random_all)) Randomise(fd);
       if (!attacked_.count(path)) {
@@ -196,9 +200,17 @@ class Scribbler {
     if (changed && ReadAt(fd, kRegionGeneration, &gen)) WriteAt<uint64_t>(fd, kRegionGeneration, gen + 1);
   }
 
-  void AttackCoordV1(int fd) {
+  void AttackCoordV1(int fd, bool full) {
     const uint64_t now = MonotonicNs();
-    if (o_.starve) {
+    // Starving needs a victim that has already joined: a lease held before
+    // it joins only keeps it out of coordination altogether (it then runs
+    // ungated), which is not what this attack is after.
+    bool joined = false;
+    for (uint64_t s = 0; s < kCoordMaxSlices && !joined; ++s) {
+      uint64_t key = 0;
+      joined = ReadAt(fd, kCoordSlices + s * kCoordSliceSize + kSliceKey, &key) && key != 0;
+    }
+    if (o_.starve && joined) {
       // Hold the decision lease for ever (refreshed every pass, so it never
       // expires), leave the turn closing with no holder, and drain every
       // slice's budget: nobody may launch.
@@ -209,7 +221,7 @@ class Scribbler {
       WriteAt<uint64_t>(fd, kCoordTurnEnd, now + 3'600'000'000'000ull);
       uint32_t seq = 0;
       if (ReadAt(fd, kCoordTurnSeq, &seq)) WriteAt<uint32_t>(fd, kCoordTurnSeq, seq + 2);
-      for (uint64_t m = 0; m < kCoordMaxMembers; ++m) {
+      for (uint64_t m = 0; full && m < kCoordMaxMembers; ++m) {
         uint64_t at = kCoordMembers + m * kCoordMemberSize;
         WriteAt<uint32_t>(fd, at + kMemberFlags, 0);
         WriteAt<uint64_t>(fd, at + kMemberHeartbeat, 1);
@@ -322,7 +334,8 @@ int Scribble(const Flags& f) {
   o.subst32 = ParsePairs<uint32_t>(f.GetAll("subst32"));
   o.random_writes = static_cast<int>(f.GetDouble("random", 0));
   const double seconds = f.GetDouble("seconds", 5);
-  const int interval_ms = static_cast<int>(f.GetDouble("interval-ms", 20));
+  const int64_t interval_us = static_cast<int64_t>(
+      f.Has("interval-us") ? f.GetDouble("interval-us", 20000) : 1000 * f.GetDouble("interval-ms", 20));
   const std::string report = f.Get("report");
   if (f.Has("wait-file") && !WaitForFile(f.Get("wait-file"), 120)) Die("no " + f.Get("wait-file"));
 
@@ -331,14 +344,17 @@ int Scribble(const Flags& f) {
                          " at=" + std::to_string(NowMs()));
   auto t0 = std::chrono::steady_clock::now();
   auto deadline = t0 + std::chrono::duration<double>(seconds);
-  auto next_discovery = t0;
+  auto next_discovery = t0, next_full = t0;
   while (std::chrono::steady_clock::now() < deadline) {
     if (std::chrono::steady_clock::now() >= next_discovery) {
       s.Discover();
       next_discovery = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     }
-    s.Pass();
-    std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    const auto now = std::chrono::steady_clock::now();
+    const bool full = now >= next_full;
+    if (full) next_full = now + std::chrono::milliseconds(50);
+    s.Pass(full);
+    std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
   }
   AppendLine(report, "done passes=" + std::to_string(s.passes()) +
                          " files=" + std::to_string(s.files()) + " at=" + std::to_string(NowMs()));

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -161,14 +162,19 @@ int Work(const Flags& f) {
   unsigned us = kernel_us;
   void* params[] = {&us};
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  // Batches of kernels between synchronisations keep the GPU fed even when
+  // this process waits for a CPU on a loaded machine.
+  const int batch = std::max(1, static_cast<int>(f.GetDouble("batch", 1)));
   while (std::chrono::steady_clock::now() < deadline) {
-    r = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+    for (int i = 0; i < batch && r == CUDA_SUCCESS; ++i) {
+      r = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+    }
     if (r == CUDA_SUCCESS) r = cuStreamSynchronize(stream);
     if (r != CUDA_SUCCESS) {
       AppendLine(out, "launch failed " + Name(r) + " at=" + std::to_string(NowMs()));
       break;
     }
-    kernels.fetch_add(1);
+    kernels.fetch_add(batch);
   }
   stop.store(true);
   progress.join();
