@@ -124,7 +124,7 @@ const std::vector<Command>& Commands() {
       {"submit", s::Submit, {"stop-at-refusal"}, "--to EP [--count N] [--mem SIZE] [--gpus N] [--env K=V...] "
                                 "[--env-bytes N] [--mode submit|shell] [--argv A...] [--cwd DIR]"},
       {"flood", s::Flood, {}, "--to EP --count N [--hold S] [--half-sent-every K] [--out F]"},
-      {"latency", s::Latency, {}, "--to EP --path P [--count N] [--token-file F] [--timeout-ms T]"},
+      {"latency", s::Latency, {}, "--to EP --path P [--count N] [--token-file F] [--timeout-ms T] [--max-failures N]"},
   };
   return kCommands;
 }

@@ -253,13 +253,20 @@ int Latency(const Flags& f) {
   const int count = static_cast<int>(f.GetDouble("count", 200));
   const int timeout_ms = static_cast<int>(f.GetDouble("timeout-ms", 5000));
   const std::string token = ReadToken(f.Get("token-file"));
+  // A daemon that stopped answering would make every request wait for the
+  // timeout: after --max-failures failures the rest count as failed.
+  const int max_failures = static_cast<int>(f.GetDouble("max-failures", 5));
   std::vector<double> ms;
-  int ok = 0;
-  for (int i = 0; i < count; ++i) {
+  int ok = 0, failures = 0;
+  for (int i = 0; i < count && failures < max_failures; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     Response r = Request(f.Get("to"), "GET", f.Get("path", "/v1/status"), "", token, timeout_ms);
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    if (r.status == 200) ++ok;
+    if (r.status == 200) {
+      ++ok;
+    } else {
+      ++failures;
+    }
   }
   std::sort(ms.begin(), ms.end());
   auto q = [&](double p) { return ms.empty() ? 0 : ms[std::min(ms.size() - 1, size_t(p * ms.size()))]; };

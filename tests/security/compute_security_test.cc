@@ -164,7 +164,7 @@ TEST_F(ComputeShare, ASocketGroupMemberWithNoJobCannotStarveAnotherUsers50Percen
     pid_t p = SpawnAs(&b_, {Attacker(), "scribble", "--root", root, "--exclude", sim_state(),
                             "--starve", "--random", "4", "--subst32", "500=1", "--seconds", "30",
                             "--interval-us", "100", "--report", Drop(tag + ".report")},
-                      {}, Drop(tag));
+                      {}, "scribble-" + tag);
     EXPECT_GT(p, 0);
     return p;
   };

@@ -451,10 +451,10 @@ ProcResult SecurityTest::RunAs(const User* u, const std::vector<std::string>& ar
 }
 
 pid_t SecurityTest::SpawnAs(const User* u, const std::vector<std::string>& argv,
-                            const std::vector<std::string>& env, const std::string& out) {
+                            const std::vector<std::string>& env, const std::string& name) {
   std::vector<std::string> full = BaseEnv(u);
   full.insert(full.end(), env.begin(), env.end());
-  pid_t pid = Fork(u, argv, full, out + ".out", out + ".err");
+  pid_t pid = Fork(u, argv, full, SpawnLog(name) + ".out", SpawnLog(name) + ".err");
   if (pid > 0) spawned_.push_back(pid);
   return pid;
 }

@@ -78,10 +78,13 @@ class SecurityTest : public ::testing::Test {
   // with the users' base environment plus `env`; waits for it.
   ProcResult RunAs(const User* u, const std::vector<std::string>& argv,
                    const std::vector<std::string>& env = {}, int timeout_s = 60);
-  // Starts ARGV as `u` without waiting; output to `out` (.out/.err). The
-  // fixture kills its process group in TearDown.
+  // Starts ARGV as `u` without waiting; its stdout and stderr go to
+  // SpawnLog(name) + ".out"/".err" (root's files, apart from the drop
+  // directory the attackers write to). The fixture kills its process group
+  // in TearDown.
   pid_t SpawnAs(const User* u, const std::vector<std::string>& argv,
-                const std::vector<std::string>& env, const std::string& out);
+                const std::vector<std::string>& env, const std::string& name);
+  std::string SpawnLog(const std::string& name) const { return dir_ + "/logs/" + name; }
   // `gpuslice ARGS` as `u` (nullptr: root).
   ProcResult Cli(const User* u, const std::vector<std::string>& args, int timeout_s = 60,
                  const std::vector<std::string>& env = {});

@@ -31,7 +31,7 @@ class Foreign : public SecurityTest {
     const std::string out = Drop("foreign.out");
     pid_t pid = SpawnAs(&c_, {Attacker(), "alloc", "--bytes", bytes, "--hold", "120", "--device",
                               std::to_string(device), "--out", out},
-                        ForeignEnv(), Drop("foreign"));
+                        ForeignEnv(), "foreign");
     EXPECT_GT(pid, 0);
     EXPECT_TRUE(WaitFor([&] { return FirstAt(out, "alloc ok").has_value(); }, 30)) << ReadFile(out);
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));
