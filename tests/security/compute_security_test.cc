@@ -23,9 +23,11 @@ constexpr unsigned kKernelUs = 500;
 constexpr int kBatch = 4;  // Kernels per synchronisation: 2 ms of GPU work.
 constexpr double kWorkSeconds = 4;
 // How far an attack may move a share from the same test's baseline before it
-// counts as working (the issue measured 20% -> 55% and 50% -> 33%; a baseline
-// moves by a few points from run to run on a loaded machine).
-constexpr double kToleranceShare = 0.08;
+// counts as working. The issue measured 20% -> 55%, 50% -> 33% and 50% -> 5%;
+// two runs without any attack differed by up to 6.5 pp on the 2-core
+// development machine at a load of 15, so twice that is noise-proof and
+// still far below every effect the attacks had.
+constexpr double kToleranceShare = 0.12;
 
 bool Terminal(const std::string& state) {
   return state == "exited" || state == "cancelled" || state == "failed" || state == "timed_out";

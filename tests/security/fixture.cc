@@ -272,6 +272,13 @@ void SecurityTest::StartDaemon(const DaemonOptions& o) {
                              dir_ + "/token"});
   }
   if (o.metrics) argv.insert(argv.end(), {"--metrics-listen", "127.0.0.1:0"});
+  // Job cgroups of their own (<hierarchy>/<base>/job-<id>), so concurrent
+  // daemons, whose job ids all start at 1, never share one. Only for a
+  // daemon that knows the setting (it refuses unknown keys).
+  if (ReadFile(GPUSLICE_SEC_DAEMON).find("cgroup_base") != std::string::npos) {
+    cgroup_base_ = "gpuslice-sec-" + fs::path(dir_).filename().string().substr(13);
+    argv.insert(argv.end(), {"--set", "cgroup_base=" + cgroup_base_});
+  }
   for (const auto& s : o.sets) argv.insert(argv.end(), {"--set", s});
   std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C",
                                   "GPUSLICE_SIM_STATE=" + sim_state(), "GPUSLICE_SIM_GPUS=" + o.gpus,
@@ -334,8 +341,38 @@ void SecurityTest::TearDown() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
+  RemoveCgroupBase();
   std::error_code ec;
   fs::remove_all(dir_, ec);
+}
+
+// This test's cgroup base in every hierarchy, and the job cgroups in it:
+// rmdir only (it removes only empty cgroups), deepest first, with a few
+// retries while the kernel finishes with the processes just killed.
+void SecurityTest::RemoveCgroupBase() {
+  if (cgroup_base_.empty()) return;
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  for (const auto& h : fs::directory_iterator("/sys/fs/cgroup", ec)) {
+    const fs::path base = h.path() / cgroup_base_;
+    if (!fs::is_directory(base, ec)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(base, ec)) {
+      if (e.is_directory(ec)) dirs.push_back(e.path());
+    }
+    dirs.push_back(base);
+  }
+  if (fs::is_directory(fs::path("/sys/fs/cgroup") / cgroup_base_, ec)) {
+    dirs.push_back((fs::path("/sys/fs/cgroup") / cgroup_base_).string());
+  }
+  std::sort(dirs.begin(), dirs.end(), [](const std::string& x, const std::string& y) {
+    return x.size() > y.size();
+  });
+  for (const auto& d : dirs) {
+    for (int i = 0; i < 20 && fs::exists(d, ec); ++i) {
+      if (rmdir(d.c_str()) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 }
 
 // Every process but this one and the daemon whose environment names this

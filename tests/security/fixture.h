@@ -127,9 +127,11 @@ class SecurityTest : public ::testing::Test {
   pid_t Fork(const User* u, const std::vector<std::string>& argv, const std::vector<std::string>& env,
              const std::string& out, const std::string& err, rlim_t nofile = 0);
   void KillStrays();
+  void RemoveCgroupBase();
 
   std::string dir_, bin_, drop_;
   std::string gpus_ = "1xH100-80GB";
+  std::string cgroup_base_;  // Empty: the daemon does not know cgroup_base.
   int tcp_port_ = 0;
   pid_t daemon_ = -1;
   std::vector<pid_t> spawned_;
