@@ -109,22 +109,40 @@ struct Command {
 const std::vector<Command>& Commands() {
   namespace s = gpuslice::security;
   static const std::vector<Command> kCommands = {
-      {"scribble", s::Scribble, {"unpause", "starve", "zero-used", "random-all"},
-       "--root DIR... [--shared-root DIR...] [--exclude PATH...] [--limit SIZE] [--own-share MILLI] "
+      {"scribble",
+       s::Scribble,
+       {"unpause", "starve", "zero-used", "random-all"},
+       "--root DIR... [--shared-root DIR...] [--exclude PATH...] [--limit SIZE] [--own-share "
+       "MILLI] "
        "[--unpause] [--starve] [--zero-used] [--subst64 OLD=NEW...] [--subst32 OLD=NEW...] "
-       "[--random N] [--random-all] [--seconds S] [--interval-ms MS|--interval-us US] [--wait-file F] [--report F]"},
+       "[--random N] [--random-all] [--seconds S] [--interval-ms MS|--interval-us US] [--wait-file "
+       "F] [--report F]"},
       {"grep", s::Grep, {}, "--root DIR... --needle S [--report F]"},
       {"alloc", s::Alloc, {}, "--bytes SIZE [--hold S] [--device N] [--out F]"},
-      {"setsid-hold", s::SetsidHold, {"unset-preload", "double-fork"},
+      {"setsid-hold",
+       s::SetsidHold,
+       {"unset-preload", "double-fork"},
        "--bytes SIZE [--hold S] --out F [--unset-preload] [--double-fork]"},
-      {"work", s::Work, {},
-       "[--seconds S] [--kernel-us US] [--batch N] [--mem SIZE] [--wait-file F] [--delay-ms MS] --out F"},
-      {"http", s::Http, {}, "--to unix:PATH|tcp:HOST:PORT [--method M] --path P [--body S] "
-                            "[--token-file F]"},
-      {"submit", s::Submit, {"stop-at-refusal"}, "--to EP [--count N] [--mem SIZE] [--gpus N] [--env K=V...] "
-                                "[--env-bytes N] [--mode submit|shell] [--argv A...] [--cwd DIR]"},
+      {"work",
+       s::Work,
+       {},
+       "[--seconds S] [--kernel-us US] [--batch N] [--mem SIZE] [--wait-file F] [--delay-ms MS] "
+       "--out F"},
+      {"http",
+       s::Http,
+       {},
+       "--to unix:PATH|tcp:HOST:PORT [--method M] --path P [--body S] "
+       "[--token-file F]"},
+      {"submit",
+       s::Submit,
+       {"stop-at-refusal"},
+       "--to EP [--count N] [--mem SIZE] [--gpus N] [--env K=V...] "
+       "[--env-bytes N] [--mode submit|shell] [--argv A...] [--cwd DIR]"},
       {"flood", s::Flood, {}, "--to EP --count N [--hold S] [--half-sent-every K] [--out F]"},
-      {"latency", s::Latency, {}, "--to EP --path P [--count N] [--token-file F] [--timeout-ms T] [--max-failures N]"},
+      {"latency",
+       s::Latency,
+       {},
+       "--to EP --path P [--count N] [--token-file F] [--timeout-ms T] [--max-failures N]"},
   };
   return kCommands;
 }

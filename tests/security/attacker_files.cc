@@ -36,8 +36,8 @@ constexpr uint64_t kRegionDevices = 512, kRegionDeviceSize = 384, kRegionMaxDevi
 constexpr uint64_t kRegionGeneration = 80;
 constexpr uint64_t kDevOwner = 0, kDevLimit = 128, kDevUsed = 192, kDevShare = 256,
                    kDevPriority = 260, kDevMode = 264, kDevPaused = 268;
-constexpr uint64_t kCoordLock = 128, kCoordLockSince = 136, kCoordTurnSeq = 192,
-                   kCoordHolder = 196, kCoordTurnState = 200, kCoordTurnEnd = 216;
+constexpr uint64_t kCoordLock = 128, kCoordLockSince = 136, kCoordTurnSeq = 192, kCoordHolder = 196,
+                   kCoordTurnState = 200, kCoordTurnEnd = 216;
 constexpr uint64_t kCoordSlices = 512, kCoordSliceSize = 128, kCoordMaxSlices = 32;
 constexpr uint64_t kSliceKey = 0, kSliceShare = 8, kSliceMode = 12, kSlicePriority = 16,
                    kSliceTokens = 24, kSliceVtime = 32;
@@ -125,11 +125,13 @@ class Scribbler {
       }
     };
     for (const auto& r : o_.roots) {
-      Walk(r, [&](const std::string& p, const struct stat& st) { file(p, st, false); }, dir);
+      Walk(
+          r, [&](const std::string& p, const struct stat& st) { file(p, st, false); }, dir);
     }
     for (const auto& r : o_.shared_roots) {
-      Walk(r, [&](const std::string& p, const struct stat& st) { file(p, st, true); },
-           [](const std::string&, const struct stat&) {});
+      Walk(
+          r, [&](const std::string& p, const struct stat& st) { file(p, st, true); },
+          [](const std::string&, const struct stat&) {});
     }
   }
 
@@ -197,7 +199,8 @@ class Scribbler {
       changed = true;
     }
     uint64_t gen = 0;
-    if (changed && ReadAt(fd, kRegionGeneration, &gen)) WriteAt<uint64_t>(fd, kRegionGeneration, gen + 1);
+    if (changed && ReadAt(fd, kRegionGeneration, &gen))
+      WriteAt<uint64_t>(fd, kRegionGeneration, gen + 1);
   }
 
   void AttackCoordV1(int fd, bool full) {
@@ -310,7 +313,8 @@ int Scribble(const Flags& f) {
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;
     size_t eq = kv.find('=');
-    if (kv.rfind("GPUSLICE_", 0) != 0 || kv.rfind("GPUSLICE_SIM_", 0) == 0 || eq == std::string::npos) {
+    if (kv.rfind("GPUSLICE_", 0) != 0 || kv.rfind("GPUSLICE_SIM_", 0) == 0 ||
+        eq == std::string::npos) {
       continue;
     }
     std::string v = kv.substr(eq + 1);
@@ -334,8 +338,9 @@ int Scribble(const Flags& f) {
   o.subst32 = ParsePairs<uint32_t>(f.GetAll("subst32"));
   o.random_writes = static_cast<int>(f.GetDouble("random", 0));
   const double seconds = f.GetDouble("seconds", 5);
-  const int64_t interval_us = static_cast<int64_t>(
-      f.Has("interval-us") ? f.GetDouble("interval-us", 20000) : 1000 * f.GetDouble("interval-ms", 20));
+  const int64_t interval_us =
+      static_cast<int64_t>(f.Has("interval-us") ? f.GetDouble("interval-us", 20000)
+                                                : 1000 * f.GetDouble("interval-ms", 20));
   const std::string report = f.Get("report");
   if (f.Has("wait-file") && !WaitForFile(f.Get("wait-file"), 120)) Die("no " + f.Get("wait-file"));
 
@@ -394,8 +399,8 @@ int Grep(const Flags& f) {
           AppendLine(report, "L " + path);
         });
   }
-  AppendLine(report, "done readable=" + std::to_string(readable) + " listable=" +
-                         std::to_string(listable) + " hits=" + std::to_string(hits));
+  AppendLine(report, "done readable=" + std::to_string(readable) +
+                         " listable=" + std::to_string(listable) + " hits=" + std::to_string(hits));
   return 0;
 }
 

@@ -84,8 +84,9 @@ int Alloc(const Flags& f) {
 int SetsidHold(const Flags& f) {
   const std::string out = f.Get("out");
   if (out.empty()) Die("setsid-hold needs --out");
-  std::vector<std::string> args = {"/proc/self/exe", "alloc", "--bytes", f.Get("bytes", "1GiB"),
-                                   "--hold", f.Get("hold", "60"), "--out", out};
+  std::vector<std::string> args = {
+      "/proc/self/exe",    "alloc", "--bytes", f.Get("bytes", "1GiB"), "--hold",
+      f.Get("hold", "60"), "--out", out};
   pid_t child = fork();
   if (child < 0) Die("fork failed");
   if (child == 0) {
@@ -102,7 +103,8 @@ int SetsidHold(const Flags& f) {
     _exit(127);
   }
   if (f.Has("double-fork")) waitpid(child, nullptr, 0);
-  AppendLine(out, "leader pid=" + std::to_string(getpid()) + " waits at=" + std::to_string(NowMs()));
+  AppendLine(out,
+             "leader pid=" + std::to_string(getpid()) + " waits at=" + std::to_string(NowMs()));
   // Leave once the escapee holds its memory (or gave up).
   for (int i = 0; i < 600; ++i) {
     std::string seen;
@@ -112,7 +114,8 @@ int SetsidHold(const Flags& f) {
       while (std::fgets(line, sizeof(line), in)) seen += line;
       std::fclose(in);
     }
-    if (seen.find("alloc ok") != std::string::npos || seen.find("alloc refused") != std::string::npos ||
+    if (seen.find("alloc ok") != std::string::npos ||
+        seen.find("alloc refused") != std::string::npos ||
         seen.find("init failed") != std::string::npos) {
       break;
     }
@@ -146,7 +149,8 @@ int Work(const Flags& f) {
   if (f.Has("wait-file")) {
     AppendLine(out, "waiting at=" + std::to_string(NowMs()));
     if (!WaitForFile(f.Get("wait-file"), 120)) Die("no " + f.Get("wait-file"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(f.GetDouble("delay-ms", 0))));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(static_cast<int>(f.GetDouble("delay-ms", 0))));
   }
   // The progress thread reports even while a launch blocks (a paused slice).
   std::atomic<long> kernels{0};
@@ -155,7 +159,8 @@ int Work(const Flags& f) {
   AppendLine(out, "go at=" + std::to_string(t0));
   std::thread progress([&] {
     while (!stop.load()) {
-      AppendLine(out, "p at=" + std::to_string(NowMs()) + " kernels=" + std::to_string(kernels.load()));
+      AppendLine(out,
+                 "p at=" + std::to_string(NowMs()) + " kernels=" + std::to_string(kernels.load()));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
@@ -178,8 +183,8 @@ int Work(const Flags& f) {
   }
   stop.store(true);
   progress.join();
-  AppendLine(out, "done kernels=" + std::to_string(kernels.load()) +
-                      " wall_ms=" + std::to_string(NowMs() - t0) + " at=" + std::to_string(NowMs()));
+  AppendLine(out, "done kernels=" + std::to_string(kernels.load()) + " wall_ms=" +
+                      std::to_string(NowMs() - t0) + " at=" + std::to_string(NowMs()));
   if (buf != 0) cuMemFree(buf);
   return r == CUDA_SUCCESS ? 0 : 1;
 }

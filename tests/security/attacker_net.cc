@@ -90,13 +90,16 @@ Response Request(const std::string& ep, const std::string& method, const std::st
     r.error = std::string("connect: ") + std::strerror(errno);
     return r;
   }
-  struct timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  struct timeval tv {
+    timeout_ms / 1000, (timeout_ms % 1000) * 1000
+  };
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: gpuslice\r\nConnection: close\r\n";
   if (!token.empty()) req += "Authorization: Bearer " + token + "\r\n";
   if (!body.empty() || method == "POST") {
-    req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+    req +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   }
   req += "\r\n" + body;
   // The server may answer (413) and close before it read everything: keep
@@ -152,8 +155,9 @@ int Http(const Flags& f) {
     ss << in.rdbuf();
     body = ss.str();
   }
-  Response r = Request(f.Get("to"), f.Get("method", "GET"), f.Get("path", "/v1/status"), body,
-                       ReadToken(f.Get("token-file")), static_cast<int>(f.GetDouble("timeout-ms", 10000)));
+  Response r =
+      Request(f.Get("to"), f.Get("method", "GET"), f.Get("path", "/v1/status"), body,
+              ReadToken(f.Get("token-file")), static_cast<int>(f.GetDouble("timeout-ms", 10000)));
   std::printf("status %d\n%s\n", r.status, r.status ? r.body.c_str() : r.error.c_str());
   return r.status ? 0 : 1;
 }
@@ -187,7 +191,8 @@ int Submit(const Flags& f) {
   std::string first_refusal, ids;
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < count; ++i) {
-    Response r = Request(f.Get("to"), "POST", "/v1/jobs", text, ReadToken(f.Get("token-file")), 30000);
+    Response r =
+        Request(f.Get("to"), "POST", "/v1/jobs", text, ReadToken(f.Get("token-file")), 30000);
     if (r.status == 201) {
       ++accepted;
       nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
@@ -234,9 +239,11 @@ int Flood(const Flags& f) {
   }
   AppendLine(out, "opened " + std::to_string(fds.size()) + " failed " + std::to_string(failed) +
                       " at=" + std::to_string(NowMs()));
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(f.GetDouble("hold", 30));
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(f.GetDouble("hold", 30));
   int closed = 0;
-  while (std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   for (int fd : fds) {
     char c;
     ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
@@ -261,7 +268,8 @@ int Latency(const Flags& f) {
   for (int i = 0; i < count && failures < max_failures; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     Response r = Request(f.Get("to"), "GET", f.Get("path", "/v1/status"), "", token, timeout_ms);
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     if (r.status == 200) {
       ++ok;
     } else {
@@ -269,7 +277,9 @@ int Latency(const Flags& f) {
     }
   }
   std::sort(ms.begin(), ms.end());
-  auto q = [&](double p) { return ms.empty() ? 0 : ms[std::min(ms.size() - 1, size_t(p * ms.size()))]; };
+  auto q = [&](double p) {
+    return ms.empty() ? 0 : ms[std::min(ms.size() - 1, size_t(p * ms.size()))];
+  };
   std::printf("n %d ok %d p50 %.2f p99 %.2f max %.2f\n", count, ok, q(0.50), q(0.99),
               ms.empty() ? 0 : ms.back());
   return 0;

@@ -37,7 +37,8 @@ class ComputeShare : public SecurityTest {
  protected:
   std::string WorkCommand(const std::string& out, const std::string& extra = "") {
     return Attacker() + " work --seconds " + std::to_string(kWorkSeconds) + " --kernel-us " +
-           std::to_string(kKernelUs) + " --batch " + std::to_string(kBatch) + " --out " + out + extra;
+           std::to_string(kKernelUs) + " --batch " + std::to_string(kBatch) + " --out " + out +
+           extra;
   }
   std::string ScribbleCommand(const std::string& flags, const std::string& report) {
     return Attacker() + " scribble --root " + state_dir() + " --shared-root /dev/shm --exclude " +
@@ -80,12 +81,13 @@ TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNei
     // The attacker raises everything that says "20%" (200 per mille) to the
     // whole GPU and everything that says "50%" to nothing, in every file it
     // can write, and the v1 fields it knows.
-    std::string script =
-        attack ? ScribbleCommand("--own-share 200 --subst32 200=1000 --subst32 500=1 --seconds 8 "
-                                 "--interval-ms 5",
-                                 Drop(tag + "-scribble.out")) +
-                     " & sleep 0.5; exec " + WorkCommand(wa)
-               : "exec " + WorkCommand(wa);
+    std::string script = attack
+                             ? ScribbleCommand(
+                                   "--own-share 200 --subst32 200=1000 --subst32 500=1 --seconds 8 "
+                                   "--interval-ms 5",
+                                   Drop(tag + "-scribble.out")) +
+                                   " & sleep 0.5; exec " + WorkCommand(wa)
+                             : "exec " + WorkCommand(wa);
     std::string ia = Submit(&a_, {"--mem", "2GiB", "--compute", "20%", "--name", tag + "-20", "--",
                                   "sh", "-c", script});
     std::string ib = Submit(&b_, {"--mem", "2GiB", "--compute", "50%", "--name", tag + "-50", "--",
@@ -95,7 +97,8 @@ TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNei
     Split s;
     if (to - from < 1000) {
       ADD_FAILURE() << tag << ": the two jobs did not run side by side for a second:\n"
-                    << ReadFile(wa).substr(0, 300) << "\n" << ReadFile(wb).substr(0, 300);
+                    << ReadFile(wa).substr(0, 300) << "\n"
+                    << ReadFile(wb).substr(0, 300);
       return s;
     }
     s.a = WorkShare(wa, kKernelUs, from, to);
@@ -111,23 +114,27 @@ TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNei
   ASSERT_GT(base.a, 0.03);
   ASSERT_GT(base.b, base.a) << "the baseline did not give the 50% slice more than the 20% one";
   EXPECT_LE(attacked.a, base.a + kToleranceShare)
-      << "the 20% slice raised its own share by rewriting files: " << base.a << " -> " << attacked.a;
+      << "the 20% slice raised its own share by rewriting files: " << base.a << " -> "
+      << attacked.a;
   EXPECT_GE(attacked.b, base.b - kToleranceShare)
       << "the 50% neighbour lost its share to the attacker: " << base.b << " -> " << attacked.b;
 }
 
 // Issue 13, escape 1: "... and clears an idle-reclaim pause".
 TEST_F(ComputeShare, AJobCannotClearItsOwnIdleReclaimPause) {
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(
-      DaemonOptions().Set("idle_after=2s").Set("idle_action=pause").Set("idle_action_always=true")));
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions()
+                                          .Set("idle_after=2s")
+                                          .Set("idle_action=pause")
+                                          .Set("idle_action_always=true")));
   const std::string go = Drop("go"), work = Drop("paused.work");
   // Idle until the test says go (after the pause), then clear the pause
   // wherever it can and launch.
-  std::string script = ScribbleCommand("--unpause --random 2 --seconds 10 --interval-ms 5 --wait-file " + go,
-                                       Drop("scribble.out")) +
-                       " & exec " + WorkCommand(work, " --wait-file " + go + " --delay-ms 700");
-  std::string id = Submit(&a_, {"--mem", "2GiB", "--compute", "50%", "--name", "paused", "--", "sh",
-                                "-c", script});
+  std::string script =
+      ScribbleCommand("--unpause --random 2 --seconds 10 --interval-ms 5 --wait-file " + go,
+                      Drop("scribble.out")) +
+      " & exec " + WorkCommand(work, " --wait-file " + go + " --delay-ms 700");
+  std::string id = Submit(
+      &a_, {"--mem", "2GiB", "--compute", "50%", "--name", "paused", "--", "sh", "-c", script});
   ASSERT_FALSE(id.empty());
   auto paused = [&] {
     json j = Job(id);
@@ -163,9 +170,10 @@ TEST_F(ComputeShare, ASocketGroupMemberWithNoJobCannotStarveAnotherUsers50Percen
   // not recognise. The baseline runs the same loop over an empty directory,
   // so both runs share the CPU alike on a small machine.
   auto scribbler = [&](const std::string& root, const std::string& tag) {
-    pid_t p = SpawnAs(&b_, {Attacker(), "scribble", "--root", root, "--exclude", sim_state(),
-                            "--starve", "--random", "4", "--subst32", "500=1", "--seconds", "30",
-                            "--interval-us", "100", "--report", Drop(tag + ".report")},
+    pid_t p = SpawnAs(&b_,
+                      {Attacker(), "scribble", "--root", root, "--exclude", sim_state(), "--starve",
+                       "--random", "4", "--subst32", "500=1", "--seconds", "30", "--interval-us",
+                       "100", "--report", Drop(tag + ".report")},
                       {}, "scribble-" + tag);
     EXPECT_GT(p, 0);
     return p;
@@ -176,10 +184,10 @@ TEST_F(ComputeShare, ASocketGroupMemberWithNoJobCannotStarveAnotherUsers50Percen
   };
   auto run = [&](const std::string& tag, const std::string& attack_root) {
     const std::string w = Drop(tag + ".work");
-    std::string id = Submit(&a_, {"--mem", "2GiB", "--compute", "50%", "--name", tag, "--", Attacker(),
-                                  "work", "--seconds", std::to_string(kVictimSeconds), "--kernel-us",
-                                  std::to_string(kKernelUs), "--batch", std::to_string(kBatch),
-                                  "--out", w});
+    std::string id =
+        Submit(&a_, {"--mem", "2GiB", "--compute", "50%", "--name", tag, "--", Attacker(), "work",
+                     "--seconds", std::to_string(kVictimSeconds), "--kernel-us",
+                     std::to_string(kKernelUs), "--batch", std::to_string(kBatch), "--out", w});
     Run r;
     if (!WaitFor([&] { return FirstAt(w, "go ").has_value(); }, 30)) {
       ADD_FAILURE() << tag << ": the victim never launched:\n" << ReadFile(w);
@@ -202,7 +210,8 @@ TEST_F(ComputeShare, ASocketGroupMemberWithNoJobCannotStarveAnotherUsers50Percen
     for (const auto& l : Lines(w)) {
       long long at = 0;
       long k = 0;
-      if (std::sscanf(l.c_str(), "p at=%lld kernels=%ld", &at, &k) != 2 || at < from || at > to) continue;
+      if (std::sscanf(l.c_str(), "p at=%lld kernels=%ld", &at, &k) != 2 || at < from || at > to)
+        continue;
       if (k != last) {
         r.max_stall_ms = std::max<int64_t>(r.max_stall_ms, at - last_change);
         last_change = at;
@@ -220,8 +229,8 @@ TEST_F(ComputeShare, ASocketGroupMemberWithNoJobCannotStarveAnotherUsers50Percen
   std::cerr << ReadFile(Drop("attack.report")).substr(0, 1500) << "\n";
   ASSERT_GT(base.share, 0.15) << "the baseline measurement failed";
   EXPECT_GE(attacked.share, base.share - kToleranceShare)
-      << "a socket-group member without a job starved another user's slice: " << base.share << " -> "
-      << attacked.share;
+      << "a socket-group member without a job starved another user's slice: " << base.share
+      << " -> " << attacked.share;
   EXPECT_LE(attacked.max_stall_ms, std::max<int64_t>(1000, 3 * base.max_stall_ms))
       << "the victim's launches stalled for " << attacked.max_stall_ms << " ms";
 }

@@ -50,8 +50,8 @@ class DaemonHardening : public SecurityTest {
   }
   // A job of gsattack_a with `secret` in its environment, running.
   std::string SecretJob(const std::string& secret) {
-    ProcResult r = Cli(&a_, {"submit", "--mem", "1GiB", "--name", "secretive", "--", "sleep", "60"}, 60,
-                       {"GSATTACK_SECRET=" + secret});
+    ProcResult r = Cli(&a_, {"submit", "--mem", "1GiB", "--name", "secretive", "--", "sleep", "60"},
+                       60, {"GSATTACK_SECRET=" + secret});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::string id = Trim(r.out);
     EXPECT_TRUE(WaitFor([&] { return State(id) == "running"; }, 30)) << Job(id).dump();
@@ -68,24 +68,26 @@ TEST_F(DaemonHardening, TheLedgerAndStateFilesAreNotReadableByAnotherUser) {
   for (const std::string name : {"ledger.db", "ledger.db-wal", "ledger.db-shm"}) {
     struct stat st;
     if (stat((state_dir() + "/" + name).c_str(), &st) != 0) continue;
-    EXPECT_EQ(st.st_mode & 077, 0u) << name << " is readable by others: mode "
-                                    << std::oct << (st.st_mode & 07777);
+    EXPECT_EQ(st.st_mode & 077, 0u)
+        << name << " is readable by others: mode " << std::oct << (st.st_mode & 07777);
   }
   struct stat st;
   ASSERT_EQ(stat(state_dir().c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0004, 0u) << "the state directory is listable by others: mode " << std::oct
-                                   << (st.st_mode & 07777);
+  EXPECT_EQ(st.st_mode & 0004, 0u)
+      << "the state directory is listable by others: mode " << std::oct << (st.st_mode & 07777);
   // Whatever the layout: neither another member of the socket group nor a
   // user outside it finds the secret in any file it can read.
   for (const User* u : {&b_, &c_}) {
     const std::string report = Drop("grep-" + u->name);
-    Attack(u, {"grep", "--root", state_dir(), "--root", "/dev/shm",
-               "--needle", secret, "--report", report});
+    Attack(u, {"grep", "--root", state_dir(), "--root", "/dev/shm", "--needle", secret, "--report",
+               report});
     std::string found = ReadFile(report);
     EXPECT_EQ(found.find("HIT "), std::string::npos)
-        << u->name << " read gsattack_a's environment from:\n" << found;
+        << u->name << " read gsattack_a's environment from:\n"
+        << found;
     EXPECT_EQ(found.find("R " + state_dir() + "/ledger.db"), std::string::npos)
-        << u->name << " can open the ledger:\n" << found;
+        << u->name << " can open the ledger:\n"
+        << found;
   }
   Cli(nullptr, {"cancel", id});
 }
@@ -101,7 +103,8 @@ TEST_F(DaemonHardening, AnotherUsersEnvironmentIsNeverShown) {
                                   "GSATTACK_SECRET=" + secret, "--cwd", "/tmp"});
   std::string shell_id;
   size_t at = shell.out.find("ids ");
-  if (at != std::string::npos) shell_id = Trim(shell.out.substr(at + 4, shell.out.find('\n', at) - at - 4));
+  if (at != std::string::npos)
+    shell_id = Trim(shell.out.substr(at + 4, shell.out.find('\n', at) - at - 4));
   ASSERT_FALSE(shell_id.empty()) << shell.out << shell.err;
   ASSERT_TRUE(WaitFor([&] { return State(shell_id) == "running"; }, 30)) << Job(shell_id).dump();
 
@@ -111,10 +114,11 @@ TEST_F(DaemonHardening, AnotherUsersEnvironmentIsNeverShown) {
   std::vector<Look> looks;
   for (const std::string& j : {id, shell_id}) {
     looks.push_back({"gsattack_b", "GET /v1/jobs/" + j, Http(&b_, unix_ep(), "/v1/jobs/" + j)});
-    looks.push_back({"token holder", "GET /v1/jobs/" + j, Http(&c_, tcp_ep(), "/v1/jobs/" + j, "GET", "", true)});
+    looks.push_back({"token holder", "GET /v1/jobs/" + j,
+                     Http(&c_, tcp_ep(), "/v1/jobs/" + j, "GET", "", true)});
   }
-  for (const std::string path : {"/v1/jobs?all=1", "/v1/events?limit=1000", "/status", "/status.json",
-                                 "/metrics"}) {
+  for (const std::string path :
+       {"/v1/jobs?all=1", "/v1/events?limit=1000", "/status", "/status.json", "/metrics"}) {
     looks.push_back({"gsattack_b", "GET " + path, Http(&b_, unix_ep(), path)});
     looks.push_back({"token holder", "GET " + path, Http(&c_, tcp_ep(), path, "GET", "", true)});
   }
@@ -123,12 +127,14 @@ TEST_F(DaemonHardening, AnotherUsersEnvironmentIsNeverShown) {
   const std::string metrics_addr = Trim(ReadFile(state_dir() + "/metrics.addr"));
   if (!metrics_addr.empty()) {
     for (const std::string path : {"/status", "/status.json", "/metrics"}) {
-      looks.push_back({"anyone", "metrics listener GET " + path, Http(&c_, "tcp:" + metrics_addr, path)});
+      looks.push_back(
+          {"anyone", "metrics listener GET " + path, Http(&c_, "tcp:" + metrics_addr, path)});
     }
   }
   for (const Look& l : looks) {
     EXPECT_EQ(l.text.find(secret), std::string::npos)
-        << l.who << " saw gsattack_a's environment in " << l.what << ":\n" << l.text.substr(0, 800);
+        << l.who << " saw gsattack_a's environment in " << l.what << ":\n"
+        << l.text.substr(0, 800);
   }
   EXPECT_NE(looks[0].text.find("\"id\""), std::string::npos) << "the reads themselves failed:\n"
                                                              << looks[0].text;
@@ -153,7 +159,8 @@ TEST_F(DaemonHardening, ATcpTokenCanReadButCannotSetQuotasOrResize) {
   EXPECT_TRUE(s == 401 || s == 403) << "a TCP token removed a quota:\n" << rm;
   std::string id = Submit(&a_, {"--mem", "2GiB", "--compute", "20%", "--", "sleep", "60"});
   ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }, 30));
-  std::string resize = Http(&c_, tcp_ep(), "/v1/jobs/" + id + "/resize", "POST", R"({"mem": "6GiB"})", true);
+  std::string resize =
+      Http(&c_, tcp_ep(), "/v1/jobs/" + id + "/resize", "POST", R"({"mem": "6GiB"})", true);
   s = StatusOf({0, resize, ""});
   EXPECT_TRUE(s == 401 || s == 403) << "a TCP token resized a job:\n" << resize;
   // Nothing changed.
@@ -170,8 +177,8 @@ TEST_F(DaemonHardening, ATcpTokenCanReadButCannotSetQuotasOrResize) {
 TEST_F(DaemonHardening, TwoThousandIdleConnectionsOfAnOutsiderDoNotStopTheDaemonAnswering) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Tcp().Metrics()));
   auto latency = [&](const std::string& tag) {
-    ProcResult r = Attack(&a_, {"latency", "--to", unix_ep(), "--path", "/v1/status", "--count", "200",
-                                "--timeout-ms", "2000"});
+    ProcResult r = Attack(&a_, {"latency", "--to", unix_ep(), "--path", "/v1/status", "--count",
+                                "200", "--timeout-ms", "2000"});
     int n = 0, ok = 0;
     double p50 = 0, p99 = 0, max = 0;
     std::sscanf(r.out.c_str(), "n %d ok %d p50 %lf p99 %lf max %lf", &n, &ok, &p50, &p99, &max);
@@ -181,8 +188,9 @@ TEST_F(DaemonHardening, TwoThousandIdleConnectionsOfAnOutsiderDoNotStopTheDaemon
   auto [ok_base, p99_base] = latency("baseline");
   ASSERT_EQ(ok_base, 200) << "the baseline itself failed";
   const std::string flood = Drop("flood.out");
-  pid_t attacker = SpawnAs(&c_, {Attacker(), "flood", "--to", tcp_ep(), "--count", "2000",
-                                 "--half-sent-every", "2", "--hold", "120", "--out", flood},
+  pid_t attacker = SpawnAs(&c_,
+                           {Attacker(), "flood", "--to", tcp_ep(), "--count", "2000",
+                            "--half-sent-every", "2", "--hold", "120", "--out", flood},
                            {}, "flood");
   ASSERT_GT(attacker, 0);
   ASSERT_TRUE(WaitFor([&] { return ReadFile(flood).find("opened") != std::string::npos; }, 60))
@@ -204,9 +212,9 @@ TEST_F(DaemonHardening, AUserCannotQueueMoreThanThePerUserCap) {
   // Root fills the GPU, so everything after it queues.
   std::string blocker = Submit(nullptr, {"--gpus", "1", "--", "sleep", "120"});
   ASSERT_TRUE(WaitFor([&] { return State(blocker) == "running"; }, 30));
-  ProcResult r = Attack(&a_, {"submit", "--to", unix_ep(), "--count", "2000", "--mem", "1GiB",
-                              "--stop-at-refusal"},
-                        {}, 300);
+  ProcResult r = Attack(
+      &a_, {"submit", "--to", unix_ep(), "--count", "2000", "--mem", "1GiB", "--stop-at-refusal"},
+      {}, 300);
   std::cerr << r.out.substr(0, r.out.find("\nids")) << "\n"
             << r.out.substr(r.out.find("first_refusal")) << "\n";
   int accepted = 0, refused = 0, failed = 0;
@@ -220,7 +228,8 @@ TEST_F(DaemonHardening, AUserCannotQueueMoreThanThePerUserCap) {
   // The cap is per user: another user still gets in, and ps stays quick.
   auto t0 = std::chrono::steady_clock::now();
   ProcResult ps = Cli(&b_, {"ps"});
-  double ps_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ps_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(ps.exit_code, 0) << ps.err;
   std::cerr << "ps with " << accepted << " queued: " << ps_ms << " ms\n";
   ProcResult other = Cli(&b_, {"submit", "--mem", "1GiB", "--", "true"});
@@ -232,25 +241,27 @@ TEST_F(DaemonHardening, AUserCannotQueueMoreThanThePerUserCap) {
 TEST_F(DaemonHardening, AnOversizedRequestIsRefusedWithAClearError) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const long rss_before = RssKiB(daemon_pid());
-  ProcResult big = Attack(&a_, {"submit", "--to", unix_ep(), "--count", "3", "--mem", "1GiB",
-                                "--env-bytes", "7MiB"});
+  ProcResult big = Attack(
+      &a_, {"submit", "--to", unix_ep(), "--count", "3", "--mem", "1GiB", "--env-bytes", "7MiB"});
   std::cerr << big.out.substr(0, 200) << "\n";
   int accepted = 0, refused = 0, failed = 0;
   std::sscanf(big.out.c_str(), "accepted %d refused %d failed %d", &accepted, &refused, &failed);
   EXPECT_EQ(accepted, 0) << "jobs with a 7 MiB environment were accepted";
   const std::string first = big.out.substr(big.out.find("first_refusal") + 14);
   EXPECT_TRUE(first.rfind("413", 0) == 0 || first.rfind("400", 0) == 0) << first.substr(0, 300);
-  EXPECT_NE(first.find("\"message\""), std::string::npos) << "no clear error: " << first.substr(0, 300);
+  EXPECT_NE(first.find("\"message\""), std::string::npos)
+      << "no clear error: " << first.substr(0, 300);
   // Over the body limit altogether: still an HTTP answer with an error, not
   // a dropped connection.
-  ProcResult huge = Attack(&a_, {"submit", "--to", unix_ep(), "--mem", "1GiB", "--env-bytes", "9MiB"});
+  ProcResult huge =
+      Attack(&a_, {"submit", "--to", unix_ep(), "--mem", "1GiB", "--env-bytes", "9MiB"});
   const std::string first_huge = huge.out.substr(huge.out.find("first_refusal") + 14);
   EXPECT_TRUE(first_huge.rfind("413", 0) == 0 || first_huge.rfind("400", 0) == 0)
       << "a 9 MiB request got no clear error: " << first_huge.substr(0, 300);
   const long rss_after = RssKiB(daemon_pid());
   std::cerr << "daemon RSS " << rss_before / 1024 << " -> " << rss_after / 1024 << " MiB\n";
-  EXPECT_LT(rss_after - rss_before, 100 * 1024) << "the daemon grew by "
-                                                << (rss_after - rss_before) / 1024 << " MiB";
+  EXPECT_LT(rss_after - rss_before, 100 * 1024)
+      << "the daemon grew by " << (rss_after - rss_before) / 1024 << " MiB";
   EXPECT_EQ(Cli(&b_, {"status"}, 10).exit_code, 0);
 }
 

@@ -34,13 +34,16 @@ class Escape : public SecurityTest {
   void EscapeAndHold(const std::vector<std::string>& how) {
     ASSERT_NO_FATAL_FAILURE(StartDaemon());  // 1 x 80 GB.
     const std::string esc = Drop("escapee.out"), other = Drop("other.out");
-    std::vector<std::string> args = {"--mem", "40GiB", "--name", "escaper", "--", Attacker(),
-                                     "setsid-hold", "--bytes", "30GiB", "--hold", "90", "--out", esc};
+    std::vector<std::string> args = {"--mem",    "40GiB",       "--name",  "escaper", "--",
+                                     Attacker(), "setsid-hold", "--bytes", "30GiB",   "--hold",
+                                     "90",       "--out",       esc};
     args.insert(args.end(), how.begin(), how.end());
     std::string id = Submit(&a_, args);
     ASSERT_FALSE(id.empty());
-    ASSERT_TRUE(WaitFor([&] { return FirstAt(esc, "leader exits").has_value(); }, 30)) << ReadFile(esc);
-    ASSERT_TRUE(FirstAt(esc, "alloc ok").has_value()) << "the escapee got no memory:\n" << ReadFile(esc);
+    ASSERT_TRUE(WaitFor([&] { return FirstAt(esc, "leader exits").has_value(); }, 30))
+        << ReadFile(esc);
+    ASSERT_TRUE(FirstAt(esc, "alloc ok").has_value()) << "the escapee got no memory:\n"
+                                                      << ReadFile(esc);
     pid_t escapee = 0;
     for (const auto& l : Lines(esc)) {
       if (l.rfind("start pid=", 0) == 0) escapee = std::atoi(l.c_str() + 10);
@@ -48,9 +51,10 @@ class Escape : public SecurityTest {
     ASSERT_GT(escapee, 0);
     // The leader is gone; the escapee is still the job's.
     WaitFor([&] { return Terminal(State(id)); }, 3);
-    EXPECT_EQ(State(id), "running") << "the job was recorded as ended while its escaped child holds "
-                                       "30 GiB: "
-                                    << Job(id).dump();
+    EXPECT_EQ(State(id), "running")
+        << "the job was recorded as ended while its escaped child holds "
+           "30 GiB: "
+        << Job(id).dump();
 
     // Another user's job that fits only in the memory the escapee's job holds
     // must wait, not start and fail with out of memory.
@@ -59,7 +63,8 @@ class Escape : public SecurityTest {
     ASSERT_FALSE(id_b.empty());
     bool started = WaitFor([&] { return State(id_b) != "queued"; }, 3);
     EXPECT_FALSE(started) << "the escaper's allocation was handed out while its escapee holds it: "
-                          << Job(id_b).dump() << "\n" << ReadFile(other);
+                          << Job(id_b).dump() << "\n"
+                          << ReadFile(other);
 
     // cancel ends the escapee too (kill_grace is 1 s).
     ProcResult c = Cli(&a_, {"cancel", id});

@@ -3,12 +3,12 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/socket.h>
-#include <netinet/in.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -61,7 +61,8 @@ std::string EnsureUsers(User* a, User* b, User* c, gid_t* sock_gid) {
     const char* name;
     bool member;
   };
-  for (Want w : {Want{a, "gsattack_a", true}, Want{b, "gsattack_b", true}, Want{c, "gsattack_c", false}}) {
+  for (Want w :
+       {Want{a, "gsattack_a", true}, Want{b, "gsattack_b", true}, Want{c, "gsattack_c", false}}) {
     if (!why.empty()) break;
     if (getpwnam(w.name) == nullptr &&
         Shell(std::string("useradd -M -r -s /usr/sbin/nologin ") + w.name) != 0) {
@@ -196,7 +197,8 @@ double KernelsAt(const std::vector<std::pair<int64_t, long>>& p, int64_t t) {
   if (t <= p.front().first) return p.front().second;
   for (size_t i = 1; i < p.size(); ++i) {
     if (t <= p[i].first) {
-      double f = double(t - p[i - 1].first) / double(std::max<int64_t>(1, p[i].first - p[i - 1].first));
+      double f =
+          double(t - p[i - 1].first) / double(std::max<int64_t>(1, p[i].first - p[i - 1].first));
       return p[i - 1].second + f * double(p[i].second - p[i - 1].second);
     }
   }
@@ -259,13 +261,20 @@ void SecurityTest::SetUp() {
 
 void SecurityTest::StartDaemon(const DaemonOptions& o) {
   std::vector<std::string> argv = {GPUSLICE_SEC_DAEMON,
-                                   "--state-dir", state_dir(),
-                                   "--socket", socket_path(),
-                                   "--socket-group", kGroup,
-                                   "--shim", bin_ + "/libgpuslice.so",
-                                   "--sim-lib-dir", bin_ + "/sim",
-                                   "--gpu-source", "simulated",
-                                   "--set", "kill_grace=1s"};
+                                   "--state-dir",
+                                   state_dir(),
+                                   "--socket",
+                                   socket_path(),
+                                   "--socket-group",
+                                   kGroup,
+                                   "--shim",
+                                   bin_ + "/libgpuslice.so",
+                                   "--sim-lib-dir",
+                                   bin_ + "/sim",
+                                   "--gpu-source",
+                                   "simulated",
+                                   "--set",
+                                   "kill_grace=1s"};
   if (o.tcp) {
     tcp_port_ = FreePort();
     argv.insert(argv.end(), {"--tcp", "127.0.0.1:" + std::to_string(tcp_port_), "--tcp-token-file",
@@ -280,8 +289,11 @@ void SecurityTest::StartDaemon(const DaemonOptions& o) {
     argv.insert(argv.end(), {"--set", "cgroup_base=" + cgroup_base_});
   }
   for (const auto& s : o.sets) argv.insert(argv.end(), {"--set", s});
-  std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C",
-                                  "GPUSLICE_SIM_STATE=" + sim_state(), "GPUSLICE_SIM_GPUS=" + o.gpus,
+  std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                                  "HOME=/root",
+                                  "LANG=C",
+                                  "GPUSLICE_SIM_STATE=" + sim_state(),
+                                  "GPUSLICE_SIM_GPUS=" + o.gpus,
                                   "GPUSLICE_SIM_STATE_MODE=0666"};
   gpus_ = o.gpus;
   daemon_ = Fork(nullptr, argv, env, dir_ + "/daemon.out", dir_ + "/daemon.log", o.nofile);
@@ -331,9 +343,8 @@ void SecurityTest::TearDown() {
   KillStrays();
   // Job cgroups the daemon left behind (only ours: named gpuslice, and only
   // when empty, which is all rmdir removes).
-  std::sort(cgroups_.begin(), cgroups_.end(), [](const std::string& x, const std::string& y) {
-    return x.size() > y.size();
-  });
+  std::sort(cgroups_.begin(), cgroups_.end(),
+            [](const std::string& x, const std::string& y) { return x.size() > y.size(); });
   for (const auto& d : cgroups_) {
     if (d.find("gpuslice") == std::string::npos) continue;
     for (int i = 0; i < 20 && fs::exists(d); ++i) {
@@ -364,9 +375,8 @@ void SecurityTest::RemoveCgroupBase() {
   if (fs::is_directory(fs::path("/sys/fs/cgroup") / cgroup_base_, ec)) {
     dirs.push_back((fs::path("/sys/fs/cgroup") / cgroup_base_).string());
   }
-  std::sort(dirs.begin(), dirs.end(), [](const std::string& x, const std::string& y) {
-    return x.size() > y.size();
-  });
+  std::sort(dirs.begin(), dirs.end(),
+            [](const std::string& x, const std::string& y) { return x.size() > y.size(); });
   for (const auto& d : dirs) {
     for (int i = 0; i < 20 && fs::exists(d, ec); ++i) {
       if (rmdir(d.c_str()) == 0) break;
@@ -458,7 +468,8 @@ pid_t SecurityTest::Fork(const User* u, const std::vector<std::string>& argv,
     setrlimit(RLIMIT_NOFILE, &rl);
   }
   if (u != nullptr) {
-    if (setgroups(groups.size(), groups.data()) != 0 || setgid(u->gid) != 0 || setuid(u->uid) != 0) {
+    if (setgroups(groups.size(), groups.data()) != 0 || setgid(u->gid) != 0 ||
+        setuid(u->uid) != 0) {
       _exit(99);
     }
   }

@@ -124,8 +124,9 @@ class SecurityTest : public ::testing::Test {
 
  private:
   std::vector<std::string> BaseEnv(const User* u) const;
-  pid_t Fork(const User* u, const std::vector<std::string>& argv, const std::vector<std::string>& env,
-             const std::string& out, const std::string& err, rlim_t nofile = 0);
+  pid_t Fork(const User* u, const std::vector<std::string>& argv,
+             const std::vector<std::string>& env, const std::string& out, const std::string& err,
+             rlim_t nofile = 0);
   void KillStrays();
   void RemoveCgroupBase();
 

@@ -7,9 +7,8 @@
 #include <signal.h>
 
 #include <chrono>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "fixture.h"
 
@@ -29,8 +28,9 @@ class Foreign : public SecurityTest {
   // once a second; two samples).
   pid_t HoldForeign(const std::string& bytes, int device) {
     const std::string out = Drop("foreign.out");
-    pid_t pid = SpawnAs(&c_, {Attacker(), "alloc", "--bytes", bytes, "--hold", "120", "--device",
-                              std::to_string(device), "--out", out},
+    pid_t pid = SpawnAs(&c_,
+                        {Attacker(), "alloc", "--bytes", bytes, "--hold", "120", "--device",
+                         std::to_string(device), "--out", out},
                         ForeignEnv(), "foreign");
     EXPECT_GT(pid, 0);
     EXPECT_TRUE(WaitFor([&] { return FirstAt(out, "alloc ok").has_value(); }, 30)) << ReadFile(out);
@@ -45,12 +45,13 @@ TEST_F(Foreign, AJobIsNotPlacedWhereAForeignProcessHolds70GiB) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());  // One 80 GB GPU.
   pid_t foreign = HoldForeign("70GiB", 0);
   const std::string out = Drop("job.out");
-  std::string id = Submit(&a_, {"--mem", "40GiB", "--name", "after-foreign", "--", Attacker(), "alloc",
-                                "--bytes", "36GiB", "--hold", "0.5", "--out", out});
+  std::string id = Submit(&a_, {"--mem", "40GiB", "--name", "after-foreign", "--", Attacker(),
+                                "alloc", "--bytes", "36GiB", "--hold", "0.5", "--out", out});
   ASSERT_FALSE(id.empty());
   bool placed = WaitFor([&] { return State(id) != "queued"; }, 3);
   EXPECT_FALSE(placed) << "placed beside a foreign process holding 70 GiB of 80: " << Job(id).dump()
-                       << "\n" << ReadFile(out);
+                       << "\n"
+                       << ReadFile(out);
   // Once the foreign process is gone the job runs, and gets its memory.
   kill(-foreign, SIGKILL);
   ASSERT_TRUE(WaitFor([&] { return Terminal(State(id)); }, 40)) << Job(id).dump();
@@ -67,8 +68,8 @@ TEST_F(Foreign, ForeignMemoryIsChargedToItsGpuSoAJobGoesToTheOtherOne) {
   const std::string busy_uuid = gpus["gpus"][0].value("uuid", "");
   HoldForeign("70GiB", 0);
   const std::string out = Drop("job.out");
-  std::string id = Submit(&a_, {"--mem", "40GiB", "--name", "beside-foreign", "--", Attacker(), "alloc",
-                                "--bytes", "36GiB", "--hold", "0.5", "--out", out});
+  std::string id = Submit(&a_, {"--mem", "40GiB", "--name", "beside-foreign", "--", Attacker(),
+                                "alloc", "--bytes", "36GiB", "--hold", "0.5", "--out", out});
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(WaitFor([&] { return Terminal(State(id)); }, 40)) << Job(id).dump();
   json j = Job(id);
@@ -91,9 +92,11 @@ TEST_F(Foreign, AForeignProcessIsShownInGpusWithItsPidAndUser) {
   ASSERT_GT(pid, 0);
   ProcResult text = Cli(nullptr, {"gpus"});
   EXPECT_NE(text.out.find(std::to_string(pid)), std::string::npos)
-      << "gpuslice gpus does not show the foreign process's pid:\n" << text.out;
+      << "gpuslice gpus does not show the foreign process's pid:\n"
+      << text.out;
   EXPECT_NE(text.out.find(c_.name), std::string::npos)
-      << "gpuslice gpus does not show the foreign process's user:\n" << text.out;
+      << "gpuslice gpus does not show the foreign process's user:\n"
+      << text.out;
 }
 
 }  // namespace

@@ -69,9 +69,10 @@ class MemoryLimit : public SecurityTest {
     const std::string script =
         Attacker() + " scribble --root " + state_dir() + " --shared-root /dev/shm --exclude " +
         sim_state() + " --limit " + limit + " --zero-used --subst64 " + std::to_string(4 * kGiB) +
-        "=" + limit_value + " --seconds 7 --interval-ms 10 --report " + report + " & sleep 1; exec " +
-        Attacker() + " alloc --bytes 20GiB --hold 5 --out " + out;
-    std::string id = Submit(&a_, {"--mem", "4GiB", "--name", "rewrite-limit", "--", "sh", "-c", script});
+        "=" + limit_value + " --seconds 7 --interval-ms 10 --report " + report +
+        " & sleep 1; exec " + Attacker() + " alloc --bytes 20GiB --hold 5 --out " + out;
+    std::string id =
+        Submit(&a_, {"--mem", "4GiB", "--name", "rewrite-limit", "--", "sh", "-c", script});
     ASSERT_FALSE(id.empty());
 
     // The daemon's view of the limit, sampled while the attack runs.
@@ -107,7 +108,8 @@ class MemoryLimit : public SecurityTest {
     ASSERT_FALSE(seen.empty()) << "ps --json never showed the job's limit";
     std::set<uint64_t> distinct(seen.begin(), seen.end());
     EXPECT_EQ(distinct, std::set<uint64_t>{4 * kGiB})
-        << "the daemon's view of the job's limit (allocation, usage) changed: it took it from a file "
+        << "the daemon's view of the job's limit (allocation, usage) changed: it took it from a "
+           "file "
            "the job wrote; it showed (bytes): "
         << ::testing::PrintToString(distinct);
     if (!Terminal(State(id))) Cli(nullptr, {"cancel", id});
@@ -129,8 +131,9 @@ class MemoryLimit : public SecurityTest {
     AllocOutcome o = Outcome(out);
     ASSERT_TRUE(o.got) << "without the shim the simulated driver should have given 20 GiB:\n"
                        << Summary(out);
-    WaitFor([&] { return Terminal(State(id)) || Outcome(out).text.find("done") != std::string::npos; },
-            15);
+    WaitFor(
+        [&] { return Terminal(State(id)) || Outcome(out).text.find("done") != std::string::npos; },
+        15);
     o = Outcome(out);
     EXPECT_LE(o.held_ms, kActBoundMs + kSlackMs)
         << "a process outside the shim held 20 GiB of a 4 GiB slice for " << o.held_ms
@@ -139,10 +142,11 @@ class MemoryLimit : public SecurityTest {
     EXPECT_EQ(j.value("state", ""), "cancelled") << j.dump();
     EXPECT_FALSE(Events(id, "watchdog").empty()) << "no watchdog event";
     // The job's own log says why (read as root through the API).
-    ProcResult err = Attack(nullptr, {"http", "--to", unix_ep(), "--path",
-                                      "/v1/jobs/" + id + "/logs?stream=stderr"});
+    ProcResult err = Attack(
+        nullptr, {"http", "--to", unix_ep(), "--path", "/v1/jobs/" + id + "/logs?stream=stderr"});
     EXPECT_NE(err.out.find("watchdog"), std::string::npos)
-        << "the job's stderr does not say why it was stopped:\n" << err.out;
+        << "the job's stderr does not say why it was stopped:\n"
+        << err.out;
     if (!Terminal(State(id))) Cli(nullptr, {"cancel", id});
   }
 };
