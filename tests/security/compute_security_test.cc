@@ -1,0 +1,239 @@
+// Compute shares against the participants (issue 13: escapes 1 and 2 of the
+// list, item 2). A job that rewrites what it can reach must not raise its own
+// share nor clear an idle-reclaim pause; a socket-group member with no job
+// must not starve another user's slice. GPU time is read from each tenant's
+// own kernel count (the simulated GPU runs a kernel of N us in N us of its
+// time), over a common window, and compared with a run without the attacker
+// measured in the same test, so a slow machine moves both alike.
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fixture.h"
+
+namespace gpuslice::security {
+namespace {
+
+using nlohmann::json;
+
+constexpr unsigned kKernelUs = 500;
+constexpr int kBatch = 4;  // Kernels per synchronisation: 2 ms of GPU work.
+constexpr double kWorkSeconds = 4;
+// How far an attack may move a share from the same test's baseline before it
+// counts as working. The issue measured 20% -> 55%, 50% -> 33% and 50% -> 5%;
+// two runs without any attack differed by up to 6.5 pp on the 2-core
+// development machine at a load of 15, so twice that is noise-proof and
+// still far below every effect the attacks had.
+constexpr double kToleranceShare = 0.12;
+
+bool Terminal(const std::string& state) {
+  return state == "exited" || state == "cancelled" || state == "failed" || state == "timed_out";
+}
+
+class ComputeShare : public SecurityTest {
+ protected:
+  std::string WorkCommand(const std::string& out, const std::string& extra = "") {
+    return Attacker() + " work --seconds " + std::to_string(kWorkSeconds) + " --kernel-us " +
+           std::to_string(kKernelUs) + " --batch " + std::to_string(kBatch) + " --out " + out +
+           extra;
+  }
+  std::string ScribbleCommand(const std::string& flags, const std::string& report) {
+    return Attacker() + " scribble --root " + state_dir() + " --shared-root /dev/shm --exclude " +
+           sim_state() + " " + flags + " --report " + report;
+  }
+  // Waits for the jobs to end (a starved one is cancelled after `timeout_s`).
+  void Finish(const std::vector<std::string>& ids, double timeout_s) {
+    WaitFor(
+        [&] {
+          for (const auto& id : ids) {
+            if (!Terminal(State(id))) return false;
+          }
+          return true;
+        },
+        timeout_s);
+    for (const auto& id : ids) {
+      if (!Terminal(State(id))) Cli(nullptr, {"cancel", id});
+    }
+  }
+};
+
+// The window both `work` outputs were launching in, trimmed of their start.
+std::pair<int64_t, int64_t> CommonWindow(const std::string& a, const std::string& b) {
+  auto [a0, a1] = WorkSpan(a);
+  auto [b0, b1] = WorkSpan(b);
+  int64_t from = std::max(a0, b0) + 500;
+  int64_t to = std::min(std::min(a1, b1), std::min(a0, b0) + int64_t(kWorkSeconds * 1000)) - 100;
+  return {from, to};
+}
+
+// Issue 13, escape 1: "The same write raises its compute share (a 20% slice
+// got 55%, its 50% neighbour fell to 33%)".
+TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNeighbour) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  struct Split {
+    double a = 0, b = 0;
+  };
+  auto run = [&](bool attack, const std::string& tag) {
+    const std::string wa = Drop(tag + "-a.work"), wb = Drop(tag + "-b.work");
+    // The attacker raises everything that says "20%" (200 per mille) to the
+    // whole GPU and everything that says "50%" to nothing, in every file it
+    // can write, and the v1 fields it knows.
+    std::string script = attack
+                             ? ScribbleCommand(
+                                   "--own-share 200 --subst32 200=1000 --subst32 500=1 --seconds 8 "
+                                   "--interval-ms 5",
+                                   Drop(tag + "-scribble.out")) +
+                                   " & sleep 0.5; exec " + WorkCommand(wa)
+                             : "exec " + WorkCommand(wa);
+    std::string ia = Submit(&a_, {"--mem", "2GiB", "--compute", "20%", "--name", tag + "-20", "--",
+                                  "sh", "-c", script});
+    std::string ib = Submit(&b_, {"--mem", "2GiB", "--compute", "50%", "--name", tag + "-50", "--",
+                                  "sh", "-c", "sleep 0.5; exec " + WorkCommand(wb)});
+    Finish({ia, ib}, kWorkSeconds + 15);
+    auto [from, to] = CommonWindow(wa, wb);
+    Split s;
+    if (to - from < 1000) {
+      ADD_FAILURE() << tag << ": the two jobs did not run side by side for a second:\n"
+                    << ReadFile(wa).substr(0, 300) << "\n"
+                    << ReadFile(wb).substr(0, 300);
+      return s;
+    }
+    s.a = WorkShare(wa, kKernelUs, from, to);
+    s.b = WorkShare(wb, kKernelUs, from, to);
+    std::cerr << tag << ": 20% slice " << s.a << ", 50% slice " << s.b << " over " << (to - from)
+              << " ms\n";
+    return s;
+  };
+  Split base = run(false, "baseline");
+  Split attacked = run(true, "attack");
+  // The measurement itself must work for the comparison to mean anything:
+  // both ran, and the shares ordered them.
+  ASSERT_GT(base.a, 0.03);
+  ASSERT_GT(base.b, base.a) << "the baseline did not give the 50% slice more than the 20% one";
+  EXPECT_LE(attacked.a, base.a + kToleranceShare)
+      << "the 20% slice raised its own share by rewriting files: " << base.a << " -> "
+      << attacked.a;
+  EXPECT_GE(attacked.b, base.b - kToleranceShare)
+      << "the 50% neighbour lost its share to the attacker: " << base.b << " -> " << attacked.b;
+}
+
+// Issue 13, escape 1: "... and clears an idle-reclaim pause".
+TEST_F(ComputeShare, AJobCannotClearItsOwnIdleReclaimPause) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions()
+                                          .Set("idle_after=2s")
+                                          .Set("idle_action=pause")
+                                          .Set("idle_action_always=true")));
+  const std::string go = Drop("go"), work = Drop("paused.work");
+  // Idle until the test says go (after the pause), then clear the pause
+  // wherever it can and launch.
+  std::string script =
+      ScribbleCommand("--unpause --random 2 --seconds 10 --interval-ms 5 --wait-file " + go,
+                      Drop("scribble.out")) +
+      " & exec " + WorkCommand(work, " --wait-file " + go + " --delay-ms 700");
+  std::string id = Submit(
+      &a_, {"--mem", "2GiB", "--compute", "50%", "--name", "paused", "--", "sh", "-c", script});
+  ASSERT_FALSE(id.empty());
+  auto paused = [&] {
+    json j = Job(id);
+    return j.contains("flags") && j["flags"].dump().find("paused") != std::string::npos;
+  };
+  ASSERT_TRUE(WaitFor(paused, 45)) << "idle reclaim never paused the job: " << Job(id).dump();
+  std::ofstream(go) << "go\n";
+  // Give the attack and the launches 3 s.
+  ASSERT_TRUE(WaitFor([&] { return FirstAt(work, "go ").has_value(); }, 10)) << ReadFile(work);
+  const int64_t from = *FirstAt(work, "go ") + 700;
+  WaitFor([&] { return LastAt(work, "p ").value_or(0) >= from + 3000; }, 15);
+  double share = WorkShare(work, kKernelUs, from, from + 3000);
+  std::cerr << "paused job's use after clearing the pause: " << share << "\n"
+            << ReadFile(Drop("scribble.out")).substr(0, 1500) << "\n";
+  EXPECT_LT(share, 0.02) << "a paused job launched again after rewriting its files";
+  EXPECT_TRUE(paused()) << "the daemon no longer sees the job paused: " << Job(id).dump();
+  Cli(nullptr, {"cancel", id});
+}
+
+// Issue 13, escape 2: "Any member of the socket group, with no job at all,
+// writes into state/coord/gpu-*.coord ... and starves another user's 50%
+// slice to 5% of its work; one launch waited 30 s."
+TEST_F(ComputeShare, ASocketGroupMemberWithNoJobCannotStarveAnotherUsers50PercentSlice) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  constexpr double kVictimSeconds = 5;
+  constexpr int64_t kAttackAfterMs = 1000;  // Into the victim's run: it has joined the GPU's turns.
+  const std::string empty = Drop("empty");
+  std::filesystem::create_directories(empty);
+  // gsattack_b: in the socket group, no job. It holds every lease it finds
+  // (rewriting it every 100 us: the victims' own unlocks clear it), leaves
+  // the turn to nobody, drains every budget, zeroes the victim's share
+  // wherever "500" appears, and writes random bytes into the files it does
+  // not recognise. The baseline runs the same loop over an empty directory,
+  // so both runs share the CPU alike on a small machine.
+  auto scribbler = [&](const std::string& root, const std::string& tag) {
+    pid_t p = SpawnAs(&b_,
+                      {Attacker(), "scribble", "--root", root, "--exclude", sim_state(), "--starve",
+                       "--random", "4", "--subst32", "500=1", "--seconds", "30", "--interval-us",
+                       "100", "--report", Drop(tag + ".report")},
+                      {}, "scribble-" + tag);
+    EXPECT_GT(p, 0);
+    return p;
+  };
+  struct Run {
+    double share = 0;
+    int64_t max_stall_ms = 0;
+  };
+  auto run = [&](const std::string& tag, const std::string& attack_root) {
+    const std::string w = Drop(tag + ".work");
+    std::string id =
+        Submit(&a_, {"--mem", "2GiB", "--compute", "50%", "--name", tag, "--", Attacker(), "work",
+                     "--seconds", std::to_string(kVictimSeconds), "--kernel-us",
+                     std::to_string(kKernelUs), "--batch", std::to_string(kBatch), "--out", w});
+    Run r;
+    if (!WaitFor([&] { return FirstAt(w, "go ").has_value(); }, 30)) {
+      ADD_FAILURE() << tag << ": the victim never launched:\n" << ReadFile(w);
+      return r;
+    }
+    const int64_t go = *FirstAt(w, "go ");
+    WaitFor([&] { return NowMs() >= go + kAttackAfterMs; }, 10);
+    pid_t attacker = scribbler(attack_root, tag);
+    // Done, or (a starved victim still waiting for a launch) past its time.
+    const int64_t end = go + int64_t(kVictimSeconds * 1000);
+    WaitFor([&] { return FirstAt(w, "done").has_value() || LastAt(w, "p ").value_or(0) >= end; },
+            kVictimSeconds + 20);
+    kill(-attacker, SIGKILL);
+    Finish({id}, 1);
+    const int64_t from = go + kAttackAfterMs + 300, to = end - 100;
+    r.share = WorkShare(w, kKernelUs, from, to);
+    // The longest stretch in the window in which no kernel completed.
+    int64_t last_change = from;
+    long last = -1;
+    for (const auto& l : Lines(w)) {
+      long long at = 0;
+      long k = 0;
+      if (std::sscanf(l.c_str(), "p at=%lld kernels=%ld", &at, &k) != 2 || at < from || at > to)
+        continue;
+      if (k != last) {
+        r.max_stall_ms = std::max<int64_t>(r.max_stall_ms, at - last_change);
+        last_change = at;
+        last = k;
+      }
+    }
+    r.max_stall_ms = std::max<int64_t>(
+        r.max_stall_ms, std::min<int64_t>(to, LastAt(w, "p ").value_or(to)) - last_change);
+    std::cerr << tag << ": 50% slice got " << r.share << ", longest stall " << r.max_stall_ms
+              << " ms\n";
+    return r;
+  };
+  Run base = run("baseline", empty);
+  Run attacked = run("attack", state_dir());
+  std::cerr << ReadFile(Drop("attack.report")).substr(0, 1500) << "\n";
+  ASSERT_GT(base.share, 0.15) << "the baseline measurement failed";
+  EXPECT_GE(attacked.share, base.share - kToleranceShare)
+      << "a socket-group member without a job starved another user's slice: " << base.share
+      << " -> " << attacked.share;
+  EXPECT_LE(attacked.max_stall_ms, std::max<int64_t>(1000, 3 * base.max_stall_ms))
+      << "the victim's launches stalled for " << attacked.max_stall_ms << " ms";
+}
+
+}  // namespace
+}  // namespace gpuslice::security
