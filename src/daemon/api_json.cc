@@ -157,7 +157,7 @@ json JobToJson(const JobView& v) {
               {"started_ms", j.started_ms},
               {"ended_ms", j.ended_ms},
               {"exit_code", j.exit_code},
-              {"reason", j.reason},
+              {"reason", RedactEnvironment(j.reason, j.env)},
               {"pid", j.pid}};
   if (!j.allocation.empty()) {
     out["allocation"] = {{"gpu_indices", j.allocation.gpu_indices},
