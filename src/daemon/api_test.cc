@@ -38,6 +38,11 @@ TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
       {R"({"mem": "1GiB"})", "cwd: missing"},
       {R"({"cwd": "/", "user": "root"})", "unknown field 'user'"},
   };
+  // Issue 13: an over-long entry says what the limit is.
+  auto long_env = ParseSubmitBody(R"({"cwd": "/", "env": ["X=)" + std::string(200000, 'x') + "\"]}");
+  ASSERT_FALSE(long_env.ok());
+  EXPECT_NE(long_env.status().message().find("env[0]: longer than 131072 bytes"), std::string::npos)
+      << long_env.status().message();
   for (const Case& c : cases) {
     auto s = ParseSubmitBody(c.body);
     ASSERT_FALSE(s.ok()) << c.body;

@@ -21,12 +21,15 @@ using core::Result;
 using core::Status;
 
 std::string RedactEnvironment(std::string text, const std::vector<std::string>& env) {
+  if (text.size() < 6) return text;  // Nothing to find; most reasons are empty.
   for (const std::string& e : env) {
     size_t eq = e.find('=');
-    if (eq == std::string::npos || e.size() - eq - 1 < 6) continue;
-    const std::string value = e.substr(eq + 1), name = "$" + e.substr(0, eq);
+    if (eq == std::string::npos || e.size() - eq - 1 < 6 || e.size() - eq - 1 > text.size()) {
+      continue;
+    }
+    const std::string_view value = std::string_view(e).substr(eq + 1);
     for (size_t at; (at = text.find(value)) != std::string::npos;) {
-      text.replace(at, value.size(), name);
+      text.replace(at, value.size(), "$" + e.substr(0, eq));
     }
   }
   return text;
