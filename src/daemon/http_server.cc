@@ -427,10 +427,25 @@ core::Status HttpServer::ListenUnix(const std::string& path, uint32_t mode,
     if (!S_ISSOCK(st.st_mode)) {
       return core::AlreadyExistsError(path + " exists and is not a socket");
     }
+    // A connect alone is not proof: a job supervisor forked a moment before
+    // a SIGKILL may still hold a copy of the dead daemon's listening socket
+    // (found by the SIGKILL test), and the kernel accepts connects into its
+    // backlog although nobody answers. A live daemon answers within 2 s.
     local::socket probe(impl_->io_);
     beast::error_code ec;
     probe.connect(local::endpoint(path), ec);
-    if (!ec) return core::AlreadyExistsError("another daemon is listening on " + path);
+    if (!ec) {
+      const char kPing[] = "GET /v1/status HTTP/1.0\r\n\r\n";
+      (void)!send(probe.native_handle(), kPing, sizeof kPing - 1, MSG_NOSIGNAL);
+      pollfd p{probe.native_handle(), POLLIN, 0};
+      char byte;
+      if (poll(&p, 1, 2000) == 1 && recv(probe.native_handle(), &byte, 1, MSG_DONTWAIT) == 1) {
+        return core::AlreadyExistsError("another daemon is listening on " + path);
+      }
+      LogWarn("replacing " + path + ": it accepts connections but nothing answers (a dead "
+              "daemon's socket)");
+    }
+    probe.close(ec);
     unlink(path.c_str());
   }
   beast::error_code ec;

@@ -82,7 +82,11 @@ TEST(HardeningE2E, Issue13NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
     d.Kill(SIGKILL);
     ++kills;
-    if (!d.Start()) break;
+    if (!d.Start()) {
+      ADD_FAILURE() << "gpusliced did not restart after SIGKILL " << kills << ":\n"
+                    << ReadFile(d.dir() + "/daemon.log.2") << ReadFile(d.dir() + "/daemon.out");
+      break;
+    }
   }
   stop = true;
   submitter.join();
