@@ -81,6 +81,18 @@ core::Result<std::string> Decode(std::string_view s) {
   return out;
 }
 
+// The TCP token reads and cancels (docs/API.md); every other caller's rights
+// are checked by the Service, per job.
+bool InScope(const Caller& caller, RouteScope scope) {
+  return !caller.token || scope == RouteScope::kRead || scope == RouteScope::kCancel;
+}
+
+ApiResponse OutOfScope(const ApiRequest& request) {
+  return Error(core::PermissionDeniedError(
+      "the TCP bearer token allows reads and cancels only, not " + request.method + " " +
+      request.path + " (docs/API.md); use the unix socket as a local user or admin"));
+}
+
 }  // namespace
 
 int HttpStatusOf(core::StatusCode code) {
@@ -125,21 +137,21 @@ core::Status ParseTarget(std::string_view target, std::string* path,
 }
 
 const Api::Route Api::kRoutes[] = {
-    {"GET", "/v1/status", &Api::Status},
-    {"GET", "/v1/gpus", &Api::Gpus},
-    {"GET", "/v1/doctor", &Api::DoctorReport},
-    {"GET", "/v1/jobs", &Api::ListJobs},
-    {"POST", "/v1/jobs", &Api::SubmitJob},
-    {"GET", "/v1/jobs/{id}", &Api::GetJob},
-    {"POST", "/v1/jobs/{id}/cancel", &Api::CancelJob},
-    {"GET", "/v1/jobs/{id}/logs", &Api::JobLogs},
-    {"POST", "/v1/jobs/{id}/attach", &Api::AttachJob},
-    {"POST", "/v1/jobs/{id}/exit", &Api::JobExit},
-    {"GET", "/v1/events", &Api::ListEvents},
-    {"POST", "/v1/jobs/{id}/resize", &Api::ResizeJob},
-    {"POST", "/v1/jobs/{id}/resume", &Api::ResumeJob},
-    {"GET", "/v1/quotas", &Api::ListQuotas},
-    {"POST", "/v1/quotas", &Api::SetQuota},
+    {"GET", "/v1/status", RouteScope::kRead, &Api::Status},
+    {"GET", "/v1/gpus", RouteScope::kRead, &Api::Gpus},
+    {"GET", "/v1/doctor", RouteScope::kRead, &Api::DoctorReport},
+    {"GET", "/v1/jobs", RouteScope::kRead, &Api::ListJobs},
+    {"POST", "/v1/jobs", RouteScope::kWrite, &Api::SubmitJob},
+    {"GET", "/v1/jobs/{id}", RouteScope::kRead, &Api::GetJob},
+    {"POST", "/v1/jobs/{id}/cancel", RouteScope::kCancel, &Api::CancelJob},
+    {"GET", "/v1/jobs/{id}/logs", RouteScope::kRead, &Api::JobLogs},
+    {"POST", "/v1/jobs/{id}/attach", RouteScope::kWrite, &Api::AttachJob},
+    {"POST", "/v1/jobs/{id}/exit", RouteScope::kWrite, &Api::JobExit},
+    {"GET", "/v1/events", RouteScope::kRead, &Api::ListEvents},
+    {"POST", "/v1/jobs/{id}/resize", RouteScope::kWrite, &Api::ResizeJob},
+    {"POST", "/v1/jobs/{id}/resume", RouteScope::kWrite, &Api::ResumeJob},
+    {"GET", "/v1/quotas", RouteScope::kRead, &Api::ListQuotas},
+    {"POST", "/v1/quotas", RouteScope::kWrite, &Api::SetQuota},
 };
 
 Api::Api(Service& service, Doctor& doctor) : service_(service), doctor_(doctor) {
@@ -149,7 +161,20 @@ Api::Api(Service& service, Doctor& doctor) : service_(service), doctor_(doctor) 
 }
 
 void Api::AddRoute(std::string method, std::string pattern, ExtraHandler handler) {
-  extra_.push_back({std::move(method), std::move(pattern), std::move(handler)});
+  RouteScope scope = method == "GET" ? RouteScope::kRead : RouteScope::kWrite;
+  AddRoute(std::move(method), std::move(pattern), scope, std::move(handler));
+}
+
+void Api::AddRoute(std::string method, std::string pattern, RouteScope scope,
+                   ExtraHandler handler) {
+  extra_.push_back({std::move(method), std::move(pattern), scope, std::move(handler)});
+}
+
+std::vector<Api::RouteInfo> Api::Routes() const {
+  std::vector<RouteInfo> out;
+  for (const Route& r : kRoutes) out.push_back({r.method, r.pattern, r.scope});
+  for (const ExtraRoute& r : extra_) out.push_back({r.method, r.pattern, r.scope});
+  return out;
 }
 
 ApiResponse Api::Handle(const ApiRequest& request) {
@@ -158,13 +183,16 @@ ApiResponse Api::Handle(const ApiRequest& request) {
     uint64_t id = 0;
     if (!Match(r.pattern, request.path, &id)) continue;
     path_known = true;
-    if (request.method == r.method) return (this->*r.handler)(request, id);
+    if (request.method != r.method) continue;
+    if (!InScope(request.caller, r.scope)) return OutOfScope(request);
+    return (this->*r.handler)(request, id);
   }
   for (const ExtraRoute& r : extra_) {
     std::map<std::string, std::string> params;
     if (!MatchNamed(r.pattern, request.path, &params)) continue;
     path_known = true;
     if (request.method != r.method) continue;
+    if (!InScope(request.caller, r.scope)) return OutOfScope(request);
     if (params.empty()) return r.handler(request);
     ApiRequest with = request;
     with.params = std::move(params);
@@ -289,7 +317,10 @@ ApiResponse Api::ListEvents(const ApiRequest& req, uint64_t) {
   auto events = service_.Events(q);
   if (!events.ok()) return Error(events.status());
   json out = json::array();
-  for (const Event& e : *events) out.push_back(EventToJson(e));
+  for (Event& e : *events) {
+    e.message = service_.PublicText(e.job_id, std::move(e.message));
+    out.push_back(EventToJson(e));
+  }
   return Json(200, {{"events", out}});
 }
 
@@ -318,12 +349,17 @@ ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
   auto history = service_.History(id);
   if (history.ok()) {
     json h = json::array();
-    for (const Transition& t : *history) h.push_back(TransitionToJson(t));
+    for (Transition t : *history) {
+      t.reason = RedactEnvironment(std::move(t.reason), v->job.env);
+      h.push_back(TransitionToJson(t));
+    }
     j["transitions"] = h;
   }
-  // The owner of a running shell job gets the environment to start it with.
+  // The owner of a running shell job gets the environment to start it with;
+  // nobody else, not even root, an admin or the TCP token: the environment
+  // holds the owner's secrets (issue 13).
   const core::Job& job = v->job;
-  bool owner = req.caller.admin || (req.caller.local && req.caller.uid == job.uid);
+  bool owner = req.caller.local && !req.caller.token && req.caller.uid == job.uid;
   if (owner && job.mode == core::JobMode::kShell && job.state == core::JobState::kRunning) {
     j["env"] = service_.JobEnvironment(job);
   }

@@ -41,6 +41,15 @@ int HttpStatusOf(core::StatusCode code);
 core::Status ParseTarget(std::string_view target, std::string* path,
                          std::map<std::string, std::string>* query);
 
+// What a route does, for the TCP token's scope (docs/API.md): the token may
+// read and cancel, nothing else. One column of the route table, so a new
+// route states its scope where it is added.
+enum class RouteScope {
+  kRead,    // GET: allowed to the token.
+  kCancel,  // Ends a job: allowed to the token.
+  kWrite,   // Anything else that changes state: unix-socket callers only.
+};
+
 class Api {
  public:
   using ExtraHandler = std::function<ApiResponse(const ApiRequest&)>;
@@ -51,14 +60,25 @@ class Api {
   // Routes of the daemon's other modules (metrics, services, usage...), so
   // they live beside their code. `pattern` segments "{x}" match one
   // non-empty segment, given to the handler as params["x"]. Checked after
-  // the built-in table.
+  // the built-in table. The scope defaults to kRead for GET and kWrite for
+  // any other method.
   void AddRoute(std::string method, std::string pattern, ExtraHandler handler);
+  void AddRoute(std::string method, std::string pattern, RouteScope scope, ExtraHandler handler);
+
+  struct RouteInfo {
+    std::string method;
+    std::string pattern;
+    RouteScope scope;
+  };
+  // Every route, built-in and added, for tests that walk the whole table.
+  std::vector<RouteInfo> Routes() const;
 
  private:
   using Handler = ApiResponse (Api::*)(const ApiRequest&, uint64_t id);
   struct Route {
     const char* method;
     const char* pattern;  // "{id}" matches a job id.
+    RouteScope scope;
     Handler handler;
   };
   static const Route kRoutes[];
@@ -84,6 +104,7 @@ class Api {
   struct ExtraRoute {
     std::string method;
     std::string pattern;
+    RouteScope scope;
     ExtraHandler handler;
   };
   std::vector<ExtraRoute> extra_;

@@ -36,9 +36,14 @@ core::Result<std::vector<std::string>> GetStrings(const json& j, const char* fie
                                         "]: must be a string");
     }
     const std::string& s = v[i].get_ref<const std::string&>();
-    if (s.size() > kMaxStringBytes || s.find('\0') != std::string::npos) {
+    if (s.size() > kMaxStringBytes) {
       return core::InvalidArgumentError(std::string(field) + "[" + std::to_string(i) +
-                                        "]: too long or contains a NUL byte");
+                                        "]: longer than " + std::to_string(kMaxStringBytes) +
+                                        " bytes");
+    }
+    if (s.find('\0') != std::string::npos) {
+      return core::InvalidArgumentError(std::string(field) + "[" + std::to_string(i) +
+                                        "]: contains a NUL byte");
     }
     out.push_back(s);
   }
@@ -157,7 +162,7 @@ json JobToJson(const JobView& v) {
               {"started_ms", j.started_ms},
               {"ended_ms", j.ended_ms},
               {"exit_code", j.exit_code},
-              {"reason", j.reason},
+              {"reason", RedactEnvironment(j.reason, j.env)},
               {"pid", j.pid}};
   if (!j.allocation.empty()) {
     out["allocation"] = {{"gpu_indices", j.allocation.gpu_indices},

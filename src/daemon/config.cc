@@ -111,6 +111,45 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     return core::InvalidArgumentError("log_level: expected error, warn, info or debug, got '" +
                                       v + "'");
   }
+  auto bytes = [&](uint64_t* out, uint64_t min) -> core::Status {
+    auto b = core::ParseBytes(v);
+    if (!b.ok()) return b.status().WithContext(std::string(key));
+    if (*b < min) {
+      return core::InvalidArgumentError(std::string(key) + ": at least " +
+                                        core::FormatBytes(min) + ", got '" + v + "'");
+    }
+    *out = *b;
+    return core::Status::Ok();
+  };
+  auto count = [&](uint32_t* out, uint32_t min) -> core::Status {
+    char* end = nullptr;
+    unsigned long n = std::strtoul(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < min || n > 1'000'000) {
+      return core::InvalidArgumentError(std::string(key) + ": expected a number from " +
+                                        std::to_string(min) + " to 1000000, got '" + v + "'");
+    }
+    *out = static_cast<uint32_t>(n);
+    return core::Status::Ok();
+  };
+  auto duration = [&](int64_t* out) -> core::Status {
+    auto d = core::ParseDuration(v);
+    if (!d.ok()) return d.status().WithContext(std::string(key));
+    if (d->count() <= 0) {
+      return core::InvalidArgumentError(std::string(key) + ": must be positive, got '" + v + "'");
+    }
+    *out = d->count();
+    return core::Status::Ok();
+  };
+  if (key == "max_request_bytes") return bytes(&c->max_request_bytes, 4096);
+  if (key == "max_env_bytes") return bytes(&c->max_env_bytes, 1024);
+  if (key == "max_argv_bytes") return bytes(&c->max_argv_bytes, 1024);
+  if (key == "max_queued_jobs_per_user") return count(&c->max_queued_jobs_per_user, 1);
+  if (key == "max_connections") return count(&c->max_connections, 16);
+  if (key == "max_connections_per_peer") return count(&c->max_connections_per_peer, 2);
+  if (key == "header_timeout") return duration(&c->header_timeout_ms);
+  if (key == "body_timeout") return duration(&c->body_timeout_ms);
+  if (key == "idle_timeout") return duration(&c->idle_timeout_ms);
+  if (key == "ledger_retry") return duration(&c->ledger_retry_ms);
   bool policy_key = false;
   GPUSLICE_RETURN_IF_ERROR(ApplyPolicyValue(&c->rules, key, value, &policy_key));
   if (policy_key) return core::Status::Ok();

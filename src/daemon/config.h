@@ -37,6 +37,22 @@ struct DaemonConfig {
   int64_t kill_grace_ms = 5000;
   LogLevel log_level = LogLevel::kInfo;
   PolicyConfig rules;              // Pools, preemption, watchdog, idle reclaim.
+
+  // Hardening (issue 13, docs/CONFIG.md "Limits"). Requests: what one
+  // submission may carry, so that no user can take the daemon's memory.
+  uint64_t max_request_bytes = 1 << 20;       // An HTTP body.
+  uint64_t max_env_bytes = 256 << 10;         // A job's environment (sum of "K=V").
+  uint64_t max_argv_bytes = 256 << 10;        // A job's command line (sum of args).
+  uint32_t max_queued_jobs_per_user = 500;    // Queued (not running) jobs per uid.
+  // Connections: a peer is a uid on the unix socket, an IP address on TCP.
+  int64_t header_timeout_ms = 10'000;   // A new connection's first request headers.
+  int64_t body_timeout_ms = 30'000;     // A request body, and writing a response.
+  int64_t idle_timeout_ms = 60'000;     // Keep-alive: the next request's headers.
+  uint32_t max_connections = 4096;      // All listeners together.
+  uint32_t max_connections_per_peer = 128;
+  // A failed ledger write (disk full) is retried this often; the daemon leaves
+  // degraded mode when one succeeds.
+  int64_t ledger_retry_ms = 2'000;
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.

@@ -123,4 +123,31 @@ TEST(Config, PolicyErrorsNameTheSetting) {
 }
 
 }  // namespace
+TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
+  DaemonConfig c;
+  EXPECT_EQ(c.max_request_bytes, 1u << 20);
+  EXPECT_EQ(c.max_queued_jobs_per_user, 500u);
+  ASSERT_TRUE(ParseConfigText("max_request_bytes = 2MiB\nmax_env_bytes = 64KiB\n"
+                              "max_argv_bytes = 8KiB\nmax_queued_jobs_per_user = 20\n"
+                              "header_timeout = 2s\nbody_timeout = 5s\nidle_timeout = 1m\n"
+                              "max_connections = 100\nmax_connections_per_peer = 10\n"
+                              "ledger_retry = 500ms\n",
+                              "f", &c)
+                  .ok());
+  EXPECT_EQ(c.max_request_bytes, 2u << 20);
+  EXPECT_EQ(c.max_env_bytes, 64u << 10);
+  EXPECT_EQ(c.max_argv_bytes, 8u << 10);
+  EXPECT_EQ(c.max_queued_jobs_per_user, 20u);
+  EXPECT_EQ(c.header_timeout_ms, 2000);
+  EXPECT_EQ(c.idle_timeout_ms, 60000);
+  EXPECT_EQ(c.max_connections, 100u);
+  EXPECT_EQ(c.max_connections_per_peer, 10u);
+  EXPECT_EQ(c.ledger_retry_ms, 500);
+  for (const char* bad : {"max_request_bytes = 1", "max_queued_jobs_per_user = 0",
+                          "header_timeout = 0s", "max_connections = lots"}) {
+    core::Status s = ParseConfigText(bad, "f", &c);
+    EXPECT_FALSE(s.ok()) << bad;
+  }
+}
+
 }  // namespace gpuslice::daemon

@@ -1,11 +1,14 @@
 #include "daemon/http_server.h"
 
+#include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <map>
 #include <utility>
 
 #include <boost/beast/core.hpp>
@@ -47,6 +50,29 @@ bool InGroup(uint32_t uid, uint32_t gid, uint32_t group) {
   return false;
 }
 
+// Open connections per peer and in all, shared by the sessions so that a
+// session destroyed after the server (the io_context's destructor drops
+// pending handlers) still finds it.
+struct Census {
+  std::map<std::string, uint32_t> by_peer;
+  ServerCounters counters;
+  void Release(const std::string& peer) {
+    --counters.open;
+    auto it = by_peer.find(peer);
+    if (it != by_peer.end() && --it->second == 0) by_peer.erase(it);
+  }
+};
+
+// One non-blocking write of a canned answer, then close: a refused
+// connection costs a syscall or two, never a session.
+void RefuseFd(int fd, const std::string& why) {
+  std::string body = ErrorJson(core::ResourceExhaustedError(why)).dump();
+  std::string response = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                         "Connection: close\r\nContent-Length: " +
+                         std::to_string(body.size()) + "\r\n\r\n" + body;
+  (void)!send(fd, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
@@ -59,41 +85,85 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 class HttpServer::Impl {
  public:
   Impl(asio::io_context& io, Api& api, ServerOptions options, HttpServer* owner)
-      : io_(io), api_(api), options_(std::move(options)), owner_(owner) {}
+      : io_(io), api_(api), options_(std::move(options)), owner_(owner) {
+    // Held for the moment descriptors run out (AfterAcceptError).
+    reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  }
+  ~Impl() {
+    if (reserve_fd_ >= 0) close(reserve_fd_);
+  }
 
   template <typename Socket>
   class Session : public std::enable_shared_from_this<Session<Socket>> {
    public:
-    Session(Impl* impl, Socket socket, std::optional<Caller> caller, bool metrics_only = false)
+    Session(Impl* impl, Socket socket, std::optional<Caller> caller, std::string peer,
+            bool metrics_only = false)
         : impl_(impl),
+          census_(impl->census_),
           socket_(std::move(socket)),
+          timer_(impl->io_),
           caller_(std::move(caller)),
-          metrics_only_(metrics_only) {}
+          peer_(std::move(peer)),
+          metrics_only_(metrics_only) {
+      ++census_->counters.open;
+      ++census_->by_peer[peer_];
+    }
+    ~Session() { census_->Release(peer_); }
     void Start() { Read(); }
 
    private:
+    // Closes the connection unless the next step completes within `limit`.
+    void Arm(std::chrono::milliseconds limit) {
+      timer_.expires_after(limit);
+      timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+        if (ec) return;  // Re-armed or cancelled.
+        self->timed_out_ = true;
+        ++self->census_->counters.timed_out;
+        self->Close();
+      });
+    }
     void Read() {
       parser_.emplace();
       parser_->body_limit(impl_->options_.body_limit);
+      parser_->header_limit(16 * 1024);
+      Arm(requests_ == 0 ? impl_->options_.header_timeout : impl_->options_.idle_timeout);
+      http::async_read_header(socket_, buffer_, *parser_,
+                              [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                                self->OnHeader(ec);
+                              });
+    }
+    void OnHeader(beast::error_code ec) {
+      if (ec || parser_->is_done()) return OnRead(ec);
+      Arm(impl_->options_.body_timeout);
       http::async_read(socket_, buffer_, *parser_,
                        [self = this->shared_from_this()](beast::error_code ec, size_t) {
                          self->OnRead(ec);
                        });
     }
     void OnRead(beast::error_code ec) {
+      if (timed_out_) return;  // Already closed.
       if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-          ec == asio::error::connection_reset) {
+          ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
         return Close();
       }
+      ++requests_;
       if (ec) {
-        // A malformed request or one over the body limit: answer and close.
+        // A malformed request or one over a limit: answer and close.
         response_ = {};
-        response_.result(ec == http::error::body_limit ? http::status::payload_too_large
-                                                        : http::status::bad_request);
+        const bool too_big = ec == http::error::body_limit;
+        response_.result(too_big ? http::status::payload_too_large
+                                 : ec == http::error::header_limit
+                                       ? http::status::request_header_fields_too_large
+                                       : http::status::bad_request);
         response_.set(http::field::content_type, "application/json");
-        response_.body() = ErrorJson(core::InvalidArgumentError("bad HTTP request: " +
-                                                                ec.message()))
-                               .dump();
+        core::Status why =
+            too_big ? core::InvalidArgumentError(
+                          "request body over the limit of " +
+                          std::to_string(impl_->options_.body_limit) +
+                          " bytes (max_request_bytes in gpusliced's configuration, "
+                          "docs/CONFIG.md)")
+                    : core::InvalidArgumentError("bad HTTP request: " + ec.message());
+        response_.body() = ErrorJson(why).dump();
         response_.keep_alive(false);
         response_.prepare_payload();
         return Write();
@@ -126,7 +196,9 @@ class HttpServer::Impl {
         } else {
           ar.caller.admin = true;
           ar.caller.local = false;
+          ar.caller.token = true;
           ar.caller.uid = UINT32_MAX;
+          ar.caller.gid = UINT32_MAX;
           ar.caller.user = "api-token";
           resp = impl_->api_.Handle(ar);
         }
@@ -144,33 +216,107 @@ class HttpServer::Impl {
       Write();
     }
     void Write() {
+      Arm(impl_->options_.body_timeout);
       http::async_write(socket_, response_,
                         [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                          if (self->timed_out_) return;
                           if (ec || !self->response_.keep_alive()) return self->Close();
                           self->Read();
                         });
     }
     void Close() {
       beast::error_code ignored;
+      timer_.cancel();
+      if (!socket_.is_open()) return;
       socket_.shutdown(Socket::shutdown_send, ignored);
       socket_.close(ignored);
     }
 
     Impl* impl_;
+    std::shared_ptr<Census> census_;
     Socket socket_;
+    asio::steady_timer timer_;
     std::optional<Caller> caller_;
+    std::string peer_;           // "uid N" or the IP address: the per-peer cap's key.
     bool metrics_only_ = false;  // The metrics listener's rules apply.
+    bool timed_out_ = false;
+    uint64_t requests_ = 0;
     beast::flat_buffer buffer_;
     std::optional<http::request_parser<http::string_body>> parser_;
     http::response<http::string_body> response_;
   };
 
+  // Whether a new connection from `peer` is over a cap; if so it is refused
+  // (answered 503 and closed) and true is returned.
+  bool OverCap(int fd, const std::string& peer, bool exempt) {
+    std::string why;
+    if (census_->counters.open >= options_.max_connections) {
+      why = "too many connections to gpusliced (max_connections = " +
+            std::to_string(options_.max_connections) + ")";
+    } else if (!exempt) {
+      auto it = census_->by_peer.find(peer);
+      if (it != census_->by_peer.end() && it->second >= options_.max_connections_per_peer) {
+        why = "too many connections from " + peer + " (max_connections_per_peer = " +
+              std::to_string(options_.max_connections_per_peer) + ")";
+      }
+    }
+    if (why.empty()) return false;
+    ++census_->counters.refused;
+    RefuseFd(fd, why + "; try again later");
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_refusal_log_ > std::chrono::seconds(10)) {
+      last_refusal_log_ = now;
+      LogWarn("refusing connections: " + why + " (" +
+              std::to_string(census_->counters.refused) + " refused so far)");
+    }
+    return true;
+  }
+
+  // After an accept error. Out of descriptors (EMFILE/ENFILE) the listening
+  // socket stays readable, so accepting again at once would spin at 100% CPU
+  // (issue 13): free the reserve descriptor, take the waiting connection and
+  // close it, take the reserve back, and pause before accepting again.
+  template <typename Acceptor>
+  void AfterAcceptError(beast::error_code ec, Acceptor& acceptor, std::function<void()> again) {
+    if (ec == asio::error::operation_aborted) return;
+    auto pause = std::chrono::milliseconds(1);
+    if (ec == asio::error::no_descriptors || ec.value() == ENFILE ||
+        ec == asio::error::no_buffer_space || ec == asio::error::no_memory) {
+      pause = std::chrono::milliseconds(50);
+      if (reserve_fd_ >= 0) {
+        close(reserve_fd_);
+        reserve_fd_ = -1;
+      }
+      pollfd p{acceptor.native_handle(), POLLIN, 0};
+      if (poll(&p, 1, 0) == 1) {
+        int fd = accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) {
+          RefuseFd(fd, "gpusliced is out of file descriptors; try again later");
+          close(fd);
+        }
+      }
+      reserve_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+      ++census_->counters.refused;
+      auto now = std::chrono::steady_clock::now();
+      if (now - last_refusal_log_ > std::chrono::seconds(10)) {
+        last_refusal_log_ = now;
+        LogWarn("out of file descriptors (" + ec.message() + "): refusing connections");
+      }
+    }
+    auto timer = std::make_shared<asio::steady_timer>(io_, pause);
+    timer->async_wait([timer, again = std::move(again)](beast::error_code e) {
+      if (!e) again();
+    });
+  }
+
   void AcceptUnix() {
     unix_acceptor_->async_accept([this](beast::error_code ec, local::socket socket) {
-      if (!ec) {
-        ucred cred{};
-        socklen_t len = sizeof cred;
-        if (getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      if (ec) return AfterAcceptError(ec, *unix_acceptor_, [this] { AcceptUnix(); });
+      ucred cred{};
+      socklen_t len = sizeof cred;
+      if (getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        std::string peer = "uid " + std::to_string(cred.uid);
+        if (!OverCap(socket.native_handle(), peer, cred.uid == 0)) {
           Caller c;
           c.uid = cred.uid;
           c.gid = cred.gid;
@@ -179,11 +325,19 @@ class HttpServer::Impl {
           c.local = true;
           c.admin = cred.uid == 0 ||
                     (options_.admin_gid && InGroup(cred.uid, cred.gid, *options_.admin_gid));
-          std::make_shared<Session<local::socket>>(this, std::move(socket), c)->Start();
+          std::make_shared<Session<local::socket>>(this, std::move(socket), c, std::move(peer))
+              ->Start();
         }
       }
-      if (ec != asio::error::operation_aborted) AcceptUnix();
+      AcceptUnix();
     });
+  }
+
+  // The IP address of a TCP peer ("" when it is already gone).
+  static std::string PeerAddress(const tcp::socket& socket) {
+    beast::error_code ec;
+    tcp::endpoint ep = socket.remote_endpoint(ec);
+    return ec ? std::string() : ep.address().to_string();
   }
 
   // The metrics listener: anonymous reads of the allowed paths only.
@@ -212,22 +366,31 @@ class HttpServer::Impl {
 
   void AcceptMetrics() {
     metrics_acceptor_->async_accept([this](beast::error_code ec, tcp::socket socket) {
-      if (!ec) {
-        socket.set_option(tcp::no_delay(true));
-        std::make_shared<Session<tcp::socket>>(this, std::move(socket), std::nullopt, true)
+      if (ec) return AfterAcceptError(ec, *metrics_acceptor_, [this] { AcceptMetrics(); });
+      std::string peer = PeerAddress(socket);
+      if (!peer.empty() && !OverCap(socket.native_handle(), peer, false)) {
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        std::make_shared<Session<tcp::socket>>(this, std::move(socket), std::nullopt,
+                                               std::move(peer), true)
             ->Start();
       }
-      if (ec != asio::error::operation_aborted) AcceptMetrics();
+      AcceptMetrics();
     });
   }
 
   void AcceptTcp() {
     tcp_acceptor_->async_accept([this](beast::error_code ec, tcp::socket socket) {
-      if (!ec) {
-        socket.set_option(tcp::no_delay(true));
-        std::make_shared<Session<tcp::socket>>(this, std::move(socket), std::nullopt)->Start();
+      if (ec) return AfterAcceptError(ec, *tcp_acceptor_, [this] { AcceptTcp(); });
+      std::string peer = PeerAddress(socket);
+      if (!peer.empty() && !OverCap(socket.native_handle(), peer, false)) {
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        std::make_shared<Session<tcp::socket>>(this, std::move(socket), std::nullopt,
+                                               std::move(peer))
+            ->Start();
       }
-      if (ec != asio::error::operation_aborted) AcceptTcp();
+      AcceptTcp();
     });
   }
 
@@ -240,12 +403,17 @@ class HttpServer::Impl {
   std::optional<tcp::acceptor> metrics_acceptor_;
   std::vector<std::string> metrics_paths_;
   std::string metrics_paths_text_;
+  std::shared_ptr<Census> census_ = std::make_shared<Census>();
+  int reserve_fd_ = -1;
+  std::chrono::steady_clock::time_point last_refusal_log_{};
 };
 
 HttpServer::HttpServer(asio::io_context& io, Api& api, ServerOptions options)
     : impl_(std::make_unique<Impl>(io, api, std::move(options), this)) {}
 
 HttpServer::~HttpServer() = default;
+
+ServerCounters HttpServer::counters() const { return impl_->census_->counters; }
 
 core::Status HttpServer::ListenUnix(const std::string& path, uint32_t mode,
                                     std::optional<uint32_t> gid) {
@@ -259,10 +427,25 @@ core::Status HttpServer::ListenUnix(const std::string& path, uint32_t mode,
     if (!S_ISSOCK(st.st_mode)) {
       return core::AlreadyExistsError(path + " exists and is not a socket");
     }
+    // A connect alone is not proof: a job supervisor forked a moment before
+    // a SIGKILL may still hold a copy of the dead daemon's listening socket
+    // (found by the SIGKILL test), and the kernel accepts connects into its
+    // backlog although nobody answers. A live daemon answers within 2 s.
     local::socket probe(impl_->io_);
     beast::error_code ec;
     probe.connect(local::endpoint(path), ec);
-    if (!ec) return core::AlreadyExistsError("another daemon is listening on " + path);
+    if (!ec) {
+      const char kPing[] = "GET /v1/status HTTP/1.0\r\n\r\n";
+      (void)!send(probe.native_handle(), kPing, sizeof kPing - 1, MSG_NOSIGNAL);
+      pollfd p{probe.native_handle(), POLLIN, 0};
+      char byte;
+      if (poll(&p, 1, 2000) == 1 && recv(probe.native_handle(), &byte, 1, MSG_DONTWAIT) == 1) {
+        return core::AlreadyExistsError("another daemon is listening on " + path);
+      }
+      LogWarn("replacing " + path + ": it accepts connections but nothing answers (a dead "
+              "daemon's socket)");
+    }
+    probe.close(ec);
     unlink(path.c_str());
   }
   beast::error_code ec;

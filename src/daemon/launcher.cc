@@ -237,9 +237,13 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
       }
       // After dropping privileges, so the caller's own permissions apply.
       if (chdir(spec.cwd.c_str()) != 0) ChildFail(report[1], 5);
-      // Every inherited descriptor but 0-2 closes on exec.
-      for (int fd = 3; fd < 1024; ++fd) {
-        if (fd != report[1]) fcntl(fd, F_SETFD, FD_CLOEXEC);
+      // Every inherited descriptor but 0-2 closes on exec (report[1]
+      // already does). All of them: the daemon raises its open-file limit,
+      // so a client connection may be above 1023.
+      if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+        for (int fd = 3; fd < 65536; ++fd) {
+          if (fd != report[1]) fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
       }
       execve(program.c_str(), argv.data(), envp.data());
       ChildFail(report[1], 6);
@@ -249,7 +253,11 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
     close(report[1]);
     close(out_fd);
     close(err_fd);
-    for (int fd = 3; fd < 1024; ++fd) close(fd);
+    // Not a copy of the daemon's sockets (listener, connections) may stay
+    // open here for the job's lifetime.
+    if (close_range(3, ~0U, 0) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) close(fd);
+    }
     if (leader < 0) _exit(1);
     int status = 0;
     while (waitpid(leader, &status, 0) < 0 && errno == EINTR) {

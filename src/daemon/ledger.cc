@@ -1,5 +1,9 @@
 #include "daemon/ledger.h"
 
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
@@ -116,7 +120,39 @@ Status SqliteError(sqlite3* db, int rc, const std::string& what) {
   }
 }
 
+Status RestrictLedgerFiles(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    std::string file = path + suffix;
+    if (chmod(file.c_str(), 0600) != 0 && errno != ENOENT) {
+      return core::PermissionDeniedError("chmod 0600 " + file + ": " + strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// Restores the process's umask when the ledger is open.
+class ScopedUmask {
+ public:
+  explicit ScopedUmask(mode_t mask) : old_(umask(mask)) {}
+  ~ScopedUmask() { umask(old_); }
+  ScopedUmask(const ScopedUmask&) = delete;
+  ScopedUmask& operator=(const ScopedUmask&) = delete;
+
+ private:
+  mode_t old_;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path) {
+  // The ledger holds every job's environment, secrets included (issue 13):
+  // its files are the daemon user's alone. The umask covers the files SQLite
+  // creates now; SQLite gives a -wal/-shm it creates later the database
+  // file's own mode; the chmod fixes files an older gpusliced left 0644.
+  ScopedUmask mask(077);
+  GPUSLICE_RETURN_IF_ERROR(RestrictLedgerFiles(path));
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
@@ -136,6 +172,7 @@ Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path) {
   GPUSLICE_RETURN_IF_ERROR(ledger->Exec("PRAGMA synchronous=NORMAL").WithContext(path));
   GPUSLICE_RETURN_IF_ERROR(ledger->Exec("PRAGMA foreign_keys=ON").WithContext(path));
   GPUSLICE_RETURN_IF_ERROR(ledger->Migrate().WithContext(path));
+  GPUSLICE_RETURN_IF_ERROR(RestrictLedgerFiles(path));
   return ledger;
 }
 
@@ -148,6 +185,15 @@ Status Ledger::Exec(const char* sql) {
   std::string what = std::string("ledger: ") + (err ? err : "exec failed");
   sqlite3_free(err);
   return SqliteError(nullptr, rc, what);
+}
+
+Status Ledger::Commit() {
+  Status s = Exec("COMMIT");
+  // A COMMIT that fails (disk full) leaves the transaction open; without the
+  // rollback every later BEGIN would fail and the ledger would never recover
+  // once space is freed.
+  if (!s.ok() && sqlite3_get_autocommit(db_) == 0) (void)Exec("ROLLBACK");
+  return s;
 }
 
 Status Ledger::Migrate() {
@@ -320,7 +366,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     (void)Exec("ROLLBACK");
     return s;
   }
-  return Exec("COMMIT");
+  return Commit();
 }
 
 Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) {
@@ -566,7 +612,7 @@ Status Ledger::SaveResize(const Job& job, int64_t now_ms) {
     (void)Exec("ROLLBACK");
     return s;
   }
-  return Exec("COMMIT");
+  return Commit();
 }
 
 }  // namespace gpuslice::daemon

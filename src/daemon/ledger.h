@@ -124,12 +124,18 @@ class Ledger {
   explicit Ledger(sqlite3* db) : db_(db) {}
   core::Status Migrate();
   core::Status Exec(const char* sql);
+  // COMMIT, rolled back when it fails, so the connection is usable again.
+  core::Status Commit();
   // Rows for what a running job holds (kept if already there).
   core::Status InsertAllocations(const core::Job& job, int64_t now_ms);
 
   sqlite3* db_;
   int schema_version_ = 0;
 };
+
+// Makes the ledger file and its -wal, -shm and -journal (those present) mode
+// 0600. Ledger::Open does it; exposed for the daemon's start and tests.
+core::Status RestrictLedgerFiles(const std::string& path);
 
 // Every sqlite result code becomes a Status here and nowhere else.
 core::Status SqliteError(sqlite3* db, int rc, const std::string& what);

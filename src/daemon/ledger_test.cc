@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -48,6 +49,39 @@ class LedgerTest : public ::testing::Test {
   std::string dir_;
   std::string path_;
 };
+
+uint32_t ModeOf(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return 07777;
+  return st.st_mode & 07777;
+}
+
+// Issue 13: the ledger (every job's environment) was 0644 for any local user.
+TEST_F(LedgerTest, Issue13LedgerFilesAreReadableByTheDaemonOnly) {
+  mode_t old = umask(022);
+  {
+    auto l = Ledger::Open(path_);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_TRUE((*l)->SaveJob(SampleJob(1), std::nullopt, 10).ok());
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      ASSERT_TRUE(fs::exists(path_ + suffix)) << suffix;
+      EXPECT_EQ(ModeOf(path_ + suffix), 0600u) << path_ << suffix;
+    }
+  }
+  // An older install's files are fixed at open.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    if (fs::exists(path_ + suffix)) chmod((path_ + suffix).c_str(), 0644);
+  }
+  auto again = Ledger::Open(path_);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE((*again)->SaveJob(SampleJob(2), std::nullopt, 20).ok());
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    if (fs::exists(path_ + suffix)) {
+      EXPECT_EQ(ModeOf(path_ + suffix), 0600u) << suffix;
+    }
+  }
+  EXPECT_EQ(umask(old), 022u) << "the umask is restored";
+}
 
 TEST_F(LedgerTest, FreshLedgerIsAtTheLatestSchema) {
   auto l = Ledger::Open(path_);

@@ -4,6 +4,7 @@
 
 #include <grp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,6 +72,20 @@ gpuslice::core::Status WriteAddressFile(const std::string& path, const std::stri
   fs::rename(tmp, path, ec);
   if (ec) return gpuslice::core::InternalError("cannot rename " + tmp + ": " + ec.message());
   return gpuslice::core::Status::Ok();
+}
+
+// Raises the soft limit on open files to the hard limit: every connection
+// and every job's log costs a descriptor, and the default soft limit (1024)
+// is what 1,019 idle connections ran into (issue 13). Returns the new limit.
+rlim_t RaiseFileLimit() {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t want = rl.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : rl.rlim_max;
+    struct rlimit raised = {want, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl.rlim_cur = want;
+  }
+  return rl.rlim_cur;
 }
 
 }  // namespace
@@ -147,6 +162,18 @@ int main(int argc, char** argv) {
   }
 
   signal(SIGPIPE, SIG_IGN);
+  {
+    // Room for the connections the caps allow and the daemon's own files.
+    const rlim_t files = RaiseFileLimit();
+    const rlim_t headroom = 256;
+    if (files < config.max_connections + headroom) {
+      const uint32_t fit = files > 2 * headroom ? static_cast<uint32_t>(files - headroom) : 16;
+      gd::LogWarn("open-file limit " + std::to_string(files) + " is below max_connections + " +
+                  std::to_string(headroom) + ": max_connections lowered to " +
+                  std::to_string(fit));
+      config.max_connections = fit;
+    }
+  }
   std::error_code ec;
   fs::create_directories(fs::path(config.socket).parent_path(), ec);
   fs::create_directories(config.state_dir, ec);
@@ -175,6 +202,10 @@ int main(int argc, char** argv) {
   options.kill_grace_ms = config.kill_grace_ms;
   options.rules = config.rules;
   options.idle_threshold_pct = config.rules.idle_threshold_pct;
+  options.max_queued_jobs_per_user = config.max_queued_jobs_per_user;
+  options.max_env_bytes = config.max_env_bytes;
+  options.max_argv_bytes = config.max_argv_bytes;
+  options.ledger_retry_ms = config.ledger_retry_ms;
   gd::Service service(options, clock, inventory, launcher, regions);
   if (auto s = service.Start(); !s.ok()) return Fail(s.message());
   // Jobs on simulated GPUs must see the same simulated machine as we do.
@@ -208,6 +239,12 @@ int main(int argc, char** argv) {
   gd::ServerOptions server_options;
   server_options.admin_gid = admin_gid;
   server_options.tcp_token = token;
+  server_options.body_limit = config.max_request_bytes;
+  server_options.header_timeout = std::chrono::milliseconds(config.header_timeout_ms);
+  server_options.body_timeout = std::chrono::milliseconds(config.body_timeout_ms);
+  server_options.idle_timeout = std::chrono::milliseconds(config.idle_timeout_ms);
+  server_options.max_connections = config.max_connections;
+  server_options.max_connections_per_peer = config.max_connections_per_peer;
   gd::HttpServer server(io, api, server_options);
   if (auto s = server.ListenUnix(config.socket, config.socket_mode, socket_gid); !s.ok()) {
     return Fail(s.message());
@@ -242,6 +279,7 @@ int main(int argc, char** argv) {
     timer.async_wait([&](const boost::system::error_code& e) {
       if (e) return;
       service.Tick();
+      service.MaintainLedger();
       replicas.Tick();
       on_timer();
     });

@@ -1,5 +1,6 @@
 #include "daemon/service.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "daemon/job_finder.h"
 #include "daemon/log.h"
 
 namespace gpuslice::daemon {
@@ -17,6 +19,27 @@ using core::Job;
 using core::JobState;
 using core::Result;
 using core::Status;
+
+std::string RedactEnvironment(std::string text, const std::vector<std::string>& env) {
+  if (text.size() < 6) return text;  // Nothing to find; most reasons are empty.
+  for (const std::string& e : env) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || e.size() - eq - 1 < 6 || e.size() - eq - 1 > text.size()) {
+      continue;
+    }
+    const std::string_view value = std::string_view(e).substr(eq + 1);
+    for (size_t at; (at = text.find(value)) != std::string::npos;) {
+      text.replace(at, value.size(), "$" + e.substr(0, eq));
+    }
+  }
+  return text;
+}
+
+std::string Service::PublicText(uint64_t job_id, std::string text) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return text;
+  return RedactEnvironment(std::move(text), it->second.env);
+}
 
 Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
                  RegionStore& regions)
@@ -29,9 +52,21 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
 Service::~Service() = default;
 
 void Service::Degrade(const std::string& reason) {
+  const bool write_failed = reason.rfind("ledger write failed", 0) == 0;
+  if (write_failed && !ledger_write_failed_) {
+    // Recoverable: MaintainLedger retries and leaves degraded mode.
+    ledger_write_failed_ = true;
+    ledger_failed_ms_ = clock_.NowMs();
+    ledger_retry_at_ms_ = ledger_failed_ms_ + options_.ledger_retry_ms;
+  }
   if (degraded_reason_.empty()) {
     degraded_reason_ = reason;
     LogError("degraded: " + reason + " (serving reads, refusing new work)");
+    if (write_failed) {
+      RecordEvent("degraded", 0, "",
+                  reason + "; refusing new work, retrying every " +
+                      core::FormatDuration(std::chrono::milliseconds(options_.ledger_retry_ms)));
+    }
   }
 }
 
@@ -39,24 +74,89 @@ bool Service::Persist(const Job& job, std::optional<JobState> from) {
   if (!ledger_) return false;
   Status s = ledger_->SaveJob(job, from, clock_.NowMs());
   if (!s.ok()) {
+    // The row in the ledger still has the state of the first unsaved change.
+    unsaved_jobs_.emplace(job.id, from);
     Degrade("ledger write failed: " + s.message());
     return false;
   }
   return true;
 }
 
+void Service::MaintainLedger() {
+  if (!ledger_write_failed_ || !ledger_ || clock_.NowMs() < ledger_retry_at_ms_) return;
+  ledger_retry_at_ms_ = clock_.NowMs() + options_.ledger_retry_ms;
+  // Jobs first (they are the truth after a crash), oldest id first; stop at
+  // the first failure and try again later.
+  while (!unsaved_jobs_.empty()) {
+    auto it = unsaved_jobs_.begin();
+    auto job = jobs_.find(it->first);
+    if (job != jobs_.end()) {
+      Status s = ledger_->SaveJob(job->second, it->second, clock_.NowMs());
+      if (!s.ok()) return;
+    }
+    unsaved_jobs_.erase(it);
+  }
+  while (!unsaved_events_.empty()) {
+    if (!ledger_->AddEvent(unsaved_events_.front()).ok()) return;
+    unsaved_events_.erase(unsaved_events_.begin());
+  }
+  ledger_write_failed_ = false;
+  if (degraded_reason_.rfind("ledger write failed", 0) == 0) degraded_reason_.clear();
+  const std::string down =
+      core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - ledger_failed_ms_));
+  LogInfo("ledger writable again after " + down + (degraded() ? "" : "; accepting new work"));
+  RecordEvent("recovered", 0, "",
+              "ledger writable again after " + down +
+                  (degraded() ? "; still degraded: " + degraded_reason_ : "; accepting new work"));
+}
+
 std::string Service::JobDir(uint64_t id) const {
   return options_.state_dir + "/jobs/" + std::to_string(id);
 }
 
-Status Service::Start() {
-  if (mkdir(options_.state_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+Status Service::SecureStateDir() {
+  // Layout v2 (DESIGN, docs/DAEMON.md): others may traverse the state
+  // directory to reach the slice files named in a job's environment, but not
+  // list it; the ledger and job directories are the daemon's alone (the
+  // ledger holds every job's environment, issue 13). An install made by an
+  // older gpusliced (0755, 0644) is fixed here, at every start.
+  if (mkdir(options_.state_dir.c_str(), 0711) != 0 && errno != EEXIST) {
     return ErrnoError(errno, "create state directory " + options_.state_dir);
+  }
+  struct stat st;
+  if (stat(options_.state_dir.c_str(), &st) != 0) {
+    return ErrnoError(errno, "stat state directory " + options_.state_dir);
+  }
+  if (st.st_uid != geteuid()) {
+    return core::PermissionDeniedError("state directory " + options_.state_dir +
+                                       " belongs to uid " + std::to_string(st.st_uid) +
+                                       ", not to the daemon's user (uid " +
+                                       std::to_string(geteuid()) + ")");
+  }
+  if (chmod(options_.state_dir.c_str(), 0711) != 0) {
+    return ErrnoError(errno, "chmod 0711 " + options_.state_dir);
   }
   std::string jobs_dir = options_.state_dir + "/jobs";
   if (mkdir(jobs_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoError(errno, "create " + jobs_dir);
   }
+  if (chmod(jobs_dir.c_str(), 0700) != 0) return ErrnoError(errno, "chmod 0700 " + jobs_dir);
+  if (DIR* d = opendir(jobs_dir.c_str())) {
+    while (struct dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::string dir = jobs_dir + "/" + e->d_name;
+      struct stat js;
+      if (lstat(dir.c_str(), &js) == 0 && S_ISDIR(js.st_mode) && (js.st_mode & 077) != 0) {
+        (void)chmod(dir.c_str(), 0700);
+      }
+    }
+    closedir(d);
+  }
+  return RestrictLedgerFiles(options_.state_dir + "/ledger.db");
+}
+
+Status Service::Start() {
+  GPUSLICE_RETURN_IF_ERROR(SecureStateDir());
 
   auto inv = inventory_source_.Read();
   if (!inv.ok()) {
@@ -122,6 +222,11 @@ void Service::Recover(std::vector<Job> all) {
     uint64_t id = j.id;
     jobs_[id] = std::move(j);
     Job& job = jobs_[id];
+    if (job.state == JobState::kRunning && job.mode != core::JobMode::kShell && job.pid == 0 &&
+        !ResolveInterruptedLaunch(job)) {
+      ++ended;
+      continue;
+    }
     Status d = capacity_->SetDemand(id, job.request);
     if (job.state == JobState::kQueued) {
       Status ever = d.ok() ? capacity_->CouldEverFit(job.request) : d;
@@ -168,6 +273,75 @@ void Service::Recover(std::vector<Job> all) {
   }
 }
 
+bool Service::ResolveInterruptedLaunch(Job& job) {
+  const std::string id = std::to_string(job.id);
+  auto find = [&]() {
+    return options_.find_job_groups
+               ? options_.find_job_groups(job)
+               : FindProcessGroupsByEnv(JobIdentityEnv(job.id, job.region_path));
+  };
+  std::vector<int64_t> groups = find();
+  const std::string dir = JobDir(job.id);
+  struct stat st;
+  const bool began = stat((dir + "/stdout").c_str(), &st) == 0;
+  // The log files are opened before the supervisor forks: a launch that
+  // began may still be between fork and exec (the daemon's environment, not
+  // yet the job's); give it a moment to exec before deciding.
+  for (int i = 0; groups.empty() && began && i < 20 && !ReadExitStatusFile(dir + "/status"); ++i) {
+    usleep(50'000);
+    groups = find();
+  }
+  if (!groups.empty()) {
+    job.pid = groups.front();
+    job.pid_start_time = ProcessStartTime(job.pid);
+    if (groups.size() > 1) {
+      LogWarn("job " + id + ": processes in " + std::to_string(groups.size()) +
+              " process groups; tracking group " + std::to_string(job.pid));
+    }
+    Persist(job, JobState::kRunning);
+    RecordEvent("adopted", job.id, job.user,
+                "the daemon stopped while starting it; found running as process group " +
+                    std::to_string(job.pid) + ", not started again");
+    return true;
+  }
+  if (auto code = ReadExitStatusFile(dir + "/status")) {
+    FinishJob(job, JobState::kExited, *code,
+              "ran while the daemon was down (its start was not recorded)");
+    return false;
+  }
+  if (!began) {
+    // Nothing of it ever ran: the slice was made, the launch never began.
+    if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
+      (void)regions_.Remove(job.region_path);
+    }
+    job.region_path.clear();
+    job.allocation = {};
+    job.started_ms = 0;
+    job.state = JobState::kQueued;
+    job.reason = "the daemon stopped before starting it; queued again";
+    Persist(job, JobState::kRunning);
+    RecordEvent("requeued", job.id, job.user, job.reason);
+    return true;
+  }
+  FinishJob(job, JobState::kFailed, -1,
+            "the daemon stopped while starting it and no process of it is left; not started "
+            "again, so that it can never run twice (resubmit it)");
+  return false;
+}
+
+void Service::UndoStart(Job& job) {
+  unsaved_jobs_.erase(job.id);
+  if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
+    (void)regions_.Remove(job.region_path);
+  }
+  job.region_path.clear();
+  job.allocation = {};
+  job.started_ms = 0;
+  job.state = JobState::kQueued;
+  capacity_->Release(job.id);
+  Enqueue(job);
+}
+
 void Service::TrimHistory() {
   // Oldest finished first; jobs that ended in the last ten minutes stay, so a
   // client polling for an exit code always finds it.
@@ -191,6 +365,42 @@ Status Service::CheckOwner(const Caller& caller, const Job& job) const {
                                      "do this");
 }
 
+namespace {
+
+uint64_t TotalBytes(const std::vector<std::string>& v) {
+  uint64_t n = 0;
+  for (const std::string& s : v) n += s.size() + 1;  // + the NUL execve counts.
+  return n;
+}
+
+}  // namespace
+
+Status Service::CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const {
+  const uint64_t env = TotalBytes(spec.env), argv = TotalBytes(spec.argv);
+  if (env > options_.max_env_bytes) {
+    return core::InvalidArgumentError(
+        "the job's environment is " + core::FormatBytes(env) + ", over the limit of " +
+        core::FormatBytes(options_.max_env_bytes) +
+        " (max_env_bytes in gpusliced's configuration, docs/CONFIG.md); pass large data in a "
+        "file instead");
+  }
+  if (argv > options_.max_argv_bytes) {
+    return core::InvalidArgumentError(
+        "the job's command line is " + core::FormatBytes(argv) + ", over the limit of " +
+        core::FormatBytes(options_.max_argv_bytes) +
+        " (max_argv_bytes in gpusliced's configuration, docs/CONFIG.md)");
+  }
+  auto q = queued_by_uid_.find(caller.uid);
+  if (q != queued_by_uid_.end() && q->second >= options_.max_queued_jobs_per_user) {
+    return core::ResourceExhaustedError(
+        "user " + caller.user + " already has " + std::to_string(q->second) +
+        " queued jobs, the most one user may have (max_queued_jobs_per_user = " +
+        std::to_string(options_.max_queued_jobs_per_user) +
+        " in gpusliced's configuration, docs/CONFIG.md); wait for some to start or cancel some");
+  }
+  return Status::Ok();
+}
+
 Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   if (degraded()) return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): not accepting new jobs");
   if (!caller.local) {
@@ -209,6 +419,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
       return core::InvalidArgumentError("env entry '" + e.substr(0, 64) + "' is not KEY=value");
     }
   }
+  GPUSLICE_RETURN_IF_ERROR(CheckSubmitLimits(caller, spec));
   if (spec.restartable && spec.mode == core::JobMode::kShell) {
     return core::InvalidArgumentError(
         "--restartable: a shell or a command run by the client (run -i) cannot be restarted by "
@@ -259,12 +470,18 @@ void Service::Enqueue(const Job& job) {
   q.shape = capacity_->ShapeOf(job.id);
   auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
   queue_.insert(pos, q);
+  ++queued_by_uid_[job.uid];
 }
 
 void Service::Dequeue(uint64_t id) {
   auto it = std::find_if(queue_.begin(), queue_.end(),
                          [&](const core::QueuedJob& q) { return q.id == id; });
-  if (it != queue_.end()) queue_.erase(it);
+  if (it == queue_.end()) return;
+  queue_.erase(it);
+  auto job = jobs_.find(id);
+  if (job == jobs_.end()) return;
+  auto n = queued_by_uid_.find(job->second.uid);
+  if (n != queued_by_uid_.end() && --n->second == 0) queued_by_uid_.erase(n);
 }
 
 Status Service::Cancel(const Caller& caller, uint64_t id) {

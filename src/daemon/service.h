@@ -49,6 +49,9 @@ struct Caller {
   std::string user;
   bool admin = false;  // root, the admin group, or the TCP token holder.
   bool local = true;   // Came over the unix socket (can own jobs).
+  // The TCP bearer token holder: reads and cancels only (Api::Handle checks
+  // each route's scope), never anyone's environment.
+  bool token = false;
 };
 
 struct SubmitSpec {
@@ -78,6 +81,12 @@ struct ResizeSpec {
 // `gid` and the supplementary groups (getgrouplist). For group quotas.
 std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid);
 
+// `text` with the value of every `env` entry ("K=V", values of 6 or more
+// characters) replaced by "$K": a message shown to others (a job's failure
+// reason, an event) must not carry its owner's environment, e.g. the PATH a
+// "command not found" names (issue 13).
+std::string RedactEnvironment(std::string text, const std::vector<std::string>& env);
+
 struct ServiceOptions {
   std::string state_dir;
   std::string shim_path;            // libgpuslice.so preloaded into jobs.
@@ -102,6 +111,18 @@ struct ServiceOptions {
   // Owners, process groups and signals of GPU processes (the watchdog and
   // foreign use); null: /proc (tests give a FakeProcessTable).
   ProcessTable* processes = nullptr;
+  // What one user may hold in the queue and one job may carry (issue 13:
+  // 10,000 queued jobs with a 7.4 MB environment each took the daemon to
+  // 907 MiB). Config keys of the same names (docs/CONFIG.md).
+  uint32_t max_queued_jobs_per_user = 500;
+  uint64_t max_env_bytes = 256 << 10;
+  uint64_t max_argv_bytes = 256 << 10;
+  // How often a failed ledger write is retried (degraded until it succeeds).
+  int64_t ledger_retry_ms = 2000;
+  // The process groups of job `job`'s processes, found by its identity
+  // (job_finder.h), for a launch the daemon did not see finish. Unset:
+  // FindProcessGroupsByEnv over /proc. Tests fake it; cgroups may replace it.
+  std::function<std::vector<int64_t>(const core::Job& job)> find_job_groups;
 };
 
 // What a running job uses, sampled once a second from its slice region (what
@@ -218,6 +239,12 @@ class Service {
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
 
+  // After a failed ledger write (disk full...): every ledger_retry_ms, writes
+  // what could not be written; when that succeeds, leaves degraded mode and
+  // says so in an event. The event loop calls it on its timer; cheap when
+  // the ledger is fine.
+  void MaintainLedger();
+
   bool degraded() const { return !degraded_reason_.empty(); }
   const std::string& degraded_reason() const { return degraded_reason_; }
   const InventorySnapshot& inventory() const { return inventory_; }
@@ -232,6 +259,9 @@ class Service {
   // (CUDA_VISIBLE_DEVICES by UUID, GPUSLICE_SLICE, the shim preloaded, the
   // simulated driver's directory when the GPUs are simulated).
   std::vector<std::string> JobEnvironment(const core::Job& job) const;
+  // `text` (an event's message about job `job_id`) without that job's
+  // environment values, for anyone to read.
+  std::string PublicText(uint64_t job_id, std::string text) const;
   // Jobs holding each GPU (by inventory index), for `gpuslice gpus`.
   std::map<uint32_t, std::vector<uint64_t>> SlicesByGpu() const;
 
@@ -273,9 +303,24 @@ class Service {
   };
 
   void Degrade(const std::string& reason);
+  // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
+  // older install left (state dir, job dirs, ledger files).
+  core::Status SecureStateDir();
   // Persists a change of `job` from state `from`; degrades on failure.
   bool Persist(const core::Job& job, std::optional<core::JobState> from);
   core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
+  // Crash-safe launching (issue 13). A job about to be launched is first
+  // recorded as running in its slice with no pid (its launch intent); its
+  // pid follows once known. A restart that finds such a job looks for its
+  // processes instead of starting it again: adopted when found, ended when
+  // its supervisor left an exit status, queued again only when it left no
+  // trace at all (no log file: the launch never began), failed otherwise.
+  // Returns false when the job was ended.
+  bool ResolveInterruptedLaunch(core::Job& job);
+  // Puts a job whose launch intent could not be recorded back in the queue.
+  void UndoStart(core::Job& job);
+  // The per-user queue cap and the size limits of a submission.
+  core::Status CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const;
   std::string JobDir(uint64_t id) const;
   void Schedule();
   // Plans now when that is cheap or has not happened for a while; otherwise
@@ -356,6 +401,7 @@ class Service {
   std::map<uint64_t, core::Job> jobs_;    // Live and recent finished jobs.
   std::map<uint64_t, Live> live_;         // Running jobs only.
   std::vector<core::QueuedJob> queue_;    // Sorted by core::QueueBefore.
+  std::unordered_map<uint32_t, uint32_t> queued_by_uid_;  // Kept by Enqueue/Dequeue.
   // From the last plan: each waiting job's position and reason. The text of
   // the reason is made only when someone looks (View), not on every pass.
   std::vector<core::WaitingJob> last_waiting_;
@@ -364,6 +410,13 @@ class Service {
   uint64_t plan_head_ = 0;
   bool schedule_pending_ = false;
   int64_t last_schedule_ms_ = 0;
+
+  // Ledger writes that failed (job id -> the state its last saved row has),
+  // written again by MaintainLedger.
+  std::map<uint64_t, std::optional<core::JobState>> unsaved_jobs_;
+  bool ledger_write_failed_ = false;  // Degraded by a write, so recoverable.
+  int64_t ledger_failed_ms_ = 0;
+  int64_t ledger_retry_at_ms_ = 0;
 
   // Events (in memory only when the ledger is unavailable).
   std::map<std::string, uint64_t> event_counts_;

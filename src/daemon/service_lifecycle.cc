@@ -243,6 +243,14 @@ void Service::StartJob(Job& job) {
   job.state = JobState::kRunning;
   Live l;
   if (job.mode != core::JobMode::kShell) {
+    // Crash safety (issue 13: after a SIGKILL 6 of 204 jobs ran twice): the
+    // launch intent (running, its slice, no pid yet) is durable before any
+    // process exists, so a restart looks for the job's processes instead of
+    // starting it again (Service::ResolveInterruptedLaunch).
+    if (!Persist(job, JobState::kQueued)) {
+      UndoStart(job);
+      return;
+    }
     std::string dir = JobDir(job.id);
     mkdir(dir.c_str(), 0700);
     if (IsElastic(job)) WriteGpusFile(job);
@@ -259,7 +267,10 @@ void Service::StartJob(Job& job) {
     if (!ref.ok()) {
       live_[job.id] = l;
       int code = ref.status().code() == core::StatusCode::kNotFound ? 127 : 126;
-      FinishJob(job, JobState::kFailed, code, ref.status().message());
+      // The reason is public (ps, events, the status page): not the PATH
+      // or any other value of the owner's environment.
+      FinishJob(job, JobState::kFailed, code,
+                RedactEnvironment(ref.status().message(), spec.env));
       return;
     }
     job.pid = ref->pid;
@@ -267,7 +278,7 @@ void Service::StartJob(Job& job) {
     l.supervisor_pid = ref->supervisor_pid;
   }
   live_[job.id] = l;
-  Persist(job, JobState::kQueued);
+  Persist(job, job.mode == core::JobMode::kShell ? JobState::kQueued : JobState::kRunning);
   ObserveWait(job);
   RecordEvent("started", job.id, job.user,
               "on " + (job.allocation.gpu_uuids.empty() ? std::string("-")

@@ -340,7 +340,7 @@ json StatusSnapshot(Service& service) {
                         {"kind", e.kind},
                         {"job", e.job_id},
                         {"user", e.user},
-                        {"message", e.message}});
+                        {"message", service.PublicText(e.job_id, e.message)}});
     }
   }
 
