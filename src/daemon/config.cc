@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/units.h"
+#include "daemon/job_log.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -96,6 +97,32 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     auto d = core::ParseDuration(v);
     if (!d.ok()) return d.status().WithContext("kill_grace");
     c->kill_grace_ms = d->count();
+    return core::Status::Ok();
+  }
+  if (key == "cgroups") {
+    GPUSLICE_ASSIGN_OR_RETURN(c->cgroups, ParseBool(key, v));
+    return core::Status::Ok();
+  }
+  if (key == "cgroup_base") {
+    // One path component per level, relative to each hierarchy's root.
+    bool ok = !v.empty() && v[0] != '/' && v.back() != '/' && v.find("..") == std::string::npos &&
+              v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                  "0123456789-_./") == std::string::npos;
+    if (!ok) {
+      return core::InvalidArgumentError(
+          "cgroup_base: a relative path of letters, digits, '-', '_', '.' and '/', got '" + v +
+          "'");
+    }
+    c->cgroup_base = v;
+    return core::Status::Ok();
+  }
+  if (key == "max_log_size") {
+    auto bytes = core::ParseBytes(v);
+    if (!bytes.ok()) return bytes.status().WithContext("max_log_size");
+    if (*bytes != 0 && *bytes < kMinLogCap) {
+      return core::InvalidArgumentError("max_log_size: at least 64 KiB (or 0: no cap)");
+    }
+    c->max_log_bytes = *bytes;
     return core::Status::Ok();
   }
   if (key == "log_level") {

@@ -37,6 +37,11 @@ struct DaemonConfig {
   int64_t kill_grace_ms = 5000;
   LogLevel log_level = LogLevel::kInfo;
   PolicyConfig rules;              // Pools, preemption, watchdog, idle reclaim.
+  // Job cgroups (docs/DAEMON.md): on unless turned off; `<hierarchy
+  // root>/<cgroup_base>/job-<id>`. One daemon per base.
+  bool cgroups = true;
+  std::string cgroup_base = "gpuslice";
+  uint64_t max_log_bytes = 1ull << 30;  // Per job log file; 0 = no cap.
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.
