@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/cgroup_fake.h"
 #include "daemon/job_log.h"
 
 namespace gpuslice::daemon {
@@ -109,6 +110,59 @@ TEST_F(LauncherTest, HostLimitsWithoutCgroupsAreRefused) {
   auto ref = l.Launch(s);
   ASSERT_FALSE(ref.ok());
   EXPECT_NE(ref.status().message().find("need cgroups"), std::string::npos);
+}
+
+// The launcher's use of cgroups, over FakeCgroups (any user).
+TEST_F(LauncherTest, LeaderJoinsItsCgroupBeforeExecAndTheCgroupDecidesLiveness) {
+  FakeCgroups cg(dir_);
+  RealLauncher l({&cg, 0});
+  EXPECT_TRUE(l.UsesCgroups());
+  EXPECT_EQ(l.Tracking(), "cgroup fake");
+  LaunchSpec s = Spec("exit 0", 9);
+  s.host_limits = {500, 64ull << 20};
+  cg.populated.insert("job-9");
+  auto ref = l.Launch(s);
+  ASSERT_TRUE(ref.ok()) << ref.status().message();
+  ASSERT_EQ(cg.created.count("job-9"), 1u);
+  EXPECT_EQ(cg.created["job-9"].cpu_milli, 500u);
+  EXPECT_EQ(cg.created["job-9"].memory_bytes, 64ull << 20);
+  EXPECT_EQ(Read(cg.ProcsFile("job-9")), "0") << "the leader wrote itself in before exec";
+  // The leader is gone; the cgroup still holds a process.
+  ASSERT_TRUE(WaitFor([&] { return fs::exists(dir_ + "/status"); }, 10));
+  EXPECT_TRUE(l.GroupAlive(ref->pid));
+  ASSERT_TRUE(l.SignalGroup(ref->pid, SIGTERM).ok());
+  EXPECT_EQ(cg.signals, (std::vector<std::pair<std::string, int>>{{"job-9", SIGTERM}}));
+  ASSERT_TRUE(l.StopGroup(ref->pid, true).ok());
+  EXPECT_TRUE(cg.frozen["job-9"]);
+  ASSERT_TRUE(l.SignalGroup(ref->pid, SIGKILL).ok());  // The whole cgroup.
+  EXPECT_EQ(cg.kills, std::vector<std::string>{"job-9"});
+  EXPECT_FALSE(l.GroupAlive(ref->pid));
+  cg.oom_killed.insert("job-9");
+  EXPECT_EQ(l.EndNote(ref->pid),
+            "killed by the kernel's OOM killer: the job reached its host memory limit "
+            "(--host-mem 64 MiB)");
+  l.Release(ref->pid);
+  EXPECT_EQ(cg.removed, std::vector<std::string>{"job-9"});
+  EXPECT_EQ(l.EndNote(ref->pid), "") << "forgotten once released";
+}
+
+TEST_F(LauncherTest, ACgroupThatCannotBeMadeFailsTheLaunchAndUnavailableCgroupsFallBack) {
+  FakeCgroups cg(dir_);
+  cg.create_error = core::PermissionDeniedError("mkdir: Permission denied");
+  RealLauncher l({&cg, 0});
+  auto ref = l.Launch(Spec("true", 3));
+  ASSERT_FALSE(ref.ok());
+  EXPECT_EQ(ref.status().message(), "cannot set up the job's cgroup: mkdir: Permission denied");
+
+  FakeCgroups off(dir_);
+  off.is_available = false;
+  RealLauncher fallback({&off, 0});
+  EXPECT_FALSE(fallback.UsesCgroups());
+  EXPECT_EQ(fallback.Tracking(), "process groups (cgroups unavailable (fake))");
+  auto plain = fallback.Launch(Spec("true", 3));
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_TRUE(off.created.empty());
+  EXPECT_TRUE(EndsWithin(fallback, plain->pid, 10));
 }
 
 // With the machine's cgroups (root only).
