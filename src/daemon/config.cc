@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -143,6 +144,18 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (policy_key) return core::Status::Ok();
   return core::InvalidArgumentError("unknown setting '" + std::string(key) +
                                     "' (see docs/CONFIG.md)");
+}
+
+std::string CgroupBaseFor(const DaemonConfig& c) {
+  if (!c.cgroup_base.empty()) return c.cgroup_base;
+  if (c.state_dir == DaemonConfig().state_dir) return "gpuslice";
+  // FNV-1a: the same state directory maps to the same base in every build,
+  // so a restarted (or upgraded) daemon finds its jobs' cgroups again.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : c.state_dir) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("gpuslice-") + hex;
 }
 
 core::Status ParseConfigText(std::string_view text, std::string_view file, DaemonConfig* c) {

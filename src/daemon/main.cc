@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   gd::RealClock clock;
   gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir);
   // Jobs are tracked by cgroup when the machine lets us (docs/DAEMON.md).
-  gd::SysCgroups cgroups({config.cgroup_base, "/proc/self/mountinfo", config.cgroups});
+  gd::SysCgroups cgroups({gd::CgroupBaseFor(config), "/proc/self/mountinfo", config.cgroups});
   gd::RealLauncher launcher({&cgroups, config.max_log_bytes});
   if (cgroups.available()) {
     gd::LogInfo("job tracking: " + cgroups.Describe());
