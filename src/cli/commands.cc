@@ -36,6 +36,13 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   sub->add_option("--max-runtime", r.max_runtime, "End the job after this long, e.g. 2h");
   sub->add_option("--pool", r.pool, "Run on this pool's GPUs (default: the default pool)");
   if (with_command) {
+    sub->add_option("--cpus", r.cpus,
+                    "Host CPU time the job may use, in CPUs (0.5, 2), like docker run --cpus");
+    sub->add_option("--host-mem", r.host_mem,
+                    "Host memory the job may use, e.g. 4GiB (the kernel ends it past this), like "
+                    "docker run --memory");
+  }
+  if (with_command) {
     sub->add_flag("--restartable", r.restartable,
                   "If preempted, queue it again (it restarts from the beginning)");
   }
@@ -244,6 +251,9 @@ int StatusCmd(Context& ctx) {
               << (s["simulated"].get<bool>() ? " (simulated)" : "")
               << "\n  running: " << s["running"].get<int>()
               << "\n  queued: " << s["queued"].get<int>() << "\n";
+    if (s.contains("job_tracking")) {
+      std::cout << "  job tracking: " << s["job_tracking"].get<std::string>() << "\n";
+    }
   }
   return 0;
 }
@@ -275,6 +285,8 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
   put("name", r.name);
   put("max_runtime", r.max_runtime);
   put("pool", r.pool);
+  put("cpus", r.cpus);
+  put("host_mem", r.host_mem);
   if (r.restartable) body["restartable"] = true;
   body["argv"] = r.command;
   char cwd[4096];

@@ -18,7 +18,7 @@ namespace gpuslice::cli {
 // Options shared by the subcommands that ask for resources.
 struct RequestOptions {
   std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime,
-      pool;
+      pool, cpus, host_mem;
   bool restartable = false;
   // run -i: the command runs here, attached to this terminal (a "shell" job
   // with a command: the daemon grants the slice, the CLI starts it).

@@ -146,6 +146,11 @@ int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_c
 
 int RunJob(Context& ctx, const std::string& mode) {
   if (ctx.request.interactive) {
+    if (ctx.request.cpus || ctx.request.host_mem) {
+      return ReportError(ctx, core::InvalidArgumentError(
+                                  "--cpus/--host-mem: a command run here (-i) is outside the "
+                                  "daemon's cgroups; drop -i to get host limits"));
+    }
     if (ctx.request.restartable) {
       return ReportError(ctx, core::InvalidArgumentError(
                                   "--restartable: a command run here (-i) cannot be restarted "

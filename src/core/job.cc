@@ -152,6 +152,20 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
     if (!mig.ok()) return mig.status().WithContext("--mig");
     r.mig = *mig;
   }
+  if (f.cpus) {
+    auto cpus = ParseCpuMilli(*f.cpus);
+    if (!cpus.ok()) return cpus.status().WithContext("--cpus");
+    r.host_cpu_milli = *cpus;
+  }
+  if (f.host_mem) {
+    auto mem = ParseBytes(*f.host_mem);
+    if (!mem.ok()) return mem.status().WithContext("--host-mem");
+    if (*mem < kMinHostMemoryBytes) {
+      return InvalidArgumentError("--host-mem: must be at least 4 MiB (a process needs some "
+                                  "memory to start)");
+    }
+    r.host_memory_bytes = *mem;
+  }
   if (f.priority) {
     auto p = ParsePriority(*f.priority);
     if (!p.ok()) return p.status().WithContext("--priority");

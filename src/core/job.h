@@ -107,6 +107,8 @@ struct RequestFields {
   std::optional<std::string> name;
   std::optional<std::string> max_runtime;  // "2h"
   std::optional<std::string> pool;         // "inference"; unset: the default pool
+  std::optional<std::string> cpus;         // "0.5": host CPU limit (cgroup)
+  std::optional<std::string> host_mem;     // "64MiB": host memory limit (cgroup)
 };
 
 // Builds and validates a ResourceRequest. Errors name the field ("--mem") and

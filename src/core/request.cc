@@ -121,7 +121,48 @@ Status ResourceRequest::Validate() const {
     return InvalidArgumentError("max_runtime: must be positive");
   }
   if (name.size() > 128) return InvalidArgumentError("name: longer than 128 characters");
+  if (host_cpu_milli != 0 &&
+      (host_cpu_milli < kMinHostCpuMilli || host_cpu_milli > kMaxHostCpuMilli)) {
+    return InvalidArgumentError("cpus: must be 0.01 to 4096");
+  }
+  if (host_memory_bytes != 0 && host_memory_bytes < kMinHostMemoryBytes) {
+    return InvalidArgumentError("host_mem: must be at least 4 MiB");
+  }
   return Status::Ok();
+}
+
+Result<uint32_t> ParseCpuMilli(std::string_view text) {
+  std::string t(text);
+  auto bad = [&](const std::string& why) {
+    return InvalidArgumentError("'" + t.substr(0, 32) + "': " + why);
+  };
+  if (t.empty()) return bad("expected a number of CPUs, e.g. 0.5 or 2");
+  uint64_t whole = 0, frac = 0;
+  size_t i = 0, frac_digits = 0;
+  while (i < t.size() && t[i] >= '0' && t[i] <= '9' && whole <= kMaxHostCpuMilli) {
+    whole = whole * 10 + static_cast<uint64_t>(t[i++] - '0');
+  }
+  if (i < t.size() && t[i] == '.') {
+    ++i;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') {
+      if (++frac_digits > 3) return bad("at most three decimals");
+      frac = frac * 10 + static_cast<uint64_t>(t[i++] - '0');
+    }
+  }
+  if (i != t.size() || (i == 0) || t == ".") return bad("expected a number of CPUs, e.g. 0.5 or 2");
+  for (size_t d = frac_digits; d < 3; ++d) frac *= 10;
+  uint64_t milli = whole * 1000 + frac;
+  if (milli < kMinHostCpuMilli || milli > kMaxHostCpuMilli) return bad("must be 0.01 to 4096");
+  return static_cast<uint32_t>(milli);
+}
+
+std::string FormatCpuMilli(uint32_t milli) {
+  std::string out = std::to_string(milli / 1000);
+  uint32_t frac = milli % 1000;
+  if (frac == 0) return out;
+  std::string f = std::to_string(1000 + frac).substr(1);
+  while (f.back() == '0') f.pop_back();
+  return out + "." + f;
 }
 
 std::string ResourceRequest::Describe() const {

@@ -60,6 +60,11 @@ struct ResourceRequest {
   std::string name;  // Optional, human-readable.
   std::string pool;  // Empty: the default pool.
   std::optional<std::chrono::milliseconds> max_runtime;
+  // Host limits, applied through the job's cgroup like `docker run --cpus
+  // --memory` (docs/DAEMON.md): CPU time in per-mille of one CPU (`--cpus
+  // 0.5` = 500) and memory in bytes (`--host-mem`); 0 = no limit.
+  uint32_t host_cpu_milli = 0;
+  uint64_t host_memory_bytes = 0;
 
   // Checks internal consistency (not whether any GPU could hold it: that is
   // the placement core's job). Errors name the offending field.
@@ -68,6 +73,17 @@ struct ResourceRequest {
   // "2 GPUs", "1-4 GPUs", "8 GiB + 30%", "MIG 1g.10gb".
   std::string Describe() const;
 };
+
+// Bounds of the host limits (a cgroup needs some memory to start a process
+// at all; the kernel's CFS quota needs at least 1 ms per 100 ms period).
+inline constexpr uint32_t kMinHostCpuMilli = 10;             // 0.01 CPU
+inline constexpr uint32_t kMaxHostCpuMilli = 4096 * 1000;    // 4096 CPUs
+inline constexpr uint64_t kMinHostMemoryBytes = 4ull << 20;  // 4 MiB
+// Parses `--cpus`: a positive decimal number of CPUs with at most three
+// decimals ("0.5", "2", "1.25"), as per-mille.
+Result<uint32_t> ParseCpuMilli(std::string_view text);
+// "0.5", "2", "1.25".
+std::string FormatCpuMilli(uint32_t milli);
 
 // Parses the GPU count syntax of `--gpus`: "2" or "1-4".
 Status ParseGpuCount(std::string_view text, uint32_t* min, uint32_t* max);

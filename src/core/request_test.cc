@@ -70,5 +70,37 @@ TEST(ResourceRequest, MigNeedsProfile) {
   EXPECT_EQ(r.Describe(), "MIG 1g.10gb");
 }
 
+TEST(HostLimits, CpusParseLikeDockerAndRoundTrip) {
+  struct Case {
+    const char* text;
+    uint32_t milli;
+  } good[] = {{"0.5", 500}, {"2", 2000}, {"1.25", 1250}, {"0.01", 10}, {".5", 500},
+              {"4096", 4'096'000}};
+  for (const Case& c : good) {
+    auto m = ParseCpuMilli(c.text);
+    ASSERT_TRUE(m.ok()) << c.text << ": " << m.status().message();
+    EXPECT_EQ(*m, c.milli) << c.text;
+  }
+  EXPECT_EQ(FormatCpuMilli(500), "0.5");
+  EXPECT_EQ(FormatCpuMilli(2000), "2");
+  EXPECT_EQ(FormatCpuMilli(1250), "1.25");
+  for (const char* bad : {"", ".", "0", "0.001", "1.2345", "-1", "1e3", "4097", "2 cpus", "abc"}) {
+    EXPECT_FALSE(ParseCpuMilli(bad).ok()) << bad;
+  }
+}
+
+TEST(HostLimits, ValidateBoundsBothLimits) {
+  ResourceRequest r;
+  r.kind = RequestKind::kFraction;
+  r.memory_bytes = kGiB;
+  r.host_cpu_milli = 5;
+  EXPECT_FALSE(r.Validate().ok());
+  r.host_cpu_milli = 500;
+  r.host_memory_bytes = kMiB;
+  EXPECT_FALSE(r.Validate().ok());
+  r.host_memory_bytes = 64 * kMiB;
+  EXPECT_TRUE(r.Validate().ok());
+}
+
 }  // namespace
 }  // namespace gpuslice::core

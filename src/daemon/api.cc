@@ -212,6 +212,7 @@ ApiResponse Api::Status(const ApiRequest&, uint64_t) {
   const InventorySnapshot& inv = service_.inventory();
   json j = {{"state", service_.degraded() ? "degraded" : "ok"},
             {"degraded_reason", service_.degraded_reason()},
+            {"job_tracking", service_.job_tracking()},
             {"version", "0.1.0"},
             {"gpu_source", inv.source},
             {"simulated", inv.simulated()},

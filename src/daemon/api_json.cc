@@ -74,7 +74,8 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   static const char* const kKnown[] = {"gpus", "mem",  "compute", "mig", "priority",
                                        "name", "max_runtime", "mode", "argv", "cwd",
-                                       "env",  "pool", "restartable", "compute_mode"};
+                                       "env",  "pool", "restartable", "compute_mode",
+                                       "cpus", "host_mem"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -91,6 +92,8 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "name", false, &f.name));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "max_runtime", false, &f.max_runtime));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "pool", false, &f.pool));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "cpus", true, &f.cpus));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "host_mem", true, &f.host_mem));
   if (j.contains("restartable")) {
     if (!j["restartable"].is_boolean()) {
       return core::InvalidArgumentError("restartable: must be true or false");
@@ -103,6 +106,11 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   }
   if (j.contains("argv")) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.argv, GetStrings(j, "argv", kMaxArgs));
+  }
+  if (spec.mode == core::JobMode::kShell && (f.cpus || f.host_mem)) {
+    return core::InvalidArgumentError(
+        "cpus/host_mem: not for shells and run -i (the client starts the command, outside the "
+        "daemon's cgroups)");
   }
   if (!j.contains("cwd")) return core::InvalidArgumentError("cwd: missing");
   GPUSLICE_ASSIGN_OR_RETURN(spec.cwd, GetString(j, "cwd"));
@@ -149,6 +157,8 @@ json JobToJson(const JobView& v) {
   }
   if (r.max_runtime) request["max_runtime_ms"] = r.max_runtime->count();
   if (!r.pool.empty()) request["pool"] = r.pool;
+  if (r.host_cpu_milli) request["host_cpu_milli"] = r.host_cpu_milli;
+  if (r.host_memory_bytes) request["host_memory_bytes"] = r.host_memory_bytes;
   json out = {{"id", j.id},
               {"name", r.name},
               {"user", j.user},

@@ -1,9 +1,11 @@
 #include "daemon/config.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
 #include "core/units.h"
+#include "daemon/job_log.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -98,6 +100,32 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     c->kill_grace_ms = d->count();
     return core::Status::Ok();
   }
+  if (key == "cgroups") {
+    GPUSLICE_ASSIGN_OR_RETURN(c->cgroups, ParseBool(key, v));
+    return core::Status::Ok();
+  }
+  if (key == "cgroup_base") {
+    // One path component per level, relative to each hierarchy's root.
+    bool ok = !v.empty() && v[0] != '/' && v.back() != '/' && v.find("..") == std::string::npos &&
+              v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                  "0123456789-_./") == std::string::npos;
+    if (!ok) {
+      return core::InvalidArgumentError(
+          "cgroup_base: a relative path of letters, digits, '-', '_', '.' and '/', got '" + v +
+          "'");
+    }
+    c->cgroup_base = v;
+    return core::Status::Ok();
+  }
+  if (key == "max_log_size") {
+    auto bytes = core::ParseBytes(v);
+    if (!bytes.ok()) return bytes.status().WithContext("max_log_size");
+    if (*bytes != 0 && *bytes < kMinLogCap) {
+      return core::InvalidArgumentError("max_log_size: at least 64 KiB (or 0: no cap)");
+    }
+    c->max_log_bytes = *bytes;
+    return core::Status::Ok();
+  }
   if (key == "log_level") {
     static const std::pair<const char*, LogLevel> kLevels[] = {
         {"error", LogLevel::kError}, {"warn", LogLevel::kWarn},
@@ -155,6 +183,18 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (policy_key) return core::Status::Ok();
   return core::InvalidArgumentError("unknown setting '" + std::string(key) +
                                     "' (see docs/CONFIG.md)");
+}
+
+std::string CgroupBaseFor(const DaemonConfig& c) {
+  if (!c.cgroup_base.empty()) return c.cgroup_base;
+  if (c.state_dir == DaemonConfig().state_dir) return "gpuslice";
+  // FNV-1a: the same state directory maps to the same base in every build,
+  // so a restarted (or upgraded) daemon finds its jobs' cgroups again.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : c.state_dir) h = (h ^ ch) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::string("gpuslice-") + hex;
 }
 
 core::Status ParseConfigText(std::string_view text, std::string_view file, DaemonConfig* c) {

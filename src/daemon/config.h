@@ -53,6 +53,12 @@ struct DaemonConfig {
   // A failed ledger write (disk full) is retried this often; the daemon leaves
   // degraded mode when one succeeds.
   int64_t ledger_retry_ms = 2'000;
+  // Job cgroups (docs/DAEMON.md): on unless turned off; `<hierarchy
+  // root>/<cgroup_base>/job-<id>`. One daemon per base: "" = "gpuslice" for
+  // the default state_dir, else "gpuslice-<hash of state_dir>".
+  bool cgroups = true;
+  std::string cgroup_base;
+  uint64_t max_log_bytes = 1ull << 30;  // Per job log file; 0 = no cap.
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.
@@ -61,5 +67,8 @@ core::Status ApplyConfigValue(DaemonConfig* config, std::string_view key, std::s
 core::Status ParseConfigText(std::string_view text, std::string_view file_name,
                              DaemonConfig* config);
 core::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
+// The cgroup base in use: cgroup_base, else derived from state_dir (above),
+// so daemons with their own state directories never share job cgroups.
+std::string CgroupBaseFor(const DaemonConfig& config);
 
 }  // namespace gpuslice::daemon

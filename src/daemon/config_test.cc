@@ -25,6 +25,27 @@ TEST(Config, FileOverridesDefaults) {
   EXPECT_EQ(c.socket_mode, 0600u);
 }
 
+TEST(Config, CgroupsAndTheLogCapHaveDefaultsAndCheckedValues) {
+  DaemonConfig c;
+  EXPECT_TRUE(c.cgroups);
+  EXPECT_EQ(CgroupBaseFor(c), "gpuslice");
+  c.state_dir = "/tmp/other";
+  EXPECT_EQ(CgroupBaseFor(c).rfind("gpuslice-", 0), 0u) << "daemons of other state dirs differ";
+  EXPECT_EQ(CgroupBaseFor(c).size(), 9u + 16u);
+  EXPECT_EQ(c.max_log_bytes, 1ull << 30);
+  ASSERT_TRUE(ParseConfigText("cgroups = off\ncgroup_base = ci/run-1\nmax_log_size = 64KiB\n",
+                              "t.conf", &c)
+                  .ok());
+  EXPECT_FALSE(c.cgroups);
+  EXPECT_EQ(CgroupBaseFor(c), "ci/run-1");
+  EXPECT_EQ(c.max_log_bytes, 64u * 1024);
+  EXPECT_TRUE(ApplyConfigValue(&c, "max_log_size", "0").ok());  // No cap.
+  EXPECT_FALSE(ApplyConfigValue(&c, "max_log_size", "1KiB").ok());
+  for (const char* bad : {"/abs", "../up", "a b", "trailing/", ""}) {
+    EXPECT_FALSE(ApplyConfigValue(&c, "cgroup_base", bad).ok()) << bad;
+  }
+}
+
 TEST(Config, MetricsListenIsOffByDefaultAndTakesHostPort) {
   DaemonConfig config;
   EXPECT_EQ(config.metrics_listen, "");

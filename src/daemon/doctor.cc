@@ -89,6 +89,10 @@ json Doctor::Run() {
       have_nvml ? "NVML " + inventory_.nvml_version + ", driver " + inventory_.driver_version
                 : "no NVML");
 
+  if (!options_.job_tracking.empty()) {
+    add("job_tracking", options_.job_cgroups, options_.job_tracking);
+  }
+
   // The CUDA driver: loaded the way a job loads it.
   std::string cuda_lib = inventory_.simulated() && !options_.sim_lib_dir.empty()
                              ? options_.sim_lib_dir + "/libcuda.so.1"

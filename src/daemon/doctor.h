@@ -19,6 +19,10 @@ struct DoctorOptions {
   std::string shim_path;
   std::string sim_lib_dir;           // Where the simulated libcuda is, when simulated.
   std::vector<std::string> job_env;  // GPUSLICE_SIM_* for the probes.
+  // How jobs are tracked (Launcher::Tracking) and whether by cgroup: without
+  // cgroups a process that calls setsid escapes its job.
+  std::string job_tracking;
+  bool job_cgroups = false;
 };
 
 // CUDA versions are encoded as 1000 * major + 10 * minor (13000 = 13.0).

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <string.h>
@@ -11,10 +12,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
+
+#include "core/units.h"
+#include "daemon/job_log.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -27,8 +34,10 @@ struct ChildError {
   int32_t step;
   int32_t err;
 };
-constexpr const char* kSteps[] = {"open /dev/null", "redirect output", "set groups", "set gid",
-                                  "set uid",        "change directory", "exec"};
+constexpr const char* kSteps[] = {"open /dev/null", "redirect output",  "set groups",
+                                  "set gid",        "set uid",          "change directory",
+                                  "exec",           "join its cgroup"};
+constexpr int kStepCount = sizeof kSteps / sizeof kSteps[0];
 
 void WriteAll(int fd, const void* data, size_t n) {
   const char* p = static_cast<const char*>(data);
@@ -47,15 +56,87 @@ void WriteAll(int fd, const void* data, size_t n) {
   _exit(127);
 }
 
-Result<int> OpenLog(const std::string& path, uint32_t uid, uint32_t gid) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
+Result<int> OpenLog(const std::string& path) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return ErrnoError(errno, "open " + path);
-  if (geteuid() == 0 && fchown(fd, uid, gid) != 0) {
-    int err = errno;
-    close(fd);
-    return ErrnoError(err, "chown " + path);
-  }
   return fd;
+}
+
+// The supervisor's work once the leader runs: copies the job's output into
+// its logs, waits for the leader, and writes the leader's wait status to
+// `status_path` (through `status_tmp` and rename) once its output is all in
+// the logs: every writer closed the pipes, or no process of the job is left
+// (`tracking_procs` empty, else the leader's process group gone), as a
+// process outside the job may hold a copy of the pipe. Then relays until the
+// pipes close. System calls only (runs after fork).
+void RelayAndWait(pid_t leader, int out_pipe, int err_pipe, LogWriter out, LogWriter err,
+                  const char* tracking_procs, const sigset_t* unblocked, const char* status_tmp,
+                  const char* status_path) {
+  struct pollfd fds[2] = {{out_pipe, POLLIN, 0}, {err_pipe, POLLIN, 0}};
+  LogWriter* writers[2] = {&out, &err};
+  bool leader_done = false, status_written = false;
+  int status = 0;
+  static char buf[16 * 1024];
+  auto job_empty = [&] {
+    if (tracking_procs == nullptr) return kill(-leader, 0) != 0 && errno == ESRCH;
+    int fd = open(tracking_procs, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    char c;
+    ssize_t n = read(fd, &c, 1);
+    close(fd);
+    return n <= 0;
+  };
+  // Reads what each pipe has; `wait` blocks (until output, EOF, SIGCHLD or
+  // the timeout).
+  auto pump = [&](const struct timespec* timeout) {
+    int n = ppoll(fds, 2, timeout, unblocked);
+    if (n <= 0) return false;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      ssize_t r = read(fds[i].fd, buf, sizeof buf);
+      if (r > 0) {
+        writers[i]->Write(buf, static_cast<size_t>(r));
+      } else if (r == 0 || (errno != EINTR && errno != EAGAIN)) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+      }
+    }
+    return true;
+  };
+  const struct timespec check = {0, 100 * 1000 * 1000}, now = {0, 0};
+  for (;;) {
+    if (!leader_done) {
+      pid_t r = waitpid(leader, &status, WNOHANG);
+      if (r == leader || (r < 0 && errno == ECHILD)) leader_done = true;
+    }
+    bool pipes_closed = fds[0].fd < 0 && fds[1].fd < 0;
+    if (leader_done && !status_written && (pipes_closed || job_empty())) {
+      // What is already in the pipes (bounded: a writer outside the job
+      // could keep them full).
+      for (int i = 0; i < 256 && !pipes_closed && pump(&now); ++i) {
+        pipes_closed = fds[0].fd < 0 && fds[1].fd < 0;
+      }
+      char line[64];
+      int n = WIFSIGNALED(status) ? std::snprintf(line, sizeof line, "signal %d\n", WTERMSIG(status))
+                                  : std::snprintf(line, sizeof line, "exit %d\n",
+                                                  WIFEXITED(status) ? WEXITSTATUS(status) : 255);
+      int fd = open(status_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        WriteAll(fd, line, static_cast<size_t>(n));
+        fsync(fd);
+        close(fd);
+        rename(status_tmp, status_path);
+      }
+      status_written = true;
+    }
+    if (pipes_closed) {
+      if (status_written) return;
+      // Only the leader's end is awaited: SIGCHLD interrupts this.
+      ppoll(nullptr, 0, nullptr, unblocked);
+      continue;
+    }
+    pump(leader_done ? &check : nullptr);
+  }
 }
 
 }  // namespace
@@ -138,10 +219,28 @@ Result<std::string> ResolveProgram(const std::string& program, const std::string
   return core::NotFoundError("command '" + program + "' not found in PATH " + path);
 }
 
-RealLauncher::RealLauncher() {
+RealLauncher::RealLauncher() : RealLauncher(LauncherOptions{}) {}
+
+RealLauncher::RealLauncher(LauncherOptions options) : max_log_bytes_(options.max_log_bytes) {
   // Orphaned job processes are re-parented to us and reaped by Reap(), so
   // they never linger as zombies and GroupAlive stays accurate.
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  if (options.cgroups != nullptr && options.cgroups->available()) {
+    cgroups_ = options.cgroups;
+  } else {
+    cgroup_problem_ = options.cgroups != nullptr ? options.cgroups->Describe()
+                                                 : std::string("cgroups not configured");
+  }
+}
+
+std::string RealLauncher::Tracking() const {
+  if (cgroups_ != nullptr) return cgroups_->Describe();
+  return "process groups (" + cgroup_problem_ + ")";
+}
+
+const RealLauncher::Tracked* RealLauncher::Find(int64_t pgid) const {
+  auto it = tracked_.find(pgid);
+  return it == tracked_.end() ? nullptr : &it->second;
 }
 
 Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
@@ -157,6 +256,27 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
     if (e.rfind("PATH=", 0) == 0) path_env = e.substr(5);
   }
   GPUSLICE_ASSIGN_OR_RETURN(std::string program, ResolveProgram(spec.argv[0], path_env, spec.cwd));
+
+  // The job's cgroup, made before the leader exists so that it joins before
+  // it can fork.
+  std::string cgroup;
+  std::vector<std::string> join;
+  if (cgroups_ != nullptr && spec.job_id != 0) {
+    cgroup = "job-" + std::to_string(spec.job_id);
+    auto files = cgroups_->Create(cgroup, spec.host_limits);
+    if (!files.ok()) {
+      (void)cgroups_->Remove(cgroup);
+      return Status(files.status().code(), "cannot set up the job's cgroup: " +
+                                               files.status().message());
+    }
+    join = std::move(*files);
+  } else if (spec.host_limits.any()) {
+    return core::FailedPreconditionError(
+        "--cpus and --host-mem need cgroups, which this daemon does not use: " + cgroup_problem_);
+  }
+  // The supervisor tells "no process of the job is left" from this file
+  // (empty) or, without a cgroup, from the process group.
+  std::string tracking_procs = join.empty() ? std::string() : join.front();
 
   // Supplementary groups of the target user, computed before fork (NSS
   // lookups are not safe after fork).
@@ -178,13 +298,17 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
     }
   }
 
-  GPUSLICE_ASSIGN_OR_RETURN(int out_fd, OpenLog(spec.stdout_path, spec.uid, spec.gid));
-  auto err_fd_or = OpenLog(spec.stderr_path, spec.uid, spec.gid);
+  // The logs belong to the daemon: the job writes into pipes, the
+  // supervisor writes the files (and caps them).
+  GPUSLICE_ASSIGN_OR_RETURN(int out_fd, OpenLog(spec.stdout_path));
+  auto err_fd_or = OpenLog(spec.stderr_path);
   if (!err_fd_or.ok()) {
     close(out_fd);
     return err_fd_or.status();
   }
   int err_fd = *err_fd_or;
+  std::string stdout_tmp = spec.stdout_path + ".trim";
+  std::string stderr_tmp = spec.stderr_path + ".trim";
 
   std::vector<char*> argv;
   for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -194,30 +318,45 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
   envp.push_back(nullptr);
   std::string status_tmp = spec.status_path + ".tmp";
 
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) {
+  int report[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int fd : {out_fd, err_fd, report[0], report[1], out_pipe[0], out_pipe[1], err_pipe[0],
+                   err_pipe[1]}) {
+      if (fd >= 0) close(fd);
+    }
+  };
+  if (pipe2(report, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 ||
+      pipe2(err_pipe, O_CLOEXEC) != 0) {
     int err = errno;
-    close(out_fd);
-    close(err_fd);
+    close_all();
     return ErrnoError(err, "pipe");
   }
+  uint64_t cap = max_log_bytes_;
   pid_t sup = fork();
   if (sup < 0) {
     int err = errno;
-    close(out_fd);
-    close(err_fd);
-    close(report[0]);
-    close(report[1]);
+    close_all();
     return ErrnoError(err, "fork");
   }
   if (sup == 0) {
-    // Supervisor. The daemon is single-threaded, so the heap is consistent,
-    // but keep to plain system calls anyway.
+    // Supervisor. Only system calls from here: the daemon may have other
+    // threads, whose locks (malloc's) a forked child must not touch.
     close(report[0]);
     setsid();
     signal(SIGHUP, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    // SIGCHLD stays blocked except inside ppoll below, so the leader's end
+    // interrupts the wait for output without a race.
+    struct sigaction on_child = {};
+    on_child.sa_handler = [](int) {};
+    sigaction(SIGCHLD, &on_child, nullptr);
+    sigset_t chld, unblocked;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, &unblocked);
+    sigdelset(&unblocked, SIGCHLD);
     pid_t leader = fork();
     if (leader == 0) {
       setpgid(0, 0);
@@ -225,9 +364,16 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
       for (int s : {SIGHUP, SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGQUIT}) signal(s, SIG_DFL);
+      // Into the job's cgroup first, while still root: every process the
+      // job starts from here on is born in it.
+      for (const std::string& procs : join) {
+        int fd = open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "0", 1) != 1) ChildFail(report[1], 7);
+        close(fd);
+      }
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull < 0) ChildFail(report[1], 0);
-      if (dup2(devnull, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0) {
+      if (dup2(devnull, 0) < 0 || dup2(out_pipe[1], 1) < 0 || dup2(err_pipe[1], 2) < 0) {
         ChildFail(report[1], 1);
       }
       if (root) {
@@ -251,33 +397,35 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
     int64_t leader64 = leader;
     WriteAll(report[1], &leader64, sizeof leader64);
     close(report[1]);
-    close(out_fd);
-    close(err_fd);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
     // Not a copy of the daemon's sockets (listener, connections) may stay
-    // open here for the job's lifetime.
-    if (close_range(3, ~0U, 0) != 0) {
-      for (int fd = 3; fd < 65536; ++fd) close(fd);
+    // open here for the job's lifetime, whatever the fd limit: close every
+    // descriptor but the four the relay needs, in the gaps between them.
+    {
+      int keep[] = {out_fd, err_fd, out_pipe[0], err_pipe[0]};
+      std::sort(std::begin(keep), std::end(keep));
+      unsigned from = 3;
+      for (int k : keep) {
+        if (k < 0 || static_cast<unsigned>(k) < from) continue;
+        if (static_cast<unsigned>(k) > from) close_range(from, static_cast<unsigned>(k) - 1, 0);
+        from = static_cast<unsigned>(k) + 1;
+      }
+      close_range(from, ~0U, 0);
     }
     if (leader < 0) _exit(1);
-    int status = 0;
-    while (waitpid(leader, &status, 0) < 0 && errno == EINTR) {
-    }
-    char line[64];
-    int n = WIFSIGNALED(status) ? std::snprintf(line, sizeof line, "signal %d\n", WTERMSIG(status))
-                                : std::snprintf(line, sizeof line, "exit %d\n",
-                                                WIFEXITED(status) ? WEXITSTATUS(status) : 255);
-    int fd = open(status_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      WriteAll(fd, line, static_cast<size_t>(n));
-      fsync(fd);
-      close(fd);
-      rename(status_tmp.c_str(), spec.status_path.c_str());
-    }
+    RelayAndWait(leader, out_pipe[0], err_pipe[0],
+                 LogWriter(spec.stdout_path.c_str(), stdout_tmp.c_str(), out_fd, cap),
+                 LogWriter(spec.stderr_path.c_str(), stderr_tmp.c_str(), err_fd, cap),
+                 tracking_procs.empty() ? nullptr : tracking_procs.c_str(), &unblocked,
+                 status_tmp.c_str(), spec.status_path.c_str());
     _exit(0);
   }
-  close(report[1]);
-  close(out_fd);
-  close(err_fd);
+  for (int* fd : {&report[1], &out_fd, &err_fd, &out_pipe[0], &out_pipe[1], &err_pipe[0],
+                  &err_pipe[1]}) {
+    close(*fd);
+    *fd = -1;
+  }
   // Read the leader's pid from the supervisor, then either EOF (exec
   // succeeded: the descriptor closed on exec) or the leader's error.
   char buf[sizeof(int64_t) + sizeof(ChildError)];
@@ -291,25 +439,41 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
   close(report[0]);
   ProcessRef ref;
   ref.supervisor_pid = sup;
+  auto forget_cgroup = [&] {
+    if (!cgroup.empty()) (void)cgroups_->Remove(cgroup);
+  };
   if (got < sizeof(int64_t)) {
+    forget_cgroup();
     return core::InternalError("job supervisor died before starting the command");
   }
   std::memcpy(&ref.pid, buf, sizeof(int64_t));
-  if (ref.pid <= 0) return core::ResourceExhaustedError("fork of the job leader failed");
+  if (ref.pid <= 0) {
+    forget_cgroup();
+    return core::ResourceExhaustedError("fork of the job leader failed");
+  }
   if (got == sizeof buf) {
     ChildError e;
     std::memcpy(&e, buf + sizeof(int64_t), sizeof e);
-    const char* step = e.step >= 0 && e.step < 7 ? kSteps[e.step] : "start";
+    const char* step = e.step >= 0 && e.step < kStepCount ? kSteps[e.step] : "start";
     std::string what = std::string("cannot start '") + spec.argv[0] + "': " + step;
     if (e.step == 5) what += " " + spec.cwd;
+    // The leader exits at once; its cgroup goes when it is empty.
+    for (int i = 0; i < 100 && !cgroup.empty() && cgroups_->Populated(cgroup); ++i) usleep(1000);
+    forget_cgroup();
     return ErrnoError(e.err, what);
   }
   ref.start_time = ProcessStartTime(ref.pid);
+  if (!cgroup.empty()) {
+    // A requeued job runs again in the same cgroup under a new leader.
+    std::erase_if(tracked_, [&](const auto& t) { return t.second.cgroup == cgroup; });
+    tracked_[ref.pid] = Tracked{cgroup, spec.host_limits};
+  }
   return ref;
 }
 
 bool RealLauncher::GroupAlive(int64_t pgid) {
   if (pgid <= 0) return false;
+  if (const Tracked* t = Find(pgid)) return cgroups_->Populated(t->cgroup);
   return kill(-static_cast<pid_t>(pgid), 0) == 0 || errno == EPERM;
 }
 
@@ -325,10 +489,66 @@ bool RealLauncher::ProcessAlive(int64_t pid, uint64_t start_time) {
 
 Status RealLauncher::SignalGroup(int64_t pgid, int sig) {
   if (pgid <= 0) return core::InvalidArgumentError("no process group");
+  if (const Tracked* t = Find(pgid)) {
+    return sig == SIGKILL ? cgroups_->Kill(t->cgroup) : cgroups_->Signal(t->cgroup, sig);
+  }
   if (kill(-static_cast<pid_t>(pgid), sig) != 0 && errno != ESRCH) {
     return ErrnoError(errno, "signal process group " + std::to_string(pgid));
   }
   return Status::Ok();
+}
+
+Status RealLauncher::StopGroup(int64_t pgid, bool stop) {
+  if (const Tracked* t = Find(pgid)) {
+    Status s = cgroups_->Freeze(t->cgroup, stop);
+    if (s.code() != core::StatusCode::kFailedPrecondition) return s;  // No freezer: signals.
+  }
+  return SignalGroup(pgid, stop ? SIGSTOP : SIGCONT);
+}
+
+bool RealLauncher::Adopt(uint64_t job_id, int64_t pgid) {
+  if (cgroups_ == nullptr || pgid <= 0) return false;
+  std::string name = "job-" + std::to_string(job_id);
+  if (!cgroups_->Exists(name)) return false;
+  tracked_[pgid] = Tracked{name, {}};
+  return true;
+}
+
+std::vector<std::string> RealLauncher::EndStrays(const std::vector<uint64_t>& adopted) {
+  std::vector<std::string> ended;
+  if (cgroups_ == nullptr) return ended;
+  std::set<std::string> keep;
+  for (uint64_t id : adopted) keep.insert("job-" + std::to_string(id));
+  for (const std::string& name : cgroups_->List()) {
+    if (keep.count(name)) continue;
+    bool had_processes = cgroups_->Populated(name);
+    if (had_processes) (void)cgroups_->Kill(name);
+    // SIGKILLed processes leave their cgroup within moments.
+    for (int i = 0; i < 200 && cgroups_->Populated(name); ++i) {
+      Reap();
+      usleep(5000);
+    }
+    (void)cgroups_->Remove(name);
+    if (had_processes) ended.push_back(name);
+  }
+  return ended;
+}
+
+std::string RealLauncher::EndNote(int64_t pgid) {
+  const Tracked* t = Find(pgid);
+  if (t == nullptr || !cgroups_->OomKilled(t->cgroup)) return {};
+  std::string note = "killed by the kernel's OOM killer: the job reached its host memory limit";
+  if (t->limits.memory_bytes) note += " (--host-mem " + core::FormatBytes(t->limits.memory_bytes) + ")";
+  return note;
+}
+
+void RealLauncher::Release(int64_t pgid) {
+  auto it = tracked_.find(pgid);
+  if (it == tracked_.end()) return;
+  // Still populated (a job failed while its processes die): the next
+  // daemon start removes it (EndStrays).
+  (void)cgroups_->Remove(it->second.cgroup);
+  tracked_.erase(it);
 }
 
 std::vector<int64_t> RealLauncher::Reap() {

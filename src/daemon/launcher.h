@@ -5,28 +5,37 @@
 //
 // How a job runs (RealLauncher): the daemon forks a small supervisor, which
 // leaves the daemon's session (setsid) and forks the job's leader. The leader
-// makes its own process group, drops to the caller's uid/gid/groups (when the
-// daemon is root), enters the caller's directory, points stdout/stderr at the
-// job's log files and execs the command with the caller's environment. The
-// supervisor waits for the leader and writes its wait status to the job's
-// status file, then exits. Because the supervisor is not the daemon, the exit
-// status survives a daemon crash: a restarted daemon re-adopts the job by its
-// process group and still learns how it ended.
+// joins the job's cgroup (docs/DAEMON.md, cgroup.h), makes its own process
+// group, drops to the caller's uid/gid/groups (when the daemon is root),
+// enters the caller's directory, points stdout/stderr at pipes to the
+// supervisor and execs the command with the caller's environment. The
+// supervisor copies the pipes into the job's log files (capped: job_log.h),
+// and once the leader has ended and its output is drained (every writer
+// closed the pipes, or no process of the job is left) writes the leader's
+// wait status to the job's status file. Because the supervisor is not the
+// daemon, the exit status survives a daemon crash: a restarted daemon
+// re-adopts the job (Adopt) and still learns how it ended.
 //
-// A job is over when no process of its group is left (kill(-pgid, 0) fails
-// with ESRCH): children that outlive the leader keep the allocation, as they
-// may still hold GPU memory. The daemon is a child subreaper, so orphans of a
-// job are reaped by it. A process that leaves the group (setsid) escapes this
-// tracking; cgroups would close that gap and are not used yet.
+// Jobs are known to the daemon by their leader's pid (also the process group
+// id); the launcher maps it to the job's cgroup. A job is over when its
+// cgroup is empty: setsid children, double forks and daemonised children stay
+// in it, and keep the allocation, as they may still hold GPU memory. Without
+// cgroups (not root, read-only cgroup fs, config cgroups = off) the launcher
+// falls back to the process group (kill(-pgid, 0)), which a process that
+// calls setsid escapes; Tracking() says which is in use. The daemon is a
+// child subreaper, so orphans of a job are reaped by it.
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "daemon/cgroup.h"
 
 namespace gpuslice::daemon {
 
@@ -39,6 +48,8 @@ struct LaunchSpec {
   std::string stdout_path;
   std::string stderr_path;
   std::string status_path;  // Where the supervisor writes the wait status.
+  uint64_t job_id = 0;      // Names the job's cgroup ("job-<id>"); 0 = none.
+  HostLimits host_limits;   // --cpus, --host-mem: applied through the cgroup.
 };
 
 struct ProcessRef {
@@ -51,26 +62,90 @@ class Launcher {
  public:
   virtual ~Launcher() = default;
   // Starts the job. Errors (with errno text) when the command cannot be
-  // started: not found, not executable, bad directory, cannot switch user.
-  // The error's message says which.
+  // started: not found, not executable, bad directory, cannot switch user,
+  // a host limit that cannot be applied. The error's message says which.
   virtual core::Result<ProcessRef> Launch(const LaunchSpec& spec) = 0;
-  // Whether any process of group `pgid` is left.
+  // Whether any process of the job led by `pgid` is left: its cgroup is
+  // populated, or (no cgroup) a process of group `pgid` lives.
   virtual bool GroupAlive(int64_t pgid) = 0;
   // Whether process `pid` lives and (when start_time != 0) is the same one.
   virtual bool ProcessAlive(int64_t pid, uint64_t start_time) = 0;
+  // Sends `signal` to every process of the job (its cgroup, else its group).
+  // SIGKILL ends the whole cgroup, including processes forked meanwhile.
   virtual core::Status SignalGroup(int64_t pgid, int signal) = 0;
   // Reaps exited children (supervisors, adopted orphans); returns their pids.
   virtual std::vector<int64_t> Reap() = 0;
+
+  // Stops (true) or continues (false) every process of the job: the cgroup
+  // freezer when it has one (a stopped job cannot notice or undo it), else
+  // SIGSTOP / SIGCONT to its process group.
+  virtual core::Status StopGroup(int64_t pgid, bool stop) {
+    return SignalGroup(pgid, stop ? SIGSTOP : SIGCONT);
+  }
+  // After a daemon restart: job `job_id`, led by `pgid`, is running in the
+  // ledger; find its cgroup again. Returns whether it has one.
+  virtual bool Adopt(uint64_t job_id, int64_t pgid) {
+    (void)job_id;
+    (void)pgid;
+    return false;
+  }
+  // After re-adoption: kills and removes the cgroups of jobs not in
+  // `adopted` (a job started by a daemon that died before recording it, or
+  // one that the ledger no longer considers running). Returns their names.
+  virtual std::vector<std::string> EndStrays(const std::vector<uint64_t>& adopted) {
+    (void)adopted;
+    return {};
+  }
+  // Why the job led by `pgid` ended, when the launcher can tell more than
+  // its exit status (the kernel's OOM killer for --host-mem); "" otherwise.
+  // Call before Release.
+  virtual std::string EndNote(int64_t pgid) {
+    (void)pgid;
+    return {};
+  }
+  // The job led by `pgid` is over: remove its cgroup, forget it.
+  virtual void Release(int64_t pgid) { (void)pgid; }
+  // How jobs are tracked, for doctor and status: "cgroup hybrid (...)" or
+  // "process groups: ...".
+  virtual std::string Tracking() const { return "process groups"; }
+  // Whether jobs are tracked by cgroup.
+  virtual bool UsesCgroups() const { return false; }
+};
+
+struct LauncherOptions {
+  Cgroups* cgroups = nullptr;   // nullptr or unavailable: process groups.
+  uint64_t max_log_bytes = 0;   // Per log file; 0 = no cap.
 };
 
 class RealLauncher : public Launcher {
  public:
-  RealLauncher();  // Makes the daemon a child subreaper.
+  RealLauncher();  // Makes the daemon a child subreaper; no cgroups, no cap.
+  explicit RealLauncher(LauncherOptions options);
   core::Result<ProcessRef> Launch(const LaunchSpec& spec) override;
   bool GroupAlive(int64_t pgid) override;
   bool ProcessAlive(int64_t pid, uint64_t start_time) override;
   core::Status SignalGroup(int64_t pgid, int signal) override;
   std::vector<int64_t> Reap() override;
+  core::Status StopGroup(int64_t pgid, bool stop) override;
+  bool Adopt(uint64_t job_id, int64_t pgid) override;
+  std::vector<std::string> EndStrays(const std::vector<uint64_t>& adopted) override;
+  std::string EndNote(int64_t pgid) override;
+  void Release(int64_t pgid) override;
+  std::string Tracking() const override;
+  bool UsesCgroups() const override { return cgroups_ != nullptr; }
+
+ private:
+  struct Tracked {
+    std::string cgroup;  // "job-<id>"
+    HostLimits limits;
+  };
+  // The job's cgroup name when it has one.
+  const Tracked* Find(int64_t pgid) const;
+
+  Cgroups* cgroups_ = nullptr;  // Only when available.
+  std::string cgroup_problem_;  // Why not, when not.
+  uint64_t max_log_bytes_ = 0;
+  std::map<int64_t, Tracked> tracked_;  // Leader pid -> its job's cgroup.
 };
 
 // The exit code a shell would report for a wait status: the exit status, or

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "daemon/launcher.h"
 
@@ -29,6 +31,28 @@ class FakeLauncher : public Launcher {
     return core::Status::Ok();
   }
   std::vector<int64_t> Reap() override { return {}; }
+  core::Status StopGroup(int64_t pgid, bool stop) override {
+    if (stop) {
+      stopped.insert(pgid);
+    } else {
+      stopped.erase(pgid);
+    }
+    return core::Status::Ok();
+  }
+  bool Adopt(uint64_t job_id, int64_t pgid) override {
+    adopted[job_id] = pgid;
+    return cgroups;
+  }
+  std::vector<std::string> EndStrays(const std::vector<uint64_t>& keep) override {
+    strays_kept = keep;
+    return {};
+  }
+  std::string EndNote(int64_t pgid) override {
+    auto it = end_notes.find(pgid);
+    return it == end_notes.end() ? std::string() : it->second;
+  }
+  void Release(int64_t pgid) override { released.push_back(pgid); }
+  bool UsesCgroups() const override { return cgroups; }
 
   // Ends job `pid` with exit code `code`, as its supervisor would record it.
   void Exit(int64_t pid, int code) {
@@ -46,6 +70,13 @@ class FakeLauncher : public Launcher {
   std::vector<std::pair<int64_t, int>> signals;
   bool die_on_signal = true;
   core::Status fail_with;
+  // Cgroup tracking, as the daemon sees it through the launcher.
+  bool cgroups = false;
+  std::set<int64_t> stopped;
+  std::map<uint64_t, int64_t> adopted;  // Job id -> leader, from Adopt.
+  std::vector<uint64_t> strays_kept;    // What the last EndStrays kept.
+  std::map<int64_t, std::string> end_notes;
+  std::vector<int64_t> released;
 
  private:
   int64_t next_pid_ = 5000;

@@ -40,7 +40,8 @@ Result<std::vector<std::string>> FromJson(const std::string& text, const char* c
 constexpr const char* kJobColumns =
     "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
-    "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, compute_mode";
+    "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, compute_mode, "
+    "host_cpu_milli, host_memory_bytes";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -87,6 +88,8 @@ Result<Job> ReadJob(const Stmt& s) {
   r.pool = s.Text(27);
   j.restartable = s.Int(28) != 0;
   GPUSLICE_ASSIGN_OR_RETURN(r.compute_mode, core::ParseComputeMode(s.Text(29)));
+  r.host_cpu_milli = static_cast<uint32_t>(s.Int(30));
+  r.host_memory_bytes = static_cast<uint64_t>(s.Int(31));
   return j;
 }
 
@@ -290,7 +293,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
   auto body = [&]() -> Status {
     std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
                       ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30)";
+                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -328,6 +331,8 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(28, r.pool);
     s.Bind(29, int64_t{job.restartable});
     s.Bind(30, std::string(core::ComputeModeName(r.compute_mode)));
+    s.Bind(31, int64_t{r.host_cpu_milli});
+    s.Bind(32, static_cast<int64_t>(r.host_memory_bytes));
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 

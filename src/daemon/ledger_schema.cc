@@ -132,6 +132,12 @@ CREATE INDEX allocations_job ON allocations(job_id);
     R"sql(
 ALTER TABLE jobs ADD COLUMN compute_mode TEXT NOT NULL DEFAULT 'hard';
 )sql",
+    // 5: host limits applied through the job's cgroup (--cpus, --host-mem);
+    // 0 = none.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN host_cpu_milli INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN host_memory_bytes INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 }  // namespace

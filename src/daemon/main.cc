@@ -16,6 +16,7 @@
 #include <iostream>
 
 #include "daemon/api.h"
+#include "daemon/cgroup.h"
 #include "daemon/config.h"
 #include "daemon/coord_dir.h"
 #include "daemon/doctor.h"
@@ -180,7 +181,14 @@ int main(int argc, char** argv) {
 
   gd::RealClock clock;
   gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir);
-  gd::RealLauncher launcher;
+  // Jobs are tracked by cgroup when the machine lets us (docs/DAEMON.md).
+  gd::SysCgroups cgroups({gd::CgroupBaseFor(config), "/proc/self/mountinfo", config.cgroups});
+  gd::RealLauncher launcher({&cgroups, config.max_log_bytes});
+  if (cgroups.available()) {
+    gd::LogInfo("job tracking: " + cgroups.Describe());
+  } else {
+    gd::LogWarn("job tracking: " + launcher.Tracking());
+  }
   gd::ShimRegionStore regions(config.state_dir + "/slices");
   gd::ServiceOptions options;
   options.state_dir = config.state_dir;
@@ -222,7 +230,8 @@ int main(int argc, char** argv) {
                 service.inventory().library + ")");
   }
 
-  gd::DoctorOptions doctor_options{config.shim, config.sim_lib_dir, options.job_env};
+  gd::DoctorOptions doctor_options{config.shim, config.sim_lib_dir, options.job_env,
+                                   launcher.Tracking(), launcher.UsesCgroups()};
   gd::Doctor doctor(doctor_options, service.inventory());
   gd::Api api(service, doctor);
   gd::MetricsOptions metrics_options;

@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "daemon/job_finder.h"
+#include "daemon/job_log.h"
 #include "daemon/log.h"
 
 namespace gpuslice::daemon {
@@ -240,6 +241,8 @@ void Service::Recover(std::vector<Job> all) {
     }
     // Running: take back exactly what the ledger says it holds.
     Status held = d.ok() ? capacity_->Hold(id, job.allocation) : d;
+    // Its cgroup, when it was started in one, says whether it lives.
+    if (job.mode != core::JobMode::kShell) launcher_.Adopt(id, job.pid);
     bool alive = job.mode == core::JobMode::kShell
                      ? launcher_.ProcessAlive(job.pid, job.pid_start_time)
                      : launcher_.GroupAlive(job.pid);
@@ -255,7 +258,8 @@ void Service::Recover(std::vector<Job> all) {
       // Ended while the daemon was down; the supervisor left the status.
       auto code = ReadExitStatusFile(JobDir(id) + "/status");
       FinishJob(job, JobState::kExited, code.value_or(-1),
-                code ? "" : "ended while the daemon was down; exit status unknown");
+                code ? launcher_.EndNote(job.pid)
+                     : "ended while the daemon was down; exit status unknown");
       ++ended;
       continue;
     }
@@ -265,6 +269,14 @@ void Service::Recover(std::vector<Job> all) {
     }
     live_[id] = l;
     ++adopted;
+  }
+  // Processes in the cgroup of a job that is not running now (started by a
+  // daemon that died before recording it, so the job is queued again) would
+  // run twice: end them.
+  std::vector<uint64_t> running;
+  for (const auto& [id, l] : live_) running.push_back(id);
+  for (const std::string& stray : launcher_.EndStrays(running)) {
+    LogWarn("killed the processes of cgroup " + stray + ": no running job of this daemon owns it");
   }
   if (!live.empty()) {
     LogInfo("recovered from the ledger: " + std::to_string(adopted) + " running job(s) re-adopted, " +
@@ -611,20 +623,12 @@ Result<LogChunk> Service::ReadLog(const Caller& caller, uint64_t id, const std::
   chunk.state = job.state;
   chunk.exit_code = job.exit_code;
   chunk.next_offset = offset;
-  std::string path = JobDir(id) + "/" + stream;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return chunk;  // Not started yet (or a shell job).
-    return ErrnoError(errno, "open log " + path);
-  }
+  // Offsets count the job's output since it started, across trims of a
+  // capped log (job_log.h).
   limit = std::min<uint64_t>(limit, 4u << 20);
-  chunk.data.resize(limit);
-  ssize_t n = pread(fd, chunk.data.data(), limit, static_cast<off_t>(offset));
-  int err = errno;
-  close(fd);
-  if (n < 0) return ErrnoError(err, "read log " + path);
-  chunk.data.resize(static_cast<size_t>(n));
-  chunk.next_offset = offset + static_cast<uint64_t>(n);
+  GPUSLICE_ASSIGN_OR_RETURN(LogRead read, ReadJobLog(JobDir(id) + "/" + stream, offset, limit));
+  chunk.data = std::move(read.data);
+  chunk.next_offset = read.next_offset;
   return chunk;
 }
 

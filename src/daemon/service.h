@@ -247,6 +247,8 @@ class Service {
 
   bool degraded() const { return !degraded_reason_.empty(); }
   const std::string& degraded_reason() const { return degraded_reason_; }
+  // How jobs' processes are tracked (cgroups, or process groups and why).
+  std::string job_tracking() const { return launcher_.Tracking(); }
   const InventorySnapshot& inventory() const { return inventory_; }
   Inventory& inventory_source() { return inventory_source_; }
   const ServiceOptions& options() const { return options_; }

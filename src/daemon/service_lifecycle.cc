@@ -148,16 +148,19 @@ void Service::WatchRunning() {
       continue;
     }
     if (launcher_.GroupAlive(job.pid)) continue;
+    // Ended by us (cancel, deadline, policy): that reason; else what the
+    // launcher can tell (the kernel's OOM killer for --host-mem).
+    std::string reason = l.ending ? l.ending_reason : launcher_.EndNote(job.pid);
     auto code = ReadExitStatusFile(JobDir(id) + "/status");
     if (code) {
-      FinishJob(job, end_state, *code, l.ending_reason);
+      FinishJob(job, end_state, *code, reason);
       continue;
     }
     if (l.supervisor_pid != 0 && !l.supervisor_reaped) continue;  // Status on its way.
     if (l.group_gone_ms == 0) l.group_gone_ms = now;
     if (now - l.group_gone_ms >= kStatusGraceMs || l.supervisor_pid != 0) {
       FinishJob(job, end_state, -1,
-                l.ending ? l.ending_reason : "processes ended; exit status unknown");
+                !reason.empty() ? reason : "processes ended; exit status unknown");
     }
   }
 }
@@ -263,6 +266,8 @@ void Service::StartJob(Job& job) {
     spec.stdout_path = dir + "/stdout";
     spec.stderr_path = dir + "/stderr";
     spec.status_path = dir + "/status";
+    spec.job_id = job.id;
+    spec.host_limits = {job.request.host_cpu_milli, job.request.host_memory_bytes};
     auto ref = launcher_.Launch(spec);
     if (!ref.ok()) {
       live_[job.id] = l;
@@ -306,6 +311,8 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     core::Status s = regions_.Remove(job.region_path);
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
+  // Its processes are gone (or being killed): the cgroup goes too.
+  if (job.mode != core::JobMode::kShell && job.pid > 0) launcher_.Release(job.pid);
   live_.erase(job.id);
   usage_.erase(job.id);
   job.state = state;

@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -49,8 +50,46 @@ Daemon::~Daemon() {
     }
     Kill(SIGTERM);
   }
+  RemoveCgroups();
   std::error_code ec;
   fs::remove_all(dir_, ec);
+}
+
+std::string Daemon::cgroup_base() const {
+  return "gpuslice-e2e-" + fs::path(dir_).filename().string();
+}
+
+std::vector<std::string> Daemon::CgroupDirs() const {
+  // Every hierarchy the daemon may have used: a v2 mount at the top or at
+  // unified/, and the v1 controllers.
+  std::vector<std::string> out;
+  for (const char* m : {"", "unified/", "pids/", "freezer/", "cpu/", "cpu,cpuacct/", "memory/"}) {
+    std::string base = std::string("/sys/fs/cgroup/") + m + cgroup_base();
+    if (fs::is_directory(base)) out.push_back(base);
+  }
+  return out;
+}
+
+void Daemon::RemoveCgroups() {
+  // Processes of jobs that outlive the test (escapees of a failed one) die,
+  // then their cgroups and our base go.
+  for (const std::string& base : CgroupDirs()) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(base, ec)) {
+      if (!e.is_directory()) continue;
+      std::ifstream procs(e.path() / "cgroup.procs");
+      long pid;
+      while (procs >> pid) kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+  }
+  for (const std::string& base : CgroupDirs()) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(base, ec)) {
+      if (!e.is_directory()) continue;
+      WaitFor([&] { return rmdir(e.path().c_str()) == 0 || errno == ENOENT; }, 5);
+    }
+    rmdir(base.c_str());
+  }
 }
 
 std::vector<std::string> Daemon::Env() const {
@@ -113,7 +152,9 @@ bool Daemon::Start() {
                                    "--socket",    socket(),
                                    "--shim",      GPUSLICE_E2E_SHIM,
                                    "--sim-lib-dir", GPUSLICE_E2E_SIM_DIR,
-                                   "--set",       "kill_grace=2s"};
+                                   "--set",       "kill_grace=2s",
+                                   // Daemons of concurrent tests must not share job cgroups.
+                                   "--set",       "cgroup_base=" + cgroup_base()};
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   std::string log = dir_ + "/daemon.log";
   pid_ = Spawn(argv, Env(), dir_ + "/daemon.out", log + (fs::exists(log) ? ".2" : ""), -1);

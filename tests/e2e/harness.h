@@ -37,6 +37,7 @@ class Daemon {
   // Same, with `input` on its stdin and extra "K=V" environment entries.
   CliResult CliWithInput(const std::vector<std::string>& args, const std::string& input,
                          const std::vector<std::string>& extra_env);
+  void RemoveCgroups();
   // Starts `gpuslice ARGS...` without waiting; returns its pid.
   int CliAsync(const std::vector<std::string>& args, const std::string& out_path);
 
@@ -47,6 +48,10 @@ class Daemon {
   std::string socket() const { return dir_ + "/gpuslice.sock"; }
   std::string state_dir() const { return dir_ + "/state"; }
   std::vector<std::string> Env() const;
+  // This daemon's job cgroups live under <hierarchy>/<cgroup_base()>; the
+  // directories that exist now.
+  std::string cgroup_base() const;
+  std::vector<std::string> CgroupDirs() const;
 
  private:
   CliResult RunCli(const std::vector<std::string>& args, int uid, int timeout_s,

@@ -1,0 +1,220 @@
+// Issue 13 item 3 and the log cap of item 6, against the real daemon: jobs
+// tracked by cgroup (setsid escapees stay in the job, cancel ends them, a
+// restarted daemon keeps tracking them), host limits (--cpus, --host-mem)
+// and the capped log. The cgroup tests need a root daemon on a machine that
+// offers cgroups, and skip (saying why) otherwise.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "harness.h"
+
+namespace gpuslice::e2e {
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+class CgroupE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "cgroups need a root daemon";
+    ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+    json status = json::parse(d.Cli({"status", "--json"}).out);
+    std::string tracking = status.value("job_tracking", "");
+    if (tracking.rfind("cgroup", 0) != 0) GTEST_SKIP() << tracking;
+  }
+  // The pids in job `id`'s tracking cgroup (the first hierarchy that has it).
+  std::vector<long> CgroupPids(const std::string& id) {
+    std::vector<long> pids;
+    for (const std::string& base : d.CgroupDirs()) {
+      std::ifstream in(base + "/job-" + id + "/cgroup.procs");
+      if (!in) continue;
+      long p;
+      while (in >> p) pids.push_back(p);
+      break;
+    }
+    return pids;
+  }
+  // The first of `files` found in job `id`'s cgroups.
+  std::string CgroupFile(const std::string& id, const std::vector<std::string>& files) {
+    for (const std::string& base : d.CgroupDirs()) {
+      for (const std::string& f : files) {
+        std::string p = base + "/job-" + id + "/" + f;
+        if (fs::exists(p)) return Trim(ReadFile(p));
+      }
+    }
+    return "";
+  }
+  static bool Alive(long pid) { return kill(static_cast<pid_t>(pid), 0) == 0; }
+
+  Daemon d;
+};
+
+// Issue 13: `sh -c 'setsid sleep 30 &'` used to be recorded as exited at
+// once while sleep kept its allocation's GPU memory.
+TEST_F(CgroupE2E, Issue13SetsidEscapeeKeepsTheJobRunningAndCancelEndsItWithin2s) {
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c", "setsid sleep 30 & echo bg"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::string id = Trim(s.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return d.Cli({"logs", id}).out == "bg\n"; }));
+  std::vector<long> pids;
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    pids = CgroupPids(id);
+    return pids.size() == 1;  // The leader is gone; the escapee is left.
+  }));
+  long escapee = pids[0];
+  EXPECT_NE(getsid(static_cast<pid_t>(escapee)), getsid(0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(State(d, id), "running");
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 10));
+  EXPECT_LE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_FALSE(Alive(escapee));
+  // Its cgroup is gone with it.
+  EXPECT_TRUE(Daemon::WaitFor([&] { return CgroupFile(id, {"cgroup.procs"}).empty(); }, 5));
+}
+
+TEST_F(CgroupE2E, Issue13JobEndsWhenItsLastEscapeeEnds) {
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
+                       "(setsid sh -c 'sleep 2; echo late' &); exit 3"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::string id = Trim(s.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(State(d, id), "running");
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 30));
+  json j = Job(d, id);
+  EXPECT_EQ(j["exit_code"], 3) << "the leader's status";
+  EXPECT_EQ(d.Cli({"logs", id}).out, "late\n") << "output written after the leader ended is kept";
+}
+
+TEST_F(CgroupE2E, Issue13RestartedDaemonKeepsTrackingAnEscapedChild) {
+  std::string marker = d.dir() + "/marker";
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
+                       "setsid sh -c 'while [ ! -e " + marker + " ]; do sleep 0.05; done' & exit 0"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::string id = Trim(s.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return CgroupPids(id).size() == 1; }));
+  d.Kill(SIGKILL);
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log.2");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(State(d, id), "running") << "re-adopted through its cgroup";
+  std::ofstream(marker) << "go";
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 30));
+  EXPECT_EQ(Job(d, id)["exit_code"], 0);
+}
+
+TEST_F(CgroupE2E, Issue13CpusThrottlesABusyLoop) {
+  // A shell busy loop for 3 s of wall time, then the CPU time it used
+  // (`times`: children's user and system time on the second line).
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--cpus", "0.5", "--", "sh", "-c",
+                       "timeout 3 sh -c 'while :; do :; done'; times"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::string id = Trim(s.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  std::string quota = CgroupFile(id, {"cpu.max", "cpu.cfs_quota_us"});
+  EXPECT_TRUE(quota == "50000" || quota == "50000 100000") << quota;
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 60));
+  std::string out = d.Cli({"logs", id}).out;
+  // dash: "0m0.00s 0m0.00s\n0m1.49s 0m0.01s\n"
+  std::istringstream in(out);
+  std::string line;
+  std::getline(in, line);
+  ASSERT_TRUE(std::getline(in, line)) << out;
+  int um = 0, sm = 0;
+  double us = 0, ss = 0;
+  ASSERT_EQ(std::sscanf(line.c_str(), "%dm%lfs %dm%lfs", &um, &us, &sm, &ss), 4) << line;
+  double cpu = um * 60 + us + sm * 60 + ss;
+  EXPECT_GT(cpu, 0.2) << out;
+  EXPECT_LT(cpu, 0.5 * 3 * 1.35 + 0.1) << "CPU time over 3 s of wall time at 0.5 CPUs: " << out;
+  EXPECT_EQ(Job(d, id)["request"]["host_cpu_milli"], 500);
+}
+
+TEST_F(CgroupE2E, Issue13HostMemOverTheLimitIsOomKilledWithTheReasonShown) {
+  // The shell keeps 200 MB of command substitution in its own memory.
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--host-mem", "64MiB", "--", "sh", "-c",
+                       "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::string id = Trim(s.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    std::string st = State(d, id);
+    return st != "running" && st != "queued";
+  }, 60));
+  json j = Job(d, id);
+  EXPECT_EQ(j["exit_code"], 128 + SIGKILL) << j.dump();
+  EXPECT_NE(j["reason"].get<std::string>().find("OOM killer"), std::string::npos) << j.dump();
+  EXPECT_NE(j["reason"].get<std::string>().find("64 MiB"), std::string::npos) << j.dump();
+  EXPECT_EQ(d.Cli({"logs", id}).out.find("survived"), std::string::npos);
+  CliResult ps = d.Cli({"ps", "--all"});
+  EXPECT_NE(ps.out.find("OOM"), std::string::npos) << ps.out;
+}
+
+TEST_F(CgroupE2E, HostLimitsAreCheckedAtSubmit) {
+  CliResult bad = d.Cli({"submit", "--mem", "1GiB", "--cpus", "0.001", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 125);
+  EXPECT_NE(bad.err.find("--cpus"), std::string::npos) << bad.err;
+  bad = d.Cli({"submit", "--mem", "1GiB", "--host-mem", "1MiB", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 125);
+  EXPECT_NE(bad.err.find("at least 4 MiB"), std::string::npos) << bad.err;
+  bad = d.Cli({"run", "-i", "--mem", "1GiB", "--cpus", "1", "--", "true"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("-i"), std::string::npos) << bad.err;
+}
+
+// Issue 13 item 6: a job can fill the state disk through its stdout.
+class LogCapE2E : public ::testing::Test {
+ protected:
+  LogCapE2E() : d("1xH100-80GB", {"--set", "max_log_size=64KiB"}) {}
+  void SetUp() override { ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log"); }
+  Daemon d;
+};
+
+constexpr char kPrintLines[] =
+    "i=0; while [ $i -lt 5000 ]; do echo line-$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxx; i=$((i+1)); done";
+
+TEST_F(LogCapE2E, Issue13OutputThreeTimesTheCapKeepsAtMostTheCapWithANote) {
+  // 5000 lines of ~40 bytes: three times the 64 KiB cap.
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c", kPrintLines});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  std::string id = Trim(s.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 60));
+  EXPECT_LE(fs::file_size(d.state_dir() + "/jobs/" + id + "/stdout"), 64u * 1024);
+  std::string logs = d.Cli({"logs", id}).out;
+  EXPECT_LE(logs.size(), 64u * 1024);
+  EXPECT_EQ(logs.rfind("gpuslice: ", 0), 0u) << logs.substr(0, 100);
+  EXPECT_NE(logs.find(" bytes of older output dropped\n"), std::string::npos);
+  EXPECT_NE(logs.find("line-4999-"), std::string::npos);
+  EXPECT_EQ(logs.find("line-0-"), std::string::npos);
+}
+
+TEST_F(LogCapE2E, Issue13RunStreamsAcrossATrim) {
+  // `run` follows the log by offsets while it is trimmed under it.
+  CliResult r = d.Cli({"run", "--mem", "1GiB", "--", "sh", "-c",
+                       std::string(kPrintLines) + "; echo the-end"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("line-4999-"), std::string::npos);
+  EXPECT_NE(r.out.find("the-end\n"), std::string::npos);
+  // Whatever it saw is in order: line numbers only grow.
+  std::istringstream in(r.out);
+  std::string line;
+  int last = -1;
+  while (std::getline(in, line)) {
+    int n;
+    if (std::sscanf(line.c_str(), "line-%d-", &n) == 1) {
+      EXPECT_GT(n, last) << line;
+      last = n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e
