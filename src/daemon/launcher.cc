@@ -498,6 +498,12 @@ Status RealLauncher::SignalGroup(int64_t pgid, int sig) {
   return Status::Ok();
 }
 
+std::optional<std::vector<int64_t>> RealLauncher::GroupPids(int64_t pgid) {
+  const Tracked* t = Find(pgid);
+  if (t == nullptr) return std::nullopt;
+  return cgroups_->Pids(t->cgroup);
+}
+
 Status RealLauncher::StopGroup(int64_t pgid, bool stop) {
   if (const Tracked* t = Find(pgid)) {
     Status s = cgroups_->Freeze(t->cgroup, stop);

@@ -105,6 +105,13 @@ class Launcher {
   }
   // The job led by `pgid` is over: remove its cgroup, forget it.
   virtual void Release(int64_t pgid) { (void)pgid; }
+  // Every process of the job led by `pgid` as the kernel sees it (its
+  // cgroup's members, setsid escapees included); nullopt when the job has no
+  // cgroup (the caller then falls back to the process group).
+  virtual std::optional<std::vector<int64_t>> GroupPids(int64_t pgid) {
+    (void)pgid;
+    return std::nullopt;
+  }
   // How jobs are tracked, for doctor and status: "cgroup hybrid (...)" or
   // "process groups: ...".
   virtual std::string Tracking() const { return "process groups"; }
@@ -131,6 +138,7 @@ class RealLauncher : public Launcher {
   std::vector<std::string> EndStrays(const std::vector<uint64_t>& adopted) override;
   std::string EndNote(int64_t pgid) override;
   void Release(int64_t pgid) override;
+  std::optional<std::vector<int64_t>> GroupPids(int64_t pgid) override;
   std::string Tracking() const override;
   bool UsesCgroups() const override { return cgroups_ != nullptr; }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_set>
 
 #include "daemon/log.h"
 #include "daemon/service.h"
@@ -25,17 +26,25 @@ constexpr int64_t kMaxGapIntervals = 3;
 }  // namespace
 
 std::unordered_map<int64_t, uint64_t> Service::JobsOfProcesses(const std::vector<int64_t>& pids) {
-  // H3's cgroups will make this "the job whose cgroup holds the pid"; until
-  // then: the job's process group (set by the kernel: a process that unset
-  // LD_PRELOAD is still in it), else a slice's process slots. The slots are
-  // job-written, so a claim counts only for a process of the job's own user
-  // (or one already gone): a job cannot hide someone else's process.
+  // First the job whose cgroup holds the pid (the kernel's word: setsid
+  // escapees and processes without the shim stay in it); then the job's
+  // process group (jobs without a cgroup); else a slice's process slots. The
+  // slots are job-written, so a claim counts only for a process of the job's
+  // own user (or one already gone): a job cannot hide someone else's process.
   std::unordered_map<int64_t, uint64_t> out;
   if (pids.empty()) return out;
+  const std::unordered_set<int64_t> asked(pids.begin(), pids.end());
   std::unordered_map<int64_t, uint64_t> job_of_group;
   std::unordered_map<int64_t, uint64_t> claimed;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
+    if (job.pid > 0 && job.mode != core::JobMode::kShell) {
+      if (auto members = launcher_.GroupPids(job.pid)) {
+        for (int64_t p : *members) {
+          if (asked.count(p)) out.emplace(p, id);
+        }
+      }
+    }
     if (job.pid > 0) job_of_group[job.pid] = id;
     if (job.region_path.empty()) continue;
     if (auto slots = regions_.Pids(job.region_path); slots.ok()) {

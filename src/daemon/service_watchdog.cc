@@ -42,16 +42,16 @@ void SignalOutsideGroup(ProcessTable& procs, const std::vector<int32_t>& pids, c
 }  // namespace
 
 void Service::StopJob(const Job& job) {
-  // The integrator swaps this for the job's cgroup freezer (H3), which also
-  // holds processes that left the group.
-  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGSTOP);
+  // The job's cgroup freezer when it has one (it also holds processes that
+  // left the group, and a frozen job cannot notice or undo it); else SIGSTOP.
+  if (job.pid > 0) (void)launcher_.StopGroup(job.pid, true);
   if (auto u = usage_.find(job.id); u != usage_.end()) {
     SignalOutsideGroup(Processes(), u->second.pids, job, SIGSTOP);
   }
 }
 
 void Service::ContinueJob(const Job& job) {
-  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGCONT);
+  if (job.pid > 0) (void)launcher_.StopGroup(job.pid, false);
   if (auto u = usage_.find(job.id); u != usage_.end()) {
     SignalOutsideGroup(Processes(), u->second.pids, job, SIGCONT);
   }
