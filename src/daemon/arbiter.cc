@@ -429,6 +429,9 @@ std::string Arbiter::BoardPath(const std::string& uuid) const {
 core::Result<GpuArbiter*> Arbiter::Gpu(const std::string& uuid) {
   auto it = gpus_.find(uuid);
   if (it != gpus_.end()) return it->second.get();
+  if (options_.coord_dir.empty()) {
+    return core::FailedPreconditionError("no coordination directory for the compute boards");
+  }
   GPUSLICE_ASSIGN_OR_RETURN(void* board,
                             shim::CreateOrOpenBoard(BoardPath(uuid), uuid, options_.board_mode));
   auto gpu = std::make_unique<GpuArbiter>(uuid, board, options_);
@@ -467,6 +470,7 @@ core::Result<std::shared_ptr<MembersHandle>> Arbiter::Members(const SliceLimits&
 
 core::Status Arbiter::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (options_.coord_dir.empty()) return core::Status::Ok();
   DIR* d = opendir(options_.coord_dir.c_str());
   if (d == nullptr) return errno == ENOENT ? core::Status::Ok()
                                            : ErrnoError(errno, "list " + options_.coord_dir);

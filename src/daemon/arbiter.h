@@ -42,7 +42,7 @@
 namespace gpuslice::daemon {
 
 struct ArbiterOptions {
-  std::string coord_dir;   // Boards: <coord_dir>/gpu-<uuid>.board.
+  std::string coord_dir;   // Boards: <coord_dir>/gpu-<uuid>.board; empty: none (shares refused).
   std::string slices_dir;  // Members files: <slices_dir>/job-<id>/members.
   shim::PolicyParams params = [] {
     shim::PolicyParams p;

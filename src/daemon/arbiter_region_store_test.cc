@@ -110,6 +110,12 @@ TEST_F(ArbiterRegionStoreTest, AShareNothingWouldEnforceIsNotHandedOut) {
   // Without a share the slice works without the arbiter.
   auto plain = store.Create(Limits(2, 0));
   EXPECT_TRUE(plain.ok()) << plain.status().ToString();
+  // A daemon whose coordination directory was refused has none at all.
+  options_.coord_dir.clear();
+  Arbiter none(options_);
+  ArbiterRegionStore bare(inner, none);
+  EXPECT_EQ(bare.Create(Limits(3, 300)).status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(none.Recover().ok());
 }
 
 }  // namespace

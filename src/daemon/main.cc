@@ -164,6 +164,13 @@ int main(int argc, char** argv) {
   arbiter_options.coord_dir = config.state_dir + "/coord";
   arbiter_options.slices_dir = config.state_dir + "/slices";
   arbiter_options.board_mode = geteuid() == 0 ? 0644 : 0444;
+  const gpuslice::core::Status coord_dir = gd::PrepareCoordDir(arbiter_options.coord_dir);
+  if (!coord_dir.ok()) {
+    // Without boards no share can be enforced: jobs that ask for one fail
+    // to start (the arbiter refuses them), and the daemon says why.
+    gd::LogWarn("compute shares will not be enforced: " + coord_dir.message());
+    arbiter_options.coord_dir.clear();
+  }
   gd::Arbiter arbiter(arbiter_options);
   gd::ArbiterRegionStore regions(shim_regions, arbiter);
   gd::ServiceOptions options;
@@ -171,13 +178,9 @@ int main(int argc, char** argv) {
   options.shim_path = config.shim;
   options.sim_lib_dir = config.sim_lib_dir;
   options.admin_gid = admin_gid;
-  if (auto s = gd::PrepareCoordDir(arbiter_options.coord_dir); s.ok()) {
+  if (coord_dir.ok()) {
     options.coord_dir = arbiter_options.coord_dir;
     if (auto r = arbiter.Recover(); !r.ok()) gd::LogWarn("compute arbiter: " + r.message());
-  } else {
-    // Without boards the shims find nothing to follow: shares are not
-    // enforced (and the daemon says so).
-    gd::LogWarn("compute shares will not be enforced: " + s.message());
   }
   options.policy = config.policy;
   options.backfill = config.backfill;
