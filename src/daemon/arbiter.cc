@@ -106,6 +106,26 @@ std::string JobDir(const std::string& slices_dir, uint64_t job_id) {
   return slices_dir + "/job-" + std::to_string(job_id);
 }
 
+// The members file a job already has (a daemon restarted under it), or null
+// when it is missing or not that job's user's. O_NONBLOCK: a lease the job
+// put on its file must not hang the daemon.
+std::shared_ptr<MembersHandle> OpenExistingMembers(const std::string& path, uint64_t job, uid_t uid,
+                                                   gid_t gid) {
+  auto h = std::make_shared<MembersHandle>();
+  h->job_id = job;
+  h->uid = uid;
+  h->gid = gid;
+  h->path = path;
+  h->fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  struct stat st {};
+  if (h->fd < 0 || fstat(h->fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      uint64_t(st.st_size) != bd::kMembersSize || (geteuid() == 0 && st.st_uid != uid)) {
+    return nullptr;
+  }
+  h->map = mmap(nullptr, bd::kMembersSize, PROT_READ, MAP_SHARED, h->fd, 0);
+  return h->map == MAP_FAILED ? nullptr : h;
+}
+
 }  // namespace
 
 // One GPU: its board, its registered slices, its thread.
@@ -442,9 +462,20 @@ core::Result<GpuArbiter*> Arbiter::Gpu(const std::string& uuid) {
   return raw;
 }
 
-core::Result<std::shared_ptr<MembersHandle>> Arbiter::Members(const SliceLimits& limits) {
+core::Result<std::shared_ptr<MembersHandle>> Arbiter::Members(const SliceLimits& limits,
+                                                              bool reuse) {
   auto it = members_.find(limits.job_id);
   if (it != members_.end()) return it->second;
+  // A live change of a job this arbiter does not know (it was not on a board
+  // to recover): its running processes keep reporting into the file they
+  // have; a new one would leave them unheard.
+  if (reuse) {
+    if (auto h = OpenExistingMembers(MembersPath(limits.job_id), limits.job_id, limits.uid,
+                                     limits.gid)) {
+      members_[limits.job_id] = h;
+      return h;
+    }
+  }
   const std::string dir = JobDir(options_.slices_dir, limits.job_id);
   if (mkdir(options_.slices_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return ErrnoError(errno, "create " + options_.slices_dir);
@@ -486,22 +517,12 @@ core::Status Arbiter::Recover() {
   auto resolve = [&](uint64_t job, uid_t uid, gid_t gid) -> std::shared_ptr<MembersHandle> {
     auto it = members_.find(job);
     if (it != members_.end()) return it->second;
-    auto h = std::make_shared<MembersHandle>();
-    h->job_id = job;
-    h->uid = uid;
-    h->gid = gid;
-    h->path = MembersPath(job);
-    // O_NONBLOCK: a lease the job put on its file must not hang the daemon.
-    h->fd = open(h->path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    struct stat st {};
-    if (h->fd < 0 || fstat(h->fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-        uint64_t(st.st_size) != bd::kMembersSize || (geteuid() == 0 && st.st_uid != uid)) {
+    std::shared_ptr<MembersHandle> h = OpenExistingMembers(MembersPath(job), job, uid, gid);
+    if (h == nullptr) {
       LogWarn("compute arbiter: job " + std::to_string(job) + " is on a board but its " +
-              h->path + " is missing or not its own; dropped");
+              MembersPath(job) + " is missing or not its own; dropped");
       return nullptr;
     }
-    h->map = mmap(nullptr, bd::kMembersSize, PROT_READ, MAP_SHARED, h->fd, 0);
-    if (h->map == MAP_FAILED) return nullptr;
     members_[job] = h;
     return h;
   };
@@ -538,7 +559,7 @@ core::Status Arbiter::Register(const SliceLimits& limits) {
     }
   }
   members_.erase(limits.job_id);
-  GPUSLICE_ASSIGN_OR_RETURN(std::shared_ptr<MembersHandle> members, Members(limits));
+  GPUSLICE_ASSIGN_OR_RETURN(std::shared_ptr<MembersHandle> members, Members(limits, false));
   for (uint32_t i = 0; i < limits.uuids.size(); ++i) {
     GPUSLICE_ASSIGN_OR_RETURN(GpuArbiter * gpu, Gpu(limits.uuids[i]));
     if (limits.compute_milli == 0) {
@@ -552,7 +573,7 @@ core::Status Arbiter::Register(const SliceLimits& limits) {
 
 core::Status Arbiter::Update(const SliceLimits& limits) {
   std::lock_guard<std::mutex> lock(mu_);
-  GPUSLICE_ASSIGN_OR_RETURN(std::shared_ptr<MembersHandle> members, Members(limits));
+  GPUSLICE_ASSIGN_OR_RETURN(std::shared_ptr<MembersHandle> members, Members(limits, true));
   for (const std::string& uuid : limits.uuids) {
     GPUSLICE_ASSIGN_OR_RETURN(GpuArbiter * gpu, Gpu(uuid));
     // The device's index among the slice's devices is what the board

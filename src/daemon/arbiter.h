@@ -101,7 +101,9 @@ class Arbiter {
 
  private:
   core::Result<GpuArbiter*> Gpu(const std::string& uuid);  // Needs mu_.
-  core::Result<std::shared_ptr<MembersHandle>> Members(const SliceLimits& limits);  // Needs mu_.
+  // The job's members file: the one already open, else (`reuse`) the one at
+  // its path, else a new one. Needs mu_.
+  core::Result<std::shared_ptr<MembersHandle>> Members(const SliceLimits& limits, bool reuse);
 
   ArbiterOptions options_;
   mutable std::mutex mu_;

@@ -361,6 +361,28 @@ TEST_F(ArbiterTest, ARestartedArbiterRecoversItsSlicesFromTheBoards) {
   EXPECT_EQ(board->header().holder.load(), board->FindSlice(1, -1));
 }
 
+// A live change for a job the arbiter does not know (not on a board to
+// recover) keeps the members file its processes already write.
+TEST_F(ArbiterTest, AnUpdateOfAnUnknownJobKeepsItsMembersFile) {
+  {
+    Arbiter a(options_);
+    ASSERT_TRUE(a.Register(Limits(4, 300)).ok());
+  }
+  fs::remove_all(dir_ + "/coord");  // Its board is gone: nothing to recover.
+  ASSERT_EQ(mkdir((dir_ + "/coord").c_str(), 0755), 0);
+  auto before = shim::MembersFile::Open(options_.slices_dir + "/job-4/members");
+  ASSERT_TRUE(before.ok());
+  const uint64_t now = shim::MonotonicNs() + kMs;
+  Write(**before, 0, bd::kMemberWaiting, now);
+  Arbiter b(options_);
+  ASSERT_TRUE(b.Recover().ok());
+  ASSERT_TRUE(b.Update(Limits(4, 500)).ok());
+  b.TickForTest(kGpu, now);
+  auto board = Board(b);
+  EXPECT_EQ(board->header().holder.load(), board->FindSlice(4, -1))
+      << "the report in the file the job already had was heard";
+}
+
 // The thread: a doorbell wakes it at once; one rung in a loop makes it
 // decide at most every min_tick_gap_ns.
 TEST_F(ArbiterTest, TheDoorbellWakesTheArbiterAndIsRateLimited) {
