@@ -3,7 +3,13 @@
 // time is the ground truth. Each scenario runs in a fresh temporary
 // directory (own simulator state, own coordination files, own regions).
 //
-//   compute_harness [--only NAME] [--scale X] [--json FILE]
+//   compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter]
+//
+// --arbiter runs the tenants as the daemon runs jobs: the daemon's compute
+// arbiter (src/daemon/arbiter.h), in this process, decides their turns from
+// a board in the scenario's directory, with the shares registered as the
+// daemon's region store would; the shims follow the board and report into
+// members files. Without it: standalone slices on the cooperative file.
 //
 // Reports per scenario: achieved vs target share per tenant, the mean
 // absolute error in percentage points over 1 s and 10 s windows, aggregate
@@ -29,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/arbiter.h"
 #include "shim/region.h"
 #include "sim/device_model.h"
 
@@ -44,6 +51,7 @@ using gpuslice::shim::Region;
 constexpr uint64_t kSampleNs = 25'000'000;
 constexpr size_t kWin = 8;          // Samples in a 200 ms window.
 constexpr size_t kGiveBackWin = 2;  // Samples in a 50 ms window.
+bool g_arbiter = false;             // --arbiter.
 
 uint64_t NowNs() {
   timespec ts{};
@@ -83,13 +91,15 @@ struct Running {
 };
 
 pid_t Spawn(const std::string& dir, const Tenant& t, const std::string& region, double seconds,
-            const std::string& out) {
+            const std::string& out, const std::string& limits) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   setenv("LD_PRELOAD", GPUSLICE_SHIM_PATH, 1);
   setenv("LD_LIBRARY_PATH", GPUSLICE_SIM_DIR, 1);
   setenv("GPUSLICE_SIM_STATE", (dir + "/sim.state").c_str(), 1);
-  setenv("GPUSLICE_COORD_DIR", dir.c_str(), 1);
+  setenv("GPUSLICE_COORD_DIR", (g_arbiter ? dir + "/coord" : dir).c_str(), 1);
+  // The shim finds its members file beside the limits (their directory).
+  if (!limits.empty()) setenv("GPUSLICE_LIMITS", limits.c_str(), 1);
   setenv("XDG_RUNTIME_DIR", dir.c_str(), 1);
   setenv("GPUSLICE_SLICE", region.c_str(), 1);
   if (t.share > 0) {
@@ -137,6 +147,31 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
   std::vector<Sample> samples;
   const uint64_t t0 = NowNs();
   std::vector<bool> started(sc.tenants.size(), false), changed(sc.tenants.size(), false);
+  // --arbiter: the daemon's arbiter, as the daemon runs it for its jobs.
+  std::unique_ptr<gpuslice::daemon::Arbiter> arbiter;
+  const std::string uuid = (*model)->Device(0).uuid;
+  auto limits_of = [&](size_t i, double share) {
+    const Tenant& t = sc.tenants[i];
+    gpuslice::daemon::SliceLimits l;
+    l.job_id = i + 1;
+    l.uid = geteuid();
+    l.gid = getegid();
+    l.uuids = {uuid};
+    l.compute_milli = uint32_t(share * 10);
+    l.work_conserving = t.mode != "hard";
+    l.priority = t.priority == "high"  ? gpuslice::core::Priority::kHigh
+                 : t.priority == "low" ? gpuslice::core::Priority::kLow
+                                       : gpuslice::core::Priority::kNormal;
+    return l;
+  };
+  if (g_arbiter) {
+    gpuslice::daemon::ArbiterOptions options;
+    options.coord_dir = dir + "/coord";
+    options.slices_dir = dir + "/slices";
+    options.board_mode = geteuid() == 0 ? 0644 : 0444;
+    mkdir(options.coord_dir.c_str(), 0755);
+    arbiter = std::make_unique<gpuslice::daemon::Arbiter>(options);
+  }
   double change_time = -1;
   while (true) {
     const double now_s = double(NowNs() - t0) / 1e9;
@@ -148,7 +183,13 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
         run[i].region = dir + "/t" + std::to_string(i) + ".region";
         run[i].out = dir + "/t" + std::to_string(i) + ".json";
         const double len = t.seconds > 0 ? t.seconds * scale : seconds - t.start_s * scale;
-        run[i].pid = Spawn(dir, t, run[i].region, len, run[i].out);
+        std::string limits;
+        if (arbiter != nullptr && t.share > 0) {
+          auto st = arbiter->Register(limits_of(i, t.share));
+          if (!st.ok()) std::fprintf(stderr, "arbiter: %s\n", st.message().c_str());
+          limits = dir + "/slices/job-" + std::to_string(i + 1) + "/limits";
+        }
+        run[i].pid = Spawn(dir, t, run[i].region, len, run[i].out, limits);
       }
       if (started[i] && !changed[i] && t.change_at_s >= 0 && now_s >= t.change_at_s * scale) {
         changed[i] = true;
@@ -162,6 +203,10 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
                 t.mode == "hard" ? ComputeMode::kHard : ComputeMode::kWorkConserving,
                 gpuslice::core::Priority::kNormal);
             if (!st.ok()) std::fprintf(stderr, "SetComputeShare: %s\n", st.message().c_str());
+            if (arbiter != nullptr) {
+              st = arbiter->Update(limits_of(i, t.change_to));
+              if (!st.ok()) std::fprintf(stderr, "arbiter: %s\n", st.message().c_str());
+            }
           }
         }
       }
@@ -260,6 +305,7 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
   nlohmann::json j;
   j["scenario"] = sc.name;
   j["seconds"] = seconds;
+  if (g_arbiter) j["arbiter"] = true;
   const size_t ka = index_at(sc.measure_from_s * scale), kb = samples.size() - 1;
   const double dt = double(samples[kb].t_ns - samples[ka].t_ns);
   double total = 0;
@@ -378,6 +424,7 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
       }
     }
   }
+  arbiter.reset();  // Its threads stop before the boards go.
   fs::remove_all(dir);
   return j;
 }
@@ -449,8 +496,10 @@ int main(int argc, char** argv) {
       scale = std::atof(argv[++i]);
     else if (a == "--json" && i + 1 < argc)
       json_path = argv[++i];
+    else if (a == "--arbiter")
+      g_arbiter = true;
     else {
-      std::fprintf(stderr, "usage: compute_harness [--only NAME] [--scale X] [--json FILE]\n");
+      std::fprintf(stderr, "usage: compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter]\n");
       return 2;
     }
   }

@@ -1,5 +1,6 @@
 #include "daemon/coord_dir.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,9 +9,8 @@
 
 namespace gpuslice::daemon {
 
-core::Status PrepareCoordDir(const std::string& path, std::optional<uint32_t> group) {
-  const mode_t mode = group ? 02770 : 0700;
-  if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+core::Status PrepareCoordDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
     return ErrnoError(errno, "create coordination directory " + path);
   }
   struct stat st {};
@@ -23,22 +23,21 @@ core::Status PrepareCoordDir(const std::string& path, std::optional<uint32_t> gr
     return core::PermissionDeniedError("coordination directory " + path + " belongs to uid " +
                                        std::to_string(st.st_uid) + ", not to the daemon");
   }
-  // The group first: chown may clear the setgid bit, chmod then sets it.
-  if (group && st.st_gid != *group && chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
-    return ErrnoError(errno, "give coordination directory " + path + " to group " +
-                                 std::to_string(*group));
+  // The group too: a group that may write here could swap boards.
+  if (st.st_gid != getegid() && chown(path.c_str(), static_cast<uid_t>(-1), getegid()) != 0) {
+    return ErrnoError(errno, "give coordination directory " + path + " to the daemon's group");
   }
-  if ((st.st_mode & 07777) != mode || group) {
-    if (chmod(path.c_str(), mode) != 0) return ErrnoError(errno, "chmod " + path);
+  if ((st.st_mode & 07777) != 0755 && chmod(path.c_str(), 0755) != 0) {
+    return ErrnoError(errno, "chmod " + path);
+  }
+  if (DIR* d = opendir(path.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.find(".coord") != std::string::npos) unlinkat(dirfd(d), name.c_str(), 0);
+    }
+    closedir(d);
   }
   return core::Status::Ok();
-}
-
-std::optional<uint32_t> CoordDirGroup(std::optional<uint32_t> socket_gid, bool daemon_is_root,
-                                      uint32_t daemon_gid) {
-  if (socket_gid) return socket_gid;
-  if (daemon_is_root) return daemon_gid;
-  return std::nullopt;
 }
 
 }  // namespace gpuslice::daemon

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 namespace gpuslice::daemon {
 namespace {
@@ -28,29 +29,28 @@ class CoordDirTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(CoordDirTest, WithoutAGroupTheDirectoryIsPrivate) {
+TEST_F(CoordDirTest, TheDirectoryIsTheDaemonsAndWritableByNobodyElse) {
   std::string path = dir_ + "/coord";
-  ASSERT_TRUE(PrepareCoordDir(path, std::nullopt).ok());
-  EXPECT_EQ(Stat(path).st_mode & 07777, 0700u);
-}
-
-TEST_F(CoordDirTest, WithAGroupTheDirectoryIsSetgidAndGroupWritable) {
-  std::string path = dir_ + "/coord";
-  // Our own group: a group any user may give their directories.
-  ASSERT_TRUE(PrepareCoordDir(path, getegid()).ok());
+  ASSERT_TRUE(PrepareCoordDir(path).ok());
   struct stat st = Stat(path);
-  EXPECT_EQ(st.st_mode & 07777, 02770u);
-  EXPECT_EQ(st.st_gid, getegid());
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  EXPECT_EQ(st.st_uid, geteuid());
 }
 
-TEST_F(CoordDirTest, AnExistingDirectoryOpenToEveryoneIsTightened) {
+// Issue 13: the 02770 directory of the socket's group let any member of the
+// group write every slice's coordination file.
+TEST_F(CoordDirTest, Issue13AGroupWritableDirectoryAndItsSharedFilesAreTakenBack) {
   std::string path = dir_ + "/coord";
   ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
-  ASSERT_EQ(chmod(path.c_str(), 0777), 0);
-  ASSERT_TRUE(PrepareCoordDir(path, std::nullopt).ok());
-  EXPECT_EQ(Stat(path).st_mode & 07777, 0700u);
-  ASSERT_TRUE(PrepareCoordDir(path, getegid()).ok()) << "a group configured later";
-  EXPECT_EQ(Stat(path).st_mode & 07777, 02770u);
+  ASSERT_EQ(chmod(path.c_str(), 02777), 0);
+  std::ofstream(path + "/gpu-0000.coord") << "anyone's";
+  std::ofstream(path + "/gpu-0000.coord.tmp.12") << "anyone's";
+  std::ofstream(path + "/gpu-0000.board") << "kept";
+  ASSERT_TRUE(PrepareCoordDir(path).ok());
+  EXPECT_EQ(Stat(path).st_mode & 07777, 0755u);
+  EXPECT_FALSE(fs::exists(path + "/gpu-0000.coord"));
+  EXPECT_FALSE(fs::exists(path + "/gpu-0000.coord.tmp.12"));
+  EXPECT_TRUE(fs::exists(path + "/gpu-0000.board"));
 }
 
 TEST_F(CoordDirTest, ASymbolicLinkOrAFileIsRefused) {
@@ -58,21 +58,14 @@ TEST_F(CoordDirTest, ASymbolicLinkOrAFileIsRefused) {
   ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
   std::string link = dir_ + "/coord";
   ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
-  core::Status s = PrepareCoordDir(link, std::nullopt);
+  core::Status s = PrepareCoordDir(link);
   EXPECT_EQ(s.code(), core::StatusCode::kFailedPrecondition) << s.ToString();
   EXPECT_NE(s.message().find(link), std::string::npos) << s.message();
   std::string file = dir_ + "/file";
   FILE* f = fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   fclose(f);
-  EXPECT_FALSE(PrepareCoordDir(file, std::nullopt).ok());
-}
-
-TEST(CoordDirGroup, TheSocketGroupElseTheDaemonsGroupWhenRootElseNone) {
-  EXPECT_EQ(CoordDirGroup(42u, true, 0), 42u);
-  EXPECT_EQ(CoordDirGroup(42u, false, 7), 42u);
-  EXPECT_EQ(CoordDirGroup(std::nullopt, true, 7), 7u);
-  EXPECT_EQ(CoordDirGroup(std::nullopt, false, 7), std::nullopt);
+  EXPECT_FALSE(PrepareCoordDir(file).ok());
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 
 #include "daemon/api.h"
 #include "daemon/cgroup.h"
+#include "daemon/arbiter.h"
+#include "daemon/arbiter_region_store.h"
 #include "daemon/config.h"
 #include "daemon/coord_dir.h"
 #include "daemon/doctor.h"
@@ -189,21 +191,31 @@ int main(int argc, char** argv) {
   } else {
     gd::LogWarn("job tracking: " + launcher.Tracking());
   }
-  gd::ShimRegionStore regions(config.state_dir + "/slices");
+  gd::ShimRegionStore shim_regions(config.state_dir + "/slices");
+  // Compute shares are arbitrated here (docs/COMPUTE.md, "Arbitration by the
+  // daemon"): the arbiter learns every slice from the region store it wraps,
+  // and takes back the slices of jobs that outlived a previous daemon.
+  gd::ArbiterOptions arbiter_options;
+  arbiter_options.coord_dir = config.state_dir + "/coord";
+  arbiter_options.slices_dir = config.state_dir + "/slices";
+  arbiter_options.board_mode = geteuid() == 0 ? 0644 : 0444;
+  const gpuslice::core::Status coord_dir = gd::PrepareCoordDir(arbiter_options.coord_dir);
+  if (!coord_dir.ok()) {
+    // Without boards no share can be enforced: jobs that ask for one fail
+    // to start (the arbiter refuses them), and the daemon says why.
+    gd::LogWarn("compute shares will not be enforced: " + coord_dir.message());
+    arbiter_options.coord_dir.clear();
+  }
+  gd::Arbiter arbiter(arbiter_options);
+  gd::ArbiterRegionStore regions(shim_regions, arbiter);
   gd::ServiceOptions options;
   options.state_dir = config.state_dir;
   options.shim_path = config.shim;
   options.sim_lib_dir = config.sim_lib_dir;
   options.admin_gid = admin_gid;
-  {
-    std::string coord = config.state_dir + "/coord";
-    auto group = gd::CoordDirGroup(socket_gid, geteuid() == 0, getegid());
-    if (auto s = gd::PrepareCoordDir(coord, group); s.ok()) {
-      options.coord_dir = coord;
-    } else {
-      // Shares still hold among one user's jobs (the shim's own directory).
-      gd::LogWarn("compute shares of different users will not coordinate: " + s.message());
-    }
+  if (coord_dir.ok()) {
+    options.coord_dir = arbiter_options.coord_dir;
+    if (auto r = arbiter.Recover(); !r.ok()) gd::LogWarn("compute arbiter: " + r.message());
   }
   options.policy = config.policy;
   options.backfill = config.backfill;

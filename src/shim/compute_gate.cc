@@ -14,6 +14,8 @@
 
 #include "shim/config.h"
 #include "shim/coord.h"
+#include "shim/coord_board.h"
+#include "shim/coord_turns.h"
 #include "shim/driver.h"
 #include "shim/log.h"
 #include "shim/region.h"
@@ -78,10 +80,12 @@ struct Marker {
 std::mutex g_start_mu;
 bool g_started = false;  // Guarded by g_start_mu.
 Fns g_fns;
-Coordinator* g_coord = nullptr;
+// The turns this process follows: the cooperative file, or the daemon's
+// board (coord_turns.h). Set once by Start().
+Turns* g_coord = nullptr;
 int g_device = -1;  // Slice device index of the coordination.
+// Whether this process has joined its slice's turns (1) or not (-1).
 std::atomic<int32_t> g_member{-1};
-uint64_t g_slice_key = 0;
 PolicyParams g_params;
 std::atomic<uint32_t> g_share{0};  // Current share (from the region), 0: none.
 // The region's launches_paused flag as last read: the gate stays closed
@@ -151,12 +155,8 @@ void RefreshGate() {
     }
     return;
   }
-  const int32_t m = g_member.load(std::memory_order_relaxed);
-  const coord::CoordHeader& h = g_coord->header();
-  const bool ours = !paused && m >= 0 &&
-                    h.holder.load(std::memory_order_acquire) ==
-                        g_coord->member(uint32_t(m)).slice.load(std::memory_order_relaxed) &&
-                    h.turn_state.load(std::memory_order_relaxed) == coord::kTurnOpen;
+  const bool ours = !paused && g_member.load(std::memory_order_relaxed) >= 0 &&
+                    g_coord->HoldsOpenTurn(MonotonicNs());
   uint32_t seen = g_gate.load(std::memory_order_relaxed);
   while (true) {
     const uint32_t gate = seen == kGateOff ? 1 : seen;  // A share or a pause appeared: closed.
@@ -195,6 +195,7 @@ void PollMarkersLocked(uint64_t now) {
       const double sample = double(ms) * 1e6 / double(mk.launches);
       g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
       g_markers_since_timed = 0;
+      g_coord->AddGpuNs(uint64_t(double(ms) * 1e6));  // Reported (statistics).
     } else if (++g_markers_since_timed >= kCpuSampleAfter) {
       g_markers_since_timed = kCpuSampleAfter;
       const uint64_t from = std::max(g_last_complete_ns, mk.granted_ns);
@@ -260,14 +261,11 @@ bool InflightLocked(uint64_t now) {
 }
 
 void Publish(uint64_t now, bool inflight) {
-  const int32_t m = g_member.load(std::memory_order_relaxed);
-  if (m < 0) return;
-  coord::MemberEntry& e = g_coord->member(uint32_t(m));
+  if (g_member.load(std::memory_order_relaxed) < 0) return;
   uint32_t flags = 0;
   if (g_waiters.load(std::memory_order_relaxed) > 0) flags |= coord::kMemberWaiting;
   if (inflight) flags |= coord::kMemberInflight;
-  e.flags.store(flags, std::memory_order_relaxed);
-  e.heartbeat_ns.store(now, std::memory_order_relaxed);
+  g_coord->Publish(flags, now);
 }
 
 // Re-reads the slice's share from the region (the daemon may change it
@@ -282,38 +280,29 @@ void FollowRegion(uint64_t now) {
   const uint32_t priority = SharedPriority(region.PriorityOf(uint32_t(g_device)));
   int32_t m = g_member.load(std::memory_order_relaxed);
   if (share != 0 && m < 0) {
-    core::Result<uint32_t> joined = g_coord->Join(g_slice_key, getpid(), now);
-    if (!joined.ok()) {
-      GPUSLICE_LOG(kWarn, "compute share not enforced: %s", joined.status().message().c_str());
+    if (core::Status joined = g_coord->Join(getpid(), now); !joined.ok()) {
+      GPUSLICE_LOG(kWarn, "compute share not enforced: %s", joined.message().c_str());
       return;
     }
-    m = int32_t(*joined);
+    m = 1;
     g_member.store(m, std::memory_order_relaxed);
   }
   if (m >= 0) {
     // A member whose entry was reclaimed (we were stopped too long) joins again.
-    if (layout::OwnerPid(g_coord->member(uint32_t(m)).owner.load(std::memory_order_relaxed)) !=
-        getpid()) {
+    if (!g_coord->Joined(getpid())) {
       g_member.store(-1, std::memory_order_relaxed);
       return;
     }
-    g_coord->Configure(uint32_t(m), share, coord::Mode(mode), priority);
+    g_coord->Configure(share, coord::Mode(mode), priority);
     if (share == 0) {
-      g_coord->Leave(uint32_t(m), getpid());
+      g_coord->Leave(getpid());
       g_member.store(-1, std::memory_order_relaxed);
     }
   }
   g_share.store(share, std::memory_order_relaxed);
   // Whether a slice of higher priority is on this GPU: then keep the queue
-  // shallow (kOutrankedMinDepthNs). A scan of kMaxSlices entries per tick.
-  bool outranked = false;
-  for (uint32_t s = 0; s < coord::kMaxSlices && !outranked; ++s) {
-    const coord::SliceEntry& e = g_coord->slice(s);
-    const uint64_t key = e.key.load(std::memory_order_relaxed);
-    outranked =
-        key != 0 && key != g_slice_key && e.priority.load(std::memory_order_relaxed) > priority;
-  }
-  g_outranked.store(outranked, std::memory_order_relaxed);
+  // shallow (kOutrankedMinDepthNs).
+  g_outranked.store(g_coord->Outranked(priority), std::memory_order_relaxed);
   ReadPaused();
 }
 
@@ -330,7 +319,7 @@ void* BackgroundMain(void*) {
     }
     Publish(now, inflight);
     const bool member = g_member.load(std::memory_order_relaxed) >= 0;
-    if (member) g_coord->Tick(now, g_params);
+    if (member) g_coord->Decide(now, g_params);
     RefreshGate();
     const bool active = member && (inflight || g_waiters.load(std::memory_order_relaxed) > 0 ||
                                    (g_gate.load(std::memory_order_relaxed) & 1) == 0);
@@ -338,8 +327,7 @@ void* BackgroundMain(void*) {
       timespec ts{0, long(kActiveTickNs)};
       nanosleep(&ts, nullptr);
     } else if (member) {
-      g_coord->WaitTurnChange(g_coord->header().turn_seq.load(std::memory_order_acquire),
-                              kIdleTickNs);
+      g_coord->WaitTurnChange(g_coord->TurnSeq(), kIdleTickNs);
     } else {
       timespec ts{0, long(kIdleTickNs)};
       nanosleep(&ts, nullptr);
@@ -357,6 +345,34 @@ std::string CoordDir(const ShimConfig& config, mode_t* mode) {
     return config.coord_dir;
   }
   return StandaloneSliceDir(getenv("XDG_RUNTIME_DIR"), geteuid());
+}
+
+// The turns this process follows. A daemon job (a board for its GPU in
+// GPUSLICE_COORD_DIR) follows the daemon's board, read-only, and reports
+// into its slice's members file; a standalone slice uses the cooperative
+// file of its user.
+core::Result<std::unique_ptr<Turns>> OpenTurns(const ShimConfig& config, Region* region, int dev) {
+  const std::string uuid = region->device(uint32_t(dev)).uuid;
+  if (!config.coord_dir.empty()) {
+    const std::string board_path = BoardPath(config.coord_dir, uuid);
+    if (access(board_path.c_str(), F_OK) == 0) {
+      core::Result<std::unique_ptr<BoardView>> board = BoardView::Open(board_path);
+      if (!board.ok()) return board.status();
+      core::Result<std::unique_ptr<MembersFile>> members =
+          MembersFile::Open(MembersPath(getenv("GPUSLICE_LIMITS"), region->path()));
+      if (!members.ok()) return members.status();
+      return std::unique_ptr<Turns>(new BoardTurns(std::move(*board), std::move(*members),
+                                                   uint32_t(dev), board_path));
+    }
+  }
+  mode_t mode = 0600;
+  const std::string dir = CoordDir(config, &mode);
+  if (config.coord_dir.empty()) GPUSLICE_RETURN_IF_ERROR(PrepareSliceDir(dir, geteuid()));
+  const std::string path = CoordPath(dir, uuid);
+  core::Result<std::unique_ptr<Coordinator>> coord = Coordinator::OpenOrCreate(path, uuid, mode);
+  if (!coord.ok()) return coord.status();
+  return std::unique_ptr<Turns>(new CooperativeTurns(
+      std::move(*coord), SliceKey(region->path(), region->header().created_unix_ns), path));
 }
 
 // Decides, once per process, whether launches are coordinated. False:
@@ -379,26 +395,13 @@ bool Start() {
     GPUSLICE_LOG(kWarn, "the driver lacks event functions; compute shares are not enforced");
     return false;
   }
-  const ShimConfig& config = *Config();
-  mode_t mode = 0600;
-  const std::string dir = CoordDir(config, &mode);
-  if (config.coord_dir.empty()) {
-    if (core::Status s = PrepareSliceDir(dir, geteuid()); !s.ok()) {
-      GPUSLICE_LOG(kWarn, "compute shares not enforced: %s", s.message().c_str());
-      return false;
-    }
-  }
-  Region* region = SliceRegion();
-  const std::string path = CoordPath(dir, region->device(uint32_t(dev)).uuid);
-  core::Result<std::unique_ptr<Coordinator>> coord =
-      Coordinator::OpenOrCreate(path, region->device(uint32_t(dev)).uuid, mode);
-  if (!coord.ok()) {
-    GPUSLICE_LOG(kWarn, "compute shares not enforced: %s", coord.status().message().c_str());
+  core::Result<std::unique_ptr<Turns>> turns = OpenTurns(*Config(), SliceRegion(), dev);
+  if (!turns.ok()) {
+    GPUSLICE_LOG(kWarn, "compute shares not enforced: %s", turns.status().message().c_str());
     return false;
   }
-  g_coord = coord->release();
+  g_coord = turns->release();
   g_device = dev;
-  g_slice_key = SliceKey(region->path(), region->header().created_unix_ns);
   FollowRegion(MonotonicNs());
   pthread_t thread;
   pthread_attr_t attr;
@@ -409,11 +412,10 @@ bool Start() {
   if (rc != 0) {
     GPUSLICE_LOG(kWarn, "cannot start the compute gate thread: %s; shares not enforced",
                  std::strerror(rc));
-    const int32_t m = g_member.exchange(-1);
-    if (m >= 0) g_coord->Leave(uint32_t(m), getpid());
+    if (g_member.exchange(-1) >= 0) g_coord->Leave(getpid());
     return false;
   }
-  GPUSLICE_LOG(kInfo, "compute gate on %s (share %u/1000)", path.c_str(),
+  GPUSLICE_LOG(kInfo, "compute gate on %s (share %u/1000)", g_coord->Describe().c_str(),
                g_share.load(std::memory_order_relaxed));
   return true;
 }
@@ -453,8 +455,7 @@ void AtForkChild() {
 __attribute__((constructor)) void RegisterFork() { pthread_atfork(nullptr, nullptr, AtForkChild); }
 
 __attribute__((destructor)) void LeaveAtExit() {
-  const int32_t m = g_member.exchange(-1);
-  if (m >= 0 && g_coord != nullptr) g_coord->Leave(uint32_t(m), getpid());
+  if (g_member.exchange(-1) >= 0 && g_coord != nullptr) g_coord->Leave(getpid());
 }
 
 }  // namespace
@@ -569,8 +570,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
         g_unmarked.fetch_add(batch, std::memory_order_relaxed);
         g_expected_done_ns =
             std::max(g_expected_done_ns, now) + uint64_t(double(batch) * g_ns_per_launch);
-        const int32_t m = g_member.load(std::memory_order_relaxed);
-        if (m >= 0) g_coord->member(uint32_t(m)).launches.fetch_add(1, std::memory_order_relaxed);
+        g_coord->CountLaunch();
         granted = true;
         break;
       }
@@ -597,9 +597,8 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
       continue;
     }
     // Do not depend on the background thread alone to move the schedule.
-    const uint32_t seq = g_coord->header().turn_seq.load(std::memory_order_acquire);
-    const bool decided =
-        g_member.load(std::memory_order_relaxed) < 0 || g_coord->Tick(now, g_params);
+    const uint32_t seq = g_coord->TurnSeq();
+    const bool decided = g_coord->Decide(now, g_params);
     RefreshGate();
     if ((g_gate.load(std::memory_order_acquire) & 1) == 0) continue;
     if (decided) {

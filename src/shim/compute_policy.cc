@@ -82,6 +82,16 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     // Tokens accrue with wall time, up to the bucket's depth; overuse (a
     // negative balance) is paid back at the same rate.
     s.tokens_ns = std::min(s.tokens_ns + int64_t(s.share_milli * elapsed / 1000), BucketCap(s, p));
+  }
+  // Whether the open turn's holder keeps an eligible slice waiting (see
+  // PolicyParams::charge_blocking_holder).
+  bool blocking = false;
+  if (p.charge_blocking_holder && turn.state == coord::kTurnOpen && turn.holder >= 0) {
+    for (int32_t i = 0; i < n; ++i) blocking |= i != turn.holder && Eligible(slices[size_t(i)]);
+  }
+  for (size_t i = 0; i < slices.size(); ++i) {
+    SliceView& s = slices[i];
+    if (!s.live) continue;
     // A slice is charged while it has work on the GPU: the holder during its
     // turn and its drain, and a slice still draining after it lost the GPU
     // (to a higher priority, or a drain timeout). Not while its turn is open
@@ -89,7 +99,7 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     // up) or any more (between its steps): that time is nobody's GPU use,
     // and charging it made hard slices fall short of their shares.
     const bool holds = int32_t(i) == turn.holder && turn.state != coord::kTurnNone;
-    if (s.inflight) Charge(s, elapsed);
+    if (s.inflight || (blocking && holds)) Charge(s, elapsed);
     if (!s.Active() && !holds) {
       if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
     } else if (s.idle_since_ns != 0 && !holds) {

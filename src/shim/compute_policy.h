@@ -36,6 +36,14 @@ struct PolicyParams {
   uint64_t burst_ns = 100'000'000;     // Token bucket depth, in wall time.
   uint64_t idle_grace_ns = 500'000;    // A holder idle this long gives the GPU up.
   uint64_t drain_timeout_ns = 250'000'000;  // Stop waiting for a drain after this.
+  // The daemon's arbiter, which cannot trust what a slice reports: the holder
+  // of an open turn is also charged the wall time during which another slice
+  // waits for the GPU, whether it reports work in flight or not. A slice
+  // that under-reports (or holds its turn idle) then pays for the time it
+  // keeps others off the GPU, and gains no turns from lying. Off for the
+  // cooperative file, where every slice runs our shim: there the time a
+  // holder has nothing queued is charged to nobody (docs/COMPUTE.md).
+  bool charge_blocking_holder = false;
 };
 
 // One slice as the decision sees it.

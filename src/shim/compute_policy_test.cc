@@ -171,5 +171,38 @@ TEST(ComputePolicy, OveruseIsChargedToTheNextPeriod) {
   EXPECT_EQ(TurnLength(s, PolicyParams{}), PolicyParams{}.min_turn_ns);
 }
 
+// Issue 13: a holder that says it waits but never reports work in flight
+// was never charged, kept the smallest virtual time and took every other
+// turn. With charge_blocking_holder (the daemon's arbiter) its open turns
+// cost it their wall time while another slice waits.
+TEST(ComputePolicy, Issue13AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
+  for (bool blocking : {false, true}) {
+    Model m({Slice(100), Slice(900)});
+    m.params.charge_blocking_holder = blocking;
+    // Slice 0 lies: waiting always, never in flight; it uses its turns all
+    // the same (the model's GPU gives it the time).
+    m.Run(0);
+    uint64_t used[2] = {0, 0};
+    const uint64_t end = 5'000 * kMs;
+    while (m.now < end) {
+      const uint64_t last = m.now;
+      m.now += m.step_ns;
+      for (size_t i = 0; i < 2; ++i) {
+        const bool open = int32_t(i) == m.turn.holder && m.turn.state == coord::kTurnOpen;
+        if (open) used[i] += m.step_ns;
+        m.slices[i].waiting = i == 0 ? true : !open;
+        m.slices[i].inflight = i == 0 ? false : open;
+      }
+      Advance(m.now, last, m.turn, m.slices, m.params);
+    }
+    const double liar = double(used[0]) / double(used[0] + used[1]);
+    if (blocking) {
+      EXPECT_NEAR(liar, 0.10, 0.02);
+    } else {
+      EXPECT_GT(liar, 0.30) << "the cooperative rule, shown to be exploitable";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice::shim

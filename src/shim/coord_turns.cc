@@ -1,0 +1,172 @@
+#include "shim/coord_turns.h"
+
+#include "shim/region_layout.h"
+
+namespace gpuslice::shim {
+namespace {
+
+constexpr uint64_t MemberOwner(int32_t pid) { return (uint64_t{uint32_t(pid)} << 32) | 1; }
+
+}  // namespace
+
+// --- The cooperative file -------------------------------------------------
+
+core::Status CooperativeTurns::Join(int32_t pid, uint64_t now_ns) {
+  core::Result<uint32_t> joined = coord_->Join(key_, pid, now_ns);
+  if (!joined.ok()) return joined.status();
+  member_.store(int32_t(*joined), std::memory_order_relaxed);
+  return core::Status::Ok();
+}
+
+bool CooperativeTurns::Joined(int32_t pid) const {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  return m >= 0 &&
+         coord_->member(uint32_t(m)).owner.load(std::memory_order_relaxed) == MemberOwner(pid);
+}
+
+void CooperativeTurns::Leave(int32_t pid) {
+  const int32_t m = member_.exchange(-1);
+  if (m >= 0) coord_->Leave(uint32_t(m), pid);
+}
+
+void CooperativeTurns::Configure(uint32_t share_milli, coord::Mode mode, uint32_t priority) {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  if (m >= 0) coord_->Configure(uint32_t(m), share_milli, mode, priority);
+}
+
+void CooperativeTurns::Publish(uint32_t flags, uint64_t now_ns) {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  if (m < 0) return;
+  coord::MemberEntry& e = coord_->member(uint32_t(m));
+  e.flags.store(flags, std::memory_order_relaxed);
+  e.heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+}
+
+bool CooperativeTurns::Decide(uint64_t now_ns, const PolicyParams& params) {
+  if (member_.load(std::memory_order_relaxed) < 0) return true;
+  return coord_->Tick(now_ns, params);
+}
+
+bool CooperativeTurns::HoldsOpenTurn(uint64_t) const {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  const coord::CoordHeader& h = coord_->header();
+  return m >= 0 &&
+         h.holder.load(std::memory_order_acquire) ==
+             coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed) &&
+         h.turn_state.load(std::memory_order_relaxed) == coord::kTurnOpen;
+}
+
+bool CooperativeTurns::Outranked(uint32_t priority) const {
+  // A scan of kMaxSlices entries per background tick.
+  for (uint32_t s = 0; s < coord::kMaxSlices; ++s) {
+    const coord::SliceEntry& e = coord_->slice(s);
+    const uint64_t key = e.key.load(std::memory_order_relaxed);
+    if (key != 0 && key != key_ && e.priority.load(std::memory_order_relaxed) > priority) {
+      return true;
+    }
+  }
+  return false;
+}
+
+uint32_t CooperativeTurns::TurnSeq() const {
+  return coord_->header().turn_seq.load(std::memory_order_acquire);
+}
+
+void CooperativeTurns::WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const {
+  coord_->WaitTurnChange(seq, timeout_ns);
+}
+
+void CooperativeTurns::CountLaunch() {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  if (m >= 0) coord_->member(uint32_t(m)).launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+// --- The daemon's board ---------------------------------------------------
+
+core::Status BoardTurns::Join(int32_t pid, uint64_t now_ns) {
+  core::Result<uint32_t> slot = members_->Claim(pid, device_index_, now_ns);
+  if (!slot.ok()) return slot.status();
+  published_.store(0, std::memory_order_relaxed);
+  slot_.store(int32_t(*slot), std::memory_order_relaxed);
+  return core::Status::Ok();
+}
+
+bool BoardTurns::Joined(int32_t pid) const {
+  const int32_t s = slot_.load(std::memory_order_relaxed);
+  return s >= 0 &&
+         members_->slot(uint32_t(s)).owner.load(std::memory_order_relaxed) == MemberOwner(pid);
+}
+
+void BoardTurns::Leave(int32_t pid) {
+  const int32_t s = slot_.exchange(-1);
+  if (s >= 0) members_->Leave(uint32_t(s), pid);
+}
+
+void BoardTurns::Publish(uint32_t flags, uint64_t now_ns) {
+  const int32_t s = slot_.load(std::memory_order_relaxed);
+  if (s < 0) return;
+  board::MemberSlot& m = members_->slot(uint32_t(s));
+  m.flags.store(flags, std::memory_order_relaxed);
+  m.heartbeat_ns.store(now_ns, std::memory_order_release);
+  const uint32_t before = published_.exchange(flags, std::memory_order_relaxed);
+  // The arbiter looks at once when a launch starts waiting (it may hand the
+  // GPU over now) or work stops being in flight (a closing turn may end);
+  // everything else it sees at its next tick (200 us while active).
+  const bool started_waiting =
+      (flags & board::kMemberWaiting) != 0 && (before & board::kMemberWaiting) == 0;
+  const bool drained =
+      (before & board::kMemberInflight) != 0 && (flags & board::kMemberInflight) == 0;
+  if (started_waiting || drained) members_->Ring();
+}
+
+int32_t BoardTurns::SliceIndex() const {
+  const int32_t i = board_->FindSlice(members_->job_id(), hint_.load(std::memory_order_relaxed));
+  hint_.store(i, std::memory_order_relaxed);
+  return i;
+}
+
+bool BoardTurns::HoldsOpenTurn(uint64_t now_ns) const {
+  // No arbiter (the daemon is stopped or restarting), or this slice is not
+  // on its board: nothing arbitrates; launches go (docs/COMPUTE.md).
+  if (board_->ArbiterStale(now_ns)) return true;
+  const int32_t i = SliceIndex();
+  if (i < 0) return true;
+  const board::BoardHeader& h = board_->header();
+  return h.holder.load(std::memory_order_acquire) == i &&
+         h.turn_state.load(std::memory_order_relaxed) == board::kTurnOpen;
+}
+
+bool BoardTurns::Outranked(uint32_t priority) const {
+  const int32_t me = SliceIndex();
+  // The daemon's priority for this slice when the board has it.
+  if (me >= 0) priority = board_->slice(uint32_t(me)).priority.load(std::memory_order_relaxed);
+  for (uint32_t s = 0; s < board::kBoardSlices; ++s) {
+    const board::BoardSlice& e = board_->slice(s);
+    if (int32_t(s) != me && e.job_id.load(std::memory_order_relaxed) != 0 &&
+        e.share_milli.load(std::memory_order_relaxed) != 0 &&
+        e.priority.load(std::memory_order_relaxed) > priority) {
+      return true;
+    }
+  }
+  return false;
+}
+
+uint32_t BoardTurns::TurnSeq() const {
+  return board_->header().turn_seq.load(std::memory_order_acquire);
+}
+
+void BoardTurns::WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const {
+  board_->WaitTurnChange(seq, timeout_ns);
+}
+
+void BoardTurns::CountLaunch() {
+  const int32_t s = slot_.load(std::memory_order_relaxed);
+  if (s >= 0) members_->slot(uint32_t(s)).launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void BoardTurns::AddGpuNs(uint64_t ns) {
+  const int32_t s = slot_.load(std::memory_order_relaxed);
+  if (s >= 0) members_->slot(uint32_t(s)).gpu_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+}  // namespace gpuslice::shim

@@ -1,0 +1,118 @@
+#pragma once
+
+// How one process takes part in the turns of its GPU (docs/COMPUTE.md):
+//  - CooperativeTurns: the per-GPU coordination file of standalone slices
+//    (coord.h); every member decides in turn, under the decision lease.
+//  - BoardTurns: a daemon job. The daemon's arbiter decides and writes the
+//    board (read-only here); this process only reports into its slice's
+//    members file and rings the doorbell.
+// The compute gate (compute_gate.cc) drives either through this interface,
+// on its slow path and background thread only.
+//
+// Thread safety: as the gate uses it: any thread may call the const methods
+// and Publish/CountLaunch; Join/Leave/Configure come from one thread at a
+// time (the gate's start-up or its background thread).
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "shim/compute_policy.h"
+#include "shim/coord.h"
+#include "shim/coord_board.h"
+
+namespace gpuslice::shim {
+
+class Turns {
+ public:
+  virtual ~Turns() = default;
+  // Takes a member entry for this process (its first gated launch, or after
+  // its entry was reclaimed while it was stopped).
+  virtual core::Status Join(int32_t pid, uint64_t now_ns) = 0;
+  // Whether `pid` still owns the entry it joined with.
+  virtual bool Joined(int32_t pid) const = 0;
+  virtual void Leave(int32_t pid) = 0;
+  // The slice's share, mode and priority as this process knows them (from
+  // its region). Only the cooperative file takes them from the members; the
+  // arbiter has the daemon's.
+  virtual void Configure(uint32_t share_milli, coord::Mode mode, uint32_t priority) = 0;
+  // Publishes this process's flags (coord::kMemberWaiting | kMemberInflight,
+  // the same bits in both files) and heartbeat.
+  virtual void Publish(uint32_t flags, uint64_t now_ns) = 0;
+  // Moves the schedule if this process may (the cooperative file); false
+  // when another process holds the decision lease right now.
+  virtual bool Decide(uint64_t now_ns, const PolicyParams& params) = 0;
+  // The slice holds an open turn.
+  virtual bool HoldsOpenTurn(uint64_t now_ns) const = 0;
+  // Another slice on the GPU has a higher priority than this one.
+  virtual bool Outranked(uint32_t priority) const = 0;
+  virtual uint32_t TurnSeq() const = 0;
+  virtual void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const = 0;
+  virtual void CountLaunch() = 0;
+  virtual void AddGpuNs(uint64_t /*ns*/) {}
+  virtual std::string Describe() const = 0;
+};
+
+class CooperativeTurns : public Turns {
+ public:
+  CooperativeTurns(std::unique_ptr<Coordinator> coord, uint64_t slice_key, std::string path)
+      : coord_(std::move(coord)), key_(slice_key), path_(std::move(path)) {}
+  core::Status Join(int32_t pid, uint64_t now_ns) override;
+  bool Joined(int32_t pid) const override;
+  void Leave(int32_t pid) override;
+  void Configure(uint32_t share_milli, coord::Mode mode, uint32_t priority) override;
+  void Publish(uint32_t flags, uint64_t now_ns) override;
+  bool Decide(uint64_t now_ns, const PolicyParams& params) override;
+  bool HoldsOpenTurn(uint64_t now_ns) const override;
+  bool Outranked(uint32_t priority) const override;
+  uint32_t TurnSeq() const override;
+  void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const override;
+  void CountLaunch() override;
+  std::string Describe() const override { return path_; }
+
+ private:
+  std::unique_ptr<Coordinator> coord_;
+  const uint64_t key_;
+  const std::string path_;
+  std::atomic<int32_t> member_{-1};
+};
+
+class BoardTurns : public Turns {
+ public:
+  // `device_index`: the GPU's index among the slice's devices (the region's
+  // device order, which is the daemon's).
+  BoardTurns(std::unique_ptr<BoardView> board, std::unique_ptr<MembersFile> members,
+             uint32_t device_index, std::string path)
+      : board_(std::move(board)),
+        members_(std::move(members)),
+        device_index_(device_index),
+        path_(std::move(path)) {}
+  core::Status Join(int32_t pid, uint64_t now_ns) override;
+  bool Joined(int32_t pid) const override;
+  void Leave(int32_t pid) override;
+  void Configure(uint32_t, coord::Mode, uint32_t) override {}
+  void Publish(uint32_t flags, uint64_t now_ns) override;
+  bool Decide(uint64_t, const PolicyParams&) override { return true; }
+  bool HoldsOpenTurn(uint64_t now_ns) const override;
+  bool Outranked(uint32_t priority) const override;
+  uint32_t TurnSeq() const override;
+  void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const override;
+  void CountLaunch() override;
+  void AddGpuNs(uint64_t ns) override;
+  std::string Describe() const override { return path_; }
+
+ private:
+  // This slice's index on the board, -1 when it is not there.
+  int32_t SliceIndex() const;
+
+  std::unique_ptr<BoardView> board_;
+  std::unique_ptr<MembersFile> members_;
+  const uint32_t device_index_;
+  const std::string path_;
+  std::atomic<int32_t> slot_{-1};
+  mutable std::atomic<int32_t> hint_{-1};
+  std::atomic<uint32_t> published_{0};
+};
+
+}  // namespace gpuslice::shim
