@@ -209,8 +209,10 @@ int Doctor(Context& ctx) {
   } else {
     std::cout << "daemon: reachable at " << ctx.client->socket_path() << "\n";
     for (const json& c : (*r)["checks"]) {
-      std::cout << (c["ok"].get<bool>() ? "  ok    " : "  FAIL  ") << c["name"].get<std::string>()
-                << ": " << c["detail"].get<std::string>() << "\n";
+      const char* mark = c.value("note", false) ? "  note  " : c["ok"].get<bool>() ? "  ok    "
+                                                                                  : "  FAIL  ";
+      std::cout << mark << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>()
+                << "\n";
     }
   }
   return (*r)["ok"].get<bool>() ? 0 : 1;
