@@ -76,6 +76,15 @@ core::QuotaUsage Service::RunningUsage(uint64_t except_id) {
 }
 
 Status Service::CheckQuotaAtSubmit(const Job& job) {
+  // Pools and priorities the admin restricted (issue 18 item 7).
+  const AccessConfig& access = options_.rules.access;
+  if (!access.pools.empty() || access.max_priority != core::Priority::kHigh ||
+      !access.group_max_priority.empty()) {
+    const std::string& pool =
+        job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
+    GPUSLICE_RETURN_IF_ERROR(CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool,
+                                         job.request.priority));
+  }
   if (quotas_.empty()) return Status::Ok();
   core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
   if (d.verdict == core::QuotaVerdict::kNever) {

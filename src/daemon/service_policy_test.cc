@@ -157,6 +157,28 @@ TEST_F(PolicyTest, QuotaThatCanNeverFitRefusesAtSubmit) {
             "over quota, can never run: user u1000: asks 8 GiB of memory, over its quota of 4 GiB");
 }
 
+// Issue 18 item 7: pools and priorities the admin restricted are refused at
+// submission, saying who may.
+TEST_F(PolicyTest, RestrictedPoolsAndPrioritiesAreRefusedAtSubmit) {
+  PolicyConfig rules;
+  bool known = false;
+  ASSERT_TRUE(ApplyAccessValue(&rules.access, "pool_groups.default", "students", &known).ok());
+  ASSERT_TRUE(ApplyAccessValue(&rules.access, "max_priority", "normal", &known).ok());
+  Start(rules);
+  EXPECT_TRUE(Submit(Mem("1GiB")).ok()) << "u1000 is in students";
+  auto high = Submit(Mem("1GiB", "10%", "high"));
+  ASSERT_FALSE(high.ok());
+  EXPECT_EQ(high.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(high.status().message().find("may ask at most normal"), std::string::npos)
+      << high.status().message();
+  auto staff = Submit(Mem("1GiB"), 1002);
+  ASSERT_FALSE(staff.ok());
+  EXPECT_EQ(staff.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(staff.status().message().find("pool 'default' is only for members of students"),
+            std::string::npos)
+      << staff.status().message();
+}
+
 TEST_F(PolicyTest, OnlyAdminsSetQuotasAndTheyOutliveARestart) {
   Start();
   EXPECT_EQ(service_->SetQuota(TestCaller(1000), kU1000, Jobs(1)).code(),
