@@ -25,7 +25,9 @@ namespace {
 void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   RequestOptions& r = ctx->request;
   sub->add_option("--gpus", r.gpus, "Whole GPUs: a count (2) or a range (1-4)");
-  sub->add_option("--mem", r.mem, "Part of one GPU: its memory, e.g. 8GiB");
+  sub->add_option("--mem", r.mem,
+                  "Part of one GPU: its memory with a unit, e.g. 8GiB (GiB = 2^30 bytes; GB = "
+                  "10^9)");
   sub->add_option("--compute", r.compute, "With --mem: compute share, e.g. 30%");
   sub->add_option("--compute-mode", r.compute_mode,
                   "With --compute: hard (default; never above the share) or work-conserving "

@@ -37,7 +37,9 @@ void SetupQuota(CLI::App* sub, Context* ctx) {
   sub->require_subcommand(1);
   g_quota.set = sub->add_subcommand("set", "Set a user's or group's quota (admins only)");
   AddPrincipal(g_quota.set);
-  g_quota.set->add_option("--mem", g_quota.mem, "GPU memory over all running jobs, e.g. 20GiB");
+  g_quota.set->add_option("--mem", g_quota.mem,
+                          "GPU memory over all running jobs, with a unit, e.g. 20GiB (GiB = 2^30 "
+                          "bytes; GB = 10^9)");
   g_quota.set->add_option("--gpus", g_quota.gpus, "Whole GPUs at once");
   g_quota.set->add_option("--compute", g_quota.compute,
                           "Sum of compute shares, e.g. 150% (100% = one GPU)");
@@ -125,7 +127,8 @@ int Quota(Context& ctx) {
 
 void SetupResize(CLI::App* sub, Context* ctx) {
   sub->add_option("id", ctx->job_id, "Job id")->required();
-  sub->add_option("--mem", g_resize.mem, "New memory limit, e.g. 12GiB");
+  sub->add_option("--mem", g_resize.mem,
+                  "New memory limit with a unit, e.g. 12GiB (GiB = 2^30 bytes; GB = 10^9)");
   sub->add_option("--compute", g_resize.compute, "New compute share, e.g. 50%");
   sub->add_flag("--force", g_resize.force,
                 "Apply a memory limit below what the job uses now (its new allocations fail "

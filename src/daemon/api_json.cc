@@ -61,6 +61,14 @@ core::Status OptionalField(const json& j, const char* field, bool integer_ok,
   return core::Status::Ok();
 }
 
+// A memory size: a string ("8GiB") or an integer count of bytes, which is
+// passed on as "<n>B" so that the unit-less string form stays refused.
+core::Status OptionalSize(const json& j, const char* field, std::optional<std::string>* out) {
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, field, true, out));
+  if (*out && j.at(field).is_number_unsigned()) **out += "B";
+  return core::Status::Ok();
+}
+
 }  // namespace
 
 core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
@@ -78,7 +86,7 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   SubmitSpec spec;
   core::RequestFields& f = spec.fields;
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &f.gpus));
-  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &f.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &f.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &f.compute));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute_mode", false, &f.compute_mode));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mig", false, &f.mig));
@@ -256,7 +264,7 @@ core::Result<std::pair<core::Principal, core::QuotaFields>> ParseQuotaBody(std::
   GPUSLICE_ASSIGN_OR_RETURN(who.name, GetString(j, "name"));
   GPUSLICE_RETURN_IF_ERROR(ValidatePrincipalName(who.name));
   core::QuotaFields f;
-  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &f.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &f.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &f.gpus));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &f.compute));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "jobs", true, &f.jobs));
@@ -274,7 +282,7 @@ core::Result<ResizeSpec> ParseResizeBody(std::string_view body) {
     }
   }
   ResizeSpec spec;
-  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &spec.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &spec.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &spec.compute));
   if (j.contains("force")) {
     if (!j["force"].is_boolean()) return core::InvalidArgumentError("force: must be true or false");

@@ -20,7 +20,7 @@ TEST(ParseSubmitBody, AcceptsTheDocumentedFields) {
   EXPECT_EQ(s->argv.size(), 2u);
   auto bytes = ParseSubmitBody(R"({"mem": 1073741824, "cwd": "/"})");
   ASSERT_TRUE(bytes.ok());
-  EXPECT_EQ(*bytes->fields.mem, "1073741824");
+  EXPECT_EQ(*bytes->fields.mem, "1073741824B");  // A JSON integer counts bytes.
 }
 
 TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {

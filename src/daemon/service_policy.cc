@@ -193,7 +193,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   }
   core::ResourceRequest next = job.request;
   if (spec.mem) {
-    auto b = core::ParseBytes(*spec.mem);
+    auto b = core::ParseMemorySize(*spec.mem);
     if (!b.ok()) return b.status().WithContext("--mem");
     next.memory_bytes = *b;
   }
