@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/table.h"
+#include "core/job.h"
 #include "core/units.h"
 
 extern char** environ;
@@ -85,6 +86,7 @@ void SetupLogs(CLI::App* sub, Context* ctx) {
 int Run(Context& ctx) { return RunJob(ctx, "run"); }
 
 int Submit(Context& ctx) {
+  if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
   json body = SubmitBody(ctx.request, "submit");
   auto job = ctx.client->Call("POST", "/v1/jobs", &body);
   if (!job.ok()) return ReportError(ctx, job.status());
@@ -249,6 +251,25 @@ int ReportError(const Context& ctx, const core::Status& status) {
     std::cerr << "gpuslice: " << status.message() << "\n";
   }
   return kExitDaemonError;
+}
+
+int UsageError(const Context& ctx, const core::Status& status) {
+  (void)ReportError(ctx, status);
+  return kExitUsage;
+}
+
+core::Status CheckRequest(const RequestOptions& r) {
+  core::RequestFields f;
+  f.gpus = r.gpus;
+  f.mem = r.mem;
+  f.compute = r.compute;
+  f.compute_mode = r.compute_mode;
+  f.mig = r.mig;
+  f.priority = r.priority;
+  f.name = r.name;
+  f.max_runtime = r.max_runtime;
+  f.pool = r.pool;
+  return core::BuildRequest(f).status();
 }
 
 json SubmitBody(const RequestOptions& r, const std::string& mode) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/client.h"
+#include "core/status.h"
 
 namespace gpuslice::cli {
 
@@ -61,6 +62,13 @@ inline constexpr int kExitDaemonError = 125;  // Like docker: the request failed
 
 // Prints `status` (as JSON with --json) to stderr; returns kExitDaemonError.
 int ReportError(const Context& ctx, const core::Status& status);
+// The same for what the CLI finds wrong in its own arguments before asking
+// the daemon (a bad option value); returns kExitUsage.
+int UsageError(const Context& ctx, const core::Status& status);
+
+// The request options checked as the daemon checks them (core::BuildRequest),
+// so that a bad value is a usage error, told before anything is sent.
+core::Status CheckRequest(const RequestOptions& r);
 
 // The JSON body of a submission from the request options, with the caller's
 // directory and environment.

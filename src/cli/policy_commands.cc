@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "core/quota.h"
 #include "core/units.h"
 
 namespace gpuslice::cli {
@@ -92,7 +93,7 @@ int Quota(Context& ctx) {
     return 0;
   }
   auto who = PrincipalBody();
-  if (!who.ok()) return ReportError(ctx, who.status());
+  if (!who.ok()) return UsageError(ctx, who.status());
   if (g_quota.rm->parsed()) {
     std::string target = "/v1/quotas/" + (*who)["scope"].get<std::string>() + "/" +
                          (*who)["name"].get<std::string>();
@@ -106,6 +107,12 @@ int Quota(Context& ctx) {
     }
     return 0;
   }
+  core::QuotaFields fields;
+  fields.mem = g_quota.mem;
+  fields.gpus = g_quota.gpus;
+  fields.compute = g_quota.compute;
+  fields.jobs = g_quota.jobs;
+  if (auto q = core::BuildQuota(fields); !q.ok()) return UsageError(ctx, q.status());
   json body = *who;
   auto put = [&](const char* key, const std::optional<std::string>& v) {
     if (v) body[key] = *v;
@@ -136,6 +143,16 @@ void SetupResize(CLI::App* sub, Context* ctx) {
 }
 
 int Resize(Context& ctx) {
+  if (g_resize.mem) {
+    if (auto b = core::ParseMemorySize(*g_resize.mem); !b.ok()) {
+      return UsageError(ctx, b.status().WithContext("--mem"));
+    }
+  }
+  if (g_resize.compute) {
+    if (auto m = core::ParseShareMilli(*g_resize.compute); !m.ok()) {
+      return UsageError(ctx, m.status().WithContext("--compute"));
+    }
+  }
   json body = json::object();
   if (g_resize.mem) body["mem"] = *g_resize.mem;
   if (g_resize.compute) body["compute"] = *g_resize.compute;

@@ -92,6 +92,7 @@ std::string Members(const json& s) {
 
 int Create(Context& ctx) {
   ServiceOptions& o = Options();
+  if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
   json body = SubmitBody(ctx.request, "submit");
   body.erase("mode");
   body.erase("name");

@@ -1,0 +1,100 @@
+// End-to-end: what a new user trips over (issue 18), with the real programs.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+#include "harness.h"
+
+namespace gpuslice::e2e {
+namespace {
+
+// Runs `command` through the shell; returns its exit code and stdout+stderr.
+CliResult Shell(const std::string& command) {
+  CliResult r;
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Item 11: every program answers --version.
+TEST(Usability, EveryProgramPrintsItsVersion) {
+  const std::pair<const char*, const char*> programs[] = {
+      {GPUSLICE_E2E_CLI, "gpuslice "},
+      {GPUSLICE_E2E_DAEMON, "gpusliced "},
+      {GPUSLICE_E2E_REPLAY, "gpuslice-replay "},
+      {GPUSLICE_E2E_SMI, "gpuslice-smi "},
+      {GPUSLICE_E2E_SIM_FAULT, "gpuslice-sim-fault "},
+  };
+  for (const auto& [path, name] : programs) {
+    // The worker and the simulator's tools load the simulated driver.
+    CliResult r =
+        Shell("LD_LIBRARY_PATH=" + std::string(GPUSLICE_E2E_SIM_DIR) + " " + path + " --version");
+    EXPECT_EQ(r.exit_code, 0) << path << ": " << r.out;
+    EXPECT_EQ(r.out, std::string(name) + GPUSLICE_E2E_VERSION + "\n") << path;
+  }
+}
+
+// Item 11: a mistyped subcommand gets the nearest one, and exits 2.
+TEST(Usability, AMistypedCommandSuggestsTheNearestAndExitsTwo) {
+  Daemon d;
+  CliResult r = d.Cli({"sumbit", "--mem", "1GiB", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown command 'sumbit'; did you mean 'submit'?"), std::string::npos)
+      << r.err;
+  r = d.Cli({"--json", "xyzzy"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown command 'xyzzy'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;
+}
+
+// Item 11: "top -n 0" printed the limits of a double (a 300-digit number).
+TEST(Usability, TopRefusesZeroIterationsBriefly) {
+  Daemon d;
+  CliResult r = d.Cli({"top", "-n", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("a count of 1 or more"), std::string::npos) << r.err;
+  EXPECT_LT(r.err.size(), 300u) << r.err;
+}
+
+// Item 3: "--help" says what GB means.
+TEST(Usability, HelpSaysGbIsTenToTheNine) {
+  Daemon d;
+  for (const char* cmd : {"submit", "run", "resize", "service"}) {
+    CliResult r = d.Cli({cmd, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    if (std::string(cmd) == "service") continue;  // Its --mem is under "service create".
+    EXPECT_NE(r.out.find("GB = 10^9"), std::string::npos) << cmd << ":\n" << r.out;
+  }
+}
+
+class UsabilityDaemon : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log"); }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "daemon log:\n" << ReadFile(d.dir() + "/daemon.log");
+  }
+  Daemon d;
+};
+
+// Items 3 and 11: "--mem 8" was 8 bytes, accepted; a bad value exited 125.
+TEST_F(UsabilityDaemon, ABareMemorySizeIsAUsageErrorWithAHint) {
+  CliResult r = d.Cli({"submit", "--mem", "8", "--", "true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--mem: size '8' has no unit: did you mean '8GiB'?"), std::string::npos)
+      << r.err;
+  CliResult bad = d.Cli({"submit", "--mem", "12XB", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  CliResult never = d.Cli({"submit", "--mem", "100GiB", "--", "true"});
+  EXPECT_EQ(never.exit_code, 125) << "a request the daemon refuses is not a usage error";
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e
