@@ -31,6 +31,7 @@ TEST(Usability, EveryProgramPrintsItsVersion) {
       {GPUSLICE_E2E_DAEMON, "gpusliced "},
       {GPUSLICE_E2E_REPLAY, "gpuslice-replay "},
       {GPUSLICE_E2E_SMI, "gpuslice-smi "},
+      {GPUSLICE_E2E_WORKER, "gpuslice-demo-worker "},
       {GPUSLICE_E2E_SIM_FAULT, "gpuslice-sim-fault "},
   };
   for (const auto& [path, name] : programs) {
@@ -73,6 +74,31 @@ TEST(Usability, HelpSaysGbIsTenToTheNine) {
     if (std::string(cmd) == "service") continue;  // Its --mem is under "service create".
     EXPECT_NE(r.out.find("GB = 10^9"), std::string::npos) << cmd << ":\n" << r.out;
   }
+}
+
+// Item 5: the worker answers --help, finds the simulated driver beside it
+// without LD_LIBRARY_PATH, and reports its kernels' own time as GPU time.
+TEST(Usability, DemoWorkerHelpsRunsWithoutLdLibraryPathAndReportsKernelTime) {
+  CliResult help = Shell(std::string("env -u LD_LIBRARY_PATH ") + GPUSLICE_E2E_WORKER + " --help");
+  EXPECT_EQ(help.exit_code, 0) << help.out;
+  EXPECT_NE(help.out.find("usage: gpuslice-demo-worker"), std::string::npos) << help.out;
+  Daemon d;  // Only for its temp dir: a simulated GPU of this test's own.
+  CliResult r = Shell("env -u LD_LIBRARY_PATH -u LD_PRELOAD GPUSLICE_SIM_STATE=" + d.dir() +
+                      "/sim-state GPUSLICE_SIM_GPUS=1xH100-80GB " + GPUSLICE_E2E_WORKER +
+                      " --name w --mem 64MiB --duty 50% --seconds 1 --kernel-us 1000");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  long kernels = 0;
+  double gpu_ms = 0, wall_ms = 0, waited_ms = -1;
+  size_t at = r.out.find("ran ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at,
+                        "ran %ld kernels, GPU time %lf ms of %lf ms (%*f%%); launches waited %lf ms",
+                        &kernels, &gpu_ms, &wall_ms, &waited_ms),
+            4)
+      << r.out;
+  EXPECT_GT(kernels, 0);
+  EXPECT_NEAR(gpu_ms, kernels * 1.0, 1.0) << "GPU time is the kernels' own: " << r.out;
+  EXPECT_GE(waited_ms, 0);
 }
 
 class UsabilityDaemon : public ::testing::Test {
