@@ -1,10 +1,14 @@
 #include "cli/commands.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
+#include "cli/job_select.h"
+#include "cli/ps_view.h"
 #include "cli/table.h"
 #include "core/job.h"
 #include "core/units.h"
@@ -14,6 +18,11 @@ extern char** environ;
 namespace gpuslice::cli {
 
 using nlohmann::json;
+
+std::string CurrentUser() {
+  struct passwd* pw = getpwuid(getuid());
+  return pw != nullptr ? pw->pw_name : std::to_string(getuid());
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -47,21 +56,23 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   }
 }
 
-std::string Describe(const json& job) { return job["request"].value("describe", std::string("?")); }
-
-std::string GpuColumn(const json& job) {
-  if (!job.contains("allocation")) return "-";
-  std::string out;
-  for (const auto& i : job["allocation"]["gpu_indices"]) {
-    if (!out.empty()) out += ",";
-    out += std::to_string(i.get<int>());
-  }
-  return out;
-}
-
 void SetupNone(CLI::App*, Context*) {}
 
-void SetupRequest(CLI::App* sub, Context* ctx) { AddRequestOptions(sub, ctx, true); }
+// Per-command state of submit and ps.
+struct SubmitOptions {
+  std::optional<std::string> array;
+} g_submit;
+struct PsOptions {
+  std::optional<std::string> user, state;
+  CLI::Option* user_flag = nullptr;  // Given, with or without a name.
+} g_ps;
+
+void SetupSubmit(CLI::App* sub, Context* ctx) {
+  AddRequestOptions(sub, ctx, true);
+  sub->add_option("--array", g_submit.array,
+                  "A job array: one job per index (1-20, 0,3,5), each with GPUSLICE_ARRAY_INDEX "
+                  "set and NAME[index] as its name");
+}
 void SetupRun(CLI::App* sub, Context* ctx) {
   AddRequestOptions(sub, ctx, true);
   sub->add_flag("-i,--interactive", ctx->request.interactive,
@@ -76,6 +87,11 @@ void SetupId(CLI::App* sub, Context* ctx) {
 
 void SetupPs(CLI::App* sub, Context* ctx) {
   sub->add_flag("-a,--all", ctx->all, "Include finished jobs");
+  g_ps.user_flag = sub->add_option("-u,--user", g_ps.user, "Only this user's jobs (default: yours)")
+                       ->expected(0, 1);
+  sub->add_option("--state", g_ps.state,
+                  "Only jobs in these states: queued, running, exited, cancelled, timed_out, "
+                  "failed, ended (the last four), comma-separated");
 }
 
 void SetupLogs(CLI::App* sub, Context* ctx) {
@@ -87,22 +103,51 @@ int Run(Context& ctx) { return RunJob(ctx, "run"); }
 
 int Submit(Context& ctx) {
   if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
-  json body = SubmitBody(ctx.request, "submit");
-  auto job = ctx.client->Call("POST", "/v1/jobs", &body);
-  if (!job.ok()) return ReportError(ctx, job.status());
-  if (ctx.json) {
-    std::cout << job->dump(2) << "\n";
-  } else {
-    std::cout << (*job)["id"].get<uint64_t>() << "\n";
+  std::vector<std::optional<uint32_t>> indices = {std::nullopt};
+  if (g_submit.array) {
+    auto a = ParseArrayIndices(*g_submit.array);
+    if (!a.ok()) return UsageError(ctx, a.status());
+    indices.assign(a->begin(), a->end());
   }
+  json jobs = json::array();
+  for (const std::optional<uint32_t>& index : indices) {
+    RequestOptions r = ctx.request;
+    if (index) r.name = r.name.value_or("") + "[" + std::to_string(*index) + "]";
+    json body = SubmitBody(r, "submit");
+    if (index) body["env"].push_back("GPUSLICE_ARRAY_INDEX=" + std::to_string(*index));
+    auto job = ctx.client->Call("POST", "/v1/jobs", &body);
+    if (!job.ok()) {
+      // The jobs already submitted stay: say which they are.
+      if (!jobs.empty() && !ctx.json) {
+        std::cerr << "gpuslice: submitted before the error:";
+        for (const json& j : jobs) std::cerr << " " << j["id"].get<uint64_t>();
+        std::cerr << "\n";
+      }
+      return ReportError(ctx, job.status());
+    }
+    jobs.push_back(*job);
+    if (!ctx.json) std::cout << (*job)["id"].get<uint64_t>() << "\n";
+  }
+  if (ctx.json) std::cout << (g_submit.array ? json{{"jobs", jobs}} : jobs[0]).dump(2) << "\n";
   return 0;
 }
 
 int Shell(Context& ctx) { return ShellJob(ctx); }
 
 int Ps(Context& ctx) {
-  auto list = ctx.client->Call("GET", ctx.all ? "/v1/jobs?all=1" : "/v1/jobs");
+  JobFilter filter;
+  if (g_ps.user_flag->count() > 0) {
+    filter.user = g_ps.user && !g_ps.user->empty() ? *g_ps.user : CurrentUser();
+  }
+  if (g_ps.state) {
+    auto st = ParseStates(*g_ps.state);
+    if (!st.ok()) return UsageError(ctx, st.status());
+    filter.states = *st;
+  }
+  bool all = ctx.all || WantsEndedJobs(filter.states);
+  auto list = ctx.client->Call("GET", all ? "/v1/jobs?all=1" : "/v1/jobs");
   if (!list.ok()) return ReportError(ctx, list.status());
+  *list = Filter(*list, filter);
   if (ctx.json) {
     std::cout << list->dump(2) << "\n";
     return 0;
@@ -110,45 +155,7 @@ int Ps(Context& ctx) {
   if ((*list).value("degraded", false)) {
     std::cerr << "gpuslice: daemon DEGRADED: " << (*list).value("degraded_reason", "") << "\n";
   }
-  Table t({"ID", "USER", "NAME", "STATE", "REQUEST", "PRIO", "GPU", "AGE", "POS", "NOTE"});
-  int64_t now = NowMs();
-  for (const json& j : (*list)["jobs"]) {
-    std::string state = j["state"];
-    int64_t since = state == "queued"    ? j["submitted_ms"].get<int64_t>()
-                    : state == "running" ? j["started_ms"].get<int64_t>()
-                                         : j["ended_ms"].get<int64_t>();
-    std::string note;
-    std::string pos = "-";
-    if (state == "queued") {
-      pos = std::to_string(j.value("queue_position", 0));
-      note = j.value("waiting_for", "");
-    } else if (state == "exited" || state == "cancelled" || state == "timed_out" ||
-               state == "failed") {
-      int code = j["exit_code"];
-      note = code >= 0 ? "exit " + std::to_string(code) : "";
-      std::string reason = j.value("reason", "");
-      if (!reason.empty()) note += (note.empty() ? "" : "; ") + reason;
-    } else if (state == "running" && j.contains("flags")) {
-      // Policy flags: idle, paused, over_limit, preempted.
-      for (const json& f : j["flags"]) note += (note.empty() ? "" : ",") + f.get<std::string>();
-    }
-    t.Add({std::to_string(j["id"].get<uint64_t>()), j["user"], j.value("name", ""), state,
-           Describe(j), j["request"]["priority"], GpuColumn(j), FormatAge(now - since), pos, note});
-  }
-  std::cout << t.Render();
-  return 0;
-}
-
-int Cancel(Context& ctx) {
-  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/cancel");
-  if (!r.ok()) return ReportError(ctx, r.status());
-  if (ctx.json) {
-    std::cout << r->dump(2) << "\n";
-  } else {
-    std::cout << "job " << ctx.job_id << ": "
-              << ((*r)["state"] == "running" ? "cancelling (processes signalled)" : "cancelled")
-              << "\n";
-  }
+  std::cout << RenderPs(*list, NowMs());
   return 0;
 }
 
@@ -301,18 +308,17 @@ const std::vector<Command>& Commands() {
     std::vector<Command> all = {
         {"run", "Run a command in a slice; stream its output; exit with its exit code", SetupRun,
          Run},
-        {"submit", "Run a command in a slice, detached; print its job id", SetupRequest, Submit},
+        {"submit", "Run a command in a slice, detached; print its job id", SetupSubmit, Submit},
         {"shell", "Open an interactive shell in a slice", SetupShell, Shell},
         {"ps", "List jobs (queued ones with their position and why they wait)", SetupPs, Ps},
-        {"cancel", "End a job (yours; root and the admin group: any)", SetupId, Cancel},
         {"logs", "Print a job's output", SetupLogs, Logs},
         {"gpus", "The GPUs and the slices on each", SetupNone, Gpus},
         {"doctor", "Check driver, CUDA, NVML and the shim", SetupNone, Doctor},
         {"status", "The daemon's state", SetupNone, StatusCmd},
     };
     // Commands that live in their own files.
-    for (const auto& more :
-         {EventCommands(), PolicyCommands(), MonitorCommands(), ServiceCommands()}) {
+    for (const auto& more : {JobCommands(), EventCommands(), PolicyCommands(), MonitorCommands(),
+                             ServiceCommands()}) {
       all.insert(all.end(), more.begin(), more.end());
     }
     return all;

@@ -48,6 +48,7 @@ struct Command {
 // Every subcommand: the basic ones (commands.cc) and those of the tables
 // below, each defined in its own file.
 const std::vector<Command>& Commands();
+std::vector<Command> JobCommands();      // job_commands.cc: cancel, show
 std::vector<Command> EventCommands();    // events_command.cc: events
 std::vector<Command> PolicyCommands();   // policy_commands.cc: quota, resize, ...
 std::vector<Command> MonitorCommands();  // monitor_commands.cc: top, usage
@@ -55,6 +56,8 @@ std::vector<Command> ServiceCommands();  // service_commands.cc: service ...
 
 // Milliseconds since the Unix epoch, now.
 int64_t NowMs();
+// The name of the user running the CLI.
+std::string CurrentUser();
 
 // Exit codes of the CLI itself (a job's own exit code passes through `run`).
 inline constexpr int kExitUsage = 2;

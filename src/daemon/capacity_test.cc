@@ -233,6 +233,21 @@ TEST(NodeCapacity, PoolsRestrictPlacementToTheirGpus) {
   EXPECT_EQ((*c)->CouldEverFit(two).code(), core::StatusCode::kOutOfRange);
 }
 
+// Issue 18 item 12: the note of a job that asked for no compute ended in "+ 0%".
+TEST(NodeCapacity, WhyNotNowNamesAFreeShareOnlyForRequestsWithOne) {
+  auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->SetDemand(1, Fraction(30, 500)).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  ASSERT_TRUE((*c)->SetDemand(2, Fraction(20, 0)).ok());
+  ASSERT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow);
+  EXPECT_EQ((*c)->WhyNotNow(2), "needs 20 GiB on one GPU; most free on one GPU: 10 GiB");
+  ASSERT_TRUE((*c)->SetDemand(3, Fraction(20, 300)).ok());
+  ASSERT_EQ((*c)->TryPlace(3), core::FitResult::kNotNow);
+  EXPECT_EQ((*c)->WhyNotNow(3),
+            "needs 20 GiB + 30% on one GPU; most free on one GPU: 10 GiB + 50%");
+}
+
 TEST(NodeCapacity, UnknownPoolIsAClearError) {
   auto c = NodeCapacity::Create({Gpu(0), Gpu(1)}, core::Policy::kBinpack, {"a", "b"}, "a");
   core::ResourceRequest r = Fraction(1, 100);

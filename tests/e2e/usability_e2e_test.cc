@@ -124,3 +124,85 @@ TEST_F(UsabilityDaemon, ABareMemorySizeIsAUsageErrorWithAHint) {
 
 }  // namespace
 }  // namespace gpuslice::e2e
+
+namespace gpuslice::e2e {
+namespace {
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    if (nl > start) out.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  return out;
+}
+
+// Item 13: cancel several jobs at once, all of mine, or those in a state.
+TEST_F(UsabilityDaemon, CancelTakesIdsTheUserAndAState) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    CliResult r = d.Cli({"submit", "--mem", "1GiB", "--", "sleep", "60"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ids.push_back(Trim(r.out));
+  }
+  CliResult big = d.Cli({"submit", "--mem", "79GiB", "--", "sleep", "60"});
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  std::string queued = Trim(big.out);
+  for (const std::string& id : ids) {
+    ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; })) << id;
+  }
+  ASSERT_EQ(State(d, queued), "queued");
+  CliResult ps = d.Cli({"ps", "--state", "queued"});
+  EXPECT_EQ(Lines(ps.out).size(), 2u) << ps.out;
+  CliResult c = d.Cli({"cancel", "--state", "queued"});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_EQ(State(d, queued), "cancelled");
+  EXPECT_EQ(State(d, ids[0]), "running");
+  c = d.Cli({"cancel", ids[0], ids[1]});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("job " + ids[0] + ": "), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("job " + ids[1] + ": "), std::string::npos) << c.out;
+  c = d.Cli({"cancel", "--user"});
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("job " + ids[2] + ": "), std::string::npos) << c.out;
+  EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, ids[2]) == "cancelled"; }));
+  ps = d.Cli({"ps", "--user", "--state", "queued,running"});
+  EXPECT_EQ(Lines(ps.out).size(), 1u) << "only the header:\n" << ps.out;
+  CliResult none = d.Cli({"cancel"});
+  EXPECT_EQ(none.exit_code, 2) << none.err;
+  CliResult bad = d.Cli({"ps", "--state", "pending"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown job state 'pending'"), std::string::npos) << bad.err;
+}
+
+// Item 13: job arrays, and everything about one job.
+TEST_F(UsabilityDaemon, ArrayJobsGetTheirIndexAndShowTellsEverything) {
+  CliResult r = d.Cli({"submit", "--array", "1-3", "--mem", "1GiB", "--name", "arr", "--", "sh",
+                       "-c", "echo index=$GPUSLICE_ARRAY_INDEX"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> ids = Lines(r.out);
+  ASSERT_EQ(ids.size(), 3u) << r.out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, ids[i]) == "exited"; })) << ids[i];
+    EXPECT_EQ(d.Cli({"logs", ids[i]}).out, "index=" + std::to_string(i + 1) + "\n");
+    EXPECT_EQ(Job(d, ids[i])["name"], "arr[" + std::to_string(i + 1) + "]");
+  }
+  CliResult show = d.Cli({"show", ids[1]});
+  EXPECT_EQ(show.exit_code, 0) << show.err;
+  for (const char* want : {"arr[2]", "exited", "exit code", "sh -c echo index=$GPUSLICE_ARRAY_INDEX",
+                           "elapsed", "submitted", "Transitions:", "queued", "running"}) {
+    EXPECT_NE(show.out.find(want), std::string::npos) << want << " in\n" << show.out;
+  }
+  CliResult missing = d.Cli({"show", "999"});
+  EXPECT_EQ(missing.exit_code, 125);
+  CliResult ps = d.Cli({"ps", "--all"});
+  EXPECT_NE(ps.out.find("ELAPSED"), std::string::npos) << ps.out;
+  CliResult bad = d.Cli({"submit", "--array", "3-1", "--mem", "1GiB", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e
