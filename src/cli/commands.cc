@@ -179,14 +179,24 @@ int Gpus(Context& ctx) {
             << g.value("nvml_version", "?") << "   CUDA "
             << g.value("cuda_driver_version", 0) / 1000 << "."
             << (g.value("cuda_driver_version", 0) % 1000) / 10 << "\n";
-  Table t({"GPU", "NAME", "UUID", "POOL", "MEMORY", "UTIL", "SMs", "ISLAND", "SLICES"});
+  Table t({"GPU", "NAME", "UUID", "POOL", "MEMORY", "RESERVED", "UTIL", "SMs", "ISLAND",
+           "SLICES"});
   Table s({"GPU", "JOB", "USER", "NAME", "MEM LIMIT", "MEM USED", "COMPUTE"});
   for (const json& gpu : g["gpus"]) {
+    // MEMORY is what NVML says processes use; RESERVED what jobs were given
+    // (what placement counts: what is left is free for jobs).
+    const uint64_t total = gpu.value("memory_total", uint64_t{0});
     std::string mem = core::FormatBytes(gpu.value("memory_used", uint64_t{0})) + " / " +
-                      core::FormatBytes(gpu.value("memory_total", uint64_t{0}));
+                      core::FormatBytes(total);
+    uint64_t reserved = 0;
+    for (const json& sl : gpu["slices"]) reserved += sl.value("memory_limit", uint64_t{0});
+    reserved = std::min(reserved, total);
+    bool mig = gpu.value("mig_enabled", false);
+    std::string held = mig ? "MIG" : core::FormatBytes(reserved) + " (" +
+                                         core::FormatBytes(total - reserved) + " free)";
     int island = gpu.value("island", -1);
     t.Add({std::to_string(gpu["index"].get<int>()), gpu["model"], gpu["uuid"],
-           gpu.value("pool", std::string("-")), mem,
+           gpu.value("pool", std::string("-")), mem, held,
            std::to_string(gpu.value("utilization_pct", 0)) + "%",
            gpu.value("sm_count", 0) ? std::to_string(gpu["sm_count"].get<int>()) : "-",
            island < 0 ? "-" : std::to_string(island) + " " + gpu.value("link", ""),
@@ -200,10 +210,14 @@ int Gpus(Context& ctx) {
            sl.contains("memory_used") ? core::FormatBytes(sl["memory_used"].get<uint64_t>()) : "-",
            milli ? core::FormatShareMilli(milli) : "-"});
     }
-    if (gpu.value("mig_enabled", false)) {
+    if (mig) {
+      // Each MIG instance: free, or whose.
       for (const json& m : gpu["mig"]) {
+        std::string whose = m.contains("job") ? "job " + std::to_string(m["job"].get<uint64_t>()) +
+                                                    " (" + m.value("user", "") + ")"
+                                              : "free";
         t.Add({"  mig", m.value("profile", ""), m["uuid"], "",
-               core::FormatBytes(m.value("memory_total", uint64_t{0})), "", "", "", ""});
+               core::FormatBytes(m.value("memory_total", uint64_t{0})), whose, "", "", "", ""});
       }
     }
   }

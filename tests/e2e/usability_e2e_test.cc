@@ -206,3 +206,48 @@ TEST_F(UsabilityDaemon, ArrayJobsGetTheirIndexAndShowTellsEverything) {
 
 }  // namespace
 }  // namespace gpuslice::e2e
+
+namespace gpuslice::e2e {
+namespace {
+
+// Items 8, 9 and 10 on a GPU in MIG mode beside one that is not: the
+// Kubernetes spelling of a profile works, `gpus` says which instances are
+// free and whose, and a request that never fits says MIG mode in its words.
+TEST(UsabilityMig, ProfilesInKubernetesSpellingWhoseInstanceAndNeverFitInUserTerms) {
+  Daemon d("1xA100-40GB:mig=1g.5gb*2,1xA100-40GB");
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  CliResult r = d.Cli({"submit", "--mig", "nvidia.com/mig-1g.5gb", "--", "sleep", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string id = Trim(r.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  CliResult g = d.Cli({"gpus"});
+  EXPECT_NE(g.out.find("job " + id + " ("), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("free"), std::string::npos) << g.out;
+  CliResult never = d.Cli({"submit", "--gpus", "2", "--", "true"});
+  EXPECT_EQ(never.exit_code, 125);
+  EXPECT_NE(never.err.find("2 GPUs can never fit on this machine: 1 GPU is outside MIG mode; 1 "
+                           "GPU is in MIG mode"),
+            std::string::npos)
+      << never.err;
+  EXPECT_NE(never.err.find("--mig PROFILE, here 1g.5gb"), std::string::npos) << never.err;
+  CliResult bad = d.Cli({"submit", "--mig", "5g.20gb", "--", "true"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("compute slices must be 1, 2, 3, 4 or 7"), std::string::npos) << bad.err;
+}
+
+// Item 10: two 20 GiB jobs that use nothing: NVML says 0 B in use, but only
+// 40 GiB are left for jobs; `gpus` shows both.
+TEST_F(UsabilityDaemon, GpusShowsWhatJobsReservedBesideWhatNvmlSees) {
+  for (int i = 0; i < 2; ++i) {
+    CliResult r = d.Cli({"submit", "--mem", "20GiB", "--", "sleep", "60"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::string id = Trim(r.out);
+    ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  }
+  CliResult g = d.Cli({"gpus"});
+  EXPECT_NE(g.out.find("RESERVED"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("40 GiB (40 GiB free)"), std::string::npos) << g.out;
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e
