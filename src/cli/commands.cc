@@ -50,6 +50,9 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   if (with_command) {
     sub->add_flag("--restartable", r.restartable,
                   "If preempted, queue it again (it restarts from the beginning)");
+    sub->add_flag("--grow", r.grow,
+                  "With --gpus MIN-MAX: take GPUs that become idle while it runs (the job gets "
+                  "SIGUSR1 on each change and must catch it; docs/DAEMON.md)");
   }
   if (with_command) {
     sub->add_option("command", r.command, "The command, after --")->required();
@@ -290,7 +293,13 @@ core::Status CheckRequest(const RequestOptions& r) {
   f.name = r.name;
   f.max_runtime = r.max_runtime;
   f.pool = r.pool;
-  return core::BuildRequest(f).status();
+  GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(f));
+  if (r.grow && (request.kind != core::RequestKind::kWholeGpus ||
+                 request.gpus_max == request.gpus_min)) {
+    return core::InvalidArgumentError(
+        "--grow goes with a range of whole GPUs (--gpus MIN-MAX): only such jobs can grow");
+  }
+  return core::Status::Ok();
 }
 
 json SubmitBody(const RequestOptions& r, const std::string& mode) {
@@ -313,6 +322,8 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
   body["cwd"] = getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string("/");
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  // The daemon grows only the elastic jobs that carry this (docs/DAEMON.md).
+  if (r.grow) env.emplace_back("GPUSLICE_ELASTIC_GROW=1");
   body["env"] = env;
   return body;
 }

@@ -21,6 +21,8 @@ struct RequestOptions {
   std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime,
       pool;
   bool restartable = false;
+  // With --gpus MIN-MAX: the job may grow onto idle GPUs while it runs.
+  bool grow = false;
   // run -i: the command runs here, attached to this terminal (a "shell" job
   // with a command: the daemon grants the slice, the CLI starts it).
   bool interactive = false;

@@ -23,7 +23,7 @@ struct QuotaOptions {
 } g_quota;
 
 struct ResizeOptions {
-  std::optional<std::string> mem, compute;
+  std::optional<std::string> mem, compute, gpus;
   bool force = false;
 } g_resize;
 
@@ -137,6 +137,8 @@ void SetupResize(CLI::App* sub, Context* ctx) {
   sub->add_option("--mem", g_resize.mem,
                   "New memory limit with a unit, e.g. 12GiB (GiB = 2^30 bytes; GB = 10^9)");
   sub->add_option("--compute", g_resize.compute, "New compute share, e.g. 50%");
+  sub->add_option("--gpus", g_resize.gpus,
+                  "An elastic job (--gpus MIN-MAX): run on this many GPUs, within its range");
   sub->add_flag("--force", g_resize.force,
                 "Apply a memory limit below what the job uses now (its new allocations fail "
                 "until its use falls under it)");
@@ -156,6 +158,7 @@ int Resize(Context& ctx) {
   json body = json::object();
   if (g_resize.mem) body["mem"] = *g_resize.mem;
   if (g_resize.compute) body["compute"] = *g_resize.compute;
+  if (g_resize.gpus) body["gpus"] = *g_resize.gpus;
   if (g_resize.force) body["force"] = true;
   auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/resize", &body);
   if (!r.ok()) return ReportError(ctx, r.status());

@@ -277,13 +277,14 @@ core::Result<ResizeSpec> ParseResizeBody(std::string_view body) {
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   for (const auto& [key, value] : j.items()) {
-    if (key != "mem" && key != "compute" && key != "force") {
+    if (key != "mem" && key != "compute" && key != "gpus" && key != "force") {
       return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
     }
   }
   ResizeSpec spec;
   GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &spec.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &spec.compute));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &spec.gpus));
   if (j.contains("force")) {
     if (!j["force"].is_boolean()) return core::InvalidArgumentError("force: must be true or false");
     spec.force = j["force"].get<bool>();
