@@ -1,11 +1,16 @@
 #include "cli/commands.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
+#include "cli/job_select.h"
+#include "cli/ps_view.h"
 #include "cli/table.h"
+#include "core/job.h"
 #include "core/units.h"
 
 extern char** environ;
@@ -13,6 +18,11 @@ extern char** environ;
 namespace gpuslice::cli {
 
 using nlohmann::json;
+
+std::string CurrentUser() {
+  struct passwd* pw = getpwuid(getuid());
+  return pw != nullptr ? pw->pw_name : std::to_string(getuid());
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -25,7 +35,9 @@ namespace {
 void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   RequestOptions& r = ctx->request;
   sub->add_option("--gpus", r.gpus, "Whole GPUs: a count (2) or a range (1-4)");
-  sub->add_option("--mem", r.mem, "Part of one GPU: its memory, e.g. 8GiB");
+  sub->add_option("--mem", r.mem,
+                  "Part of one GPU: its memory with a unit, e.g. 8GiB (GiB = 2^30 bytes; GB = "
+                  "10^9)");
   sub->add_option("--compute", r.compute, "With --mem: compute share, e.g. 30%");
   sub->add_option("--compute-mode", r.compute_mode,
                   "With --compute: hard (default; never above the share) or work-conserving "
@@ -45,27 +57,32 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   if (with_command) {
     sub->add_flag("--restartable", r.restartable,
                   "If preempted, queue it again (it restarts from the beginning)");
+    sub->add_flag("--grow", r.grow,
+                  "With --gpus MIN-MAX: take GPUs that become idle while it runs (the job gets "
+                  "SIGUSR1 on each change and must catch it; docs/DAEMON.md)");
   }
   if (with_command) {
     sub->add_option("command", r.command, "The command, after --")->required();
   }
 }
 
-std::string Describe(const json& job) { return job["request"].value("describe", std::string("?")); }
-
-std::string GpuColumn(const json& job) {
-  if (!job.contains("allocation")) return "-";
-  std::string out;
-  for (const auto& i : job["allocation"]["gpu_indices"]) {
-    if (!out.empty()) out += ",";
-    out += std::to_string(i.get<int>());
-  }
-  return out;
-}
-
 void SetupNone(CLI::App*, Context*) {}
 
-void SetupRequest(CLI::App* sub, Context* ctx) { AddRequestOptions(sub, ctx, true); }
+// Per-command state of submit and ps.
+struct SubmitOptions {
+  std::optional<std::string> array;
+} g_submit;
+struct PsOptions {
+  std::optional<std::string> user, state;
+  CLI::Option* user_flag = nullptr;  // Given, with or without a name.
+} g_ps;
+
+void SetupSubmit(CLI::App* sub, Context* ctx) {
+  AddRequestOptions(sub, ctx, true);
+  sub->add_option("--array", g_submit.array,
+                  "A job array: one job per index (1-20, 0,3,5), each with GPUSLICE_ARRAY_INDEX "
+                  "set and NAME[index] as its name");
+}
 void SetupRun(CLI::App* sub, Context* ctx) {
   AddRequestOptions(sub, ctx, true);
   sub->add_flag("-i,--interactive", ctx->request.interactive,
@@ -80,6 +97,11 @@ void SetupId(CLI::App* sub, Context* ctx) {
 
 void SetupPs(CLI::App* sub, Context* ctx) {
   sub->add_flag("-a,--all", ctx->all, "Include finished jobs");
+  g_ps.user_flag = sub->add_option("-u,--user", g_ps.user, "Only this user's jobs (default: yours)")
+                       ->expected(0, 1);
+  sub->add_option("--state", g_ps.state,
+                  "Only jobs in these states: queued, running, exited, cancelled, timed_out, "
+                  "failed, ended (the last four), comma-separated");
 }
 
 void SetupLogs(CLI::App* sub, Context* ctx) {
@@ -90,22 +112,52 @@ void SetupLogs(CLI::App* sub, Context* ctx) {
 int Run(Context& ctx) { return RunJob(ctx, "run"); }
 
 int Submit(Context& ctx) {
-  json body = SubmitBody(ctx.request, "submit");
-  auto job = ctx.client->Call("POST", "/v1/jobs", &body);
-  if (!job.ok()) return ReportError(ctx, job.status());
-  if (ctx.json) {
-    std::cout << job->dump(2) << "\n";
-  } else {
-    std::cout << (*job)["id"].get<uint64_t>() << "\n";
+  if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
+  std::vector<std::optional<uint32_t>> indices = {std::nullopt};
+  if (g_submit.array) {
+    auto a = ParseArrayIndices(*g_submit.array);
+    if (!a.ok()) return UsageError(ctx, a.status());
+    indices.assign(a->begin(), a->end());
   }
+  json jobs = json::array();
+  for (const std::optional<uint32_t>& index : indices) {
+    RequestOptions r = ctx.request;
+    if (index) r.name = r.name.value_or("") + "[" + std::to_string(*index) + "]";
+    json body = SubmitBody(r, "submit");
+    if (index) body["env"].push_back("GPUSLICE_ARRAY_INDEX=" + std::to_string(*index));
+    auto job = ctx.client->Call("POST", "/v1/jobs", &body);
+    if (!job.ok()) {
+      // The jobs already submitted stay: say which they are.
+      if (!jobs.empty() && !ctx.json) {
+        std::cerr << "gpuslice: submitted before the error:";
+        for (const json& j : jobs) std::cerr << " " << j["id"].get<uint64_t>();
+        std::cerr << "\n";
+      }
+      return ReportError(ctx, job.status());
+    }
+    jobs.push_back(*job);
+    if (!ctx.json) std::cout << (*job)["id"].get<uint64_t>() << "\n";
+  }
+  if (ctx.json) std::cout << (g_submit.array ? json{{"jobs", jobs}} : jobs[0]).dump(2) << "\n";
   return 0;
 }
 
 int Shell(Context& ctx) { return ShellJob(ctx); }
 
 int Ps(Context& ctx) {
-  auto list = ctx.client->Call("GET", ctx.all ? "/v1/jobs?all=1" : "/v1/jobs");
+  JobFilter filter;
+  if (g_ps.user_flag->count() > 0) {
+    filter.user = g_ps.user && !g_ps.user->empty() ? *g_ps.user : CurrentUser();
+  }
+  if (g_ps.state) {
+    auto st = ParseStates(*g_ps.state);
+    if (!st.ok()) return UsageError(ctx, st.status());
+    filter.states = *st;
+  }
+  bool all = ctx.all || WantsEndedJobs(filter.states);
+  auto list = ctx.client->Call("GET", all ? "/v1/jobs?all=1" : "/v1/jobs");
   if (!list.ok()) return ReportError(ctx, list.status());
+  *list = Filter(*list, filter);
   if (ctx.json) {
     std::cout << list->dump(2) << "\n";
     return 0;
@@ -113,45 +165,7 @@ int Ps(Context& ctx) {
   if ((*list).value("degraded", false)) {
     std::cerr << "gpuslice: daemon DEGRADED: " << (*list).value("degraded_reason", "") << "\n";
   }
-  Table t({"ID", "USER", "NAME", "STATE", "REQUEST", "PRIO", "GPU", "AGE", "POS", "NOTE"});
-  int64_t now = NowMs();
-  for (const json& j : (*list)["jobs"]) {
-    std::string state = j["state"];
-    int64_t since = state == "queued"    ? j["submitted_ms"].get<int64_t>()
-                    : state == "running" ? j["started_ms"].get<int64_t>()
-                                         : j["ended_ms"].get<int64_t>();
-    std::string note;
-    std::string pos = "-";
-    if (state == "queued") {
-      pos = std::to_string(j.value("queue_position", 0));
-      note = j.value("waiting_for", "");
-    } else if (state == "exited" || state == "cancelled" || state == "timed_out" ||
-               state == "failed") {
-      int code = j["exit_code"];
-      note = code >= 0 ? "exit " + std::to_string(code) : "";
-      std::string reason = j.value("reason", "");
-      if (!reason.empty()) note += (note.empty() ? "" : "; ") + reason;
-    } else if (state == "running" && j.contains("flags")) {
-      // Policy flags: idle, paused, over_limit, preempted.
-      for (const json& f : j["flags"]) note += (note.empty() ? "" : ",") + f.get<std::string>();
-    }
-    t.Add({std::to_string(j["id"].get<uint64_t>()), j["user"], j.value("name", ""), state,
-           Describe(j), j["request"]["priority"], GpuColumn(j), FormatAge(now - since), pos, note});
-  }
-  std::cout << t.Render();
-  return 0;
-}
-
-int Cancel(Context& ctx) {
-  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/cancel");
-  if (!r.ok()) return ReportError(ctx, r.status());
-  if (ctx.json) {
-    std::cout << r->dump(2) << "\n";
-  } else {
-    std::cout << "job " << ctx.job_id << ": "
-              << ((*r)["state"] == "running" ? "cancelling (processes signalled)" : "cancelled")
-              << "\n";
-  }
+  std::cout << RenderPs(*list, NowMs());
   return 0;
 }
 
@@ -175,7 +189,8 @@ int Gpus(Context& ctx) {
             << g.value("nvml_version", "?") << "   CUDA "
             << g.value("cuda_driver_version", 0) / 1000 << "."
             << (g.value("cuda_driver_version", 0) % 1000) / 10 << "\n";
-  Table t({"GPU", "NAME", "UUID", "POOL", "MEMORY", "UTIL", "SMs", "ISLAND", "SLICES"});
+  Table t({"GPU", "NAME", "UUID", "POOL", "MEMORY", "RESERVED", "UTIL", "SMs", "ISLAND",
+           "SLICES"});
   Table s({"GPU", "JOB", "USER", "NAME", "MEM LIMIT", "MEM USED", "COMPUTE"});
   // GPU processes that belong to no job: their memory is charged to the GPU
   // when jobs are placed, so they explain a job that waits.
@@ -188,11 +203,20 @@ int Gpus(Context& ctx) {
              p.value("user", std::string("?")),
              core::FormatBytes(p.value("used_memory", uint64_t{0}))});
     }
+    // MEMORY is what NVML says processes use; RESERVED what jobs were given
+    // (what placement counts: what is left is free for jobs).
+    const uint64_t total = gpu.value("memory_total", uint64_t{0});
     std::string mem = core::FormatBytes(gpu.value("memory_used", uint64_t{0})) + " / " +
-                      core::FormatBytes(gpu.value("memory_total", uint64_t{0}));
+                      core::FormatBytes(total);
+    uint64_t reserved = 0;
+    for (const json& sl : gpu["slices"]) reserved += sl.value("memory_limit", uint64_t{0});
+    reserved = std::min(reserved, total);
+    bool mig = gpu.value("mig_enabled", false);
+    std::string held = mig ? "MIG" : core::FormatBytes(reserved) + " (" +
+                                         core::FormatBytes(total - reserved) + " free)";
     int island = gpu.value("island", -1);
     t.Add({std::to_string(gpu["index"].get<int>()), gpu["model"], gpu["uuid"],
-           gpu.value("pool", std::string("-")), mem,
+           gpu.value("pool", std::string("-")), mem, held,
            std::to_string(gpu.value("utilization_pct", 0)) + "%",
            gpu.value("sm_count", 0) ? std::to_string(gpu["sm_count"].get<int>()) : "-",
            island < 0 ? "-" : std::to_string(island) + " " + gpu.value("link", ""),
@@ -206,10 +230,14 @@ int Gpus(Context& ctx) {
            sl.contains("memory_used") ? core::FormatBytes(sl["memory_used"].get<uint64_t>()) : "-",
            milli ? core::FormatShareMilli(milli) : "-"});
     }
-    if (gpu.value("mig_enabled", false)) {
+    if (mig) {
+      // Each MIG instance: free, or whose.
       for (const json& m : gpu["mig"]) {
+        std::string whose = m.contains("job") ? "job " + std::to_string(m["job"].get<uint64_t>()) +
+                                                    " (" + m.value("user", "") + ")"
+                                              : "free";
         t.Add({"  mig", m.value("profile", ""), m["uuid"], "",
-               core::FormatBytes(m.value("memory_total", uint64_t{0})), "", "", "", ""});
+               core::FormatBytes(m.value("memory_total", uint64_t{0})), whose, "", "", "", ""});
       }
     }
   }
@@ -230,8 +258,10 @@ int Doctor(Context& ctx) {
   } else {
     std::cout << "daemon: reachable at " << ctx.client->socket_path() << "\n";
     for (const json& c : (*r)["checks"]) {
-      std::cout << (c["ok"].get<bool>() ? "  ok    " : "  FAIL  ") << c["name"].get<std::string>()
-                << ": " << c["detail"].get<std::string>() << "\n";
+      const char* mark = c.value("note", false) ? "  note  " : c["ok"].get<bool>() ? "  ok    "
+                                                                                  : "  FAIL  ";
+      std::cout << mark << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>()
+                << "\n";
     }
   }
   return (*r)["ok"].get<bool>() ? 0 : 1;
@@ -271,6 +301,31 @@ int ReportError(const Context& ctx, const core::Status& status) {
   return kExitDaemonError;
 }
 
+int UsageError(const Context& ctx, const core::Status& status) {
+  (void)ReportError(ctx, status);
+  return kExitUsage;
+}
+
+core::Status CheckRequest(const RequestOptions& r) {
+  core::RequestFields f;
+  f.gpus = r.gpus;
+  f.mem = r.mem;
+  f.compute = r.compute;
+  f.compute_mode = r.compute_mode;
+  f.mig = r.mig;
+  f.priority = r.priority;
+  f.name = r.name;
+  f.max_runtime = r.max_runtime;
+  f.pool = r.pool;
+  GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(f));
+  if (r.grow && (request.kind != core::RequestKind::kWholeGpus ||
+                 request.gpus_max == request.gpus_min)) {
+    return core::InvalidArgumentError(
+        "--grow goes with a range of whole GPUs (--gpus MIN-MAX): only such jobs can grow");
+  }
+  return core::Status::Ok();
+}
+
 json SubmitBody(const RequestOptions& r, const std::string& mode) {
   json body = {{"mode", mode}};
   auto put = [&](const char* key, const std::optional<std::string>& v) {
@@ -293,6 +348,8 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
   body["cwd"] = getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string("/");
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  // The daemon grows only the elastic jobs that carry this (docs/DAEMON.md).
+  if (r.grow) env.emplace_back("GPUSLICE_ELASTIC_GROW=1");
   body["env"] = env;
   return body;
 }
@@ -302,18 +359,17 @@ const std::vector<Command>& Commands() {
     std::vector<Command> all = {
         {"run", "Run a command in a slice; stream its output; exit with its exit code", SetupRun,
          Run},
-        {"submit", "Run a command in a slice, detached; print its job id", SetupRequest, Submit},
+        {"submit", "Run a command in a slice, detached; print its job id", SetupSubmit, Submit},
         {"shell", "Open an interactive shell in a slice", SetupShell, Shell},
         {"ps", "List jobs (queued ones with their position and why they wait)", SetupPs, Ps},
-        {"cancel", "End a job (yours; root and the admin group: any)", SetupId, Cancel},
         {"logs", "Print a job's output", SetupLogs, Logs},
         {"gpus", "The GPUs and the slices on each", SetupNone, Gpus},
         {"doctor", "Check driver, CUDA, NVML and the shim", SetupNone, Doctor},
         {"status", "The daemon's state", SetupNone, StatusCmd},
     };
     // Commands that live in their own files.
-    for (const auto& more :
-         {EventCommands(), PolicyCommands(), MonitorCommands(), ServiceCommands()}) {
+    for (const auto& more : {JobCommands(), EventCommands(), PolicyCommands(), MonitorCommands(),
+                             ServiceCommands()}) {
       all.insert(all.end(), more.begin(), more.end());
     }
     return all;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/client.h"
+#include "core/status.h"
 
 namespace gpuslice::cli {
 
@@ -20,6 +21,8 @@ struct RequestOptions {
   std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime,
       pool, cpus, host_mem;
   bool restartable = false;
+  // With --gpus MIN-MAX: the job may grow onto idle GPUs while it runs.
+  bool grow = false;
   // run -i: the command runs here, attached to this terminal (a "shell" job
   // with a command: the daemon grants the slice, the CLI starts it).
   bool interactive = false;
@@ -47,6 +50,7 @@ struct Command {
 // Every subcommand: the basic ones (commands.cc) and those of the tables
 // below, each defined in its own file.
 const std::vector<Command>& Commands();
+std::vector<Command> JobCommands();      // job_commands.cc: cancel, show
 std::vector<Command> EventCommands();    // events_command.cc: events
 std::vector<Command> PolicyCommands();   // policy_commands.cc: quota, resize, ...
 std::vector<Command> MonitorCommands();  // monitor_commands.cc: top, usage
@@ -54,6 +58,8 @@ std::vector<Command> ServiceCommands();  // service_commands.cc: service ...
 
 // Milliseconds since the Unix epoch, now.
 int64_t NowMs();
+// The name of the user running the CLI.
+std::string CurrentUser();
 
 // Exit codes of the CLI itself (a job's own exit code passes through `run`).
 inline constexpr int kExitUsage = 2;
@@ -61,6 +67,13 @@ inline constexpr int kExitDaemonError = 125;  // Like docker: the request failed
 
 // Prints `status` (as JSON with --json) to stderr; returns kExitDaemonError.
 int ReportError(const Context& ctx, const core::Status& status);
+// The same for what the CLI finds wrong in its own arguments before asking
+// the daemon (a bad option value); returns kExitUsage.
+int UsageError(const Context& ctx, const core::Status& status);
+
+// The request options checked as the daemon checks them (core::BuildRequest),
+// so that a bad value is a usage error, told before anything is sent.
+core::Status CheckRequest(const RequestOptions& r);
 
 // The JSON body of a submission from the request options, with the caller's
 // directory and environment.

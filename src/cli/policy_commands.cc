@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "core/quota.h"
 #include "core/units.h"
 
 namespace gpuslice::cli {
@@ -22,7 +23,7 @@ struct QuotaOptions {
 } g_quota;
 
 struct ResizeOptions {
-  std::optional<std::string> mem, compute;
+  std::optional<std::string> mem, compute, gpus;
   bool force = false;
 } g_resize;
 
@@ -37,7 +38,9 @@ void SetupQuota(CLI::App* sub, Context* ctx) {
   sub->require_subcommand(1);
   g_quota.set = sub->add_subcommand("set", "Set a user's or group's quota (admins only)");
   AddPrincipal(g_quota.set);
-  g_quota.set->add_option("--mem", g_quota.mem, "GPU memory over all running jobs, e.g. 20GiB");
+  g_quota.set->add_option("--mem", g_quota.mem,
+                          "GPU memory over all running jobs, with a unit, e.g. 20GiB (GiB = 2^30 "
+                          "bytes; GB = 10^9)");
   g_quota.set->add_option("--gpus", g_quota.gpus, "Whole GPUs at once");
   g_quota.set->add_option("--compute", g_quota.compute,
                           "Sum of compute shares, e.g. 150% (100% = one GPU)");
@@ -90,7 +93,7 @@ int Quota(Context& ctx) {
     return 0;
   }
   auto who = PrincipalBody();
-  if (!who.ok()) return ReportError(ctx, who.status());
+  if (!who.ok()) return UsageError(ctx, who.status());
   if (g_quota.rm->parsed()) {
     std::string target = "/v1/quotas/" + (*who)["scope"].get<std::string>() + "/" +
                          (*who)["name"].get<std::string>();
@@ -104,6 +107,12 @@ int Quota(Context& ctx) {
     }
     return 0;
   }
+  core::QuotaFields fields;
+  fields.mem = g_quota.mem;
+  fields.gpus = g_quota.gpus;
+  fields.compute = g_quota.compute;
+  fields.jobs = g_quota.jobs;
+  if (auto q = core::BuildQuota(fields); !q.ok()) return UsageError(ctx, q.status());
   json body = *who;
   auto put = [&](const char* key, const std::optional<std::string>& v) {
     if (v) body[key] = *v;
@@ -125,17 +134,31 @@ int Quota(Context& ctx) {
 
 void SetupResize(CLI::App* sub, Context* ctx) {
   sub->add_option("id", ctx->job_id, "Job id")->required();
-  sub->add_option("--mem", g_resize.mem, "New memory limit, e.g. 12GiB");
+  sub->add_option("--mem", g_resize.mem,
+                  "New memory limit with a unit, e.g. 12GiB (GiB = 2^30 bytes; GB = 10^9)");
   sub->add_option("--compute", g_resize.compute, "New compute share, e.g. 50%");
+  sub->add_option("--gpus", g_resize.gpus,
+                  "An elastic job (--gpus MIN-MAX): run on this many GPUs, within its range");
   sub->add_flag("--force", g_resize.force,
                 "Apply a memory limit below what the job uses now (its new allocations fail "
                 "until its use falls under it)");
 }
 
 int Resize(Context& ctx) {
+  if (g_resize.mem) {
+    if (auto b = core::ParseMemorySize(*g_resize.mem); !b.ok()) {
+      return UsageError(ctx, b.status().WithContext("--mem"));
+    }
+  }
+  if (g_resize.compute) {
+    if (auto m = core::ParseShareMilli(*g_resize.compute); !m.ok()) {
+      return UsageError(ctx, m.status().WithContext("--compute"));
+    }
+  }
   json body = json::object();
   if (g_resize.mem) body["mem"] = *g_resize.mem;
   if (g_resize.compute) body["compute"] = *g_resize.compute;
+  if (g_resize.gpus) body["gpus"] = *g_resize.gpus;
   if (g_resize.force) body["force"] = true;
   auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/resize", &body);
   if (!r.ok()) return ReportError(ctx, r.status());

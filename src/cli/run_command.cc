@@ -145,6 +145,7 @@ int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_c
 }
 
 int RunJob(Context& ctx, const std::string& mode) {
+  if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
   if (ctx.request.interactive) {
     if (ctx.request.cpus || ctx.request.host_mem) {
       return ReportError(ctx, core::InvalidArgumentError(
@@ -152,9 +153,9 @@ int RunJob(Context& ctx, const std::string& mode) {
                                   "daemon's cgroups; drop -i to get host limits"));
     }
     if (ctx.request.restartable) {
-      return ReportError(ctx, core::InvalidArgumentError(
-                                  "--restartable: a command run here (-i) cannot be restarted "
-                                  "by the daemon; drop -i or --restartable"));
+      return UsageError(ctx, core::InvalidArgumentError(
+                                 "--restartable: a command run here (-i) cannot be restarted "
+                                 "by the daemon; drop -i or --restartable"));
     }
     return AttachedJob(ctx, ctx.request.command);
   }
@@ -223,6 +224,7 @@ int AttachedJob(Context& ctx, const std::vector<std::string>& command) {
   const bool shell = command.empty();
   RequestOptions request = ctx.request;
   request.command = command;
+  if (core::Status s = CheckRequest(request); !s.ok()) return UsageError(ctx, s);
   json body = SubmitBody(request, "shell");
   auto job = ctx.client->Call("POST", "/v1/jobs", &body);
   if (!job.ok()) return ReportError(ctx, job.status());

@@ -55,7 +55,9 @@ void SetupService(CLI::App* sub, Context* ctx) {
   c->add_option("--cooldown", o.cooldown, "At least this long between changes (default 2m)");
   RequestOptions& r = ctx->request;
   c->add_option("--gpus", r.gpus, "Each replica: whole GPUs");
-  c->add_option("--mem", r.mem, "Each replica: part of one GPU, its memory, e.g. 8GiB");
+  c->add_option("--mem", r.mem,
+                "Each replica: part of one GPU, its memory with a unit, e.g. 8GiB (GiB = 2^30 "
+                "bytes; GB = 10^9)");
   c->add_option("--compute", r.compute, "With --mem: compute share, e.g. 30%");
   c->add_option("--mig", r.mig, "Each replica: a MIG instance of this profile");
   c->add_option("--priority", r.priority, "low, normal (default) or high");
@@ -90,6 +92,7 @@ std::string Members(const json& s) {
 
 int Create(Context& ctx) {
   ServiceOptions& o = Options();
+  if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
   json body = SubmitBody(ctx.request, "submit");
   body.erase("mode");
   body.erase("name");

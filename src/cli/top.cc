@@ -335,7 +335,16 @@ void SetupTop(CLI::App* sub, Context*) {
                   "Time between refreshes, e.g. 1s (default), 500ms, 5s");
   sub->add_option("-n,--iterations", g_top.iterations,
                   "Refreshes to show, then exit (default: until q on a terminal, 1 otherwise)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            // Not CLI::PositiveNumber: its message prints the limits of a double.
+            return !v.empty() && v.find_first_not_of("0123456789") == std::string::npos &&
+                           v.size() < 10 &&
+                           std::stoi(v) >= 1
+                       ? std::string()
+                       : "'" + v + "': a count of 1 or more (leave -n out to refresh until q)";
+          },
+          "N>=1"));
   sub->add_flag("--ascii", g_top.ascii, "ASCII bars even when the locale is UTF-8");
   sub->add_flag("--utf8", g_top.utf8, "Block-character bars even when the locale is not UTF-8");
 }

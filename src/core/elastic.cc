@@ -20,12 +20,26 @@ std::vector<ElasticStep> PlanElasticGrowth(const std::vector<ElasticJob>& jobs, 
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->id < b->id;
   });
-  for (const ElasticJob* j : growable) {
-    if (idle_gpus == 0) break;
-    steps.push_back({j->id, +1,
-                     "a GPU is idle and nothing waits: " + std::to_string(j->held) + " -> " +
-                         std::to_string(j->held + 1) + " of at most " + std::to_string(j->max)});
-    --idle_gpus;
+  // One GPU at a time round the jobs, so that the idle GPUs are shared out
+  // fewest-first, but each job's whole growth is one step (one restart).
+  std::vector<uint32_t> grow(growable.size(), 0);
+  for (bool any = true; any && idle_gpus > 0;) {
+    any = false;
+    for (size_t i = 0; i < growable.size() && idle_gpus > 0; ++i) {
+      if (growable[i]->held + grow[i] >= growable[i]->max) continue;
+      ++grow[i];
+      --idle_gpus;
+      any = true;
+    }
+  }
+  for (size_t i = 0; i < growable.size(); ++i) {
+    if (grow[i] == 0) continue;
+    const ElasticJob* j = growable[i];
+    steps.push_back({j->id, static_cast<int>(grow[i]),
+                     std::string(grow[i] == 1 ? "a GPU is" : "GPUs are") +
+                         " idle and nothing waits: " + std::to_string(j->held) + " -> " +
+                         std::to_string(j->held + grow[i]) + " of at most " +
+                         std::to_string(j->max)});
   }
   return steps;
 }

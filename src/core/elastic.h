@@ -2,7 +2,7 @@
 
 // Elastic jobs ("--gpus 1-4"), as pure logic: a job that runs on between
 // `min` and `max` whole GPUs. It starts with what is free (at least `min`),
-// grows one GPU at a time while GPUs are idle and nothing waits, and shrinks
+// grows (if it asked to) by the GPUs that are idle while nothing waits, and shrinks
 // back toward `min` when a waiting job needs GPUs that elastic jobs hold
 // above their minimum. Each change waits out a cool-down per job, so a job
 // that must restart its workers to rescale is not thrashed.
@@ -37,10 +37,11 @@ struct ElasticOptions {
   int64_t cooldown_ms = 30'000;
 };
 
-// Growth: while `idle_gpus` > 0 and nothing waits, one GPU to each job below
-// its max that is out of its cool-down, the job with the fewest GPUs first
-// (then the highest priority, then the oldest id), until the idle GPUs are
-// used up. At most one GPU per job per call.
+// Growth: while `idle_gpus` > 0 and nothing waits, the idle GPUs go to the
+// jobs below their max that are out of their cool-down, one at a time round
+// them, the job with the fewest GPUs first (then the highest priority, then
+// the oldest id), until they are used up or every job is at its max. Each
+// job's growth is one step (+n): a job restarts its workers once for it.
 std::vector<ElasticStep> PlanElasticGrowth(const std::vector<ElasticJob>& jobs, uint32_t idle_gpus,
                                            bool queue_waiting, int64_t now_ms,
                                            const ElasticOptions& options = {});

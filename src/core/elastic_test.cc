@@ -10,14 +10,28 @@ ElasticJob E(uint64_t id, uint32_t min, uint32_t max, uint32_t held, Priority p 
   return {id, min, max, held, p, last_change_ms};
 }
 
-TEST(ElasticGrowth, OneGpuPerJobFewestFirstWhileIdleGpusLast) {
+TEST(ElasticGrowth, FewestFirstWhileIdleGpusLast) {
   auto steps = PlanElasticGrowth({E(1, 1, 4, 3), E(2, 1, 4, 1), E(3, 2, 2, 2)}, 1, false, 60'000);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].id, 2u);
   EXPECT_EQ(steps[0].delta, 1);
   EXPECT_EQ(steps[0].reason, "a GPU is idle and nothing waits: 1 -> 2 of at most 4");
-  steps = PlanElasticGrowth({E(1, 1, 4, 3), E(2, 1, 4, 1)}, 5, false, 60'000);
-  ASSERT_EQ(steps.size(), 2u) << "at most one GPU per job per step";
+}
+
+// Issue 18 item 6: a job grew by one GPU per cool-down while more were idle.
+TEST(ElasticGrowth, TakesAllTheIdleGpusAtOnceSharedFewestFirst) {
+  auto steps = PlanElasticGrowth({E(1, 1, 4, 3), E(2, 1, 4, 1)}, 5, false, 60'000);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].id, 2u);
+  EXPECT_EQ(steps[0].delta, 3) << "up to its max of 4";
+  EXPECT_EQ(steps[0].reason, "GPUs are idle and nothing waits: 1 -> 4 of at most 4");
+  EXPECT_EQ(steps[1].id, 1u);
+  EXPECT_EQ(steps[1].delta, 1);
+  // Three idle GPUs between two jobs of one GPU each: shared out, 2 and 1.
+  steps = PlanElasticGrowth({E(1, 1, 8, 1), E(2, 1, 8, 1)}, 3, false, 60'000);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].delta + steps[1].delta, 3);
+  EXPECT_EQ(steps[0].delta, 2);
 }
 
 TEST(ElasticGrowth, NothingWhileSomethingWaitsOrInCooldown) {

@@ -131,7 +131,7 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
                                  .WithContext("--gpus"));
   } else if (f.mem) {
     r.kind = RequestKind::kFraction;
-    auto mem = ParseBytes(*f.mem);
+    auto mem = ParseMemorySize(*f.mem);
     if (!mem.ok()) return mem.status().WithContext("--mem");
     if (*mem == 0) return InvalidArgumentError("--mem: must be more than 0 bytes");
     r.memory_bytes = *mem;

@@ -107,7 +107,7 @@ std::string Quota::Describe() const {
 Result<Quota> BuildQuota(const QuotaFields& f) {
   Quota q;
   if (f.mem) {
-    auto b = ParseBytes(*f.mem);
+    auto b = ParseMemorySize(*f.mem);
     if (!b.ok()) return b.status().WithContext("--mem");
     q.memory_bytes = *b;
   }

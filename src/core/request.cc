@@ -1,5 +1,6 @@
 #include "core/request.h"
 
+#include <cctype>
 #include <charconv>
 
 namespace gpuslice::core {
@@ -19,11 +20,21 @@ std::string MigProfile::ToString() const {
   return std::to_string(compute_slices) + "g." + std::to_string(memory_gb) + "gb";
 }
 
-Result<MigProfile> ParseMigProfile(std::string_view text) {
+Result<MigProfile> ParseMigProfile(std::string_view original) {
   auto bad = [&](std::string_view why) {
-    return InvalidArgumentError("bad MIG profile '" + std::string(text) + "': " +
-                                std::string(why) + " (expected e.g. '1g.10gb')");
+    return InvalidArgumentError("bad MIG profile '" + std::string(original.substr(0, 64)) +
+                                "': " + std::string(why) + " (expected e.g. '1g.10gb')");
   };
+  std::string lower(original);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string_view text = lower;
+  // The Kubernetes resource name and its short form.
+  for (std::string_view prefix : {"nvidia.com/mig-", "mig-"}) {
+    if (text.substr(0, prefix.size()) == prefix) {
+      text.remove_prefix(prefix.size());
+      break;
+    }
+  }
   size_t g = text.find("g.");
   if (g == std::string_view::npos) return bad("missing 'g.'");
   std::string_view slices = text.substr(0, g);
@@ -31,8 +42,12 @@ Result<MigProfile> ParseMigProfile(std::string_view text) {
   if (mem.size() < 3 || mem.substr(mem.size() - 2) != "gb") return bad("memory must end in 'gb'");
   mem.remove_suffix(2);
   MigProfile p;
-  if (!ParseUint(slices, &p.compute_slices) || p.compute_slices < 1 || p.compute_slices > 8) {
-    return bad("compute slices must be 1 to 8");
+  if (!ParseUint(slices, &p.compute_slices)) {
+    return bad("'" + std::string(slices) + "' is not a number of compute slices");
+  }
+  if (p.compute_slices < 1 || p.compute_slices > 7 || p.compute_slices == 5 ||
+      p.compute_slices == 6) {
+    return bad("compute slices must be 1, 2, 3, 4 or 7");
   }
   if (!ParseUint(mem, &p.memory_gb) || p.memory_gb < 1 || p.memory_gb > 1024) {
     return bad("memory must be 1 to 1024 GB");

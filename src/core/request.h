@@ -24,8 +24,10 @@ struct MigProfile {
   std::string ToString() const;  // "1g.10gb"
   friend bool operator==(const MigProfile&, const MigProfile&) = default;
 };
-// Accepts "1g.10gb", "3g.40gb", "1g.10gb+me" is rejected (media extensions
-// are not modelled). Errors name the token.
+// Accepts "1g.10gb", "3g.40gb", also as Kubernetes spells them
+// ("nvidia.com/mig-1g.10gb", "mig-1g.10gb") and in any case ("1G.10GB").
+// A MIG instance has 1, 2, 3, 4 or 7 compute slices. "1g.10gb+me" is
+// rejected (media extensions are not modelled). Errors name the token.
 Result<MigProfile> ParseMigProfile(std::string_view text);
 
 enum class RequestKind {

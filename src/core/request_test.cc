@@ -15,10 +15,37 @@ TEST(ParseMigProfile, ParsesNvidiaNames) {
 }
 
 TEST(ParseMigProfile, RejectsMalformed) {
-  for (const char* t : {"", "1g", "1g.10", "0g.10gb", "9g.10gb", "ag.10gb", "1g.0gb", "1g.10gb+me"}) {
+  for (const char* t : {"", "1g", "1g.10", "0g.10gb", "9g.10gb", "ag.10gb", "1g.0gb", "1g.10gb+me",
+                        "5g.40gb", "8g.80gb", "nvidia.com/gpu", "mig-"}) {
     auto p = ParseMigProfile(t);
     EXPECT_FALSE(p.ok()) << t;
   }
+}
+
+// Issue 18 item 9: the Kubernetes spellings were refused with "compute slices
+// must be 1 to 8", which was not even true.
+TEST(ParseMigProfile, AcceptsKubernetesSpellingsInAnyCase) {
+  for (const char* t : {"nvidia.com/mig-1g.5gb", "mig-1g.5gb", "1G.5GB", "MIG-1g.5Gb",
+                        "NVIDIA.COM/MIG-1G.5GB"}) {
+    auto p = ParseMigProfile(t);
+    ASSERT_TRUE(p.ok()) << t << ": " << p.status().ToString();
+    EXPECT_EQ(p->ToString(), "1g.5gb") << t;
+  }
+  for (uint32_t n : {1u, 2u, 3u, 4u, 7u}) {
+    EXPECT_TRUE(ParseMigProfile(std::to_string(n) + "g.40gb").ok()) << n;
+  }
+}
+
+TEST(ParseMigProfile, SaysWhichComputeSliceCountsExist) {
+  for (const char* t : {"5g.40gb", "8g.80gb", "0g.10gb"}) {
+    auto p = ParseMigProfile(t);
+    ASSERT_FALSE(p.ok()) << t;
+    EXPECT_NE(p.status().message().find("compute slices must be 1, 2, 3, 4 or 7"),
+              std::string::npos)
+        << p.status().message();
+  }
+  EXPECT_NE(ParseMigProfile("xg.10gb").status().message().find("'x' is not a number"),
+            std::string::npos);
 }
 
 TEST(ParseGpuCount, AcceptsCountAndRange) {

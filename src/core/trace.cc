@@ -1,6 +1,7 @@
 #include "core/trace.h"
 
 #include <charconv>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -11,13 +12,12 @@
 namespace gpuslice::core {
 namespace {
 
+// Columns are found by their header name, in any order; others are ignored.
 constexpr std::string_view kNodeColumns[] = {"sn", "cpu_milli", "memory_mib", "gpu", "model"};
-constexpr std::string_view kTaskColumns[] = {"name",          "cpu_milli",    "memory_mib",
-                                             "num_gpu",       "gpu_milli",    "gpu_spec",
-                                             "qos",           "pod_phase",    "creation_time",
-                                             "deletion_time", "scheduled_time"};
-// Columns a task row must have; later ones (timestamps, phase) are not used.
-constexpr size_t kTaskRequiredColumns = 6;
+// What a task row must have; gpu_spec (any model when absent) is optional.
+constexpr std::string_view kTaskColumns[] = {"name", "cpu_milli", "memory_mib", "num_gpu",
+                                             "gpu_milli"};
+constexpr std::string_view kTaskSpecColumn = "gpu_spec";
 
 // Splits one CSV line on commas. Quoting is not part of the format.
 std::vector<std::string_view> SplitFields(std::string_view line) {
@@ -66,8 +66,52 @@ class RowError {
   std::string prefix_;
 };
 
-Status ParseUint(const RowError& err, const std::vector<std::string_view>& fields, size_t column,
-                 std::string_view name, uint64_t* out) {
+// Where each named column is in a file: its index, from the header row.
+class Columns {
+ public:
+  // Reads the header; every name in `required` must be there, once.
+  static Result<Columns> FromHeader(std::string_view file, std::string_view line,
+                                    std::span<const std::string_view> required) {
+    Columns c;
+    c.fields_ = SplitFields(line);
+    for (size_t i = 0; i < c.fields_.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (c.fields_[j] == c.fields_[i] && !c.fields_[i].empty()) {
+          return InvalidArgumentError(std::string(file) + ":1: column " + std::to_string(i + 1) +
+                                      ": header '" + std::string(c.fields_[i]) +
+                                      "' is given twice");
+        }
+      }
+    }
+    for (std::string_view name : required) {
+      if (!c.Find(name)) {
+        std::string list;
+        for (std::string_view r : required) list += (list.empty() ? "" : ",") + std::string(r);
+        return InvalidArgumentError(std::string(file) + ":1: the header has no '" +
+                                    std::string(name) + "' column (needed: " + list +
+                                    "; found: " + std::string(line) + ")");
+      }
+    }
+    return c;
+  }
+
+  // The index of column `name`, if the header has it.
+  std::optional<size_t> Find(std::string_view name) const {
+    for (size_t i = 0; i < fields_.size(); ++i) {
+      if (fields_[i] == name) return i;
+    }
+    return std::nullopt;
+  }
+  size_t Index(std::string_view name) const { return *Find(name); }
+  size_t size() const { return fields_.size(); }
+
+ private:
+  std::vector<std::string_view> fields_;
+};
+
+Status ParseUint(const RowError& err, const std::vector<std::string_view>& fields,
+                 const Columns& columns, std::string_view name, uint64_t* out) {
+  size_t column = columns.Index(name);
   std::string_view f = fields[column];
   uint64_t value = 0;
   auto [ptr, ec] = std::from_chars(f.data(), f.data() + f.size(), value);
@@ -75,19 +119,6 @@ Status ParseUint(const RowError& err, const std::vector<std::string_view>& field
     return err.At(column, name, "'" + std::string(f) + "' is not a non-negative integer");
   }
   *out = value;
-  return Status::Ok();
-}
-
-Status CheckHeader(std::string_view file, std::string_view line,
-                   std::span<const std::string_view> expected) {
-  std::vector<std::string_view> fields = SplitFields(line);
-  for (size_t i = 0; i < expected.size(); ++i) {
-    if (i >= fields.size() || fields[i] != expected[i]) {
-      return InvalidArgumentError(std::string(file) + ":1: column " + std::to_string(i + 1) +
-                                  ": header must be '" + std::string(expected[i]) + "', found '" +
-                                  (i < fields.size() ? std::string(fields[i]) : "") + "'");
-    }
-  }
   return Status::Ok();
 }
 
@@ -112,36 +143,38 @@ Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view text, std::strin
   std::string_view line;
   int number = 0;
   if (!reader.Next(&line, &number)) return InvalidArgumentError(std::string(file) + ": empty file");
-  GPUSLICE_RETURN_IF_ERROR(CheckHeader(file, line, kNodeColumns));
+  GPUSLICE_ASSIGN_OR_RETURN(Columns col, Columns::FromHeader(file, line, kNodeColumns));
+  const size_t sn = col.Index("sn"), cpu = col.Index("cpu_milli"), gpu = col.Index("gpu"),
+               model = col.Index("model");
   std::vector<TraceNode> nodes;
   std::set<std::string, std::less<>> names;
   while (reader.Next(&line, &number)) {
     if (line.empty()) continue;
     RowError err(file, number);
     std::vector<std::string_view> f = SplitFields(line);
-    if (f.size() != std::size(kNodeColumns)) {
-      return err.Row("expected " + std::to_string(std::size(kNodeColumns)) + " columns, found " +
+    if (f.size() != col.size()) {
+      return err.Row("expected " + std::to_string(col.size()) + " columns, found " +
                      std::to_string(f.size()));
     }
     TraceNode n;
     n.line = number;
-    n.name = std::string(f[0]);
-    if (n.name.empty()) return err.At(0, "sn", "node name is empty");
-    if (names.count(n.name)) return err.At(0, "sn", "duplicate node name '" + n.name + "'");
+    n.name = std::string(f[sn]);
+    if (n.name.empty()) return err.At(sn, "sn", "node name is empty");
+    if (names.count(n.name)) return err.At(sn, "sn", "duplicate node name '" + n.name + "'");
     uint64_t gpus = 0;
-    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, 1, "cpu_milli", &n.cpu_milli));
-    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, 2, "memory_mib", &n.memory_mib));
-    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, 3, "gpu", &gpus));
-    if (n.cpu_milli == 0) return err.At(1, "cpu_milli", "a node needs CPU");
+    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, "cpu_milli", &n.cpu_milli));
+    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, "memory_mib", &n.memory_mib));
+    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, "gpu", &gpus));
+    if (n.cpu_milli == 0) return err.At(cpu, "cpu_milli", "a node needs CPU");
     if (gpus > kMaxGpusPerNode) {
-      return err.At(3, "gpu", std::to_string(gpus) + " GPUs exceed the limit of " +
-                                  std::to_string(kMaxGpusPerNode) + " per node");
+      return err.At(gpu, "gpu", std::to_string(gpus) + " GPUs exceed the limit of " +
+                                    std::to_string(kMaxGpusPerNode) + " per node");
     }
     n.gpus = static_cast<uint32_t>(gpus);
-    n.model = std::string(f[4]);
-    if (n.gpus > 0 && n.model.empty()) return err.At(4, "model", "a GPU node needs a model");
+    n.model = std::string(f[model]);
+    if (n.gpus > 0 && n.model.empty()) return err.At(model, "model", "a GPU node needs a model");
     if (n.gpus == 0 && !n.model.empty()) {
-      return err.At(4, "model", "model '" + n.model + "' given for a node without GPUs");
+      return err.At(model, "model", "model '" + n.model + "' given for a node without GPUs");
     }
     names.insert(n.name);
     nodes.push_back(std::move(n));
@@ -155,8 +188,11 @@ Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view text, std::strin
   std::string_view line;
   int number = 0;
   if (!reader.Next(&line, &number)) return InvalidArgumentError(std::string(file) + ": empty file");
-  GPUSLICE_RETURN_IF_ERROR(CheckHeader(file, line, std::span(kTaskColumns, kTaskRequiredColumns)));
-  const size_t header_columns = SplitFields(line).size();
+  GPUSLICE_ASSIGN_OR_RETURN(Columns col, Columns::FromHeader(file, line, kTaskColumns));
+  const size_t name_col = col.Index("name"), num_gpu_col = col.Index("num_gpu"),
+               milli_col = col.Index("gpu_milli");
+  const std::optional<size_t> spec_col = col.Find(kTaskSpecColumn);
+  const size_t header_columns = col.size();
   std::vector<TraceTask> tasks;
   std::set<std::string, std::less<>> names;
   while (reader.Next(&line, &number)) {
@@ -169,36 +205,40 @@ Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view text, std::strin
     }
     TraceTask t;
     t.line = number;
-    t.name = std::string(f[0]);
-    if (t.name.empty()) return err.At(0, "name", "task name is empty");
-    if (names.count(t.name)) return err.At(0, "name", "duplicate task name '" + t.name + "'");
+    t.name = std::string(f[name_col]);
+    if (t.name.empty()) return err.At(name_col, "name", "task name is empty");
+    if (names.count(t.name)) {
+      return err.At(name_col, "name", "duplicate task name '" + t.name + "'");
+    }
     uint64_t num_gpu = 0, gpu_milli = 0;
-    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, 1, "cpu_milli", &t.cpu_milli));
-    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, 2, "memory_mib", &t.memory_mib));
-    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, 3, "num_gpu", &num_gpu));
-    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, 4, "gpu_milli", &gpu_milli));
+    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, "cpu_milli", &t.cpu_milli));
+    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, "memory_mib", &t.memory_mib));
+    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, "num_gpu", &num_gpu));
+    GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, "gpu_milli", &gpu_milli));
     if (num_gpu > kMaxGpusPerNode) {
-      return err.At(3, "num_gpu", std::to_string(num_gpu) + " GPUs exceed the limit of " +
-                                      std::to_string(kMaxGpusPerNode) + " per node");
+      return err.At(num_gpu_col, "num_gpu", std::to_string(num_gpu) + " GPUs exceed the limit of " +
+                                                std::to_string(kMaxGpusPerNode) + " per node");
     }
     if (num_gpu == 0 && gpu_milli != 0) {
-      return err.At(4, "gpu_milli", "must be 0 for a task without GPUs, found " +
-                                        std::to_string(gpu_milli));
+      return err.At(milli_col, "gpu_milli", "must be 0 for a task without GPUs, found " +
+                                                std::to_string(gpu_milli));
     }
     if (num_gpu == 1 && (gpu_milli == 0 || gpu_milli > kMilliPerGpu)) {
-      return err.At(4, "gpu_milli", "must be 1..1000 for a 1-GPU task, found " +
-                                        std::to_string(gpu_milli));
+      return err.At(milli_col, "gpu_milli", "must be 1..1000 for a 1-GPU task, found " +
+                                                std::to_string(gpu_milli));
     }
     if (num_gpu > 1 && gpu_milli != kMilliPerGpu) {
-      return err.At(4, "gpu_milli", "must be 1000 for a multi-GPU task, found " +
-                                        std::to_string(gpu_milli));
+      return err.At(milli_col, "gpu_milli", "must be 1000 for a multi-GPU task, found " +
+                                                std::to_string(gpu_milli));
     }
     t.num_gpu = static_cast<uint32_t>(num_gpu);
     t.gpu_milli = static_cast<uint32_t>(gpu_milli);
-    t.gpu_spec = std::string(f[5]);
-    GPUSLICE_RETURN_IF_ERROR(CheckModelList(err, 5, "gpu_spec", t.gpu_spec));
-    if (t.num_gpu == 0 && !t.gpu_spec.empty()) {
-      return err.At(5, "gpu_spec", "a GPU model constraint on a task without GPUs");
+    if (spec_col) {
+      t.gpu_spec = std::string(f[*spec_col]);
+      GPUSLICE_RETURN_IF_ERROR(CheckModelList(err, *spec_col, kTaskSpecColumn, t.gpu_spec));
+      if (t.num_gpu == 0 && !t.gpu_spec.empty()) {
+        return err.At(*spec_col, kTaskSpecColumn, "a GPU model constraint on a task without GPUs");
+      }
     }
     names.insert(t.name);
     tasks.push_back(std::move(t));

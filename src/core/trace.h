@@ -6,10 +6,14 @@
 // column, because these files are edited by hand to make variants.
 //
 // Node list:  sn,cpu_milli,memory_mib,gpu,model
-// Task list:  name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,
-//             pod_phase,creation_time,deletion_time,scheduled_time
-// The header row must be present and name these columns in this order
-// (extra trailing columns are allowed and ignored).
+// Task list:  name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]
+//             (the full files also carry qos, pod_phase, creation_time,
+//             deletion_time, scheduled_time; some of the same release only
+//             the first five)
+// The header row must be present; columns are found by their header name,
+// in any order. The node list needs all five; a task list needs the first
+// five and takes gpu_spec when present (absent: any model). Other columns are
+// ignored. Every row has as many fields as the header.
 
 #include <cstdint>
 #include <string>
@@ -43,7 +47,7 @@ struct TraceTask {
 };
 
 // Parses a node list. `file` only labels errors. Errors (kInvalidArgument):
-// missing/unexpected header, wrong column count, a non-integer or negative
+// a header without a needed column or with one twice, wrong column count, a non-integer or negative
 // number, a GPU node without model, a duplicate node name, no rows.
 Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view text, std::string_view file);
 

@@ -51,7 +51,9 @@ INSTANTIATE_TEST_SUITE_P(
     Trace, BadNodeRows,
     testing::Values(
         BadRow{"", "nodes.csv: empty file"},
-        BadRow{"sn,cpu,memory_mib,gpu,model\n", "nodes.csv:1: column 2: header must be 'cpu_milli'"},
+        BadRow{"sn,cpu,memory_mib,gpu,model\n", "nodes.csv:1: the header has no 'cpu_milli' column"},
+        BadRow{"sn,cpu_milli,memory_mib,gpu,model,gpu\n",
+               "nodes.csv:1: column 6: header 'gpu' is given twice"},
         BadRow{std::string(kNodeHeader), "no node rows"},
         BadRow{std::string(kNodeHeader) + "n,64000,1024,2\n", "nodes.csv:2: expected 5 columns"},
         BadRow{std::string(kNodeHeader) + "n,64k,1024,2,T4\n",
@@ -105,8 +107,50 @@ INSTANTIATE_TEST_SUITE_P(
         BadRow{Tasks("p,1,1,0,0,T4,LS,Running,0,0,0\n"), "column 6 (gpu_spec)"},
         BadRow{Tasks("p,1,1,1,300,,LS,Running,0,0,0\np,1,1,1,300,,LS,Running,0,0,0\n"),
                "pods.csv:3: column 1 (name): duplicate task name 'p'"},
-        BadRow{"name,cpu_milli,memory_mib,num_gpu,gpu_milli\n",
-               "pods.csv:1: column 6: header must be 'gpu_spec'"}));
+        BadRow{"name,cpu_milli,memory_mib,num_gpu\np,1,1,0\n",
+               "pods.csv:1: the header has no 'gpu_milli' column (needed: "
+               "name,cpu_milli,memory_mib,num_gpu,gpu_milli; found: "
+               "name,cpu_milli,memory_mib,num_gpu)"},
+        BadRow{"name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", "pods.csv: no task rows"},
+        BadRow{"gpu_milli,name,num_gpu,memory_mib,cpu_milli\n1001,p,1,1,1\n",
+               "pods.csv:2: column 1 (gpu_milli): must be 1..1000"}));
+
+// Issue 18 item 16: files of the same release with fewer columns were refused.
+TEST(ParseTraceTasks, ReadsColumnsByHeaderNameAndNeedsOnlyTheFirstFive) {
+  Result<std::vector<TraceTask>> r = ParseTraceTasks(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"
+      "p0,12000,16384,1,500\n"
+      "p1,88000,327680,8,1000\n",
+      "pods.csv");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].gpu_milli, 500u);
+  EXPECT_EQ((*r)[0].gpu_spec, "") << "no gpu_spec column: any model";
+  EXPECT_EQ((*r)[1].num_gpu, 8u);
+  // Any order; gpu_spec taken when present; unknown columns ignored.
+  r = ParseTraceTasks(
+      "qos,gpu_spec,gpu_milli,num_gpu,memory_mib,cpu_milli,name\n"
+      "LS,V100M16,460,1,12288,6000,p1\n",
+      "pods.csv");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].name, "p1");
+  EXPECT_EQ((*r)[0].cpu_milli, 6000u);
+  EXPECT_EQ((*r)[0].memory_mib, 12288u);
+  EXPECT_EQ((*r)[0].gpu_milli, 460u);
+  EXPECT_EQ((*r)[0].gpu_spec, "V100M16");
+}
+
+TEST(ParseTraceNodes, ReadsColumnsByHeaderName) {
+  Result<std::vector<TraceNode>> r =
+      ParseTraceNodes("model,gpu,sn,memory_mib,cpu_milli,zone\nT4,2,n0,1024,64000,a\n", "n.csv");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].name, "n0");
+  EXPECT_EQ((*r)[0].model, "T4");
+  EXPECT_EQ((*r)[0].gpus, 2u);
+  EXPECT_EQ((*r)[0].cpu_milli, 64000u);
+}
 
 }  // namespace
 }  // namespace gpuslice::core

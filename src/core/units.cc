@@ -111,6 +111,20 @@ Result<uint64_t> ParseBytes(std::string_view text) {
                               Quote(Trim(rest)) + " (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
 }
 
+Result<uint64_t> ParseMemorySize(std::string_view text) {
+  std::string_view s = Trim(text);
+  Decimal d;
+  std::string_view rest = s;
+  // Zero is zero in every unit: let the caller's own range check speak.
+  bool zero = s.find_first_not_of("0.") == std::string_view::npos;
+  if (ConsumeDecimal(&rest, &d) && rest.empty() && !zero) {
+    return InvalidArgumentError("size " + Quote(text) + " has no unit: did you mean '" +
+                                std::string(s) + "GiB'? (GiB = 2^30 bytes, GB = 10^9; '" +
+                                std::string(s) + "B' is " + std::string(s) + " bytes)");
+  }
+  return ParseBytes(text);
+}
+
 std::string FormatBytes(uint64_t bytes) {
   static const char* kNames[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int unit = 0;

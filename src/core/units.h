@@ -31,6 +31,11 @@ inline constexpr uint64_t kTiB = 1ull << 40;
 // The result must be a whole number of bytes and fit in 64 bits.
 Result<uint64_t> ParseBytes(std::string_view text);
 
+// ParseBytes for the GPU memory a user asks for (--mem of jobs, quotas,
+// resize): a bare number is refused with a hint, because "--mem 8" is meant
+// as 8 GiB far more often than as 8 bytes. "8B" still means 8 bytes.
+Result<uint64_t> ParseMemorySize(std::string_view text);
+
 // "80 GiB", "512 MiB", "1.5 GiB", "123 B": the largest binary unit that keeps
 // the value >= 1, at most two decimals, trailing zeros dropped.
 std::string FormatBytes(uint64_t bytes);

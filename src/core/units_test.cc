@@ -49,6 +49,23 @@ TEST(ParseBytes, RejectsBadInputNamingTheToken) {
   EXPECT_NE(ParseBytes("10XB").status().message().find("unknown unit 'XB'"), std::string::npos);
 }
 
+// Issue 18 item 3: "--mem 8" meant 8 bytes and was accepted.
+TEST(ParseMemorySize, RefusesABareNumberWithAHint) {
+  for (const char* text : {"8", "1.5", " 12 "}) {
+    auto r = ParseMemorySize(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("has no unit"), std::string::npos) << r.status().message();
+  }
+  EXPECT_NE(ParseMemorySize("8").status().message().find("did you mean '8GiB'"), std::string::npos)
+      << ParseMemorySize("8").status().message();
+  EXPECT_EQ(*ParseMemorySize("8B"), 8u);
+  EXPECT_EQ(*ParseMemorySize("8GiB"), 8 * kGiB);
+  EXPECT_EQ(*ParseMemorySize("8GB"), 8000000000u);
+  EXPECT_EQ(*ParseMemorySize("0"), 0u);  // The caller's range check names the problem.
+  EXPECT_NE(ParseMemorySize("8XB").status().message().find("unknown unit"), std::string::npos);
+}
+
 TEST(FormatBytes, PicksLargestUnit) {
   EXPECT_EQ(FormatBytes(80 * kGiB), "80 GiB");
   EXPECT_EQ(FormatBytes(512 * kMiB), "512 MiB");

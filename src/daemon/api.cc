@@ -1,5 +1,6 @@
 #include "daemon/api.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include "daemon/api_json.h"
@@ -278,6 +279,15 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
         }
       }
       sl.push_back(s);
+      // A MIG instance says whose it is (issue 18 item 10).
+      for (json& m : gj["mig"]) {
+        const auto& uuids = job.allocation.gpu_uuids;
+        if (std::find(uuids.begin(), uuids.end(), m["uuid"].get<std::string>()) != uuids.end()) {
+          m["job"] = id;
+          m["user"] = job.user;
+          m["name"] = job.request.name;
+        }
+      }
     }
     gj["slices"] = sl;
     gpus.push_back(gj);

@@ -66,6 +66,14 @@ core::Status OptionalField(const json& j, const char* field, bool integer_ok,
   return core::Status::Ok();
 }
 
+// A memory size: a string ("8GiB") or an integer count of bytes, which is
+// passed on as "<n>B" so that the unit-less string form stays refused.
+core::Status OptionalSize(const json& j, const char* field, std::optional<std::string>* out) {
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, field, true, out));
+  if (*out && j.at(field).is_number_unsigned()) **out += "B";
+  return core::Status::Ok();
+}
+
 }  // namespace
 
 core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
@@ -84,7 +92,7 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   SubmitSpec spec;
   core::RequestFields& f = spec.fields;
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &f.gpus));
-  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &f.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &f.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &f.compute));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute_mode", false, &f.compute_mode));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mig", false, &f.mig));
@@ -271,7 +279,7 @@ core::Result<std::pair<core::Principal, core::QuotaFields>> ParseQuotaBody(std::
   GPUSLICE_ASSIGN_OR_RETURN(who.name, GetString(j, "name"));
   GPUSLICE_RETURN_IF_ERROR(ValidatePrincipalName(who.name));
   core::QuotaFields f;
-  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &f.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &f.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &f.gpus));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &f.compute));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "jobs", true, &f.jobs));
@@ -284,13 +292,14 @@ core::Result<ResizeSpec> ParseResizeBody(std::string_view body) {
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   for (const auto& [key, value] : j.items()) {
-    if (key != "mem" && key != "compute" && key != "force") {
+    if (key != "mem" && key != "compute" && key != "gpus" && key != "force") {
       return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
     }
   }
   ResizeSpec spec;
-  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "mem", true, &spec.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &spec.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &spec.compute));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &spec.gpus));
   if (j.contains("force")) {
     if (!j["force"].is_boolean()) return core::InvalidArgumentError("force: must be true or false");
     spec.force = j["force"].get<bool>();

@@ -20,7 +20,7 @@ TEST(ParseSubmitBody, AcceptsTheDocumentedFields) {
   EXPECT_EQ(s->argv.size(), 2u);
   auto bytes = ParseSubmitBody(R"({"mem": 1073741824, "cwd": "/"})");
   ASSERT_TRUE(bytes.ok());
-  EXPECT_EQ(*bytes->fields.mem, "1073741824");
+  EXPECT_EQ(*bytes->fields.mem, "1073741824B");  // A JSON integer counts bytes.
 }
 
 TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
@@ -245,7 +245,8 @@ TEST_F(ApiTest, PolicyBodiesAreCheckedNamingTheField) {
       {"/v1/quotas", R"({"scope": "user", "name": "a", "mem": "lots"})", "--mem"},
       {"/v1/quotas", R"({"scope": "user", "name": "a", "disk": "1"})", "unknown field 'disk'"},
       {"/v1/jobs/1/resize", R"({"mem": "12GiB", "force": "yes"})", "force: must be true or false"},
-      {"/v1/jobs/1/resize", R"({"gpus": "2"})", "unknown field 'gpus'"},
+      {"/v1/jobs/1/resize", R"({"cores": "2"})", "unknown field 'cores'"},
+      {"/v1/jobs/1/resize", R"({"gpus": "2", "mem": "9GiB"})", "not with --mem or --compute"},
       {"/v1/jobs/1/resize", R"({"compute": "150%"})", "over 100%"},
       {"/v1/jobs", R"({"mem": "1GiB", "argv": ["x"], "cwd": "/", "pool": "x"})", "no pool 'x'"},
       {"/v1/jobs", R"({"mem": "1GiB", "argv": ["x"], "cwd": "/", "restartable": 1})",

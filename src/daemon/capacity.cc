@@ -192,16 +192,60 @@ Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
   if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
   GPUSLICE_ASSIGN_OR_RETURN(core::Demand d, core::DemandFromRequest(r));
   if (!pool.empty()) d.model_mask = pool_masks_.at(pool);
+  // GPUs in MIG mode hold only MIG instances: say so, and how to ask for one.
+  std::string mig_note;
+  {
+    std::vector<uint32_t> mig_gpus;
+    std::string profiles;
+    for (const MigUnit& m : mig_) {
+      if (!pool.empty() && m.pool != pool) continue;
+      if (std::find(mig_gpus.begin(), mig_gpus.end(), m.gpu_index) == mig_gpus.end()) {
+        mig_gpus.push_back(m.gpu_index);
+      }
+      if (profiles.find(m.instance.profile) == std::string::npos) {
+        profiles += (profiles.empty() ? "" : ", ") + m.instance.profile;
+      }
+    }
+    if (!mig_gpus.empty()) {
+      bool one = mig_gpus.size() == 1;
+      mig_note = "; " + std::to_string(mig_gpus.size()) + (one ? " GPU is" : " GPUs are") +
+                 " in MIG mode" + in_pool + (one ? " (it holds" : " (they hold") +
+                 " only MIG instances: ask for one with --mig PROFILE, here " + profiles + ")";
+    }
+  }
   if (state_.TotalGpus() == 0 || (!pool.empty() && d.model_mask == 0)) {
-    return core::OutOfRangeError("this machine has no GPU outside MIG mode" + in_pool + " for " +
-                                 request.Describe());
-  }
-  Status s = core::CouldEverFit(state_, d);
-  if (!s.ok()) {
     return core::OutOfRangeError(request.Describe() + " can never fit" +
-                                 (pool.empty() ? " on this machine" : in_pool) + ": " + s.message());
+                                 (pool.empty() ? " on this machine" : in_pool) +
+                                 ": no GPU is outside MIG mode" + mig_note);
   }
-  return Status::Ok();
+  if (core::CouldEverFit(state_, d).ok()) return Status::Ok();
+  // What the machine has, in the words the request used (the placement
+  // core's own message speaks of nodes, CPU and per-mille).
+  uint32_t gpus = 0, best_island = 0;
+  uint64_t largest = 0;
+  std::map<int, uint32_t> per_island;
+  for (const core::NodeState& n : state_.nodes()) {
+    for (const core::GpuState& g : n.gpus) {
+      if (!d.AllowsModel(g.model)) continue;
+      ++gpus;
+      largest = std::max(largest, g.mem_total);
+      best_island = std::max(best_island, ++per_island[g.island]);
+    }
+  }
+  std::string have;
+  if (request.kind == core::RequestKind::kFraction) {
+    have = "the largest GPU" + in_pool + " has " + core::FormatBytes(largest);
+  } else {
+    have = std::to_string(gpus) + " GPU" + (gpus == 1 ? " is" : "s are") + " outside MIG mode" +
+           in_pool;
+    if (best_island < gpus && best_island < request.gpus_min) {
+      have += ", at most " + std::to_string(best_island) +
+              " of them linked together (a job's GPUs must be)";
+    }
+  }
+  return core::OutOfRangeError(request.Describe() + " can never fit" +
+                               (pool.empty() ? " on this machine" : in_pool) + ": " + have +
+                               mig_note);
 }
 
 Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
@@ -516,8 +560,10 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
            (e.demand.gpus == 1 ? "" : "s") + (e.demand.gpus > 1 ? " on one island" : "") + where +
            "; idle now: " + std::to_string(idle) + foreign;
   }
+  // The free share only matters to a request with one (issue 18 item 12).
   return "needs " + e.request.Describe() + " on one GPU" + where + "; most free on one GPU: " +
-         core::FormatBytes(best_mem) + " + " + core::FormatShareMilli(best_milli) + foreign;
+         core::FormatBytes(best_mem) +
+         (e.request.compute_milli > 0 ? " + " + core::FormatShareMilli(best_milli) : "") + foreign;
 }
 
 core::Demand NodeCapacity::ForeignDemand(uint64_t bytes) {

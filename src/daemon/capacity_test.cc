@@ -110,6 +110,42 @@ TEST(NodeCapacity, MigInstancesAreAllocatableUnits) {
   EXPECT_EQ((*c)->CouldEverFit(mig).code(), core::StatusCode::kOutOfRange);
 }
 
+// Issue 18 item 8: "can never fit" spoke the cluster placer's words (cpu 0m,
+// mem 0 B, 1 per-mille, island) and did not say that GPUs were in MIG mode.
+TEST(NodeCapacity, NeverFitsSaysWhyInTheRequestsTermsAndNamesMigMode) {
+  GpuInfo mig_gpu = Gpu(1);
+  mig_gpu.mig_enabled = true;
+  for (const char* profile : {"3g.20gb", "1g.5gb"}) {
+    MigInstance m;
+    m.uuid = std::string("MIG-") + profile;
+    m.profile = profile;
+    mig_gpu.mig.push_back(m);
+  }
+  auto c = NodeCapacity::Create({Gpu(0), mig_gpu}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  core::ResourceRequest two;
+  two.kind = core::RequestKind::kWholeGpus;
+  two.gpus_min = two.gpus_max = 2;
+  const std::string mig_note =
+      "; 1 GPU is in MIG mode (it holds only MIG instances: ask for one with --mig PROFILE, "
+      "here 3g.20gb, 1g.5gb)";
+  EXPECT_EQ((*c)->CouldEverFit(two).message(),
+            "2 GPUs can never fit on this machine: 1 GPU is outside MIG mode" + mig_note);
+  EXPECT_EQ((*c)->CouldEverFit(Fraction(41, 0)).message(),
+            "41 GiB can never fit on this machine: the largest GPU has 40 GiB" + mig_note);
+  for (const core::ResourceRequest& r : {two, Fraction(41, 0)}) {
+    std::string m = (*c)->CouldEverFit(r).message();
+    for (const char* jargon : {"cpu", "0m", "per-mille", "\u2030", "island", "node"}) {
+      EXPECT_EQ(m.find(jargon), std::string::npos) << jargon << " in: " << m;
+    }
+  }
+  // Islands, in words.
+  auto linked = NodeCapacity::Create({Gpu(0, 0), Gpu(1, 1)}, core::Policy::kBinpack);
+  EXPECT_EQ((*linked)->CouldEverFit(two).message(),
+            "2 GPUs can never fit on this machine: 2 GPUs are outside MIG mode, at most 1 of them "
+            "linked together (a job's GPUs must be)");
+}
+
 // Two GPUs with 600 and 500 per-mille free, a workload of 50% requests, and
 // a 10% request: packing fills the fuller GPU and leaves 400 there, which no
 // typical request can use; frag-aware takes the emptier one and keeps two
@@ -195,6 +231,21 @@ TEST(NodeCapacity, PoolsRestrictPlacementToTheirGpus) {
   two.gpus_min = two.gpus_max = 2;
   two.pool = "inference";
   EXPECT_EQ((*c)->CouldEverFit(two).code(), core::StatusCode::kOutOfRange);
+}
+
+// Issue 18 item 12: the note of a job that asked for no compute ended in "+ 0%".
+TEST(NodeCapacity, WhyNotNowNamesAFreeShareOnlyForRequestsWithOne) {
+  auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->SetDemand(1, Fraction(30, 500)).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  ASSERT_TRUE((*c)->SetDemand(2, Fraction(20, 0)).ok());
+  ASSERT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow);
+  EXPECT_EQ((*c)->WhyNotNow(2), "needs 20 GiB on one GPU; most free on one GPU: 10 GiB");
+  ASSERT_TRUE((*c)->SetDemand(3, Fraction(20, 300)).ok());
+  ASSERT_EQ((*c)->TryPlace(3), core::FitResult::kNotNow);
+  EXPECT_EQ((*c)->WhyNotNow(3),
+            "needs 20 GiB + 30% on one GPU; most free on one GPU: 10 GiB + 50%");
 }
 
 TEST(NodeCapacity, UnknownPoolIsAClearError) {

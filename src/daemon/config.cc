@@ -181,6 +181,9 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   bool policy_key = false;
   GPUSLICE_RETURN_IF_ERROR(ApplyPolicyValue(&c->rules, key, value, &policy_key));
   if (policy_key) return core::Status::Ok();
+  bool access_key = false;
+  GPUSLICE_RETURN_IF_ERROR(ApplyAccessValue(&c->rules.access, key, value, &access_key));
+  if (access_key) return core::Status::Ok();
   return core::InvalidArgumentError("unknown setting '" + std::string(key) +
                                     "' (see docs/CONFIG.md)");
 }

@@ -69,6 +69,11 @@ CompatVerdict RuntimeCompatibility(int runtime, int driver) {
                      " or newer; this driver supports " + d + ": upgrade the driver"};
 }
 
+const char* const kSimulatorScope =
+    "SIMULATED GPU: programs on the CUDA driver API (cuda.h, linked with -lcuda) run unchanged, "
+    "and kernels take time without computing; programs on the CUDA runtime (libcudart: PyTorch, "
+    "TensorFlow, most CUDA C++) do not run (docs/SIMULATOR.md, \"Not simulated\")";
+
 json Doctor::Run() {
   json checks = json::array();
   bool all_ok = true;
@@ -76,6 +81,15 @@ json Doctor::Run() {
     checks.push_back({{"name", name}, {"ok", ok}, {"detail", detail}});
     all_ok = all_ok && ok;
   };
+  // A fact the user must know that is not a fault of this machine: "ok" says
+  // whether the thing works, but the machine's verdict does not count it.
+  auto note = [&](const std::string& name, bool ok, const std::string& detail) {
+    checks.push_back({{"name", name}, {"ok", ok}, {"note", true}, {"detail", detail}});
+  };
+  const bool simulated = inventory_.simulated();
+  if (simulated) {
+    note("simulator", true, kSimulatorScope);
+  }
 
   // GPUs and NVML, as the daemon read them.
   bool have_nvml = !inventory_.source.empty();
@@ -130,7 +144,13 @@ json Doctor::Run() {
 
   // The installed CUDA runtime, if any, against the driver.
   std::vector<std::string> cudart = CudartCandidates();
-  if (cudart.empty()) {
+  if (simulated) {
+    // Its version would match, but the simulated driver lacks what it needs.
+    note("cuda_runtime", false,
+         (cudart.empty() ? std::string("no libcudart found") : cudart[0]) +
+             ": CUDA runtime programs do not run on the SIMULATED GPU (their CUDA calls fail "
+             "with 'operation not supported'); they need an NVIDIA GPU and driver");
+  } else if (cudart.empty()) {
     add("cuda_runtime", true,
         "no libcudart found (frameworks such as PyTorch bring their own; nothing to check)");
   } else {

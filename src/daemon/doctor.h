@@ -37,11 +37,16 @@ struct CompatVerdict {
 CompatVerdict RuntimeCompatibility(int runtime, int driver);
 std::string CudaVersionString(int v);
 
+// What runs on the simulated GPU and what does not, as doctor says it.
+extern const char* const kSimulatorScope;
+
 class Doctor {
  public:
   Doctor(DoctorOptions options, const InventorySnapshot& inventory)
       : options_(std::move(options)), inventory_(inventory) {}
-  // {"checks": [{"name", "ok", "detail"}...], "ok": all passed}.
+  // {"checks": [{"name", "ok", "detail"}...], "ok": all passed}. A check
+  // with "note": true is a fact to know (on the simulated GPU: what runs and
+  // that the CUDA runtime does not) and does not count towards "ok".
   nlohmann::json Run();
 
  private:

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "core/version.h"
 #include "daemon/api.h"
 #include "daemon/cgroup.h"
 #include "daemon/arbiter.h"
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "error, warn, info (default) or debug");
   app.add_option("--set", sets, "Any config setting as key=value (repeatable)");
   app.add_flag("--no-backfill", no_backfill, "Start jobs strictly in queue order");
+  app.set_version_flag("--version", "gpusliced " + std::string(gpuslice::core::Version()));
   CLI11_PARSE(app, argc, argv);
 
   gd::DaemonConfig config;

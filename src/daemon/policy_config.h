@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/preemption.h"
+#include "daemon/access.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {
@@ -71,6 +72,8 @@ struct PolicyConfig {
   // least time between two changes of one job (rescaling restarts workers).
   int elastic_signal = SIGUSR1;
   int64_t elastic_cooldown_ms = 30'000;
+  // Who may use which pool, and the priority each may ask (access.h).
+  AccessConfig access;
 };
 
 // Applies one `key = value` if `key` is a policy setting; *known = false

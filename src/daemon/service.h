@@ -74,6 +74,7 @@ struct QuotaView {
 struct ResizeSpec {
   std::optional<std::string> mem;
   std::optional<std::string> compute;
+  std::optional<std::string> gpus;  // An elastic job's GPU count, within its range.
   bool force = false;  // Even below the memory it uses now.
 };
 
@@ -274,7 +275,9 @@ class Service {
   core::Status RemoveQuota(const Caller& caller, const core::Principal& who);
   std::vector<QuotaView> Quotas();
   // Live resize of a running fraction (owner or admin): within its quotas
-  // and its GPU; below the memory it uses only with `force`.
+  // and its GPU; below the memory it uses only with `force`. Or, with
+  // `gpus`, of a running elastic job: to that many GPUs within its range
+  // (growing onto idle GPUs of its pool and island, within its quotas).
   core::Result<JobView> Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec);
   // Lets a job paused by idle reclaim launch again (owner or admin).
   core::Status Resume(const Caller& caller, uint64_t id);
@@ -385,6 +388,9 @@ class Service {
   static bool IsElastic(const core::Job& job);
   void Elastic(uint64_t head_id);
   core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
+  // Resize's --gpus: an elastic job to a GPU count the caller asked for.
+  core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job,
+                                      const ResizeSpec& spec);
   void WriteGpusFile(const core::Job& job);
   // An elastic job about to start gives back what its owner's quotas forbid.
   void FitElasticToQuotas(core::Job& job);

@@ -1,12 +1,14 @@
 // Service: elastic jobs ("--gpus 1-4"). See docs/DAEMON.md ("Elastic jobs").
 //
 // A running elastic job gives GPUs back (down to its minimum) when the job
-// first in line would then fit, and takes one more idle GPU at a time when
-// nothing waits, at most once per elastic_cooldown. Each change is applied to
-// the capacity model, the slice region (recreated with the new devices), the
-// ledger (allocation rows closed and opened) and <job dir>/gpus, and the
-// job's process group gets elastic_signal: CUDA_VISIBLE_DEVICES cannot change
-// inside a running process, so the job restarts its workers on the new set.
+// first in line would then fit, and, if it opted in (`submit --grow`, which
+// puts GPUSLICE_ELASTIC_GROW=1 in its environment), takes the idle GPUs when
+// nothing waits (all it can at once), at most once per elastic_cooldown.
+// Each change is applied to the capacity model, the slice region (recreated
+// with the new devices), the ledger (allocation rows closed and opened) and
+// <job dir>/gpus, and the job's process group gets elastic_signal:
+// CUDA_VISIBLE_DEVICES cannot change inside a running process, so the job
+// restarts its workers on the new set.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -29,6 +31,19 @@ bool Service::IsElastic(const Job& job) {
   return job.request.kind == core::RequestKind::kWholeGpus &&
          job.request.gpus_max > job.request.gpus_min;
 }
+
+namespace {
+
+// Whether an elastic job asked to grow while it runs (issue 18 item 6: a job
+// that does not catch elastic_signal was killed by a growth it never asked
+// for). The marker lives in the job's environment, so the ledger keeps it.
+constexpr char kGrowMarker[] = "GPUSLICE_ELASTIC_GROW=1";
+
+bool WantsGrowth(const Job& job) {
+  return std::find(job.env.begin(), job.env.end(), kGrowMarker) != job.env.end();
+}
+
+}  // namespace
 
 void Service::WriteGpusFile(const Job& job) {
   // Atomically (a reader sees the old set or the new one, never half), and
@@ -170,20 +185,23 @@ void Service::Elastic(uint64_t head_id) {
   }
   core::ElasticOptions opt;
   opt.cooldown_ms = options_.rules.elastic_cooldown_ms;
+  std::erase_if(elastic, [&](const core::ElasticJob& e) { return !WantsGrowth(jobs_[e.id]); });
   for (const core::ElasticStep& s :
        core::PlanElasticGrowth(elastic, capacity_->IdleGpus(), false, now, opt)) {
     Job& job = jobs_[s.id];
     uint32_t held = static_cast<uint32_t>(job.allocation.gpu_indices.size());
-    if (!quotas_.empty()) {
-      // One more GPU must fit the owner's quotas too.
-      core::Allocation more = job.allocation;
-      more.gpu_indices.push_back(0);
-      core::QuotaDecision d = quotas_.Decide(
-          OwnerOf(job), core::ChargeOfAllocation(job.request, more), RunningUsage(job.id));
-      if (d.verdict != core::QuotaVerdict::kFits) continue;
+    // As many of the GPUs planned as its quotas allow and its pool and
+    // island hold (SetElasticGpus changes nothing when they do not).
+    for (uint32_t more = static_cast<uint32_t>(s.delta); more > 0; --more) {
+      if (!quotas_.empty()) {
+        core::Allocation grown = job.allocation;
+        grown.gpu_indices.resize(held + more, 0);
+        core::QuotaDecision d = quotas_.Decide(
+            OwnerOf(job), core::ChargeOfAllocation(job.request, grown), RunningUsage(job.id));
+        if (d.verdict != core::QuotaVerdict::kFits) continue;
+      }
+      if (ApplyElastic(job, held + more, s.reason).ok()) break;
     }
-    // Fails quietly when the idle GPUs are in another pool or island.
-    (void)ApplyElastic(job, held + 1, s.reason);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 
 #include "daemon/log.h"
 #include "daemon/service.h"
@@ -76,6 +77,15 @@ core::QuotaUsage Service::RunningUsage(uint64_t except_id) {
 }
 
 Status Service::CheckQuotaAtSubmit(const Job& job) {
+  // Pools and priorities the admin restricted (issue 18 item 7).
+  const AccessConfig& access = options_.rules.access;
+  if (!access.pools.empty() || access.max_priority != core::Priority::kHigh ||
+      !access.group_max_priority.empty()) {
+    const std::string& pool =
+        job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
+    GPUSLICE_RETURN_IF_ERROR(CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool,
+                                         job.request.priority));
+  }
   if (quotas_.empty()) return Status::Ok();
   core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
   if (d.verdict == core::QuotaVerdict::kNever) {
@@ -151,6 +161,48 @@ Status Service::RemoveQuota(const Caller& caller, const core::Principal& who) {
   return Status::Ok();
 }
 
+Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const ResizeSpec& spec) {
+  const std::string name = "job " + std::to_string(job.id);
+  if (spec.mem || spec.compute) {
+    return core::InvalidArgumentError("--gpus resizes an elastic job; not with --mem or --compute");
+  }
+  if (!IsElastic(job)) {
+    return core::FailedPreconditionError(name + " holds " + job.request.Describe() +
+                                         "; only elastic jobs (--gpus MIN-MAX) change their GPU "
+                                         "count");
+  }
+  uint32_t want = 0;
+  const std::string& text = *spec.gpus;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), want);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+      want < job.request.gpus_min || want > job.request.gpus_max) {
+    return core::InvalidArgumentError("--gpus '" + text.substr(0, 32) + "': " + name +
+                                      " runs on " + std::to_string(job.request.gpus_min) + " to " +
+                                      std::to_string(job.request.gpus_max) + " GPUs");
+  }
+  const uint32_t held = static_cast<uint32_t>(job.allocation.gpu_indices.size());
+  if (want == held) return View(job);
+  if (want > held && !quotas_.empty()) {
+    core::Allocation grown = job.allocation;
+    grown.gpu_indices.resize(want, 0);
+    core::QuotaDecision d = quotas_.Decide(OwnerOf(job), core::ChargeOfAllocation(job.request, grown),
+                                           RunningUsage(job.id));
+    if (d.verdict != core::QuotaVerdict::kFits) {
+      return core::ResourceExhaustedError("resize to " + std::to_string(want) +
+                                          " GPUs is over quota: " + d.reason);
+    }
+  }
+  Status s = ApplyElastic(job, want, "asked by " + caller.user);
+  if (!s.ok()) {
+    if (s.code() != core::StatusCode::kResourceExhausted) return s;
+    return core::ResourceExhaustedError(
+        name + " holds " + std::to_string(held) + " GPUs; " + std::to_string(want - held) +
+        " more are not idle in its pool (and on its island) now");
+  }
+  Schedule();
+  return View(job);
+}
+
 std::vector<QuotaView> Service::Quotas() {
   core::QuotaUsage usage = RunningUsage();
   std::vector<QuotaView> out;
@@ -174,17 +226,19 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
                                          std::string(core::JobStateName(job.state)) +
                                          "; only running jobs are resized");
   }
+  if (spec.gpus) return ResizeElastic(caller, job, spec);
   if (job.request.kind != core::RequestKind::kFraction) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " holds " +
                                          job.request.Describe() +
-                                         "; only parts of a GPU (--mem jobs) can be resized");
+                                         "; only parts of a GPU (--mem jobs) can be resized, "
+                                         "and elastic jobs (--gpus MIN-MAX) with --gpus");
   }
   if (!spec.mem && !spec.compute) {
     return core::InvalidArgumentError("resize needs --mem and/or --compute");
   }
   core::ResourceRequest next = job.request;
   if (spec.mem) {
-    auto b = core::ParseBytes(*spec.mem);
+    auto b = core::ParseMemorySize(*spec.mem);
     if (!b.ok()) return b.status().WithContext("--mem");
     next.memory_bytes = *b;
   }

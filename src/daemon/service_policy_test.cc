@@ -74,6 +74,15 @@ class PolicyTest : public ::testing::Test {
     f.priority = priority;
     return f;
   }
+  // An elastic job that asked to grow while it runs (`submit --grow`).
+  core::Result<JobView> SubmitGrowing(core::RequestFields f) {
+    SubmitSpec s;
+    s.fields = std::move(f);
+    s.argv = {"train"};
+    s.cwd = "/home/u";
+    s.env = {"GPUSLICE_ELASTIC_GROW=1"};
+    return service_->Submit(TestCaller(1000), s);
+  }
   JobView Get(uint64_t id) { return *service_->Get(id); }
   core::JobState State(uint64_t id) { return Get(id).job.state; }
   bool HasEvent(uint64_t id, const std::string& kind) {
@@ -157,6 +166,28 @@ TEST_F(PolicyTest, QuotaThatCanNeverFitRefusesAtSubmit) {
   EXPECT_EQ(r.status().code(), core::StatusCode::kOutOfRange);
   EXPECT_EQ(r.status().message(),
             "over quota, can never run: user u1000: asks 8 GiB of memory, over its quota of 4 GiB");
+}
+
+// Issue 18 item 7: pools and priorities the admin restricted are refused at
+// submission, saying who may.
+TEST_F(PolicyTest, RestrictedPoolsAndPrioritiesAreRefusedAtSubmit) {
+  PolicyConfig rules;
+  bool known = false;
+  ASSERT_TRUE(ApplyAccessValue(&rules.access, "pool_groups.default", "students", &known).ok());
+  ASSERT_TRUE(ApplyAccessValue(&rules.access, "max_priority", "normal", &known).ok());
+  Start(rules);
+  EXPECT_TRUE(Submit(Mem("1GiB")).ok()) << "u1000 is in students";
+  auto high = Submit(Mem("1GiB", "10%", "high"));
+  ASSERT_FALSE(high.ok());
+  EXPECT_EQ(high.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(high.status().message().find("may ask at most normal"), std::string::npos)
+      << high.status().message();
+  auto staff = Submit(Mem("1GiB"), 1002);
+  ASSERT_FALSE(staff.ok());
+  EXPECT_EQ(staff.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(staff.status().message().find("pool 'default' is only for members of students"),
+            std::string::npos)
+      << staff.status().message();
 }
 
 TEST_F(PolicyTest, OnlyAdminsSetQuotasAndTheyOutliveARestart) {
@@ -428,7 +459,7 @@ TEST_F(PolicyTest, ElasticJobShrinksForAWaitingJobAndGrowsBackAfterTheCooldown) 
   PolicyConfig rules;
   rules.elastic_cooldown_ms = 30'000;
   Start(rules);
-  auto elastic = Submit(Gpus("1-2"));
+  auto elastic = SubmitGrowing(Gpus("1-2"));
   ASSERT_TRUE(elastic.ok()) << elastic.status().ToString();
   uint64_t id = elastic->job.id;
   EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 2u) << "both GPUs were idle";
@@ -473,6 +504,63 @@ TEST_F(PolicyTest, ElasticJobShrinksForAWaitingJobAndGrowsBackAfterTheCooldown) 
   EXPECT_EQ(State(third->job.id), core::JobState::kRunning);
 }
 
+// Issue 18 item 6: a job that did not ask to grow (submit --grow) keeps what
+// it started with, so one that does not catch SIGUSR1 is not ended by it.
+TEST_F(PolicyTest, ElasticJobGrowsOnlyIfItAskedTo) {
+  PolicyConfig rules;
+  rules.elastic_cooldown_ms = 1000;
+  Start(rules);
+  auto first = Submit(Gpus("1"), 2000);
+  auto plain = Submit(Gpus("1-2"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(Get(plain->job.id).job.allocation.gpu_indices.size(), 1u);
+  launcher_.Exit(Get(first->job.id).job.pid, 0);
+  Run(5);
+  EXPECT_EQ(Get(plain->job.id).job.allocation.gpu_indices.size(), 1u) << "it did not ask to grow";
+  EXPECT_FALSE(HasEvent(plain->job.id, "elastic_grow"));
+  EXPECT_EQ(State(plain->job.id), core::JobState::kRunning);
+}
+
+// Issue 18 item 6: a user may ask a running elastic job for more or fewer GPUs.
+TEST_F(PolicyTest, ResizeGpusChangesARunningElasticJobWithinItsRange) {
+  Start();
+  auto first = Submit(Gpus("1"), 2000);
+  auto elastic = Submit(Gpus("1-2"));
+  ASSERT_TRUE(elastic.ok()) << elastic.status().ToString();
+  const uint64_t id = elastic->job.id;
+  launcher_.die_on_signal = false;  // It handles SIGUSR1.
+  ResizeSpec two;
+  two.gpus = "2";
+  auto busy = service_->Resize(TestCaller(1000), id, two);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.status().code(), core::StatusCode::kResourceExhausted);
+  EXPECT_NE(busy.status().message().find("1 more are not idle"), std::string::npos)
+      << busy.status().message();
+  launcher_.Exit(Get(first->job.id).job.pid, 0);
+  Run(1);
+  auto grown = service_->Resize(TestCaller(1000), id, two);
+  ASSERT_TRUE(grown.ok()) << grown.status().ToString();
+  EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 2u);
+  EXPECT_TRUE(HasEvent(id, "elastic_grow"));
+  ResizeSpec one;
+  one.gpus = "1";
+  ASSERT_TRUE(service_->Resize(TestCaller(1000), id, one).ok());
+  EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 1u);
+  ResizeSpec three;
+  three.gpus = "3";
+  auto out = service_->Resize(TestCaller(1000), id, three);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(out.status().message().find("runs on 1 to 2 GPUs"), std::string::npos)
+      << out.status().message();
+  auto fixed = Submit(Gpus("1"));
+  ASSERT_TRUE(fixed.ok());
+  auto not_elastic = service_->Resize(TestCaller(1000), fixed->job.id, one);
+  ASSERT_FALSE(not_elastic.ok());
+  EXPECT_EQ(not_elastic.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(service_->Resize(TestCaller(2000), id, two).ok()) << "not the owner";
+}
+
 TEST_F(PolicyTest, ElasticJobStartsWithItsMinimumWhenThatIsAllThereIs) {
   Start();
   auto first = Submit(Gpus("1"));
@@ -491,7 +579,7 @@ TEST_F(PolicyTest, ElasticJobsStayWithinTheOwnersGpuQuota) {
   core::Quota q;
   q.gpus = 1;
   ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, q).ok());
-  auto elastic = Submit(Gpus("1-2"));
+  auto elastic = SubmitGrowing(Gpus("1-2"));
   ASSERT_TRUE(elastic.ok());
   EXPECT_EQ(Get(elastic->job.id).job.allocation.gpu_indices.size(), 1u) << "quota: 1 GPU";
   Run(5);

@@ -22,6 +22,7 @@
 
 #include "core/placement_policy.h"
 #include "core/trace.h"
+#include "core/version.h"
 #include "replay/replay.h"
 #include "replay/replay_report.h"
 
@@ -99,6 +100,7 @@ int Main(int argc, char** argv) {
   app.add_option("--json-out", json_out, "also write the JSON to this file");
   app.add_option("--csv", csv_out, "write per-step CSV to this file");
   app.add_option("--plot", plot_out, "draw allocation ratio vs arrived demand into this PNG");
+  app.set_version_flag("--version", "gpuslice-replay " + std::string(core::Version()));
   CLI11_PARSE(app, argc, argv);
 
   auto fail = [](const core::Status& s) {

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/version.h"
 #include "sim/device_model.h"
 
 namespace {
@@ -36,6 +37,10 @@ bool Number(const char* text, unsigned long long* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::printf("gpuslice-sim-fault %s\n", std::string(gpuslice::core::Version()).c_str());
+    return 0;
+  }
   if (argc < 4) return Usage();
   const std::string what = argv[1];
   unsigned long long gpu = 0;

@@ -39,6 +39,27 @@ bool ParseReport(const std::string& out, WorkerReport* r) {
                      &r->gpu_ms, &r->wall_ms) == 3;
 }
 
+// The share of the GPU the worker reaches alone and without the shim, on this
+// machine now: the ceiling any slice can reach here (issue 18 item 15: a
+// fixed bound failed on slower machines).
+double UnshimmedCeiling(const Daemon& d, unsigned kernel_us) {
+  std::string cmd = "env -u LD_PRELOAD LD_LIBRARY_PATH=" + std::string(GPUSLICE_E2E_SIM_DIR);
+  for (const std::string& e : d.Env()) {
+    if (e.rfind("GPUSLICE_SIM_", 0) == 0) cmd += " " + e;
+  }
+  cmd += " " + WorkerPath() + " --name ceiling --mem 256MiB --duty 100% --seconds 2 --kernel-us " +
+         std::to_string(kernel_us) + " 2>&1";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    pclose(p);
+  }
+  WorkerReport rep;
+  if (!ParseReport(out, &rep) || rep.wall_ms <= 0) return 0;
+  return rep.kernels * kernel_us / 1000.0 / rep.wall_ms;
+}
+
 class E2ECompute : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log"); }
@@ -119,8 +140,13 @@ TEST_F(E2ECompute, AWorkConservingJobAloneUsesTheIdleGpuAHardOneDoesNot) {
   };
   double hard = run_alone("hard");
   double wc = run_alone("work-conserving");
+  double ceiling = UnshimmedCeiling(d, kKernelUs);
+  std::cerr << "the worker alone without the shim: " << ceiling << " of the GPU\n";
   EXPECT_LE(hard, 0.30 + 0.10);
-  EXPECT_GE(wc, 0.55) << "a work-conserving slice alone may use the idle GPU";
+  // Nearer this machine's own ceiling than the 30% share: a work-conserving
+  // slice held to its share fails this on any machine that can exceed it.
+  ASSERT_GT(ceiling, 0.40) << "this machine cannot tell 30% from its ceiling";
+  EXPECT_GE(wc, (0.30 + ceiling) / 2) << "a work-conserving slice alone may use the idle GPU";
   // A bad mode is refused, naming the flag.
   CliResult bad = d.Cli({"submit", "--mem", "1GiB", "--compute", "30%", "--compute-mode", "soft",
                          "--", "true"});

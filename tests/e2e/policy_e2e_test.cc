@@ -326,7 +326,7 @@ TEST_F(PolicyE2E, ElasticJobShrinksForAWaitingJobAndGrowsBack) {
       "trap 'echo rescale $(wc -l < \"$GPUSLICE_GPUS_FILE\")' USR1; "
       "echo start $(wc -l < \"$GPUSLICE_GPUS_FILE\") $CUDA_VISIBLE_DEVICES; "
       "while true; do sleep 0.2; done";
-  std::string id = Submit(d, {"--gpus", "1-2", "--", "sh", "-c", script});
+  std::string id = Submit(d, {"--gpus", "1-2", "--grow", "--", "sh", "-c", script});
   ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
   auto out = [&] { return d.Cli({"logs", id}).out; };
   ASSERT_TRUE(Daemon::WaitFor([&] { return out().find("start 2 GPU-") != std::string::npos; }))

@@ -78,6 +78,10 @@ def check(dash, known):
             problems.append(f"panel '{p['title']}' has no query")
         for t in p.get("targets", []):
             exprs.append((f"panel '{p['title']}'", t["expr"]))
+            # Issue 18 item 14: "Daemon up" and "Jobs running" ignored it.
+            if "$Hostname" not in t["expr"]:
+                problems.append(f"panel '{p['title']}' ignores the Hostname variable "
+                                f"('{t['expr']}')")
     used = set()
     for where, expr in exprs:
         names = metric_names(expr)

@@ -4,8 +4,16 @@
 // CUDA program: it runs unchanged on a real GPU or on the simulated one.
 //
 //   gpuslice-demo-worker --name A --mem 6GiB --duty 40% --seconds 3
+//
+// It loads the driver as CUDA runtimes do, with dlopen("libcuda.so.1") (a
+// real GPU's, or the one LD_LIBRARY_PATH names), and when there is none, the
+// simulated driver installed beside it (<bindir>/../lib/sim), so that it runs
+// without LD_LIBRARY_PATH on a machine without a GPU.
 
 #include <cuda.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -16,6 +24,7 @@
 
 #include "cli/demo/sleep_kernel.h"
 #include "core/units.h"
+#include "core/version.h"
 
 namespace {
 
@@ -33,10 +42,62 @@ struct Options {
   std::exit(2);
 }
 
+// The driver entry points the worker calls, by the names cuda.h maps them to
+// (cuMemAlloc is cuMemAlloc_v2, ...), looked up with dlsym like a runtime does.
+#define GPUSLICE_WORKER_CALLS(X)                                                        \
+  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)     \
+  X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8) X(cuModuleLoadData)       \
+  X(cuModuleGetFunction) X(cuStreamCreate) X(cuEventCreate) X(cuEventRecord)            \
+  X(cuLaunchKernel) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuGetErrorName)
+#define GPUSLICE_STR_(x) #x
+#define GPUSLICE_STR(x) GPUSLICE_STR_(x)
+
+struct Driver {
+#define GPUSLICE_MEMBER(fn) decltype(&fn) fn##_ = nullptr;
+  GPUSLICE_WORKER_CALLS(GPUSLICE_MEMBER)
+#undef GPUSLICE_MEMBER
+} g_cu;
+
+// The directory of this program.
+std::string ProgramDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+void LoadDriver() {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) {
+    std::string first = dlerror();
+    std::string sim = ProgramDir() + "/../lib/sim/libcuda.so.1";
+    h = dlopen(sim.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (h == nullptr) {
+      Die("no CUDA driver: " + first + "; no simulated one at " + sim + " either");
+    }
+  }
+#define GPUSLICE_LOAD(fn)                                                    \
+  g_cu.fn##_ = reinterpret_cast<decltype(&fn)>(dlsym(h, GPUSLICE_STR(fn))); \
+  if (g_cu.fn##_ == nullptr) Die("the CUDA driver lacks " GPUSLICE_STR(fn));
+  GPUSLICE_WORKER_CALLS(GPUSLICE_LOAD)
+#undef GPUSLICE_LOAD
+}
+
+constexpr char kUsage[] =
+    "usage: gpuslice-demo-worker [--name NAME] [--mem SIZE] [--duty PCT] [--seconds S]\n"
+    "                            [--kernel-us US] [--device N]\n"
+    "Holds SIZE of GPU memory (default 1GiB) and keeps the GPU busy PCT of the time\n"
+    "(default 50%) for S seconds (default 3) with kernels of US microseconds (default\n"
+    "2000) on device N (default 0), then prints what it did:\n"
+    "  [NAME] held SIZE, ran K kernels, GPU time G ms of W ms (P%); launches waited X ms\n"
+    "G is the kernels' own time (K x US); X is the time launches spent waiting before\n"
+    "their kernels ran (under a compute share: for their turn).\n";
+
 void Check(CUresult r, const char* call, const Options& o) {
   if (r == CUDA_SUCCESS) return;
   const char* name = "?";
-  cuGetErrorName(r, &name);
+  g_cu.cuGetErrorName_(r, &name);
   std::fprintf(stderr, "[%s] %s failed: %s\n", o.name.c_str(), call, name);
   std::exit(r == CUDA_ERROR_OUT_OF_MEMORY ? 3 : 1);
 }
@@ -49,7 +110,13 @@ Options Parse(int argc, char** argv) {
       if (i + 1 >= argc) Die("missing value after " + a);
       return argv[++i];
     };
-    if (a == "--name") {
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--version") {
+      std::printf("gpuslice-demo-worker %s\n", std::string(gpuslice::core::Version()).c_str());
+      std::exit(0);
+    } else if (a == "--name") {
       o.name = value();
     } else if (a == "--mem") {
       auto r = gpuslice::core::ParseBytes(value());
@@ -68,7 +135,7 @@ Options Parse(int argc, char** argv) {
     } else if (a == "--device") {
       o.device = std::atoi(value().c_str());
     } else {
-      Die("unknown option " + a + " (use --name --mem --duty --seconds --kernel-us --device)");
+      Die("unknown option " + a + " (see --help)");
     }
   }
   return o;
@@ -78,26 +145,29 @@ Options Parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   Options o = Parse(argc, argv);
-  Check(cuInit(0), "cuInit", o);
+  LoadDriver();
+  Check(g_cu.cuInit_(0), "cuInit", o);
   CUdevice dev;
-  Check(cuDeviceGet(&dev, o.device), "cuDeviceGet", o);
+  Check(g_cu.cuDeviceGet_(&dev, o.device), "cuDeviceGet", o);
   CUcontext ctx;
-  Check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain", o);
-  Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent", o);
+  Check(g_cu.cuDevicePrimaryCtxRetain_(&ctx, dev), "cuDevicePrimaryCtxRetain", o);
+  Check(g_cu.cuCtxSetCurrent_(ctx), "cuCtxSetCurrent", o);
 
   CUdeviceptr buf = 0;
-  if (o.mem > 0) Check(cuMemAlloc(&buf, o.mem), "cuMemAlloc", o);
-  if (o.mem > 0) Check(cuMemsetD8(buf, 0, o.mem < (64u << 20) ? o.mem : (64u << 20)), "cuMemsetD8", o);
+  if (o.mem > 0) Check(g_cu.cuMemAlloc_(&buf, o.mem), "cuMemAlloc", o);
+  if (o.mem > 0) {
+    Check(g_cu.cuMemsetD8_(buf, 0, o.mem < (64u << 20) ? o.mem : (64u << 20)), "cuMemsetD8", o);
+  }
 
   CUmodule mod;
-  Check(cuModuleLoadData(&mod, gpuslice::cli::kSleepKernelPtx), "cuModuleLoadData", o);
+  Check(g_cu.cuModuleLoadData_(&mod, gpuslice::cli::kSleepKernelPtx), "cuModuleLoadData", o);
   CUfunction fn;
-  Check(cuModuleGetFunction(&fn, mod, "sim_sleep_us"), "cuModuleGetFunction", o);
+  Check(g_cu.cuModuleGetFunction_(&fn, mod, "sim_sleep_us"), "cuModuleGetFunction", o);
   CUstream stream;
-  Check(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", o);
+  Check(g_cu.cuStreamCreate_(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate", o);
   CUevent start, stop;
-  Check(cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate", o);
-  Check(cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate", o);
+  Check(g_cu.cuEventCreate_(&start, CU_EVENT_DEFAULT), "cuEventCreate", o);
+  Check(g_cu.cuEventCreate_(&stop, CU_EVENT_DEFAULT), "cuEventCreate", o);
 
   // Keep the GPU busy `duty` of the time: launch one kernel of kernel_us,
   // wait for it, then idle so that busy / (busy + idle) == duty.
@@ -110,12 +180,13 @@ int main(int argc, char** argv) {
   void* params[] = {&us};
   while (Clock::now() < deadline) {
     auto k0 = Clock::now();
-    Check(cuEventRecord(start, stream), "cuEventRecord", o);
-    Check(cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel", o);
-    Check(cuEventRecord(stop, stream), "cuEventRecord", o);
-    Check(cuEventSynchronize(stop), "cuEventSynchronize", o);
+    Check(g_cu.cuEventRecord_(start, stream), "cuEventRecord", o);
+    Check(g_cu.cuLaunchKernel_(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr),
+          "cuLaunchKernel", o);
+    Check(g_cu.cuEventRecord_(stop, stream), "cuEventRecord", o);
+    Check(g_cu.cuEventSynchronize_(stop), "cuEventSynchronize", o);
     float ms = 0;
-    Check(cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime", o);
+    Check(g_cu.cuEventElapsedTime_(&ms, start, stop), "cuEventElapsedTime", o);
     gpu_ms += ms;
     ++kernels;
     if (o.duty_milli < 1000) {
@@ -125,10 +196,17 @@ int main(int argc, char** argv) {
     }
   }
   double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  std::printf("[%s] held %s, ran %ld kernels, GPU time %.0f ms of %.0f ms (%.0f%%)\n",
-              o.name.c_str(), gpuslice::core::FormatBytes(o.mem).c_str(), kernels, gpu_ms, wall_ms,
-              100.0 * gpu_ms / wall_ms);
-  if (buf) Check(cuMemFree(buf), "cuMemFree", o);
-  Check(cuDevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease", o);
+  // GPU time is what the kernels themselves took; the events around each
+  // launch also time how long it waited (for the slice's turn, under a
+  // compute share), reported apart.
+  double kernel_ms = kernels * (o.kernel_us / 1000.0);
+  double waited_ms = gpu_ms > kernel_ms ? gpu_ms - kernel_ms : 0;
+  std::printf(
+      "[%s] held %s, ran %ld kernels, GPU time %.0f ms of %.0f ms (%.0f%%); launches waited "
+      "%.0f ms\n",
+      o.name.c_str(), gpuslice::core::FormatBytes(o.mem).c_str(), kernels, kernel_ms, wall_ms,
+      100.0 * kernel_ms / wall_ms, waited_ms);
+  if (buf) Check(g_cu.cuMemFree_(buf), "cuMemFree", o);
+  Check(g_cu.cuDevicePrimaryCtxRelease_(dev), "cuDevicePrimaryCtxRelease", o);
   return 0;
 }

@@ -17,6 +17,7 @@
 
 #include "cli/demo/nvml_library.h"
 #include "core/units.h"
+#include "core/version.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -119,6 +120,10 @@ core::Status PrintSnapshot(const NvmlLibrary& nvml) {
 int main(int argc, char** argv) {
   double loop_s = 0;
   for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("gpuslice-smi %s\n", std::string(gpuslice::core::Version()).c_str());
+      return 0;
+    }
     if (std::strcmp(argv[i], "--loop") == 0 && i + 1 < argc) {
       loop_s = std::atof(argv[++i]);
     } else {

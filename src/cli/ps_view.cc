@@ -1,0 +1,81 @@
+#include "cli/ps_view.h"
+
+#include <string.h>
+
+#include <cstdio>
+
+#include "cli/table.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string GpuColumn(const json& job) {
+  if (!job.contains("allocation")) return "-";
+  std::string out;
+  for (const auto& i : job["allocation"]["gpu_indices"]) {
+    if (!out.empty()) out += ",";
+    out += std::to_string(i.get<int>());
+  }
+  return out;
+}
+
+// How long the job has run: from its start to its end, or to now.
+std::string Elapsed(const json& j, int64_t now_ms) {
+  int64_t started = j.value("started_ms", int64_t{0});
+  if (started <= 0 || j.value("state", "") == "queued") return "-";
+  int64_t ended = j.value("ended_ms", int64_t{0});
+  return FormatAge((ended > 0 ? ended : now_ms) - started);
+}
+
+}  // namespace
+
+const char* SignalName(int exit_code) {
+  // 128 + N is how the supervisor (and a shell) reports an end by signal N.
+  if (exit_code <= 128 || exit_code > 128 + 64) return nullptr;
+  static thread_local char buf[32];
+  const char* abbrev = sigabbrev_np(exit_code - 128);
+  if (abbrev == nullptr) return nullptr;
+  std::snprintf(buf, sizeof buf, "killed by SIG%s", abbrev);
+  return buf;
+}
+
+namespace {
+
+std::string Note(const json& j) {
+  std::string state = j["state"];
+  std::string note;
+  if (state == "queued") return j.value("waiting_for", "");
+  if (state == "running") {
+    // Policy flags: idle, paused, over_limit, preempted.
+    for (const json& f : j.value("flags", json::array())) {
+      note += (note.empty() ? "" : ",") + f.get<std::string>();
+    }
+    return note;
+  }
+  int code = j.value("exit_code", -1);
+  note = code >= 0 ? "exit " + std::to_string(code) : "";
+  if (const char* sig = SignalName(code)) note += std::string(" (") + sig + ")";
+  std::string reason = j.value("reason", "");
+  if (!reason.empty()) note += (note.empty() ? "" : "; ") + reason;
+  return note;
+}
+
+}  // namespace
+
+std::string RenderPs(const json& list, int64_t now_ms) {
+  Table t({"ID", "USER", "NAME", "STATE", "REQUEST", "PRIO", "GPU", "AGE", "ELAPSED", "POS",
+           "NOTE"});
+  for (const json& j : list.value("jobs", json::array())) {
+    std::string state = j["state"];
+    std::string pos = state == "queued" ? std::to_string(j.value("queue_position", 0)) : "-";
+    t.Add({std::to_string(j["id"].get<uint64_t>()), j.value("user", ""), j.value("name", ""), state,
+           j["request"].value("describe", std::string("?")),
+           j["request"].value("priority", std::string("?")), GpuColumn(j),
+           FormatAge(now_ms - j.value("submitted_ms", now_ms)), Elapsed(j, now_ms), pos, Note(j)});
+  }
+  return t.Render();
+}
+
+}  // namespace gpuslice::cli

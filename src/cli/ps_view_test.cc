@@ -1,0 +1,67 @@
+#include "cli/ps_view.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <vector>
+
+namespace gpuslice::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kNow = 1'700'000'000'000;
+constexpr int64_t kMin = 60'000;
+
+json JobJson(uint64_t id, const std::string& state, int64_t submitted, int64_t started,
+             int64_t ended) {
+  return {{"id", id},
+          {"user", "alice"},
+          {"name", "train"},
+          {"state", state},
+          {"request", {{"describe", "8 GiB"}, {"priority", "normal"}}},
+          {"submitted_ms", submitted},
+          {"started_ms", started},
+          {"ended_ms", ended},
+          {"exit_code", state == "exited" ? 0 : -1},
+          {"reason", ""}};
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Issue 18 item 12: AGE was the time in the current state, not the job's age.
+TEST(RenderPs, AgeIsSinceSubmissionAndElapsedIsTheRunTime) {
+  json running = JobJson(1, "running", kNow - 10 * kMin, kNow - 3 * kMin, 0);
+  json exited = JobJson(2, "exited", kNow - 30 * kMin, kNow - 25 * kMin, kNow - 20 * kMin);
+  json queued = JobJson(3, "queued", kNow - 2 * kMin, 0, 0);
+  queued["queue_position"] = 1;
+  queued["waiting_for"] = "needs 8 GiB on one GPU";
+  auto lines = Lines(RenderPs({{"jobs", {running, exited, queued}}}, kNow));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_NE(lines[0].find("AGE"), std::string::npos);
+  EXPECT_NE(lines[0].find("ELAPSED"), std::string::npos);
+  EXPECT_NE(lines[1].find("10m00s  3m00s"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("30m00s  5m00s"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("exit 0"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("2m00s   -"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find("needs 8 GiB on one GPU"), std::string::npos) << lines[3];
+}
+
+// Issue 18 item 6: an elastic job killed by SIGUSR1 showed only "exit 138".
+TEST(RenderPs, AnEndBySignalNamesTheSignal) {
+  json killed = JobJson(4, "exited", kNow - kMin, kNow - kMin, kNow);
+  killed["exit_code"] = 138;
+  EXPECT_NE(RenderPs({{"jobs", {killed}}}, kNow).find("exit 138 (killed by SIGUSR1)"),
+            std::string::npos);
+  EXPECT_STREQ(SignalName(143), "killed by SIGTERM");
+  EXPECT_EQ(SignalName(1), nullptr);
+  EXPECT_EQ(SignalName(128), nullptr);
+}
+
+}  // namespace
+}  // namespace gpuslice::cli
