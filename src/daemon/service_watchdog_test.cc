@@ -220,21 +220,22 @@ TEST_F(WatchdogTest, StopFreezesTheJobUntilItIsBackUnderThenContinuesIt) {
   Run(1);
   EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
   EXPECT_TRUE(HasFlag(v.job.id, "stopped"));
-  EXPECT_EQ(launcher_.signals.back(), std::make_pair(v.job.pid, SIGSTOP));
+  // The whole job is frozen through the launcher (its cgroup's freezer).
+  EXPECT_EQ(launcher_.stopped.count(v.job.pid), 1u);
   EXPECT_NE(std::find(processes_.signals.begin(), processes_.signals.end(),
                       std::make_pair(int64_t{888}, SIGSTOP)),
             processes_.signals.end());
   EXPECT_NE(Log(v).find("stopped by the watchdog"), std::string::npos) << Log(v);
   Run(2);
-  EXPECT_EQ(std::count(launcher_.signals.begin(), launcher_.signals.end(),
-                       std::make_pair(v.job.pid, SIGSTOP)),
+  EXPECT_EQ(std::count(processes_.signals.begin(), processes_.signals.end(),
+                       std::make_pair(int64_t{888}, SIGSTOP)),
             1)
       << "stopped once";
   // The user ends the offending process: the job is back under.
   inventory_.usage[gpu].processes.erase(inventory_.usage[gpu].processes.begin());
   Run(1);
   EXPECT_FALSE(HasFlag(v.job.id, "stopped"));
-  EXPECT_EQ(launcher_.signals.back(), std::make_pair(v.job.pid, SIGCONT));
+  EXPECT_EQ(launcher_.stopped.count(v.job.pid), 0u) << "continued";
   EXPECT_NE(Log(v).find("continued"), std::string::npos);
   EXPECT_EQ(EventsOf(v.job.id, "watchdog").size(), 2u);
 }
@@ -248,11 +249,10 @@ TEST_F(WatchdogTest, AStoppedJobThatIsCancelledIsContinuedToTakeItsSignal) {
   Process(v.job.allocation.gpu_indices[0], 777, 8 * core::kGiB, 50, 1000, v.job.pid);
   Run(1);
   ASSERT_TRUE(HasFlag(v.job.id, "stopped"));
+  ASSERT_EQ(launcher_.stopped.count(v.job.pid), 1u);
   ASSERT_TRUE(service_->Cancel(TestCaller(1000), v.job.id).ok());
   Run(1);
-  EXPECT_NE(std::find(launcher_.signals.begin(), launcher_.signals.end(),
-                      std::make_pair(v.job.pid, SIGCONT)),
-            launcher_.signals.end());
+  EXPECT_EQ(launcher_.stopped.count(v.job.pid), 0u) << "continued to take its signal";
 }
 
 TEST_F(WatchdogTest, ComputeFarOverItsShareForAWindowIsReportedByDefault) {
