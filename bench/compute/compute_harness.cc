@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "daemon/arbiter.h"
+#include "shim/limits_page.h"
 #include "shim/region.h"
 #include "sim/device_model.h"
 
@@ -43,6 +44,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using gpuslice::shim::ComputeMode;
+using gpuslice::shim::LimitsPage;
 using gpuslice::shim::Region;
 
 // The simulator's per-process busy time is sampled every 25 ms. Settling is
@@ -83,6 +85,24 @@ struct Scenario {
   double measure_from_s = 1.0;  // Warm-up excluded from the windows.
   bool latency = false;         // Compare tenant 0's p99 with running alone.
 };
+
+// A tenant's limits page as the daemon writes it for a job (--arbiter):
+// unlimited memory, the tenant's share, mode and priority.
+gpuslice::shim::LimitsOptions LimitsOptionsOf(const std::string& uuid, const Tenant& t,
+                                              double share) {
+  gpuslice::shim::DeviceControls c;
+  c.uuid = uuid;
+  c.share_milli = uint32_t(share * 10);
+  c.mode = t.mode == "hard" ? gpuslice::shim::ComputeMode::kHard
+                            : gpuslice::shim::ComputeMode::kWorkConserving;
+  c.priority = t.priority == "high"  ? gpuslice::core::Priority::kHigh
+               : t.priority == "low" ? gpuslice::core::Priority::kLow
+                                     : gpuslice::core::Priority::kNormal;
+  gpuslice::shim::LimitsOptions o;
+  o.devices = {c};
+  o.mode = geteuid() == 0 ? 0644 : 0444;
+  return o;
+}
 
 struct Running {
   pid_t pid = -1;
@@ -188,6 +208,18 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
           auto st = arbiter->Register(limits_of(i, t.share));
           if (!st.ok()) std::fprintf(stderr, "arbiter: %s\n", st.message().c_str());
           limits = dir + "/slices/job-" + std::to_string(i + 1) + "/limits";
+          // The daemon's limits page (docs/SLICE_REGION.md): a daemon job's
+          // shim takes its share from there, never from its region.
+          auto page = LimitsPage::Create(limits, LimitsOptionsOf(uuid, t, t.share));
+          if (!page.ok()) std::fprintf(stderr, "limits page: %s\n", page.status().message().c_str());
+          // And a closed region listing the GPU, as the daemon makes it (the
+          // shim resolves the region's devices against the page at open).
+          gpuslice::shim::RegionOptions ro;
+          ro.name = "job-" + std::to_string(i + 1);
+          ro.closed = true;
+          ro.devices = {{uuid, gpuslice::shim::layout::kUnlimited}};
+          auto region = Region::Create(run[i].region, ro);
+          if (!region.ok()) std::fprintf(stderr, "region: %s\n", region.status().message().c_str());
         }
         run[i].pid = Spawn(dir, t, run[i].region, len, run[i].out, limits);
       }
@@ -204,6 +236,10 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
                 gpuslice::core::Priority::kNormal);
             if (!st.ok()) std::fprintf(stderr, "SetComputeShare: %s\n", st.message().c_str());
             if (arbiter != nullptr) {
+              auto page = LimitsPage::OpenForUpdate(dir + "/slices/job-" + std::to_string(i + 1) +
+                                                    "/limits");
+              if (page.ok()) st = (*page)->Set(LimitsOptionsOf(uuid, t, t.change_to).devices[0]);
+              if (!st.ok()) std::fprintf(stderr, "limits page: %s\n", st.message().c_str());
               st = arbiter->Update(limits_of(i, t.change_to));
               if (!st.ok()) std::fprintf(stderr, "arbiter: %s\n", st.message().c_str());
             }
