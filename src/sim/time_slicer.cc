@@ -81,7 +81,7 @@ void TimeSlicer::CheckHolder(uint32_t holder) {
   }
 }
 
-uint64_t TimeSlicer::Acquire() {
+uint64_t TimeSlicer::Acquire(uint64_t ready_ns) {
   const uint32_t me = static_cast<uint32_t>(slot_) + 1;
   SetWaiting(true);
   uint64_t waited_since = MonotonicNs();
@@ -105,9 +105,12 @@ uint64_t TimeSlicer::Acquire() {
   holding_ = true;
   uint64_t now = MonotonicNs();
   uint64_t start = now;
+  const uint64_t since = arbiter_->holder_since_ns.load(std::memory_order_relaxed);
   if (handed) {
-    uint64_t since = arbiter_->holder_since_ns.load(std::memory_order_relaxed);
     start = std::max(std::min(since, now), now - std::min(now, kMaxLagNs));
+  } else if (ready_ns != 0) {
+    // Free: since `since` (its release). Our work was ready at `ready_ns`.
+    start = std::max({std::min(std::max(ready_ns, since), now), now - std::min(now, kMaxLagNs)});
   }
   quantum_start_ns_ = start;
   arbiter_->holder_since_ns.store(start, std::memory_order_relaxed);

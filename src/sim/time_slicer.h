@@ -30,8 +30,9 @@ class TimeSlicer {
   // Blocks until this process holds the unit. Returns where its timeline
   // starts: the instant the previous holder handed over (on the GPU's
   // timeline, so the OS's wake-up latency is not lost GPU time, up to
-  // kMaxLagNs), or now if the unit was free.
-  uint64_t Acquire();
+  // kMaxLagNs), or, if the unit was free, `ready_ns` (when this process's
+  // work could first run; 0: now) but not before the unit was released.
+  uint64_t Acquire(uint64_t ready_ns = 0);
   // Called by the holder at slice boundaries with its timeline position
   // (`cursor_ns`, CLOCK_MONOTONIC ns). If the quantum that began at the last
   // Acquire is used up and another process waits, hands the unit over at

@@ -1,6 +1,7 @@
 // Streams and events.
 
 #include "sim/driver/driver.h"
+#include "sim/sim_clock.h"
 
 using namespace gpuslice::sim::driver;  // NOLINT: entry points are extern "C".
 
@@ -210,7 +211,15 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent handle, CUstr
   Executor* exec = drv.ExecutorFor(s->ctx->device);
   std::shared_ptr<EventState> state = e->state;
   Work w;
-  w.action = [state, exec] { state->time_ns.store(exec->cursor_ns(), std::memory_order_release); };
+  // Stamped where the timeline stands when the executor gets here, unless a
+  // query found the record complete on the timeline first and stamped it
+  // with the kernel's end (EventCompleteLocked).
+  w.action = [state, exec] {
+    uint64_t unstamped = 0;
+    state->time_ns.compare_exchange_strong(unstamped, exec->cursor_ns(), std::memory_order_acq_rel);
+  };
+  w.instant = true;
+  state->time_ns.store(0, std::memory_order_relaxed);
   CUresult r = SubmitLocked(s, std::move(w), nullptr);
   e->executor = exec;
   e->seq = s->last_seq;
@@ -221,12 +230,24 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventRecord(CUevent handle, CUstream strea
   return cuEventRecordWithFlags(handle, stream, 0);
 }
 
+// Whether `e`'s last record is complete: on the GPU's timeline, as a real
+// event is when the work before it ends (Executor::DoneOnTimeline), not when
+// the simulator's thread gets around to it. Stamps the record's time then.
+static bool EventCompleteLocked(Event* e) {
+  if (e->executor == nullptr) return true;
+  uint64_t end = 0;
+  if (!e->executor->DoneOnTimeline(e->seq, gpuslice::sim::MonotonicNs(), &end)) return false;
+  uint64_t unstamped = 0;
+  if (end != 0)
+    e->state->time_ns.compare_exchange_strong(unstamped, end, std::memory_order_acq_rel);
+  return true;
+}
+
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventQuery(CUevent handle) {
   std::lock_guard<std::mutex> lock(Driver::Get().mu);
   Event* e = nullptr;
   if (CUresult r = ValidEvent(handle, &e); r != CUDA_SUCCESS) return r;
-  if (e->executor == nullptr) return CUDA_SUCCESS;
-  return e->executor->Done(e->seq) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return EventCompleteLocked(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent handle) {
@@ -253,7 +274,7 @@ static CUresult EventElapsedTime(float* ms, CUevent start, CUevent end) {
   if (ms == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (a->executor == nullptr || b->executor == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (!a->executor->Done(a->seq) || !b->executor->Done(b->seq)) return CUDA_ERROR_NOT_READY;
+  if (!EventCompleteLocked(a) || !EventCompleteLocked(b)) return CUDA_ERROR_NOT_READY;
   double t0 = static_cast<double>(a->state->time_ns.load(std::memory_order_acquire));
   double t1 = static_cast<double>(b->state->time_ns.load(std::memory_order_acquire));
   *ms = static_cast<float>((t1 - t0) / 1e6);

@@ -1,5 +1,7 @@
 #include "sim/driver/executor.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 
 #include "sim/sim_clock.h"
@@ -25,6 +27,7 @@ uint64_t Executor::Submit(Work work) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     seq = ++submitted_;
+    work.submitted_ns = MonotonicNs();
     queue_.emplace_back(seq, std::move(work));
   }
   work_cv_.notify_one();
@@ -51,6 +54,21 @@ bool Executor::Done(uint64_t seq) {
   return completed_ >= seq;
 }
 
+bool Executor::DoneOnTimeline(uint64_t seq, uint64_t now_ns, uint64_t* end_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *end_ns = 0;
+  if (completed_ >= seq) return true;
+  const uint64_t end = kernel_end_ns_.load(std::memory_order_acquire);
+  if (!running_ || end == 0 || now_ns < end) return false;
+  // The running kernel is due; what follows it up to `seq` must be instant.
+  for (const auto& [s, w] : queue_) {
+    if (s > seq) break;
+    if (!w.instant) return false;
+  }
+  *end_ns = end;
+  return true;
+}
+
 void Executor::WaitFor(uint64_t seq) {
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return completed_ >= seq; });
@@ -62,12 +80,13 @@ uint64_t Executor::last_submitted() {
 }
 
 void Executor::RunKernel(uint64_t cost_ns) {
-  if (!slicer_.holding()) cursor_ = std::max(cursor_, slicer_.Acquire());
+  if (!slicer_.holding()) cursor_ = std::max(cursor_, slicer_.Acquire(cursor_));
   const uint64_t quantum = model_->quantum_ns();
   uint64_t remaining = cost_ns;
   while (remaining > 0) {
     uint64_t step = std::min(remaining, quantum);
     cursor_ += step;
+    if (step == remaining) kernel_end_ns_.store(cursor_, std::memory_order_release);
     SleepUntilNs(cursor_);
     remaining -= step;
     model_->AddBusy(unit_, step);
@@ -78,7 +97,12 @@ void Executor::RunKernel(uint64_t cost_ns) {
 }
 
 void Executor::Loop() {
+  // Kernels end on the GPU's timeline: with the default 50 us timer slack,
+  // this thread saw them end (and completed the events behind them) up to
+  // 50 us late, which a GPU does not.
+  prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
   std::unique_lock<std::mutex> lock(mu_);
+  bool idle = true;  // Since the last item (or the start).
   while (true) {
     if (queue_.empty()) {
       // Idle: let other processes have the unit while we wait.
@@ -87,12 +111,21 @@ void Executor::Loop() {
       lock.lock();
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // Stopped and drained.
-      // The timeline resumes now, not where it stopped.
-      cursor_ = std::max(cursor_, MonotonicNs());
+      idle = true;
+    }
+    if (idle) {
+      // The timeline resumes when the work came, not where it stopped, nor
+      // when this thread woke up: a GPU starts queued work within
+      // microseconds, and this thread's wake-up (tens of us, more on a busy
+      // machine) is not GPU time. Counted from the wake-up, every burst of
+      // work finished that much late and its completion was seen late.
+      cursor_ = std::max(cursor_, std::min(queue_.front().second.submitted_ns, MonotonicNs()));
+      idle = false;
     }
     auto [seq, work] = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
+    kernel_end_ns_.store(0, std::memory_order_relaxed);
     lock.unlock();
     switch (work.kind) {
       case Work::Kind::kKernel:
@@ -110,6 +143,7 @@ void Executor::Loop() {
     }
     lock.lock();
     running_ = false;
+    kernel_end_ns_.store(0, std::memory_order_relaxed);
     completed_ = seq;
     done_cv_.notify_all();
   }

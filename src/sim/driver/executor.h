@@ -10,6 +10,7 @@
 // (`cursor`), so back-to-back tiny kernels add up exactly, and records the
 // busy time in the device model.
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -32,6 +33,10 @@ struct Work {
   std::function<void()> action;  // kAction (copies, memsets, host functions, event stamps).
   Executor* wait_on = nullptr;   // kWait: another executor's work ...
   uint64_t wait_seq = 0;         // ... up to this sequence number.
+  uint64_t submitted_ns = 0;     // Set by Submit (CLOCK_MONOTONIC).
+  // kAction that takes no GPU time and only marks a point of the timeline
+  // (an event record): complete as soon as the work before it is.
+  bool instant = false;
 };
 
 class Executor {
@@ -47,6 +52,13 @@ class Executor {
   // way it runs after all work submitted before.
   void RunInOrder(const std::function<void()>& action);
   bool Done(uint64_t seq);
+  // Whether work up to `seq` is complete on the GPU's timeline at `now_ns`:
+  // done, or all that is left of it is the end of the kernel in progress
+  // (due by now) and instant items behind it. The executor thread wakes at
+  // the kernel's end only when the CPU lets it (tens of microseconds late
+  // on a busy machine, milliseconds at worst); a GPU's event is complete at
+  // the kernel's end. `*end_ns`: where the timeline stood (0: done already).
+  bool DoneOnTimeline(uint64_t seq, uint64_t now_ns, uint64_t* end_ns);
   void WaitFor(uint64_t seq);
   uint64_t last_submitted();
   // The executor's simulated clock (CLOCK_MONOTONIC ns) when the work in
@@ -68,8 +80,11 @@ class Executor {
   uint64_t submitted_ = 0;                       // Guarded by mu_.
   uint64_t completed_ = 0;                       // Guarded by mu_.
   bool running_ = false;                         // Guarded by mu_: an item is in progress.
-  bool stop_ = false;                            // Guarded by mu_.
-  uint64_t cursor_ = 0;                          // Executor thread only.
+  // The end of the running kernel once its last step is under way (0:
+  // not yet, or no kernel runs).
+  std::atomic<uint64_t> kernel_end_ns_{0};
+  bool stop_ = false;    // Guarded by mu_.
+  uint64_t cursor_ = 0;  // Executor thread only.
   std::thread thread_;
 };
 
