@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "daemon/arbiter.h"
+#include "shim/coord_board.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
 #include "sim/device_model.h"
@@ -211,7 +212,8 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
           // The daemon's limits page (docs/SLICE_REGION.md): a daemon job's
           // shim takes its share from there, never from its region.
           auto page = LimitsPage::Create(limits, LimitsOptionsOf(uuid, t, t.share));
-          if (!page.ok()) std::fprintf(stderr, "limits page: %s\n", page.status().message().c_str());
+          if (!page.ok())
+            std::fprintf(stderr, "limits page: %s\n", page.status().message().c_str());
           // And a closed region listing the GPU, as the daemon makes it (the
           // shim resolves the region's devices against the page at open).
           gpuslice::shim::RegionOptions ro;
@@ -342,6 +344,11 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
   j["scenario"] = sc.name;
   j["seconds"] = seconds;
   if (g_arbiter) j["arbiter"] = true;
+  std::unique_ptr<gpuslice::shim::BoardView> board;
+  if (arbiter != nullptr) {
+    auto b = gpuslice::shim::BoardView::Open(arbiter->BoardPath(uuid));
+    if (b.ok()) board = std::move(*b);
+  }
   const size_t ka = index_at(sc.measure_from_s * scale), kb = samples.size() - 1;
   const double dt = double(samples[kb].t_ns - samples[ka].t_ns);
   double total = 0;
@@ -363,7 +370,22 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
         if (i == 0 && p99_out != nullptr) p99_out->push_back(w["p99_us"].get<double>());
       }
     }
+    if (board != nullptr) {
+      // What the arbiter charged the slice against what the simulator saw it
+      // use, over the whole run: the arbiter's accounting error.
+      const int32_t at = board->FindSlice(i + 1, -1);
+      if (at >= 0) {
+        tj["charged_ms"] = double(board->slice(uint32_t(at)).charged_ns.load()) / 1e6;
+        tj["busy_ms"] = double(busy[i].back()) / 1e6;
+      }
+    }
     j["tenants"].push_back(tj);
+  }
+  if (board != nullptr) {
+    j["board"] = {{"ticks", board->header().ticks.load()},
+                  {"bells", board->header().bells.load()},
+                  {"turns", board->header().turns.load()},
+                  {"preemptions", board->header().preemptions.load()}};
   }
   j["aggregate_pct"] = std::round(total * 10) / 10;
   j["mae_1s_pp"] = std::round(window_mae(1.0) * 100) / 100;
@@ -535,7 +557,8 @@ int main(int argc, char** argv) {
     else if (a == "--arbiter")
       g_arbiter = true;
     else {
-      std::fprintf(stderr, "usage: compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter]\n");
+      std::fprintf(stderr,
+                   "usage: compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter]\n");
       return 2;
     }
   }

@@ -298,13 +298,15 @@ class GpuArbiter {
       e.state.vtime = v.vtime;
       e.state.charged_ns = v.charged_ns;
       e.state.idle_since_ns = v.idle_since_ns;
+      e.state.was_inflight = v.was_inflight;
       bd::BoardSlice& b = board_slice(i);
       b.tokens_ns.store(v.tokens_ns, std::memory_order_relaxed);
       b.vtime.store(v.vtime, std::memory_order_relaxed);
       b.charged_ns.store(v.charged_ns, std::memory_order_relaxed);
       b.idle_since_ns.store(v.idle_since_ns, std::memory_order_relaxed);
-      b.reported.store((v.waiting ? bd::kMemberWaiting : 0) | (v.inflight ? bd::kMemberInflight : 0),
-                       std::memory_order_relaxed);
+      b.reported.store(
+          (v.waiting ? bd::kMemberWaiting : 0) | (v.inflight ? bd::kMemberInflight : 0),
+          std::memory_order_relaxed);
     }
     bd::BoardHeader& h = header();
     h.ticks.fetch_add(1, std::memory_order_relaxed);
@@ -406,14 +408,15 @@ class GpuArbiter {
         for (uint32_t i : slot_of) {
           struct stat st {};
           Entry& e = entries_[i];
-          if (e.used && (fstat(e.members->fd, &st) != 0 || uint64_t(st.st_size) < bd::kMembersSize)) {
+          if (e.used &&
+              (fstat(e.members->fd, &st) != 0 || uint64_t(st.st_size) < bd::kMembersSize)) {
             e.doorbell_broken = true;
           }
         }
       } else if (r < 0 && errno == ENOSYS) {
-        SleepNs(deadline > MonotonicNs() ? std::min<uint64_t>(deadline - MonotonicNs(),
-                                                              options_.active_tick_ns)
-                                         : 0);
+        SleepNs(deadline > MonotonicNs()
+                    ? std::min<uint64_t>(deadline - MonotonicNs(), options_.active_tick_ns)
+                    : 0);
       }
     }
   }
@@ -491,8 +494,8 @@ core::Result<std::shared_ptr<MembersHandle>> Arbiter::Members(const SliceLimits&
   handle->uid = limits.uid;
   handle->gid = limits.gid;
   handle->path = dir + "/members";
-  GPUSLICE_ASSIGN_OR_RETURN(handle->fd, shim::CreateMembersFile(handle->path, limits.job_id,
-                                                                limits.uid, limits.gid));
+  GPUSLICE_ASSIGN_OR_RETURN(
+      handle->fd, shim::CreateMembersFile(handle->path, limits.job_id, limits.uid, limits.gid));
   handle->map = mmap(nullptr, bd::kMembersSize, PROT_READ, MAP_SHARED, handle->fd, 0);
   if (handle->map == MAP_FAILED) return ErrnoError(errno, "map " + handle->path);
   members_[limits.job_id] = handle;
@@ -503,8 +506,8 @@ core::Status Arbiter::Recover() {
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.coord_dir.empty()) return core::Status::Ok();
   DIR* d = opendir(options_.coord_dir.c_str());
-  if (d == nullptr) return errno == ENOENT ? core::Status::Ok()
-                                           : ErrnoError(errno, "list " + options_.coord_dir);
+  if (d == nullptr)
+    return errno == ENOENT ? core::Status::Ok() : ErrnoError(errno, "list " + options_.coord_dir);
   std::vector<std::string> boards;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;

@@ -47,6 +47,7 @@ struct ArbiterOptions {
   shim::PolicyParams params = [] {
     shim::PolicyParams p;
     p.charge_blocking_holder = true;
+    p.charge_from_previous_report = true;  // The launchers ring on both edges.
     // A closing holder that claims work in flight holds the others off for
     // at most this long (charged to it). Below the token bucket's depth
     // (burst_ns), so the waiting slices lose none of their accrual to it:
@@ -62,7 +63,6 @@ struct ArbiterOptions {
   mode_t board_mode = 0644;
   bool threads = true;  // False: nothing runs by itself (tests call Tick).
   int nice = -10;       // The threads' nice value (when the daemon may set it).
-
 };
 
 class GpuArbiter;
@@ -107,7 +107,7 @@ class Arbiter {
 
   ArbiterOptions options_;
   mutable std::mutex mu_;
-  std::map<std::string, std::unique_ptr<GpuArbiter>> gpus_;          // Guarded by mu_.
+  std::map<std::string, std::unique_ptr<GpuArbiter>> gpus_;     // Guarded by mu_.
   std::map<uint64_t, std::shared_ptr<MembersHandle>> members_;  // Guarded by mu_.
 };
 

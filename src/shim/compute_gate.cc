@@ -50,6 +50,7 @@ constexpr double kOutrankedMaxDepthNs = 1'000'000;
 constexpr double kOutrankedStartDepthNs = 500'000;
 constexpr double kOutrankedDepthStepNs = 3000;
 constexpr uint64_t kActiveTickNs = 200'000;      // Background tick while using the GPU.
+constexpr uint64_t kDrainTickNs = 20'000;        // ... while the queue drains after a turn.
 constexpr uint64_t kIdleTickNs = 5'000'000;      // ... while idle or without a share.
 constexpr uint64_t kMaxWaitNs = 30'000'000'000;  // A launch never waits longer (degrade).
 constexpr int kMaxMarkers = 16;
@@ -260,12 +261,13 @@ bool InflightLocked(uint64_t now) {
   return now < g_expected_done_ns;
 }
 
-void Publish(uint64_t now, bool inflight) {
-  if (g_member.load(std::memory_order_relaxed) < 0) return;
+// Returns whether the arbiter is due a wake-up that `ring` false held back.
+bool Publish(uint64_t now, bool inflight, bool ring = true) {
+  if (g_member.load(std::memory_order_relaxed) < 0) return false;
   uint32_t flags = 0;
   if (g_waiters.load(std::memory_order_relaxed) > 0) flags |= coord::kMemberWaiting;
   if (inflight) flags |= coord::kMemberInflight;
-  g_coord->Publish(flags, now);
+  return g_coord->Publish(flags, now, ring);
 }
 
 // Re-reads the slice's share from the region (the daemon may change it
@@ -308,6 +310,10 @@ void FollowRegion(uint64_t now) {
 
 void* BackgroundMain(void*) {
   pthread_setname_np(pthread_self(), "gpuslice-gate");
+  // Its 20 us sleeps while a queue drains (kDrainTickNs) would last 70 us
+  // with the default 50 us timer slack, and the slice is charged until it
+  // reports the drain.
+  prctl(PR_SET_TIMERSLACK, 5000, 0, 0, 0);
   while (g_phase.load(std::memory_order_acquire) == kPhaseEnforcing) {
     const uint64_t now = MonotonicNs();
     FollowRegion(now);
@@ -324,7 +330,12 @@ void* BackgroundMain(void*) {
     const bool active = member && (inflight || g_waiters.load(std::memory_order_relaxed) > 0 ||
                                    (g_gate.load(std::memory_order_relaxed) & 1) == 0);
     if (active) {
-      timespec ts{0, long(kActiveTickNs)};
+      // Draining (work in flight, the turn gone): the slice is charged until
+      // it reports the drain, so look often enough that the report is
+      // prompt. Only for the drain at the end of a turn (at most a queue of
+      // ~1 ms), so the extra wake-ups are few.
+      const bool draining = inflight && (g_gate.load(std::memory_order_relaxed) & 1) != 0;
+      timespec ts{0, long(draining ? kDrainTickNs : kActiveTickNs)};
       nanosleep(&ts, nullptr);
     } else if (member) {
       g_coord->WaitTurnChange(g_coord->TurnSeq(), kIdleTickNs);
@@ -361,8 +372,8 @@ core::Result<std::unique_ptr<Turns>> OpenTurns(const ShimConfig& config, Region*
       core::Result<std::unique_ptr<MembersFile>> members =
           MembersFile::Open(MembersPath(getenv("GPUSLICE_LIMITS"), region->path()));
       if (!members.ok()) return members.status();
-      return std::unique_ptr<Turns>(new BoardTurns(std::move(*board), std::move(*members),
-                                                   uint32_t(dev), board_path));
+      return std::unique_ptr<Turns>(
+          new BoardTurns(std::move(*board), std::move(*members), uint32_t(dev), board_path));
     }
   }
   mode_t mode = 0600;
@@ -448,7 +459,7 @@ void AtForkChild() {
   g_popped_event = nullptr;  // The parent's context's: not ours to destroy.
   g_markers_since_timed = kCpuSampleAfter;
   g_waiters.store(0, std::memory_order_relaxed);
-  t_gate = GateCredits{};
+  t_gate = GateCredits{};  // ring_after_launch too: the child has no arbiter yet.
   g_gate.store(1, std::memory_order_release);
 }
 
@@ -621,8 +632,14 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     SliceDevice(g_device).throttled_ns.fetch_add(waited, std::memory_order_relaxed);
   }
   // Work is about to be queued: say so now rather than at the background
-  // thread's next tick, since the slice is charged from that flag on.
-  if (granted) Publish(MonotonicNs(), true);
+  // thread's next tick, and wake the arbiter once it is queued (the slice
+  // is charged from the arbiter's next decision on).
+  if (granted) t_gate.ring_after_launch = Publish(MonotonicNs(), true, /*ring=*/false);
+}
+
+void RingAfterLaunch() {
+  t_gate.ring_after_launch = false;
+  if (g_coord != nullptr) g_coord->Ring();
 }
 
 }  // namespace gpuslice::shim

@@ -45,6 +45,10 @@ struct GateCredits {
   CUstream last_stream = nullptr;
   bool last_per_thread = false;
   uint64_t chain_seq = 0;  // last_seq at the grant, when it was pending; else 0.
+  // The grant published work in flight without waking the arbiter: wake it
+  // once the launch is queued (GateLaunchDone), so that the slice is charged
+  // from when its work reached the GPU, not from before the launch call.
+  bool ring_after_launch = false;
 };
 extern thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
 
@@ -75,6 +79,10 @@ inline void GateLaunch(CUstream stream, bool per_thread) {
 // after the batch's last launch (see GateLaunchDone).
 void MarkBatchEnd(CUstream stream, bool per_thread);
 
+// Wakes the arbiter after a granted launch went to the driver (see
+// GateCredits::ring_after_launch).
+void RingAfterLaunch();
+
 // What every launch wrapper calls after the driver took a gated launch. When
 // that launch used this thread's last credit, the batch's marker is recorded
 // now, right behind it, rather than at the thread's next launch: a thread
@@ -84,6 +92,7 @@ void MarkBatchEnd(CUstream stream, bool per_thread);
 // still ran (2 ms kernels split 30/70 slices about 50/50). One thread-local
 // compare on the fast path.
 inline void GateLaunchDone(CUstream stream, bool per_thread) {
+  if (__builtin_expect(t_gate.ring_after_launch, 0)) RingAfterLaunch();
   if (__builtin_expect(t_gate.credits == 0 && t_gate.batch > 0, 0) &&
       g_gate.load(std::memory_order_relaxed) != kGateOff) {
     MarkBatchEnd(stream, per_thread);

@@ -91,7 +91,10 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
   }
   for (size_t i = 0; i < slices.size(); ++i) {
     SliceView& s = slices[i];
-    if (!s.live) continue;
+    if (!s.live) {
+      s.was_inflight = false;
+      continue;
+    }
     // A slice is charged while it has work on the GPU: the holder during its
     // turn and its drain, and a slice still draining after it lost the GPU
     // (to a higher priority, or a drain timeout). Not while its turn is open
@@ -99,7 +102,9 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     // up) or any more (between its steps): that time is nobody's GPU use,
     // and charging it made hard slices fall short of their shares.
     const bool holds = int32_t(i) == turn.holder && turn.state != coord::kTurnNone;
-    if (s.inflight || (blocking && holds)) Charge(s, elapsed);
+    const bool had_work = p.charge_from_previous_report ? s.was_inflight : s.inflight;
+    if (had_work || (blocking && holds)) Charge(s, elapsed);
+    s.was_inflight = s.inflight;
     if (!s.Active() && !holds) {
       if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
     } else if (s.idle_since_ns != 0 && !holds) {

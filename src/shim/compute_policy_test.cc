@@ -42,8 +42,8 @@ struct Model {
         const bool draining = holds && turn.state == coord::kTurnClosing && drain_left > 0;
         if ((open && work) || draining) gpu_ns[i] += step_ns;
         slices[i].waiting = work && !open;
-        slices[i].inflight = (open && work) || (holds && turn.state == coord::kTurnClosing &&
-                                                drain_left > 0);
+        slices[i].inflight =
+            (open && work) || (holds && turn.state == coord::kTurnClosing && drain_left > 0);
       }
       if (turn.state == coord::kTurnClosing && drain_left > 0) {
         drain_left = drain_left > step_ns ? drain_left - step_ns : 0;
@@ -200,6 +200,41 @@ TEST(ComputePolicy, Issue13AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
       EXPECT_NEAR(liar, 0.10, 0.02);
     } else {
       EXPECT_GT(liar, 0.30) << "the cooperative rule, shown to be exploitable";
+    }
+  }
+}
+
+// Issue 13: the arbiter decides on its own clock, so a decision's report of
+// work in flight may be up to a tick old or new. Charged from the report of
+// the decision that ends an interval, a slice paid for the interval before
+// its work started (its launcher waking up after the turn opened); charged
+// from the report that starts it, it pays from its start to its drain.
+TEST(ComputePolicy, Issue13ChargedFromThePreviousReportASlicePaysFromItsStartToItsDrain) {
+  for (bool previous : {false, true}) {
+    PolicyParams p;
+    p.charge_from_previous_report = previous;
+    SliceView slices[1] = {Slice(500)};
+    slices[0].live = true;
+    slices[0].waiting = true;
+    TurnView turn;
+    Advance(1 * kMs, 0, turn, slices, p);  // Opens the turn; nothing launched yet.
+    ASSERT_EQ(turn.holder, 0);
+    const uint64_t before = slices[0].charged_ns;
+    // The launch 150 us later: the launcher rings, the arbiter decides.
+    slices[0].waiting = false;
+    slices[0].inflight = true;
+    Advance(1 * kMs + 150'000, 1 * kMs, turn, slices, p);
+    // 400 us of work, drained: rung again.
+    Advance(1 * kMs + 350'000, 1 * kMs + 150'000, turn, slices, p);
+    slices[0].inflight = false;
+    Advance(1 * kMs + 550'000, 1 * kMs + 350'000, turn, slices, p);
+    // Idle afterwards: nothing more.
+    Advance(1 * kMs + 750'000, 1 * kMs + 550'000, turn, slices, p);
+    const uint64_t charged = slices[0].charged_ns - before;
+    if (previous) {
+      EXPECT_EQ(charged, 400'000u);
+    } else {
+      EXPECT_EQ(charged, 350'000u) << "the wake-up charged, the last 200 us of work not";
     }
   }
 }

@@ -34,12 +34,13 @@ void CooperativeTurns::Configure(uint32_t share_milli, coord::Mode mode, uint32_
   if (m >= 0) coord_->Configure(uint32_t(m), share_milli, mode, priority);
 }
 
-void CooperativeTurns::Publish(uint32_t flags, uint64_t now_ns) {
+bool CooperativeTurns::Publish(uint32_t flags, uint64_t now_ns, bool) {
   const int32_t m = member_.load(std::memory_order_relaxed);
-  if (m < 0) return;
+  if (m < 0) return false;
   coord::MemberEntry& e = coord_->member(uint32_t(m));
   e.flags.store(flags, std::memory_order_relaxed);
   e.heartbeat_ns.store(now_ns, std::memory_order_relaxed);
+  return false;  // Decisions are taken by the members themselves.
 }
 
 bool CooperativeTurns::Decide(uint64_t now_ns, const PolicyParams& params) {
@@ -102,22 +103,27 @@ void BoardTurns::Leave(int32_t pid) {
   if (s >= 0) members_->Leave(uint32_t(s), pid);
 }
 
-void BoardTurns::Publish(uint32_t flags, uint64_t now_ns) {
+bool BoardTurns::Publish(uint32_t flags, uint64_t now_ns, bool ring) {
   const int32_t s = slot_.load(std::memory_order_relaxed);
-  if (s < 0) return;
+  if (s < 0) return false;
   board::MemberSlot& m = members_->slot(uint32_t(s));
   m.flags.store(flags, std::memory_order_relaxed);
   m.heartbeat_ns.store(now_ns, std::memory_order_release);
   const uint32_t before = published_.exchange(flags, std::memory_order_relaxed);
   // The arbiter looks at once when a launch starts waiting (it may hand the
-  // GPU over now) or work stops being in flight (a closing turn may end);
+  // GPU over now) and when work starts or stops being in flight (it charges
+  // the slice between those two edges, and a closing turn may end);
   // everything else it sees at its next tick (200 us while active).
   const bool started_waiting =
       (flags & board::kMemberWaiting) != 0 && (before & board::kMemberWaiting) == 0;
-  const bool drained =
-      (before & board::kMemberInflight) != 0 && (flags & board::kMemberInflight) == 0;
-  if (started_waiting || drained) members_->Ring();
+  const bool edge = ((before ^ flags) & board::kMemberInflight) != 0;
+  if (!started_waiting && !edge) return false;
+  if (!ring) return true;
+  members_->Ring();
+  return false;
 }
+
+void BoardTurns::Ring() { members_->Ring(); }
 
 int32_t BoardTurns::SliceIndex() const {
   const int32_t i = board_->FindSlice(members_->job_id(), hint_.load(std::memory_order_relaxed));

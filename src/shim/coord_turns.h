@@ -38,8 +38,12 @@ class Turns {
   // arbiter has the daemon's.
   virtual void Configure(uint32_t share_milli, coord::Mode mode, uint32_t priority) = 0;
   // Publishes this process's flags (coord::kMemberWaiting | kMemberInflight,
-  // the same bits in both files) and heartbeat.
-  virtual void Publish(uint32_t flags, uint64_t now_ns) = 0;
+  // the same bits in both files) and heartbeat. `ring`: wake the arbiter now
+  // if the change calls for it. Returns true when the change calls for it
+  // and `ring` was false: the caller calls Ring() soon after.
+  virtual bool Publish(uint32_t flags, uint64_t now_ns, bool ring) = 0;
+  // Wakes the arbiter (the daemon's board; nothing for the cooperative file).
+  virtual void Ring() {}
   // Moves the schedule if this process may (the cooperative file); false
   // when another process holds the decision lease right now.
   virtual bool Decide(uint64_t now_ns, const PolicyParams& params) = 0;
@@ -62,7 +66,7 @@ class CooperativeTurns : public Turns {
   bool Joined(int32_t pid) const override;
   void Leave(int32_t pid) override;
   void Configure(uint32_t share_milli, coord::Mode mode, uint32_t priority) override;
-  void Publish(uint32_t flags, uint64_t now_ns) override;
+  bool Publish(uint32_t flags, uint64_t now_ns, bool ring) override;
   bool Decide(uint64_t now_ns, const PolicyParams& params) override;
   bool HoldsOpenTurn(uint64_t now_ns) const override;
   bool Outranked(uint32_t priority) const override;
@@ -92,7 +96,8 @@ class BoardTurns : public Turns {
   bool Joined(int32_t pid) const override;
   void Leave(int32_t pid) override;
   void Configure(uint32_t, coord::Mode, uint32_t) override {}
-  void Publish(uint32_t flags, uint64_t now_ns) override;
+  bool Publish(uint32_t flags, uint64_t now_ns, bool ring) override;
+  void Ring() override;
   bool Decide(uint64_t, const PolicyParams&) override { return true; }
   bool HoldsOpenTurn(uint64_t now_ns) const override;
   bool Outranked(uint32_t priority) const override;
