@@ -3,6 +3,7 @@
 // endpoint (a few requests per second per stream when idle), so it works the
 // same for jobs started minutes ago and for jobs that just started.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -147,11 +148,6 @@ int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_c
 int RunJob(Context& ctx, const std::string& mode) {
   if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
   if (ctx.request.interactive) {
-    if (ctx.request.cpus || ctx.request.host_mem) {
-      return ReportError(ctx, core::InvalidArgumentError(
-                                  "--cpus/--host-mem: a command run here (-i) is outside the "
-                                  "daemon's cgroups; drop -i to get host limits"));
-    }
     if (ctx.request.restartable) {
       return UsageError(ctx, core::InvalidArgumentError(
                                  "--restartable: a command run here (-i) cannot be restarted "
@@ -247,8 +243,21 @@ int AttachedJob(Context& ctx, const std::vector<std::string>& command) {
   // end it), in the terminal's foreground when stdin is one; an interactive
   // shell does its own job control.
   const int tty = !shell && isatty(STDIN_FILENO) ? STDIN_FILENO : -1;
+  // The child waits for a go from this process before it runs anything: the
+  // daemon first puts it in the job's cgroup (attach), so that nothing it
+  // forks, setsid or not, can leave the job. EOF instead of the go (the
+  // daemon refused it, or this process died): it never runs the command.
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) != 0) return ReportError(ctx, core::InternalError("pipe failed"));
   pid_t pid = fork();
   if (pid == 0) {
+    close(go[1]);
+    char byte = 0;
+    ssize_t r;
+    while ((r = read(go[0], &byte, 1)) < 0 && errno == EINTR) {
+    }
+    if (r != 1) _exit(126);
+    close(go[0]);
     if (!shell) {
       setpgid(0, 0);
       if (tty >= 0) GiveTerminal(tty, getpid());
@@ -268,7 +277,11 @@ int AttachedJob(Context& ctx, const std::vector<std::string>& command) {
     std::fprintf(stderr, "gpuslice: %s: %s\n", args[0], std::strerror(err));
     _exit(err == ENOENT ? 127 : 126);
   }
-  if (pid < 0) return ReportError(ctx, core::InternalError("fork failed"));
+  close(go[0]);
+  if (pid < 0) {
+    close(go[1]);
+    return ReportError(ctx, core::InternalError("fork failed"));
+  }
   if (!shell) {
     setpgid(pid, pid);  // Also here: whichever runs first.
     g_child_group = pid;
@@ -276,7 +289,21 @@ int AttachedJob(Context& ctx, const std::vector<std::string>& command) {
   }
   json attach = {{"pid", pid}};
   auto a = ctx.client->Call("POST", target + "/attach", &attach);
-  if (!a.ok()) std::cerr << "gpuslice: " << a.status().message() << "\n";
+  if (!a.ok()) {
+    // Not tracked by the daemon, the command must not run: it would hold
+    // the slice's GPU outside the job. The child exits on EOF.
+    close(go[1]);
+    int ignored = 0;
+    while (waitpid(pid, &ignored, 0) < 0 && errno == EINTR) {
+    }
+    json body = {{"exit_code", 126}};
+    (void)ctx.client->Call("POST", target + "/exit", &body);
+    return ReportError(
+        ctx, core::Status(a.status().code(), "the daemon did not take the command into job " +
+                                                 std::to_string(id) + ": " + a.status().message()));
+  }
+  (void)!write(go[1], "g", 1);
+  close(go[1]);
   if (shell) {
     // The shell owns the terminal now: Ctrl-C is its business, not ours.
     signal(SIGINT, SIG_IGN);

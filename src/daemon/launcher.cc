@@ -14,9 +14,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <iterator>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 
@@ -34,8 +34,8 @@ struct ChildError {
   int32_t step;
   int32_t err;
 };
-constexpr const char* kSteps[] = {"open /dev/null", "redirect output",  "set groups",
-                                  "set gid",        "set uid",          "change directory",
+constexpr const char* kSteps[] = {"open /dev/null", "redirect output", "set groups",
+                                  "set gid",        "set uid",         "change directory",
                                   "exec",           "join its cgroup"};
 constexpr int kStepCount = sizeof kSteps / sizeof kSteps[0];
 
@@ -117,9 +117,10 @@ void RelayAndWait(pid_t leader, int out_pipe, int err_pipe, LogWriter out, LogWr
         pipes_closed = fds[0].fd < 0 && fds[1].fd < 0;
       }
       char line[64];
-      int n = WIFSIGNALED(status) ? std::snprintf(line, sizeof line, "signal %d\n", WTERMSIG(status))
-                                  : std::snprintf(line, sizeof line, "exit %d\n",
-                                                  WIFEXITED(status) ? WEXITSTATUS(status) : 255);
+      int n = WIFSIGNALED(status)
+                  ? std::snprintf(line, sizeof line, "signal %d\n", WTERMSIG(status))
+                  : std::snprintf(line, sizeof line, "exit %d\n",
+                                  WIFEXITED(status) ? WEXITSTATUS(status) : 255);
       int fd = open(status_tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd >= 0) {
         WriteAll(fd, line, static_cast<size_t>(n));
@@ -266,8 +267,8 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
     auto files = cgroups_->Create(cgroup, spec.host_limits);
     if (!files.ok()) {
       (void)cgroups_->Remove(cgroup);
-      return Status(files.status().code(), "cannot set up the job's cgroup: " +
-                                               files.status().message());
+      return Status(files.status().code(),
+                    "cannot set up the job's cgroup: " + files.status().message());
     }
     join = std::move(*files);
   } else if (spec.host_limits.any()) {
@@ -421,8 +422,8 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
                  status_tmp.c_str(), spec.status_path.c_str());
     _exit(0);
   }
-  for (int* fd : {&report[1], &out_fd, &err_fd, &out_pipe[0], &out_pipe[1], &err_pipe[0],
-                  &err_pipe[1]}) {
+  for (int* fd :
+       {&report[1], &out_fd, &err_fd, &out_pipe[0], &out_pipe[1], &err_pipe[0], &err_pipe[1]}) {
     close(*fd);
     *fd = -1;
   }
@@ -520,6 +521,32 @@ bool RealLauncher::Adopt(uint64_t job_id, int64_t pgid) {
   return true;
 }
 
+Status RealLauncher::AttachProcess(uint64_t job_id, int64_t pid, const HostLimits& limits) {
+  if (cgroups_ == nullptr) return Launcher::AttachProcess(job_id, pid, limits);
+  if (pid <= 0) return core::InvalidArgumentError("no process");
+  const std::string name = "job-" + std::to_string(job_id);
+  auto files = cgroups_->Create(name, limits);
+  if (!files.ok()) {
+    (void)cgroups_->Remove(name);
+    return Status(files.status().code(),
+                  "cannot set up the job's cgroup: " + files.status().message());
+  }
+  const std::string text = std::to_string(pid);
+  for (const std::string& procs : *files) {
+    int fd = open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    const bool ok = fd >= 0 && write(fd, text.data(), text.size()) == ssize_t(text.size());
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    if (!ok) {
+      (void)cgroups_->Remove(name);
+      return ErrnoError(err, "cannot move process " + text + " into " + procs);
+    }
+  }
+  std::erase_if(tracked_, [&](const auto& t) { return t.second.cgroup == name; });
+  tracked_[pid] = Tracked{name, limits};
+  return Status::Ok();
+}
+
 std::vector<std::string> RealLauncher::EndStrays(const std::vector<uint64_t>& adopted) {
   std::vector<std::string> ended;
   if (cgroups_ == nullptr) return ended;
@@ -544,7 +571,8 @@ std::string RealLauncher::EndNote(int64_t pgid) {
   const Tracked* t = Find(pgid);
   if (t == nullptr || !cgroups_->OomKilled(t->cgroup)) return {};
   std::string note = "killed by the kernel's OOM killer: the job reached its host memory limit";
-  if (t->limits.memory_bytes) note += " (--host-mem " + core::FormatBytes(t->limits.memory_bytes) + ")";
+  if (t->limits.memory_bytes)
+    note += " (--host-mem " + core::FormatBytes(t->limits.memory_bytes) + ")";
   return note;
 }
 

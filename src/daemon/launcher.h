@@ -53,8 +53,8 @@ struct LaunchSpec {
 };
 
 struct ProcessRef {
-  int64_t pid = 0;              // The leader; also the process group id.
-  uint64_t start_time = 0;      // /proc/PID/stat field 22; 0 if it ended already.
+  int64_t pid = 0;          // The leader; also the process group id.
+  uint64_t start_time = 0;  // /proc/PID/stat field 22; 0 if it ended already.
   int64_t supervisor_pid = 0;
 };
 
@@ -89,6 +89,21 @@ class Launcher {
     (void)pgid;
     return false;
   }
+  // A process the client started itself (a shell job, `run -i`), held
+  // before it runs anything: put it in job `job_id`'s cgroup (created with
+  // `limits`), so that whatever it forks, setsid or not, stays in the job,
+  // and track the job by it from then on (`pid` is then its pgid here).
+  // Without cgroups: nothing to do, unless host limits were asked for.
+  virtual core::Status AttachProcess(uint64_t job_id, int64_t pid, const HostLimits& limits) {
+    (void)job_id;
+    (void)pid;
+    if (limits.any()) {
+      return core::FailedPreconditionError(
+          "--cpus and --host-mem need cgroups, which this "
+          "daemon does not use");
+    }
+    return core::Status::Ok();
+  }
   // After re-adoption: kills and removes the cgroups of jobs not in
   // `adopted` (a job started by a daemon that died before recording it, or
   // one that the ledger no longer considers running). Returns their names.
@@ -120,8 +135,8 @@ class Launcher {
 };
 
 struct LauncherOptions {
-  Cgroups* cgroups = nullptr;   // nullptr or unavailable: process groups.
-  uint64_t max_log_bytes = 0;   // Per log file; 0 = no cap.
+  Cgroups* cgroups = nullptr;  // nullptr or unavailable: process groups.
+  uint64_t max_log_bytes = 0;  // Per log file; 0 = no cap.
 };
 
 class RealLauncher : public Launcher {
@@ -135,6 +150,7 @@ class RealLauncher : public Launcher {
   std::vector<int64_t> Reap() override;
   core::Status StopGroup(int64_t pgid, bool stop) override;
   bool Adopt(uint64_t job_id, int64_t pgid) override;
+  core::Status AttachProcess(uint64_t job_id, int64_t pid, const HostLimits& limits) override;
   std::vector<std::string> EndStrays(const std::vector<uint64_t>& adopted) override;
   std::string EndNote(int64_t pgid) override;
   void Release(int64_t pgid) override;

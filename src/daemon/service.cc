@@ -129,10 +129,9 @@ Status Service::SecureStateDir() {
     return ErrnoError(errno, "stat state directory " + options_.state_dir);
   }
   if (st.st_uid != geteuid()) {
-    return core::PermissionDeniedError("state directory " + options_.state_dir +
-                                       " belongs to uid " + std::to_string(st.st_uid) +
-                                       ", not to the daemon's user (uid " +
-                                       std::to_string(geteuid()) + ")");
+    return core::PermissionDeniedError(
+        "state directory " + options_.state_dir + " belongs to uid " + std::to_string(st.st_uid) +
+        ", not to the daemon's user (uid " + std::to_string(geteuid()) + ")");
   }
   if (chmod(options_.state_dir.c_str(), 0711) != 0) {
     return ErrnoError(errno, "chmod 0711 " + options_.state_dir);
@@ -164,15 +163,16 @@ Status Service::Start() {
     Degrade("cannot read the GPUs: " + inv.status().message());
   } else {
     inventory_ = *inv;
-    LogInfo("GPUs from " + (inventory_.simulated() ? std::string("the SIMULATED GPU (no NVIDIA "
-                                                                 "driver found): ")
-                                                   : std::string("NVML: ")) +
+    LogInfo("GPUs from " +
+            (inventory_.simulated() ? std::string("the SIMULATED GPU (no NVIDIA "
+                                                  "driver found): ")
+                                    : std::string("NVML: ")) +
             inventory_.library + ", " + std::to_string(inventory_.gpus.size()) + " GPU(s)");
   }
   std::vector<std::string> pool_of;
   GPUSLICE_RETURN_IF_ERROR(ResolvePools(&pool_of));
-  auto cap = NodeCapacity::Create(inventory_.gpus, options_.policy, pool_of,
-                                  options_.rules.default_pool);
+  auto cap =
+      NodeCapacity::Create(inventory_.gpus, options_.policy, pool_of, options_.rules.default_pool);
   if (!cap.ok()) return cap.status();
   capacity_ = std::move(*cap);
   for (const GpuInfo& g : inventory_.gpus) {
@@ -241,9 +241,10 @@ void Service::Recover(std::vector<Job> all) {
     }
     // Running: take back exactly what the ledger says it holds.
     Status held = d.ok() ? capacity_->Hold(id, job.allocation) : d;
-    // Its cgroup, when it was started in one, says whether it lives.
-    if (job.mode != core::JobMode::kShell) launcher_.Adopt(id, job.pid);
-    bool alive = job.mode == core::JobMode::kShell
+    // Its cgroup, when it was started (or attached) in one, says whether it
+    // lives.
+    const bool in_cgroup = job.pid > 0 && launcher_.Adopt(id, job.pid);
+    bool alive = job.mode == core::JobMode::kShell && !in_cgroup
                      ? launcher_.ProcessAlive(job.pid, job.pid_start_time)
                      : launcher_.GroupAlive(job.pid);
     if (!held.ok()) {
@@ -254,6 +255,7 @@ void Service::Recover(std::vector<Job> all) {
       continue;
     }
     Live l;
+    l.in_cgroup = job.mode == core::JobMode::kShell && in_cgroup;
     if (!alive) {
       // Ended while the daemon was down; the supervisor left the status.
       auto code = ReadExitStatusFile(JobDir(id) + "/status");
@@ -279,9 +281,9 @@ void Service::Recover(std::vector<Job> all) {
     LogWarn("killed the processes of cgroup " + stray + ": no running job of this daemon owns it");
   }
   if (!live.empty()) {
-    LogInfo("recovered from the ledger: " + std::to_string(adopted) + " running job(s) re-adopted, " +
-            std::to_string(ended) + " ended while down, " + std::to_string(requeued) +
-            " queued");
+    LogInfo("recovered from the ledger: " + std::to_string(adopted) +
+            " running job(s) re-adopted, " + std::to_string(ended) + " ended while down, " +
+            std::to_string(requeued) + " queued");
   }
 }
 
@@ -372,8 +374,8 @@ void Service::TrimHistory() {
 
 Status Service::CheckOwner(const Caller& caller, const Job& job) const {
   if (caller.admin || (caller.local && caller.uid == job.uid)) return Status::Ok();
-  return core::PermissionDeniedError("job " + std::to_string(job.id) + " belongs to " +
-                                     job.user + "; only its owner, root or the admin group may "
+  return core::PermissionDeniedError("job " + std::to_string(job.id) + " belongs to " + job.user +
+                                     "; only its owner, root or the admin group may "
                                      "do this");
 }
 
@@ -414,7 +416,9 @@ Status Service::CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) 
 }
 
 Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
-  if (degraded()) return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): not accepting new jobs");
+  if (degraded())
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): not accepting new jobs");
   if (!caller.local) {
     return core::PermissionDeniedError(
         "jobs can only be submitted over the local socket, so they run as the caller");
@@ -502,9 +506,11 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (degraded() && !ledger_) {
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): cannot record a cancel");
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): cannot record a cancel");
   }
-  std::string who = "cancelled by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user);
+  std::string who =
+      "cancelled by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user);
   if (job.state == JobState::kQueued) {
     FinishJob(job, JobState::kCancelled, -1, who);
     Schedule();
@@ -569,7 +575,8 @@ JobView Service::View(const Job& job) {
         break;
       case core::WaitReason::kHeld: {
         auto q = quota_wait_.find(job.id);
-        v.waiting_for = "quota: " + (q == quota_wait_.end() ? std::string("over quota") : q->second);
+        v.waiting_for =
+            "quota: " + (q == quota_wait_.end() ? std::string("over quota") : q->second);
         break;
       }
     }
@@ -654,6 +661,12 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
   if (st.st_uid != caller.uid && !caller.admin) {
     return core::PermissionDeniedError("process " + std::to_string(pid) + " is not yours");
   }
+  // Into the job's cgroup before it runs anything (the client holds it until
+  // this answers): a `setsid` child cannot leave the job, cancel ends all of
+  // it, and --cpus/--host-mem apply. Refused, the client does not start it.
+  GPUSLICE_RETURN_IF_ERROR(launcher_.AttachProcess(
+      id, pid, {job.request.host_cpu_milli, job.request.host_memory_bytes}));
+  live_[id].in_cgroup = launcher_.UsesCgroups();
   job.pid = pid;
   job.pid_start_time = ProcessStartTime(pid);
   Persist(job, JobState::kRunning);

@@ -14,16 +14,15 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <string>
+#include <unordered_map>
 #include <vector>
-
-#include <deque>
-#include <functional>
 
 #include "core/job.h"
 #include "core/placement_policy.h"
@@ -75,7 +74,7 @@ struct ResizeSpec {
   std::optional<std::string> mem;
   std::optional<std::string> compute;
   std::optional<std::string> gpus;  // An elastic job's GPU count, within its range.
-  bool force = false;  // Even below the memory it uses now.
+  bool force = false;               // Even below the memory it uses now.
 };
 
 // The groups (names) a user belongs to, from the system's group database:
@@ -90,17 +89,17 @@ std::string RedactEnvironment(std::string text, const std::vector<std::string>& 
 
 struct ServiceOptions {
   std::string state_dir;
-  std::string shim_path;            // libgpuslice.so preloaded into jobs.
-  std::string sim_lib_dir;          // Prepended to jobs' LD_LIBRARY_PATH when simulated.
-  std::vector<std::string> job_env; // "K=V" forced into every job (e.g. GPUSLICE_SIM_*).
+  std::string shim_path;             // libgpuslice.so preloaded into jobs.
+  std::string sim_lib_dir;           // Prepended to jobs' LD_LIBRARY_PATH when simulated.
+  std::vector<std::string> job_env;  // "K=V" forced into every job (e.g. GPUSLICE_SIM_*).
   // GPUSLICE_COORD_DIR for jobs (coord_dir.h): slices of all users on one GPU
   // coordinate their compute shares there. "": the shim's per-user default.
   std::string coord_dir;
   std::optional<uint32_t> admin_gid;
   core::Policy policy = core::kDefaultPolicy;  // frag-aware
   bool backfill = true;
-  int64_t kill_grace_ms = 5000;     // SIGTERM, then SIGKILL after this.
-  size_t history = 1000;            // Finished jobs kept in memory for `ps --all`.
+  int64_t kill_grace_ms = 5000;  // SIGTERM, then SIGKILL after this.
+  size_t history = 1000;         // Finished jobs kept in memory for `ps --all`.
   // Pools, preemption, watchdog, idle reclaim (policy_config.h).
   PolicyConfig rules;
   // A user's groups for group quotas; unset: SystemGroupsOf (tests fake it).
@@ -161,9 +160,9 @@ struct ForeignProcess {
   uint32_t gpu_index = 0;
   uint32_t pid = 0;
   uint64_t used_memory = 0;
-  int64_t uid = -1;      // -1: the process is gone (its owner unknown).
-  std::string user;      // "?" when unknown.
-  bool spared = false;   // Root or an allowed group: `foreign = kill` leaves it.
+  int64_t uid = -1;     // -1: the process is gone (its owner unknown).
+  std::string user;     // "?" when unknown.
+  bool spared = false;  // Root or an allowed group: `foreign = kill` leaves it.
 };
 
 // Queue waits of started jobs (submitted -> started), for the metrics'
@@ -178,8 +177,8 @@ struct WaitHistogram {
 // A job plus what only the live daemon knows.
 struct JobView {
   core::Job job;
-  int queue_position = 0;  // 1-based; 0 when not queued.
-  std::string waiting_for;  // Why a queued job waits.
+  int queue_position = 0;         // 1-based; 0 when not queued.
+  std::string waiting_for;        // Why a queued job waits.
   std::optional<JobUsage> usage;  // Running jobs, once sampled.
   // Policy flags of a running job: "idle", "paused", "over_limit", "preempted".
   std::vector<std::string> flags;
@@ -270,8 +269,7 @@ class Service {
 
   // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
   // Quotas: admins set and remove them; anyone lists them.
-  core::Status SetQuota(const Caller& caller, const core::Principal& who,
-                        const core::Quota& quota);
+  core::Status SetQuota(const Caller& caller, const core::Principal& who, const core::Quota& quota);
   core::Status RemoveQuota(const Caller& caller, const core::Principal& who);
   std::vector<QuotaView> Quotas();
   // Live resize of a running fraction (owner or admin): within its quotas
@@ -287,21 +285,25 @@ class Service {
 
  private:
   struct Live {
-    int64_t supervisor_pid = 0;   // 0 when re-adopted or a shell.
+    int64_t supervisor_pid = 0;  // 0 when re-adopted or a shell.
     bool supervisor_reaped = false;
     std::optional<core::JobState> ending;  // Cancel or timeout in progress.
     std::string ending_reason;
-    int64_t kill_at_ms = 0;       // SIGKILL the group at this time if alive.
-    int64_t group_gone_ms = 0;    // First seen without processes.
+    int64_t kill_at_ms = 0;            // SIGKILL the group at this time if alive.
+    int64_t group_gone_ms = 0;         // First seen without processes.
     std::optional<int> reported_exit;  // Shell jobs.
+    // A shell job (or `run -i`) whose process the client had the daemon put
+    // in the job's cgroup (Attach): the job is that cgroup, as a launched
+    // job is; without it, the attached process alone.
+    bool in_cgroup = false;
     // Policies.
-    bool idle_flagged = false;    // Under the idle threshold for idle_after.
-    bool idle_acted = false;      // The idle action was taken (once per episode).
-    bool paused = false;          // Launches paused by idle reclaim.
-    int64_t idle_base_ms = 0;     // low_use_ms at the last resume.
-    bool over_limit = false;      // The watchdog saw it over its limit.
-    bool stopped = false;         // Stopped by the watchdog (watchdog = stop).
-    bool over_share = false;      // The compute watchdog saw it far over its share.
+    bool idle_flagged = false;  // Under the idle threshold for idle_after.
+    bool idle_acted = false;    // The idle action was taken (once per episode).
+    bool paused = false;        // Launches paused by idle reclaim.
+    int64_t idle_base_ms = 0;   // low_use_ms at the last resume.
+    bool over_limit = false;    // The watchdog saw it over its limit.
+    bool stopped = false;       // Stopped by the watchdog (watchdog = stop).
+    bool over_share = false;    // The compute watchdog saw it far over its share.
     // SM use per GPU of the last samples within the compute window.
     std::deque<std::pair<int64_t, std::map<uint32_t, double>>> sm_window;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
@@ -389,8 +391,7 @@ class Service {
   void Elastic(uint64_t head_id);
   core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
   // Resize's --gpus: an elastic job to a GPU count the caller asked for.
-  core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job,
-                                      const ResizeSpec& spec);
+  core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job, const ResizeSpec& spec);
   void WriteGpusFile(const core::Job& job);
   // An elastic job about to start gives back what its owner's quotas forbid.
   void FitElasticToQuotas(core::Job& job);
@@ -406,9 +407,9 @@ class Service {
   std::string degraded_reason_;
 
   uint64_t next_id_ = 1;
-  std::map<uint64_t, core::Job> jobs_;    // Live and recent finished jobs.
-  std::map<uint64_t, Live> live_;         // Running jobs only.
-  std::vector<core::QueuedJob> queue_;    // Sorted by core::QueueBefore.
+  std::map<uint64_t, core::Job> jobs_;                    // Live and recent finished jobs.
+  std::map<uint64_t, Live> live_;                         // Running jobs only.
+  std::vector<core::QueuedJob> queue_;                    // Sorted by core::QueueBefore.
   std::unordered_map<uint32_t, uint32_t> queued_by_uid_;  // Kept by Enqueue/Dequeue.
   // From the last plan: each waiting job's position and reason. The text of
   // the reason is made only when someone looks (View), not on every pass.
@@ -448,9 +449,9 @@ class Service {
   std::unordered_map<uint32_t, core::QuotaOwner> owners_;  // By uid, cached.
   std::unordered_map<uint64_t, std::string> quota_wait_;   // Held jobs: why.
   std::unordered_map<uint64_t, std::string> held_now_;     // This pass's holds.
-  uint64_t min_gpu_memory_ = 0;  // What a whole GPU is charged to quotas.
+  uint64_t min_gpu_memory_ = 0;                            // What a whole GPU is charged to quotas.
   std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
-  std::unordered_map<uint64_t, std::string> preempt_note_; // Head -> why it cannot.
+  std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
   std::map<uint32_t, std::string> pool_of_gpu_;
 };
 

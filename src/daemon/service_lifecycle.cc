@@ -37,9 +37,9 @@ std::string Join(const std::vector<std::string>& v, char sep) {
 std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   // The caller's environment, minus what the slice decides.
   auto overridden = [&](const std::string& e) {
-    for (const char* k : {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=",
-                          "GPUSLICE_MEMORY_LIMIT=", "GPUSLICE_COORD_DIR=", "GPUSLICE_GPUS_FILE=",
-                          "GPUSLICE_LIMITS="}) {
+    for (const char* k :
+         {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=", "GPUSLICE_MEMORY_LIMIT=",
+          "GPUSLICE_COORD_DIR=", "GPUSLICE_GPUS_FILE=", "GPUSLICE_LIMITS="}) {
       if (e.rfind(k, 0) == 0) return true;
     }
     for (const std::string& forced : options_.job_env) {
@@ -108,8 +108,8 @@ void Service::WatchRunning() {
     auto deadline = job.DeadlineMs();
     if (!l.ending && deadline && now >= *deadline) {
       l.ending = JobState::kTimedOut;
-      l.ending_reason = "ran past its maximum run time of " +
-                        core::FormatDuration(*job.request.max_runtime);
+      l.ending_reason =
+          "ran past its maximum run time of " + core::FormatDuration(*job.request.max_runtime);
       l.kill_at_ms = now + options_.kill_grace_ms;
       if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
       if (job.mode == core::JobMode::kShell && job.pid > 0) {
@@ -129,6 +129,18 @@ void Service::WatchRunning() {
            ReadExitStatusFile(JobDir(id) + "/status"))) {
         Requeue(job, l.ending_reason + "; requeued");
       }
+      continue;
+    }
+    if (job.mode == core::JobMode::kShell && l.in_cgroup && job.pid != 0) {
+      // The job is its cgroup: it ends when the last of its processes does
+      // (a background process the shell left, or a `setsid` escapee, keeps
+      // it and its allocation), with the exit status the client reported.
+      if (launcher_.GroupAlive(job.pid)) continue;
+      FinishJob(job, end_state, l.reported_exit.value_or(-1),
+                l.ending ? l.ending_reason
+                         : (l.reported_exit
+                                ? ""
+                                : (job.argv.empty() ? "the shell ended" : "the command ended")));
       continue;
     }
     if (job.mode == core::JobMode::kShell) {
@@ -274,8 +286,7 @@ void Service::StartJob(Job& job) {
       int code = ref.status().code() == core::StatusCode::kNotFound ? 127 : 126;
       // The reason is public (ps, events, the status page): not the PATH
       // or any other value of the owner's environment.
-      FinishJob(job, JobState::kFailed, code,
-                RedactEnvironment(ref.status().message(), spec.env));
+      FinishJob(job, JobState::kFailed, code, RedactEnvironment(ref.status().message(), spec.env));
       return;
     }
     job.pid = ref->pid;
@@ -286,8 +297,9 @@ void Service::StartJob(Job& job) {
   Persist(job, job.mode == core::JobMode::kShell ? JobState::kQueued : JobState::kRunning);
   ObserveWait(job);
   RecordEvent("started", job.id, job.user,
-              "on " + (job.allocation.gpu_uuids.empty() ? std::string("-")
-                                                        : Join(job.allocation.gpu_uuids, ',')) +
+              "on " +
+                  (job.allocation.gpu_uuids.empty() ? std::string("-")
+                                                    : Join(job.allocation.gpu_uuids, ',')) +
                   (job.pid ? ", pid " + std::to_string(job.pid) : ""));
   LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +
           ") started on " + (job.allocation.gpu_uuids.empty() ? "-" : job.allocation.gpu_uuids[0]) +
@@ -312,7 +324,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
   // Its processes are gone (or being killed): the cgroup goes too.
-  if (job.mode != core::JobMode::kShell && job.pid > 0) launcher_.Release(job.pid);
+  if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
   live_.erase(job.id);
   usage_.erase(job.id);
   job.state = state;

@@ -38,7 +38,7 @@ std::unordered_map<int64_t, uint64_t> Service::JobsOfProcesses(const std::vector
   std::unordered_map<int64_t, uint64_t> claimed;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
-    if (job.pid > 0 && job.mode != core::JobMode::kShell) {
+    if (job.pid > 0) {
       if (auto members = launcher_.GroupPids(job.pid)) {
         for (int64_t p : *members) {
           if (asked.count(p)) out.emplace(p, id);

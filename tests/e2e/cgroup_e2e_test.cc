@@ -53,7 +53,14 @@ class CgroupE2E : public ::testing::Test {
     }
     return "";
   }
-  static bool Alive(long pid) { return kill(static_cast<pid_t>(pid), 0) == 0; }
+  // A zombie is not alive: an escapee of a `run -i` command is reparented to
+  // init, which reaps it when it gets to it.
+  static bool Alive(long pid) {
+    if (kill(static_cast<pid_t>(pid), 0) != 0) return false;
+    const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    const size_t paren = stat.rfind(')');
+    return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+  }
 
   Daemon d;
 };
@@ -99,8 +106,9 @@ TEST_F(CgroupE2E, Issue13JobEndsWhenItsLastEscapeeEnds) {
 
 TEST_F(CgroupE2E, Issue13RestartedDaemonKeepsTrackingAnEscapedChild) {
   std::string marker = d.dir() + "/marker";
-  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
-                       "setsid sh -c 'while [ ! -e " + marker + " ]; do sleep 0.05; done' & exit 0"});
+  CliResult s =
+      d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
+             "setsid sh -c 'while [ ! -e " + marker + " ]; do sleep 0.05; done' & exit 0"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   std::string id = Trim(s.out);
   ASSERT_TRUE(Daemon::WaitFor([&] { return CgroupPids(id).size() == 1; }));
@@ -145,10 +153,12 @@ TEST_F(CgroupE2E, Issue13HostMemOverTheLimitIsOomKilledWithTheReasonShown) {
                        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   std::string id = Trim(s.out);
-  ASSERT_TRUE(Daemon::WaitFor([&] {
-    std::string st = State(d, id);
-    return st != "running" && st != "queued";
-  }, 60));
+  ASSERT_TRUE(Daemon::WaitFor(
+      [&] {
+        std::string st = State(d, id);
+        return st != "running" && st != "queued";
+      },
+      60));
   json j = Job(d, id);
   EXPECT_EQ(j["exit_code"], 128 + SIGKILL) << j.dump();
   EXPECT_NE(j["reason"].get<std::string>().find("OOM killer"), std::string::npos) << j.dump();
@@ -165,9 +175,48 @@ TEST_F(CgroupE2E, HostLimitsAreCheckedAtSubmit) {
   bad = d.Cli({"submit", "--mem", "1GiB", "--host-mem", "1MiB", "--", "true"});
   EXPECT_EQ(bad.exit_code, 125);
   EXPECT_NE(bad.err.find("at least 4 MiB"), std::string::npos) << bad.err;
-  bad = d.Cli({"run", "-i", "--mem", "1GiB", "--cpus", "1", "--", "true"});
-  EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.err.find("-i"), std::string::npos) << bad.err;
+  // A command run here (-i) gets them too: the daemon puts it in the job's
+  // cgroup before it starts.
+  CliResult ok = d.Cli({"run", "-i", "--mem", "1GiB", "--cpus", "1", "--", "true"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// Issue 13: a command run with `run -i` (and a shell) was started by the
+// CLI outside the job's cgroup, tracked by its pid alone: a `setsid` child
+// left the job as the batch job's did before cgroups. The CLI now holds its
+// child until the daemon has put it in the job's cgroup.
+TEST_F(CgroupE2E, Issue13RunInteractiveRunsInTheJobsCgroupFromItsFirstInstruction) {
+  CliResult r = d.Cli({"run", "-i", "--mem", "1GiB", "--", "cat", "/proc/self/cgroup"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("/job-"), std::string::npos) << r.out;
+}
+
+TEST_F(CgroupE2E, Issue13RunInteractiveSetsidEscapeeStaysInTheJobAndCancelEndsIt) {
+  CliResult r = d.Cli({"run", "-i", "--mem", "1GiB", "--name", "escape", "--", "sh", "-c",
+                       "setsid sleep 30 >/dev/null 2>&1 </dev/null & echo bg"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "bg\n");
+  std::string id;
+  const json list = json::parse(d.Cli({"ps", "--json"}).out);
+  for (const json& j : list["jobs"]) {
+    if (j.value("name", "") == "escape") id = std::to_string(j["id"].get<uint64_t>());
+  }
+  ASSERT_FALSE(id.empty()) << "the job ended with its command, its escapee still running:\n"
+                           << d.Cli({"ps", "-a"}).out;
+  std::vector<long> pids;
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    pids = CgroupPids(id);
+    return pids.size() == 1;
+  }));
+  const long escapee = pids[0];
+  EXPECT_NE(getsid(static_cast<pid_t>(escapee)), getsid(0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(State(d, id), "running");
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 10));
+  EXPECT_LE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_FALSE(Alive(escapee));
 }
 
 // Issue 13 item 6: a job can fill the state disk through its stdout.
@@ -198,8 +247,8 @@ TEST_F(LogCapE2E, Issue13OutputThreeTimesTheCapKeepsAtMostTheCapWithANote) {
 
 TEST_F(LogCapE2E, Issue13RunStreamsAcrossATrim) {
   // `run` follows the log by offsets while it is trimmed under it.
-  CliResult r = d.Cli({"run", "--mem", "1GiB", "--", "sh", "-c",
-                       std::string(kPrintLines) + "; echo the-end"});
+  CliResult r = d.Cli(
+      {"run", "--mem", "1GiB", "--", "sh", "-c", std::string(kPrintLines) + "; echo the-end"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("line-4999-"), std::string::npos);
   EXPECT_NE(r.out.find("the-end\n"), std::string::npos);
