@@ -143,6 +143,8 @@ class GpuArbiter {
     shim::SliceView state;  // Tokens, virtual time, charge, idle time.
     uint32_t doorbell_seen = 0;
     bool doorbell_broken = false;  // The file was truncated: not waited on.
+    uint64_t contended_ns = 0;     // Another slice waited for its turn (ContendedNs).
+    bool was_waiting = false;      // Waiting as of the last decision.
   };
 
   GpuArbiter(std::string uuid, void* board, const ArbiterOptions& options)
@@ -200,6 +202,15 @@ class GpuArbiter {
     // Whatever turn the old arbiter left is void: decide afresh.
     turn_ = shim::TurnView{};
     PublishTurn(true, false);
+  }
+
+  uint64_t ContendedNs(uint64_t job_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t sum = 0;
+    for (const Entry& e : entries_) {
+      if (e.used && e.job_id == job_id) sum += e.contended_ns;
+    }
+    return sum;
   }
 
   std::vector<uint64_t> Jobs() {
@@ -285,6 +296,22 @@ class GpuArbiter {
       v.mode = e.mode == bd::kModeWorkConserving ? shim::coord::kModeWorkConserving
                                                  : shim::coord::kModeHard;
       v.priority = e.priority;
+    }
+    // Who waited for the GPU since the last decision, as the previous one
+    // left it (the reports just read say who waits from now on).
+    const uint64_t elapsed = now_ns > last_tick_ ? now_ns - last_tick_ : 0;
+    for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
+      if (!entries_[i].used) continue;
+      for (uint32_t j = 0; j < bd::kBoardSlices; ++j) {
+        if (j != i && entries_[j].used && entries_[j].was_waiting && turn_.holder >= 0 &&
+            turn_.holder != int32_t(j)) {
+          entries_[i].contended_ns += elapsed;
+          break;
+        }
+      }
+    }
+    for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
+      if (entries_[i].used) entries_[i].was_waiting = views[i].waiting && views[i].live;
     }
     const shim::Outcome out = shim::Advance(now_ns, last_tick_, turn_, views, options_.params);
     last_tick_ = std::max(now_ns, last_tick_);
@@ -613,6 +640,13 @@ std::vector<uint64_t> Arbiter::Jobs() const {
   std::vector<uint64_t> out;
   for (const auto& [job, m] : members_) out.push_back(job);
   return out;
+}
+
+uint64_t Arbiter::ContendedNs(uint64_t job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t sum = 0;
+  for (const auto& [uuid, gpu] : gpus_) sum += gpu->ContendedNs(job_id);
+  return sum;
 }
 
 bool Arbiter::TickForTest(const std::string& uuid, uint64_t now_ns) {

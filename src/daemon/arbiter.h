@@ -91,6 +91,11 @@ class Arbiter {
   // The slice is gone: off every board; its members file removed.
   void Drop(uint64_t job_id);
 
+  // Wall time (ns) during which another slice on one of the job's GPUs
+  // waited for its turn while this one was registered (summed over its
+  // GPUs). See RegionStore::ContendedNs.
+  uint64_t ContendedNs(uint64_t job_id) const;
+
   std::string MembersPath(uint64_t job_id) const;
   std::string BoardPath(const std::string& uuid) const;
   std::vector<uint64_t> Jobs() const;

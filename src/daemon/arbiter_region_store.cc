@@ -49,4 +49,9 @@ core::Status ArbiterRegionStore::Update(const std::string& path, const SliceLimi
   return arbiter_.Update(l);
 }
 
+uint64_t ArbiterRegionStore::ContendedNs(const std::string& region_path) {
+  const uint64_t job = JobIdOfSlicePath(region_path);
+  return job == 0 ? 0 : arbiter_.ContendedNs(job);
+}
+
 }  // namespace gpuslice::daemon

@@ -424,3 +424,33 @@ TEST_F(ArbiterTest, TheDoorbellWakesTheArbiterAndIsRateLimited) {
 
 }  // namespace
 }  // namespace gpuslice::daemon
+
+namespace gpuslice::daemon {
+namespace {
+
+// Issue 13 item 4: the compute watchdog holds a work-conserving slice to its
+// share only while others wait for the GPU; the arbiter counts that time.
+TEST_F(ArbiterTest, ContendedTimeCountsOnlyWhileAnotherSliceWaits) {
+  Arbiter a(options_);
+  ASSERT_TRUE(a.Register(Limits(1, 500)).ok());
+  ASSERT_TRUE(a.Register(Limits(2, 500)).ok());
+  Model m{a};
+  m.board_index = {1, 2};
+  m.members.push_back(Members(a, 1));
+  m.members.push_back(Members(a, 2));
+  auto idle = [](shim::MembersFile& f, uint64_t now, bool, bool) { Write(f, 0, 0, now); };
+  m.behaviours = {Honest, idle};
+  m.board = Board(a);
+  m.Run(500 * kMs);
+  EXPECT_EQ(a.ContendedNs(1), 0u) << "nobody waited for the GPU";
+  EXPECT_EQ(a.ContendedNs(2), 0u);
+  // Both want the GPU all the time: each waits about half of it.
+  m.behaviours = {Honest, Honest};
+  m.Run(1'000 * kMs);
+  EXPECT_NEAR(double(a.ContendedNs(1)) / double(1'000 * kMs), 0.5, 0.1);
+  EXPECT_NEAR(double(a.ContendedNs(2)) / double(1'000 * kMs), 0.5, 0.1);
+  EXPECT_EQ(a.ContendedNs(3), 0u) << "no such job";
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

@@ -82,6 +82,14 @@ class RegionStore {
   // GPUSLICE_LIMITS); empty for a slice that has none (one made by an older
   // daemon: its shim reads its limits from the region).
   virtual std::string LimitsPathOf(const std::string& region_path) const = 0;
+  // Wall time (ns, cumulative since the slice was made) during which another
+  // slice sharing one of its GPUs waited for its turn: the compute arbiter's
+  // count; 0 without one. The compute watchdog holds a work-conserving slice
+  // to its share only while others wanted the GPU.
+  virtual uint64_t ContendedNs(const std::string& region_path) {
+    (void)region_path;
+    return 0;
+  }
 };
 
 // Slices under `dir` (the daemon's <state>/slices, created 0711: jobs of any
@@ -177,7 +185,14 @@ class FakeRegionStore : public RegionStore {
     return "/fake/limits-" + region_path.substr(prefix.size());
   }
 
+  uint64_t ContendedNs(const std::string& region_path) override {
+    auto it = contended.find(region_path);
+    return it == contended.end() ? 0 : it->second;
+  }
+
   std::map<std::string, SliceLimits> regions;
+  // Set by tests: per region, the arbiter's contended time (ContendedNs).
+  std::map<std::string, uint64_t> contended;
   // Every Update, as asked (devices and limits), in order.
   std::vector<std::pair<std::string, SliceLimits>> updates;
   // Set by tests: per region, bytes used on each device and the live pids.

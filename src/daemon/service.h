@@ -306,6 +306,9 @@ class Service {
     bool over_share = false;    // The compute watchdog saw it far over its share.
     // SM use per GPU of the last samples within the compute window.
     std::deque<std::pair<int64_t, std::map<uint32_t, double>>> sm_window;
+    // The arbiter's contended time (RegionStore::ContendedNs) at the same
+    // samples: how long others waited for the GPU (work-conserving slices).
+    std::deque<uint64_t> contended_window;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
   };
 

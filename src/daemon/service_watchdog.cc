@@ -121,7 +121,8 @@ bool Service::WatchMemory(Job& job, Live& l, const JobUsage& use) {
         RecordEvent("watchdog", job.id, job.user, what + "; stopped until it is back under");
         AppendToStderr(job, "job " + id + " stopped by the watchdog: " + what +
                                 "; it continues once back under (end the process that "
-                                "holds the memory, or `gpuslice cancel " + id + "`)");
+                                "holds the memory, or `gpuslice cancel " +
+                                id + "`)");
         LogWarn("job " + id + " stopped by the watchdog: " + what);
       }
       return false;
@@ -140,18 +141,24 @@ bool Service::WatchMemory(Job& job, Live& l, const JobUsage& use) {
 
 bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
   const PolicyConfig& rules = options_.rules;
-  // Only hard shares promise a bound: a work-conserving slice may use what
-  // others leave, and whole GPUs and memory-only slices have no share.
+  // Whole GPUs and memory-only slices have no share. A hard share is a
+  // bound at all times; a work-conserving one only while other slices wait
+  // for the GPU (it may use what they leave): it is held to its share for
+  // the part of the window in which the arbiter saw others waiting.
   uint32_t share = job.allocation.compute_milli;
-  bool hard = job.request.compute_mode != core::ComputeMode::kWorkConserving;
-  if (rules.watchdog_compute == WatchdogAction::kOff || share == 0 || share >= 1000 || !hard) {
+  const bool work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
+  if (rules.watchdog_compute == WatchdogAction::kOff || share == 0 || share >= 1000) {
     l.sm_window.clear();
+    l.contended_window.clear();
     return false;
   }
   int64_t now = use.sampled_ms;
   l.sm_window.emplace_back(now, use.sm_pct_by_gpu);
-  while (!l.sm_window.empty() && l.sm_window.front().first <= now - rules.watchdog_compute_window_ms) {
+  l.contended_window.push_back(work_conserving ? regions_.ContendedNs(job.region_path) : 0);
+  while (!l.sm_window.empty() &&
+         l.sm_window.front().first <= now - rules.watchdog_compute_window_ms) {
     l.sm_window.pop_front();
+    l.contended_window.pop_front();
   }
   // A full window only: the arbiter withholds an over-using slice's turns
   // within a few of them; use that stays high for a whole window came
@@ -164,13 +171,26 @@ bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
     for (const auto& [gpu, pct] : per_gpu) sum[gpu] += std::min(100.0, pct);
   }
   double share_pct = share / 10.0;
+  double allowed_pct = share_pct;
+  std::string contention;
+  if (work_conserving) {
+    // Its share while others waited, the whole GPU the rest of the time.
+    const int64_t span_ms = now - l.sm_window.front().first;
+    const uint64_t waited_ns = l.contended_window.back() - l.contended_window.front();
+    const double contended =
+        span_ms > 0 ? std::clamp(double(waited_ns) / (double(span_ms) * 1e6), 0.0, 1.0) : 0.0;
+    allowed_pct = share_pct + (1.0 - contended) * (100.0 - share_pct);
+    contention =
+        " while other slices waited for the GPU " + Percent(100.0 * contended) + " of the time";
+  }
   std::string what;
   for (const auto& [gpu, total] : sum) {
     double avg = total / static_cast<double>(l.sm_window.size());
-    if (avg <= share_pct + rules.watchdog_compute_margin_pct) continue;
-    what = "its processes used " + Percent(avg) + " of GPU " + std::to_string(gpu) + " (NVML) over " +
+    if (avg <= allowed_pct + rules.watchdog_compute_margin_pct) continue;
+    what = "its processes used " + Percent(avg) + " of GPU " + std::to_string(gpu) +
+           " (NVML) over " +
            core::FormatDuration(std::chrono::milliseconds(rules.watchdog_compute_window_ms)) +
-           ", far over its share of " + core::FormatShareMilli(share) + " (margin " +
+           contention + ", far over its share of " + core::FormatShareMilli(share) + " (margin " +
            Percent(rules.watchdog_compute_margin_pct) + "): a process bypasses its turns";
     break;
   }

@@ -109,7 +109,8 @@ class WatchdogTest : public ::testing::Test {
 // that skipped the shim held 20 GiB in a 4 GiB slice; the watchdog read the
 // limit back from the region and saw nothing. Now the limit is the daemon's
 // and the default action is kill.
-TEST_F(WatchdogTest, Issue13KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheRegionSaysUnlimited) {
+TEST_F(WatchdogTest,
+       Issue13KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheRegionSaysUnlimited) {
   Start();
   JobView v = StartJob();
   regions_.regions[v.job.region_path].memory_bytes_per_device = ~0ull;  // The job's rewrite.
@@ -119,7 +120,8 @@ TEST_F(WatchdogTest, Issue13KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheR
   Run(1);  // One sample.
   JobView after = Get(v.job.id);
   EXPECT_EQ(after.job.state, core::JobState::kCancelled);
-  EXPECT_EQ(after.job.reason.rfind("killed by the watchdog: its processes hold 20 GiB on GPU", 0), 0u)
+  EXPECT_EQ(after.job.reason.rfind("killed by the watchdog: its processes hold 20 GiB on GPU", 0),
+            0u)
       << after.job.reason;
   ASSERT_EQ(EventsOf(v.job.id, "watchdog").size(), 1u);
   EXPECT_NE(EventsOf(v.job.id, "watchdog")[0].message.find("over its limit of 4 GiB"),
@@ -292,6 +294,44 @@ TEST_F(WatchdogTest, ComputeKillWhenConfigured) {
   EXPECT_NE(Log(v).find("bypasses its turns"), std::string::npos);
 }
 
+// Issue 13 item 4: a work-conserving slice may use what others leave, so it
+// was never watched: a process of it that bypassed the shim took the GPU
+// from slices that waited for their turns. Now it is held to its share for
+// the part of the window in which the arbiter saw others waiting.
+TEST_F(WatchdogTest, WorkConservingFarOverItsShareWhileOthersWaitIsReported) {
+  Start();
+  SubmitSpec s;
+  s.fields.mem = "4GiB";
+  s.fields.compute = "25%";
+  s.fields.compute_mode = "work-conserving";
+  s.argv = {"serve"};
+  s.cwd = "/home/u";
+  auto submitted = service_->Submit(TestCaller(1000), s);
+  ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
+  JobView v = Get(submitted->job.id);
+  std::ofstream(launcher_.launches[v.job.pid].stderr_path);
+  Process(v.job.allocation.gpu_indices[0], 777, 1 * core::kGiB, 95, 1000, v.job.pid);
+  // Alone (nobody waits): 95% is what a work-conserving slice may take.
+  Run(15);
+  EXPECT_TRUE(EventsOf(v.job.id, "watchdog_compute").empty());
+  // Others wait 90% of the time from now on (with 10 s windows it may take
+  // 25% of the GPU for the contended part, 100% for the rest, + 25% margin).
+  auto contend = [&](int seconds) {
+    for (int i = 0; i < seconds; ++i) {
+      regions_.contended[v.job.region_path] += 900'000'000;
+      Run(1);
+    }
+  };
+  contend(3);
+  EXPECT_TRUE(EventsOf(v.job.id, "watchdog_compute").empty()) << "27% contended: 105% allowed";
+  contend(12);
+  auto events = EventsOf(v.job.id, "watchdog_compute");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].message.find("while other slices waited for the GPU"), std::string::npos)
+      << events[0].message;
+  EXPECT_TRUE(HasFlag(v.job.id, "over_share"));
+}
+
 // Issue 13 (measured): a 40 GiB job was placed on a GPU where a foreign
 // process held 70 GiB. Here: 30 GiB foreign on GPU 0 of two 40 GiB GPUs.
 TEST_F(WatchdogTest, Issue13ForeignMemoryIsChargedInPlacementAndReportedOnce) {
@@ -338,9 +378,9 @@ TEST_F(WatchdogTest, ForeignKillSparesRootAndAllowedGroups) {
   rules.foreign = ForeignAction::kKill;
   rules.foreign_allowed_groups = {"render"};
   Start(rules);
-  Process(0, 100, 1 * core::kGiB, 0, 0);                       // root
+  Process(0, 100, 1 * core::kGiB, 0, 0);                             // root
   Process(0, 200, 1 * core::kGiB, 0, 2000, 0, {"u2000", "render"});  // allowed group
-  Process(1, 300, 1 * core::kGiB, 0, 3000, 0, {"u3000"});      // anyone else
+  Process(1, 300, 1 * core::kGiB, 0, 3000, 0, {"u3000"});            // anyone else
   Run(1);
   EXPECT_TRUE(processes_.signals.empty()) << "not at the first sighting";
   Run(1);
