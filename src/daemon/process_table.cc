@@ -3,6 +3,8 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -39,9 +41,8 @@ std::optional<ProcessOwner> ProcProcessTable::OwnerOf(int64_t pid) {
   std::vector<uint32_t> gids;
   std::string line;
   while (std::getline(in, line)) {
-    std::istringstream fields(line.substr(line.find(':') == std::string::npos
-                                              ? line.size()
-                                              : line.find(':') + 1));
+    std::istringstream fields(
+        line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 1));
     if (line.rfind("Uid:", 0) == 0) {
       have_uid = static_cast<bool>(fields >> o.uid);  // Real uid: who started it.
     } else if (line.rfind("Gid:", 0) == 0) {
@@ -81,6 +82,43 @@ core::Status ProcProcessTable::Signal(int64_t pid, int signal) {
     return core::UnavailableError("kill " + std::to_string(pid) + ": " + std::strerror(err));
   }
   return core::Status::Ok();
+}
+
+core::Status ProcProcessTable::SignalIfOwnedBy(int64_t pid, uint32_t uid, int signal) {
+  if (pid <= 0) return core::InvalidArgumentError("no process " + std::to_string(pid));
+  // The pidfd names this process for good: if it ends and its pid is
+  // reused after this point, the owner read below is the newcomer's, and
+  // the probe through the pidfd then fails (the process it names is gone).
+  const int fd = int(syscall(SYS_pidfd_open, pid_t(pid), 0));
+  if (fd < 0) {
+    if (errno == ESRCH) return core::NotFoundError("no process " + std::to_string(pid));
+    if (errno != ENOSYS) {
+      return core::UnavailableError("pidfd_open " + std::to_string(pid) + ": " +
+                                    std::strerror(errno));
+    }
+    // A kernel without pidfds (< 5.3): check, then kill (a short window).
+    std::optional<ProcessOwner> o = OwnerOf(pid);
+    if (!o) return core::NotFoundError("no process " + std::to_string(pid));
+    if (o->uid != uid)
+      return core::PermissionDeniedError("process " + std::to_string(pid) + " is not uid " +
+                                         std::to_string(uid) + "'s");
+    return Signal(pid, signal);
+  }
+  core::Status result = core::Status::Ok();
+  std::optional<ProcessOwner> o = OwnerOf(pid);
+  if (!o || syscall(SYS_pidfd_send_signal, fd, 0, nullptr, 0) != 0) {
+    result = core::NotFoundError("no process " + std::to_string(pid));
+  } else if (o->uid != uid) {
+    result = core::PermissionDeniedError("process " + std::to_string(pid) + " is not uid " +
+                                         std::to_string(uid) + "'s");
+  } else if (syscall(SYS_pidfd_send_signal, fd, signal, nullptr, 0) != 0) {
+    result =
+        errno == ESRCH
+            ? core::NotFoundError("no process " + std::to_string(pid))
+            : core::UnavailableError("kill " + std::to_string(pid) + ": " + std::strerror(errno));
+  }
+  close(fd);
+  return result;
 }
 
 }  // namespace gpuslice::daemon

@@ -36,6 +36,11 @@ class ProcessTable {
   virtual int64_t ProcessGroupOf(int64_t pid) = 0;
   // kill(pid, signal) of one process (not its group).
   virtual core::Status Signal(int64_t pid, int signal) = 0;
+  // Signals `pid` only if it is (still) a process of real uid `uid`, with no
+  // window in which the pid could be reused by someone else's process
+  // between the check and the signal (a pidfd holds the process checked).
+  // NotFound when it is gone, PermissionDenied when it is not that uid's.
+  virtual core::Status SignalIfOwnedBy(int64_t pid, uint32_t uid, int signal) = 0;
 };
 
 // /proc and kill(2).
@@ -44,6 +49,7 @@ class ProcProcessTable : public ProcessTable {
   std::optional<ProcessOwner> OwnerOf(int64_t pid) override;
   int64_t ProcessGroupOf(int64_t pid) override;
   core::Status Signal(int64_t pid, int signal) override;
+  core::Status SignalIfOwnedBy(int64_t pid, uint32_t uid, int signal) override;
 };
 
 class FakeProcessTable : public ProcessTable {
@@ -60,6 +66,12 @@ class FakeProcessTable : public ProcessTable {
   core::Status Signal(int64_t pid, int signal) override {
     signals.emplace_back(pid, signal);
     return core::Status::Ok();
+  }
+  core::Status SignalIfOwnedBy(int64_t pid, uint32_t uid, int signal) override {
+    auto it = owners.find(pid);
+    if (it == owners.end()) return core::NotFoundError("no process " + std::to_string(pid));
+    if (it->second.uid != uid) return core::PermissionDeniedError("not that user's");
+    return Signal(pid, signal);
   }
 
   std::map<int64_t, ProcessOwner> owners;

@@ -34,8 +34,7 @@ void SignalOutsideGroup(ProcessTable& procs, const std::vector<int32_t>& pids, c
                         int signal) {
   for (int32_t pid : pids) {
     if (procs.ProcessGroupOf(pid) == job.pid) continue;
-    std::optional<ProcessOwner> owner = procs.OwnerOf(pid);
-    if (owner && owner->uid == job.uid) (void)procs.Signal(pid, signal);
+    (void)procs.SignalIfOwnedBy(pid, job.uid, signal);
   }
 }
 
@@ -278,7 +277,8 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
         what += "; spared (" + std::string(f.uid == 0 ? "root" : "an allowed group") + ")";
       } else if (f.uid < 0) {
         what += "; gone before it could be ended";
-      } else if (core::Status s = Processes().Signal(f.pid, SIGKILL); s.ok()) {
+      } else if (core::Status s = Processes().SignalIfOwnedBy(f.pid, uint32_t(f.uid), SIGKILL);
+                 s.ok()) {
         what += "; killed (foreign = kill)";
       } else {
         what += "; cannot kill it: " + s.message();
