@@ -199,8 +199,14 @@ int Gpus(Context& ctx) {
   for (const json& gpu : g["gpus"]) {
     for (const json& p : gpu.value("foreign_processes", json::array())) {
       ++foreign;
-      f.Add({std::to_string(gpu["index"].get<int>()), std::to_string(p.value("pid", 0u)),
-             p.value("user", std::string("?")),
+      // On a GPU in MIG mode, the instance it runs in (and takes from jobs).
+      std::string where = std::to_string(gpu["index"].get<int>());
+      for (const json& m : gpu.value("mig", json::array())) {
+        if (p.value("mig_uuid", std::string()) == m.value("uuid", std::string("-"))) {
+          where += " MIG " + m.value("profile", std::string("?"));
+        }
+      }
+      f.Add({where, std::to_string(p.value("pid", 0u)), p.value("user", std::string("?")),
              core::FormatBytes(p.value("used_memory", uint64_t{0}))});
     }
     // MEMORY is what NVML says processes use; RESERVED what jobs were given
@@ -231,11 +237,17 @@ int Gpus(Context& ctx) {
            milli ? core::FormatShareMilli(milli) : "-"});
     }
     if (mig) {
-      // Each MIG instance: free, or whose.
+      // Each MIG instance: free, or whose (a job's, or taken by a process
+      // outside gpuslice).
       for (const json& m : gpu["mig"]) {
         std::string whose = m.contains("job") ? "job " + std::to_string(m["job"].get<uint64_t>()) +
                                                     " (" + m.value("user", "") + ")"
                                               : "free";
+        const json outside = m.value("foreign_processes", json::array());
+        if (!outside.empty()) {
+          std::string pid = std::to_string(outside[0].value("pid", 0u));
+          whose = (m.contains("job") ? whose + "; " : "") + "outside gpuslice (pid " + pid + ")";
+        }
         t.Add({"  mig", m.value("profile", ""), m["uuid"], "",
                core::FormatBytes(m.value("memory_total", uint64_t{0})), whose, "", "", "", ""});
       }
@@ -244,7 +256,8 @@ int Gpus(Context& ctx) {
   std::cout << t.Render();
   std::cout << "\nSlices:\n" << s.Render();
   if (foreign > 0) {
-    std::cout << "\nProcesses outside gpuslice (charged to their GPU in placement):\n"
+    std::cout << "\nProcesses outside gpuslice (charged to their GPU, or MIG instance, in "
+                 "placement):\n"
               << f.Render();
   }
   return 0;

@@ -251,15 +251,31 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
     uint64_t foreign_bytes = 0;
     for (const ForeignProcess& f : service_.ForeignProcesses()) {
       if (f.gpu_index != g.index) continue;
-      foreign.push_back({{"pid", f.pid},
-                         {"user", f.user},
-                         {"uid", f.uid},
-                         {"used_memory", f.used_memory},
-                         {"spared", f.spared}});
+      json fj = {{"pid", f.pid},
+                 {"user", f.user},
+                 {"uid", f.uid},
+                 {"used_memory", f.used_memory},
+                 {"spared", f.spared}};
+      if (!f.mig_uuid.empty()) fj["mig_uuid"] = f.mig_uuid;
+      foreign.push_back(fj);
       foreign_bytes += f.used_memory;
     }
     gj["foreign_processes"] = foreign;
     gj["foreign_memory"] = foreign_bytes;
+    // A MIG instance with foreign processes is taken in placement: it says
+    // by whom, as it says which job holds it.
+    for (json& m : gj["mig"]) {
+      json mine = json::array();
+      uint64_t bytes = 0;
+      for (const json& fj : foreign) {
+        if (fj.value("mig_uuid", std::string()) != m["uuid"].get<std::string>()) continue;
+        mine.push_back(
+            {{"pid", fj["pid"]}, {"user", fj["user"]}, {"used_memory", fj["used_memory"]}});
+        bytes += fj["used_memory"].get<uint64_t>();
+      }
+      m["foreign_processes"] = mine;
+      m["foreign_memory"] = bytes;
+    }
     json sl = json::array();
     for (uint64_t id : slices[g.index]) {
       auto v = service_.Get(id);

@@ -14,6 +14,12 @@ using core::Status;
 // that many GPUs, and a multi-GPU job stays within one of them.
 constexpr size_t kGpusPerNode = core::kMaxGpusPerNode;
 
+bool IsOfProfile(const MigInstance& m, const core::MigProfile& profile) {
+  if (!m.profile.empty()) return m.profile == profile.ToString();
+  // Unnamed instance: match by memory (decimal GB, as profiles say).
+  return (m.memory_total + 500'000'000ull) / 1'000'000'000ull == profile.memory_gb;
+}
+
 }  // namespace
 
 core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
@@ -48,7 +54,7 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
     std::string pool = pool_of.empty() ? std::string() : pool_of[i];
     if (!pool.empty()) c->pool_masks_.emplace(pool, 0);
     if (g.mig_enabled) {
-      for (const MigInstance& m : g.mig) c->mig_.push_back({g.index, m, false, pool});
+      for (const MigInstance& m : g.mig) c->mig_.push_back({g.index, m, false, pool, "", 0});
       continue;
     }
     core::GpuState s;
@@ -68,16 +74,10 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
 
 int NodeCapacity::FindMig(const core::MigProfile& profile, const std::string& pool,
                           bool free_only) const {
-  std::string want = profile.ToString();
   for (size_t i = 0; i < mig_.size(); ++i) {
-    if (free_only && mig_[i].taken) continue;
+    if (free_only && !mig_[i].Free()) continue;
     if (!pool.empty() && mig_[i].pool != pool) continue;
-    const MigInstance& m = mig_[i].instance;
-    bool match = !m.profile.empty()
-                     ? m.profile == want
-                     // Unnamed instance: match by memory (decimal GB, as profiles say).
-                     : (m.memory_total + 500'000'000ull) / 1'000'000'000ull == profile.memory_gb;
-    if (match) return static_cast<int>(i);
+    if (IsOfProfile(mig_[i].instance, profile)) return static_cast<int>(i);
   }
   return -1;
 }
@@ -529,8 +529,18 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
   if (d == demands_->end()) return "unknown job";
   const DemandEntry& e = d->second;
   if (e.request.kind == core::RequestKind::kMig) {
+    // Instances of its profile that processes outside gpuslice hold: nothing
+    // a user sees in the queue explains those.
+    std::string foreign;
+    for (const MigUnit& m : mig_) {
+      if (m.foreign.empty() || (!e.pool.empty() && m.pool != e.pool)) continue;
+      if (!IsOfProfile(m.instance, e.request.mig)) continue;
+      foreign += "; " + m.instance.uuid + " (GPU " + std::to_string(m.gpu_index) +
+                 "): " + core::FormatBytes(m.foreign_bytes) +
+                 " held by processes outside gpuslice (" + m.foreign + ")";
+    }
     return "needs a free MIG " + e.request.mig.ToString() + " instance" +
-           (e.pool.empty() ? "" : " in pool '" + e.pool + "'") + "; all are taken";
+           (e.pool.empty() ? "" : " in pool '" + e.pool + "'") + "; all are taken" + foreign;
   }
   uint32_t idle = 0;
   uint64_t best_mem = 0;
@@ -633,6 +643,22 @@ uint64_t NodeCapacity::ForeignCharged(uint32_t gpu_index) const {
     if (f.gpu_index == gpu_index) return f.charged;
   }
   return 0;
+}
+
+void NodeCapacity::SetForeignMig(const std::string& mig_uuid, uint64_t bytes, std::string who) {
+  for (MigUnit& m : mig_) {
+    if (m.instance.uuid != mig_uuid) continue;
+    m.foreign_bytes = who.empty() ? 0 : bytes;
+    m.foreign = std::move(who);
+    return;
+  }
+}
+
+std::string NodeCapacity::ForeignMig(const std::string& mig_uuid) const {
+  for (const MigUnit& m : mig_) {
+    if (m.instance.uuid == mig_uuid) return m.foreign;
+  }
+  return "";
 }
 
 }  // namespace gpuslice::daemon

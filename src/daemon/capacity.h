@@ -94,10 +94,20 @@ class NodeCapacity : public core::CapacityModel {
   // not idle for whole-GPU requests). `who` names them for WhyNotNow
   // ("pid 4242, user bob"). 0 clears it. The charge takes only what is free
   // (a job placed earlier keeps what it holds); the rest is charged as soon
-  // as jobs give memory back. MIG GPUs are not charged.
+  // as jobs give memory back. A GPU in MIG mode is charged per instance
+  // (SetForeignMig); here it is ignored.
   void SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who);
   // What is charged for foreign use on the GPU now (at most what was set).
   uint64_t ForeignCharged(uint32_t gpu_index) const;
+  // Foreign use of the MIG instance with UUID `mig_uuid` ("MIG-..."): while
+  // `who` names processes belonging to no job that run in it, it is not
+  // handed to a job; "" frees it. An instance is placed whole, so any such
+  // process takes it, whatever memory it holds (`bytes`, for WhyNotNow). A
+  // job that holds the instance already keeps it (as with SetForeign); it
+  // is not placed again until both are gone. Unknown UUIDs are ignored.
+  void SetForeignMig(const std::string& mig_uuid, uint64_t bytes, std::string who);
+  // Who holds the MIG instance outside gpuslice, as set; "" when nobody.
+  std::string ForeignMig(const std::string& mig_uuid) const;
 
   const core::ClusterState& state() const { return state_; }
   // The profile the fragmentation-aware policies use now (null before the
@@ -117,8 +127,12 @@ class NodeCapacity : public core::CapacityModel {
   struct MigUnit {
     uint32_t gpu_index;
     MigInstance instance;
-    bool taken = false;
+    bool taken = false;  // By a job.
     std::string pool;
+    // Foreign use (SetForeignMig): who, and the bytes they hold.
+    std::string foreign;
+    uint64_t foreign_bytes = 0;
+    bool Free() const { return !taken && foreign.empty(); }
   };
   struct DemandEntry {
     core::ResourceRequest request;

@@ -377,5 +377,74 @@ TEST(NodeCapacity, ForeignMemoryKeepsWholeGpuRequestsOffAndIsChargedOnceJobsGive
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
 }
 
+// Issue 13 item 5, on a GPU in MIG mode: a MIG instance that a process
+// outside gpuslice runs in was handed to a job (MIG GPUs were not charged).
+TEST(NodeCapacity, Issue13AMigInstanceWithAForeignProcessIsNotHandedToAJob) {
+  GpuInfo g = Gpu(0);
+  g.mig_enabled = true;
+  for (int i = 0; i < 2; ++i) {
+    MigInstance m;
+    m.uuid = "MIG-" + std::to_string(i);
+    m.profile = "1g.10gb";
+    m.memory_total = 10 * core::kGiB;
+    m.gpu_instance_id = 7 + i;
+    g.mig.push_back(m);
+  }
+  auto c = NodeCapacity::Create({g}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  core::ResourceRequest mig;
+  mig.kind = core::RequestKind::kMig;
+  mig.mig = {1, 10};
+  for (uint64_t id = 1; id <= 2; ++id) ASSERT_TRUE((*c)->SetDemand(id, mig).ok());
+  (*c)->SetForeignMig("MIG-0", 2 * core::kGiB, "pid 4242, user bob");
+  EXPECT_EQ((*c)->ForeignMig("MIG-0"), "pid 4242, user bob");
+  EXPECT_EQ((*c)->ForeignMig("MIG-1"), "");
+  // The first job goes to the other instance; the second waits, and says why.
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->AllocationOf(1)->gpu_uuids, std::vector<std::string>{"MIG-1"});
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow);
+  std::string why = (*c)->WhyNotNow(2);
+  EXPECT_NE(
+      why.find("MIG-0 (GPU 0): 2 GiB held by processes outside gpuslice (pid 4242, user bob)"),
+      std::string::npos)
+      << why;
+  // What the planner works on (a clone) sees the instance taken too.
+  std::unique_ptr<core::CapacityModel> plan = (*c)->Clone();
+  EXPECT_EQ(plan->TryPlace(2), core::FitResult::kNotNow);
+  // The foreign process ends: the instance is placed again.
+  (*c)->SetForeignMig("MIG-0", 0, "");
+  EXPECT_EQ((*c)->ForeignMig("MIG-0"), "");
+  ASSERT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->AllocationOf(2)->gpu_uuids, std::vector<std::string>{"MIG-0"});
+}
+
+TEST(NodeCapacity, AMigInstanceAJobHoldsStaysItsAndIsFreeOnlyWhenForeignUseEndsToo) {
+  GpuInfo g = Gpu(0);
+  g.mig_enabled = true;
+  MigInstance m;
+  m.uuid = "MIG-0";
+  m.profile = "3g.20gb";
+  m.memory_total = 20 * core::kGiB;
+  g.mig.push_back(m);
+  auto c = NodeCapacity::Create({Gpu(1), g}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  core::ResourceRequest mig;
+  mig.kind = core::RequestKind::kMig;
+  mig.mig = {3, 20};
+  for (uint64_t id = 1; id <= 2; ++id) ASSERT_TRUE((*c)->SetDemand(id, mig).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  // A process outside gpuslice joins the job's instance: the job keeps it.
+  (*c)->SetForeignMig("MIG-0", 1 * core::kGiB, "pid 77, user eve");
+  EXPECT_EQ((*c)->AllocationOf(1)->gpu_uuids, std::vector<std::string>{"MIG-0"});
+  (*c)->Release(1);
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow) << "the foreign process still runs there";
+  // Whole-GPU foreign use is unchanged beside it, and an unknown UUID is ignored.
+  (*c)->SetForeignMig("MIG-9", 1, "pid 1, user x");
+  (*c)->SetForeign(1, 30 * core::kGiB, "pid 5, user y");
+  EXPECT_EQ((*c)->ForeignCharged(1), 30 * core::kGiB);
+  (*c)->SetForeignMig("MIG-0", 0, "");
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

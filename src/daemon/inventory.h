@@ -35,12 +35,34 @@ struct GpuInfo {
   std::vector<MigInstance> mig;
 };
 
+// NVML's gpuInstanceId / computeInstanceId of a process that does not run
+// on a MIG device.
+inline constexpr uint32_t kNoMigInstance = 0xFFFFFFFFu;
+
 struct GpuProcess {
   uint32_t pid = 0;
   uint64_t used_memory = 0;
   // Its SM use over the last sampling interval (NVML per-process samples).
   uint32_t sm_util_pct = 0;
+  // On a GPU in MIG mode, the MIG device it runs in (NVML's nvmlProcessInfo_t
+  // gpuInstanceId and computeInstanceId, as in MigInstance); kNoMigInstance
+  // otherwise, or when NVML does not say. A process on several MIG devices
+  // of one GPU is listed once per device.
+  uint32_t gpu_instance_id = kNoMigInstance;
+  uint32_t compute_instance_id = kNoMigInstance;
 };
+
+// The MIG device of `gpu` that `p` runs in (same GPU and compute instance
+// ids), or null when it runs on no MIG device that the inventory knows.
+inline const MigInstance* MigInstanceOf(const GpuInfo& gpu, const GpuProcess& p) {
+  if (p.gpu_instance_id == kNoMigInstance) return nullptr;
+  for (const MigInstance& m : gpu.mig) {
+    if (m.gpu_instance_id == p.gpu_instance_id && m.compute_instance_id == p.compute_instance_id) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
 
 struct GpuUsage {
   uint32_t index = 0;

@@ -225,7 +225,7 @@ void RenderGpus(MetricsText& t, const InventorySnapshot& inv, const std::vector<
   }
   t.Family(kGpuForeignMem, MetricType::kGauge,
            "GPU memory held by processes that belong to no gpuslice job (NVML; bytes). "
-           "Charged to the GPU in placement.");
+           "Charged to the GPU in placement (in MIG mode: their instances are taken).");
   for (size_t i = 0; i < inv.gpus.size(); ++i) t.Sample(labels[i], foreign_bytes[i]);
   t.Family(kGpuForeignProcs, MetricType::kGauge,
            "Processes on the GPU that belong to no gpuslice job (NVML).");

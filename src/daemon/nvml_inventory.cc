@@ -188,6 +188,41 @@ void FillSmCounts(const std::string& cuda_library, std::vector<GpuInfo>* gpus) {
   }
 }
 
+// The compute processes on GPU `d` (v3 rows: pid, memory, and on a GPU in
+// MIG mode the GPU and compute instance ids of the MIG device each runs in).
+// On a GPU in MIG mode NVML lists every instance's processes on the GPU only
+// to a privileged caller; otherwise (an unprivileged daemon) they are read
+// from each MIG device, whose own ids stand in where a row lacks them.
+void ReadProcesses(const Nvml& n, nvmlDevice_t d, bool mig, GpuUsage* u) {
+  auto read = [&](nvmlDevice_t dev, uint32_t gi, uint32_t ci) {
+    nvmlProcessInfo_t infos[64];
+    unsigned cnt = 64;
+    if (n.processes(dev, &cnt, infos) != NVML_SUCCESS) return false;
+    for (unsigned k = 0; k < cnt && k < 64; ++k) {
+      GpuProcess p{infos[k].pid, infos[k].usedGpuMemory, 0};
+      p.gpu_instance_id = infos[k].gpuInstanceId;
+      p.compute_instance_id = infos[k].computeInstanceId;
+      if (p.gpu_instance_id == kNoMigInstance) {
+        p.gpu_instance_id = gi;
+        p.compute_instance_id = ci;
+      }
+      u->processes.push_back(p);
+    }
+    return true;
+  };
+  if (read(d, kNoMigInstance, kNoMigInstance) || !mig || !n.mig_count || !n.mig_by_index) return;
+  unsigned max = 0;
+  if (n.mig_count(d, &max) != NVML_SUCCESS) return;
+  for (unsigned m = 0; m < max; ++m) {
+    nvmlDevice_t md = nullptr;
+    unsigned gi = kNoMigInstance, ci = kNoMigInstance;
+    if (n.mig_by_index(d, m, &md) != NVML_SUCCESS) continue;
+    if (!n.gi_id || n.gi_id(md, &gi) != NVML_SUCCESS) gi = kNoMigInstance;
+    if (!n.ci_id || n.ci_id(md, &ci) != NVML_SUCCESS) ci = kNoMigInstance;
+    read(md, gi, ci);
+  }
+}
+
 }  // namespace
 
 core::Result<GpuSourceMode> ParseGpuSourceMode(std::string_view text) {
@@ -227,6 +262,7 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
   snap.source = is_sim ? "simulated" : "nvml";
   Nvml n;
   n.Resolve(h);
+  mig_enabled_.clear();
   if (!n.Complete()) {
     return core::NotFoundError(snap.library + " lacks NVML entry points the daemon needs");
   }
@@ -281,6 +317,7 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
         g.mig.push_back(mi);
       }
     }
+    mig_enabled_.push_back(g.mig_enabled);
     snap.gpus.push_back(g);
     handles.push_back(d);
   }
@@ -401,15 +438,7 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
     u.xid_watched = xid_watched_[i];
     u.xid_errors = xid_errors_[i];
     u.last_xid = last_xid_[i];
-    if (n.processes) {
-      nvmlProcessInfo_t infos[64];
-      unsigned cnt = 64;
-      if (n.processes(d, &cnt, infos) == NVML_SUCCESS) {
-        for (unsigned k = 0; k < cnt; ++k) {
-          u.processes.push_back({infos[k].pid, infos[k].usedGpuMemory, 0});
-        }
-      }
-    }
+    if (n.processes) ReadProcesses(n, d, i < mig_enabled_.size() && mig_enabled_[i], &u);
     // Per-process SM use: the mean of each process's samples since the last
     // call. NVML keeps a short ring of samples per GPU; asking from the last
     // timestamp seen avoids counting one sample twice. A process without a

@@ -12,6 +12,7 @@
 // topology is unknown (-1) and placement ignores islands.
 
 #include <string>
+#include <vector>
 
 #include "core/nvml_abi.h"
 #include "daemon/inventory.h"
@@ -36,6 +37,8 @@ class NvmlInventory : public Inventory {
   std::string sim_lib_dir_;
   void* handle_ = nullptr;
   size_t gpu_count_ = 0;
+  // Per GPU: in MIG mode at the last Read().
+  std::vector<bool> mig_enabled_;
   // Per GPU: the newest per-process utilisation sample already seen, so each
   // Usage() averages only the samples since the previous one.
   std::vector<unsigned long long> last_sample_us_;

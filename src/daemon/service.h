@@ -163,6 +163,8 @@ struct ForeignProcess {
   int64_t uid = -1;     // -1: the process is gone (its owner unknown).
   std::string user;     // "?" when unknown.
   bool spared = false;  // Root or an allowed group: `foreign = kill` leaves it.
+  // The MIG device it runs in ("MIG-..."), on a GPU in MIG mode; "" else.
+  std::string mig_uuid;
 };
 
 // Queue waits of started jobs (submitted -> started), for the metrics'

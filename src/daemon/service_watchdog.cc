@@ -215,9 +215,31 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
   const PolicyConfig& rules = options_.rules;
   std::vector<ForeignProcess> now;
   std::unordered_map<int64_t, int> seen;
-  std::map<uint32_t, std::pair<uint64_t, std::string>> per_gpu;  // Bytes, who.
-  std::map<uint32_t, uint64_t> largest;
+  // Foreign use of one GPU, or of one MIG instance: bytes, and who (the
+  // largest process, "and N more").
+  struct Use {
+    uint64_t bytes = 0;
+    uint64_t largest = 0;
+    size_t processes = 0;
+    std::string who;
+    void Add(const GpuProcess& p, const std::string& user) {
+      bytes += p.used_memory;
+      if (who.empty() || p.used_memory > largest) {
+        largest = p.used_memory;
+        who = "pid " + std::to_string(p.pid) + ", user " + user;
+      }
+      ++processes;
+    }
+    std::string Who() const {
+      return processes > 1 ? who + ", and " + std::to_string(processes - 1) + " more" : who;
+    }
+  };
+  std::map<uint32_t, Use> per_gpu;
+  std::map<std::string, Use> per_mig;  // By MIG UUID.
   for (const GpuUsage& g : gpu_usage_) {
+    auto info = std::find_if(inventory_.gpus.begin(), inventory_.gpus.end(),
+                             [&](const GpuInfo& x) { return x.index == g.index; });
+    bool mig = info != inventory_.gpus.end() && info->mig_enabled;
     for (const GpuProcess& p : g.processes) {
       if (job_of_pid.count(p.pid)) continue;
       ForeignProcess f;
@@ -234,11 +256,17 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
           if (std::find(allowed.begin(), allowed.end(), grp) != allowed.end()) f.spared = true;
         }
       }
-      auto& [bytes, who] = per_gpu[g.index];
-      bytes += p.used_memory;
-      if (who.empty() || p.used_memory > largest[g.index]) {
-        largest[g.index] = p.used_memory;
-        who = "pid " + std::to_string(p.pid) + ", user " + f.user;
+      per_gpu[g.index].Add(p, f.user);
+      if (mig) {
+        if (const MigInstance* m = MigInstanceOf(*info, p)) f.mig_uuid = m->uuid;
+        // Every MIG device of its GPU instance: they share that instance's
+        // memory, and a job on one is given all of it. A process whose
+        // instance NVML does not name takes none (it is still shown).
+        for (const MigInstance& m : info->mig) {
+          if (p.gpu_instance_id != kNoMigInstance && m.gpu_instance_id == p.gpu_instance_id) {
+            per_mig[m.uuid].Add(p, f.user);
+          }
+        }
       }
       if (!seen.count(p.pid)) {
         auto before = foreign_seen_.find(p.pid);
@@ -248,19 +276,27 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
     }
   }
   // Charged in placement at once (NVML says the memory is taken, whoever
-  // holds it); a GPU without foreign use is cleared.
+  // holds it): a whole GPU's memory, or a MIG instance whole. A GPU or
+  // instance without foreign use is cleared.
   if (capacity_) {
     for (const GpuInfo& g : inventory_.gpus) {
+      if (g.mig_enabled) {
+        for (const MigInstance& m : g.mig) {
+          auto it = per_mig.find(m.uuid);
+          if (it == per_mig.end()) {
+            capacity_->SetForeignMig(m.uuid, 0, "");
+          } else {
+            capacity_->SetForeignMig(m.uuid, it->second.bytes, it->second.Who());
+          }
+        }
+        continue;
+      }
       auto it = per_gpu.find(g.index);
       if (it == per_gpu.end()) {
         capacity_->SetForeign(g.index, 0, "");
         continue;
       }
-      std::string who = it->second.second;
-      size_t n = std::count_if(now.begin(), now.end(),
-                               [&](const ForeignProcess& f) { return f.gpu_index == g.index; });
-      if (n > 1) who += ", and " + std::to_string(n - 1) + " more";
-      capacity_->SetForeign(g.index, it->second.first, who);
+      capacity_->SetForeign(g.index, it->second.bytes, it->second.Who());
     }
   }
   // Reported (and ended, with foreign = kill) from the second sample on: a
@@ -271,7 +307,10 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
     foreign_reported_.insert(f.pid);
     std::string what = "pid " + std::to_string(f.pid) + " (user " + f.user + ") holds " +
                        core::FormatBytes(f.used_memory) + " on GPU " + std::to_string(f.gpu_index) +
-                       " outside gpuslice; charged to the GPU in placement";
+                       (f.mig_uuid.empty() ? " outside gpuslice; charged to the GPU in placement"
+                                           : " (MIG " + f.mig_uuid +
+                                                 ") outside gpuslice; the instance is taken in "
+                                                 "placement");
     if (rules.foreign == ForeignAction::kKill) {
       if (f.spared) {
         what += "; spared (" + std::string(f.uid == 0 ? "root" : "an allowed group") + ")";

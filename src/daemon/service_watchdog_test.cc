@@ -29,7 +29,9 @@ class WatchdogTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  void Start(PolicyConfig rules = {}) {
+  void Start(PolicyConfig rules = {},
+             InventorySnapshot gpus = SimulatedGpus(2, "A100", 40 * core::kGiB)) {
+    inventory_ = FakeInventory(gpus);
     ServiceOptions o;
     o.state_dir = dir_;
     o.kill_grace_ms = 1000;
@@ -38,7 +40,7 @@ class WatchdogTest : public ::testing::Test {
     o.groups_of = [](const std::string&, uint32_t) { return std::vector<std::string>{}; };
     service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
     ASSERT_TRUE(service_->Start().ok());
-    inventory_.usage = *FakeInventory(SimulatedGpus(2, "A100", 40 * core::kGiB)).Usage();
+    inventory_.usage = *FakeInventory(gpus).Usage();
   }
 
   // A running 4 GiB / 25% slice of user 1000; its log file exists, as the
@@ -66,6 +68,21 @@ class WatchdogTest : public ::testing::Test {
     o.groups = std::move(groups);
     processes_.owners[pid] = o;
     processes_.groups[pid] = pgid ? pgid : pid;
+  }
+  // A process on a GPU in MIG mode, in the MIG device with these ids (as
+  // NVML lists it on the GPU).
+  void MigProcess(uint32_t gpu, uint32_t pid, uint64_t bytes, uint32_t uid, uint32_t gpu_instance,
+                  uint32_t compute_instance = 0) {
+    Process(gpu, pid, bytes, 0, uid);
+    inventory_.usage[gpu].processes.back().gpu_instance_id = gpu_instance;
+    inventory_.usage[gpu].processes.back().compute_instance_id = compute_instance;
+  }
+  core::Result<JobView> SubmitMig(const std::string& profile) {
+    SubmitSpec s;
+    s.fields.mig = profile;
+    s.argv = {"train"};
+    s.cwd = "/home/u";
+    return service_->Submit(TestCaller(1000), s);
   }
   JobView Get(uint64_t id) { return *service_->Get(id); }
   std::vector<Event> EventsOf(uint64_t job_id, const std::string& kind) {
@@ -408,6 +425,73 @@ TEST_F(WatchdogTest, AJobsOwnProcessesAreNotForeign) {
   Run(3);
   EXPECT_TRUE(service_->ForeignProcesses().empty());
   EXPECT_TRUE(processes_.signals.empty());
+}
+
+// One H100 in MIG mode with two 1g.10gb instances (GPU instances 7 and 8).
+InventorySnapshot OneMigGpu() {
+  InventorySnapshot s = SimulatedGpus(1, "H100", 80 * core::kGiB);
+  s.gpus[0].mig_enabled = true;
+  for (uint32_t i = 0; i < 2; ++i) {
+    MigInstance m;
+    m.uuid = "MIG-" + std::to_string(i);
+    m.profile = "1g.10gb";
+    m.memory_total = 10 * core::kGiB;
+    m.gpu_instance_id = 7 + i;
+    m.compute_instance_id = 0;
+    s.gpus[0].mig.push_back(m);
+  }
+  return s;
+}
+
+// Issue 13 item 5 on a GPU in MIG mode: a process outside gpuslice ran in a
+// MIG instance that was then handed to a job (MIG GPUs were not charged).
+TEST_F(WatchdogTest, Issue13AForeignProcessInAMigInstanceKeepsJobsOffItUntilItEnds) {
+  Start({}, OneMigGpu());
+  MigProcess(0, 4242, 3 * core::kGiB, 2000, /*gpu_instance=*/7);
+  Run(2);
+  auto foreign = service_->ForeignProcesses();
+  ASSERT_EQ(foreign.size(), 1u);
+  EXPECT_EQ(foreign[0].mig_uuid, "MIG-0");
+  auto a = SubmitMig("1g.10gb");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kRunning);
+  EXPECT_EQ(Get(a->job.id).job.allocation.gpu_uuids, std::vector<std::string>{"MIG-1"})
+      << "not in the instance the foreign process runs in";
+  auto b = SubmitMig("1g.10gb");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  JobView bv = Get(b->job.id);
+  EXPECT_EQ(bv.job.state, core::JobState::kQueued);
+  EXPECT_NE(bv.waiting_for.find("MIG-0 (GPU 0): 3 GiB held by processes outside gpuslice (pid "
+                                "4242, user u2000)"),
+            std::string::npos)
+      << bv.waiting_for;
+  std::vector<Event> events = EventsOf(0, "foreign_process");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].message.find("on GPU 0 (MIG MIG-0)"), std::string::npos) << events[0].message;
+  // The foreign process ends: the waiting job gets the instance.
+  inventory_.usage[0].processes.clear();
+  Run(1);
+  EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kRunning);
+  EXPECT_EQ(Get(b->job.id).job.allocation.gpu_uuids, std::vector<std::string>{"MIG-0"});
+}
+
+// MIG devices of one GPU instance share its memory (one per compute
+// instance): a foreign process in one takes them all.
+TEST_F(WatchdogTest, AForeignProcessTakesEveryMigDeviceOfItsGpuInstance) {
+  InventorySnapshot gpus = OneMigGpu();
+  gpus.gpus[0].mig[1].gpu_instance_id = 7;  // Two compute instances of GPU instance 7.
+  gpus.gpus[0].mig[1].compute_instance_id = 1;
+  Start({}, gpus);
+  MigProcess(0, 4242, 1 * core::kGiB, 2000, /*gpu_instance=*/7, /*compute_instance=*/1);
+  Run(1);
+  ASSERT_EQ(service_->ForeignProcesses().size(), 1u);
+  EXPECT_EQ(service_->ForeignProcesses()[0].mig_uuid, "MIG-1");
+  auto a = SubmitMig("1g.10gb");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kQueued);
+  inventory_.usage[0].processes.clear();
+  Run(1);
+  EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kRunning);
 }
 
 }  // namespace

@@ -165,5 +165,53 @@ TEST_F(WatchdogE2E, Issue13ForeignMemoryMakesAJobGoElsewhereOrWaitAndShowsInGpus
   ASSERT_EQ(d.Cli({"cancel", b}).exit_code, 0);
 }
 
+// Issue 13 item 5 on a GPU in MIG mode: a process outside gpuslice in a MIG
+// instance (NVML lists it on the GPU with that instance's ids) takes the
+// instance: a job asking for that profile gets the other one, the next
+// waits, and gets the instance once the foreign process ends.
+TEST_F(WatchdogE2E, Issue13AForeignProcessInAMigInstanceKeepsJobsOffIt) {
+  Daemon d("1xA100-40GB:mig=1g.5gb*2");
+  d_ = &d;
+  Start(d);
+  json gpus = Gpus(d);
+  ASSERT_TRUE(gpus.is_object() && gpus["gpus"][0]["mig"].size() == 2) << gpus.dump();
+  const std::string busy = gpus["gpus"][0]["mig"][0]["uuid"];
+  const std::string other = gpus["gpus"][0]["mig"][1]["uuid"];
+  foreign_ = StartForeign(d, "1GiB", busy);
+  auto foreign_in_busy = [&] {
+    json g = Gpus(d);
+    if (!g.is_object()) return false;
+    for (const json& m : g["gpus"][0]["mig"]) {
+      if (m.value("uuid", "") != busy) continue;
+      for (const json& p : m.value("foreign_processes", json::array())) {
+        if (p.value("pid", 0) == foreign_) return true;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(Daemon::WaitFor(foreign_in_busy, 30)) << Gpus(d).dump();
+  EXPECT_EQ(Gpus(d)["gpus"][0]["foreign_processes"][0].value("mig_uuid", ""), busy);
+
+  std::string a = Submit(d, {"--mig", "1g.5gb", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "running"; })) << Job(d, a).dump();
+  EXPECT_EQ(Job(d, a)["allocation"]["gpu_uuids"], json::array({other})) << Job(d, a).dump();
+  std::string b = Submit(d, {"--mig", "1g.5gb", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    return Job(d, b)
+               .value("waiting_for", "")
+               .find("held by processes outside gpuslice (pid " + std::to_string(foreign_)) !=
+           std::string::npos;
+  })) << Job(d, b).dump();
+  EXPECT_EQ(State(d, b), "queued");
+
+  kill(foreign_, SIGKILL);
+  waitpid(foreign_, nullptr, 0);
+  foreign_ = -1;
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, b) == "running"; })) << Job(d, b).dump();
+  EXPECT_EQ(Job(d, b)["allocation"]["gpu_uuids"], json::array({busy}));
+  ASSERT_EQ(d.Cli({"cancel", a}).exit_code, 0);
+  ASSERT_EQ(d.Cli({"cancel", b}).exit_code, 0);
+}
+
 }  // namespace
 }  // namespace gpuslice::e2e
