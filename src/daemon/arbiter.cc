@@ -145,6 +145,7 @@ class GpuArbiter {
     bool doorbell_broken = false;  // The file was truncated: not waited on.
     uint64_t contended_ns = 0;     // Another slice waited for its turn (ContendedNs).
     bool was_waiting = false;      // Waiting as of the last decision.
+    uint64_t waited_ns = 0;        // It waited while another slice held the GPU (WaitedNs).
   };
 
   GpuArbiter(std::string uuid, void* board, const ArbiterOptions& options)
@@ -209,6 +210,14 @@ class GpuArbiter {
     uint64_t sum = 0;
     for (const Entry& e : entries_) {
       if (e.used && e.job_id == job_id) sum += e.contended_ns;
+    }
+    return sum;
+  }
+  uint64_t WaitedNs(uint64_t job_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t sum = 0;
+    for (const Entry& e : entries_) {
+      if (e.used && e.job_id == job_id) sum += e.waited_ns;
     }
     return sum;
   }
@@ -311,7 +320,10 @@ class GpuArbiter {
       }
     }
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
-      if (entries_[i].used) entries_[i].was_waiting = views[i].waiting && views[i].live;
+      Entry& e = entries_[i];
+      if (!e.used) continue;
+      if (e.was_waiting && turn_.holder >= 0 && turn_.holder != int32_t(i)) e.waited_ns += elapsed;
+      e.was_waiting = views[i].waiting && views[i].live;
     }
     const shim::Outcome out = shim::Advance(now_ns, last_tick_, turn_, views, options_.params);
     last_tick_ = std::max(now_ns, last_tick_);
@@ -646,6 +658,13 @@ uint64_t Arbiter::ContendedNs(uint64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t sum = 0;
   for (const auto& [uuid, gpu] : gpus_) sum += gpu->ContendedNs(job_id);
+  return sum;
+}
+
+uint64_t Arbiter::WaitedNs(uint64_t job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t sum = 0;
+  for (const auto& [uuid, gpu] : gpus_) sum += gpu->WaitedNs(job_id);
   return sum;
 }
 

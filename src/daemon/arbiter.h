@@ -95,6 +95,9 @@ class Arbiter {
   // waited for its turn while this one was registered (summed over its
   // GPUs). See RegionStore::ContendedNs.
   uint64_t ContendedNs(uint64_t job_id) const;
+  // Wall time (ns) during which the job's slice waited for its turn while
+  // another held the GPU (summed over its GPUs). See RegionStore::WaitedNs.
+  uint64_t WaitedNs(uint64_t job_id) const;
 
   std::string MembersPath(uint64_t job_id) const;
   std::string BoardPath(const std::string& uuid) const;

@@ -54,4 +54,9 @@ uint64_t ArbiterRegionStore::ContendedNs(const std::string& region_path) {
   return job == 0 ? 0 : arbiter_.ContendedNs(job);
 }
 
+uint64_t ArbiterRegionStore::WaitedNs(const std::string& region_path) {
+  const uint64_t job = JobIdOfSlicePath(region_path);
+  return job == 0 ? 0 : arbiter_.WaitedNs(job);
+}
+
 }  // namespace gpuslice::daemon

@@ -40,6 +40,7 @@ class ArbiterRegionStore : public RegionStore {
   }
   core::Status Update(const std::string& path, const SliceLimits& limits) override;
   uint64_t ContendedNs(const std::string& region_path) override;
+  uint64_t WaitedNs(const std::string& region_path) override;
   std::string LimitsPathOf(const std::string& region_path) const override {
     return inner_.LimitsPathOf(region_path);
   }

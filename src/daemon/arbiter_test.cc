@@ -443,6 +443,7 @@ TEST_F(ArbiterTest, ContendedTimeCountsOnlyWhileAnotherSliceWaits) {
   m.board = Board(a);
   m.Run(500 * kMs);
   EXPECT_EQ(a.ContendedNs(1), 0u) << "nobody waited for the GPU";
+  EXPECT_EQ(a.WaitedNs(1), 0u) << "alone, it never waits for another";
   EXPECT_EQ(a.ContendedNs(2), 0u);
   // Both want the GPU all the time: each waits about half of it.
   m.behaviours = {Honest, Honest};
@@ -450,6 +451,9 @@ TEST_F(ArbiterTest, ContendedTimeCountsOnlyWhileAnotherSliceWaits) {
   EXPECT_NEAR(double(a.ContendedNs(1)) / double(1'000 * kMs), 0.5, 0.1);
   EXPECT_NEAR(double(a.ContendedNs(2)) / double(1'000 * kMs), 0.5, 0.1);
   EXPECT_EQ(a.ContendedNs(3), 0u) << "no such job";
+  // What each waited itself (idle reclaim's "waiting is not idle").
+  EXPECT_NEAR(double(a.WaitedNs(1)) / double(1'000 * kMs), 0.5, 0.1);
+  EXPECT_NEAR(double(a.WaitedNs(2)) / double(1'000 * kMs), 0.5, 0.1);
 }
 
 }  // namespace

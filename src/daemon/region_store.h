@@ -90,6 +90,13 @@ class RegionStore {
     (void)region_path;
     return 0;
   }
+  // Wall time (ns, cumulative) during which the slice itself waited for its
+  // turn while another slice held the GPU (the arbiter's count; 0 without
+  // one): idle reclaim does not take a slice that waits for being idle.
+  virtual uint64_t WaitedNs(const std::string& region_path) {
+    (void)region_path;
+    return 0;
+  }
 };
 
 // Slices under `dir` (the daemon's <state>/slices, created 0711: jobs of any
@@ -189,10 +196,15 @@ class FakeRegionStore : public RegionStore {
     auto it = contended.find(region_path);
     return it == contended.end() ? 0 : it->second;
   }
+  uint64_t WaitedNs(const std::string& region_path) override {
+    auto it = waited.find(region_path);
+    return it == waited.end() ? 0 : it->second;
+  }
 
   std::map<std::string, SliceLimits> regions;
   // Set by tests: per region, the arbiter's contended time (ContendedNs).
   std::map<std::string, uint64_t> contended;
+  std::map<std::string, uint64_t> waited;  // Likewise, WaitedNs.
   // Every Update, as asked (devices and limits), in order.
   std::vector<std::pair<std::string, SliceLimits>> updates;
   // Set by tests: per region, bytes used on each device and the live pids.

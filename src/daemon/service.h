@@ -143,6 +143,9 @@ struct JobUsage {
   uint64_t throttled_ns = 0;
   // How long gpu_util_pct has stayed below the idle threshold (0 when above).
   int64_t low_use_ms = 0;
+  // The arbiter's WaitedNs at the last sample: time the slice spent waiting
+  // for its turn counts as use, not idleness.
+  uint64_t waited_ns_seen = 0;
   // Time below the threshold over the job's life (persisted as jobs.idle_ms).
   int64_t idle_ms_total = 0;
   std::vector<int32_t> pids;  // Processes seen in the slice or its process group.
@@ -195,6 +198,9 @@ struct LogChunk {
 
 class Service {
  public:
+  // The share (per mille) a fraction without one takes turns with:
+  // work-conserving, so alone it uses the whole GPU.
+  static constexpr uint32_t kShareOfNoShareMilli = 1;
   Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
           RegionStore& regions);
   ~Service();
@@ -351,6 +357,9 @@ class Service {
   void ObserveWait(const core::Job& job);
   // The slice limits of a job as it is now (StartJob, resize, pause).
   SliceLimits SliceLimitsOf(const core::Job& job) const;
+  // A fraction without a compute share takes turns anyway, last (see
+  // kShareOfNoShareMilli).
+  static void TakeTurnsWithoutAShare(const core::Job& job, SliceLimits* limits);
 
   // Quotas.
   core::QuotaOwner OwnerOf(const core::Job& job);

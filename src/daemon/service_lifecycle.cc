@@ -234,7 +234,21 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
   limits.compute_milli = job.allocation.compute_milli;
   limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
   limits.priority = job.request.priority;
+  TakeTurnsWithoutAShare(job, &limits);
   return limits;
+}
+
+void Service::TakeTurnsWithoutAShare(const Job& job, SliceLimits* limits) {
+  // A part of a GPU without a compute share still shares that GPU with the
+  // slices beside it. Left out of the turns, it launched freely and the
+  // GPU's own time-slicing gave it half the GPU against a high-priority 50%
+  // slice (issue 18: 57% against 27%). It takes turns with the smallest
+  // share there is, work-conserving: it runs on whatever the others leave,
+  // yields to their priority and their shares, and is never capped alone.
+  if (job.request.kind == core::RequestKind::kFraction && limits->compute_milli == 0) {
+    limits->compute_milli = kShareOfNoShareMilli;
+    limits->work_conserving = true;
+  }
 }
 
 void Service::StartJob(Job& job) {

@@ -83,8 +83,8 @@ Status Service::CheckQuotaAtSubmit(const Job& job) {
       !access.group_max_priority.empty()) {
     const std::string& pool =
         job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
-    GPUSLICE_RETURN_IF_ERROR(CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool,
-                                         job.request.priority));
+    GPUSLICE_RETURN_IF_ERROR(
+        CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool, job.request.priority));
   }
   if (quotas_.empty()) return Status::Ok();
   core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
@@ -176,8 +176,8 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), want);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
       want < job.request.gpus_min || want > job.request.gpus_max) {
-    return core::InvalidArgumentError("--gpus '" + text.substr(0, 32) + "': " + name +
-                                      " runs on " + std::to_string(job.request.gpus_min) + " to " +
+    return core::InvalidArgumentError("--gpus '" + text.substr(0, 32) + "': " + name + " runs on " +
+                                      std::to_string(job.request.gpus_min) + " to " +
                                       std::to_string(job.request.gpus_max) + " GPUs");
   }
   const uint32_t held = static_cast<uint32_t>(job.allocation.gpu_indices.size());
@@ -185,8 +185,8 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
   if (want > held && !quotas_.empty()) {
     core::Allocation grown = job.allocation;
     grown.gpu_indices.resize(want, 0);
-    core::QuotaDecision d = quotas_.Decide(OwnerOf(job), core::ChargeOfAllocation(job.request, grown),
-                                           RunningUsage(job.id));
+    core::QuotaDecision d = quotas_.Decide(
+        OwnerOf(job), core::ChargeOfAllocation(job.request, grown), RunningUsage(job.id));
     if (d.verdict != core::QuotaVerdict::kFits) {
       return core::ResourceExhaustedError("resize to " + std::to_string(want) +
                                           " GPUs is over quota: " + d.reason);
@@ -195,9 +195,9 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
   Status s = ApplyElastic(job, want, "asked by " + caller.user);
   if (!s.ok()) {
     if (s.code() != core::StatusCode::kResourceExhausted) return s;
-    return core::ResourceExhaustedError(
-        name + " holds " + std::to_string(held) + " GPUs; " + std::to_string(want - held) +
-        " more are not idle in its pool (and on its island) now");
+    return core::ResourceExhaustedError(name + " holds " + std::to_string(held) + " GPUs; " +
+                                        std::to_string(want - held) +
+                                        " more are not idle in its pool (and on its island) now");
   }
   Schedule();
   return View(job);
@@ -280,6 +280,8 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   SliceLimits limits = SliceLimitsOf(job);
   limits.memory_bytes_per_device = next.memory_bytes;
   limits.compute_milli = next.compute_milli;
+  limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
+  TakeTurnsWithoutAShare(job, &limits);
   if (Status s = regions_.Update(job.region_path, limits); !s.ok()) {
     (void)capacity_->Resize(id, job.request);
     return s.WithContext("update the slice");

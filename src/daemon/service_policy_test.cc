@@ -412,6 +412,27 @@ TEST_F(PolicyTest, BusyJobIsNotIdle) {
   EXPECT_EQ(State(busy->job.id), core::JobState::kRunning);
 }
 
+// Issue 18 item 2: a high-priority slice starved by others' turns showed
+// little GPU use, and idle reclaim flagged and paused it. Time the arbiter
+// saw it wait for its turn counts as use.
+TEST_F(PolicyTest, Issue18ASliceThatWaitsForItsTurnIsNotIdle) {
+  PolicyConfig rules;
+  rules.idle_after_ms = 60'000;
+  rules.idle_action = IdleAction::kEnd;
+  rules.idle_action_always = true;
+  Start(rules);
+  auto waiting = Submit(Mem("8GiB"));
+  auto idle = Submit(Mem("8GiB"));
+  const std::string region = Get(waiting->job.id).job.region_path;
+  // No GPU use in NVML for either; the first waits 90% of every second.
+  for (int i = 0; i < 120; ++i) {
+    regions_.waited[region] += 900'000'000;
+    Run(1);
+  }
+  EXPECT_EQ(State(waiting->job.id), core::JobState::kRunning);
+  EXPECT_EQ(State(idle->job.id), core::JobState::kCancelled) << "the control";
+}
+
 TEST_F(PolicyTest, WatchdogReportsAndKillsAJobOverItsLimitInNvml) {
   PolicyConfig rules;
   rules.watchdog = WatchdogAction::kKill;

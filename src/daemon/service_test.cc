@@ -111,6 +111,25 @@ TEST_F(ServiceTest, TheSliceGetsTheJobsShareAndPriorityWholeGpusToo) {
   EXPECT_EQ(w.priority, core::Priority::kLow);
 }
 
+// Issue 18 item 2: a fraction without a compute share takes turns too, with
+// the smallest share, work-conserving (it yields to priority and to shares;
+// alone it uses the whole GPU). Its allocation still has no share.
+TEST_F(ServiceTest, Issue18AFractionWithoutAShareTakesTurnsLastAndWorkConserving) {
+  SubmitSpec s;
+  s.fields.mem = "8GiB";
+  s.argv = {"train"};
+  s.cwd = "/";
+  Caller c;
+  c.uid = c.gid = 1000;
+  c.user = "u1000";
+  auto v = service_->Submit(c, s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const SliceLimits& limits = regions_.regions.at(v->job.region_path);
+  EXPECT_EQ(limits.compute_milli, Service::kShareOfNoShareMilli);
+  EXPECT_TRUE(limits.work_conserving);
+  EXPECT_EQ(v->job.allocation.compute_milli, 0u) << "no share is promised or charged";
+}
+
 TEST_F(ServiceTest, AWorkConservingRequestGivesAWorkConservingSliceAndSurvivesARestart) {
   SubmitSpec s;
   s.fields.mem = "8GiB";

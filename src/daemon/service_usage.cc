@@ -201,10 +201,21 @@ void Service::Sample() {
     }
     size_t n = job.allocation.gpu_indices.size();
     u.gpu_util_pct = n ? sum / static_cast<double>(n) : 0;
-    if (gap > 0 && u.gpu_util_pct < options_.idle_threshold_pct) {
+    // A slice held back by the arbiter (others' turns: priority, shares) is
+    // not idle for it: the part of the interval it waited counts as use
+    // (issue 18: a starved high-priority slice was paused as idle).
+    double busy_pct = u.gpu_util_pct;
+    if (!job.region_path.empty()) {
+      const uint64_t waited = regions_.WaitedNs(job.region_path);
+      if (gap > 0 && waited > u.waited_ns_seen) {
+        busy_pct += 100.0 * double(waited - u.waited_ns_seen) / (double(gap) * 1e6);
+      }
+      u.waited_ns_seen = waited;
+    }
+    if (gap > 0 && busy_pct < options_.idle_threshold_pct) {
       u.low_use_ms += gap;
       job.idle_ms += gap;
-    } else if (u.gpu_util_pct >= options_.idle_threshold_pct) {
+    } else if (busy_pct >= options_.idle_threshold_pct) {
       u.low_use_ms = 0;
     }
     u.idle_ms_total = job.idle_ms;

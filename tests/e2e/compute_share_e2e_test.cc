@@ -85,8 +85,8 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
   std::string b = submit("70%", "seventy");
   ASSERT_FALSE(a.empty());
   ASSERT_FALSE(b.empty());
-  ASSERT_TRUE(Daemon::WaitFor(
-      [&] { return State(d, a) == "exited" && State(d, b) == "exited"; }, 90));
+  ASSERT_TRUE(
+      Daemon::WaitFor([&] { return State(d, a) == "exited" && State(d, b) == "exited"; }, 90));
   std::string out_a = d.Cli({"logs", a}).out, out_b = d.Cli({"logs", b}).out;
   WorkerReport ra, rb;
   ASSERT_TRUE(ParseReport(out_a, &ra)) << out_a << d.Cli({"logs", a}).err;
@@ -113,15 +113,71 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
   EXPECT_FALSE(coord_file) << "a coordination file every job could write";
 }
 
+// Issue 18 item 2: a high-priority 50% slice got 27% of the GPU while a
+// low-priority slice without a share, on the same GPU, got 57% (it launched
+// freely; the GPU's time-slicing split them). Now the slice without a share
+// takes turns, last: the high-priority one gets at least its share.
+TEST_F(E2ECompute, Issue18ASliceWithoutAShareYieldsToAHighPriorityShare) {
+  constexpr unsigned kKernelUs = 1000;
+  auto submit = [&](std::vector<std::string> args, const std::string& name) {
+    std::vector<std::string> cmd = {"submit", "--mem", "2GiB", "--name", name};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    for (const std::string& a : {std::string("--"), WorkerPath(), std::string("--name"), name,
+                                 std::string("--mem"), std::string("256MiB"), std::string("--duty"),
+                                 std::string("100%"), std::string("--seconds"), std::string("3"),
+                                 std::string("--kernel-us"), std::to_string(kKernelUs)}) {
+      cmd.push_back(a);
+    }
+    CliResult r = d.Cli(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Trim(r.out);
+  };
+  // What the high-priority slice gets alone on this machine now: on a small
+  // machine its own launching (the CPU) may hold it under its share.
+  std::string alone = submit({"--compute", "50%", "--priority", "high"}, "alone");
+  ASSERT_FALSE(alone.empty());
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, alone) == "exited"; }, 90));
+  WorkerReport ra;
+  const std::string out_a = d.Cli({"logs", alone}).out;
+  ASSERT_TRUE(ParseReport(out_a, &ra)) << out_a;
+  const double got_alone = ra.kernels * kKernelUs / 1000.0 / ra.wall_ms;
+  std::string low = submit({"--priority", "low"}, "noshare");
+  std::string high = submit({"--compute", "50%", "--priority", "high"}, "high");
+  ASSERT_FALSE(low.empty());
+  ASSERT_FALSE(high.empty());
+  json jl = Job(d, low), jh = Job(d, high);
+  ASSERT_EQ(jl["allocation"]["gpu_uuids"], jh["allocation"]["gpu_uuids"]) << "not on one GPU";
+  ASSERT_TRUE(
+      Daemon::WaitFor([&] { return State(d, low) == "exited" && State(d, high) == "exited"; }, 90));
+  std::string out_l = d.Cli({"logs", low}).out, out_h = d.Cli({"logs", high}).out;
+  WorkerReport rl, rh;
+  ASSERT_TRUE(ParseReport(out_l, &rl)) << out_l << d.Cli({"logs", low}).err;
+  ASSERT_TRUE(ParseReport(out_h, &rh)) << out_h << d.Cli({"logs", high}).err;
+  const double got_h = rh.kernels * kKernelUs / 1000.0 / rh.wall_ms;
+  const double got_l = rl.kernels * kKernelUs / 1000.0 / rl.wall_ms;
+  std::cerr << "high 50%: " << got_h << " of the GPU (alone " << got_alone
+            << "); low, no share: " << got_l << "\n";
+  // Nearly what it gets alone (at most its share): the other slice yields.
+  // Measured here: 0.78-0.79 of it; 0.66-0.68 when the slice without a share
+  // launched freely. (Not all of it: a kernel of the other slice that runs
+  // when it comes back delays it, and both share the machine's 2 CPUs.)
+  EXPECT_GE(got_h, 0.72 * got_alone) << out_a << out_h << out_l;
+  // And the slice without a share still runs on what it leaves.
+  EXPECT_GT(got_l, 0.10) << out_l;
+}
+
 // --compute-mode reaches the slice: alone on the GPU, a hard 30% job stays
 // near 30%, a work-conserving 30% job uses the idle rest.
 TEST_F(E2ECompute, AWorkConservingJobAloneUsesTheIdleGpuAHardOneDoesNot) {
   constexpr unsigned kKernelUs = 200;
   auto run_alone = [&](const std::string& mode) {
-    CliResult r = d.Cli({"submit", "--mem", "2GiB", "--compute", "30%", "--compute-mode", mode,
-                         "--name", mode, "--", WorkerPath(), "--name", mode, "--mem", "256MiB",
-                         "--duty", "100%", "--seconds", "2", "--kernel-us",
-                         std::to_string(kKernelUs)});
+    CliResult r = d.Cli({"submit",    "--mem",       "2GiB",
+                         "--compute", "30%",         "--compute-mode",
+                         mode,        "--name",      mode,
+                         "--",        WorkerPath(),  "--name",
+                         mode,        "--mem",       "256MiB",
+                         "--duty",    "100%",        "--seconds",
+                         "2",         "--kernel-us", std::to_string(kKernelUs)});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::string id = Trim(r.out);
     EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 60));
@@ -152,8 +208,8 @@ TEST_F(E2ECompute, AWorkConservingJobAloneUsesTheIdleGpuAHardOneDoesNot) {
   }
   EXPECT_GE(wc, (0.30 + ceiling) / 2) << "a work-conserving slice alone may use the idle GPU";
   // A bad mode is refused, naming the flag.
-  CliResult bad = d.Cli({"submit", "--mem", "1GiB", "--compute", "30%", "--compute-mode", "soft",
-                         "--", "true"});
+  CliResult bad = d.Cli(
+      {"submit", "--mem", "1GiB", "--compute", "30%", "--compute-mode", "soft", "--", "true"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--compute-mode"), std::string::npos) << bad.err;
 }
@@ -232,10 +288,10 @@ TEST_F(E2EComputeAttack, Issue13AThirdUsersWritesDoNotTakeTheVictimsTurns) {
   chmod(worker.c_str(), 0755);
   constexpr unsigned kKernelUs = 200;
   auto victim = [&](int uid, const std::string& name) {
-    CliResult r = CliAs(d, uid, {"submit", "--mem", "2GiB", "--compute", "45%", "--name", name,
-                                 "--", worker, "--name", name, "--mem", "256MiB", "--duty",
-                                 "100%", "--seconds", "3", "--kernel-us",
-                                 std::to_string(kKernelUs)});
+    CliResult r = CliAs(d, uid,
+                        {"submit", "--mem", "2GiB", "--compute", "45%", "--name", name, "--",
+                         worker, "--name", name, "--mem", "256MiB", "--duty", "100%", "--seconds",
+                         "3", "--kernel-us", std::to_string(kKernelUs)});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return Trim(r.out);
   };
@@ -275,19 +331,21 @@ TEST_F(E2EComputeAttack, Issue13AThirdUsersWritesDoNotTakeTheVictimsTurns) {
       const std::string script =
           "[ -x /usr/bin/python3 ] && /usr/bin/python3 -c \"$LIAR\" & "
           "end=$(( $(date +%s) + 7 )); while [ $(date +%s) -lt $end ]; do "
-          "for f in " + state + "/coord/* " + slice_files + "; do "
+          "for f in " +
+          state + "/coord/* " + slice_files +
+          "; do "
           "dd if=/dev/urandom of=\"$f\" bs=4352 count=1 conv=notrunc 2>/dev/null "
           "&& echo \"wrote $f\"; done; sleep 0.05; done | sort -u; wait";
-      CliResult r = CliAs(d, uids_[2], {"submit", "--mem", "1GiB", "--compute", "10%", "--name",
-                                        "attacker", "--", "/usr/bin/env", "LIAR=" + liar,
-                                        "/bin/sh", "-c", script});
+      CliResult r = CliAs(d, uids_[2],
+                          {"submit", "--mem", "1GiB", "--compute", "10%", "--name", "attacker",
+                           "--", "/usr/bin/env", "LIAR=" + liar, "/bin/sh", "-c", script});
       EXPECT_EQ(r.exit_code, 0) << r.err;
       attacker = Trim(r.out);
       EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, attacker) == "running"; }, 30));
     }
     std::string a = victim(uids_[0], "victim-a"), b = victim(uids_[1], "victim-b");
-    EXPECT_TRUE(Daemon::WaitFor(
-        [&] { return State(d, a) == "exited" && State(d, b) == "exited"; }, 90));
+    EXPECT_TRUE(
+        Daemon::WaitFor([&] { return State(d, a) == "exited" && State(d, b) == "exited"; }, 90));
     std::pair<double, double> got{use(a), use(b)};
     if (attacked) {
       EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, attacker) == "exited"; }, 30));
