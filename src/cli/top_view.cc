@@ -286,6 +286,23 @@ TopModel ModelFromJson(const json& status, const json& gpus, const json& jobs, c
           t.foreign.push_back(std::move(f));
         }
       }
+      if (t.mig && g.contains("mig") && g["mig"].is_array()) {
+        for (const json& mj : g["mig"]) {
+          TopMig mi;
+          mi.uuid = Text(mj, "uuid");
+          mi.profile = Text(mj, "profile");
+          mi.memory_total = Get<uint64_t>(mj, "memory_total", 0);
+          mi.job = Get<uint64_t>(mj, "job", 0);
+          mi.user = Text(mj, "user");
+          mi.name = Text(mj, "name");
+          if (mj.contains("foreign_processes") && mj["foreign_processes"].is_array() &&
+              !mj["foreign_processes"].empty()) {
+            mi.foreign_pid = Get<uint32_t>(mj["foreign_processes"][0], "pid", 0);
+            mi.foreign_user = Text(mj["foreign_processes"][0], "user");
+          }
+          t.instances.push_back(std::move(mi));
+        }
+      }
       m.gpus.push_back(std::move(t));
     }
   }
@@ -337,6 +354,21 @@ json ModelToJson(const TopModel& m) {
       foreign.push_back({{"pid", f.pid}, {"user", f.user}, {"memory_bytes", f.memory}});
     }
     gj["foreign_processes"] = foreign;
+    if (!g.mig) {
+      gj["memory_reserved_bytes"] = g.Reserved();
+      gj["memory_free_for_jobs_bytes"] = g.FreeForJobs();
+    }
+    json mig = json::array();
+    for (const TopMig& mi : g.instances) {
+      json mj = {{"uuid", mi.uuid},
+                 {"profile", mi.profile},
+                 {"memory_total_bytes", mi.memory_total},
+                 {"job", mi.job ? json(mi.job) : json(nullptr)}};
+      if (mi.job) mj["user"] = mi.user;
+      if (mi.foreign_pid) mj["foreign_pid"] = mi.foreign_pid;
+      mig.push_back(std::move(mj));
+    }
+    gj["mig"] = mig;
     gj["temperature_c"] = g.temperature_c >= 0 ? json(g.temperature_c) : json(nullptr);
     gj["power_w"] = g.power_w >= 0 ? json(g.power_w) : json(nullptr);
     gpus.push_back(std::move(gj));
@@ -367,6 +399,23 @@ json ModelToJson(const TopModel& m) {
             {"queue", queue},           {"events", events}};
   if (!m.error.empty()) j["error"] = m.error;
   return j;
+}
+
+uint64_t TopGpu::Reserved() const {
+  uint64_t sum = 0;
+  for (const TopSlice& s : slices) sum += s.whole_gpu ? memory_total : s.memory_limit;
+  return std::min(sum, memory_total);
+}
+
+uint64_t TopGpu::ForeignMemory() const {
+  uint64_t sum = 0;
+  for (const TopForeign& f : foreign) sum += f.memory;
+  return sum;
+}
+
+uint64_t TopGpu::FreeForJobs() const {
+  const uint64_t taken = Reserved() + ForeignMemory();
+  return taken >= memory_total ? 0 : memory_total - taken;
 }
 
 std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
@@ -401,9 +450,28 @@ std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
     emit(BarLine("MEM ", mem_frac,
                  core::FormatBytes(g.memory_used) + " / " + core::FormatBytes(g.memory_total), w,
                  u));
+    if (!g.mig) {
+      // What jobs reserved (placement's view) beside what NVML says is used:
+      // two idle 20 GiB jobs use nothing and leave no room.
+      const double resv = g.memory_total ? double(g.Reserved()) / double(g.memory_total) : 0.0;
+      emit(BarLine("RESV", resv,
+                   core::FormatBytes(g.Reserved()) + " reserved, " +
+                       core::FormatBytes(g.FreeForJobs()) + " free for jobs",
+                   w, u));
+    }
     for (const TopForeign& f : g.foreign) {
       emit("    outside gpuslice: pid " + std::to_string(f.pid) + " (" + Clean(f.user) + ") " +
            core::FormatBytes(f.memory));
+    }
+    for (const TopMig& mi : g.instances) {
+      std::string whose = mi.job ? "job " + std::to_string(mi.job) + " " + Clean(mi.user) +
+                                       (mi.name.empty() ? "" : " " + Clean(mi.name))
+                          : mi.foreign_pid
+                              ? "outside gpuslice (pid " + std::to_string(mi.foreign_pid) + ", " +
+                                    Clean(mi.foreign_user) + ")"
+                              : "free";
+      emit("    MIG " + Pad(Clean(mi.profile), 10, u) + " " +
+           PadLeft(core::FormatBytes(mi.memory_total), 9) + "  " + whose + "  " + Clean(mi.uuid));
     }
     if (g.slices.empty()) {
       emit("    (no slices)");

@@ -41,6 +41,18 @@ struct TopForeign {
   uint64_t memory = 0;
 };
 
+// A MIG instance of a GPU in MIG mode: whose it is, or free.
+struct TopMig {
+  std::string uuid;
+  std::string profile;  // "1g.5gb".
+  uint64_t memory_total = 0;
+  uint64_t job = 0;  // 0: no job holds it.
+  std::string user;
+  std::string name;
+  uint32_t foreign_pid = 0;  // A process outside gpuslice in it (0: none).
+  std::string foreign_user;
+};
+
 struct TopGpu {
   uint32_t index = 0;
   std::string model;
@@ -53,6 +65,13 @@ struct TopGpu {
   bool mig = false;
   std::vector<TopSlice> slices;
   std::vector<TopForeign> foreign;
+  std::vector<TopMig> instances;  // Its MIG instances (when `mig`).
+  // What jobs reserved on it (their slices' limits; a whole GPU: all of it)
+  // and what is left for new jobs once foreign use is charged: what placement
+  // sees, beside NVML's figure of what processes use.
+  uint64_t Reserved() const;
+  uint64_t ForeignMemory() const;
+  uint64_t FreeForJobs() const;
 };
 
 struct TopQueued {

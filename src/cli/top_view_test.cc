@@ -320,3 +320,61 @@ TEST(RenderTop, Issue13ShowsProcessesOutsideGpusliceWithPidAndUser) {
 
 }  // namespace
 }  // namespace gpuslice::cli
+
+namespace gpuslice::cli {
+namespace {
+
+// Issue 18 item 10: two idle 20 GiB jobs showed `0 B / 80 GiB` although
+// nothing more fitted; top now shows what jobs reserved and what is left
+// for new jobs beside NVML's figure, and a MIG GPU's instances with whose
+// each one is.
+TEST(RenderTop, ShowsReservedAndFreeForJobsBesideNvmlsUse) {
+  json a = SliceJson(1, "alice", "idle-a"), b = SliceJson(2, "bob", "idle-b");
+  a["memory_limit"] = b["memory_limit"] = 20 * core::kGiB;
+  json gpus = Gpus({a, b});
+  gpus["gpus"][0]["memory_used"] = 0;
+  gpus["gpus"][0]["foreign_processes"] = {
+      {{"pid", 999}, {"user", "eve"}, {"used_memory", 10 * core::kGiB}}};
+  TopModel m = ModelFromJson(Status(), gpus, json::object(), json::object());
+  ASSERT_EQ(m.gpus.size(), 1u);
+  EXPECT_EQ(m.gpus[0].Reserved(), 40 * core::kGiB);
+  EXPECT_EQ(m.gpus[0].FreeForJobs(), 30 * core::kGiB);
+  RenderOptions o;
+  o.width = 120;
+  const std::string out = Join(RenderTop(m, o));
+  EXPECT_NE(out.find("40 GiB reserved, 30 GiB free for jobs"), std::string::npos) << out;
+  EXPECT_NE(out.find("0 B / 80 GiB"), std::string::npos) << out;
+  json j = ModelToJson(m);
+  EXPECT_EQ(j["gpus"][0]["memory_reserved_bytes"], 40 * core::kGiB);
+  EXPECT_EQ(j["gpus"][0]["memory_free_for_jobs_bytes"], 30 * core::kGiB);
+}
+
+TEST(RenderTop, ListsAMigGpusInstancesWithWhoseEachIs) {
+  json gpus = Gpus();
+  json& g = gpus["gpus"][0];
+  g["mig_enabled"] = true;
+  g["mig"] = {{{"uuid", "MIG-aaaa"},
+               {"profile", "1g.10gb"},
+               {"memory_total", 10 * core::kGiB},
+               {"job", 4},
+               {"user", "alice"},
+               {"name", "infer"}},
+              {{"uuid", "MIG-bbbb"},
+               {"profile", "1g.10gb"},
+               {"memory_total", 10 * core::kGiB},
+               {"foreign_processes", {{{"pid", 77}, {"user", "eve"}, {"used_memory", 1}}}}},
+              {{"uuid", "MIG-cccc"}, {"profile", "3g.40gb"}, {"memory_total", 40 * core::kGiB}}};
+  TopModel m = ModelFromJson(Status(), gpus, json::object(), json::object());
+  ASSERT_EQ(m.gpus[0].instances.size(), 3u);
+  RenderOptions o;
+  o.width = 120;
+  const std::string out = Join(RenderTop(m, o));
+  EXPECT_NE(out.find("job 4 alice infer  MIG-aaaa"), std::string::npos) << out;
+  EXPECT_NE(out.find("outside gpuslice (pid 77, eve)  MIG-bbbb"), std::string::npos) << out;
+  EXPECT_NE(out.find("free  MIG-cccc"), std::string::npos) << out;
+  EXPECT_EQ(out.find("reserved,"), std::string::npos) << "instances, not a RESV bar";
+  EXPECT_EQ(ModelToJson(m)["gpus"][0]["mig"].size(), 3u);
+}
+
+}  // namespace
+}  // namespace gpuslice::cli
