@@ -205,19 +205,12 @@ class GpuArbiter {
     PublishTurn(true, false);
   }
 
-  uint64_t ContendedNs(uint64_t job_id) {
+  // A counter of the job's entries (contended_ns, waited_ns), summed.
+  uint64_t Counter(uint64_t job_id, uint64_t Entry::*counter) {
     std::lock_guard<std::mutex> lock(mu_);
     uint64_t sum = 0;
     for (const Entry& e : entries_) {
-      if (e.used && e.job_id == job_id) sum += e.contended_ns;
-    }
-    return sum;
-  }
-  uint64_t WaitedNs(uint64_t job_id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    uint64_t sum = 0;
-    for (const Entry& e : entries_) {
-      if (e.used && e.job_id == job_id) sum += e.waited_ns;
+      if (e.used && e.job_id == job_id) sum += e.*counter;
     }
     return sum;
   }
@@ -657,14 +650,15 @@ std::vector<uint64_t> Arbiter::Jobs() const {
 uint64_t Arbiter::ContendedNs(uint64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t sum = 0;
-  for (const auto& [uuid, gpu] : gpus_) sum += gpu->ContendedNs(job_id);
+  for (const auto& [uuid, gpu] : gpus_)
+    sum += gpu->Counter(job_id, &GpuArbiter::Entry::contended_ns);
   return sum;
 }
 
 uint64_t Arbiter::WaitedNs(uint64_t job_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t sum = 0;
-  for (const auto& [uuid, gpu] : gpus_) sum += gpu->WaitedNs(job_id);
+  for (const auto& [uuid, gpu] : gpus_) sum += gpu->Counter(job_id, &GpuArbiter::Entry::waited_ns);
   return sum;
 }
 

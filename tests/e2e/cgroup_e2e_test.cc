@@ -55,6 +55,26 @@ class CgroupE2E : public ::testing::Test {
   }
   // A zombie is not alive: an escapee of a `run -i` command is reparented to
   // init, which reaps it when it gets to it.
+  // Job `id` runs on with one process left, a `setsid` escapee, and cancel
+  // ends the job and the escapee within 2 s. Returns the escapee.
+  long ExpectEscapeeKeepsTheJobAndCancelEndsIt(const std::string& id) {
+    std::vector<long> pids;
+    EXPECT_TRUE(Daemon::WaitFor([&] {
+      pids = CgroupPids(id);
+      return pids.size() == 1;  // The leader is gone; the escapee is left.
+    }));
+    if (pids.size() != 1) return 0;
+    const long escapee = pids[0];
+    EXPECT_NE(getsid(static_cast<pid_t>(escapee)), getsid(0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_EQ(State(d, id), "running");
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+    EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 10));
+    EXPECT_LE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+    EXPECT_FALSE(Alive(escapee));
+    return escapee;
+  }
   static bool Alive(long pid) {
     if (kill(static_cast<pid_t>(pid), 0) != 0) return false;
     const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
@@ -72,20 +92,7 @@ TEST_F(CgroupE2E, Issue13SetsidEscapeeKeepsTheJobRunningAndCancelEndsItWithin2s)
   ASSERT_EQ(s.exit_code, 0) << s.err;
   std::string id = Trim(s.out);
   ASSERT_TRUE(Daemon::WaitFor([&] { return d.Cli({"logs", id}).out == "bg\n"; }));
-  std::vector<long> pids;
-  ASSERT_TRUE(Daemon::WaitFor([&] {
-    pids = CgroupPids(id);
-    return pids.size() == 1;  // The leader is gone; the escapee is left.
-  }));
-  long escapee = pids[0];
-  EXPECT_NE(getsid(static_cast<pid_t>(escapee)), getsid(0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_EQ(State(d, id), "running");
-  auto start = std::chrono::steady_clock::now();
-  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
-  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 10));
-  EXPECT_LE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
-  EXPECT_FALSE(Alive(escapee));
+  ASSERT_NE(ExpectEscapeeKeepsTheJobAndCancelEndsIt(id), 0);
   // Its cgroup is gone with it.
   EXPECT_TRUE(Daemon::WaitFor([&] { return CgroupFile(id, {"cgroup.procs"}).empty(); }, 5));
 }
@@ -203,20 +210,7 @@ TEST_F(CgroupE2E, Issue13RunInteractiveSetsidEscapeeStaysInTheJobAndCancelEndsIt
   }
   ASSERT_FALSE(id.empty()) << "the job ended with its command, its escapee still running:\n"
                            << d.Cli({"ps", "-a"}).out;
-  std::vector<long> pids;
-  ASSERT_TRUE(Daemon::WaitFor([&] {
-    pids = CgroupPids(id);
-    return pids.size() == 1;
-  }));
-  const long escapee = pids[0];
-  EXPECT_NE(getsid(static_cast<pid_t>(escapee)), getsid(0));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_EQ(State(d, id), "running");
-  auto start = std::chrono::steady_clock::now();
-  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
-  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }, 10));
-  EXPECT_LE(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
-  EXPECT_FALSE(Alive(escapee));
+  EXPECT_NE(ExpectEscapeeKeepsTheJobAndCancelEndsIt(id), 0);
 }
 
 // Issue 13 item 6: a job can fill the state disk through its stdout.
