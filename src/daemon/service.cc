@@ -5,10 +5,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include "daemon/job_finder.h"
 #include "daemon/job_log.h"
@@ -381,6 +384,15 @@ Status Service::CheckOwner(const Caller& caller, const Job& job) const {
 
 namespace {
 
+// The parent pid of `pid` (/proc/<pid>/status PPid), or -1.
+int64_t ParentOf(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("PPid:", 0) == 0) return std::atoll(line.c_str() + 5);
+  }
+  return -1;
+}
+
 uint64_t TotalBytes(const std::vector<std::string>& v) {
   uint64_t n = 0;
   for (const std::string& s : v) n += s.size() + 1;  // + the NUL execve counts.
@@ -652,20 +664,41 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
     return core::FailedPreconditionError("job " + std::to_string(id) +
                                          " is not waiting for its client to start it");
   }
-  // The pid must be the caller's own process: check its owner in /proc.
+  // The pid must be the caller's own process and (unless an admin calls) a
+  // child of the calling process itself: the client's held command, never
+  // any other process (moved into the job's cgroup, `cancel` would end it).
+  // A pidfd names the process checked: if it ended and its pid were reused
+  // (by someone else's process) before the cgroup write, the probe after
+  // the write fails.
   struct stat st;
   std::string proc = "/proc/" + std::to_string(pid);
   if (pid <= 0 || stat(proc.c_str(), &st) != 0) {
     return core::InvalidArgumentError("no process " + std::to_string(pid));
   }
-  if (st.st_uid != caller.uid && !caller.admin) {
+  const int pidfd = int(syscall(SYS_pidfd_open, pid_t(pid), 0));
+  if (pidfd < 0) return core::InvalidArgumentError("no process " + std::to_string(pid));
+  struct PidFd {
+    int fd;
+    ~PidFd() { close(fd); }
+  } holder{pidfd};
+  if (stat(proc.c_str(), &st) != 0 || (st.st_uid != caller.uid && !caller.admin)) {
     return core::PermissionDeniedError("process " + std::to_string(pid) + " is not yours");
+  }
+  if (!caller.admin && ParentOf(pid) != caller.pid) {
+    return core::PermissionDeniedError("process " + std::to_string(pid) +
+                                       " is not a child of the calling process");
   }
   // Into the job's cgroup before it runs anything (the client holds it until
   // this answers): a `setsid` child cannot leave the job, cancel ends all of
   // it, and --cpus/--host-mem apply. Refused, the client does not start it.
   GPUSLICE_RETURN_IF_ERROR(launcher_.AttachProcess(
       id, pid, {job.request.host_cpu_milli, job.request.host_memory_bytes}));
+  if (syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) != 0) {
+    LogWarn("job " + std::to_string(id) + ": process " + std::to_string(pid) +
+            " ended while it was being attached; its pid may name another process now");
+    return core::FailedPreconditionError("process " + std::to_string(pid) +
+                                         " ended while it was being attached");
+  }
   live_[id].in_cgroup = launcher_.UsesCgroups();
   job.pid = pid;
   job.pid_start_time = ProcessStartTime(pid);

@@ -288,6 +288,7 @@ TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
   s.cwd = "/";
   Caller c;
   c.uid = getuid();
+  c.pid = getppid();  // The calling process: the attached one is its child.
   c.user = "me";
   c.local = true;
   auto v = service_->Submit(c, s);

@@ -267,3 +267,48 @@ TEST_F(DaemonHardening, AnOversizedRequestIsRefusedWithAClearError) {
 
 }  // namespace
 }  // namespace gpuslice::security
+
+namespace gpuslice::security {
+namespace {
+
+// Issue 13: a shell job's client names the process the daemon moves into the
+// job's cgroup (attach), and `cancel` then ends everything in it. A user
+// must not be able to name anyone else's process (another user's, root's),
+// nor one of their own that is not the calling client's child.
+TEST_F(DaemonHardening, AttachTakesOnlyTheCallersOwnChildIntoItsJob) {
+  StartDaemon();
+  // The victims: a process of gsattack_b, and the root daemon itself.
+  pid_t victim = SpawnAs(&b_, {"sleep", "60"}, {}, "victim");
+  ASSERT_GT(victim, 0);
+  auto shell_job = [&] {
+    std::string out = Http(&a_, unix_ep(), "/v1/jobs", "POST",
+                           R"({"mode":"shell","mem":"1GiB","argv":["sh"],"cwd":"/tmp",)"
+                           R"("env":["PATH=/usr/bin:/bin"]})");
+    EXPECT_EQ(out.rfind("status 201", 0), 0u) << out;
+    auto j = nlohmann::json::parse(out.substr(out.find('\n') + 1), nullptr, false);
+    return j.is_discarded() ? std::string() : std::to_string(j.value("id", 0));
+  };
+  std::string id = shell_job();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }, 30)) << Job(id).dump();
+  for (pid_t target : {victim, daemon_pid(), getpid()}) {
+    std::string out = Http(&a_, unix_ep(), "/v1/jobs/" + id + "/attach", "POST",
+                           "{\"pid\":" + std::to_string(target) + "}");
+    EXPECT_EQ(out.rfind("status 403", 0), 0u) << "pid " << target << ": " << out;
+  }
+  // Its own process, but not the calling client's child: refused too.
+  pid_t own = SpawnAs(&a_, {"sleep", "60"}, {}, "own");
+  std::string out = Http(&a_, unix_ep(), "/v1/jobs/" + id + "/attach", "POST",
+                         "{\"pid\":" + std::to_string(own) + "}");
+  EXPECT_EQ(out.rfind("status 403", 0), 0u) << out;
+  EXPECT_NE(out.find("not a child of the calling process"), std::string::npos) << out;
+  ASSERT_EQ(Cli(&a_, {"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "cancelled" || State(id) == "failed"; }, 30));
+  EXPECT_EQ(kill(victim, 0), 0) << "another user's process was ended with the job";
+  EXPECT_EQ(kill(daemon_pid(), 0), 0);
+  kill(victim, SIGKILL);
+  kill(own, SIGKILL);
+}
+
+}  // namespace
+}  // namespace gpuslice::security
