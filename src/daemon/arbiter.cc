@@ -300,22 +300,22 @@ class GpuArbiter {
       v.priority = e.priority;
     }
     // Who waited for the GPU since the last decision, as the previous one
-    // left it (the reports just read say who waits from now on).
+    // left it (the reports just read say who waits from now on): a slice
+    // waited if it said so while another held the GPU; the others were
+    // contended by it. One pass to count, one to charge.
     const uint64_t elapsed = now_ns > last_tick_ ? now_ns - last_tick_ : 0;
-    for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
-      if (!entries_[i].used) continue;
-      for (uint32_t j = 0; j < bd::kBoardSlices; ++j) {
-        if (j != i && entries_[j].used && entries_[j].was_waiting && turn_.holder >= 0 &&
-            turn_.holder != int32_t(j)) {
-          entries_[i].contended_ns += elapsed;
-          break;
-        }
-      }
-    }
+    auto waited = [&](uint32_t i) {
+      return entries_[i].used && entries_[i].was_waiting && turn_.holder >= 0 &&
+             turn_.holder != int32_t(i);
+    };
+    uint32_t waiters = 0;
+    for (uint32_t i = 0; i < bd::kBoardSlices; ++i) waiters += waited(i) ? 1 : 0;
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
       Entry& e = entries_[i];
       if (!e.used) continue;
-      if (e.was_waiting && turn_.holder >= 0 && turn_.holder != int32_t(i)) e.waited_ns += elapsed;
+      const bool self = waited(i);
+      if (self) e.waited_ns += elapsed;
+      if (waiters > (self ? 1u : 0u)) e.contended_ns += elapsed;
       e.was_waiting = views[i].waiting && views[i].live;
     }
     const shim::Outcome out = shim::Advance(now_ns, last_tick_, turn_, views, options_.params);
