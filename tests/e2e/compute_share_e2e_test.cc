@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -81,28 +82,36 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return Trim(r.out);
   };
-  std::string a = submit("30%", "thirty");
-  std::string b = submit("70%", "seventy");
-  ASSERT_FALSE(a.empty());
-  ASSERT_FALSE(b.empty());
-  ASSERT_TRUE(
-      Daemon::WaitFor([&] { return State(d, a) == "exited" && State(d, b) == "exited"; }, 90));
-  std::string out_a = d.Cli({"logs", a}).out, out_b = d.Cli({"logs", b}).out;
-  WorkerReport ra, rb;
-  ASSERT_TRUE(ParseReport(out_a, &ra)) << out_a << d.Cli({"logs", a}).err;
-  ASSERT_TRUE(ParseReport(out_b, &rb)) << out_b << d.Cli({"logs", b}).err;
-  // GPU time each got: its kernels are kKernelUs of work each. (The worker's
-  // event-timed figure also counts time its launches waited for their turn.)
-  const double got_a = ra.kernels * kKernelUs / 1000.0, got_b = rb.kernels * kKernelUs / 1000.0;
-  ASSERT_GT(got_a + got_b, 0);
-  const double split = got_a / (got_a + got_b);
-  std::cerr << "30%: " << got_a << " ms of " << ra.wall_ms << " ms; 70%: " << got_b << " ms of "
-            << rb.wall_ms << " ms; split " << split << "\n";
-  EXPECT_NEAR(split, 0.30, 0.10) << out_a << out_b << d.Cli({"logs", a}).err
-                                 << d.Cli({"logs", b}).err;
-  // Hard caps: neither above its share (+ slack for a loaded machine).
-  EXPECT_LE(got_a / ra.wall_ms, 0.30 + 0.10) << out_a;
-  EXPECT_LE(got_b / rb.wall_ms, 0.70 + 0.10) << out_b;
+  // Tried up to twice: under ctest -j2 on 2 cores the split once read 0.19
+  // (the 30% worker's own CPU was taken from it, not its turns). A daemon
+  // that does not split 30/70 is outside the band on both tries.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string a = submit("30%", "thirty");
+    std::string b = submit("70%", "seventy");
+    ASSERT_FALSE(a.empty());
+    ASSERT_FALSE(b.empty());
+    ASSERT_TRUE(
+        Daemon::WaitFor([&] { return State(d, a) == "exited" && State(d, b) == "exited"; }, 90));
+    std::string out_a = d.Cli({"logs", a}).out, out_b = d.Cli({"logs", b}).out;
+    WorkerReport ra, rb;
+    ASSERT_TRUE(ParseReport(out_a, &ra)) << out_a << d.Cli({"logs", a}).err;
+    ASSERT_TRUE(ParseReport(out_b, &rb)) << out_b << d.Cli({"logs", b}).err;
+    // GPU time each got: its kernels are kKernelUs of work each. (The
+    // worker's event-timed figure also counts time its launches waited.)
+    const double got_a = ra.kernels * kKernelUs / 1000.0, got_b = rb.kernels * kKernelUs / 1000.0;
+    ASSERT_GT(got_a + got_b, 0);
+    const double split = got_a / (got_a + got_b);
+    std::cerr << "30%: " << got_a << " ms of " << ra.wall_ms << " ms; 70%: " << got_b << " ms of "
+              << rb.wall_ms << " ms; split " << split << "\n";
+    // Hard caps: neither above its share (+ slack for a loaded machine).
+    EXPECT_LE(got_a / ra.wall_ms, 0.30 + 0.10) << out_a;
+    EXPECT_LE(got_b / rb.wall_ms, 0.70 + 0.10) << out_b;
+    if (std::abs(split - 0.30) <= 0.10 || attempt == 1) {
+      EXPECT_NEAR(split, 0.30, 0.10) << out_a << out_b << d.Cli({"logs", a}).err
+                                     << d.Cli({"logs", b}).err;
+      break;
+    }
+  }
   // The daemon arbitrated them: its board, and no shared coordination file.
   bool board = false, coord_file = false;
   for (const auto& e : std::filesystem::directory_iterator(d.state_dir() + "/coord")) {
@@ -195,18 +204,32 @@ TEST_F(E2ECompute, AWorkConservingJobAloneUsesTheIdleGpuAHardOneDoesNot) {
     return use;
   };
   double hard = run_alone("hard");
-  double wc = run_alone("work-conserving");
-  double ceiling = UnshimmedCeiling(d, kKernelUs);
-  std::cerr << "the worker alone without the shim: " << ceiling << " of the GPU\n";
   EXPECT_LE(hard, 0.30 + 0.10);
   // Nearer this machine's own ceiling than the 30% share: a work-conserving
   // slice held to its share fails this on any machine that can exceed it.
-  if (ceiling <= 0.40) {
-    // Busier than a work-conserving slice can be told from a hard one: the
-    // bound would be within noise of the share (the hard bound above held).
-    GTEST_SKIP() << "this machine's ceiling (" << ceiling << ") cannot tell 30% from idle use";
+  // The ceiling is measured just before each try and the pair is tried up to
+  // three times: a CI run once measured the slice while the machine was busy
+  // and the ceiling after it was not (0.44 against 0.62; the hard slice read
+  // 0.17 then). A slice held to its share fails every try.
+  bool used_idle = false;
+  std::string tries;
+  for (int attempt = 0; attempt < 3 && !used_idle; ++attempt) {
+    const double ceiling = UnshimmedCeiling(d, kKernelUs);
+    if (ceiling <= 0.40) {
+      // Busier than a work-conserving slice can be told from a hard one: the
+      // bound would be within noise of the share.
+      tries += " ceiling " + std::to_string(ceiling) + " (too busy to tell);";
+      continue;
+    }
+    const double wc = run_alone("work-conserving");
+    tries += " ceiling " + std::to_string(ceiling) + " wc " + std::to_string(wc) + ";";
+    used_idle = wc >= (0.30 + ceiling) / 2;
   }
-  EXPECT_GE(wc, (0.30 + ceiling) / 2) << "a work-conserving slice alone may use the idle GPU";
+  std::cerr << "tries:" << tries << "\n";
+  if (!used_idle && tries.find("wc") == std::string::npos) {
+    GTEST_SKIP() << "this machine's ceiling cannot tell 30% from idle use:" << tries;
+  }
+  EXPECT_TRUE(used_idle) << "a work-conserving slice alone may use the idle GPU:" << tries;
   // A bad mode is refused, naming the flag.
   CliResult bad = d.Cli(
       {"submit", "--mem", "1GiB", "--compute", "30%", "--compute-mode", "soft", "--", "true"});
