@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <iostream>
 
 #include "cli/job_select.h"
@@ -223,7 +224,9 @@ int Gpus(Context& ctx) {
     int island = gpu.value("island", -1);
     t.Add({std::to_string(gpu["index"].get<int>()), gpu["model"], gpu["uuid"],
            gpu.value("pool", std::string("-")), mem, held,
-           std::to_string(gpu.value("utilization_pct", 0)) + "%",
+           gpu.contains("utilization_pct")
+               ? std::to_string(gpu["utilization_pct"].get<int>()) + "%"
+               : "n/a",
            gpu.value("sm_count", 0) ? std::to_string(gpu["sm_count"].get<int>()) : "-",
            island < 0 ? "-" : std::to_string(island) + " " + gpu.value("link", ""),
            std::to_string(gpu["slices"].size())});
@@ -248,8 +251,12 @@ int Gpus(Context& ctx) {
           std::string pid = std::to_string(outside[0].value("pid", 0u));
           whose = (m.contains("job") ? whose + "; " : "") + "outside gpuslice (pid " + pid + ")";
         }
+        const std::string util =
+            m.contains("utilization_pct")
+                ? std::to_string(std::lround(m["utilization_pct"].get<double>())) + "%"
+                : "n/a";
         t.Add({"  mig", m.value("profile", ""), m["uuid"], "",
-               core::FormatBytes(m.value("memory_total", uint64_t{0})), whose, "", "", "", ""});
+               core::FormatBytes(m.value("memory_total", uint64_t{0})), whose, util, "", "", ""});
       }
     }
   }

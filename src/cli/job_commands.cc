@@ -169,7 +169,9 @@ int Show(Context& ctx) {
                    peak = u.value("memory_peak_bytes", uint64_t{0});
     add("memory used", core::FormatBytes(used) + " of " + core::FormatBytes(limit) + " (peak " +
                            core::FormatBytes(peak) + ")");
-    add("GPU use", std::to_string(u.value("gpu_util_pct", 0)) + "%");
+    add("GPU use", u.contains("gpu_util_pct")
+                       ? std::to_string(u["gpu_util_pct"].get<int>()) + "%"
+                       : "n/a (NVML has no figure for its MIG instance on this GPU: no GPM)");
   }
   add("pid", j.value("pid", 0) > 0 ? std::to_string(j["pid"].get<int>()) : "");
   std::cout << t.Render();

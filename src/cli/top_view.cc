@@ -270,7 +270,7 @@ TopModel ModelFromJson(const json& status, const json& gpus, const json& jobs, c
       t.uuid = Text(g, "uuid");
       t.memory_total = Get<uint64_t>(g, "memory_total", 0);
       t.memory_used = Get<uint64_t>(g, "memory_used", 0);
-      t.utilization_pct = Get<uint32_t>(g, "utilization_pct", 0);
+      t.utilization_pct = Get<int32_t>(g, "utilization_pct", -1);
       t.temperature_c = Get<int32_t>(g, "temperature_c", -1);
       t.power_w = Get<double>(g, "power_w", -1);
       t.mig = Get<bool>(g, "mig_enabled", false);
@@ -295,6 +295,7 @@ TopModel ModelFromJson(const json& status, const json& gpus, const json& jobs, c
           mi.job = Get<uint64_t>(mj, "job", 0);
           mi.user = Text(mj, "user");
           mi.name = Text(mj, "name");
+          mi.utilization_pct = Get<double>(mj, "utilization_pct", -1);
           if (mj.contains("foreign_processes") && mj["foreign_processes"].is_array() &&
               !mj["foreign_processes"].empty()) {
             mi.foreign_pid = Get<uint32_t>(mj["foreign_processes"][0], "pid", 0);
@@ -346,7 +347,7 @@ json ModelToJson(const TopModel& m) {
                {"uuid", g.uuid},
                {"memory_total_bytes", g.memory_total},
                {"memory_used_bytes", g.memory_used},
-               {"utilization_pct", g.utilization_pct},
+               {"utilization_pct", g.utilization_pct >= 0 ? json(g.utilization_pct) : json(nullptr)},
                {"mig_enabled", g.mig},
                {"slices", slices}};
     json foreign = json::array();
@@ -366,6 +367,7 @@ json ModelToJson(const TopModel& m) {
                  {"job", mi.job ? json(mi.job) : json(nullptr)}};
       if (mi.job) mj["user"] = mi.user;
       if (mi.foreign_pid) mj["foreign_pid"] = mi.foreign_pid;
+      mj["utilization_pct"] = mi.utilization_pct >= 0 ? json(mi.utilization_pct) : json(nullptr);
       mig.push_back(std::move(mj));
     }
     gj["mig"] = mig;
@@ -445,7 +447,12 @@ std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
     line += "  " + std::to_string(g.slices.size()) + (g.slices.size() == 1 ? " slice" : " slices") +
             (g.mig ? "  MIG" : "") + "  " + g.uuid;
     emit(line);
-    emit(BarLine("UTIL", g.utilization_pct / 100.0, PadLeft(Pct(g.utilization_pct), 4), w, u));
+    if (g.utilization_pct >= 0) {
+      emit(BarLine("UTIL", g.utilization_pct / 100.0, PadLeft(Pct(g.utilization_pct), 4), w, u));
+    } else {
+      // No figure is not 0%: NVML measures a GPU in MIG mode only with GPM.
+      emit("    UTIL  n/a (NVML has no utilisation for this GPU in MIG mode: no GPM)");
+    }
     double mem_frac = g.memory_total ? static_cast<double>(g.memory_used) / g.memory_total : 0.0;
     emit(BarLine("MEM ", mem_frac,
                  core::FormatBytes(g.memory_used) + " / " + core::FormatBytes(g.memory_total), w,
@@ -470,8 +477,11 @@ std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
                               ? "outside gpuslice (pid " + std::to_string(mi.foreign_pid) + ", " +
                                     Clean(mi.foreign_user) + ")"
                               : "free";
+      const std::string busy =
+          mi.utilization_pct >= 0 ? "busy " + PadLeft(Pct(mi.utilization_pct), 4) : "busy  n/a";
       emit("    MIG " + Pad(Clean(mi.profile), 10, u) + " " +
-           PadLeft(core::FormatBytes(mi.memory_total), 9) + "  " + whose + "  " + Clean(mi.uuid));
+           PadLeft(core::FormatBytes(mi.memory_total), 9) + "  " + busy + "  " + whose + "  " +
+           Clean(mi.uuid));
     }
     if (g.slices.empty()) {
       emit("    (no slices)");

@@ -51,6 +51,7 @@ struct TopMig {
   std::string name;
   uint32_t foreign_pid = 0;  // A process outside gpuslice in it (0: none).
   std::string foreign_user;
+  double utilization_pct = -1;  // Its activity (NVML GPM); -1: no figure.
 };
 
 struct TopGpu {
@@ -59,8 +60,8 @@ struct TopGpu {
   std::string uuid;
   uint64_t memory_total = 0;
   uint64_t memory_used = 0;
-  uint32_t utilization_pct = 0;
-  int32_t temperature_c = -1;  // -1: unknown.
+  int32_t utilization_pct = -1;  // -1: NVML gives none (MIG mode without GPM).
+  int32_t temperature_c = -1;    // -1: unknown.
   double power_w = -1;         // -1: unknown.
   bool mig = false;
   std::vector<TopSlice> slices;

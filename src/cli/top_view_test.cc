@@ -376,5 +376,34 @@ TEST(RenderTop, ListsAMigGpusInstancesWithWhoseEachIs) {
   EXPECT_EQ(ModelToJson(m)["gpus"][0]["mig"].size(), 3u);
 }
 
+// Issue 18 item 1: a GPU in MIG mode showed 0% utilisation where NVML has
+// no figure. Now: each instance's activity where NVML measures it (GPM),
+// and n/a, never 0%, where it does not.
+TEST(RenderTop, Issue18MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
+  json gpus = Gpus();
+  json& g = gpus["gpus"][0];
+  g.erase("utilization_pct");  // No figure for the GPU.
+  g["mig_enabled"] = true;
+  g["mig"] = {{{"uuid", "MIG-aaaa"},
+               {"profile", "3g.40gb"},
+               {"memory_total", 40 * core::kGiB},
+               {"job", 4},
+               {"user", "alice"},
+               {"utilization_pct", 87.4}},
+              {{"uuid", "MIG-bbbb"}, {"profile", "3g.40gb"}, {"memory_total", 40 * core::kGiB}}};
+  TopModel m = ModelFromJson(Status(), gpus, json::object(), json::object());
+  EXPECT_EQ(m.gpus[0].utilization_pct, -1);
+  RenderOptions o;
+  o.width = 120;
+  const std::string out = Join(RenderTop(m, o));
+  EXPECT_NE(out.find("UTIL  n/a"), std::string::npos) << out;
+  EXPECT_NE(out.find("busy  87%  job 4 alice"), std::string::npos) << out;
+  EXPECT_NE(out.find("busy  n/a  free  MIG-bbbb"), std::string::npos) << out;
+  const json j = ModelToJson(m);
+  EXPECT_TRUE(j["gpus"][0]["utilization_pct"].is_null());
+  EXPECT_DOUBLE_EQ(j["gpus"][0]["mig"][0]["utilization_pct"].get<double>(), 87.4);
+  EXPECT_TRUE(j["gpus"][0]["mig"][1]["utilization_pct"].is_null());
+}
+
 }  // namespace
 }  // namespace gpuslice::cli

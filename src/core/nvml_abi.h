@@ -193,6 +193,51 @@ typedef struct nvmlEventData_st {
   unsigned int computeInstanceId;
 } nvmlEventData_t;
 
+// GPU Performance Monitoring (GPM, NVML 12, Hopper and newer): the caller
+// takes two samples of a GPU (nvmlGpmSampleGet) or of one GPU instance of a
+// GPU in MIG mode (nvmlGpmMigSampleGet) and asks for metrics over the time
+// between them. The only utilisation NVML gives for MIG instances.
+typedef struct nvmlGpmSample_st* nvmlGpmSample_t;
+
+typedef enum {
+  NVML_GPM_METRIC_GRAPHICS_UTIL = 1,  // % of time any compute/graphics work was active.
+  NVML_GPM_METRIC_SM_UTIL = 2,        // % of SMs busy.
+  NVML_GPM_METRIC_SM_OCCUPANCY = 3,   // % of warps active vs the theoretical maximum.
+} nvmlGpmMetricId_t;
+
+// The length of nvmlGpmMetricsGet_t.metrics: 98 in the first NVML 12 headers,
+// 210 in later ones (both with NVML_GPM_METRICS_GET_VERSION 1). A library
+// reads only numMetrics entries, so both layouts work with either library.
+#define NVML_GPM_METRIC_MAX 210
+
+typedef struct {
+  unsigned int metricId;    // IN.
+  nvmlReturn_t nvmlReturn;  // OUT: value is valid only when NVML_SUCCESS.
+  double value;             // OUT.
+  struct {
+    char* shortName;
+    char* longName;
+    char* unit;
+  } metricInfo;  // OUT: may be null.
+} nvmlGpmMetric_t;
+
+typedef struct {
+  unsigned int version;     // IN: NVML_GPM_METRICS_GET_VERSION.
+  unsigned int numMetrics;  // IN: entries of metrics[] to fill.
+  nvmlGpmSample_t sample1;  // IN: the older sample.
+  nvmlGpmSample_t sample2;  // IN: the newer sample.
+  nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+
+#define NVML_GPM_METRICS_GET_VERSION 1
+
+typedef struct {
+  unsigned int version;            // IN: NVML_GPM_SUPPORT_VERSION.
+  unsigned int isSupportedDevice;  // OUT.
+} nvmlGpmSupport_t;
+
+#define NVML_GPM_SUPPORT_VERSION 1
+
 typedef enum nvmlEnableState_enum {
   NVML_FEATURE_DISABLED = 0,
   NVML_FEATURE_ENABLED = 1
@@ -256,7 +301,14 @@ typedef enum nvmlEnableState_enum {
     (nvmlDevice_t migDevice, nvmlDevice_t* device))                                          \
   X(nvmlDeviceIsMigDeviceHandle, (nvmlDevice_t device, unsigned int* isMigDevice))           \
   X(nvmlDeviceGetGpuInstanceId, (nvmlDevice_t device, unsigned int* id))                     \
-  X(nvmlDeviceGetComputeInstanceId, (nvmlDevice_t device, unsigned int* id))
+  X(nvmlDeviceGetComputeInstanceId, (nvmlDevice_t device, unsigned int* id))                 \
+  X(nvmlGpmQueryDeviceSupport, (nvmlDevice_t device, nvmlGpmSupport_t* gpmSupport))          \
+  X(nvmlGpmSampleAlloc, (nvmlGpmSample_t* gpmSample))                                        \
+  X(nvmlGpmSampleFree, (nvmlGpmSample_t gpmSample))                                          \
+  X(nvmlGpmSampleGet, (nvmlDevice_t device, nvmlGpmSample_t gpmSample))                      \
+  X(nvmlGpmMigSampleGet,                                                                     \
+    (nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample))            \
+  X(nvmlGpmMetricsGet, (nvmlGpmMetricsGet_t* metricsGet))
 // clang-format on
 
 #define GPUSLICE_NVML_DECLARE_PROTOTYPE_(name, params) nvmlReturn_t name params;
@@ -307,4 +359,10 @@ static_assert(sizeof(nvmlEccCounterType_t) == 4);
 static_assert(sizeof(nvmlEventData_t) == 32);
 static_assert(offsetof(nvmlEventData_t, eventData) == 16);
 static_assert(offsetof(nvmlEventData_t, gpuInstanceId) == 24);
+static_assert(sizeof(nvmlGpmMetric_t) == 40);
+static_assert(offsetof(nvmlGpmMetric_t, value) == 8);
+static_assert(offsetof(nvmlGpmMetric_t, metricInfo) == 16);
+static_assert(offsetof(nvmlGpmMetricsGet_t, sample1) == 8);
+static_assert(offsetof(nvmlGpmMetricsGet_t, metrics) == 24);
+static_assert(sizeof(nvmlGpmSupport_t) == 8);
 #endif  // __cplusplus

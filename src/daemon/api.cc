@@ -235,8 +235,14 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
       for (const GpuUsage& u : *usage) {
         if (u.index != g.index) continue;
         gj["memory_used"] = u.memory_used;
-        gj["utilization_pct"] = u.utilization_pct;
+        // Left out where NVML gives no figure (MIG mode without GPM): a 0
+        // there would read as idle.
+        if (u.utilization_known) gj["utilization_pct"] = u.utilization_pct;
         gj["memory_util_pct"] = u.memory_util_pct;
+        for (json& m : gj["mig"]) {
+          const MigUsage* mu = MigUsageOf(u, m["gpu_instance_id"].get<uint32_t>());
+          if (mu != nullptr && mu->known()) m["utilization_pct"] = mu->utilization_pct;
+        }
         if (u.temperature_c >= 0) gj["temperature_c"] = u.temperature_c;
         if (u.power_mw > 0) gj["power_w"] = u.power_mw / 1000.0;
         json procs = json::array();

@@ -194,17 +194,19 @@ json JobToJson(const JobView& v) {
 }
 
 json UsageToJson(const JobUsage& u) {
-  return {{"sampled_ms", u.sampled_ms},
-          {"memory_used_bytes", u.memory_used_bytes},
-          {"memory_limit_bytes", u.memory_limit_bytes},
-          {"memory_peak_bytes", u.memory_peak_bytes},
-          {"nvml_memory_bytes", u.nvml_memory_bytes},
-          {"gpu_util_pct", u.gpu_util_pct},
-          {"refused_allocs", u.refused_allocs},
-          {"throttled_ms", u.throttled_ns / 1'000'000},
-          {"low_use_ms", u.low_use_ms},
-          {"idle_ms_total", u.idle_ms_total},
-          {"pids", u.pids}};
+  json out = {{"sampled_ms", u.sampled_ms},
+              {"memory_used_bytes", u.memory_used_bytes},
+              {"memory_limit_bytes", u.memory_limit_bytes},
+              {"memory_peak_bytes", u.memory_peak_bytes},
+              {"nvml_memory_bytes", u.nvml_memory_bytes},
+              {"refused_allocs", u.refused_allocs},
+              {"throttled_ms", u.throttled_ns / 1'000'000},
+              {"low_use_ms", u.low_use_ms},
+              {"idle_ms_total", u.idle_ms_total},
+              {"pids", u.pids}};
+  // Left out where NVML gives no figure (a MIG job on a GPU without GPM).
+  if (u.gpu_util_known) out["gpu_util_pct"] = u.gpu_util_pct;
+  return out;
 }
 
 json EventToJson(const Event& e) {

@@ -64,11 +64,26 @@ inline const MigInstance* MigInstanceOf(const GpuInfo& gpu, const GpuProcess& p)
   return nullptr;
 }
 
+// Activity of one GPU instance of a GPU in MIG mode, from NVML's GPM
+// (Hopper and newer): percent of the sampling interval during which its
+// engines ran work. -1: NVML gives no figure (no GPM, as on an A100, or the
+// first sample), which never means idle.
+struct MigUsage {
+  uint32_t gpu_instance_id = 0;
+  double utilization_pct = -1;
+  bool known() const { return utilization_pct >= 0; }
+};
+
 struct GpuUsage {
   uint32_t index = 0;
   uint64_t memory_used = 0;
   uint64_t memory_total = 0;
   uint32_t utilization_pct = 0;
+  // False when NVML gives no utilisation for the GPU (MIG mode without GPM):
+  // utilization_pct is then 0 and means nothing.
+  bool utilization_known = true;
+  // In MIG mode: one entry per GPU instance.
+  std::vector<MigUsage> mig;
   uint32_t memory_util_pct = 0;
   int32_t temperature_c = -1;  // -1: unknown.
   uint32_t power_mw = 0;       // 0: unknown.
@@ -84,6 +99,14 @@ struct GpuUsage {
   uint32_t last_xid = 0;
   std::vector<GpuProcess> processes;
 };
+
+// The usage entry of GPU instance `gpu_instance_id`, or null.
+inline const MigUsage* MigUsageOf(const GpuUsage& usage, uint32_t gpu_instance_id) {
+  for (const MigUsage& m : usage.mig) {
+    if (m.gpu_instance_id == gpu_instance_id) return &m;
+  }
+  return nullptr;
+}
 
 struct InventorySnapshot {
   // "nvml" (a real driver) or "simulated" (our libnvidia-ml.so.1).

@@ -21,6 +21,7 @@ constexpr double kMigSlicesPerGpu = 7.0;
 // are kept exactly (docs/MONITORING.md says where the types differ).
 constexpr char kGpuUtil[] = "DCGM_FI_DEV_GPU_UTIL";
 constexpr char kMemCopyUtil[] = "DCGM_FI_DEV_MEM_COPY_UTIL";
+constexpr char kGrEngineActive[] = "DCGM_FI_PROF_GR_ENGINE_ACTIVE";
 constexpr char kFbUsed[] = "DCGM_FI_DEV_FB_USED";
 constexpr char kFbFree[] = "DCGM_FI_DEV_FB_FREE";
 constexpr char kFbTotal[] = "DCGM_FI_DEV_FB_TOTAL";
@@ -130,9 +131,30 @@ void RenderGpus(MetricsText& t, const InventorySnapshot& inv, const std::vector<
     }
   };
   auto always = [](const GpuUsage&) { return true; };
+  // A GPU in MIG mode without GPM has no utilisation figure: no sample,
+  // never a 0 that reads as idle (issue 18).
   per_gpu(
       kGpuUtil, MetricType::kGauge, "GPU utilization (in %).",
-      [](const GpuUsage& u, const GpuInfo&) { return double(u.utilization_pct); }, always);
+      [](const GpuUsage& u, const GpuInfo&) { return double(u.utilization_pct); },
+      [](const GpuUsage& u) { return u.utilization_known; });
+  // As dcgm-exporter on MIG GPUs: the graphics engine's activity of the GPU
+  // and of each GPU instance (labels GPU_I_PROFILE, GPU_I_ID), from NVML's
+  // GPM; instances without a figure have no sample.
+  t.Family(kGrEngineActive, MetricType::kGauge,
+           "Ratio of time the graphics engine is active (0-1; per GPU instance on MIG GPUs).");
+  if (have_usage) {
+    for (size_t i = 0; i < inv.gpus.size(); ++i) {
+      if (usage[i].utilization_known) t.Sample(labels[i], usage[i].utilization_pct / 100.0);
+      for (const MigInstance& mi : inv.gpus[i].mig) {
+        const MigUsage* m = MigUsageOf(usage[i], mi.gpu_instance_id);
+        if (m == nullptr || !m->known()) continue;
+        MetricLabels l = labels[i];
+        l.emplace_back("GPU_I_PROFILE", mi.profile);
+        l.emplace_back("GPU_I_ID", std::to_string(mi.gpu_instance_id));
+        t.Sample(l, m->utilization_pct / 100.0);
+      }
+    }
+  }
   per_gpu(
       kMemCopyUtil, MetricType::kGauge, "Memory utilization (in %).",
       [](const GpuUsage& u, const GpuInfo&) { return double(u.memory_util_pct); }, always);
@@ -300,6 +322,14 @@ void RenderJobs(MetricsText& t, Service& service, const std::vector<JobView>& jo
     t.Family(name, type, help);
     for (const auto& [i, u] : sampled) t.Sample(labels[i], value_of(u));
   };
+  // Utilisation only where NVML measured it (a MIG job on a GPU without GPM
+  // has none: no sample rather than a 0 that reads as idle).
+  auto measured = [&](const char* name, const char* help, auto value_of) {
+    t.Family(name, MetricType::kGauge, help);
+    for (const auto& [i, u] : sampled) {
+      if (u.gpu_util_known) t.Sample(labels[i], value_of(u));
+    }
+  };
   family(kJobMemUsed, MetricType::kGauge,
          "Memory the shim charged to the job's slice, summed over its GPUs (bytes).",
          [](const JobUsage& u) { return u.memory_used_bytes; });
@@ -310,12 +340,14 @@ void RenderJobs(MetricsText& t, Service& service, const std::vector<JobView>& jo
   family(kJobNvmlMem, MetricType::kGauge,
          "Memory NVML says the job's processes hold, CUDA contexts included (bytes).",
          [](const JobUsage& u) { return u.nvml_memory_bytes; });
-  family(kJobShareAchieved, MetricType::kGauge,
-         "Share of its GPUs' time the job's processes kept busy, averaged over its GPUs (0-1).",
-         [](const JobUsage& u) { return u.gpu_util_pct / 100.0; });
-  family(kJobGpuUtil, MetricType::kGauge,
-         "The job's GPU utilization: its processes' SM use, averaged over its GPUs (in %).",
-         [](const JobUsage& u) { return u.gpu_util_pct; });
+  measured(kJobShareAchieved,
+           "Share of its GPUs' time the job's processes kept busy, averaged over its GPUs (0-1; "
+           "a MIG job: its instances' activity).",
+           [](const JobUsage& u) { return u.gpu_util_pct / 100.0; });
+  measured(kJobGpuUtil,
+           "The job's GPU utilization: its processes' SM use, averaged over its GPUs (in %; a MIG "
+           "job: its instances' activity).",
+           [](const JobUsage& u) { return u.gpu_util_pct; });
   family(kJobRefused, MetricType::kCounter,
          "Allocations the shim refused because the job's slice was at its memory limit.",
          [](const JobUsage& u) { return u.refused_allocs; });
@@ -408,6 +440,7 @@ void RegisterMetrics(Api& api, Service& service, MetricsOptions options) {
 
 const std::vector<std::string_view>& MetricFamilyNames() {
   static const std::vector<std::string_view> names = {kGpuUtil,
+                                                      kGrEngineActive,
                                                       kMemCopyUtil,
                                                       kFbUsed,
                                                       kFbFree,

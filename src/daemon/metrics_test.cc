@@ -100,6 +100,9 @@ class MetricsTest : public ::testing::Test {
     s.fields.gpus = gpus;
     s.fields.priority = priority;
     if (!name.empty()) s.fields.name = name;
+    return Submit(std::move(s));
+  }
+  JobView Submit(SubmitSpec s) {
     s.argv = {"train"};
     s.cwd = "/home/ada";
     Caller c;
@@ -188,6 +191,59 @@ TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
   EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_TEMP{gpu=\"1\""), std::string::npos);
   EXPECT_EQ(m.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), std::string::npos);
   EXPECT_NE(m.find("DCGM_FI_DEV_FB_USED{gpu=\"1\""), std::string::npos);
+}
+
+// Issue 18 item 1: GPUs in MIG mode and MIG jobs read 0% utilisation. Now
+// the GPU's and each instance's activity are exported where NVML measures
+// them (GPM), as dcgm-exporter does, and nothing where it does not.
+TEST_F(MetricsTest, Issue18MigActivityIsExportedPerInstanceAndUnknownIsLeftOut) {
+  InventorySnapshot inv = TwoGpus();
+  inv.gpus[0].mig_enabled = true;
+  for (uint32_t i = 0; i < 2; ++i) {
+    MigInstance m;
+    m.uuid = "MIG-" + std::to_string(i);
+    m.profile = "3g.40gb";
+    m.memory_total = 40 * core::kGiB;
+    m.gpu_instance_id = 1 + i;
+    inv.gpus[0].mig.push_back(m);
+  }
+  inventory_ = FakeInventory(inv);
+  ServiceOptions o;
+  o.state_dir = dir_ + "/mig";
+  o.shim_path = "/lib/libgpuslice.so";
+  service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
+  ASSERT_TRUE(service_->Start().ok());
+  SubmitSpec s;
+  s.fields.mig = "3g.40gb";
+  JobView job = Submit(s);
+  ASSERT_EQ(job.job.state, core::JobState::kRunning);
+  GpuUsage u0;
+  u0.index = 0;
+  u0.utilization_known = false;  // MIG mode: no NVML utilisation.
+  u0.mig = {{1, 64.0}, {2, -1}};
+  GpuUsage u1;
+  u1.index = 1;
+  u1.utilization_pct = 5;
+  inventory_.usage = {u0, u1};
+  service_->Sample();
+  std::string m = Render();
+  EXPECT_EQ(m.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\""), std::string::npos) << "no figure, no 0";
+  EXPECT_NE(m.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""), std::string::npos);
+  EXPECT_NE(m.find("GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"1\"} 0.64\n"), std::string::npos) << m;
+  EXPECT_EQ(m.find("GPU_I_ID=\"2\""), std::string::npos) << "instance 2 has no figure";
+  const std::string job_util =
+      "gpuslice_job_gpu_utilization_percent{job_id=\"" + std::to_string(job.job.id) + "\"";
+  const size_t at = m.find(job_util);
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_EQ(m.substr(m.find("} ", at) + 2, 3), "64\n");
+  // The instance loses its figure: the job's utilisation is left out too.
+  inventory_.usage[0].mig = {{1, -1}, {2, -1}};
+  clock_.Advance(1000);
+  service_->Sample();
+  m = Render();
+  EXPECT_EQ(m.find(job_util), std::string::npos) << m;
+  EXPECT_NE(m.find("gpuslice_job_idle{job_id=\"" + std::to_string(job.job.id) + "\""),
+            std::string::npos);
 }
 
 TEST_F(MetricsTest, RunningJobsHaveUsageAgainstLimitsAndGpusTheirAllocatedShares) {

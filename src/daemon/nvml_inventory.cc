@@ -4,11 +4,15 @@
 #include <link.h>
 #include <strings.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
 #include <map>
 #include <numeric>
+#include <optional>
 
 #include "core/nvml_abi.h"
 #include "daemon/child_probe.h"
@@ -22,7 +26,10 @@ typedef nvmlReturn_t (*TopologyCommonAncestorFn)(nvmlDevice_t, nvmlDevice_t, int
 typedef nvmlReturn_t (*NvLinkStateFn)(nvmlDevice_t, unsigned int, nvmlEnableState_t*);
 constexpr int kTopologyMultiple = 20;  // NVML_TOPOLOGY_MULTIPLE: behind PCIe switches.
 
-// The entry points the inventory needs, resolved once per Read().
+}  // namespace
+
+// The entry points the inventory needs, resolved once per Read(). Outside
+// the anonymous namespace: NvmlInventory's GPM helpers take it.
 struct Nvml {
   nvmlInit_v2_fn init = nullptr;
   nvmlSystemGetDriverVersion_fn driver_version = nullptr;
@@ -49,6 +56,12 @@ struct Nvml {
   nvmlDeviceGetMigDeviceHandleByIndex_fn mig_by_index = nullptr;
   nvmlDeviceGetGpuInstanceId_fn gi_id = nullptr;
   nvmlDeviceGetComputeInstanceId_fn ci_id = nullptr;
+  nvmlGpmQueryDeviceSupport_fn gpm_support = nullptr;
+  nvmlGpmSampleAlloc_fn gpm_alloc = nullptr;
+  nvmlGpmSampleFree_fn gpm_free = nullptr;
+  nvmlGpmSampleGet_fn gpm_sample = nullptr;
+  nvmlGpmMigSampleGet_fn gpm_mig_sample = nullptr;
+  nvmlGpmMetricsGet_fn gpm_metrics = nullptr;
   nvmlErrorString_fn error_string = nullptr;
   TopologyCommonAncestorFn common_ancestor = nullptr;
   NvLinkStateFn nvlink_state = nullptr;
@@ -83,6 +96,12 @@ struct Nvml {
     Get(h, &mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
     Get(h, &gi_id, "nvmlDeviceGetGpuInstanceId");
     Get(h, &ci_id, "nvmlDeviceGetComputeInstanceId");
+    Get(h, &gpm_support, "nvmlGpmQueryDeviceSupport");
+    Get(h, &gpm_alloc, "nvmlGpmSampleAlloc");
+    Get(h, &gpm_free, "nvmlGpmSampleFree");
+    Get(h, &gpm_sample, "nvmlGpmSampleGet");
+    Get(h, &gpm_mig_sample, "nvmlGpmMigSampleGet");
+    Get(h, &gpm_metrics, "nvmlGpmMetricsGet");
     Get(h, &error_string, "nvmlErrorString");
     Get(h, &common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
     Get(h, &nvlink_state, "nvmlDeviceGetNvLinkState");
@@ -90,7 +109,19 @@ struct Nvml {
   bool Complete() const {
     return init && driver_version && count && by_index && name && uuid && memory;
   }
+  bool HasGpm() const {
+    return gpm_support && gpm_alloc && gpm_free && gpm_sample && gpm_mig_sample && gpm_metrics;
+  }
 };
+
+namespace {
+
+// Whether NVML measures `d` with GPM (Hopper and newer).
+bool GpmSupported(const Nvml& n, nvmlDevice_t d) {
+  if (!n.HasGpm()) return false;
+  nvmlGpmSupport_t support{NVML_GPM_SUPPORT_VERSION, 0};
+  return n.gpm_support(d, &support) == NVML_SUCCESS && support.isSupportedDevice != 0;
+}
 
 // Every nvmlReturn_t becomes a Status here.
 core::Status NvmlError(const Nvml& n, nvmlReturn_t rc, const std::string& what) {
@@ -263,6 +294,9 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
   Nvml n;
   n.Resolve(h);
   mig_enabled_.clear();
+  gpm_supported_.clear();
+  mig_gpu_instances_.clear();
+  ForgetGpmSamples(n);
   if (!n.Complete()) {
     return core::NotFoundError(snap.library + " lacks NVML entry points the daemon needs");
   }
@@ -295,6 +329,7 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
     nvmlPciInfo_t pci{};
     if (n.pci && n.pci(d, &pci) == NVML_SUCCESS) g.pci_bus_id = pci.busId;
     unsigned current = 0, pending = 0;
+    std::vector<uint32_t> gis;  // Its GPU instances, each once.
     if (n.mig_mode && n.mig_mode(d, &current, &pending) == NVML_SUCCESS &&
         current == NVML_DEVICE_MIG_ENABLE && n.mig_count && n.mig_by_index) {
       g.mig_enabled = true;
@@ -315,9 +350,12 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
         if (n.gi_id) n.gi_id(md, &mi.gpu_instance_id);
         if (n.ci_id) n.ci_id(md, &mi.compute_instance_id);
         g.mig.push_back(mi);
+        gis.push_back(mi.gpu_instance_id);
       }
     }
+    mig_gpu_instances_.push_back(gis);
     mig_enabled_.push_back(g.mig_enabled);
+    gpm_supported_.push_back(GpmSupported(n, d));
     snap.gpus.push_back(g);
     handles.push_back(d);
   }
@@ -385,6 +423,50 @@ void NvmlInventory::WatchXids() {
   }
 }
 
+std::optional<double> NvmlInventory::GpmUtil(const Nvml& n, nvmlDevice_t d, uint32_t gpu,
+                                             uint32_t gpu_instance) {
+  GpmSeries& series = gpm_samples_[{gpu, gpu_instance}];
+  // Usage() has several callers (the sampler each second, `gpus` requests):
+  // a call soon after the last sample gets that sample's figure instead of
+  // one over a sliver of time, and leaves the sampler's interval whole.
+  const auto now_time = std::chrono::steady_clock::now();
+  if (series.sample != nullptr && now_time - series.taken < kGpmMinInterval) return series.pct;
+  nvmlGpmSample_t now = nullptr;
+  if (n.gpm_alloc(&now) != NVML_SUCCESS) return std::nullopt;
+  const nvmlReturn_t rc = gpu_instance == kNoMigInstance
+                              ? n.gpm_sample(d, now)
+                              : n.gpm_mig_sample(d, gpu_instance, now);
+  if (rc != NVML_SUCCESS) {
+    n.gpm_free(now);
+    return std::nullopt;
+  }
+  // The figure is over the time since the previous sample; the first one
+  // only starts the interval.
+  series.pct.reset();
+  if (series.sample != nullptr) {
+    nvmlGpmMetricsGet_t get{};
+    get.version = NVML_GPM_METRICS_GET_VERSION;
+    get.numMetrics = 1;
+    get.sample1 = series.sample;
+    get.sample2 = now;
+    get.metrics[0].metricId = NVML_GPM_METRIC_GRAPHICS_UTIL;
+    if (n.gpm_metrics(&get) == NVML_SUCCESS && get.metrics[0].nvmlReturn == NVML_SUCCESS) {
+      series.pct = std::clamp(get.metrics[0].value, 0.0, 100.0);
+    }
+    n.gpm_free(series.sample);
+  }
+  series.sample = now;
+  series.taken = now_time;
+  return series.pct;
+}
+
+void NvmlInventory::ForgetGpmSamples(const Nvml& n) {
+  for (auto& [key, series] : gpm_samples_) {
+    if (series.sample != nullptr && n.gpm_free) n.gpm_free(series.sample);
+  }
+  gpm_samples_.clear();
+}
+
 core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
   if (handle_ == nullptr) return core::FailedPreconditionError("NVML not loaded");
   Nvml n;
@@ -420,6 +502,28 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
     if (n.utilization && n.utilization(d, &util) == NVML_SUCCESS) {
       u.utilization_pct = util.gpu;
       u.memory_util_pct = util.memory;
+    } else {
+      // A GPU in MIG mode: NVML's utilisation is not supported there; GPM
+      // (Hopper and newer) measures the GPU and each GPU instance. Without
+      // GPM there is no figure, which is not 0% (issue 18: idle reclaim
+      // ended a busy MIG job that read 0).
+      u.utilization_known = false;
+      if (i < gpm_supported_.size() && gpm_supported_[i]) {
+        if (std::optional<double> pct = GpmUtil(n, d, i, kNoMigInstance)) {
+          u.utilization_pct = static_cast<uint32_t>(std::lround(*pct));
+          u.utilization_known = true;
+        }
+      }
+    }
+    if (i < mig_enabled_.size() && mig_enabled_[i]) {
+      for (uint32_t gi : mig_gpu_instances_[i]) {
+        MigUsage mu;
+        mu.gpu_instance_id = gi;
+        if (i < gpm_supported_.size() && gpm_supported_[i]) {
+          if (std::optional<double> pct = GpmUtil(n, d, i, gi)) mu.utilization_pct = *pct;
+        }
+        u.mig.push_back(mu);
+      }
     }
     unsigned int value = 0;
     if (n.temperature && n.temperature(d, NVML_TEMPERATURE_GPU, &value) == NVML_SUCCESS) {

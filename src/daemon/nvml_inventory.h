@@ -11,13 +11,19 @@
 // on NVSwitch systems). Both come from optional NVML calls; without them the
 // topology is unknown (-1) and placement ignores islands.
 
+#include <chrono>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/nvml_abi.h"
 #include "daemon/inventory.h"
 
 namespace gpuslice::daemon {
+
+struct Nvml;
 
 enum class GpuSourceMode { kAuto, kNvml, kSimulated };
 core::Result<GpuSourceMode> ParseGpuSourceMode(std::string_view text);
@@ -37,8 +43,23 @@ class NvmlInventory : public Inventory {
   std::string sim_lib_dir_;
   void* handle_ = nullptr;
   size_t gpu_count_ = 0;
-  // Per GPU: in MIG mode at the last Read().
+  // Per GPU: in MIG mode at the last Read(), its GPU instances then, and
+  // whether NVML measures it with GPM (Hopper and newer).
   std::vector<bool> mig_enabled_;
+  std::vector<std::vector<uint32_t>> mig_gpu_instances_;
+  std::vector<bool> gpm_supported_;
+  // GPM: the previous sample of each GPU (gpu instance kNoMigInstance) and
+  // GPU instance; a figure is the activity between it and the next one.
+  std::optional<double> GpmUtil(const Nvml& n, nvmlDevice_t d, uint32_t gpu,
+                                uint32_t gpu_instance);
+  void ForgetGpmSamples(const Nvml& n);
+  struct GpmSeries {
+    nvmlGpmSample_t sample = nullptr;
+    std::chrono::steady_clock::time_point taken;
+    std::optional<double> pct;  // Over the interval that ended with `sample`.
+  };
+  static constexpr std::chrono::milliseconds kGpmMinInterval{500};
+  std::map<std::pair<uint32_t, uint32_t>, GpmSeries> gpm_samples_;
   // Per GPU: the newest per-process utilisation sample already seen, so each
   // Usage() averages only the samples since the previous one.
   std::vector<unsigned long long> last_sample_us_;

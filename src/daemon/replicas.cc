@@ -339,7 +339,9 @@ void ReplicaManager::TickOne(Managed& m, int64_t now) {
                     " has run " + Dur(now - job.started_ms));
       }
       auto u = service_.UsageOf(id);
-      if (u && u->sampled_ms >= job.started_ms) {
+      // A replica NVML has no figure for (a MIG instance without GPM) is
+      // left out of the mean, as one not yet sampled: not counted as idle.
+      if (u && u->sampled_ms >= job.started_ms && u->gpu_util_known) {
         sum += core::SliceUsePct(u->gpu_util_pct, job.allocation.compute_milli);
         ++samples;
       }
@@ -532,7 +534,7 @@ ServiceView ReplicaManager::View(const Managed& m) {
       rv.state = job->job.state;
       if (rv.state == core::JobState::kRunning) {
         auto u = service_.UsageOf(id);
-        if (u && u->sampled_ms >= job->job.started_ms) {
+        if (u && u->sampled_ms >= job->job.started_ms && u->gpu_util_known) {
           rv.use_pct = core::SliceUsePct(u->gpu_util_pct, job->job.allocation.compute_milli);
         }
       }

@@ -137,8 +137,11 @@ struct JobUsage {
   // process that escaped the shim allocated): the watchdog's figure.
   uint64_t nvml_memory_bytes = 0;
   // Achieved compute: its processes' SM use summed per GPU, averaged over its
-  // GPUs (0-100).
+  // GPUs (0-100); for a MIG job its instances' activity.
   double gpu_util_pct = 0;
+  // False when NVML gives no figure for it (a MIG job on a GPU without GPM):
+  // gpu_util_pct is then 0 and means nothing; the job is never idle for it.
+  bool gpu_util_known = true;
   uint64_t refused_allocs = 0;
   uint64_t throttled_ns = 0;
   // How long gpu_util_pct has stayed below the idle threshold (0 when above).

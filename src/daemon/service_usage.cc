@@ -1,6 +1,7 @@
 // Service: events and usage sampling. See service.h.
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -22,6 +23,33 @@ constexpr double kWaitBoundsS[] = {0.1, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 
 // whole gap (the daemon was stopped or starved): idle time then grows by one
 // interval only.
 constexpr int64_t kMaxGapIntervals = 3;
+
+// For a job on MIG devices: the mean activity of its GPU instances (percent
+// of each instance's time), or nullopt for a job on no MIG device. Sets
+// `u->gpu_util_known` to false when NVML measures one of them not at all.
+std::optional<double> MigJobActivity(const core::Allocation& a, const InventorySnapshot& inventory,
+                                     const std::vector<GpuUsage>& usage, JobUsage* u) {
+  double sum = 0;
+  size_t n = 0;
+  for (size_t k = 0; k < a.gpu_uuids.size() && k < a.gpu_indices.size(); ++k) {
+    const uint32_t g = a.gpu_indices[k];
+    if (a.gpu_uuids[k].rfind("MIG-", 0) != 0 || g >= inventory.gpus.size()) continue;
+    ++n;
+    const MigUsage* m = nullptr;
+    for (const MigInstance& mi : inventory.gpus[g].mig) {
+      if (mi.uuid == a.gpu_uuids[k] && g < usage.size()) {
+        m = MigUsageOf(usage[g], mi.gpu_instance_id);
+      }
+    }
+    if (m == nullptr || !m->known()) {
+      u->gpu_util_known = false;
+    } else {
+      sum += m->utilization_pct;
+    }
+  }
+  if (n == 0) return std::nullopt;
+  return u->gpu_util_known ? sum / double(n) : 0.0;
+}
 
 }  // namespace
 
@@ -201,6 +229,13 @@ void Service::Sample() {
     }
     size_t n = job.allocation.gpu_indices.size();
     u.gpu_util_pct = n ? sum / static_cast<double>(n) : 0;
+    // A MIG job: NVML has no per-process figure on MIG devices; its
+    // instances' activity (GPM) is the job's use of what it holds. Without
+    // GPM (an A100) there is no figure, and no figure is not idleness.
+    u.gpu_util_known = true;
+    if (std::optional<double> mig = MigJobActivity(job.allocation, inventory_, gpu_usage_, &u)) {
+      u.gpu_util_pct = *mig;
+    }
     // A slice held back by the arbiter (others' turns: priority, shares) is
     // not idle for it: the part of the interval it waited counts as use
     // (issue 18: a starved high-priority slice was paused as idle).
@@ -212,7 +247,9 @@ void Service::Sample() {
       }
       u.waited_ns_seen = waited;
     }
-    if (gap > 0 && busy_pct < options_.idle_threshold_pct) {
+    if (!u.gpu_util_known) {
+      u.low_use_ms = 0;
+    } else if (gap > 0 && busy_pct < options_.idle_threshold_pct) {
       u.low_use_ms += gap;
       job.idle_ms += gap;
     } else if (busy_pct >= options_.idle_threshold_pct) {

@@ -494,5 +494,43 @@ TEST_F(WatchdogTest, AForeignProcessTakesEveryMigDeviceOfItsGpuInstance) {
   EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kRunning);
 }
 
+// Issue 18 item 1: a MIG job read 0% (NVML has no per-process figure on
+// MIG devices) and idle reclaim ended it while it was 100% busy. Its use is
+// now its GPU instance's activity (NVML's GPM), and where NVML gives no
+// figure (no GPM, as on an A100) the job is never idle for it.
+TEST_F(WatchdogTest, Issue18AMigJobIsIdleByItsInstancesActivityAndNeverForNoFigure) {
+  PolicyConfig rules;
+  rules.idle_after_ms = 60'000;
+  rules.idle_action = IdleAction::kEnd;
+  rules.idle_action_always = true;
+  Start(rules, OneMigGpu());
+  auto busy = SubmitMig("1g.10gb");
+  auto idle = SubmitMig("1g.10gb");
+  ASSERT_TRUE(busy.ok() && idle.ok());
+  ASSERT_EQ(Get(busy->job.id).job.allocation.gpu_uuids, std::vector<std::string>{"MIG-0"});
+  inventory_.usage[0].utilization_known = false;
+  inventory_.usage[0].mig = {{7, 95.0}, {8, 2.0}};
+  Run(63);
+  EXPECT_EQ(Get(busy->job.id).job.state, core::JobState::kRunning);
+  EXPECT_EQ(Get(idle->job.id).job.state, core::JobState::kCancelled) << "the control";
+  std::optional<JobUsage> u = service_->UsageOf(busy->job.id);
+  ASSERT_TRUE(u.has_value());
+  EXPECT_TRUE(u->gpu_util_known);
+  EXPECT_DOUBLE_EQ(u->gpu_util_pct, 95.0);
+
+  // No figure for the instance (an A100 has no GPM): never idle for it.
+  auto unmeasured = SubmitMig("1g.10gb");
+  ASSERT_TRUE(unmeasured.ok());
+  ASSERT_EQ(Get(unmeasured->job.id).job.allocation.gpu_uuids, std::vector<std::string>{"MIG-1"});
+  inventory_.usage[0].mig = {{7, 95.0}, {8, -1}};
+  Run(120);
+  EXPECT_EQ(Get(unmeasured->job.id).job.state, core::JobState::kRunning);
+  u = service_->UsageOf(unmeasured->job.id);
+  ASSERT_TRUE(u.has_value());
+  EXPECT_FALSE(u->gpu_util_known);
+  EXPECT_EQ(u->low_use_ms, 0);
+  EXPECT_EQ(Get(unmeasured->job.id).job.idle_ms, 0) << "no figure is not idle time";
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

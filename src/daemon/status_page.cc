@@ -244,7 +244,7 @@ json SliceJson(Service& service, const JobView& v, size_t alloc_index) {
   if (auto used = SliceMemoryUsed(service, job, uuid)) s["memory_used"] = *used;
   s["flags"] = v.flags;
   if (v.usage) {
-    s["gpu_util_pct"] = v.usage->gpu_util_pct;
+    if (v.usage->gpu_util_known) s["gpu_util_pct"] = v.usage->gpu_util_pct;
     s["low_use_ms"] = v.usage->low_use_ms;
     s["refused_allocs"] = v.usage->refused_allocs;
     if (!s.contains("memory_used")) s["memory_used"] = v.usage->memory_used_bytes;
@@ -299,7 +299,8 @@ json StatusSnapshot(Service& service) {
     for (const GpuUsage& u : service.GpuUsageNow()) {
       if (u.index != g.index) continue;
       gj["memory_used"] = u.memory_used;
-      gj["utilization_pct"] = u.utilization_pct;
+      // Unknown (MIG mode without GPM) is left out: the page shows "?".
+      if (u.utilization_known) gj["utilization_pct"] = u.utilization_pct;
       if (u.temperature_c >= 0) gj["temperature_c"] = u.temperature_c;
       if (u.power_mw > 0) gj["power_w"] = u.power_mw / 1000.0;
     }

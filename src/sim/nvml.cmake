@@ -9,6 +9,7 @@ add_library(gpuslice_sim_nvml_objects OBJECT
   nvml_device.cc
   nvml_errors.cc
   nvml_health.cc
+  nvml_gpm.cc
   nvml_mig.cc
   nvml_pci.cc
   nvml_system.cc

@@ -467,6 +467,99 @@ TEST_F(NvmlTest, MigDevicesAreReachableFromTheirParentAndBack) {
   EXPECT_EQ(mem.used, expected);
 }
 
+// Issue 18 item 1: MIG instances had no utilisation at all. GPM gives one
+// per GPU instance on Hopper (H100/H200), as on real hardware; an A100 has
+// no GPM (its MIG instances stay without a figure).
+TEST_F(NvmlTest, GpmMeasuresEachMigInstanceAndTheWholeGpuOnHopperOnly) {
+  UseGpus("1xH100-80GB:mig=3g.40gb+1g.10gb,1xA100-40GB");
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  nvmlDevice_t h100 = Gpu(0), a100 = Gpu(1);
+  nvmlGpmSupport_t support{NVML_GPM_SUPPORT_VERSION, 7};
+  ASSERT_EQ(nvmlGpmQueryDeviceSupport(h100, &support), NVML_SUCCESS);
+  EXPECT_EQ(support.isSupportedDevice, 1u);
+  ASSERT_EQ(nvmlGpmQueryDeviceSupport(a100, &support), NVML_SUCCESS);
+  EXPECT_EQ(support.isSupportedDevice, 0u);
+  support.version = 2;
+  EXPECT_EQ(nvmlGpmQueryDeviceSupport(h100, &support), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+
+  nvmlGpmSample_t s1 = nullptr, s2 = nullptr, g1 = nullptr, g2 = nullptr;
+  ASSERT_EQ(nvmlGpmSampleAlloc(&s1), NVML_SUCCESS);
+  ASSERT_EQ(nvmlGpmSampleAlloc(&s2), NVML_SUCCESS);
+  ASSERT_EQ(nvmlGpmSampleAlloc(&g1), NVML_SUCCESS);
+  ASSERT_EQ(nvmlGpmSampleAlloc(&g2), NVML_SUCCESS);
+  EXPECT_EQ(nvmlGpmSampleGet(a100, s1), NVML_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(nvmlGpmMigSampleGet(h100, 9, s1), NVML_ERROR_NOT_FOUND);
+  nvmlDevice_t mig0 = nullptr;
+  ASSERT_EQ(nvmlDeviceGetMigDeviceHandleByIndex(h100, 0, &mig0), NVML_SUCCESS);
+  EXPECT_EQ(nvmlGpmSampleGet(mig0, s1), NVML_ERROR_NOT_SUPPORTED);  // The parent samples.
+
+  // Instance 1 (3g.40gb, GPU instance id 1) runs kernels for ~half of the
+  // interval; instance 2 is idle.
+  DeviceModel& driver = Driver();
+  const uint32_t unit = driver.Device(0).mig[0].unit;
+  ASSERT_EQ(nvmlGpmMigSampleGet(h100, 1, s1), NVML_SUCCESS);
+  ASSERT_EQ(nvmlGpmMigSampleGet(h100, 2, g1), NVML_SUCCESS);
+  const auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  driver.AddBusy(unit, 100'000'000);
+  ASSERT_EQ(nvmlGpmMigSampleGet(h100, 1, s2), NVML_SUCCESS);
+  ASSERT_EQ(nvmlGpmMigSampleGet(h100, 2, g2), NVML_SUCCESS);
+  const double elapsed_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+
+  nvmlGpmMetricsGet_t get{};
+  get.version = NVML_GPM_METRICS_GET_VERSION;
+  get.numMetrics = 3;
+  get.sample1 = s1;
+  get.sample2 = s2;
+  get.metrics[0].metricId = NVML_GPM_METRIC_GRAPHICS_UTIL;
+  get.metrics[1].metricId = NVML_GPM_METRIC_SM_UTIL;
+  get.metrics[2].metricId = NVML_GPM_METRIC_SM_OCCUPANCY;
+  ASSERT_EQ(nvmlGpmMetricsGet(&get), NVML_SUCCESS);
+  ASSERT_EQ(get.metrics[0].nvmlReturn, NVML_SUCCESS);
+  // 100 ms busy over the interval the two samples span (at least 200 ms).
+  EXPECT_NEAR(get.metrics[0].value, 100.0 * 100 / elapsed_ms, 100.0 * 100 / elapsed_ms * 0.1);
+  EXPECT_LE(get.metrics[0].value, 50.5);
+  EXPECT_EQ(get.metrics[1].value, get.metrics[0].value);
+  EXPECT_STREQ(get.metrics[0].metricInfo.unit, "%");
+  EXPECT_EQ(get.metrics[2].nvmlReturn, NVML_ERROR_NOT_SUPPORTED);
+
+  get.sample1 = g1;
+  get.sample2 = g2;
+  ASSERT_EQ(nvmlGpmMetricsGet(&get), NVML_SUCCESS);
+  EXPECT_EQ(get.metrics[0].value, 0.0) << "the idle instance";
+
+  // Samples of different instances, or in the wrong order, are refused.
+  get.sample1 = s1;
+  get.sample2 = g2;
+  EXPECT_EQ(nvmlGpmMetricsGet(&get), NVML_ERROR_INVALID_ARGUMENT);
+  get.sample1 = s2;
+  get.sample2 = s1;
+  EXPECT_EQ(nvmlGpmMetricsGet(&get), NVML_ERROR_INVALID_ARGUMENT);
+  get.version = 9;
+  EXPECT_EQ(nvmlGpmMetricsGet(&get), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+
+  // The whole GPU in MIG mode: the instances weighted by their SMs.
+  ASSERT_EQ(nvmlGpmSampleGet(h100, g1), NVML_SUCCESS);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  driver.AddBusy(unit, 100'000'000);
+  ASSERT_EQ(nvmlGpmSampleGet(h100, g2), NVML_SUCCESS);
+  get = {};
+  get.version = NVML_GPM_METRICS_GET_VERSION;
+  get.numMetrics = 1;
+  get.sample1 = g1;
+  get.sample2 = g2;
+  get.metrics[0].metricId = NVML_GPM_METRIC_SM_UTIL;
+  ASSERT_EQ(nvmlGpmMetricsGet(&get), NVML_SUCCESS);
+  const DeviceInfo info = driver.Device(0);
+  const double weight = double(info.mig[0].sm_count) / (info.mig[0].sm_count + info.mig[1].sm_count);
+  EXPECT_GT(get.metrics[0].value, 0.0);
+  EXPECT_LE(get.metrics[0].value, 100.0 * weight + 0.5);
+
+  for (nvmlGpmSample_t s : {s1, s2, g1, g2}) EXPECT_EQ(nvmlGpmSampleFree(s), NVML_SUCCESS);
+  EXPECT_EQ(nvmlGpmSampleFree(nullptr), NVML_ERROR_INVALID_ARGUMENT);
+}
+
 TEST_F(NvmlTest, MigModeSaysDisabledOnCapableGpusAndIsUnsupportedOnOthers) {
   UseGpus("1xH100-80GB,1xL4");
   ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);

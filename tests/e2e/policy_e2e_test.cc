@@ -7,8 +7,10 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "harness.h"
 
@@ -251,6 +253,69 @@ TEST_F(PolicyE2E, IdleJobIsEndedWhenConfiguredToAlways) {
   EXPECT_NE(ReadFile(d.state_dir() + "/jobs/" + id + "/stderr")
                 .find("gpuslice: job " + id + " ended: GPU use under"),
             std::string::npos);
+}
+
+// Issue 18 item 1: MIG jobs read 0% and idle reclaim ended a MIG job that
+// was 100% busy. On an H100 in MIG mode the daemon reads each instance's
+// activity from NVML's GPM (the simulator models it): the busy job keeps
+// running and shows its use, the idle one beside it is ended.
+TEST_F(PolicyE2E, Issue18ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {
+  Daemon d("1xH100-80GB:mig=3g.40gb+1g.10gb",
+           {"--set", "idle_after=3s", "--set", "idle_action=end", "--set",
+            "idle_action_always=true"});
+  d_ = &d;
+  Start(d);
+  std::string busy = Submit(d, {"--mig", "3g.40gb", "--", WorkerPath(), "--mem", "256MiB",
+                                "--duty", "100%", "--seconds", "10", "--kernel-us", "1000"});
+  std::string idle = Submit(d, {"--mig", "1g.10gb", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, idle) == "cancelled"; }, 60)) << "the control";
+  EXPECT_EQ(Job(d, idle).value("reason", "").rfind("idle: GPU use under 30% for", 0), 0u);
+  // Its use while it runs: in ps, gpus and the metrics.
+  double use = -1;
+  ASSERT_TRUE(Daemon::WaitFor([&] {
+    json j = Job(d, busy);
+    if (j.value("state", "") != "running" || !j.contains("usage")) return false;
+    use = j["usage"].value("gpu_util_pct", -1.0);
+    return use > 0;
+  })) << Job(d, busy).dump();
+  std::cerr << "the busy MIG job's use: " << use << "%\n";
+  EXPECT_GE(use, 30.0) << "a busy MIG job reads as busy";
+  json gpus = json::parse(d.Cli({"gpus", "--json"}).out, nullptr, false);
+  ASSERT_TRUE(gpus.is_object()) << d.Cli({"gpus", "--json"}).out;
+  bool instance_figure = false;
+  for (const json& m : gpus["gpus"][0]["mig"]) {
+    instance_figure = instance_figure || m.contains("utilization_pct");
+  }
+  EXPECT_TRUE(instance_figure) << gpus.dump();
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, busy) != "running"; }, 60));
+  EXPECT_EQ(State(d, busy), "exited") << Job(d, busy).dump();
+  EXPECT_EQ(Job(d, busy).value("exit_code", -1), 0);
+  EXPECT_FALSE(HasEvent(d, busy, "idle_flagged"));
+}
+
+// An A100 has no GPM: NVML gives no figure for its MIG instances. No figure
+// is not idleness: the job is never ended as idle, and every view says n/a
+// instead of 0%.
+TEST_F(PolicyE2E, Issue18AMigJobWithoutAFigureIsNeverIdleAndShowsNotAvailable) {
+  Daemon d("1xA100-40GB:mig=1g.5gb*2", {"--set", "idle_after=2s", "--set", "idle_action=end",
+                                         "--set", "idle_action_always=true"});
+  d_ = &d;
+  Start(d);
+  std::string id = Submit(d, {"--mig", "1g.5gb", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  EXPECT_EQ(State(d, id), "running");
+  EXPECT_FALSE(HasEvent(d, id, "idle_flagged"));
+  json j = Job(d, id);
+  ASSERT_TRUE(j.contains("usage")) << j.dump();
+  EXPECT_FALSE(j["usage"].contains("gpu_util_pct")) << j.dump();
+  EXPECT_NE(d.Cli({"show", id}).out.find("GPU use"), std::string::npos);
+  EXPECT_NE(d.Cli({"show", id}).out.find("n/a"), std::string::npos) << d.Cli({"show", id}).out;
+  json gpus = json::parse(d.Cli({"gpus", "--json"}).out, nullptr, false);
+  ASSERT_TRUE(gpus.is_object());
+  EXPECT_FALSE(gpus["gpus"][0].contains("utilization_pct")) << gpus.dump();
+  EXPECT_NE(d.Cli({"gpus"}).out.find("n/a"), std::string::npos) << d.Cli({"gpus"}).out;
+  EXPECT_EQ(d.Cli({"cancel", id}).exit_code, 0);
 }
 
 TEST_F(PolicyE2E, IdleJobIsPausedWhileAnotherWaitsAndResumedByItsOwner) {
