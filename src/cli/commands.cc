@@ -11,6 +11,7 @@
 #include "cli/job_select.h"
 #include "cli/ps_view.h"
 #include "cli/table.h"
+#include "core/dependency.h"
 #include "core/job.h"
 #include "core/units.h"
 
@@ -72,6 +73,7 @@ void SetupNone(CLI::App*, Context*) {}
 // Per-command state of submit and ps.
 struct SubmitOptions {
   std::optional<std::string> array;
+  std::vector<std::string> after;  // Each --after given: "12", "3,4:ok".
 } g_submit;
 struct PsOptions {
   std::optional<std::string> user, state;
@@ -83,6 +85,11 @@ void SetupSubmit(CLI::App* sub, Context* ctx) {
   sub->add_option("--array", g_submit.array,
                   "A job array: one job per index (1-20, 0,3,5), each with GPUSLICE_ARRAY_INDEX "
                   "set and NAME[index] as its name");
+  sub->add_option("--after", g_submit.after,
+                  "Start only once these jobs have ended: --after 12 (however it ended), "
+                  "--after 12:ok (only if it exited 0; else this job is cancelled); a comma list "
+                  "or repeated, all must hold, e.g. --after 3,4:ok --after 5")
+      ->allow_extra_args(false);
 }
 void SetupRun(CLI::App* sub, Context* ctx) {
   AddRequestOptions(sub, ctx, true);
@@ -114,6 +121,14 @@ int Run(Context& ctx) { return RunJob(ctx, "run"); }
 
 int Submit(Context& ctx) {
   if (core::Status s = CheckRequest(ctx.request); !s.ok()) return UsageError(ctx, s);
+  std::string after;  // Canonical ("3,4:ok,5"), checked here as the daemon checks it.
+  if (!g_submit.after.empty()) {
+    std::string given;
+    for (const std::string& a : g_submit.after) given += (given.empty() ? "" : ",") + a;
+    auto deps = core::ParseDependencies(given);
+    if (!deps.ok()) return UsageError(ctx, deps.status());
+    after = core::FormatDependencies(*deps);
+  }
   std::vector<std::optional<uint32_t>> indices = {std::nullopt};
   if (g_submit.array) {
     auto a = ParseArrayIndices(*g_submit.array);
@@ -125,6 +140,7 @@ int Submit(Context& ctx) {
     RequestOptions r = ctx.request;
     if (index) r.name = r.name.value_or("") + "[" + std::to_string(*index) + "]";
     json body = SubmitBody(r, "submit");
+    if (!after.empty()) body["after"] = after;  // Every member of an array.
     if (index) body["env"].push_back("GPUSLICE_ARRAY_INDEX=" + std::to_string(*index));
     auto job = ctx.client->Call("POST", "/v1/jobs", &body);
     if (!job.ok()) {

@@ -156,6 +156,7 @@ int Show(Context& ctx) {
   if (j.contains("queue_position")) {
     add("queue position", std::to_string(j["queue_position"].get<int>()));
   }
+  add("after", DependenciesText(j));
   add("waiting for", j.value("waiting_for", ""));
   if (j.contains("allocation")) {
     add("GPUs", Joined(j["allocation"]["gpu_indices"], ","));

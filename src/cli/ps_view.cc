@@ -64,6 +64,22 @@ std::string Note(const json& j) {
 
 }  // namespace
 
+std::string DependenciesText(const json& job) {
+  std::string out;
+  for (const json& d : job.value("after", json::array())) {
+    std::string one = std::to_string(d.value("job", uint64_t{0})) +
+                      (d.value("condition", "") == "ok" ? ":ok" : "");
+    if (d.contains("state")) {
+      const std::string state = d.value("state", "");
+      one += " (" +
+             (state == "exited" ? "exit " + std::to_string(d.value("exit_code", -1)) : state) +
+             ", " + d.value("status", "") + ")";
+    }
+    out += (out.empty() ? "" : ", ") + one;
+  }
+  return out;
+}
+
 std::string RenderPs(const json& list, int64_t now_ms) {
   Table t({"ID", "USER", "NAME", "STATE", "REQUEST", "PRIO", "GPU", "AGE", "ELAPSED", "POS",
            "NOTE"});

@@ -15,6 +15,10 @@ namespace gpuslice::cli {
 // job waits, how an ended one ended, or a running one's policy flags.
 std::string RenderPs(const nlohmann::json& list, int64_t now_ms);
 
+// A job's dependencies (its "after" list) for `gpuslice show`: "1:ok
+// (running, waiting), 2 (exit 3, satisfied)"; "" when it has none.
+std::string DependenciesText(const nlohmann::json& job);
+
 // "killed by SIGUSR1" for an exit code of 128 + a signal number (how an end
 // by a signal is recorded), else nullptr.
 const char* SignalName(int exit_code);

@@ -63,5 +63,18 @@ TEST(RenderPs, AnEndBySignalNamesTheSignal) {
   EXPECT_EQ(SignalName(128), nullptr);
 }
 
+TEST(DependenciesText, EachJobWithItsConditionStateAndStatus) {
+  json job = JobJson(5, "queued", kNow, 0, 0);
+  EXPECT_EQ(DependenciesText(job), "") << "none";
+  job["after"] = {{{"job", 1}, {"condition", "ok"}, {"state", "running"}, {"status", "waiting"}},
+                  {{"job", 2},
+                   {"condition", "any"},
+                   {"state", "exited"},
+                   {"exit_code", 3},
+                   {"status", "satisfied"}},
+                  {{"job", 3}, {"condition", "any"}}};  // Ended long ago: no state.
+  EXPECT_EQ(DependenciesText(job), "1:ok (running, waiting), 2 (exit 3, satisfied), 3");
+}
+
 }  // namespace
 }  // namespace gpuslice::cli

@@ -57,6 +57,18 @@ struct Allocation {
   friend bool operator==(const Allocation&, const Allocation&) = default;
 };
 
+// A job this one waits for (`--after 12` / `--after 12:ok`); the rules are
+// in dependency.h.
+enum class DependencyKind {
+  kAny,  // "12" (or "12:any"): once job 12 has ended, however it ended.
+  kOk,   // "12:ok": once job 12 exited with code 0; any other end breaks it.
+};
+struct Dependency {
+  uint64_t job_id = 0;
+  DependencyKind kind = DependencyKind::kAny;
+  friend bool operator==(const Dependency&, const Dependency&) = default;
+};
+
 struct Job {
   uint64_t id = 0;
   // Owner, from the caller's credentials (never from the request body).
@@ -89,6 +101,9 @@ struct Job {
   // Time its GPU use stayed below the daemon's idle threshold while it ran
   // (sampled once a second; accounting's "idle hours").
   int64_t idle_ms = 0;
+  // Jobs that must end (kAny) or exit 0 (kOk) before this one may start;
+  // fixed at submission, sorted by id.
+  std::vector<Dependency> after;
 
   bool IsLive() const { return !IsTerminal(state); }
   // When it must end, if it has a maximum run time and has started.

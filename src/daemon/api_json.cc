@@ -1,5 +1,7 @@
 #include "daemon/api_json.h"
 
+#include "core/dependency.h"
+
 namespace gpuslice::daemon {
 
 using nlohmann::json;
@@ -81,8 +83,9 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   static const char* const kKnown[] = {
-      "gpus", "mem", "compute", "mig",  "priority",    "name",         "max_runtime", "mode",
-      "argv", "cwd", "env",     "pool", "restartable", "compute_mode", "cpus",        "host_mem"};
+      "gpus",        "mem",          "compute", "mig",      "priority", "name",
+      "max_runtime", "mode",         "argv",    "cwd",      "env",      "pool",
+      "restartable", "compute_mode", "cpus",    "host_mem", "after"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -101,6 +104,11 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "pool", false, &f.pool));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "cpus", true, &f.cpus));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "host_mem", true, &f.host_mem));
+  std::optional<std::string> after;  // "12,13:ok", or one job id as an integer.
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "after", true, &after));
+  if (after) {
+    GPUSLICE_ASSIGN_OR_RETURN(spec.after, core::ParseDependencies(*after));
+  }
   if (j.contains("restartable")) {
     if (!j["restartable"].is_boolean()) {
       return core::InvalidArgumentError("restartable: must be true or false");
@@ -190,6 +198,30 @@ json JobToJson(const JobView& v) {
   out["restartable"] = j.restartable;
   if (j.state == core::JobState::kRunning) out["flags"] = v.flags;
   out["idle_ms"] = j.idle_ms;
+  if (!v.after.empty()) {
+    json after = json::array();
+    for (const DependencyView& d : v.after) {
+      json e = {{"job", d.dep.job_id},
+                {"condition", d.dep.kind == core::DependencyKind::kOk ? "ok" : "any"}};
+      if (d.state) {
+        e["state"] = core::JobStateName(*d.state);
+        if (*d.state == core::JobState::kExited) e["exit_code"] = d.exit_code;
+        switch (core::Evaluate(d.dep, *d.state, d.exit_code)) {
+          case core::DependencyStatus::kWaiting:
+            e["status"] = "waiting";
+            break;
+          case core::DependencyStatus::kSatisfied:
+            e["status"] = "satisfied";
+            break;
+          case core::DependencyStatus::kBroken:
+            e["status"] = "broken";
+            break;
+        }
+      }
+      after.push_back(std::move(e));
+    }
+    out["after"] = std::move(after);
+  }
   return out;
 }
 

@@ -23,6 +23,17 @@ TEST(ParseSubmitBody, AcceptsTheDocumentedFields) {
   EXPECT_EQ(*bytes->fields.mem, "1073741824B");  // A JSON integer counts bytes.
 }
 
+TEST(ParseSubmitBody, DependenciesAreAListAsTheCliTakesItOrOneJobId) {
+  auto s = ParseSubmitBody(R"({"gpus": "1", "after": "5,3:ok", "cwd": "/"})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->after, (std::vector<core::Dependency>{{3, core::DependencyKind::kOk},
+                                                     {5, core::DependencyKind::kAny}}));
+  auto one = ParseSubmitBody(R"({"gpus": "1", "after": 12, "cwd": "/"})");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->after, (std::vector<core::Dependency>{{12, core::DependencyKind::kAny}}));
+  EXPECT_TRUE(ParseSubmitBody(R"({"gpus": "1", "cwd": "/"})")->after.empty());
+}
+
 TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
   struct Case {
     const char* body;
@@ -37,6 +48,10 @@ TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
       {R"({"cwd": "/", "mode": "daemon"})", "unknown job mode"},
       {R"({"mem": "1GiB"})", "cwd: missing"},
       {R"({"cwd": "/", "user": "root"})", "unknown field 'user'"},
+      {R"({"cwd": "/", "after": "3:maybe"})", "--after '3:maybe': unknown condition 'maybe'"},
+      {R"({"cwd": "/", "after": "x"})", "--after 'x': 'x' is not a job id"},
+      {R"({"cwd": "/", "after": [3]})", "after: must be a string"},
+      {R"({"cwd": "/", "after": -3})", "after: must not be negative"},
   };
   // Issue 13: an over-long entry says what the limit is.
   auto long_env = ParseSubmitBody(R"({"cwd": "/", "env": ["X=)" + std::string(200000, 'x') + "\"]}");
@@ -138,6 +153,29 @@ TEST_F(ApiTest, SubmitListGetCancel) {
   EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["code"], "permission_denied");
   r = Call("POST", "/v1/jobs/1/cancel");
   EXPECT_EQ(r.status, 200);
+}
+
+TEST_F(ApiTest, AJobAfterAnotherShowsItsDependenciesAndWhatItWaitsFor) {
+  ASSERT_EQ(Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["x"], "cwd": "/"})").status, 201);
+  ApiResponse r =
+      Call("POST", "/v1/jobs", R"({"mem": "8GiB", "after": "1:ok", "argv": ["y"], "cwd": "/"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto job = nlohmann::json::parse(r.body);
+  EXPECT_EQ(job["state"], "queued");
+  EXPECT_EQ(job["waiting_for"], "after job 1:ok (running)");
+  ASSERT_EQ(job["after"].size(), 1u);
+  EXPECT_EQ(job["after"][0]["job"], 1);
+  EXPECT_EQ(job["after"][0]["condition"], "ok");
+  EXPECT_EQ(job["after"][0]["state"], "running");
+  EXPECT_EQ(job["after"][0]["status"], "waiting");
+  auto listed = nlohmann::json::parse(Call("GET", "/v1/jobs").body)["jobs"];
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[1]["after"][0]["job"], 1) << "ps --json shows them too";
+  EXPECT_FALSE(listed[0].contains("after")) << "only jobs that have some";
+  // Refused with 400, naming the job.
+  r = Call("POST", "/v1/jobs", R"({"mem": "8GiB", "after": "77", "argv": ["z"], "cwd": "/"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["message"], "--after 77: no job 77");
 }
 
 TEST_F(ApiTest, ErrorsAreJsonWithTheRightStatus) {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dependency.h"
 #include "daemon/ledger_schema.h"
 #include "daemon/sqlite_stmt.h"
 
@@ -40,8 +41,8 @@ Result<std::vector<std::string>> FromJson(const std::string& text, const char* c
 constexpr const char* kJobColumns =
     "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
-    "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, compute_mode, "
-    "host_cpu_milli, host_memory_bytes";
+    "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, "
+    "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -90,6 +91,14 @@ Result<Job> ReadJob(const Stmt& s) {
   GPUSLICE_ASSIGN_OR_RETURN(r.compute_mode, core::ParseComputeMode(s.Text(29)));
   r.host_cpu_milli = static_cast<uint32_t>(s.Int(30));
   r.host_memory_bytes = static_cast<uint64_t>(s.Int(31));
+  if (std::string after = s.Text(32); !after.empty()) {
+    auto deps = core::ParseDependencies(after);
+    if (!deps.ok()) {
+      return core::InternalError("ledger: job " + std::to_string(j.id) + " has after_jobs '" +
+                                 after.substr(0, 64) + "': " + deps.status().message());
+    }
+    j.after = std::move(*deps);
+  }
   return j;
 }
 
@@ -293,7 +302,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
   auto body = [&]() -> Status {
     std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
                       ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32)";
+                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -333,6 +342,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(30, std::string(core::ComputeModeName(r.compute_mode)));
     s.Bind(31, int64_t{r.host_cpu_milli});
     s.Bind(32, static_cast<int64_t>(r.host_memory_bytes));
+    s.Bind(33, core::FormatDependencies(job.after));
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 
@@ -374,11 +384,14 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
   return Commit();
 }
 
-Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) {
-  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs" +
-                    (live_only ? " WHERE state IN ('queued', 'running')" : "") + " ORDER BY id";
+Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) { return SelectJobs(live_only, 0); }
+
+Result<std::vector<Job>> Ledger::SelectJobs(bool live_only, uint64_t only_id) {
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE (?1 = 0 OR id = ?1)" +
+                    (live_only ? " AND state IN ('queued', 'running')" : "") + " ORDER BY id";
   Stmt s(db_, sql.c_str());
   GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: load jobs"));
+  s.Bind(1, static_cast<int64_t>(only_id));
   std::vector<Job> jobs;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
@@ -392,9 +405,10 @@ Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) {
   // resized): only its latest counts, one row per GPU (the newest).
   Stmt a(db_,
          "SELECT job_id, gpu_index, gpu_uuid, memory_bytes, compute_milli FROM allocations a"
-         " WHERE allocated_ms = (SELECT max(allocated_ms) FROM allocations b"
-         " WHERE b.job_id = a.job_id) ORDER BY job_id, gpu_index, id");
+         " WHERE (?1 = 0 OR job_id = ?1) AND allocated_ms = (SELECT max(allocated_ms)"
+         " FROM allocations b WHERE b.job_id = a.job_id) ORDER BY job_id, gpu_index, id");
   GPUSLICE_RETURN_IF_ERROR(a.prepared("ledger: load allocations"));
+  a.Bind(1, static_cast<int64_t>(only_id));
   size_t k = 0;
   while ((rc = a.Step()) == SQLITE_ROW) {
     uint64_t id = static_cast<uint64_t>(a.Int(0));
@@ -420,12 +434,11 @@ Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) {
 }
 
 Result<std::optional<Job>> Ledger::LoadJob(uint64_t id) {
-  // Small ledgers make this fine; a job lookup by id is not on a hot path.
-  GPUSLICE_ASSIGN_OR_RETURN(std::vector<Job> all, LoadJobs(false));
-  for (Job& j : all) {
-    if (j.id == id) return std::optional<Job>(std::move(j));
-  }
-  return std::optional<Job>();
+  if (id == 0) return std::optional<Job>();
+  // By its primary key (a submission --after an old job asks for one).
+  GPUSLICE_ASSIGN_OR_RETURN(std::vector<Job> one, SelectJobs(false, id));
+  if (one.empty()) return std::optional<Job>();
+  return std::optional<Job>(std::move(one.front()));
 }
 
 Result<std::vector<Transition>> Ledger::Transitions(uint64_t job_id) {

@@ -123,6 +123,8 @@ class Ledger {
  private:
   explicit Ledger(sqlite3* db) : db_(db) {}
   core::Status Migrate();
+  // Jobs by id ascending, with their latest allocations; only_id 0: all.
+  core::Result<std::vector<core::Job>> SelectJobs(bool live_only, uint64_t only_id);
   core::Status Exec(const char* sql);
   // COMMIT, rolled back when it fails, so the connection is usable again.
   core::Status Commit();

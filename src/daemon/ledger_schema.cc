@@ -138,6 +138,11 @@ ALTER TABLE jobs ADD COLUMN compute_mode TEXT NOT NULL DEFAULT 'hard';
 ALTER TABLE jobs ADD COLUMN host_cpu_milli INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN host_memory_bytes INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 6: job dependencies (--after): the jobs a queued job waits for, as the
+    // canonical list core::FormatDependencies writes ("3,4:ok"); '' = none.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN after_jobs TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace

@@ -337,6 +337,72 @@ TEST_F(LedgerTest, IdleTimeRoundTrips) {
   EXPECT_EQ((*back)->idle_ms, 123456);
 }
 
+TEST_F(LedgerTest, DependenciesRoundTrip) {
+  const std::vector<core::Dependency> after = {{3, core::DependencyKind::kAny},
+                                               {4, core::DependencyKind::kOk}};
+  {
+    auto l = Ledger::Open(path_);
+    ASSERT_TRUE(l.ok());
+    core::Job j = SampleJob(5);
+    j.after = after;
+    ASSERT_TRUE((*l)->SaveJob(j, std::nullopt, 1000).ok());
+    ASSERT_TRUE((*l)->SaveJob(SampleJob(6), std::nullopt, 1000).ok());
+  }
+  // Reopened, as a restarted daemon reads its queue back.
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  auto jobs = (*l)->LoadJobs(/*live_only=*/true);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].after, after);
+  EXPECT_TRUE((*jobs)[1].after.empty());
+}
+
+TEST_F(LedgerTest, LoadJobFindsOneJobWithItsLatestAllocation) {
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  for (uint64_t id : {1, 2, 3}) {
+    core::Job j = SampleJob(id);
+    j.state = core::JobState::kRunning;
+    j.allocation = {{static_cast<uint32_t>(id)}, {"GPU-" + std::to_string(id)}, core::kGiB, 0};
+    ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kQueued, 100).ok());
+  }
+  auto two = (*l)->LoadJob(2);
+  ASSERT_TRUE(two.ok() && two->has_value()) << two.status().ToString();
+  EXPECT_EQ((*two)->id, 2u);
+  EXPECT_EQ((*two)->allocation.gpu_uuids, std::vector<std::string>{"GPU-2"});
+  auto none = (*l)->LoadJob(9);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+}
+
+// Migration 6 (job dependencies): a version-5 ledger's jobs wait for nothing.
+TEST_F(LedgerTest, MigrationSixGivesOlderJobsNoDependencies) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    std::string sql = "PRAGMA application_id=" + std::to_string(kLedgerApplicationId) +
+                      "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+                      " INSERT INTO schema_version VALUES (5);";
+    auto m = LedgerMigrations();
+    for (int i = 0; i < 5; ++i) sql += m[i];
+    sql +=
+        "INSERT INTO jobs (id, uid, gid, user, kind, priority, mode, argv, cwd, env, state,"
+        " submitted_ms) VALUES (5, 1, 1, 'bob', 'gpus', 'normal', 'submit', '[]', '/', '[]',"
+        " 'queued', 1);";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ((*l)->schema_version(), 6);
+  auto jobs = (*l)->LoadJobs(true);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_TRUE((*jobs)[0].after.empty());
+}
+
 TEST_F(LedgerTest, EventsAreFilteredAndTheNewestAreReturnedInOrder) {
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok());

@@ -220,7 +220,6 @@ void Service::Recover(std::vector<Job> all) {
       jobs_[j.id] = std::move(j);
     }
   }
-  TrimHistory();
   int adopted = 0, ended = 0, requeued = 0;
   for (Job& j : live) {
     uint64_t id = j.id;
@@ -236,6 +235,11 @@ void Service::Recover(std::vector<Job> all) {
       Status ever = d.ok() ? capacity_->CouldEverFit(job.request) : d;
       if (!ever.ok()) {
         FinishJob(job, JobState::kFailed, -1, "no longer fits this machine: " + ever.message());
+        continue;
+      }
+      if (auto broken = RewaitAfterRestart(job)) {
+        FinishJob(job, JobState::kCancelled, -1, std::move(*broken));
+        ++ended;
         continue;
       }
       Enqueue(job);
@@ -283,6 +287,9 @@ void Service::Recover(std::vector<Job> all) {
   for (const std::string& stray : launcher_.EndStrays(running)) {
     LogWarn("killed the processes of cgroup " + stray + ": no running job of this daemon owns it");
   }
+  // Finished jobs are trimmed only now: the dependencies of queued jobs were
+  // judged above against all of them.
+  TrimHistory();
   if (!live.empty()) {
     LogInfo("recovered from the ledger: " + std::to_string(adopted) +
             " running job(s) re-adopted, " + std::to_string(ended) + " ended while down, " +
@@ -453,6 +460,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
         "--restartable: a shell or a command run by the client (run -i) cannot be restarted by "
         "the daemon");
   }
+  GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, CheckDependencies(spec.after));
   uint64_t id = next_id_;
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
   Status ever = capacity_->CouldEverFit(request);
@@ -472,6 +480,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   job.cwd = std::move(spec.cwd);
   job.env = std::move(spec.env);
   job.restartable = spec.restartable;
+  job.after = std::move(spec.after);
   job.submitted_ms = clock_.NowMs();
   if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
     capacity_->ForgetDemand(id);
@@ -483,7 +492,10 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   }
   ++next_id_;
   jobs_[id] = job;
-  RecordEvent("submitted", id, job.user, job.request.Describe());
+  RecordEvent("submitted", id, job.user,
+              job.request.Describe() +
+                  (job.after.empty() ? "" : ", after " + core::FormatDependencies(job.after)));
+  WaitFor(id, pending);
   Enqueue(jobs_[id]);
   RequestSchedule();
   return View(jobs_[id]);
@@ -544,7 +556,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
 }
 
 JobView Service::View(const Job& job) {
-  JobView v{job, 0, "", std::nullopt, {}};
+  JobView v{job, 0, "", std::nullopt, {}, DependenciesOf(job)};
   if (job.state == JobState::kRunning) {
     v.usage = UsageOf(job.id);
     v.flags = FlagsOf(job.id);
@@ -586,6 +598,10 @@ JobView Service::View(const Job& job) {
         v.waiting_for = "can never fit";
         break;
       case core::WaitReason::kHeld: {
+        if (waiting_on_.count(job.id) > 0) {
+          v.waiting_for = WaitingForDependencies(job);
+          break;
+        }
         auto q = quota_wait_.find(job.id);
         v.waiting_for =
             "quota: " + (q == quota_wait_.end() ? std::string("over quota") : q->second);

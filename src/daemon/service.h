@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/dependency.h"
 #include "core/job.h"
 #include "core/placement_policy.h"
 #include "core/preemption.h"
@@ -60,6 +61,8 @@ struct SubmitSpec {
   std::string cwd;
   std::vector<std::string> env;
   bool restartable = false;  // Preemption requeues it instead of ending it.
+  // --after: jobs that must end (or exit 0) first (core/dependency.h).
+  std::vector<core::Dependency> after;
 };
 
 // A quota with what its principal's running jobs hold now.
@@ -182,6 +185,14 @@ struct WaitHistogram {
   double sum_s = 0;
 };
 
+// One of a job's dependencies with where its job stands now (unset state:
+// the job ended long ago and is no longer in memory).
+struct DependencyView {
+  core::Dependency dep;
+  std::optional<core::JobState> state;
+  int exit_code = -1;
+};
+
 // A job plus what only the live daemon knows.
 struct JobView {
   core::Job job;
@@ -190,6 +201,7 @@ struct JobView {
   std::optional<JobUsage> usage;  // Running jobs, once sampled.
   // Policy flags of a running job: "idle", "paused", "over_limit", "preempted".
   std::vector<std::string> flags;
+  std::vector<DependencyView> after;  // One per job.after entry.
 };
 
 struct LogChunk {
@@ -364,6 +376,25 @@ class Service {
   // kShareOfNoShareMilli).
   static void TakeTurnsWithoutAShare(const core::Job& job, SliceLimits* limits);
 
+  // Dependencies (service_dependencies.cc; docs/DAEMON.md, "Dependencies").
+  // Checks a submission's --after: every job named exists (in memory or in
+  // the ledger) and, if it ended, ended as asked. Returns the ids it still
+  // waits for.
+  core::Result<std::vector<uint64_t>> CheckDependencies(const std::vector<core::Dependency>& after);
+  // A queued job starts waiting for `pending` (held from placement until
+  // they end).
+  void WaitFor(uint64_t id, const std::vector<uint64_t>& pending);
+  // Recover: a queued job read back waits again for its dependencies still
+  // live; returns the reason to cancel it when one ended otherwise than asked.
+  std::optional<std::string> RewaitAfterRestart(const core::Job& job);
+  // FinishJob tells it each end: the dependents of `ended_id` stop waiting
+  // for it, and those it broke (--after ID:ok) are cancelled, which goes on
+  // to their own dependents (a loop, not a recursion, however long the chain).
+  void ReleaseDependents(uint64_t ended_id);
+  // "after job 12 (running), job 13:ok (queued)".
+  std::string WaitingForDependencies(const core::Job& job) const;
+  std::vector<DependencyView> DependenciesOf(const core::Job& job) const;
+
   // Quotas.
   core::QuotaOwner OwnerOf(const core::Job& job);
   core::QuotaCharge RequestCharge(const core::Job& job) const;
@@ -470,6 +501,14 @@ class Service {
   std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
   std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
   std::map<uint32_t, std::string> pool_of_gpu_;
+
+  // Dependencies: each queued job that waits -> the jobs it still waits for
+  // (live ones; held from placement while not empty), and each such job ->
+  // the jobs waiting for it (entries of jobs no longer waiting are skipped).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> waiting_on_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> dependents_;
+  std::deque<uint64_t> ended_to_release_;  // ReleaseDependents' work list.
+  bool releasing_ = false;
 };
 
 }  // namespace gpuslice::daemon

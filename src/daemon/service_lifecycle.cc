@@ -206,6 +206,14 @@ void Service::Schedule() {
   opt.backfill = options_.backfill;
   core::QuotaUsage quota_usage;
   HoldForQuotas(&opt, &quota_usage);
+  if (!waiting_on_.empty()) {
+    // A job waiting for its dependencies is held like a quota wait: it takes
+    // nothing and is never the head, so it delays no one (and it is not
+    // counted against its quota while it waits).
+    opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
+      return waiting_on_.count(id) > 0 || (quota && quota(id));
+    };
+  }
   core::QueuePlan plan = core::PlanQueue(queue_, running, clock_.NowMs(), *capacity_, opt);
   RecordQuotaWaits();
   for (uint64_t id : plan.never_fit) {
@@ -353,6 +361,8 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
   LogInfo("job " + std::to_string(job.id) + " " + std::string(core::JobStateName(state)) +
           (exit_code >= 0 ? " (exit " + std::to_string(exit_code) + ")" : "") +
           (job.reason.empty() ? "" : ": " + job.reason));
+  // Jobs waiting for this one: released, or cancelled (--after ID:ok).
+  ReleaseDependents(job.id);
 }
 
 }  // namespace gpuslice::daemon

@@ -73,6 +73,58 @@ TEST_F(E2E, SubmitPsLogsAndCancel) {
   EXPECT_EQ(Job(d, id)["exit_code"], 128 + SIGTERM);
 }
 
+// Issue 18 item 13: `submit --after ID[:ok]`, Slurm's afterany/afterok.
+TEST_F(E2E, SubmitAfterWaitsForItsDependencyAndAfterOkIsCancelledWhenItFails) {
+  std::string marker = d.dir() + "/go";
+  // Fails, but only once the marker exists: the others are seen waiting.
+  CliResult a = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
+                       "while [ ! -e " + marker + " ]; do sleep 0.05; done; false"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  std::string ida = Trim(a.out);
+  CliResult ok = d.Cli({"submit", "--mem", "1GiB", "--after", ida + ":ok", "--", "true"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  CliResult any =
+      d.Cli({"submit", "--mem", "1GiB", "--array", "1-2", "--after", ida, "--", "true"});
+  ASSERT_EQ(any.exit_code, 0) << any.err;
+  std::string idok = Trim(ok.out);
+  std::vector<std::string> ids_any;
+  for (size_t at = 0, nl; (nl = any.out.find('\n', at)) != std::string::npos; at = nl + 1) {
+    ids_any.push_back(any.out.substr(at, nl - at));
+  }
+  ASSERT_EQ(ids_any.size(), 2u) << any.out;
+  // Waiting, and saying for what, though the GPU has room.
+  EXPECT_EQ(State(d, idok), "queued");
+  EXPECT_EQ(Job(d, idok)["waiting_for"], "after job " + ida + ":ok (running)");
+  for (const std::string& id : ids_any) {
+    EXPECT_EQ(State(d, id), "queued") << id;
+    EXPECT_EQ(Job(d, id)["after"][0]["job"].get<uint64_t>(), std::stoull(ida))
+        << "every array member gets the dependency";
+  }
+  EXPECT_NE(d.Cli({"ps"}).out.find("after job " + ida + ":ok (running)"), std::string::npos);
+  CliResult show = d.Cli({"show", idok});
+  EXPECT_NE(show.out.find(ida + ":ok (running, waiting)"), std::string::npos) << show.out;
+  std::ofstream(marker) << "go";
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, idok) == "cancelled"; }, 60)) << State(d, idok);
+  EXPECT_EQ(Job(d, idok)["reason"], "dependency job " + ida + " did not succeed (exit 1)");
+  for (const std::string& id : ids_any) {
+    ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 60)) << id;
+    EXPECT_EQ(Job(d, id)["exit_code"], 0);
+  }
+  // Refused at submission: :ok on a job that already failed, an unknown job
+  // (the daemon: 125), a malformed spec (the CLI: a usage error, 2).
+  CliResult never = d.Cli({"submit", "--mem", "1GiB", "--after", ida + ":ok", "--", "true"});
+  EXPECT_EQ(never.exit_code, 125);
+  EXPECT_NE(never.err.find("could never start"), std::string::npos) << never.err;
+  CliResult unknown = d.Cli({"submit", "--mem", "1GiB", "--after", "999", "--", "true"});
+  EXPECT_EQ(unknown.exit_code, 125);
+  EXPECT_NE(unknown.err.find("no job 999"), std::string::npos) << unknown.err;
+  for (const char* bad : {"x", "3:maybe"}) {
+    CliResult r = d.Cli({"submit", "--mem", "1GiB", "--after", bad, "--", "true"});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_NE(r.err.find("--after '"), std::string::npos) << r.err;
+  }
+}
+
 TEST_F(E2E, QueuedJobWaitsWithAReasonAndStartsWhenMemoryFrees) {
   CliResult a = d.Cli({"submit", "--mem", "60GiB", "--compute", "50%", "--", "sleep", "2"});
   CliResult b = d.Cli({"submit", "--mem", "30GiB", "--compute", "50%", "--", "true"});
