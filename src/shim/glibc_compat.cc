@@ -14,10 +14,14 @@
 //     every glibc still exports;
 //   - what old glibc lacks is done here: _dl_find_object (libgcc's unwinder,
 //     2.35) by dl_iterate_phdr, arc4random/getentropy (libstdc++'s
-//     random_device, 2.36/2.25) by the getrandom system call, and
+//     random_device, 2.36/2.25) and memfd_create (2.27) by their system
+//     calls, and
 //     __libc_single_threaded (libstdc++, 2.32) as "not single-threaded",
 //     which is always safe.
-// shim_glibc_test reads the library's version needs and fails above 2.17.
+// Linked into the shim, the simulated libcuda/libnvidia-ml and the demo
+// worker (gpuslice_old_glibc in CMakeLists.txt); executables add
+// glibc_compat_exe.cc. shim_glibc_test reads their version needs and fails
+// above 2.17.
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -28,21 +32,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if defined(__x86_64__)
-#define GPUSLICE_GLIBC_BASE "GLIBC_2.2.5"
-#define GPUSLICE_GLIBC_SETNAME "GLIBC_2.12"
-constexpr int kStatVersion = 1;  // _STAT_VER_LINUX on x86-64.
-#elif defined(__aarch64__)
-#define GPUSLICE_GLIBC_BASE "GLIBC_2.17"
-#define GPUSLICE_GLIBC_SETNAME "GLIBC_2.17"
-constexpr int kStatVersion = 0;
-#else
-#error "glibc version pins exist for x86-64 and aarch64 only"
-#endif
+#include "shim/glibc_compat.h"
 
-// Old-version references: `.symver local, name@VERSION` on an undefined
-// symbol makes every reference to `local` one to name@VERSION.
-#define GPUSLICE_OLD(local, name, version) __asm__(".symver " #local ", " #name "@" version)
+constexpr int kStatVersion = GPUSLICE_STAT_VERSION;
 
 extern "C" {
 
@@ -58,12 +50,42 @@ int gpuslice_old_lxstat(int, const char*, struct stat*);
 GPUSLICE_OLD(gpuslice_old_dlopen, dlopen, GPUSLICE_GLIBC_BASE);
 GPUSLICE_OLD(gpuslice_old_dlerror, dlerror, GPUSLICE_GLIBC_BASE);
 GPUSLICE_OLD(gpuslice_old_pthread_create, pthread_create, GPUSLICE_GLIBC_BASE);
-GPUSLICE_OLD(gpuslice_old_pthread_setname_np, pthread_setname_np, GPUSLICE_GLIBC_SETNAME);
+GPUSLICE_OLD(gpuslice_old_pthread_setname_np, pthread_setname_np, GPUSLICE_GLIBC_2_12);
 GPUSLICE_OLD(gpuslice_old_pthread_once, pthread_once, GPUSLICE_GLIBC_BASE);
 GPUSLICE_OLD(gpuslice_old_pthread_key_create, __pthread_key_create, GPUSLICE_GLIBC_BASE);
 GPUSLICE_OLD(gpuslice_old_fxstat, __fxstat, GPUSLICE_GLIBC_BASE);
 GPUSLICE_OLD(gpuslice_old_xstat, __xstat, GPUSLICE_GLIBC_BASE);
 GPUSLICE_OLD(gpuslice_old_lxstat, __lxstat, GPUSLICE_GLIBC_BASE);
+int gpuslice_old_mutex_consistent(pthread_mutex_t*);
+int gpuslice_old_mutexattr_init(pthread_mutexattr_t*);
+int gpuslice_old_mutexattr_destroy(pthread_mutexattr_t*);
+int gpuslice_old_mutexattr_setpshared(pthread_mutexattr_t*, int);
+int gpuslice_old_mutexattr_setrobust(pthread_mutexattr_t*, int);
+int gpuslice_old_rwlock_rdlock(pthread_rwlock_t*);
+int gpuslice_old_rwlock_wrlock(pthread_rwlock_t*);
+int gpuslice_old_rwlock_unlock(pthread_rwlock_t*);
+int gpuslice_old_join(pthread_t, void**);
+int gpuslice_old_detach(pthread_t);
+int gpuslice_old_key_create(pthread_key_t*, void (*)(void*));
+int gpuslice_old_key_delete(pthread_key_t);
+void* gpuslice_old_getspecific(pthread_key_t);
+int gpuslice_old_setspecific(pthread_key_t, const void*);
+int gpuslice_old_fxstat64(int, int, struct stat64*);
+GPUSLICE_OLD(gpuslice_old_join, pthread_join, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_detach, pthread_detach, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_key_create, pthread_key_create, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_key_delete, pthread_key_delete, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_getspecific, pthread_getspecific, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_setspecific, pthread_setspecific, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_fxstat64, __fxstat64, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_mutex_consistent, pthread_mutex_consistent, GPUSLICE_GLIBC_2_12);
+GPUSLICE_OLD(gpuslice_old_mutexattr_init, pthread_mutexattr_init, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_mutexattr_destroy, pthread_mutexattr_destroy, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_mutexattr_setpshared, pthread_mutexattr_setpshared, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_mutexattr_setrobust, pthread_mutexattr_setrobust, GPUSLICE_GLIBC_2_12);
+GPUSLICE_OLD(gpuslice_old_rwlock_rdlock, pthread_rwlock_rdlock, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_rwlock_wrlock, pthread_rwlock_wrlock, GPUSLICE_GLIBC_BASE);
+GPUSLICE_OLD(gpuslice_old_rwlock_unlock, pthread_rwlock_unlock, GPUSLICE_GLIBC_BASE);
 
 #define GPUSLICE_HIDDEN __attribute__((visibility("hidden")))
 
@@ -92,6 +114,49 @@ GPUSLICE_HIDDEN int __wrap_stat(const char* path, struct stat* st) {
 }
 GPUSLICE_HIDDEN int __wrap_lstat(const char* path, struct stat* st) {
   return gpuslice_old_lxstat(kStatVersion, path, st);
+}
+
+GPUSLICE_HIDDEN int __wrap_pthread_mutex_consistent(pthread_mutex_t* m) {
+  return gpuslice_old_mutex_consistent(m);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_mutexattr_init(pthread_mutexattr_t* a) {
+  return gpuslice_old_mutexattr_init(a);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_mutexattr_destroy(pthread_mutexattr_t* a) {
+  return gpuslice_old_mutexattr_destroy(a);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_mutexattr_setpshared(pthread_mutexattr_t* a, int shared) {
+  return gpuslice_old_mutexattr_setpshared(a, shared);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_mutexattr_setrobust(pthread_mutexattr_t* a, int robust) {
+  return gpuslice_old_mutexattr_setrobust(a, robust);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_rwlock_rdlock(pthread_rwlock_t* l) {
+  return gpuslice_old_rwlock_rdlock(l);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_rwlock_wrlock(pthread_rwlock_t* l) {
+  return gpuslice_old_rwlock_wrlock(l);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_rwlock_unlock(pthread_rwlock_t* l) {
+  return gpuslice_old_rwlock_unlock(l);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_join(pthread_t t, void** ret) { return gpuslice_old_join(t, ret); }
+GPUSLICE_HIDDEN int __wrap_pthread_detach(pthread_t t) { return gpuslice_old_detach(t); }
+GPUSLICE_HIDDEN int __wrap_pthread_key_create(pthread_key_t* k, void (*destroy)(void*)) {
+  return gpuslice_old_key_create(k, destroy);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_key_delete(pthread_key_t k) { return gpuslice_old_key_delete(k); }
+GPUSLICE_HIDDEN void* __wrap_pthread_getspecific(pthread_key_t k) {
+  return gpuslice_old_getspecific(k);
+}
+GPUSLICE_HIDDEN int __wrap_pthread_setspecific(pthread_key_t k, const void* v) {
+  return gpuslice_old_setspecific(k, v);
+}
+GPUSLICE_HIDDEN int __wrap_fstat64(int fd, struct stat64* st) {
+  return gpuslice_old_fxstat64(kStatVersion, fd, st);
+}
+GPUSLICE_HIDDEN int __wrap_memfd_create(const char* name, unsigned int flags) {
+  return static_cast<int>(syscall(SYS_memfd_create, name, flags));
 }
 
 // libstdc++ skips atomics when this is non-zero; 0 is always correct.

@@ -1,7 +1,7 @@
 // Issue 14 item 1: the shim must load in the images people run (Ubuntu
 // 22.04 PyTorch images with glibc 2.35, RHEL 8, Debian 11, manylinux2014's
-// glibc 2.17). It needed GLIBC_2.36. This reads the built library's ELF
-// version needs (.gnu.version_r) and its NEEDED libraries, as the dynamic
+// glibc 2.17). It needed GLIBC_2.36. This reads the built binaries' ELF
+// version needs (.gnu.version_r) and NEEDED libraries, as the dynamic
 // linker does, and fails on any glibc version above 2.17 or a C++ runtime
 // it would have to find in the image.
 
@@ -97,31 +97,44 @@ std::pair<int, int> GlibcVersion(const std::string& name) {
   return {0, 0};
 }
 
-TEST(ShimGlibc, NeedsAtMostGlibc217AndNoCxxRuntime) {
-  ElfNeeds needs = ReadNeeds(GPUSLICE_SHIM_LIBRARY);
+// Everything that runs in other people's images: the shim, the simulated
+// libcuda and libnvidia-ml (mounted into containers on machines without a
+// GPU) and the demo worker (in the test images).
+class ShimGlibc : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ShimGlibc, NeedsAtMostGlibc217AndNoCxxRuntime) {
+  const std::string path = GetParam();
+  ElfNeeds needs = ReadNeeds(path);
   ASSERT_TRUE(needs.error.empty()) << needs.error;
-  ASSERT_FALSE(needs.versions.empty()) << "no version needs read from " << GPUSLICE_SHIM_LIBRARY;
+  ASSERT_FALSE(needs.versions.empty()) << "no version needs read from " << path;
   for (const std::string& v : needs.versions) {
-    EXPECT_LE(GlibcVersion(v), std::make_pair(2, 17)) << v << " is newer than manylinux2014's glibc";
-    EXPECT_EQ(v.rfind("GLIBCXX_", 0), std::string::npos) << v << ": libstdc++ at run time";
-    EXPECT_EQ(v.rfind("CXXABI_", 0), std::string::npos) << v;
-    EXPECT_EQ(v.rfind("GCC_", 0), std::string::npos) << v << ": libgcc_s at run time";
+    EXPECT_LE(GlibcVersion(v), std::make_pair(2, 17))
+        << path << ": " << v << " is newer than manylinux2014's glibc";
+    EXPECT_EQ(v.rfind("GLIBCXX_", 0), std::string::npos) << path << ": " << v << ": libstdc++";
+    EXPECT_EQ(v.rfind("CXXABI_", 0), std::string::npos) << path << ": " << v;
+    EXPECT_EQ(v.rfind("GCC_", 0), std::string::npos) << path << ": " << v << ": libgcc_s";
   }
   EXPECT_TRUE(needs.versions.count("GLIBC_2.2.5") || needs.versions.count("GLIBC_2.17"));
   for (const std::string& lib : needs.needed) {
-    EXPECT_EQ(lib.find("libstdc++"), std::string::npos) << lib;
-    EXPECT_EQ(lib.find("libgcc_s"), std::string::npos) << lib;
+    EXPECT_EQ(lib.find("libstdc++"), std::string::npos) << path << ": " << lib;
+    EXPECT_EQ(lib.find("libgcc_s"), std::string::npos) << path << ": " << lib;
   }
   // Old glibc keeps dlopen and pthread_create there (stubs since 2.34).
-  EXPECT_NE(std::find(needs.needed.begin(), needs.needed.end(), "libdl.so.2"), needs.needed.end());
+  EXPECT_NE(std::find(needs.needed.begin(), needs.needed.end(), "libdl.so.2"), needs.needed.end())
+      << path;
   EXPECT_NE(std::find(needs.needed.begin(), needs.needed.end(), "libpthread.so.0"),
-            needs.needed.end());
+            needs.needed.end())
+      << path;
 }
+
+INSTANTIATE_TEST_SUITE_P(Binaries, ShimGlibc,
+                         ::testing::Values(GPUSLICE_SHIM_LIBRARY, GPUSLICE_SIM_CUDA_LIBRARY,
+                                           GPUSLICE_SIM_NVML_LIBRARY, GPUSLICE_DEMO_WORKER));
 
 // The reader itself: on this test's own binary, built against this
 // machine's glibc, it finds versions newer than 2.17 (so a shim that needed
 // them would fail the test above).
-TEST(ShimGlibc, TheReaderSeesANewGlibcWhereThereIsOne) {
+TEST(GlibcReader, SeesANewGlibcWhereThereIsOne) {
   ElfNeeds needs = ReadNeeds("/proc/self/exe");
   ASSERT_TRUE(needs.error.empty()) << needs.error;
   EXPECT_TRUE(needs.versions.count("GLIBCXX_3.4")) << "a C++ test links libstdc++";

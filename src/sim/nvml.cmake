@@ -30,6 +30,7 @@ set_target_properties(gpuslice_sim_nvml PROPERTIES
   LIBRARY_OUTPUT_DIRECTORY ${GPUSLICE_SIM_LIB_DIR}
   LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/nvml_exports.map)
 target_link_libraries(gpuslice_sim_nvml PRIVATE gpuslice_sim_model)
+gpuslice_old_glibc(gpuslice_sim_nvml)
 target_link_options(gpuslice_sim_nvml PRIVATE
   -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/nvml_exports.map
   -Wl,--no-undefined)
