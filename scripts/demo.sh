@@ -29,7 +29,7 @@ fi
 
 export GPUSLICE_SOCKET="$tmp/gpuslice.sock"
 "$bin/gpusliced" --state-dir "$tmp/state" --socket "$GPUSLICE_SOCKET" --gpu-source "$source" \
-  --log-level warn >"$tmp/daemon.log" 2>&1 &
+  --set cdi_dir="$tmp/cdi" --log-level warn >"$tmp/daemon.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 100); do "$bin/gpuslice" status >/dev/null 2>&1 && break; sleep 0.1; done
 "$bin/gpuslice" status >/dev/null || { cat "$tmp/daemon.log"; exit 1; }

@@ -13,8 +13,9 @@ packages=(
   # Monitoring tests: a real Prometheus (promtool too) and Alertmanager, the
   # status page in headless Chromium; python3 for small test helpers.
   prometheus prometheus-alertmanager chromium python3
-  # The old-glibc test: a Debian 11 root file system (glibc 2.31).
-  debootstrap
+  # The old-glibc test: a Debian 11 root file system (glibc 2.31); the
+  # container tests: podman with runc (crun fails on hybrid cgroups).
+  debootstrap podman runc
 )
 
 missing=()

@@ -78,7 +78,8 @@ struct BenchDaemon {
                                      "--socket", socket, "--sim-lib-dir", GPUSLICE_BENCH_SIM_DIR,
                                      "--log-level", "warn",
                                      // Every submission queues: more than the default cap.
-                                     "--set", "max_queued_jobs_per_user=100000"};
+                                     "--set", "max_queued_jobs_per_user=100000",
+                                     "--set", "cdi_dir=" + dir + "/cdi"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid = fork();
     if (pid == 0) {

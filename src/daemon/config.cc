@@ -39,6 +39,13 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (key == "state_dir") return path(&c->state_dir);
   if (key == "shim") return path(&c->shim);
   if (key == "sim_lib_dir") return path(&c->sim_lib_dir);
+  if (key == "cdi_dir") {
+    if (v.empty()) {  // No CDI specs.
+      c->cdi_dir.clear();
+      return core::Status::Ok();
+    }
+    return path(&c->cdi_dir);
+  }
   if (key == "tcp_token_file") return path(&c->tcp_token_file);
   if (key == "socket_group") {
     c->socket_group = v;

@@ -34,6 +34,9 @@ struct DaemonConfig {
   GpuSourceMode gpu_source = GpuSourceMode::kAuto;
   std::string shim;                // "" = <bindir>/../lib/libgpuslice.so
   std::string sim_lib_dir;         // "" = <bindir>/../lib/sim
+  // Where CDI specs of running jobs are written for container engines
+  // (docs/CONTAINERS.md); "" writes none.
+  std::string cdi_dir = "/var/run/cdi";
   int64_t kill_grace_ms = 5000;
   LogLevel log_level = LogLevel::kInfo;
   PolicyConfig rules;              // Pools, preemption, watchdog, idle reclaim.

@@ -214,6 +214,7 @@ int main(int argc, char** argv) {
   options.state_dir = config.state_dir;
   options.shim_path = config.shim;
   options.sim_lib_dir = config.sim_lib_dir;
+  options.cdi_dir = config.cdi_dir;
   options.admin_gid = admin_gid;
   if (coord_dir.ok()) {
     options.coord_dir = arbiter_options.coord_dir;

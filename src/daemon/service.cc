@@ -160,6 +160,7 @@ Status Service::SecureStateDir() {
 
 Status Service::Start() {
   GPUSLICE_RETURN_IF_ERROR(SecureStateDir());
+  cdi_ = CdiSpecs(options_.cdi_dir);
 
   auto inv = inventory_source_.Read();
   if (!inv.ok()) {
@@ -207,6 +208,7 @@ Status Service::Start() {
   }
   Recover(std::move(*live));
   Schedule();
+  SyncCdi();
   return Status::Ok();
 }
 

@@ -31,6 +31,7 @@
 #include "core/queue.h"
 #include "core/quota.h"
 #include "daemon/capacity.h"
+#include "daemon/cdi.h"
 #include "daemon/clock.h"
 #include "daemon/inventory.h"
 #include "daemon/launcher.h"
@@ -98,6 +99,9 @@ struct ServiceOptions {
   // GPUSLICE_COORD_DIR for jobs (coord_dir.h): slices of all users on one GPU
   // coordinate their compute shares there. "": the shim's per-user default.
   std::string coord_dir;
+  // CDI specs of running jobs (cdi.h): where container engines read them.
+  // "": none written.
+  std::string cdi_dir;
   std::optional<uint32_t> admin_gid;
   core::Policy policy = core::kDefaultPolicy;  // frag-aware
   bool backfill = true;
@@ -284,6 +288,8 @@ class Service {
   // (CUDA_VISIBLE_DEVICES by UUID, GPUSLICE_SLICE, the shim preloaded, the
   // simulated driver's directory when the GPUs are simulated).
   std::vector<std::string> JobEnvironment(const core::Job& job) const;
+  // What a container joining the job's slice is given (its CDI device).
+  CdiSlice CdiSliceOf(const core::Job& job) const;
   // `text` (an event's message about job `job_id`) without that job's
   // environment values, for anyone to read.
   std::string PublicText(uint64_t job_id, std::string text) const;
@@ -451,6 +457,9 @@ class Service {
   RegionStore& regions_;
   std::unique_ptr<Ledger> ledger_;
   InventorySnapshot inventory_;
+  CdiSpecs cdi_{""};  // Set from options_.cdi_dir by Start().
+  bool cdi_error_logged_ = false;
+  void SyncCdi();
   std::unique_ptr<NodeCapacity> capacity_;
   std::string degraded_reason_;
 

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <climits>
@@ -79,6 +80,81 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   return env;
 }
 
+CdiSlice Service::CdiSliceOf(const Job& job) const {
+  CdiSlice c;
+  c.job_id = job.id;
+  auto exists = [](const std::string& p) { return access(p.c_str(), F_OK) == 0; };
+  // Device nodes: the job's GPUs (real ones only: the simulated GPU has
+  // none), and the driver's control nodes.
+  if (!inventory_.simulated()) {
+    for (uint32_t g : job.allocation.gpu_indices) {
+      const std::string node = "/dev/nvidia" + std::to_string(g);
+      if (exists(node)) c.device_nodes.push_back(node);
+    }
+    for (const char* node : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) {
+      if (exists(node)) c.device_nodes.push_back(node);
+    }
+  }
+  // The shim and the driver's libraries, where the environment points.
+  if (!options_.shim_path.empty()) c.mounts.push_back({options_.shim_path, kCdiShimPath, true});
+  std::string driver_dir = inventory_.simulated() ? options_.sim_lib_dir : "";
+  if (driver_dir.empty() && inventory_.library.rfind('/') != std::string::npos) {
+    driver_dir = inventory_.library.substr(0, inventory_.library.rfind('/'));
+  }
+  for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
+    const std::string host = driver_dir + "/" + lib;
+    if (!driver_dir.empty() && exists(host)) {
+      c.mounts.push_back({host, std::string(kCdiDriverDir) + "/" + lib, true});
+    }
+  }
+  // The slice: the job's region read-write (as its processes on the host
+  // have it), the daemon's limits page read-only, the coordination
+  // directory as it is (its own permissions decide), at the same paths.
+  if (!job.region_path.empty()) c.mounts.push_back({job.region_path, job.region_path, false});
+  const std::string limits_path = regions_.LimitsPathOf(job.region_path);
+  if (!limits_path.empty()) c.mounts.push_back({limits_path, limits_path, true});
+  if (!options_.coord_dir.empty()) {
+    c.mounts.push_back({options_.coord_dir, options_.coord_dir, false});
+  }
+  if (IsElastic(job)) {
+    const std::string gpus = JobDir(job.id) + "/gpus";
+    c.mounts.push_back({gpus, gpus, true});
+    c.env.push_back("GPUSLICE_GPUS_FILE=" + gpus);
+  }
+  c.env.push_back("CUDA_VISIBLE_DEVICES=" + Join(job.allocation.gpu_uuids, ','));
+  c.env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
+  if (!job.region_path.empty()) c.env.push_back("GPUSLICE_SLICE=" + job.region_path);
+  if (!limits_path.empty()) c.env.push_back("GPUSLICE_LIMITS=" + limits_path);
+  if (!options_.coord_dir.empty()) c.env.push_back("GPUSLICE_COORD_DIR=" + options_.coord_dir);
+  if (!options_.shim_path.empty()) c.env.push_back(std::string("LD_PRELOAD=") + kCdiShimPath);
+  c.env.push_back(std::string("LD_LIBRARY_PATH=") + kCdiDriverDir);
+  for (const std::string& forced : options_.job_env) {
+    c.env.push_back(forced);
+    // The simulated GPU's state file: its folder, read-write.
+    if (forced.rfind("GPUSLICE_SIM_STATE=", 0) == 0) {
+      const std::string state = forced.substr(19);
+      const std::string dir = state.substr(0, state.rfind('/'));
+      if (!dir.empty()) c.mounts.push_back({dir, dir, false});
+    }
+  }
+  return c;
+}
+
+void Service::SyncCdi() {
+  if (!cdi_.enabled()) return;
+  std::map<uint64_t, CdiSlice> running;
+  for (const auto& [id, l] : live_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.state != JobState::kRunning) continue;
+    running[id] = CdiSliceOf(it->second);
+  }
+  core::Status s = cdi_.Sync(running);
+  if (!s.ok() && !cdi_error_logged_) {
+    LogWarn("container engines will not see the slices: " + s.message());
+  }
+  cdi_error_logged_ = !s.ok();
+}
+
 void Service::Tick() {
   if (clock_.NowMs() - last_sample_ms_ >= options_.sample_interval_ms) {
     Sample();
@@ -90,6 +166,7 @@ void Service::Tick() {
   Elastic(queue_.empty() ? 0 : plan_head_);
   Schedule();
   TrimHistory();
+  SyncCdi();
 }
 
 void Service::WatchRunning() {
@@ -291,6 +368,9 @@ void Service::StartJob(Job& job) {
     std::string dir = JobDir(job.id);
     mkdir(dir.c_str(), 0700);
     if (IsElastic(job)) WriteGpusFile(job);
+    // Its CDI device exists before its first process: a job that is
+    // `podman run --device gpuslice.dev/slice=$GPUSLICE_JOB_ID ...` finds it.
+    if (cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
     LaunchSpec spec;
     spec.argv = job.argv;
     spec.cwd = job.cwd;
@@ -345,6 +425,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     core::Status s = regions_.Remove(job.region_path);
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
+  cdi_.Remove(job.id);
   // Its processes are gone (or being killed): the cgroup goes too.
   if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
   live_.erase(job.id);

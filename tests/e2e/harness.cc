@@ -154,7 +154,9 @@ bool Daemon::Start() {
                                    "--sim-lib-dir", GPUSLICE_E2E_SIM_DIR,
                                    "--set",       "kill_grace=2s",
                                    // Daemons of concurrent tests must not share job cgroups.
-                                   "--set",       "cgroup_base=" + cgroup_base()};
+                                   "--set",       "cgroup_base=" + cgroup_base(),
+                                   // Nor CDI specs (engines read /var/run/cdi).
+                                   "--set",       "cdi_dir=" + dir_ + "/cdi"};
   argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
   std::string log = dir_ + "/daemon.log";
   pid_ = Spawn(argv, Env(), dir_ + "/daemon.out", log + (fs::exists(log) ? ".2" : ""), -1);

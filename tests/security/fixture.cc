@@ -274,7 +274,9 @@ void SecurityTest::StartDaemon(const DaemonOptions& o) {
                                    "--gpu-source",
                                    "simulated",
                                    "--set",
-                                   "kill_grace=1s"};
+                                   "kill_grace=1s",
+                                   "--set",
+                                   "cdi_dir=" + state_dir() + "/cdi"};
   if (o.tcp) {
     tcp_port_ = FreePort();
     argv.insert(argv.end(), {"--tcp", "127.0.0.1:" + std::to_string(tcp_port_), "--tcp-token-file",

@@ -1,0 +1,99 @@
+#include "daemon/cdi.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+namespace gpuslice::daemon {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+nlohmann::json CdiSpec(const CdiSlice& slice) {
+  json nodes = json::array();
+  for (const std::string& n : slice.device_nodes) nodes.push_back({{"path", n}});
+  json mounts = json::array();
+  for (const CdiMount& m : slice.mounts) {
+    // nosuid/nodev: nothing mounted from the host can raise privileges.
+    mounts.push_back({{"hostPath", m.host_path},
+                      {"containerPath", m.container_path},
+                      {"options", {m.read_only ? "ro" : "rw", "nosuid", "nodev", "bind"}}});
+  }
+  json edits = {{"env", slice.env}, {"mounts", mounts}};
+  if (!nodes.empty()) edits["deviceNodes"] = nodes;
+  return {{"cdiVersion", kCdiVersion},
+          {"kind", kCdiKind},
+          {"devices", {{{"name", std::to_string(slice.job_id)}, {"containerEdits", edits}}}},
+          {"containerEdits", json::object()}};
+}
+
+std::string CdiSpecFileName(uint64_t job_id) {
+  return "gpuslice-" + std::to_string(job_id) + ".json";
+}
+
+core::Status CdiSpecs::Write(const CdiSlice& slice) {
+  if (!enabled()) return core::Status::Ok();
+  auto it = written_.find(slice.job_id);
+  if (it != written_.end() && it->second == slice) return core::Status::Ok();
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  const std::string path = dir_ + "/" + CdiSpecFileName(slice.job_id);
+  const std::string tmp = path + ".tmp";
+  const std::string text = CdiSpec(slice).dump(2) + "\n";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    return core::UnavailableError("CDI spec " + tmp + ": " + std::strerror(errno));
+  }
+  fchmod(fd, 0644);  // Whatever the umask: engines run as other users too.
+  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    unlink(tmp.c_str());
+    return core::UnavailableError("CDI spec " + path + ": " + why);
+  }
+  written_[slice.job_id] = slice;
+  return core::Status::Ok();
+}
+
+void CdiSpecs::Remove(uint64_t job_id) {
+  if (!enabled()) return;
+  unlink((dir_ + "/" + CdiSpecFileName(job_id)).c_str());
+  written_.erase(job_id);
+}
+
+core::Status CdiSpecs::Sync(const std::map<uint64_t, CdiSlice>& running) {
+  if (!enabled()) return core::Status::Ok();
+  if (!swept_) {
+    // Specs a previous daemon left for jobs that are not running now.
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir_, ec)) {
+      const std::string name = e.path().filename().string();
+      uint64_t id = 0;
+      char tail[8] = {};
+      if (std::sscanf(name.c_str(), "gpuslice-%lu.%7s", &id, tail) == 2 &&
+          std::string(tail) == "json" && running.count(id) == 0) {
+        fs::remove(e.path(), ec);
+      }
+    }
+    swept_ = true;
+  }
+  std::set<uint64_t> gone;
+  for (const auto& [id, slice] : written_) {
+    if (running.count(id) == 0) gone.insert(id);
+  }
+  for (uint64_t id : gone) Remove(id);
+  core::Status first = core::Status::Ok();
+  for (const auto& [id, slice] : running) {
+    core::Status s = Write(slice);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+}  // namespace gpuslice::daemon

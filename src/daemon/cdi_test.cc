@@ -1,0 +1,168 @@
+// CDI specs (issue 14 item 2): their content, their files, and the
+// service keeping one per running job. tests/e2e/cdi_podman_e2e_test.cc
+// runs a real podman against them.
+
+#include "daemon/cdi.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "daemon/launcher_fake.h"
+#include "daemon/service.h"
+#include "daemon/test_support.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class CdiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-cdi-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+CdiSlice Slice(uint64_t id) {
+  CdiSlice s;
+  s.job_id = id;
+  s.device_nodes = {"/dev/nvidia0", "/dev/nvidiactl"};
+  s.mounts = {{"/state/jobs/12/slice", "/state/jobs/12/slice", false},
+              {"/state/limits/12", "/state/limits/12", true}};
+  s.env = {"GPUSLICE_JOB_ID=" + std::to_string(id), "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"};
+  return s;
+}
+
+TEST_F(CdiTest, TheSpecNamesTheJobAndMountsTheLimitsReadOnly) {
+  json spec = CdiSpec(Slice(12));
+  EXPECT_EQ(spec["cdiVersion"], "0.5.0");
+  EXPECT_EQ(spec["kind"], "gpuslice.dev/slice");
+  ASSERT_EQ(spec["devices"].size(), 1u);
+  const json& d = spec["devices"][0];
+  EXPECT_EQ(d["name"], "12");
+  const json& e = d["containerEdits"];
+  EXPECT_EQ(e["deviceNodes"], json::parse(R"([{"path":"/dev/nvidia0"},{"path":"/dev/nvidiactl"}])"));
+  EXPECT_EQ(e["env"][0], "GPUSLICE_JOB_ID=12");
+  ASSERT_EQ(e["mounts"].size(), 2u);
+  EXPECT_EQ(e["mounts"][0]["options"], json::parse(R"(["rw","nosuid","nodev","bind"])"));
+  EXPECT_EQ(e["mounts"][1]["options"], json::parse(R"(["ro","nosuid","nodev","bind"])"));
+  EXPECT_EQ(e["mounts"][1]["containerPath"], "/state/limits/12");
+  // No device nodes (the simulated GPU): no deviceNodes key at all.
+  CdiSlice sim = Slice(3);
+  sim.device_nodes.clear();
+  EXPECT_FALSE(CdiSpec(sim)["devices"][0]["containerEdits"].contains("deviceNodes"));
+}
+
+TEST_F(CdiTest, SpecsFollowTheRunningJobsAndStaleOnesAreSwept) {
+  const std::string cdi = dir_ + "/cdi";
+  fs::create_directories(cdi);
+  // Left by an earlier daemon: one of ours for a job that is gone, and
+  // someone else's spec, which stays.
+  std::ofstream(cdi + "/gpuslice-99.json") << "{}";
+  std::ofstream(cdi + "/nvidia.json") << "{}";
+  CdiSpecs specs(cdi);
+  ASSERT_TRUE(specs.Sync({{12, Slice(12)}, {13, Slice(13)}}).ok());
+  EXPECT_FALSE(fs::exists(cdi + "/gpuslice-99.json"));
+  EXPECT_TRUE(fs::exists(cdi + "/nvidia.json"));
+  json written = json::parse(Slurp(cdi + "/gpuslice-12.json"));
+  EXPECT_EQ(written, CdiSpec(Slice(12)));
+  struct stat st {};
+  ASSERT_EQ(stat((cdi + "/gpuslice-12.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "engines of other users read it";
+  EXPECT_FALSE(fs::exists(cdi + "/gpuslice-12.json.tmp"));
+  // Job 12 ends, 13 changes.
+  CdiSlice changed = Slice(13);
+  changed.env.push_back("CUDA_VISIBLE_DEVICES=GPU-1");
+  ASSERT_TRUE(specs.Sync({{13, changed}}).ok());
+  EXPECT_FALSE(fs::exists(cdi + "/gpuslice-12.json"));
+  EXPECT_EQ(json::parse(Slurp(cdi + "/gpuslice-13.json")), CdiSpec(changed));
+  // Off: nothing is written.
+  CdiSpecs off("");
+  EXPECT_TRUE(off.Sync({{14, Slice(14)}}).ok());
+  EXPECT_FALSE(fs::exists(cdi + "/gpuslice-14.json"));
+}
+
+TEST_F(CdiTest, AnUnwritableDirectoryIsAnErrorNamingIt) {
+  std::ofstream(dir_ + "/file") << "x";
+  CdiSpecs specs(dir_ + "/file/cdi");
+  core::Status s = specs.Write(Slice(1));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(dir_ + "/file/cdi"), std::string::npos) << s.message();
+}
+
+// The service: a spec from the moment a job starts (before its first
+// process) to its end, with the slice's paths and environment.
+TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
+  FakeClock clock;
+  FakeInventory inventory(SimulatedGpus(1));
+  FakeLauncher launcher;
+  FakeRegionStore regions;
+  ServiceOptions o;
+  o.state_dir = dir_ + "/state";
+  o.shim_path = "/lib/libgpuslice.so";
+  o.sim_lib_dir = "/lib/sim";
+  o.coord_dir = "/state/coord";
+  o.cdi_dir = dir_ + "/cdi";
+  o.job_env = {"GPUSLICE_SIM_STATE=/run/sim/state"};
+  fs::create_directories(o.state_dir);
+  Service service(o, clock, inventory, launcher, regions);
+  ASSERT_TRUE(service.Start().ok());
+  SubmitSpec s;
+  s.fields.mem = "4GiB";
+  s.argv = {"podman", "run"};
+  s.cwd = "/home/u";
+  auto v = service.Submit(TestCaller(1000), s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  const JobView job = *service.Get(v->job.id);
+  ASSERT_EQ(job.job.state, core::JobState::kRunning);
+  const std::string path = o.cdi_dir + "/" + CdiSpecFileName(job.job.id);
+  ASSERT_TRUE(fs::exists(path));
+  json spec = json::parse(Slurp(path));
+  const json& e = spec["devices"][0]["containerEdits"];
+  EXPECT_EQ(spec["devices"][0]["name"], std::to_string(job.job.id));
+  auto has_env = [&](const std::string& kv) {
+    return std::find(e["env"].begin(), e["env"].end(), kv) != e["env"].end();
+  };
+  EXPECT_TRUE(has_env("GPUSLICE_SLICE=" + job.job.region_path)) << e.dump();
+  EXPECT_TRUE(has_env("GPUSLICE_LIMITS=" + regions.LimitsPathOf(job.job.region_path)));
+  EXPECT_TRUE(has_env("CUDA_VISIBLE_DEVICES=GPU-0"));
+  EXPECT_TRUE(has_env("LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"));
+  EXPECT_TRUE(has_env("GPUSLICE_SIM_STATE=/run/sim/state"));
+  bool limits_ro = false, region_rw = false, sim_dir = false;
+  for (const json& m : e["mounts"]) {
+    if (m["hostPath"] == regions.LimitsPathOf(job.job.region_path)) {
+      limits_ro = m["options"][0] == "ro";
+    }
+    if (m["hostPath"] == job.job.region_path) region_rw = m["options"][0] == "rw";
+    sim_dir = sim_dir || m["hostPath"] == "/run/sim";
+  }
+  EXPECT_TRUE(limits_ro) << e.dump();
+  EXPECT_TRUE(region_rw) << e.dump();
+  EXPECT_TRUE(sim_dir) << e.dump();
+  EXPECT_FALSE(e.contains("deviceNodes")) << "the simulated GPU has no device nodes";
+  // It ends: the spec goes.
+  ASSERT_TRUE(service.Cancel(TestCaller(1000), job.job.id).ok());
+  launcher.Exit(job.job.pid, 143);
+  clock.Advance(1000);
+  service.Tick();
+  EXPECT_FALSE(fs::exists(path));
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

@@ -1,0 +1,103 @@
+// Issue 14 item 2 with a real container engine: the daemon's CDI spec of a
+// running job, read by podman (Debian 12's 4.3, with runc), puts a container
+// of an image that knows nothing of gpuslice into the job's slice: the
+// shim, the simulated GPU and the limits come from the host, the memory cap
+// holds inside, the limits page is read-only there, and the device goes
+// when the job ends. The image is Debian 11 (glibc 2.31, the root file
+// system scripts/setup.sh builds), imported with `podman import`: no
+// registry is reachable here.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "harness.h"
+
+namespace gpuslice::e2e {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kRoot[] = "/var/cache/gpuslice/bullseye-rootfs";
+constexpr char kImage[] = "localhost/gpuslice-e2e:bullseye";
+constexpr char kCdiDir[] = "/var/run/cdi";
+
+struct Ran {
+  int code = -1;
+  std::string out;
+};
+
+Ran Sh(const std::string& cmd) {
+  Ran r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return r;
+}
+
+class CdiPodman : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "rootful podman needs root (CI runs as root)";
+    ASSERT_EQ(Sh("podman --version").code, 0) << "podman is missing: scripts/setup.sh installs it";
+    ASSERT_TRUE(fs::exists(std::string(kRoot) + "/bin/sh"))
+        << kRoot << " is missing: scripts/setup.sh builds it with debootstrap";
+    if (Sh(std::string("podman image exists ") + kImage).code != 0) {
+      Ran imported = Sh(std::string("tar -C ") + kRoot + " -c . | podman import - " + kImage);
+      ASSERT_EQ(imported.code, 0) << imported.out;
+    }
+  }
+
+  // `podman run` of the image in job `id`'s slice. runc: crun fails on this
+  // machine's hybrid cgroups. The ulimits: these machines deny raising
+  // rlimits (no CAP_SYS_RESOURCE), and runc otherwise sets podman's
+  // defaults.
+  Ran InSlice(const std::string& id, const std::string& cmd) {
+    return Sh("podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "
+              "--device gpuslice.dev/slice=" + id + " -v " + WorkerPath() +
+              ":/opt/worker:ro " + kImage + " /bin/sh -c '" + cmd + "'");
+  }
+};
+
+TEST_F(CdiPodman, AContainerJoinsTheJobsSliceThroughItsCdiDevice) {
+  Daemon d("1xA100-40GB", {"--set", std::string("cdi_dir=") + kCdiDir});
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  CliResult r = d.Cli({"submit", "--mem", "1GiB", "--", "sleep", "120"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  const std::string spec = std::string(kCdiDir) + "/gpuslice-" + id + ".json";
+  ASSERT_TRUE(fs::exists(spec));
+
+  // Runs kernels in the slice; the image has no CUDA and no gpuslice.
+  Ran ok = InSlice(id, "/opt/worker --name c --mem 256MiB --duty 50% --seconds 1");
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("ran "), std::string::npos) << ok.out;
+  // The 1 GiB cap holds inside.
+  Ran over = InSlice(id, "/opt/worker --name c --mem 2GiB --seconds 1");
+  EXPECT_NE(over.code, 0);
+  EXPECT_NE(over.out.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << over.out;
+  // Nothing reachable inside raises it: the daemon's limits page is
+  // mounted read-only (root in the container included).
+  Ran write = InSlice(id, "echo 4000000000000 >> \"$GPUSLICE_LIMITS\" && echo WROTE");
+  EXPECT_EQ(write.out.find("WROTE"), std::string::npos) << write.out;
+  EXPECT_NE(write.out.find("Read-only file system"), std::string::npos) << write.out;
+  Ran again = InSlice(id, "/opt/worker --name c --mem 2GiB --seconds 1");
+  EXPECT_NE(again.out.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << again.out;
+
+  // The job ends: its device goes, and a container can no longer ask for it.
+  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return !fs::exists(spec); }, 30));
+  Ran gone = InSlice(id, "true");
+  EXPECT_NE(gone.code, 0) << gone.out;
+  EXPECT_NE(gone.out.find("gpuslice.dev/slice=" + id), std::string::npos) << gone.out;
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e
