@@ -405,7 +405,7 @@ const std::vector<Command>& Commands() {
     };
     // Commands that live in their own files.
     for (const auto& more : {JobCommands(), EventCommands(), PolicyCommands(), MonitorCommands(),
-                             ServiceCommands()}) {
+                             ServiceCommands(), ContainerCommands()}) {
       all.insert(all.end(), more.begin(), more.end());
     }
     return all;

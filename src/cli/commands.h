@@ -55,6 +55,7 @@ std::vector<Command> EventCommands();    // events_command.cc: events
 std::vector<Command> PolicyCommands();   // policy_commands.cc: quota, resize, ...
 std::vector<Command> MonitorCommands();  // monitor_commands.cc: top, usage
 std::vector<Command> ServiceCommands();  // service_commands.cc: service ...
+std::vector<Command> ContainerCommands();  // container_commands.cc: container-args
 
 // Milliseconds since the Unix epoch, now.
 int64_t NowMs();

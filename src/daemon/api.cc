@@ -151,6 +151,7 @@ const Api::Route Api::kRoutes[] = {
     {"GET", "/v1/events", RouteScope::kRead, &Api::ListEvents},
     {"POST", "/v1/jobs/{id}/resize", RouteScope::kWrite, &Api::ResizeJob},
     {"POST", "/v1/jobs/{id}/resume", RouteScope::kWrite, &Api::ResumeJob},
+    {"GET", "/v1/jobs/{id}/container", RouteScope::kRead, &Api::JobContainer},
     {"GET", "/v1/quotas", RouteScope::kRead, &Api::ListQuotas},
     {"POST", "/v1/quotas", RouteScope::kWrite, &Api::SetQuota},
 };
@@ -483,6 +484,25 @@ ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
   auto v = service_.Get(id);
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
+}
+
+// What a container joining the running job's slice gets (docs/CONTAINERS.md):
+// its CDI device name, and the same as device nodes, mounts and environment
+// for engines without CDI (Docker 20.10).
+ApiResponse Api::JobContainer(const ApiRequest& req, uint64_t id) {
+  auto c = service_.ContainerOf(req.caller, id);
+  if (!c.ok()) return Error(c.status());
+  json mounts = json::array();
+  for (const CdiMount& m : c->mounts) {
+    mounts.push_back({{"host_path", m.host_path},
+                      {"container_path", m.container_path},
+                      {"read_only", m.read_only}});
+  }
+  return Json(200, {{"job", id},
+                    {"cdi_device", std::string(kCdiKind) + "=" + std::to_string(id)},
+                    {"device_nodes", c->device_nodes},
+                    {"mounts", mounts},
+                    {"env", c->env}});
 }
 
 }  // namespace gpuslice::daemon

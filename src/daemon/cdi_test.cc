@@ -156,12 +156,24 @@ TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
   EXPECT_TRUE(region_rw) << e.dump();
   EXPECT_TRUE(sim_dir) << e.dump();
   EXPECT_FALSE(e.contains("deviceNodes")) << "the simulated GPU has no device nodes";
-  // It ends: the spec goes.
+  // `container-args`: the same for its owner, not for another user.
+  auto mine = service.ContainerOf(TestCaller(1000), job.job.id);
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_EQ(CdiSpec(*mine), spec);
+  EXPECT_EQ(service.ContainerOf(TestCaller(1001), job.job.id).status().code(),
+            core::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(service.ContainerOf(TestCaller(0, true), job.job.id).ok()) << "an admin";
+  EXPECT_EQ(service.ContainerOf(TestCaller(1000), 999).status().code(),
+            core::StatusCode::kNotFound);
+  // It ends: the spec goes, and there is no slice to join.
   ASSERT_TRUE(service.Cancel(TestCaller(1000), job.job.id).ok());
   launcher.Exit(job.job.pid, 143);
   clock.Advance(1000);
   service.Tick();
   EXPECT_FALSE(fs::exists(path));
+  auto ended = service.ContainerOf(TestCaller(1000), job.job.id);
+  EXPECT_EQ(ended.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(ended.status().message().find("only a running job"), std::string::npos);
 }
 
 }  // namespace

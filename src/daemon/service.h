@@ -290,6 +290,9 @@ class Service {
   std::vector<std::string> JobEnvironment(const core::Job& job) const;
   // What a container joining the job's slice is given (its CDI device).
   CdiSlice CdiSliceOf(const core::Job& job) const;
+  // The same for a running job of the caller's (or any, for an admin): what
+  // `gpuslice container-args` turns into an engine's plain flags.
+  core::Result<CdiSlice> ContainerOf(const Caller& caller, uint64_t id) const;
   // `text` (an event's message about job `job_id`) without that job's
   // environment values, for anyone to read.
   std::string PublicText(uint64_t job_id, std::string text) const;

@@ -140,6 +140,19 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
   return c;
 }
 
+core::Result<CdiSlice> Service::ContainerOf(const Caller& caller, uint64_t id) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  const Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (job.state != JobState::kRunning || job.region_path.empty()) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " is " +
+                                         std::string(core::JobStateName(job.state)) +
+                                         ": only a running job has a slice to join");
+  }
+  return CdiSliceOf(job);
+}
+
 void Service::SyncCdi() {
   if (!cdi_.enabled()) return;
   std::map<uint64_t, CdiSlice> running;

@@ -99,5 +99,41 @@ TEST_F(CdiPodman, AContainerJoinsTheJobsSliceThroughItsCdiDevice) {
   EXPECT_NE(gone.out.find("gpuslice.dev/slice=" + id), std::string::npos) << gone.out;
 }
 
+// Docker 20.10 (Debian 12's docker.io) has no CDI: `container-args` gives
+// the same slice as plain --device/-v/-e flags. No Docker engine runs on
+// these machines; podman takes the same flags, so the flags are tested
+// with it.
+TEST_F(CdiPodman, ContainerArgsGiveTheSameSliceAsPlainFlags) {
+  Daemon d("1xA100-40GB");  // Its CDI specs go to its own folder: not used here.
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  CliResult r = d.Cli({"submit", "--mem", "1GiB", "--", "sleep", "120"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "running"; }));
+  CliResult args = d.Cli({"container-args", id});
+  ASSERT_EQ(args.exit_code, 0) << args.err;
+  const std::string flags = Trim(args.out);
+  EXPECT_NE(flags.find(":ro"), std::string::npos) << flags;
+  EXPECT_NE(flags.find("-e GPUSLICE_JOB_ID=" + id), std::string::npos) << flags;
+  EXPECT_EQ(Trim(d.Cli({"container-args", "--cdi", id}).out), "--device gpuslice.dev/slice=" + id);
+  auto run = [&](const std::string& cmd) {
+    return Sh("podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit "
+              "nproc=1024:1024 " + flags + " -v " + WorkerPath() + ":/opt/worker:ro " + kImage +
+              " /bin/sh -c '" + cmd + "'");
+  };
+  Ran ok = run("/opt/worker --name c --mem 256MiB --duty 50% --seconds 1");
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  Ran over = run("/opt/worker --name c --mem 2GiB --seconds 1");
+  EXPECT_NE(over.out.find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << over.out;
+  Ran write = run("echo 4000000000000 >> \"$GPUSLICE_LIMITS\" && echo WROTE");
+  EXPECT_EQ(write.out.find("WROTE"), std::string::npos) << write.out;
+  // Only for a running job of one's own.
+  ASSERT_EQ(d.Cli({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) != "running"; }));
+  CliResult ended = d.Cli({"container-args", id});
+  EXPECT_EQ(ended.exit_code, 125);
+  EXPECT_NE(ended.err.find("only a running job"), std::string::npos) << ended.err;
+}
+
 }  // namespace
 }  // namespace gpuslice::e2e

@@ -1,0 +1,95 @@
+// The CLI's container commands (see commands.h): `container-args`, the
+// flags that put a container of any engine into a running job's slice
+// (docs/CONTAINERS.md). Engines with CDI need only `--device
+// gpuslice.dev/slice=ID`; Docker 20.10 (Debian 12) has no CDI and gets the
+// same slice as plain --device / -v / -e flags.
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+
+namespace gpuslice::cli {
+namespace {
+
+using nlohmann::json;
+
+struct ContainerArgsOptions {
+  bool cdi = false;
+} g_args;
+
+void SetupContainerArgs(CLI::App* sub, Context* ctx) {
+  sub->add_option("id", ctx->job_id, "A running job of yours")->required();
+  sub->add_flag("--cdi", g_args.cdi,
+                "Print the CDI device (--device gpuslice.dev/slice=ID: podman, containerd, "
+                "Docker >= 25) instead of the plain flags");
+  sub->footer(
+      "The plain flags work with docker and podman alike:\n"
+      "  docker run $(gpuslice container-args 12) IMAGE CMD...\n"
+      "  podman run $(gpuslice container-args --cdi 12) IMAGE CMD...\n"
+      "One flag per word and no quoting, so that $(...) splits them right; a value with "
+      "white space is refused.");
+}
+
+// "-v HOST:CONTAINER[:ro]" cannot carry a ':' in a path; nor can a word of
+// $(...) carry white space.
+core::Status CheckWord(const std::string& what, const std::string& value, bool path) {
+  for (char c : value) {
+    if (c == ' ' || c == '\t' || c == '\n' || (path && c == ':')) {
+      return core::FailedPreconditionError(what + " '" + value +
+                                           "' cannot be passed as a plain flag; use --cdi");
+    }
+  }
+  return core::Status::Ok();
+}
+
+int ContainerArgs(Context& ctx) {
+  auto r = ctx.client->Call("GET", "/v1/jobs/" + std::to_string(ctx.job_id) + "/container");
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  if (g_args.cdi) {
+    std::cout << "--device " << (*r)["cdi_device"].get<std::string>() << "\n";
+    return 0;
+  }
+  std::vector<std::string> words;
+  for (const json& d : (*r)["device_nodes"]) {
+    const std::string node = d.get<std::string>();
+    if (auto s = CheckWord("device", node, true); !s.ok()) return ReportError(ctx, s);
+    words.push_back("--device");
+    words.push_back(node);
+  }
+  for (const json& m : (*r)["mounts"]) {
+    const std::string host = m["host_path"].get<std::string>();
+    const std::string inside = m["container_path"].get<std::string>();
+    for (const std::string& p : {host, inside}) {
+      if (auto s = CheckWord("path", p, true); !s.ok()) return ReportError(ctx, s);
+    }
+    words.push_back("-v");
+    words.push_back(host + ":" + inside + (m.value("read_only", true) ? ":ro" : ""));
+  }
+  for (const json& e : (*r)["env"]) {
+    const std::string kv = e.get<std::string>();
+    if (auto s = CheckWord("environment entry", kv, false); !s.ok()) return ReportError(ctx, s);
+    words.push_back("-e");
+    words.push_back(kv);
+  }
+  std::string line;
+  for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;
+  std::cout << line << "\n";
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> ContainerCommands() {
+  return {
+      {"container-args", "Flags that put a container into a running job's slice", SetupContainerArgs,
+       ContainerArgs},
+  };
+}
+
+}  // namespace gpuslice::cli
