@@ -65,20 +65,3 @@ if ! have_cuda_h; then
   cp "$tmp/usr/lib/x86_64-linux-gnu/stubs/libcuda.so" "$root/.deps/cuda/lib64/stubs/"
   have_cuda_h || { echo "setup: cuda.h still missing; install the CUDA toolkit headers" >&2; exit 1; }
 fi
-
-# A Debian 11 "bullseye" root file system (glibc 2.31) from Debian's own
-# archive, for tests/e2e/old_glibc_e2e_test.cc: the shim, the simulated GPU
-# and the demo worker must run in images older than this machine. Built once
-# into /var/cache/gpuslice (as root only: debootstrap and chroot need it).
-old_root=/var/cache/gpuslice/bullseye-rootfs
-if [ "$(id -u)" -eq 0 ] && [ ! -x "$old_root/bin/sh" ]; then
-  echo "setup: building a Debian 11 root file system in $old_root (debootstrap, minbase)"
-  rm -rf "$old_root.tmp"
-  mkdir -p "$(dirname "$old_root")"
-  if debootstrap --variant=minbase bullseye "$old_root.tmp" http://deb.debian.org/debian \
-      >/tmp/gpuslice-debootstrap.log 2>&1; then
-    mv "$old_root.tmp" "$old_root"
-  else
-    echo "setup: debootstrap failed (see /tmp/gpuslice-debootstrap.log); the old-glibc test will fail" >&2
-  fi
-fi

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/test-rootfs.sh
 bash scripts/build.sh
 # The multi-user tests (tests/security, the shim's and the compute e2e tests)
 # run programs and libraries of build/ as unprivileged test users, as a root

@@ -4,7 +4,7 @@
 // shim, the simulated GPU and the limits come from the host, the memory cap
 // holds inside, the limits page is read-only there, and the device goes
 // when the job ends. The image is Debian 11 (glibc 2.31, the root file
-// system scripts/setup.sh builds), imported with `podman import`: no
+// system scripts/test-rootfs.sh builds), imported with `podman import`: no
 // registry is reachable here.
 
 #include <gtest/gtest.h>
@@ -47,7 +47,7 @@ class CdiPodman : public ::testing::Test {
     if (geteuid() != 0) GTEST_SKIP() << "rootful podman needs root (CI runs as root)";
     ASSERT_EQ(Sh("podman --version").code, 0) << "podman is missing: scripts/setup.sh installs it";
     ASSERT_TRUE(fs::exists(std::string(kRoot) + "/bin/sh"))
-        << kRoot << " is missing: scripts/setup.sh builds it with debootstrap";
+        << kRoot << " is missing: scripts/test-rootfs.sh builds it with debootstrap";
     if (Sh(std::string("podman image exists ") + kImage).code != 0) {
       Ran imported = Sh(std::string("tar -C ") + kRoot + " -c . | podman import - " + kImage);
       ASSERT_EQ(imported.code, 0) << imported.out;

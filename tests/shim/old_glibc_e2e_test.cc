@@ -1,7 +1,7 @@
 // Issue 14 item 1: the shim must load in the images people run. Here it
 // runs, with the simulated GPU and two CUDA programs built on this machine
 // (glibc 2.36), inside a Debian 11 root file system (glibc 2.31) made by
-// scripts/setup.sh with debootstrap: memory caps, the NVML view, the dlsym
+// scripts/test-rootfs.sh with debootstrap: memory caps, the NVML view, the dlsym
 // and cuGetProcAddress routes, threads, and the demo worker. A program built
 // the ordinary way (compute_worker) fails there, so the root file system
 // does tell old glibc from new.
@@ -28,7 +28,7 @@ class OldGlibc : public ::testing::Test {
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root to chroot (CI runs as root)";
     ASSERT_TRUE(fs::exists(std::string(kRoot) + "/bin/sh"))
-        << kRoot << " is missing: scripts/setup.sh builds it with debootstrap (as root)";
+        << kRoot << " is missing: scripts/test-rootfs.sh builds it with debootstrap (as root)";
     char tmpl[] = "/var/cache/gpuslice/bullseye-rootfs/tmp/gpuslice-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
