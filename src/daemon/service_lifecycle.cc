@@ -112,7 +112,14 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
   // directory as it is (its own permissions decide), at the same paths.
   if (!job.region_path.empty()) c.mounts.push_back({job.region_path, job.region_path, false});
   const std::string limits_path = regions_.LimitsPathOf(job.region_path);
-  if (!limits_path.empty()) c.mounts.push_back({limits_path, limits_path, true});
+  if (!limits_path.empty()) {
+    c.mounts.push_back({limits_path, limits_path, true});
+    // The members file beside it (the shim's reports to the compute
+    // arbiter: job-writable), once the arbiter made it; without it the
+    // container's launches would not take turns.
+    const std::string members = limits_path.substr(0, limits_path.rfind('/')) + "/members";
+    if (exists(members)) c.mounts.push_back({members, members, false});
+  }
   if (!options_.coord_dir.empty()) {
     c.mounts.push_back({options_.coord_dir, options_.coord_dir, false});
   }

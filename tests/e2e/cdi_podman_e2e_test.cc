@@ -99,6 +99,55 @@ TEST_F(CdiPodman, AContainerJoinsTheJobsSliceThroughItsCdiDevice) {
   EXPECT_NE(gone.out.find("gpuslice.dev/slice=" + id), std::string::npos) << gone.out;
 }
 
+// Item 5: two containers in a 30% and a 70% hard slice of one GPU take
+// turns through the daemon's arbiter as the jobs' own processes would: the
+// GPU time they get splits about 30/70 (about 50/50 without shares).
+TEST_F(CdiPodman, TwoContainersIn30And70PercentSlicesSplitTheGpu) {
+  Daemon d("1xA100-40GB", {"--set", std::string("cdi_dir=") + kCdiDir});
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  auto slice = [&](const std::string& share) {
+    CliResult r = d.Cli({"submit", "--mem", "2GiB", "--compute", share, "--", "sleep", "120"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Trim(r.out);
+  };
+  const std::string a = slice("30%"), b = slice("70%");
+  ASSERT_TRUE(
+      Daemon::WaitFor([&] { return State(d, a) == "running" && State(d, b) == "running"; }));
+  // Both containers start together and run kernels for 3 s each.
+  constexpr int kKernelUs = 200;
+  auto start = [&](const std::string& id, const std::string& name) {
+    const std::string log = d.dir() + "/" + name + ".log";
+    const std::string cmd =
+        "podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "
+        "--device gpuslice.dev/slice=" + id + " -v " + WorkerPath() + ":/opt/worker:ro " +
+        kImage + " /opt/worker --name " + name +
+        " --mem 256MiB --duty 100% --seconds 3 --kernel-us " + std::to_string(kKernelUs) +
+        " > " + log + " 2>&1";
+    return popen(cmd.c_str(), "r");
+  };
+  FILE* pa = start(a, "thirty");
+  FILE* pb = start(b, "seventy");
+  ASSERT_NE(pa, nullptr);
+  ASSERT_NE(pb, nullptr);
+  EXPECT_EQ(pclose(pa), 0);
+  EXPECT_EQ(pclose(pb), 0);
+  auto kernels = [&](const std::string& name) {
+    const std::string out = ReadFile(d.dir() + "/" + name + ".log");
+    long n = -1;
+    const size_t at = out.find("ran ");
+    if (at != std::string::npos) std::sscanf(out.c_str() + at, "ran %ld kernels", &n);
+    EXPECT_GT(n, 0) << out;
+    return double(n);
+  };
+  const double ka = kernels("thirty"), kb = kernels("seventy");
+  ASSERT_GT(ka + kb, 0);
+  const double split = ka / (ka + kb);
+  std::cerr << "containers at 30%/70%: " << ka << " / " << kb << " kernels, split " << split
+            << "\n";
+  // Tolerant: two container starts are not simultaneous on a busy machine.
+  EXPECT_NEAR(split, 0.30, 0.12);
+}
+
 // Docker 20.10 (Debian 12's docker.io) has no CDI: `container-args` gives
 // the same slice as plain --device/-v/-e flags. No Docker engine runs on
 // these machines; podman takes the same flags, so the flags are tested
