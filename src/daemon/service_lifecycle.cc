@@ -137,11 +137,11 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
   c.env.push_back(std::string("LD_LIBRARY_PATH=") + kCdiDriverDir);
   for (const std::string& forced : options_.job_env) {
     c.env.push_back(forced);
-    // The simulated GPU's state file: its folder, read-write.
+    // The simulated GPU's state file, read-write; the file, not its folder,
+    // which may hold anything (the daemon's state, in the e2e tests).
     if (forced.rfind("GPUSLICE_SIM_STATE=", 0) == 0) {
       const std::string state = forced.substr(19);
-      const std::string dir = state.substr(0, state.rfind('/'));
-      if (!dir.empty()) c.mounts.push_back({dir, dir, false});
+      if (!state.empty()) c.mounts.push_back({state, state, false});
     }
   }
   return c;
