@@ -87,8 +87,8 @@ int ContainerArgs(Context& ctx) {
 
 std::vector<Command> ContainerCommands() {
   return {
-      {"container-args", "Flags that put a container into a running job's slice", SetupContainerArgs,
-       ContainerArgs},
+      {"container-args", "Flags that put a container into a running job's slice",
+       SetupContainerArgs, ContainerArgs},
   };
 }
 

@@ -67,7 +67,7 @@ class CdiSpecs {
 
  private:
   std::string dir_;
-  bool swept_ = false;                     // Stale files of earlier daemons removed.
+  bool swept_ = false;                    // Stale files of earlier daemons removed.
   std::map<uint64_t, CdiSlice> written_;  // What is on disk, as we wrote it.
 };
 

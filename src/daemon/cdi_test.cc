@@ -57,7 +57,8 @@ TEST_F(CdiTest, TheSpecNamesTheJobAndMountsTheLimitsReadOnly) {
   const json& d = spec["devices"][0];
   EXPECT_EQ(d["name"], "12");
   const json& e = d["containerEdits"];
-  EXPECT_EQ(e["deviceNodes"], json::parse(R"([{"path":"/dev/nvidia0"},{"path":"/dev/nvidiactl"}])"));
+  EXPECT_EQ(e["deviceNodes"],
+            json::parse(R"([{"path":"/dev/nvidia0"},{"path":"/dev/nvidiactl"}])"));
   EXPECT_EQ(e["env"][0], "GPUSLICE_JOB_ID=12");
   ASSERT_EQ(e["mounts"].size(), 2u);
   EXPECT_EQ(e["mounts"][0]["options"], json::parse(R"(["rw","nosuid","nodev","bind"])"));

@@ -23,6 +23,8 @@
 // glibc_compat_exe.cc. shim_glibc_test reads their version needs and fails
 // above 2.17.
 
+#include "shim/glibc_compat.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
@@ -31,8 +33,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include "shim/glibc_compat.h"
 
 constexpr int kStatVersion = GPUSLICE_STAT_VERSION;
 
@@ -140,12 +140,16 @@ GPUSLICE_HIDDEN int __wrap_pthread_rwlock_wrlock(pthread_rwlock_t* l) {
 GPUSLICE_HIDDEN int __wrap_pthread_rwlock_unlock(pthread_rwlock_t* l) {
   return gpuslice_old_rwlock_unlock(l);
 }
-GPUSLICE_HIDDEN int __wrap_pthread_join(pthread_t t, void** ret) { return gpuslice_old_join(t, ret); }
+GPUSLICE_HIDDEN int __wrap_pthread_join(pthread_t t, void** ret) {
+  return gpuslice_old_join(t, ret);
+}
 GPUSLICE_HIDDEN int __wrap_pthread_detach(pthread_t t) { return gpuslice_old_detach(t); }
 GPUSLICE_HIDDEN int __wrap_pthread_key_create(pthread_key_t* k, void (*destroy)(void*)) {
   return gpuslice_old_key_create(k, destroy);
 }
-GPUSLICE_HIDDEN int __wrap_pthread_key_delete(pthread_key_t k) { return gpuslice_old_key_delete(k); }
+GPUSLICE_HIDDEN int __wrap_pthread_key_delete(pthread_key_t k) {
+  return gpuslice_old_key_delete(k);
+}
 GPUSLICE_HIDDEN void* __wrap_pthread_getspecific(pthread_key_t k) {
   return gpuslice_old_getspecific(k);
 }

@@ -51,15 +51,15 @@ void RunEntries(void* head) {
 void MakeKey() { pthread_key_create(&g_key, RunEntries); }
 
 AtExitImpl FindImpl() {
-  static AtExitImpl impl = reinterpret_cast<AtExitImpl>(
-      gpuslice_old_dlsym(RTLD_DEFAULT, "__cxa_thread_atexit_impl"));
+  static AtExitImpl impl =
+      reinterpret_cast<AtExitImpl>(gpuslice_old_dlsym(RTLD_DEFAULT, "__cxa_thread_atexit_impl"));
   return impl;
 }
 
 }  // namespace
 
 __attribute__((visibility("hidden"))) int __wrap___cxa_thread_atexit_impl(Dtor fn, void* obj,
-                                                                         void* dso) {
+                                                                          void* dso) {
   if (AtExitImpl impl = FindImpl()) return impl(fn, obj, dso);
   pthread_once(&g_key_once, MakeKey);
   auto* e = static_cast<Entry*>(malloc(sizeof(Entry)));

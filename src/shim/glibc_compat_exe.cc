@@ -33,9 +33,9 @@ void RunConstructors(int argc, char** argv, char** envp) {
 // own. fini stays null: ld.so runs the executable's destructors on both
 // (the old __libc_csu_fini of a dynamic program did nothing).
 __attribute__((visibility("hidden"))) int __wrap___libc_start_main(MainFn main, int argc,
-                                                                  char** argv, InitFn init,
-                                                                  FiniFn fini, FiniFn rtld_fini,
-                                                                  void* stack_end) {
+                                                                   char** argv, InitFn init,
+                                                                   FiniFn fini, FiniFn rtld_fini,
+                                                                   void* stack_end) {
   if (init == nullptr) init = RunConstructors;
   return gpuslice_old_libc_start_main(main, argc, argv, init, fini, rtld_fini, stack_end);
 }

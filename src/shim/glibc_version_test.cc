@@ -139,7 +139,8 @@ TEST(GlibcReader, SeesANewGlibcWhereThereIsOne) {
   ASSERT_TRUE(needs.error.empty()) << needs.error;
   EXPECT_TRUE(needs.versions.count("GLIBCXX_3.4")) << "a C++ test links libstdc++";
   bool newer = false;
-  for (const std::string& v : needs.versions) newer = newer || GlibcVersion(v) > std::make_pair(2, 17);
+  for (const std::string& v : needs.versions)
+    newer = newer || GlibcVersion(v) > std::make_pair(2, 17);
   EXPECT_TRUE(newer) << "this test binary is built on glibc >= 2.34";
 }
 

@@ -59,9 +59,10 @@ class CdiPodman : public ::testing::Test {
   // rlimits (no CAP_SYS_RESOURCE), and runc otherwise sets podman's
   // defaults.
   Ran InSlice(const std::string& id, const std::string& cmd) {
-    return Sh("podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "
-              "--device gpuslice.dev/slice=" + id + " -v " + WorkerPath() +
-              ":/opt/worker:ro " + kImage + " /bin/sh -c '" + cmd + "'");
+    return Sh(
+        "podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "
+        "--device gpuslice.dev/slice=" +
+        id + " -v " + WorkerPath() + ":/opt/worker:ro " + kImage + " /bin/sh -c '" + cmd + "'");
   }
 };
 
@@ -119,10 +120,10 @@ TEST_F(CdiPodman, TwoContainersIn30And70PercentSlicesSplitTheGpu) {
     const std::string log = d.dir() + "/" + name + ".log";
     const std::string cmd =
         "podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "
-        "--device gpuslice.dev/slice=" + id + " -v " + WorkerPath() + ":/opt/worker:ro " +
-        kImage + " /opt/worker --name " + name +
-        " --mem 256MiB --duty 100% --seconds 3 --kernel-us " + std::to_string(kKernelUs) +
-        " > " + log + " 2>&1";
+        "--device gpuslice.dev/slice=" +
+        id + " -v " + WorkerPath() + ":/opt/worker:ro " + kImage + " /opt/worker --name " + name +
+        " --mem 256MiB --duty 100% --seconds 3 --kernel-us " + std::to_string(kKernelUs) + " > " +
+        log + " 2>&1";
     return popen(cmd.c_str(), "r");
   };
   FILE* pa = start(a, "thirty");
@@ -166,9 +167,10 @@ TEST_F(CdiPodman, ContainerArgsGiveTheSameSliceAsPlainFlags) {
   EXPECT_NE(flags.find("-e GPUSLICE_JOB_ID=" + id), std::string::npos) << flags;
   EXPECT_EQ(Trim(d.Cli({"container-args", "--cdi", id}).out), "--device gpuslice.dev/slice=" + id);
   auto run = [&](const std::string& cmd) {
-    return Sh("podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit "
-              "nproc=1024:1024 " + flags + " -v " + WorkerPath() + ":/opt/worker:ro " + kImage +
-              " /bin/sh -c '" + cmd + "'");
+    return Sh(
+        "podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit "
+        "nproc=1024:1024 " +
+        flags + " -v " + WorkerPath() + ":/opt/worker:ro " + kImage + " /bin/sh -c '" + cmd + "'");
   };
   Ran ok = run("/opt/worker --name c --mem 256MiB --duty 50% --seconds 1");
   ASSERT_EQ(ok.code, 0) << ok.out;

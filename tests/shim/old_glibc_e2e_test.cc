@@ -66,7 +66,8 @@ class OldGlibc : public ::testing::Test {
 };
 
 TEST_F(OldGlibc, TheShimTheSimulatedGpuAndCudaProgramsRunOnGlibc231) {
-  Output ldd = gpuslice::testing::Run({"/usr/sbin/chroot", kRoot, "/usr/bin/ldd", "--version"}, {{"PATH", "/usr/bin"}});
+  Output ldd = gpuslice::testing::Run({"/usr/sbin/chroot", kRoot, "/usr/bin/ldd", "--version"},
+                                      {{"PATH", "/usr/bin"}});
   ASSERT_NE(ldd.out.find("2.31"), std::string::npos) << ldd.out << ldd.err;
 
   // The control: a CUDA program linked the ordinary way on this machine.
@@ -98,14 +99,14 @@ TEST_F(OldGlibc, TheShimTheSimulatedGpuAndCudaProgramsRunOnGlibc231) {
   EXPECT_EQ(race.Int("other"), 0) << race.out;
 
   // The demo worker: runs kernels in its slice, and is refused past it.
-  Output ok = InRoot({inside_ + "/gpuslice-demo-worker", "--name", "w", "--mem", "256MiB",
-                      "--duty", "50%", "--seconds", "1"},
+  Output ok = InRoot({inside_ + "/gpuslice-demo-worker", "--name", "w", "--mem", "256MiB", "--duty",
+                      "50%", "--seconds", "1"},
                      "1GiB");
   ASSERT_EQ(ok.exit_code, 0) << ok.out << ok.err;
   EXPECT_NE((ok.out + ok.err).find("ran "), std::string::npos) << ok.out << ok.err;
-  Output over = InRoot(
-      {inside_ + "/gpuslice-demo-worker", "--name", "w", "--mem", "2GiB", "--seconds", "1"},
-      "1GiB");
+  Output over =
+      InRoot({inside_ + "/gpuslice-demo-worker", "--name", "w", "--mem", "2GiB", "--seconds", "1"},
+             "1GiB");
   EXPECT_NE(over.exit_code, 0);
   EXPECT_NE((over.out + over.err).find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos)
       << over.out << over.err;
