@@ -40,8 +40,7 @@ core::Status CdiSpecs::Write(const CdiSlice& slice) {
   if (!enabled()) return core::Status::Ok();
   auto it = written_.find(slice.job_id);
   if (it != written_.end() && it->second == slice) return core::Status::Ok();
-  std::error_code ec;
-  fs::create_directories(dir_, ec);
+  GPUSLICE_RETURN_IF_ERROR(CheckDir());
   const std::string path = dir_ + "/" + CdiSpecFileName(slice.job_id);
   const std::string tmp = path + ".tmp";
   const std::string text = CdiSpec(slice).dump(2) + "\n";
@@ -58,6 +57,31 @@ core::Status CdiSpecs::Write(const CdiSlice& slice) {
     return core::UnavailableError("CDI spec " + path + ": " + why);
   }
   written_[slice.job_id] = slice;
+  return core::Status::Ok();
+}
+
+// Engines trust every spec in the folder (a spec can mount anything into
+// a root container): never write into one that others can write, and make
+// it 0755 whatever the umask.
+core::Status CdiSpecs::CheckDir() const {
+  struct stat st {};
+  if (stat(dir_.c_str(), &st) != 0) {
+    std::error_code ec;
+    fs::create_directories(fs::path(dir_).parent_path(), ec);
+    if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+      return core::UnavailableError("CDI folder " + dir_ + ": " + std::strerror(errno));
+    }
+    chmod(dir_.c_str(), 0755);
+    if (stat(dir_.c_str(), &st) != 0) {
+      return core::UnavailableError("CDI folder " + dir_ + ": " + std::strerror(errno));
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) return core::UnavailableError("CDI folder " + dir_ + ": not a folder");
+  if ((st.st_mode & 0022) != 0 || st.st_uid != geteuid()) {
+    return core::PermissionDeniedError("CDI folder " + dir_ +
+                                       " is writable by others or not ours: no spec written "
+                                       "(engines would trust what anyone puts there)");
+  }
   return core::Status::Ok();
 }
 

@@ -66,6 +66,8 @@ class CdiSpecs {
   core::Status Sync(const std::map<uint64_t, CdiSlice>& running);
 
  private:
+  core::Status CheckDir() const;
+
   std::string dir_;
   bool swept_ = false;                    // Stale files of earlier daemons removed.
   std::map<uint64_t, CdiSlice> written_;  // What is on disk, as we wrote it.

@@ -107,6 +107,26 @@ TEST_F(CdiTest, AnUnwritableDirectoryIsAnErrorNamingIt) {
   EXPECT_NE(s.message().find(dir_ + "/file/cdi"), std::string::npos) << s.message();
 }
 
+// Engines trust every spec in the folder: it is made 0755 whatever the
+// umask, and one others can write is refused, naming it.
+TEST_F(CdiTest, TheFolderIsNeverWritableByOthers) {
+  const mode_t old = umask(0);
+  CdiSpecs made(dir_ + "/run/cdi");
+  EXPECT_TRUE(made.Write(Slice(1)).ok());
+  umask(old);
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/run/cdi").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0755u);
+  const std::string open = dir_ + "/open";
+  fs::create_directories(open);
+  chmod(open.c_str(), 0777);
+  CdiSpecs specs(open);
+  core::Status s = specs.Write(Slice(2));
+  EXPECT_EQ(s.code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(s.message().find(open), std::string::npos) << s.message();
+  EXPECT_FALSE(fs::exists(open + "/gpuslice-2.json"));
+}
+
 // The service: a spec from the moment a job starts (before its first
 // process) to its end, with the slice's paths and environment.
 TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
