@@ -137,11 +137,14 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
   c.env.push_back(std::string("LD_LIBRARY_PATH=") + kCdiDriverDir);
   for (const std::string& forced : options_.job_env) {
     c.env.push_back(forced);
-    // The simulated GPU's state file, read-write; the file, not its folder,
-    // which may hold anything (the daemon's state, in the e2e tests).
+    // The simulated GPU's state file's folder, read-write: the simulator
+    // replaces a stale state file (a new inode, which a mount of the file
+    // would not follow: a CI run failed so). Its folder should hold nothing
+    // else (docs/CONTAINERS.md); the e2e harness gives it its own.
     if (forced.rfind("GPUSLICE_SIM_STATE=", 0) == 0) {
       const std::string state = forced.substr(19);
-      if (!state.empty()) c.mounts.push_back({state, state, false});
+      const std::string dir = state.substr(0, state.rfind('/'));
+      if (!dir.empty()) c.mounts.push_back({dir, dir, false});
     }
   }
   return c;

@@ -34,6 +34,10 @@ Daemon::Daemon(std::string gpus, std::vector<std::string> extra_args)
   if (mkdtemp(tmpl) != nullptr) dir_ = tmpl;
   // Other users (the permissions test) must reach the socket and /tmp paths.
   chmod(dir_.c_str(), 0755);
+  // The simulated GPU's state file lives alone in sim/ (Env()); other
+  // users' processes may replace a stale one there.
+  mkdir((dir_ + "/sim").c_str(), 0777);
+  chmod((dir_ + "/sim").c_str(), 01777);
 }
 
 Daemon::~Daemon() {
@@ -100,7 +104,9 @@ std::vector<std::string> Daemon::Env() const {
     env.push_back(s);
   }
   env.push_back("GPUSLICE_SOCKET=" + socket());
-  env.push_back("GPUSLICE_SIM_STATE=" + dir_ + "/sim-state");
+  // In a folder of its own: a container joining a job's slice gets the
+  // state file's folder mounted (docs/CONTAINERS.md), not the test's.
+  env.push_back("GPUSLICE_SIM_STATE=" + dir_ + "/sim/state");
   env.push_back("GPUSLICE_SIM_GPUS=" + gpus_);
   // Jobs of other users open the simulated device's state too.
   env.push_back("GPUSLICE_SIM_STATE_MODE=0666");
