@@ -102,9 +102,13 @@ TEST_F(CdiPodman, AContainerJoinsTheJobsSliceThroughItsCdiDevice) {
 
 // Item 5: two containers in a 30% and a 70% hard slice of one GPU take
 // turns through the daemon's arbiter as the jobs' own processes would: the
-// GPU time they get splits about 30/70 (about 50/50 without shares).
+// GPU time they get splits about 30/70 (about 50/50 without shares). They
+// join through `container-args` (the same mounts and environment as the CDI
+// spec): only one test may use /var/run/cdi, whose file names are per job
+// id (two test daemons running at once both have a job 1; a CI run failed
+// so).
 TEST_F(CdiPodman, TwoContainersIn30And70PercentSlicesSplitTheGpu) {
-  Daemon d("1xA100-40GB", {"--set", std::string("cdi_dir=") + kCdiDir});
+  Daemon d("1xA100-40GB");
   ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
   auto slice = [&](const std::string& share) {
     CliResult r = d.Cli({"submit", "--mem", "2GiB", "--compute", share, "--", "sleep", "120"});
@@ -118,10 +122,12 @@ TEST_F(CdiPodman, TwoContainersIn30And70PercentSlicesSplitTheGpu) {
   constexpr int kKernelUs = 200;
   auto start = [&](const std::string& id, const std::string& name) {
     const std::string log = d.dir() + "/" + name + ".log";
+    CliResult flags = d.Cli({"container-args", id});
+    EXPECT_EQ(flags.exit_code, 0) << flags.err;
     const std::string cmd =
-        "podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 "
-        "--device gpuslice.dev/slice=" +
-        id + " -v " + WorkerPath() + ":/opt/worker:ro " + kImage + " /opt/worker --name " + name +
+        "podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 " +
+        Trim(flags.out) + " -v " + WorkerPath() + ":/opt/worker:ro " + kImage +
+        " /opt/worker --name " + name +
         " --mem 256MiB --duty 100% --seconds 3 --kernel-us " + std::to_string(kKernelUs) + " > " +
         log + " 2>&1";
     return popen(cmd.c_str(), "r");
