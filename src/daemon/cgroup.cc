@@ -292,14 +292,47 @@ bool SysCgroups::Exists(const std::string& name) {
   return available() && PathExists(tracking_.Dir(name));
 }
 
+namespace {
+
+// The sub-cgroups of `dir` (a container engine's, under a job's cgroup).
+std::vector<std::string> ChildCgroups(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (struct dirent* e = readdir(d)) {
+    if (e->d_type == DT_DIR && e->d_name[0] != '.') out.push_back(dir + "/" + e->d_name);
+  }
+  closedir(d);
+  return out;
+}
+
+// The processes of `dir` and of every cgroup below it: a container started
+// with --cgroup-parent=<the job's cgroup> lives in a child (docs/CONTAINERS.md).
+void CollectPids(const std::string& dir, int depth, std::vector<int64_t>* pids) {
+  std::string text;
+  if (ReadText(dir + "/cgroup.procs", &text)) {
+    std::istringstream in(text);
+    int64_t pid;
+    while (in >> pid) pids->push_back(pid);
+  }
+  if (depth >= 8) return;  // Deeper than any engine nests.
+  for (const std::string& child : ChildCgroups(dir)) CollectPids(child, depth + 1, pids);
+}
+
+// Removes `dir` after the empty cgroups below it, deepest first.
+int RemoveTree(const std::string& dir, int depth) {
+  if (depth < 8) {
+    for (const std::string& child : ChildCgroups(dir)) (void)RemoveTree(child, depth + 1);
+  }
+  return rmdir(dir.c_str()) == 0 || errno == ENOENT ? 0 : errno;
+}
+
+}  // namespace
+
 std::vector<int64_t> SysCgroups::Pids(const std::string& name) {
   std::vector<int64_t> pids;
   if (!available()) return pids;
-  std::string text;
-  if (!ReadText(tracking_.Dir(name) + "/cgroup.procs", &text)) return pids;
-  std::istringstream in(text);
-  int64_t pid;
-  while (in >> pid) pids.push_back(pid);
+  CollectPids(tracking_.Dir(name), 0, &pids);
   return pids;
 }
 
@@ -373,8 +406,8 @@ bool SysCgroups::OomKilled(const std::string& name) {
 Status SysCgroups::Remove(const std::string& name) {
   Status first = Status::Ok();
   for (const Hierarchy& h : AllHierarchies()) {
-    if (rmdir(h.Dir(name).c_str()) != 0 && errno != ENOENT && first.ok()) {
-      first = ErrnoError(errno, "remove cgroup " + h.Dir(name));
+    if (int err = RemoveTree(h.Dir(name), 0); err != 0 && first.ok()) {
+      first = ErrnoError(err, "remove cgroup " + h.Dir(name));
     }
   }
   return first;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -157,6 +158,19 @@ TEST_F(FakeSysfs, HybridTracksThroughV2AndLimitsThroughV1) {
   EXPECT_EQ(cg.List(), (std::vector<std::string>{"job-7", "job-8"}));
   EXPECT_TRUE(cg.Exists("job-8"));
   EXPECT_FALSE(cg.Exists("job-9"));
+
+  // A container started with --cgroup-parent=<the job's cgroup> lives in a
+  // child cgroup (its engine's): its processes are the job's.
+  Write(root_ / "unified/gpuslice/job-7/cgroup.procs", "11\n");
+  Write(root_ / "unified/gpuslice/job-7/libpod-abc/cgroup.procs", "12\n13\n");
+  Write(root_ / "unified/gpuslice/job-7/libpod-abc/sub/cgroup.procs", "14\n");
+  std::vector<int64_t> pids = cg.Pids("job-7");
+  std::sort(pids.begin(), pids.end());
+  EXPECT_EQ(pids, (std::vector<int64_t>{11, 12, 13, 14}));
+  // Removal takes the engine's leftover (empty) cgroups first.
+  fs::create_directories(root_ / "unified/gpuslice/job-8/libpod-def/conmon");
+  EXPECT_TRUE(cg.Remove("job-8").ok());
+  EXPECT_FALSE(fs::exists(root_ / "unified/gpuslice/job-8"));
 }
 
 TEST_F(FakeSysfs, V2OnlyEnablesItsControllersAndWritesV2Limits) {

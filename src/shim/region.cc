@@ -14,6 +14,7 @@
 
 #include "shim/admission.h"
 #include "shim/limits_page.h"
+#include "shim/pid_namespace.h"
 #include "shim/posix_error.h"
 
 namespace gpuslice::shim {
@@ -436,6 +437,7 @@ Result<uint32_t> Region::ClaimSlot(int32_t pid, uint64_t start_time) {
         continue;
       }
       s.start_time = start_time;
+      s.pid_ns = OwnPidNamespace();
       s.claimed_unix_ns = UnixNanos();
       for (uint32_t d = 0; d < layout::kMaxDevices; ++d) {
         s.used_bytes[d].store(0, std::memory_order_relaxed);
@@ -468,6 +470,7 @@ bool Region::Reclaim(uint32_t index, uint64_t owner) {
     s.overhead_bytes[d].store(0, std::memory_order_relaxed);
   }
   s.start_time = 0;
+  s.pid_ns = 0;
   // Release: the next claimer sees zeroed counters.
   s.owner.store(0, std::memory_order_release);
   return true;
@@ -486,7 +489,13 @@ uint32_t Region::Sweep(const ProcessProbe& probe) {
     layout::EntryState state = layout::OwnerState(owner);
     if (state != layout::kEntryReady && state != layout::kEntryClaiming) continue;
     uint64_t start = state == layout::kEntryReady ? s.start_time : 0;
-    if (probe.IsAlive(layout::OwnerPid(owner), start)) continue;
+    if (state == layout::kEntryReady && s.pid_ns != 0 && s.pid_ns != OwnPidNamespace()) {
+      // Another PID namespace's process: its pid means nothing here. Only a
+      // reader that can see it gone reclaims its slot.
+      if (LivenessOf(s.pid_ns, layout::OwnerPid(owner), start) != Liveness::kDead) continue;
+    } else if (probe.IsAlive(layout::OwnerPid(owner), start)) {
+      continue;
+    }
     if (Reclaim(i, owner)) ++reclaimed;
   }
   return reclaimed;
@@ -522,6 +531,11 @@ std::vector<ProcessUsage> Region::Processes() const {
     ProcessUsage u;
     u.slot = i;
     u.pid = layout::OwnerPid(owner);
+    if (s.pid_ns != 0 && s.pid_ns != OwnPidNamespace()) {
+      // Named by the reader's pids, as NVML names them.
+      pid_t visible = VisiblePid(s.pid_ns, u.pid, s.start_time);
+      if (visible != 0) u.pid = visible;
+    }
     for (uint32_t d = 0; d < layout::kMaxDevices; ++d) {
       u.used_bytes[d] = s.used_bytes[d].load(std::memory_order_relaxed);
       u.overhead_bytes[d] = s.overhead_bytes[d].load(std::memory_order_relaxed);

@@ -162,7 +162,11 @@ struct alignas(64) ProcessSlot {
   std::atomic<uint64_t> owner;  // MakeOwner(pid, EntryState).
   uint64_t start_time;          // Process start, clock ticks since boot (0: unknown).
   uint64_t claimed_unix_ns;
-  uint8_t reserved0[40];
+  // The claimer's PID namespace (inode): the owner's pid is its pid there,
+  // which a reader in another namespace translates (shim/pid_namespace.h).
+  // 0 (regions of older builds): the reader's own namespace.
+  uint64_t pid_ns;
+  uint8_t reserved0[32];
   std::atomic<uint64_t> used_bytes[kMaxDevices];
   std::atomic<uint64_t> overhead_bytes[kMaxDevices];
   // Reserved for the compute-share part (issue 4).
@@ -171,6 +175,7 @@ struct alignas(64) ProcessSlot {
   uint8_t reserved1[kProcessSlotSize - 576];
 };
 static_assert(offsetof(ProcessSlot, start_time) == 8);
+static_assert(offsetof(ProcessSlot, pid_ns) == 24);
 static_assert(offsetof(ProcessSlot, used_bytes) == 64);
 static_assert(offsetof(ProcessSlot, overhead_bytes) == 64 + 8 * kMaxDevices);
 static_assert(offsetof(ProcessSlot, launches) == 64 + 16 * kMaxDevices);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 
+#include "shim/pid_namespace.h"
 #include "sim/process_liveness.h"
 #include "sim/sim_clock.h"
 
@@ -130,7 +131,19 @@ void DeviceModel::Unlock() { pthread_mutex_unlock(&state_->header.lock); }
 bool DeviceModel::SlotAlive(int slot) const {
   const ProcessSlot& s = state_->slots[slot];
   if (s.state.load(std::memory_order_acquire) != layout::kSlotLive) return false;
+  if (s.pid_ns != 0 && s.pid_ns != shim::OwnPidNamespace()) {
+    // A process of another PID namespace (a container, or the host seen from
+    // one): alive unless the reader can see it is gone.
+    return shim::LivenessOf(s.pid_ns, s.pid, s.start_time) != shim::Liveness::kDead;
+  }
   return ProcessAlive(s.pid, s.start_time);
+}
+
+pid_t DeviceModel::VisiblePidOf(const ProcessSlot& s) const {
+  if (s.pid_ns == 0 || s.pid_ns == shim::OwnPidNamespace()) return s.pid;
+  // NVML names processes by the reader's pids (the real driver: the host's).
+  pid_t visible = shim::VisiblePid(s.pid_ns, s.pid, s.start_time);
+  return visible != 0 ? visible : s.pid;
 }
 
 void DeviceModel::FreeSlotLocked(int slot) {
@@ -155,7 +168,7 @@ void DeviceModel::FreeSlotLocked(int slot) {
 Status DeviceModel::Register() {
   if (slot_ >= 0) return Status::Ok();
   pid_t pid = getpid();
-  uint64_t start = ProcessStartTime(pid);
+  uint64_t start = shim::OwnStartTime();  // Right in a container too (its /proc).
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) Reap();
     Lock();
@@ -164,6 +177,7 @@ Status DeviceModel::Register() {
       if (s.state.load(std::memory_order_acquire) != layout::kSlotFree) continue;
       s.pid = pid;
       s.start_time = start;
+      s.pid_ns = shim::OwnPidNamespace();
       for (uint32_t u = 0; u < layout::kMaxUnits; ++u) {
         ProcessUnit& pu = s.units[u];
         pu.used_bytes.store(0, std::memory_order_relaxed);
@@ -296,7 +310,7 @@ std::vector<ProcessUsage> DeviceModel::UnitProcesses(uint32_t unit) {
     if (s.state.load(std::memory_order_acquire) != layout::kSlotLive) continue;
     const ProcessUnit& pu = s.units[unit];
     ProcessUsage p;
-    p.pid = s.pid;
+    p.pid = VisiblePidOf(s);
     p.used_bytes = pu.used_bytes.load(std::memory_order_relaxed);
     p.context_bytes = pu.context_bytes.load(std::memory_order_relaxed);
     p.contexts = pu.contexts.load(std::memory_order_relaxed);
@@ -427,7 +441,7 @@ std::vector<ProcessUtilization> DeviceModel::ProcessUtilizationSince(uint32_t un
     const UtilSample& last = samples.back();
     if (base == &last) continue;
     uint64_t window = last.timestamp_us - base->timestamp_us;
-    out.push_back({s.pid, last.timestamp_us,
+    out.push_back({VisiblePidOf(s), last.timestamp_us,
                    Percent(last.busy_ns - std::min(last.busy_ns, base->busy_ns), window), window});
   }
   return out;

@@ -191,6 +191,8 @@ class DeviceModel {
   int Reap();
   // Whether the process in `slot` is alive (same pid and start time).
   bool SlotAlive(int slot) const;
+  // The slot's pid as the reader names it (translated across PID namespaces).
+  pid_t VisiblePidOf(const layout::ProcessSlot& s) const;
 
   // Raw shared state, for the arbiter and tests.
   layout::SharedState* state() { return state_; }

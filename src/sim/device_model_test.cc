@@ -1,14 +1,19 @@
 #include "sim/device_model.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <string>
 
 #include "core/units.h"
 
@@ -47,10 +52,20 @@ class DeviceModelTest : public ::testing::Test {
 
 // Runs `body` in a child that registers with the model and then blocks until
 // killed. Returns the child's pid once `body` has run.
-pid_t SpawnHolder(const ModelOptions& options, uint64_t reserve_bytes) {
+// With `new_pid_namespace` the holder is pid 1 of a PID namespace of its
+// own, as a container's process is: 0 is returned (its host pid is for the
+// caller to find; the caller must be a child subreaper to wait for it), -2
+// when that needs privileges the test lacks.
+pid_t SpawnHolder(const ModelOptions& options, uint64_t reserve_bytes,
+                  bool new_pid_namespace = false) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   pid_t pid = fork();
+  if (pid == 0 && new_pid_namespace) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(errno == EPERM ? 77 : 1);
+    pid_t inner = fork();
+    if (inner != 0) _exit(inner > 0 ? 0 : 1);  // The holder is orphaned to the test.
+  }
   if (pid == 0) {
     close(fds[0]);
     auto m = DeviceModel::Open(options);
@@ -64,11 +79,23 @@ pid_t SpawnHolder(const ModelOptions& options, uint64_t reserve_bytes) {
     _exit(0);
   }
   close(fds[1]);
+  if (new_pid_namespace) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
+      close(fds[0]);
+      return -2;
+    }
+    pid = 0;  // Success; the holder's host pid is for the caller to find.
+  }
   char ok = 0;
   if (read(fds[0], &ok, 1) != 1 || ok != 1) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-    pid = -1;
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    close(fds[0]);
+    return -1;
   }
   close(fds[0]);
   return pid;
@@ -156,6 +183,31 @@ TEST_F(DeviceModelTest, KilledProcessIsReapedOnNextAccess) {
   EXPECT_TRUE(m->UnitProcesses(0).empty());
   ASSERT_TRUE(m->Register().ok());
   EXPECT_TRUE(m->ReserveMemory(0, 80 * kGiB).ok());
+}
+
+// A container's process knows itself by its pid in its own namespace (1
+// here); the host's pid 1 is another process. The host must neither reap it
+// (it did: the recorded start time is not init's) nor name it by pid 1.
+TEST_F(DeviceModelTest, AProcessOfAnotherPidNamespaceIsNamedByItsHostPidAndKeptWhileItLives) {
+  ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  pid_t child = SpawnHolder(Options(), 2 * kGiB, /*new_pid_namespace=*/true);
+  if (child == -2) GTEST_SKIP() << "needs CAP_SYS_ADMIN";
+  ASSERT_EQ(child, 0);
+  auto m = OpenModel();
+  EXPECT_EQ(m->UnitMemory(0).used, 2 * kGiB + 300 * kMiB);  // Not reaped.
+  std::vector<ProcessUsage> procs = m->UnitProcesses(0);
+  ASSERT_EQ(procs.size(), 1u);
+  const pid_t host = procs[0].pid;
+  ASSERT_GT(host, 1);
+  // It is the holder: in another PID namespace than ours.
+  struct stat theirs, ours;
+  ASSERT_EQ(stat(("/proc/" + std::to_string(host) + "/ns/pid").c_str(), &theirs), 0);
+  ASSERT_EQ(stat("/proc/self/ns/pid", &ours), 0);
+  EXPECT_NE(theirs.st_ino, ours.st_ino);
+  kill(host, SIGKILL);
+  EXPECT_EQ(waitpid(host, nullptr, 0), host);
+  EXPECT_EQ(m->UnitMemory(0).used, 0u);  // Reaped once gone.
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST_F(DeviceModelTest, ReserveReapsDeadProcessesBeforeReportingOom) {

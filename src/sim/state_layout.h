@@ -152,9 +152,14 @@ struct ProcessSlot {
   int32_t pid;
   uint64_t start_time;               // /proc/<pid>/stat field 22: tells a reused pid apart.
   std::atomic<uint64_t> generation;  // Bumped on every claim.
-  uint8_t reserved[40];
+  // The inode of the process's PID namespace: `pid` is its pid there (a
+  // process in a container knows no other). 0 in files of older builds:
+  // the reader's own namespace. Readers translate (shim/pid_namespace.h).
+  uint64_t pid_ns;
+  uint8_t reserved[32];
   ProcessUnit units[kMaxUnits];
 };
+static_assert(offsetof(ProcessSlot, pid_ns) == 24);
 static_assert(sizeof(ProcessSlot) == 64 + 192 * kMaxUnits);
 
 // Faults injected into a physical GPU (gpuslice-sim-fault, DeviceModel's
