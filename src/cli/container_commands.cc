@@ -2,13 +2,16 @@
 // flags that put a container of any engine into a running job's slice
 // (docs/CONTAINERS.md). Engines with CDI need only `--device
 // gpuslice.dev/slice=ID`; Docker 20.10 (Debian 12) has no CDI and gets the
-// same slice as plain --device / -v / -e flags.
+// same slice as plain --device / -v / -e flags; docker-compose gets it as an
+// override file (--compose SERVICE, compose_fragment.h).
 
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/compose_fragment.h"
 
 namespace gpuslice::cli {
 namespace {
@@ -17,6 +20,7 @@ using nlohmann::json;
 
 struct ContainerArgsOptions {
   bool cdi = false;
+  std::optional<std::string> compose;  // The service of --compose SERVICE.
 } g_args;
 
 void SetupContainerArgs(CLI::App* sub, Context* ctx) {
@@ -24,12 +28,19 @@ void SetupContainerArgs(CLI::App* sub, Context* ctx) {
   sub->add_flag("--cdi", g_args.cdi,
                 "Print the CDI device (--device gpuslice.dev/slice=ID: podman, containerd, "
                 "Docker >= 25) instead of the plain flags");
+  sub->add_option("--compose", g_args.compose,
+                  "Print a docker-compose override file that puts service SERVICE into the "
+                  "slice instead of the flags")
+      ->option_text("SERVICE");
   sub->footer(
       "The plain flags work with docker and podman alike:\n"
       "  docker run $(gpuslice container-args 12) IMAGE CMD...\n"
       "  podman run $(gpuslice container-args --cdi 12) IMAGE CMD...\n"
       "One flag per word and no quoting, so that $(...) splits them right; a value with "
-      "white space is refused.");
+      "white space is refused.\n"
+      "For docker-compose, an override file for one service:\n"
+      "  gpuslice container-args --compose trainer 12 > slice.yml\n"
+      "  docker compose -f docker-compose.yml -f slice.yml up -d");
 }
 
 // "-v HOST:CONTAINER[:ro]" cannot carry a ':' in a path; nor can a word of
@@ -45,10 +56,28 @@ core::Status CheckWord(const std::string& what, const std::string& value, bool p
 }
 
 int ContainerArgs(Context& ctx) {
+  if (g_args.compose) {
+    if (g_args.cdi) {
+      return UsageError(ctx, core::InvalidArgumentError(
+                                 "--compose and --cdi cannot be used together: --compose writes "
+                                 "the slice as compose keys (devices, volumes, environment), "
+                                 "--cdi prints one flag for `run`"));
+    }
+    // Told before anything is asked of the daemon.
+    if (core::Status s = CheckComposeServiceName(*g_args.compose); !s.ok()) {
+      return UsageError(ctx, s);
+    }
+  }
   auto r = ctx.client->Call("GET", "/v1/jobs/" + std::to_string(ctx.job_id) + "/container");
   if (!r.ok()) return ReportError(ctx, r.status());
   if (ctx.json) {
     std::cout << r->dump(2) << "\n";
+    return 0;
+  }
+  if (g_args.compose) {
+    auto fragment = ComposeFragment(*g_args.compose, *r);
+    if (!fragment.ok()) return ReportError(ctx, fragment.status());
+    std::cout << *fragment;
     return 0;
   }
   if (g_args.cdi) {
