@@ -16,6 +16,10 @@ packages=(
   # The old-glibc test: a Debian 11 root file system (glibc 2.31); the
   # container tests: podman with runc (crun fails on hybrid cgroups).
   debootstrap podman runc
+  # The docker-compose tests: the real docker-compose (1.29 validates and
+  # merges compose files without a Docker engine), PyYAML to read its
+  # output, shellcheck for deploy/containers/compose-up.sh.
+  docker-compose python3-yaml shellcheck
 )
 
 missing=()
