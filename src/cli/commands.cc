@@ -57,6 +57,13 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
                     "docker run --memory");
   }
   if (with_command) {
+    sub->add_option("--image", r.image,
+                    "Run the command in a container of this image (pulled or built beforehand), "
+                    "as you, with this directory mounted at the same path "
+                    "(docs/CONTAINERS.md)");
+    sub->add_option("--engine", r.engine, "With --image: podman (default) or docker");
+  }
+  if (with_command) {
     sub->add_flag("--restartable", r.restartable,
                   "If preempted, queue it again (it restarts from the beginning)");
     sub->add_flag("--grow", r.grow,
@@ -359,6 +366,12 @@ core::Status CheckRequest(const RequestOptions& r) {
     return core::InvalidArgumentError(
         "--grow goes with a range of whole GPUs (--gpus MIN-MAX): only such jobs can grow");
   }
+  if (r.engine && !r.image) return core::InvalidArgumentError("--engine goes with --image");
+  if (r.image && r.interactive) {
+    return core::InvalidArgumentError(
+        "--image: a container job is started by the daemon; not with -i (use "
+        "`podman run -it $(gpuslice container-args ID)` to attach to a running job's slice)");
+  }
   return core::Status::Ok();
 }
 
@@ -378,6 +391,8 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
   put("pool", r.pool);
   put("cpus", r.cpus);
   put("host_mem", r.host_mem);
+  put("image", r.image);
+  put("engine", r.engine);
   if (r.restartable) body["restartable"] = true;
   body["argv"] = r.command;
   char cwd[4096];

@@ -20,6 +20,8 @@ namespace gpuslice::cli {
 struct RequestOptions {
   std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime,
       pool, cpus, host_mem;
+  // A container job: its image and engine (podman when unset).
+  std::optional<std::string> image, engine;
   bool restartable = false;
   // With --gpus MIN-MAX: the job may grow onto idle GPUs while it runs.
   bool grow = false;

@@ -80,18 +80,26 @@ int ContainerArgs(Context& ctx) {
     std::cout << *fragment;
     return 0;
   }
-  if (g_args.cdi) {
-    std::cout << "--device " << (*r)["cdi_device"].get<std::string>() << "\n";
-    return 0;
-  }
+  // Inside the job's cgroup the container's processes are the job's: ended
+  // with it, its GPU use accounted to it (not to "foreign" processes).
   std::vector<std::string> words;
-  for (const json& d : (*r)["device_nodes"]) {
+  const std::string parent = r->value("cgroup_parent", std::string());
+  if (!parent.empty()) {
+    if (auto s = CheckWord("cgroup", parent, false); !s.ok()) return ReportError(ctx, s);
+    words.push_back("--cgroup-parent");
+    words.push_back(parent);
+  }
+  if (g_args.cdi) {
+    words.push_back("--device");
+    words.push_back((*r)["cdi_device"].get<std::string>());
+  }
+  for (const json& d : g_args.cdi ? json::array() : (*r)["device_nodes"]) {
     const std::string node = d.get<std::string>();
     if (auto s = CheckWord("device", node, true); !s.ok()) return ReportError(ctx, s);
     words.push_back("--device");
     words.push_back(node);
   }
-  for (const json& m : (*r)["mounts"]) {
+  for (const json& m : g_args.cdi ? json::array() : (*r)["mounts"]) {
     const std::string host = m["host_path"].get<std::string>();
     const std::string inside = m["container_path"].get<std::string>();
     for (const std::string& p : {host, inside}) {
@@ -100,7 +108,7 @@ int ContainerArgs(Context& ctx) {
     words.push_back("-v");
     words.push_back(host + ":" + inside + (m.value("read_only", true) ? ":ro" : ""));
   }
-  for (const json& e : (*r)["env"]) {
+  for (const json& e : g_args.cdi ? json::array() : (*r)["env"]) {
     const std::string kv = e.get<std::string>();
     if (auto s = CheckWord("environment entry", kv, false); !s.ok()) return ReportError(ctx, s);
     words.push_back("-e");

@@ -144,6 +144,9 @@ int Show(Context& ctx) {
         core::FormatDuration(std::chrono::milliseconds(req["max_runtime_ms"].get<int64_t>())));
   }
   add("restartable", j.value("restartable", false) ? "yes" : "");
+  if (j.contains("image")) {
+    add("image", j.value("image", "") + " (" + j.value("engine", "") + ")");
+  }
   add("command", Joined(j.value("argv", json::array()), " "));
   add("directory", j.value("cwd", ""));
   add("submitted", LocalTime(j.value("submitted_ms", int64_t{0})) + " (" +

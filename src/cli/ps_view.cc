@@ -81,15 +81,28 @@ std::string DependenciesText(const json& job) {
 }
 
 std::string RenderPs(const json& list, int64_t now_ms) {
-  Table t({"ID", "USER", "NAME", "STATE", "REQUEST", "PRIO", "GPU", "AGE", "ELAPSED", "POS",
-           "NOTE"});
-  for (const json& j : list.value("jobs", json::array())) {
+  const json jobs = list.value("jobs", json::array());
+  // An IMAGE column only when a container job is listed: most lists have none.
+  bool images = false;
+  for (const json& j : jobs) images = images || j.contains("image");
+  std::vector<std::string> header = {"ID", "USER", "NAME", "STATE", "REQUEST", "PRIO", "GPU"};
+  if (images) header.push_back("IMAGE");
+  header.insert(header.end(), {"AGE", "ELAPSED", "POS", "NOTE"});
+  Table t(header);
+  for (const json& j : jobs) {
     std::string state = j["state"];
     std::string pos = state == "queued" ? std::to_string(j.value("queue_position", 0)) : "-";
-    t.Add({std::to_string(j["id"].get<uint64_t>()), j.value("user", ""), j.value("name", ""), state,
-           j["request"].value("describe", std::string("?")),
-           j["request"].value("priority", std::string("?")), GpuColumn(j),
-           FormatAge(now_ms - j.value("submitted_ms", now_ms)), Elapsed(j, now_ms), pos, Note(j)});
+    std::vector<std::string> row = {std::to_string(j["id"].get<uint64_t>()),
+                                    j.value("user", ""),
+                                    j.value("name", ""),
+                                    state,
+                                    j["request"].value("describe", std::string("?")),
+                                    j["request"].value("priority", std::string("?")),
+                                    GpuColumn(j)};
+    if (images) row.push_back(j.contains("image") ? j.value("image", "") : "-");
+    row.insert(row.end(), {FormatAge(now_ms - j.value("submitted_ms", now_ms)), Elapsed(j, now_ms),
+                           pos, Note(j)});
+    t.Add(row);
   }
   return t.Render();
 }

@@ -52,6 +52,24 @@ TEST(RenderPs, AgeIsSinceSubmissionAndElapsedIsTheRunTime) {
   EXPECT_NE(lines[3].find("needs 8 GiB on one GPU"), std::string::npos) << lines[3];
 }
 
+// Issue 14 item 3: ps shows a container job's image; lists without one keep
+// their columns.
+TEST(RenderPs, AContainerJobShowsItsImageAndAHostJobADash) {
+  json host = JobJson(1, "running", kNow - 10 * kMin, kNow - 3 * kMin, 0);
+  json box = JobJson(2, "running", kNow - 10 * kMin, kNow - 3 * kMin, 0);
+  box["image"] = "localhost/train:1";
+  box["engine"] = "podman";
+  auto lines = Lines(RenderPs({{"jobs", {host, box}}}, kNow));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].find("IMAGE"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[2].find("localhost/train:1"), std::string::npos) << lines[2];
+  const size_t column = lines[0].find("IMAGE");
+  ASSERT_NE(column, std::string::npos);
+  EXPECT_EQ(lines[1].substr(column, 2), "- ") << lines[1];
+  EXPECT_EQ(lines[2].substr(column, 17), "localhost/train:1") << lines[2];
+  EXPECT_EQ(Lines(RenderPs({{"jobs", {host}}}, kNow))[0].find("IMAGE"), std::string::npos);
+}
+
 // Issue 18 item 6: an elastic job killed by SIGUSR1 showed only "exit 138".
 TEST(RenderPs, AnEndBySignalNamesTheSignal) {
   json killed = JobJson(4, "exited", kNow - kMin, kNow - kMin, kNow);

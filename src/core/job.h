@@ -104,6 +104,10 @@ struct Job {
   // Jobs that must end (kAny) or exit 0 (kOk) before this one may start;
   // fixed at submission, sorted by id.
   std::vector<Dependency> after;
+  // A container job (`--image`): the image its command runs in and the
+  // engine ("podman" or "docker") that runs it; image "" = a host job.
+  std::string image;
+  std::string engine;
 
   bool IsLive() const { return !IsTerminal(state); }
   // When it must end, if it has a maximum run time and has started.

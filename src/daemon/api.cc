@@ -498,11 +498,14 @@ ApiResponse Api::JobContainer(const ApiRequest& req, uint64_t id) {
                       {"container_path", m.container_path},
                       {"read_only", m.read_only}});
   }
+  // Under the job's cgroup, a container's processes are the job's (ended
+  // with it, accounted to it); engines take it as --cgroup-parent.
   return Json(200, {{"job", id},
                     {"cdi_device", std::string(kCdiKind) + "=" + std::to_string(id)},
                     {"device_nodes", c->device_nodes},
                     {"mounts", mounts},
-                    {"env", c->env}});
+                    {"env", c->env},
+                    {"cgroup_parent", service_.CgroupParentOf(id)}});
 }
 
 }  // namespace gpuslice::daemon

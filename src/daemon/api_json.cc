@@ -85,7 +85,8 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   static const char* const kKnown[] = {
       "gpus",        "mem",          "compute", "mig",      "priority", "name",
       "max_runtime", "mode",         "argv",    "cwd",      "env",      "pool",
-      "restartable", "compute_mode", "cpus",    "host_mem", "after"};
+      "restartable", "compute_mode", "cpus",    "host_mem", "after",
+      "image",       "engine"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -109,6 +110,8 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   if (after) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.after, core::ParseDependencies(*after));
   }
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "image", false, &spec.image));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "engine", false, &spec.engine));
   if (j.contains("restartable")) {
     if (!j["restartable"].is_boolean()) {
       return core::InvalidArgumentError("restartable: must be true or false");
@@ -190,6 +193,10 @@ json JobToJson(const JobView& v) {
                          {"compute_milli", j.allocation.compute_milli}};
   }
   if (!j.region_path.empty()) out["slice"] = j.region_path;
+  if (!j.image.empty()) {
+    out["image"] = j.image;
+    out["engine"] = j.engine;
+  }
   if (j.state == core::JobState::kQueued) {
     out["queue_position"] = v.queue_position;
     out["waiting_for"] = v.waiting_for;

@@ -140,6 +140,7 @@ SysCgroups::SysCgroups(Options options) : options_(std::move(options)) {
     return;
   }
   CgroupMounts m = ParseCgroupMounts(text);
+  for (const auto& [controller, mount] : m.v1) v1_roots_.insert(mount + "/" + options_.base);
   bool has_v1 = !m.v1.empty();
   bool has_v2 = !m.unified.empty();
   layout_ = has_v1 && has_v2 ? CgroupLayout::kHybrid
@@ -224,6 +225,10 @@ std::string SysCgroups::Describe() const {
                     tracking_.root;
   if (!problem_.empty()) out += "; " + problem_;
   return out;
+}
+
+std::string SysCgroups::PathFromRoot(const std::string& name) const {
+  return available() ? "/" + options_.base + "/" + name : std::string();
 }
 
 std::string SysCgroups::TrackingDir(const std::string& name) const {
@@ -410,6 +415,9 @@ Status SysCgroups::Remove(const std::string& name) {
       first = ErrnoError(err, "remove cgroup " + h.Dir(name));
     }
   }
+  // What an engine made in the hierarchies we do not use (empty by now:
+  // the job's processes are gone); nothing to report if it cannot go.
+  for (const std::string& root : v1_roots_) (void)RemoveTree(root + "/" + name, 0);
   return first;
 }
 

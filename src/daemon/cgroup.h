@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -93,6 +94,13 @@ class Cgroups {
   virtual bool OomKilled(const std::string& name) = 0;
   // Removes its cgroups (they must be empty); missing ones are fine.
   virtual core::Status Remove(const std::string& name) = 0;
+  // Job `name`'s cgroup as a path from each hierarchy's root
+  // ("/gpuslice/job-12"): what a container engine's --cgroup-parent takes to
+  // put a container inside the job's cgroup. "" when unavailable.
+  virtual std::string PathFromRoot(const std::string& name) const {
+    (void)name;
+    return "";
+  }
   // Names of the job cgroups that exist under the base (tracking hierarchy).
   virtual std::vector<std::string> List() = 0;
 };
@@ -113,6 +121,7 @@ class SysCgroups : public Cgroups {
   CgroupLayout layout() const { return layout_; }
   // The directory of job `name` in the tracking hierarchy ("" when none).
   std::string TrackingDir(const std::string& name) const;
+  std::string PathFromRoot(const std::string& name) const override;
 
   bool available() const override { return !tracking_.root.empty(); }
   std::string Describe() const override;
@@ -143,6 +152,10 @@ class SysCgroups : public Cgroups {
   Options options_;
   CgroupLayout layout_ = CgroupLayout::kNone;
   Hierarchy tracking_, freezer_, cpu_, memory_;
+  // `<mount>/<base>` of every v1 hierarchy: a container engine given a job's
+  // cgroup as --cgroup-parent makes it in all of them (docs/CONTAINERS.md),
+  // so a job's end removes what is left of it there too.
+  std::set<std::string> v1_roots_;
   std::string problem_;  // Why a role is missing, for Describe().
 };
 

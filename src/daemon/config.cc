@@ -47,6 +47,16 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     return path(&c->cdi_dir);
   }
   if (key == "tcp_token_file") return path(&c->tcp_token_file);
+  if (key == "podman") return path(&c->podman);
+  if (key == "docker") return path(&c->docker);
+  if (key == "podman_args" || key == "docker_args") {
+    // Words split on white space (no quoting: an engine's flags need none).
+    std::vector<std::string>* out = key == "podman_args" ? &c->podman_args : &c->docker_args;
+    out->clear();
+    std::istringstream words(v);
+    for (std::string w; words >> w;) out->push_back(w);
+    return core::Status::Ok();
+  }
   if (key == "socket_group") {
     c->socket_group = v;
     return core::Status::Ok();

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/placement_policy.h"
 #include "core/status.h"
@@ -37,6 +38,12 @@ struct DaemonConfig {
   // Where CDI specs of running jobs are written for container engines
   // (docs/CONTAINERS.md); "" writes none.
   std::string cdi_dir = "/var/run/cdi";
+  // Container jobs (--image, docs/CONTAINERS.md): each engine's client and
+  // the admin's extra words for its `run` (e.g. "--runtime runc").
+  std::string podman = "/usr/bin/podman";
+  std::string docker = "/usr/bin/docker";
+  std::vector<std::string> podman_args;
+  std::vector<std::string> docker_args;
   int64_t kill_grace_ms = 5000;
   LogLevel log_level = LogLevel::kInfo;
   PolicyConfig rules;              // Pools, preemption, watchdog, idle reclaim.

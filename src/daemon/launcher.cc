@@ -22,6 +22,7 @@
 
 #include "core/units.h"
 #include "daemon/job_log.h"
+#include "daemon/log.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -377,13 +378,26 @@ Result<ProcessRef> RealLauncher::Launch(const LaunchSpec& spec) {
       if (dup2(devnull, 0) < 0 || dup2(out_pipe[1], 1) < 0 || dup2(err_pipe[1], 2) < 0) {
         ChildFail(report[1], 1);
       }
-      if (root) {
+      if (root && spec.engine_as_root) {
+        // Effective ids only: the directory is entered with the job's
+        // rights, then root's are taken back for the engine's client.
+        if (setgroups(groups.size(), groups.data()) != 0) ChildFail(report[1], 2);
+        if (setegid(spec.gid) != 0) ChildFail(report[1], 3);
+        if (seteuid(spec.uid) != 0) ChildFail(report[1], 4);
+        if (chdir(spec.cwd.c_str()) != 0) ChildFail(report[1], 5);
+        gid_t root_group = 0;
+        if (seteuid(0) != 0 || setegid(0) != 0 || setgroups(1, &root_group) != 0) {
+          ChildFail(report[1], 4);
+        }
+      } else if (root) {
         if (setgroups(groups.size(), groups.data()) != 0) ChildFail(report[1], 2);
         if (setgid(spec.gid) != 0) ChildFail(report[1], 3);
         if (setuid(spec.uid) != 0) ChildFail(report[1], 4);
       }
       // After dropping privileges, so the caller's own permissions apply.
-      if (chdir(spec.cwd.c_str()) != 0) ChildFail(report[1], 5);
+      if (!(root && spec.engine_as_root) && chdir(spec.cwd.c_str()) != 0) {
+        ChildFail(report[1], 5);
+      }
       // Every inherited descriptor but 0-2 closes on exec (report[1]
       // already does). All of them: the daemon raises its open-file limit,
       // so a client connection may be above 1023.
@@ -583,6 +597,34 @@ void RealLauncher::Release(int64_t pgid) {
   // daemon start removes it (EndStrays).
   (void)cgroups_->Remove(it->second.cgroup);
   tracked_.erase(it);
+}
+
+void RealLauncher::RunHelper(const std::vector<std::string>& argv,
+                             const std::vector<std::string>& env) {
+  if (argv.empty()) return;
+  // Everything the child needs is made before fork (no allocation after it).
+  std::vector<char*> args, envp;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setsid();
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+    }
+    close_range(3, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(args[0], args.data(), envp.data());
+    _exit(127);
+  }
+  if (pid < 0) LogWarn("cannot start " + argv[0] + ": " + std::strerror(errno));
 }
 
 std::vector<int64_t> RealLauncher::Reap() {

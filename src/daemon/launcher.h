@@ -50,6 +50,11 @@ struct LaunchSpec {
   std::string status_path;  // Where the supervisor writes the wait status.
   uint64_t job_id = 0;      // Names the job's cgroup ("job-<id>"); 0 = none.
   HostLimits host_limits;   // --cpus, --host-mem: applied through the cgroup.
+  // A container job's leader is the engine's client (`podman run ...`),
+  // which must run as root (the daemon's rootful engine); the working
+  // directory is still entered with the job's uid and groups, so a
+  // container never gets a directory its owner could not reach.
+  bool engine_as_root = false;
 };
 
 struct ProcessRef {
@@ -132,6 +137,19 @@ class Launcher {
   virtual std::string Tracking() const { return "process groups"; }
   // Whether jobs are tracked by cgroup.
   virtual bool UsesCgroups() const { return false; }
+  // Starts a short helper command as the daemon (a container engine's `rm`
+  // after a container job), not waiting for it: Reap() collects it. Its
+  // output goes nowhere.
+  virtual void RunHelper(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    (void)argv;
+    (void)env;
+  }
+  // Job `job_id`'s cgroup for a container engine's --cgroup-parent
+  // ("/gpuslice/job-12"); "" without cgroups.
+  virtual std::string CgroupParent(uint64_t job_id) const {
+    (void)job_id;
+    return "";
+  }
 };
 
 struct LauncherOptions {
@@ -157,6 +175,11 @@ class RealLauncher : public Launcher {
   std::optional<std::vector<int64_t>> GroupPids(int64_t pgid) override;
   std::string Tracking() const override;
   bool UsesCgroups() const override { return cgroups_ != nullptr; }
+  void RunHelper(const std::vector<std::string>& argv,
+                 const std::vector<std::string>& env) override;
+  std::string CgroupParent(uint64_t job_id) const override {
+    return cgroups_ != nullptr ? cgroups_->PathFromRoot("job-" + std::to_string(job_id)) : "";
+  }
 
  private:
   struct Tracked {

@@ -52,6 +52,12 @@ class FakeLauncher : public Launcher {
     return it == end_notes.end() ? std::string() : it->second;
   }
   void Release(int64_t pgid) override { released.push_back(pgid); }
+  void RunHelper(const std::vector<std::string>& argv, const std::vector<std::string>&) override {
+    helpers.push_back(argv);
+  }
+  std::string CgroupParent(uint64_t job_id) const override {
+    return cgroups ? "/gpuslice/job-" + std::to_string(job_id) : "";
+  }
   bool UsesCgroups() const override { return cgroups; }
 
   // Ends job `pid` with exit code `code`, as its supervisor would record it.
@@ -77,6 +83,7 @@ class FakeLauncher : public Launcher {
   std::vector<uint64_t> strays_kept;    // What the last EndStrays kept.
   std::map<int64_t, std::string> end_notes;
   std::vector<int64_t> released;
+  std::vector<std::vector<std::string>> helpers;  // RunHelper calls.
 
  private:
   int64_t next_pid_ = 5000;

@@ -42,7 +42,7 @@ constexpr const char* kJobColumns =
     "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
     "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, "
-    "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs";
+    "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -99,6 +99,8 @@ Result<Job> ReadJob(const Stmt& s) {
     }
     j.after = std::move(*deps);
   }
+  j.image = s.Text(33);
+  j.engine = s.Text(34);
   return j;
 }
 
@@ -302,7 +304,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
   auto body = [&]() -> Status {
     std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
                       ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33)";
+                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -343,6 +345,8 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(31, int64_t{r.host_cpu_milli});
     s.Bind(32, static_cast<int64_t>(r.host_memory_bytes));
     s.Bind(33, core::FormatDependencies(job.after));
+    s.Bind(34, job.image);
+    s.Bind(35, job.engine);
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 

@@ -143,6 +143,11 @@ ALTER TABLE jobs ADD COLUMN host_memory_bytes INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE jobs ADD COLUMN after_jobs TEXT NOT NULL DEFAULT '';
 )sql",
+    // 7: container jobs (--image, --engine); '' = a host job.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN image TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN engine TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace

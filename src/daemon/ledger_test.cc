@@ -376,8 +376,9 @@ TEST_F(LedgerTest, LoadJobFindsOneJobWithItsLatestAllocation) {
   EXPECT_FALSE(none->has_value());
 }
 
-// Migration 6 (job dependencies): a version-5 ledger's jobs wait for nothing.
-TEST_F(LedgerTest, MigrationSixGivesOlderJobsNoDependencies) {
+// Migrations 6 (job dependencies) and 7 (container jobs): a version-5
+// ledger's jobs wait for nothing and are host jobs.
+TEST_F(LedgerTest, MigrationsSixAndSevenGiveOlderJobsNoDependenciesAndNoImage) {
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
@@ -396,11 +397,13 @@ TEST_F(LedgerTest, MigrationSixGivesOlderJobsNoDependencies) {
   }
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ((*l)->schema_version(), 6);
+  EXPECT_EQ((*l)->schema_version(), 7);
   auto jobs = (*l)->LoadJobs(true);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_TRUE((*jobs)[0].after.empty());
+  EXPECT_EQ((*jobs)[0].image, "");
+  EXPECT_EQ((*jobs)[0].engine, "");
 }
 
 TEST_F(LedgerTest, EventsAreFilteredAndTheNewestAreReturnedInOrder) {

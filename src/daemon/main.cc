@@ -215,6 +215,10 @@ int main(int argc, char** argv) {
   options.shim_path = config.shim;
   options.sim_lib_dir = config.sim_lib_dir;
   options.cdi_dir = config.cdi_dir;
+  options.podman = config.podman;
+  options.docker = config.docker;
+  options.podman_args = config.podman_args;
+  options.docker_args = config.docker_args;
   options.admin_gid = admin_gid;
   if (coord_dir.ok()) {
     options.coord_dir = arbiter_options.coord_dir;

@@ -484,6 +484,10 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   job.restartable = spec.restartable;
   job.after = std::move(spec.after);
   job.submitted_ms = clock_.NowMs();
+  if (Status c = CheckContainerSpec(spec, &job); !c.ok()) {
+    capacity_->ForgetDemand(id);
+    return c;
+  }
   if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
     capacity_->ForgetDemand(id);
     return q;

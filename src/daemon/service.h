@@ -64,6 +64,9 @@ struct SubmitSpec {
   bool restartable = false;  // Preemption requeues it instead of ending it.
   // --after: jobs that must end (or exit 0) first (core/dependency.h).
   std::vector<core::Dependency> after;
+  // --image, --engine: a container job (container_job.h).
+  std::optional<std::string> image;
+  std::optional<std::string> engine;
 };
 
 // A quota with what its principal's running jobs hold now.
@@ -84,6 +87,8 @@ struct ResizeSpec {
 // The groups (names) a user belongs to, from the system's group database:
 // `gid` and the supplementary groups (getgrouplist). For group quotas.
 std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid);
+// The same as gids (the primary one included).
+std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid);
 
 // `text` with the value of every `env` entry ("K=V", values of 6 or more
 // characters) replaced by "$K": a message shown to others (a job's failure
@@ -102,6 +107,11 @@ struct ServiceOptions {
   // CDI specs of running jobs (cdi.h): where container engines read them.
   // "": none written.
   std::string cdi_dir;
+  // Container jobs: the engines' clients and the admin's words for `run`.
+  std::string podman = "/usr/bin/podman";
+  std::string docker = "/usr/bin/docker";
+  std::vector<std::string> podman_args;
+  std::vector<std::string> docker_args;
   std::optional<uint32_t> admin_gid;
   core::Policy policy = core::kDefaultPolicy;  // frag-aware
   bool backfill = true;
@@ -289,10 +299,19 @@ class Service {
   // simulated driver's directory when the GPUs are simulated).
   std::vector<std::string> JobEnvironment(const core::Job& job) const;
   // What a container joining the job's slice is given (its CDI device).
+  // --image/--engine at submission: checked, and set on `job`.
+  core::Status CheckContainerSpec(const SubmitSpec& spec, core::Job* job) const;
+  // A container job's leader: the engine's `run` (container_job.h).
+  core::Result<std::vector<std::string>> ContainerArgv(const core::Job& job) const;
+  static std::vector<std::string> ContainerEngineEnvironment();
+  // Removes an ended container job's container from its engine's store.
+  void RemoveContainer(const core::Job& job);
   CdiSlice CdiSliceOf(const core::Job& job) const;
   // The same for a running job of the caller's (or any, for an admin): what
   // `gpuslice container-args` turns into an engine's plain flags.
   core::Result<CdiSlice> ContainerOf(const Caller& caller, uint64_t id) const;
+  // Job `id`'s cgroup for a container's --cgroup-parent ("" without cgroups).
+  std::string CgroupParentOf(uint64_t id) const { return launcher_.CgroupParent(id); }
   // `text` (an event's message about job `job_id`) without that job's
   // environment values, for anyone to read.
   std::string PublicText(uint64_t job_id, std::string text) const;

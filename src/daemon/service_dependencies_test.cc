@@ -16,26 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 using core::JobState;
 
-class DependencyTest : public ::testing::Test {
+class DependencyTest : public ServiceFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gpuslice-deps-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    Restart();
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // A fresh Service over the same state dir, launcher and regions.
-  void Restart() {
-    service_.reset();
-    ServiceOptions o;
-    o.state_dir = dir_;
-    o.kill_grace_ms = 1000;
-    service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
-    ASSERT_TRUE(service_->Start().ok());
-  }
-
   // A job of `gpus` whole GPUs (of the machine's two), after `after`.
   core::Result<JobView> Submit(const std::string& gpus, const std::string& after = "",
                                const std::string& priority = "normal", uint32_t uid = 1000) {
@@ -57,20 +39,12 @@ class DependencyTest : public ::testing::Test {
     EXPECT_TRUE(v.ok()) << v.status().ToString();
     return v.ok() ? v->job.id : 0;
   }
-  JobView Get(uint64_t id) { return *service_->Get(id); }
-  JobState State(uint64_t id) { return Get(id).job.state; }
   // Ends running job `id` with exit code `code`, as its supervisor records it.
   void Exit(uint64_t id, int code) {
     launcher_.Exit(Get(id).job.pid, code);
     service_->Tick();
   }
 
-  std::string dir_;
-  FakeClock clock_;
-  FakeInventory inventory_{SimulatedGpus(2)};
-  FakeLauncher launcher_;
-  FakeRegionStore regions_;
-  std::unique_ptr<Service> service_;
 };
 
 TEST_F(DependencyTest, AJobAfterAnotherWaitsUntilItExitsThenStarts) {
@@ -178,12 +152,8 @@ TEST_F(DependencyTest, ADependencyForgottenInMemoryIsFoundInTheLedger) {
   // A restart keeps only the newest finished jobs in memory: with a history
   // of 0, both are trimmed once ten minutes have passed.
   clock_.Advance(11 * 60 * 1000);
-  service_.reset();
-  ServiceOptions o;
-  o.state_dir = dir_;
-  o.history = 0;
-  service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
-  ASSERT_TRUE(service_->Start().ok());
+  options_.history = 0;
+  Restart();
   ASSERT_FALSE(service_->Get(failed).ok()) << "trimmed from memory";
   EXPECT_FALSE(Submit("1", std::to_string(failed) + ":ok").ok());
   EXPECT_EQ(State(MustSubmit("1", std::to_string(done) + ":ok")), JobState::kRunning);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/strings.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
 
@@ -24,14 +25,6 @@ constexpr int64_t kShellAttachTimeoutMs = 60'000;
 // after this long, exit status unknown.
 constexpr int64_t kStatusGraceMs = 2'000;
 
-std::string Join(const std::vector<std::string>& v, char sep) {
-  std::string out;
-  for (const std::string& s : v) {
-    if (!out.empty()) out += sep;
-    out += s;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -60,7 +53,7 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
       env.push_back(e);
     }
   }
-  env.push_back("CUDA_VISIBLE_DEVICES=" + Join(job.allocation.gpu_uuids, ','));
+  env.push_back("CUDA_VISIBLE_DEVICES=" + core::Join(job.allocation.gpu_uuids, ","));
   env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
   if (!job.region_path.empty()) env.push_back("GPUSLICE_SLICE=" + job.region_path);
   const std::string limits_path = regions_.LimitsPathOf(job.region_path);
@@ -78,104 +71,6 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
   if (!libpath.empty()) env.push_back("LD_LIBRARY_PATH=" + libpath);
   for (const std::string& forced : options_.job_env) env.push_back(forced);
   return env;
-}
-
-CdiSlice Service::CdiSliceOf(const Job& job) const {
-  CdiSlice c;
-  c.job_id = job.id;
-  auto exists = [](const std::string& p) { return access(p.c_str(), F_OK) == 0; };
-  // Device nodes: the job's GPUs (real ones only: the simulated GPU has
-  // none), and the driver's control nodes.
-  if (!inventory_.simulated()) {
-    for (uint32_t g : job.allocation.gpu_indices) {
-      const std::string node = "/dev/nvidia" + std::to_string(g);
-      if (exists(node)) c.device_nodes.push_back(node);
-    }
-    for (const char* node : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) {
-      if (exists(node)) c.device_nodes.push_back(node);
-    }
-  }
-  // The shim and the driver's libraries, where the environment points.
-  if (!options_.shim_path.empty()) c.mounts.push_back({options_.shim_path, kCdiShimPath, true});
-  std::string driver_dir = inventory_.simulated() ? options_.sim_lib_dir : "";
-  if (driver_dir.empty() && inventory_.library.rfind('/') != std::string::npos) {
-    driver_dir = inventory_.library.substr(0, inventory_.library.rfind('/'));
-  }
-  for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
-    const std::string host = driver_dir + "/" + lib;
-    if (!driver_dir.empty() && exists(host)) {
-      c.mounts.push_back({host, std::string(kCdiDriverDir) + "/" + lib, true});
-    }
-  }
-  // The slice: the job's region read-write (as its processes on the host
-  // have it), the daemon's limits page read-only, the coordination
-  // directory as it is (its own permissions decide), at the same paths.
-  if (!job.region_path.empty()) c.mounts.push_back({job.region_path, job.region_path, false});
-  const std::string limits_path = regions_.LimitsPathOf(job.region_path);
-  if (!limits_path.empty()) {
-    c.mounts.push_back({limits_path, limits_path, true});
-    // The members file beside it (the shim's reports to the compute
-    // arbiter: job-writable), once the arbiter made it; without it the
-    // container's launches would not take turns.
-    const std::string members = limits_path.substr(0, limits_path.rfind('/')) + "/members";
-    if (exists(members)) c.mounts.push_back({members, members, false});
-  }
-  if (!options_.coord_dir.empty()) {
-    c.mounts.push_back({options_.coord_dir, options_.coord_dir, false});
-  }
-  if (IsElastic(job)) {
-    const std::string gpus = JobDir(job.id) + "/gpus";
-    c.mounts.push_back({gpus, gpus, true});
-    c.env.push_back("GPUSLICE_GPUS_FILE=" + gpus);
-  }
-  c.env.push_back("CUDA_VISIBLE_DEVICES=" + Join(job.allocation.gpu_uuids, ','));
-  c.env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
-  if (!job.region_path.empty()) c.env.push_back("GPUSLICE_SLICE=" + job.region_path);
-  if (!limits_path.empty()) c.env.push_back("GPUSLICE_LIMITS=" + limits_path);
-  if (!options_.coord_dir.empty()) c.env.push_back("GPUSLICE_COORD_DIR=" + options_.coord_dir);
-  if (!options_.shim_path.empty()) c.env.push_back(std::string("LD_PRELOAD=") + kCdiShimPath);
-  c.env.push_back(std::string("LD_LIBRARY_PATH=") + kCdiDriverDir);
-  for (const std::string& forced : options_.job_env) {
-    c.env.push_back(forced);
-    // The simulated GPU's state file's folder, read-write: the simulator
-    // replaces a stale state file (a new inode, which a mount of the file
-    // would not follow: a CI run failed so). Its folder should hold nothing
-    // else (docs/CONTAINERS.md); the e2e harness gives it its own.
-    if (forced.rfind("GPUSLICE_SIM_STATE=", 0) == 0) {
-      const std::string state = forced.substr(19);
-      const std::string dir = state.substr(0, state.rfind('/'));
-      if (!dir.empty()) c.mounts.push_back({dir, dir, false});
-    }
-  }
-  return c;
-}
-
-core::Result<CdiSlice> Service::ContainerOf(const Caller& caller, uint64_t id) const {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
-  const Job& job = it->second;
-  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  if (job.state != JobState::kRunning || job.region_path.empty()) {
-    return core::FailedPreconditionError("job " + std::to_string(id) + " is " +
-                                         std::string(core::JobStateName(job.state)) +
-                                         ": only a running job has a slice to join");
-  }
-  return CdiSliceOf(job);
-}
-
-void Service::SyncCdi() {
-  if (!cdi_.enabled()) return;
-  std::map<uint64_t, CdiSlice> running;
-  for (const auto& [id, l] : live_) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second.state != JobState::kRunning) continue;
-    running[id] = CdiSliceOf(it->second);
-  }
-  core::Status s = cdi_.Sync(running);
-  if (!s.ok() && !cdi_error_logged_) {
-    LogWarn("container engines will not see the slices: " + s.message());
-  }
-  cdi_error_logged_ = !s.ok();
 }
 
 void Service::Tick() {
@@ -405,6 +300,19 @@ void Service::StartJob(Job& job) {
     spec.status_path = dir + "/status";
     spec.job_id = job.id;
     spec.host_limits = {job.request.host_cpu_milli, job.request.host_memory_bytes};
+    if (!job.image.empty()) {
+      // A container job: its leader is the engine's client, as root, with
+      // a clean environment; the slice goes in as the engine's flags.
+      auto argv = ContainerArgv(job);
+      if (!argv.ok()) {
+        live_[job.id] = l;
+        FinishJob(job, JobState::kFailed, 126, "cannot run its container: " + argv.status().message());
+        return;
+      }
+      spec.argv = std::move(*argv);
+      spec.env = ContainerEngineEnvironment();
+      spec.engine_as_root = true;
+    }
     auto ref = launcher_.Launch(spec);
     if (!ref.ok()) {
       live_[job.id] = l;
@@ -424,7 +332,7 @@ void Service::StartJob(Job& job) {
   RecordEvent("started", job.id, job.user,
               "on " +
                   (job.allocation.gpu_uuids.empty() ? std::string("-")
-                                                    : Join(job.allocation.gpu_uuids, ',')) +
+                                                    : core::Join(job.allocation.gpu_uuids, ",")) +
                   (job.pid ? ", pid " + std::to_string(job.pid) : ""));
   LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +
           ") started on " + (job.allocation.gpu_uuids.empty() ? "-" : job.allocation.gpu_uuids[0]) +
@@ -449,6 +357,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
   cdi_.Remove(job.id);
+  if (!job.image.empty()) RemoveContainer(job);
   // Its processes are gone (or being killed): the cgroup goes too.
   if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
   live_.erase(job.id);

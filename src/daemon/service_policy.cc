@@ -25,8 +25,7 @@ std::string Who(const Caller& c) { return c.user.empty() ? std::to_string(c.uid)
 
 }  // namespace
 
-std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid) {
-  std::vector<std::string> out;
+std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid) {
   std::vector<gid_t> gids(64);
   int n = static_cast<int>(gids.size());
   if (!user.empty() && getgrouplist(user.c_str(), gid, gids.data(), &n) < 0) {
@@ -39,7 +38,12 @@ std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid) {
   }
   gids.resize(static_cast<size_t>(std::max(n, 0)));
   if (std::find(gids.begin(), gids.end(), gid) == gids.end()) gids.push_back(gid);
-  for (gid_t g : gids) {
+  return std::vector<uint32_t>(gids.begin(), gids.end());
+}
+
+std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid) {
+  std::vector<std::string> out;
+  for (gid_t g : SystemGidsOf(user, gid)) {
     struct group grp;
     struct group* found = nullptr;
     std::vector<char> buf(16384);
@@ -387,6 +391,7 @@ void Service::Requeue(Job& job, std::string reason) {
     Status s = regions_.Remove(job.region_path);
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
+  if (!job.image.empty()) RemoveContainer(job);  // Its name is free for the next run.
   live_.erase(job.id);
   usage_.erase(job.id);
   job.state = JobState::kQueued;

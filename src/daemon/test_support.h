@@ -4,11 +4,19 @@
 // simulated GPU inventory and callers, so that each test file does not grow
 // its own copy.
 
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <string>
 
 #include "core/units.h"
+#include "daemon/clock.h"
 #include "daemon/inventory.h"
+#include "daemon/launcher_fake.h"
+#include "daemon/region_store.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {
@@ -39,5 +47,41 @@ inline Caller TestCaller(uint32_t uid, bool admin = false) {
   c.admin = admin;
   return c;
 }
+
+// A Service over the fake clock, launcher, inventory (`gpus` simulated GPUs)
+// and regions, with a real ledger in a temp directory; Restart() makes a
+// fresh Service over the same state, as a daemon restart does. Tests adjust
+// `options_` (then Restart()) or the fakes.
+class ServiceFixture : public ::testing::Test {
+ protected:
+  explicit ServiceFixture(uint32_t gpus = 2) : inventory_(SimulatedGpus(gpus)) {}
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpuslice-service-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    options_.state_dir = dir_;
+    options_.kill_grace_ms = 1000;
+    Restart();
+  }
+  void TearDown() override {
+    service_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Restart() {
+    service_.reset();
+    service_ = std::make_unique<Service>(options_, clock_, inventory_, launcher_, regions_);
+    ASSERT_TRUE(service_->Start().ok());
+  }
+  JobView Get(uint64_t id) { return *service_->Get(id); }
+  core::JobState State(uint64_t id) { return Get(id).job.state; }
+
+  std::string dir_;
+  ServiceOptions options_;
+  FakeClock clock_;
+  FakeInventory inventory_;
+  FakeLauncher launcher_;
+  FakeRegionStore regions_;
+  std::unique_ptr<Service> service_;
+};
 
 }  // namespace gpuslice::daemon

@@ -15,45 +15,17 @@
 #include <string>
 
 #include "harness.h"
+#include "podman.h"
 
 namespace gpuslice::e2e {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kRoot[] = "/var/cache/gpuslice/bullseye-rootfs";
-constexpr char kImage[] = "localhost/gpuslice-e2e:bullseye";
 constexpr char kCdiDir[] = "/var/run/cdi";
 
-struct Ran {
-  int code = -1;
-  std::string out;
-};
-
-Ran Sh(const std::string& cmd) {
-  Ran r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[512];
-  while (fgets(buf, sizeof buf, p) != nullptr) r.out += buf;
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
-
-class CdiPodman : public ::testing::Test {
+class CdiPodman : public PodmanTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "rootful podman needs root (CI runs as root)";
-    ASSERT_EQ(Sh("podman --version").code, 0) << "podman is missing: scripts/setup.sh installs it";
-    ASSERT_TRUE(fs::exists(std::string(kRoot) + "/bin/sh"))
-        << kRoot << " is missing: scripts/test-rootfs.sh builds it with debootstrap";
-    if (Sh(std::string("podman image exists ") + kImage).code != 0) {
-      Ran imported = Sh(std::string("tar -C ") + kRoot + " -c . | podman import - " + kImage);
-      ASSERT_EQ(imported.code, 0) << imported.out;
-    }
-  }
-
   // `podman run` of the image in job `id`'s slice. runc: crun fails on this
   // machine's hybrid cgroups. The ulimits: these machines deny raising
   // rlimits (no CAP_SYS_RESOURCE), and runc otherwise sets podman's
@@ -171,7 +143,10 @@ TEST_F(CdiPodman, ContainerArgsGiveTheSameSliceAsPlainFlags) {
   const std::string flags = Trim(args.out);
   EXPECT_NE(flags.find(":ro"), std::string::npos) << flags;
   EXPECT_NE(flags.find("-e GPUSLICE_JOB_ID=" + id), std::string::npos) << flags;
-  EXPECT_EQ(Trim(d.Cli({"container-args", "--cdi", id}).out), "--device gpuslice.dev/slice=" + id);
+  // Under the job's cgroup: the container's processes are the job's.
+  EXPECT_NE(flags.find("--cgroup-parent /"), std::string::npos) << flags;
+  EXPECT_NE(Trim(d.Cli({"container-args", "--cdi", id}).out).find("--device gpuslice.dev/slice=" + id),
+            std::string::npos);
   auto run = [&](const std::string& cmd) {
     return Sh(
         "podman --runtime runc run --rm --ulimit nofile=1024:1024 --ulimit "

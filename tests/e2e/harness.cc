@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -79,18 +80,24 @@ void Daemon::RemoveCgroups() {
   // then their cgroups and our base go.
   for (const std::string& base : CgroupDirs()) {
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(base, ec)) {
-      if (!e.is_directory()) continue;
-      std::ifstream procs(e.path() / "cgroup.procs");
+    // A container job's engine nests cgroups below the job's.
+    for (const auto& e : fs::recursive_directory_iterator(base, ec)) {
+      if (e.path().filename() != "cgroup.procs") continue;
+      std::ifstream procs(e.path());
       long pid;
       while (procs >> pid) kill(static_cast<pid_t>(pid), SIGKILL);
     }
   }
   for (const std::string& base : CgroupDirs()) {
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(base, ec)) {
-      if (!e.is_directory()) continue;
-      WaitFor([&] { return rmdir(e.path().c_str()) == 0 || errno == ENOENT; }, 5);
+    std::vector<fs::path> dirs;  // Deepest first.
+    for (const auto& e : fs::recursive_directory_iterator(base, ec)) {
+      if (e.is_directory()) dirs.push_back(e.path());
+    }
+    std::sort(dirs.begin(), dirs.end(),
+              [](const fs::path& a, const fs::path& b) { return a.string() > b.string(); });
+    for (const fs::path& dir : dirs) {
+      WaitFor([&] { return rmdir(dir.c_str()) == 0 || errno == ENOENT; }, 5);
     }
     rmdir(base.c_str());
   }
