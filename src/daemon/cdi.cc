@@ -14,6 +14,27 @@ namespace gpuslice::daemon {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+std::vector<std::string> MigCapabilityNodes(std::string_view mig_minors, uint32_t gpu_minor,
+                                            uint32_t gi, uint32_t ci) {
+  const std::string gi_key =
+      "gpu" + std::to_string(gpu_minor) + "/gi" + std::to_string(gi) + "/access";
+  const std::string ci_key = "gpu" + std::to_string(gpu_minor) + "/gi" + std::to_string(gi) +
+                             "/ci" + std::to_string(ci) + "/access";
+  std::vector<std::string> out;
+  while (!mig_minors.empty()) {
+    size_t end = mig_minors.find('\n');
+    std::string_view line = mig_minors.substr(0, end);
+    mig_minors.remove_prefix(end == std::string_view::npos ? mig_minors.size() : end + 1);
+    size_t space = line.find(' ');
+    if (space == std::string_view::npos) continue;
+    std::string_view key = line.substr(0, space), minor = line.substr(space + 1);
+    if (key != gi_key && key != ci_key) continue;
+    if (minor.empty() || minor.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    out.push_back(std::string(kNvidiaCapsDir) + "/nvidia-cap" + std::string(minor));
+  }
+  return out;
+}
+
 nlohmann::json CdiSpec(const CdiSlice& slice) {
   json nodes = json::array();
   for (const std::string& n : slice.device_nodes) nodes.push_back({{"path", n}});

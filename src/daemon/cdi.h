@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -43,6 +44,17 @@ struct CdiSlice {
   std::vector<std::string> env;  // "K=V".
   friend bool operator==(const CdiSlice&, const CdiSlice&) = default;
 };
+
+// Where the driver says which capability device node grants access to a
+// MIG instance, and where those nodes are.
+inline constexpr char kMigMinorsPath[] = "/proc/driver/nvidia-caps/mig-minors";
+inline constexpr char kNvidiaCapsDir[] = "/dev/nvidia-caps";
+// The capability nodes a process needs to use MIG instance (`gi`, `ci`) of
+// the GPU with device minor `gpu_minor`: the GPU instance's and the compute
+// instance's "access" capabilities, from `mig_minors` (the text of
+// kMigMinorsPath: lines "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13").
+std::vector<std::string> MigCapabilityNodes(std::string_view mig_minors, uint32_t gpu_minor,
+                                            uint32_t gi, uint32_t ci);
 
 // The spec document (JSON, which every CDI reader accepts).
 nlohmann::json CdiSpec(const CdiSlice& slice);

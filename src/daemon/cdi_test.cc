@@ -197,5 +197,25 @@ TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
   EXPECT_NE(ended.status().message().find("only a running job"), std::string::npos);
 }
 
+// A MIG job on a real GPU needs its instance's capability nodes: the GPU
+// instance's and the compute instance's "access" minors, from the driver's
+// /proc/driver/nvidia-caps/mig-minors (format as the driver writes it).
+TEST(MigCapabilities, TheInstancesAccessNodesAndNoOthers) {
+  const std::string minors =
+      "config 1\nmonitor 2\n"
+      "gpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu0/gi1/ci1/access 14\n"
+      "gpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\n"
+      "gpu1/gi1/access 147\ngpu1/gi1/ci0/access 148\nbroken line\ngpu0/gi3/access x\n";
+  EXPECT_EQ(MigCapabilityNodes(minors, 0, 1, 0),
+            (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap12",
+                                      "/dev/nvidia-caps/nvidia-cap13"}));
+  EXPECT_EQ(MigCapabilityNodes(minors, 1, 1, 0),
+            (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap147",
+                                      "/dev/nvidia-caps/nvidia-cap148"}));
+  EXPECT_EQ(MigCapabilityNodes(minors, 0, 2, 0).size(), 2u);
+  EXPECT_TRUE(MigCapabilityNodes(minors, 0, 3, 0).empty());  // Not a number: nothing.
+  EXPECT_TRUE(MigCapabilityNodes("", 0, 1, 0).empty());
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

@@ -600,7 +600,7 @@ void RealLauncher::Release(int64_t pgid) {
 }
 
 void RealLauncher::RunHelper(const std::vector<std::string>& argv,
-                             const std::vector<std::string>& env) {
+                             const std::vector<std::string>& env, int attempts) {
   if (argv.empty()) return;
   // Everything the child needs is made before fork (no allocation after it).
   std::vector<char*> args, envp;
@@ -611,18 +611,31 @@ void RealLauncher::RunHelper(const std::vector<std::string>& argv,
   pid_t pid = fork();
   if (pid == 0) {
     setsid();
+    // Its complaints go where the daemon's log goes.
     int devnull = open("/dev/null", O_RDWR);
-    if (devnull >= 0) {
-      dup2(devnull, 0);
-      dup2(devnull, 1);
-      dup2(devnull, 2);
-    }
+    if (devnull >= 0) dup2(devnull, 0);
+    dup2(2, 1);
     close_range(3, ~0U, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execve(args[0], args.data(), envp.data());
-    _exit(127);
+    for (int i = 0; i < attempts; ++i) {
+      if (i > 0) {
+        struct timespec second = {1, 0};
+        nanosleep(&second, nullptr);
+      }
+      pid_t run = fork();
+      if (run == 0) {
+        execve(args[0], args.data(), envp.data());
+        _exit(127);
+      }
+      int status = 0;
+      if (run > 0 && waitpid(run, &status, 0) == run && WIFEXITED(status) &&
+          WEXITSTATUS(status) == 0) {
+        _exit(0);
+      }
+    }
+    _exit(1);
   }
   if (pid < 0) LogWarn("cannot start " + argv[0] + ": " + std::strerror(errno));
 }

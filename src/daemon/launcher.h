@@ -139,10 +139,13 @@ class Launcher {
   virtual bool UsesCgroups() const { return false; }
   // Starts a short helper command as the daemon (a container engine's `rm`
   // after a container job), not waiting for it: Reap() collects it. Its
-  // output goes nowhere.
-  virtual void RunHelper(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  // output goes to the daemon's log (stderr).
+  // Tried up to `attempts` times, a second apart, until it exits 0.
+  virtual void RunHelper(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                         int attempts = 1) {
     (void)argv;
     (void)env;
+    (void)attempts;
   }
   // Job `job_id`'s cgroup for a container engine's --cgroup-parent
   // ("/gpuslice/job-12"); "" without cgroups.
@@ -175,8 +178,8 @@ class RealLauncher : public Launcher {
   std::optional<std::vector<int64_t>> GroupPids(int64_t pgid) override;
   std::string Tracking() const override;
   bool UsesCgroups() const override { return cgroups_ != nullptr; }
-  void RunHelper(const std::vector<std::string>& argv,
-                 const std::vector<std::string>& env) override;
+  void RunHelper(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                 int attempts = 1) override;
   std::string CgroupParent(uint64_t job_id) const override {
     return cgroups_ != nullptr ? cgroups_->PathFromRoot("job-" + std::to_string(job_id)) : "";
   }

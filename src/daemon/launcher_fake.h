@@ -52,7 +52,8 @@ class FakeLauncher : public Launcher {
     return it == end_notes.end() ? std::string() : it->second;
   }
   void Release(int64_t pgid) override { released.push_back(pgid); }
-  void RunHelper(const std::vector<std::string>& argv, const std::vector<std::string>&) override {
+  void RunHelper(const std::vector<std::string>& argv, const std::vector<std::string>&,
+                 int) override {
     helpers.push_back(argv);
   }
   std::string CgroupParent(uint64_t job_id) const override {

@@ -5,6 +5,9 @@
 
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "daemon/container_job.h"
 #include "core/strings.h"
 #include "daemon/log.h"
@@ -28,6 +31,26 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
     }
     for (const char* node : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}) {
       if (exists(node)) c.device_nodes.push_back(node);
+    }
+    // A MIG instance is reached only through its capability nodes (the
+    // driver's /proc file says which); the GPU's device minor is taken as
+    // its index, as for /dev/nvidiaN above.
+    std::string minors;
+    for (size_t i = 0; i < job.allocation.gpu_uuids.size() && i < job.allocation.gpu_indices.size();
+         ++i) {
+      const uint32_t g = job.allocation.gpu_indices[i];
+      if (g >= inventory_.gpus.size()) continue;
+      for (const MigInstance& m : inventory_.gpus[g].mig) {
+        if (m.uuid != job.allocation.gpu_uuids[i]) continue;
+        if (minors.empty()) {
+          std::ifstream in(kMigMinorsPath);
+          minors.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        for (const std::string& node :
+             MigCapabilityNodes(minors, g, m.gpu_instance_id, m.compute_instance_id)) {
+          if (exists(node)) c.device_nodes.push_back(node);
+        }
+      }
     }
   }
   // The shim and the driver's libraries, where the environment points.
@@ -174,7 +197,11 @@ void Service::RemoveContainer(const Job& job) {
   const std::string parent = launcher_.CgroupParent(job.id);
   if (parent.empty()) return;
   argv.push_back(ContainerName(parent));
-  launcher_.RunHelper(argv, ContainerEngineEnvironment());
+  LogInfo("job " + std::to_string(job.id) + ": removing its container " + argv.back());
+  // A container whose conmon was killed with it (SIGKILL after the grace)
+  // is still "running" to podman: the first `rm -f` waits for an exit file
+  // nobody writes, fails after ~5 s and marks it exited; the next succeeds.
+  launcher_.RunHelper(argv, ContainerEngineEnvironment(), /*attempts=*/4);
 }
 
 std::vector<std::string> Service::ContainerEngineEnvironment() {

@@ -236,6 +236,8 @@ void SecurityTest::SetUp() {
   fs::create_directories(bin_ + "/sim");
   fs::create_directories(drop_);
   fs::create_directories(dir_ + "/logs");
+  fs::create_directories(dir_ + "/gpu");
+  chmod((dir_ + "/gpu").c_str(), 0755);
   chmod(bin_.c_str(), 0755);
   chmod((bin_ + "/sim").c_str(), 0755);
   chmod(drop_.c_str(), 01777);

@@ -108,7 +108,9 @@ class SecurityTest : public ::testing::Test {
   // A path in the drop directory (01777, the users' working directory).
   std::string Drop(const std::string& name) const { return drop_ + "/" + name; }
   std::string state_dir() const { return dir_ + "/state"; }
-  std::string sim_state() const { return dir_ + "/sim-state"; }
+  // In a folder of its own: a container job gets the state file's folder
+  // mounted (docs/CONTAINERS.md), which must not be the test's.
+  std::string sim_state() const { return dir_ + "/gpu/state"; }
   std::string socket_path() const { return dir_ + "/run/gpuslice.sock"; }
   std::string unix_ep() const { return "unix:" + socket_path(); }
   std::string tcp_ep() const { return "tcp:127.0.0.1:" + std::to_string(tcp_port_); }
