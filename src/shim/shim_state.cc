@@ -59,6 +59,27 @@ uint64_t UnixNanos() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
+// A daemon slice whose region cannot be used (the job itself, or one of
+// its processes, overwrote it): a region of this process's own, unlinked at
+// once, with the devices and limits of the daemon's limits page, so that
+// this process is still held to the slice's limits on its own rather than
+// to none. Other processes of the job each get theirs; the daemon's
+// watchdog bounds what they hold together (docs/SECURITY.md).
+core::Result<std::unique_ptr<Region>> PrivateRegion(const std::string& limits_path) {
+  GPUSLICE_ASSIGN_OR_RETURN(std::unique_ptr<LimitsPage> page,
+                            LimitsPage::OpenReadOnly(limits_path));
+  RegionOptions options;
+  options.name = "private";
+  options.closed = true;
+  for (const DeviceControls& d : page->Devices()) options.devices.push_back({d.uuid, d.limit_bytes});
+  char path[96];
+  std::snprintf(path, sizeof(path), "/dev/shm/gpuslice-private-%d-%llu", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(UnixNanos()));
+  core::Result<std::unique_ptr<Region>> region = Region::Create(path, options);
+  unlink(path);
+  return region;
+}
+
 void AtForkChild() {
   // The child holds none of its parent's memory and must not return it
   // when it exits: forget the slot and the tables, claim a new slot lazily.
@@ -129,6 +150,14 @@ int Initialize() {
       RegionOptions options;
       options.name = "standalone";
       region = Region::OpenOrCreate(config.slice_path, options);
+    }
+    if (!region.ok() && !config.limits_path.empty()) {
+      core::Result<std::unique_ptr<Region>> own = PrivateRegion(config.limits_path);
+      if (own.ok()) {
+        GPUSLICE_LOG(kError, "%s: %s; this process alone is held to the slice's limits", kEnvSlice,
+                     region.status().message().c_str());
+        region = std::move(own);
+      }
     }
     if (!region.ok()) {
       GPUSLICE_LOG(kError, "%s: %s; running without a memory limit", kEnvSlice,

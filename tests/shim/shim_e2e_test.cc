@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -390,6 +391,26 @@ TEST_F(ShimTest, ALimitsPageTheJobCouldWriteOrCannotOpenGivesNoMemory) {
   missing["GPUSLICE_LIMITS"] = dir_ + "/job-1/nothing";
   Output m = Probe({"alloc", "alloc", std::to_string(kMiB)}, missing);
   EXPECT_EQ(m.Int("result"), kOutOfMemory) << m.out << m.err;
+}
+
+// Issue 14 (found by the container attack): a job that overwrote its own
+// region (its file) made later processes run "without a memory limit" until
+// the daemon's watchdog stopped them. A process that finds its region
+// unusable is held to the daemon's limits page on its own.
+TEST_F(ShimTest, AProcessWhoseRegionTheJobBrokeIsStillHeldToTheLimitsPage) {
+  const std::string uuid = DeviceUuid(Bare());
+  DaemonSlice slice = MakeDaemonSlice(uuid, kGiB, getuid());
+  slice.region.reset();
+  {
+    std::ofstream scribble(slice.region_path, std::ios::binary | std::ios::in | std::ios::out);
+    const std::string ones(4096, '\xff');
+    scribble.write(ones.data(), static_cast<std::streamsize>(ones.size()));
+  }
+  Output over = Probe({"alloc", "alloc", std::to_string(2 * kGiB)}, InDaemonSlice(slice));
+  EXPECT_EQ(over.Int("result"), kOutOfMemory) << over.out << over.err;
+  EXPECT_NE(over.err.find("alone is held to the slice's limits"), std::string::npos) << over.err;
+  Output fits = Probe({"alloc", "alloc", std::to_string(512 * kMiB)}, InDaemonSlice(slice));
+  EXPECT_EQ(fits.Int("result"), kOk) << fits.out << fits.err;
 }
 
 // The same attack as the job's own user (not root): it can rewrite its
