@@ -118,6 +118,17 @@ TEST_F(ImageJob, RunsAsItsOwnerInItsDirectoryInsideTheSlice) {
                            user_, 120);
   EXPECT_EQ(write.out.find("WROTE"), std::string::npos) << write.out;
 
+  // cuMemGetInfo and NVML inside show the slice (1 GiB), not the A100's 40.
+  const std::string probe = d->dir() + "/probe";
+  fs::copy_file(GPUSLICE_E2E_PROBE, probe, fs::copy_options::overwrite_existing);
+  chmod(probe.c_str(), 0755);
+  CliResult views = d->Cli({"run", "--mem", "1GiB", "--image", kImage, "--", "/bin/sh", "-c",
+                            probe + " info && " + probe + " nvml"},
+                           user_, 120);
+  ASSERT_EQ(views.exit_code, 0) << views.out << views.err;
+  EXPECT_NE(views.out.find("mem_total=1073741824\n"), std::string::npos) << views.out;
+  EXPECT_NE(views.out.find("nvml_total=1073741824\n"), std::string::npos) << views.out;
+
   // ps and show name the image.
   json list = json::parse(d->Cli({"ps", "--all", "--json"}).out);
   ASSERT_FALSE(list["jobs"].empty());
