@@ -570,6 +570,59 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     all.push_back(j);
   }
+  if (only.empty() || std::string("short kernels").find(only) != std::string::npos) {
+    // Issue 19: what a hard 30% slice gets alone, and what a 30/70 pair of
+    // hard slices uses together, with 20 us, 200 us and 1 ms kernels, in a
+    // launch-then-synchronise loop (sync) and free-running (a synchronise
+    // every ~20 ms of work), each beside the same processes without any
+    // share (their ceilings: what one such loop, and two side by side, reach
+    // on this machine), in the same run.
+    nlohmann::json rows = nlohmann::json::array();
+    for (unsigned us : {20u, 200u, 1000u}) {
+      for (bool sync : {true, false}) {
+        std::vector<std::string> args = {"--kernel-us", std::to_string(us)};
+        if (sync) args.insert(args.end(), {"--sync-every", "1"});
+        const std::string tag = std::to_string(us) + " us, " + (sync ? "sync" : "free");
+        Scenario ceiling{"short kernels: ceiling, " + tag, 4, {{"a", 0, "hard", "", args}}};
+        ceiling.tenants[0].target = 100;
+        Scenario ceiling2{"short kernels: ceiling of two, " + tag,
+                          4,
+                          {{"a", 0, "hard", "", args}, {"b", 0, "hard", "", args}}};
+        ceiling2.tenants[0].target = ceiling2.tenants[1].target = 50;
+        Scenario alone{"short kernels: 30% hard alone, " + tag, 4, {{"a", 30, "hard", "", args}}};
+        Scenario pair{"short kernels: 30/70 hard, " + tag,
+                      4,
+                      {{"a", 30, "hard", "", args}, {"b", 70, "hard", "", args}}};
+        nlohmann::json c = RunScenario(ceiling, scale, nullptr);
+        nlohmann::json c2 = RunScenario(ceiling2, scale, nullptr);
+        nlohmann::json a = RunScenario(alone, scale, nullptr);
+        nlohmann::json p = RunScenario(pair, scale, nullptr);
+        for (const nlohmann::json* j : {&c, &c2, &a, &p}) {
+          std::printf("%s\n", j->dump().c_str());
+          all.push_back(*j);
+        }
+        const double top = c.value("aggregate_pct", 0.0);
+        const double got = a.value("aggregate_pct", 0.0);
+        const double both = p.value("aggregate_pct", 0.0);
+        const double top2 = c2.value("aggregate_pct", 0.0);
+        // A 30% slice is owed 30% of the GPU, or all the loop can reach if less.
+        const double owed = std::min(30.0, top);
+        rows.push_back({{"kernel_us", us},
+                        {"loop", sync ? "sync" : "free"},
+                        {"ceiling_pct", top},
+                        {"alone_30_pct", got},
+                        {"alone_30_of_owed", owed > 0 ? std::round(got / owed * 1000) / 1000 : 0},
+                        {"ceiling_of_two_pct", top2},
+                        {"pair_total_pct", both},
+                        {"pair_of_ceiling", top2 > 0 ? std::round(both / top2 * 1000) / 1000 : 0}});
+        std::fflush(stdout);
+      }
+    }
+    nlohmann::json summary = {{"scenario", "short kernels: summary (ratios to the ceiling)"},
+                              {"rows", rows}};
+    std::printf("%s\n", summary.dump().c_str());
+    all.push_back(summary);
+  }
   if (only.empty() || std::string("priority").find(only) != std::string::npos) {
     // Priority: a latency-sensitive tenant (2 ms of work every 20 ms), alone
     // and then beside two best-effort tenants at low priority; 10 s runs, so

@@ -5,11 +5,12 @@
 // like an inference service.
 //
 //   compute_worker --seconds S [--kernel-us N] [--graph K | --launch-ex | --cooperative]
-//                  [--request-us W --period-ms P]
+//                  [--sync-every M] [--request-us W --period-ms P]
 //
 // Busy mode: launches kernels of N us (or graphs of K such kernels; or
 // through cuLaunchKernelEx or cuLaunchCooperativeKernel) back to back, synchronising about every 20
-// ms of work (a training step). Request mode: every P ms, launches W us of kernels and
+// ms of work (a training step; --sync-every M: after every M launches, 1 being
+// a launch-then-synchronise loop, as a small-batch inference service runs). Request mode: every P ms, launches W us of kernels and
 // synchronises; the latency of each request (launch of the first kernel to the end of the
 // synchronisation) is recorded; requests that fall behind go back to back.
 // Prints one JSON line: {"pid":..,"launches":..,"requests":..,"p50_us":..,"p99_us":..}.
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
   bool cooperative = false;
   unsigned request_us = 0;
   double period_ms = 0;
+  unsigned sync_every = 0;  // 0: about every 20 ms of work.
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -72,6 +74,8 @@ int main(int argc, char** argv) {
       request_us = unsigned(std::atoi(next()));
     else if (a == "--period-ms")
       period_ms = std::atof(next());
+    else if (a == "--sync-every")
+      sync_every = unsigned(std::atoi(next()));
     else {
       std::fprintf(stderr, "compute_worker: unknown argument '%s'\n", a.c_str());
       return 2;
@@ -130,7 +134,7 @@ int main(int argc, char** argv) {
   const uint64_t start = NowNs();
   const uint64_t end = start + uint64_t(seconds * 1e9);
   if (request_us == 0) {
-    const unsigned step = std::max(1u, 20000u / per_launch_us);
+    const unsigned step = sync_every > 0 ? sync_every : std::max(1u, 20000u / per_launch_us);
     while (NowNs() < end) {
       for (unsigned k = 0; k < step; ++k, ++launches) launch();
       Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
