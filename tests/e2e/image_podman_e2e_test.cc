@@ -44,10 +44,11 @@ class ImageJob : public PodmanTest {
 
   // A daemon whose container jobs run with podman + runc; the user's CLI
   // gets in through the socket group.
-  std::unique_ptr<Daemon> StartDaemon() {
-    auto d = std::make_unique<Daemon>(
-        "1xA100-40GB", std::vector<std::string>{"--socket-group", "gpuslice-e2e", "--set",
-                                                std::string("podman_args=") + kPodmanRunArgs});
+  std::unique_ptr<Daemon> StartDaemon(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--socket-group", "gpuslice-e2e", "--set",
+                                     std::string("podman_args=") + kPodmanRunArgs};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto d = std::make_unique<Daemon>("1xA100-40GB", args);
     EXPECT_TRUE(d->Start()) << ReadFile(d->dir() + "/daemon.log");
     // The worker where the container sees it: the job's directory is the
     // caller's (/tmp for the harness's other users), mounted at its path.
@@ -192,6 +193,48 @@ TEST_F(ImageJob, ItsProcessesAreTheJobsByHostPidAndCancelEndsTheContainer) {
       },
       30))
       << d->Cli({"gpus", "--json"}).out;
+}
+
+// Resize and preemption act on a container job as on a host job: a live
+// resize reaches the container's processes (they read the daemon's limits
+// page, mounted read-only), and a preempted restartable container job is
+// requeued and started again (its earlier container gone, the name free).
+TEST_F(ImageJob, ResizeReachesTheContainerAndAPreemptedOneIsRequeuedAndRunsAgain) {
+  auto d = StartDaemon({"--set", "preemption=lower", "--set", "preemption_grace=2s"});
+  const std::string probe = d->dir() + "/probe";
+  fs::copy_file(GPUSLICE_E2E_PROBE, probe, fs::copy_options::overwrite_existing);
+  chmod(probe.c_str(), 0755);
+  CliResult r = d->Cli({"submit", "--mem", "30GiB", "--priority", "low", "--restartable",
+                        "--image", kImage, "--", "sleep", "300"},
+                       user_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(*d, id) == "running" && ContainerExists(*d, id); }, 60));
+  const std::string name = d->cgroup_base() + "-job-" + id;
+  // What a process started in the container now sees, before and after.
+  auto seen_total = [&] {
+    Ran info = Sh("podman exec " + name + " " + probe + " info");
+    const size_t at = info.out.find("mem_total=");
+    return at == std::string::npos ? std::string("?\n" + info.out)
+                                   : info.out.substr(at + 10, info.out.find('\n', at) - at - 10);
+  };
+  EXPECT_EQ(seen_total(), std::to_string(30ull << 30));
+  ASSERT_EQ(d->Cli({"resize", id, "--mem", "20GiB"}, user_).exit_code, 0);
+  EXPECT_EQ(seen_total(), std::to_string(20ull << 30));
+
+  // A high-priority job that needs the GPU preempts it; it comes back.
+  CliResult high = d->Cli({"submit", "--mem", "30GiB", "--priority", "high", "--", "sleep", "2"});
+  ASSERT_EQ(high.exit_code, 0) << high.err;
+  const std::string hid = Trim(high.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(*d, hid) == "running"; }, 60))
+      << ReadFile(d->dir() + "/daemon.log");
+  EXPECT_EQ(State(*d, id), "queued");
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(*d, hid) == "exited"; }, 60));
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(*d, id) == "running" && ContainerExists(*d, id); }, 60))
+      << ReadFile(d->dir() + "/daemon.log");
+  ASSERT_EQ(d->Cli({"cancel", id}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(*d, id) == "cancelled"; }, 30));
+  EXPECT_TRUE(Daemon::WaitFor([&] { return !ContainerExists(*d, id); }, 30));
 }
 
 TEST_F(ImageJob, ADaemonRestartReadoptsARunningContainerJob) {
