@@ -2,7 +2,7 @@
 # compose-up.sh: runs docker-compose.yml (beside this script) with each
 # service in a gpuslice slice of its own, all on one GPU (README.md).
 #
-#   compose-up.sh [--dry-run] [--state-dir DIR] up [ARGS...]
+#   compose-up.sh [--dry-run] [--state-dir DIR] [--in-job] up [ARGS...]
 #   compose-up.sh [--dry-run] [--state-dir DIR] down [ARGS...]
 #
 # up: submits one holder job per service (`sleep infinity` in a slice with
@@ -19,6 +19,10 @@
 # ID_SERVICE); it runs nothing and writes nothing.
 # --state-dir: where the job ids and the overrides are kept (default .gpuslice
 # beside this script).
+# --in-job: also put each service's container under its job's cgroup
+# (cgroup_parent), so that the daemon counts its processes as the job's and
+# ends them with it; only with dockerd's cgroupfs driver (with systemd's,
+# the default on most hosts, a cgroup parent must be a slice).
 #
 # Environment: GPUSLICE, the CLI (default gpuslice); GPUSLICE_COMPOSE, the
 # compose command (default `docker compose` if it works, else
@@ -43,15 +47,17 @@ die() {
 }
 
 usage() {
-  echo "usage: $0 [--dry-run] [--state-dir DIR] up|down [COMPOSE ARGS...]" >&2
+  echo "usage: $0 [--dry-run] [--state-dir DIR] [--in-job] up|down [COMPOSE ARGS...]" >&2
   exit 2
 }
 
 dry_run=0
+in_job=()
 state_dir=$here/.gpuslice
 while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) dry_run=1; shift ;;
+    --in-job) in_job=(--in-job); shift ;;
     --state-dir)
       [ $# -ge 2 ] || usage
       state_dir=$2; shift 2 ;;
@@ -188,13 +194,13 @@ up() {
     read -r service _ <<<"$line"
     if [ "$dry_run" = 1 ]; then
       echo "# wait until job ID_$service is running ($gpuslice show --json ID_$service)"
-      echo "+ $(printf '%q ' "$gpuslice" container-args --compose "$service" "ID_$service")>" \
+      echo "+ $(printf '%q ' "$gpuslice" container-args "${in_job[@]}" --compose "$service" "ID_$service")>" \
         "$(printf '%q' "$state_dir/$service.yml")"
       continue
     fi
     id=$(awk -v s="$service" '$1 == s { print $2 }' "$jobs_file")
     wait_running "$id" "$service"
-    "$gpuslice" container-args --compose "$service" "$id" >"$state_dir/$service.yml.tmp"
+    "$gpuslice" container-args "${in_job[@]}" --compose "$service" "$id" >"$state_dir/$service.yml.tmp"
     mv "$state_dir/$service.yml.tmp" "$state_dir/$service.yml"
   done
   mapfile -t args < <(compose_args "${services[@]}")

@@ -20,6 +20,7 @@ using nlohmann::json;
 
 struct ContainerArgsOptions {
   bool cdi = false;
+  bool in_job = false;                 // --in-job: the container under the job's cgroup.
   std::optional<std::string> compose;  // The service of --compose SERVICE.
 } g_args;
 
@@ -28,6 +29,12 @@ void SetupContainerArgs(CLI::App* sub, Context* ctx) {
   sub->add_flag("--cdi", g_args.cdi,
                 "Print the CDI device (--device gpuslice.dev/slice=ID: podman, containerd, "
                 "Docker >= 25) instead of the plain flags");
+  sub->add_flag("--in-job", g_args.in_job,
+                "Also put the container under the job's cgroup (--cgroup-parent): its processes "
+                "are then the job's, ended with it and accounted to it. Needs an engine using "
+                "the cgroupfs cgroup manager/driver (podman --cgroup-manager cgroupfs, dockerd "
+                "--exec-opt native.cgroupdriver=cgroupfs): with systemd's, a parent must be a "
+                "slice and the engine refuses a path");
   sub->add_option("--compose", g_args.compose,
                   "Print a docker-compose override file that puts service SERVICE into the "
                   "slice instead of the flags")
@@ -74,6 +81,9 @@ int ContainerArgs(Context& ctx) {
     std::cout << r->dump(2) << "\n";
     return 0;
   }
+  // Without --in-job the job's cgroup is not handed on: engines with
+  // systemd's cgroup manager (the default on most hosts) refuse a path.
+  if (!g_args.in_job) r->erase("cgroup_parent");
   if (g_args.compose) {
     auto fragment = ComposeFragment(*g_args.compose, *r);
     if (!fragment.ok()) return ReportError(ctx, fragment.status());
