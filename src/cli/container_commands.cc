@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/container_flags.h"
 #include "cli/compose_fragment.h"
 
 namespace gpuslice::cli {
@@ -50,11 +51,10 @@ void SetupContainerArgs(CLI::App* sub, Context* ctx) {
       "  docker compose -f docker-compose.yml -f slice.yml up -d");
 }
 
-// "-v HOST:CONTAINER[:ro]" cannot carry a ':' in a path; nor can a word of
-// $(...) carry white space.
-core::Status CheckWord(const std::string& what, const std::string& value, bool path) {
+// A word of $(...) cannot carry white space.
+core::Status CheckWord(const std::string& what, const std::string& value) {
   for (char c : value) {
-    if (c == ' ' || c == '\t' || c == '\n' || (path && c == ':')) {
+    if (c == ' ' || c == '\t' || c == '\n') {
       return core::FailedPreconditionError(what + " '" + value +
                                            "' cannot be passed as a plain flag; use --cdi");
     }
@@ -95,34 +95,29 @@ int ContainerArgs(Context& ctx) {
   std::vector<std::string> words;
   const std::string parent = r->value("cgroup_parent", std::string());
   if (!parent.empty()) {
-    if (auto s = CheckWord("cgroup", parent, false); !s.ok()) return ReportError(ctx, s);
+    if (auto s = CheckWord("cgroup", parent); !s.ok()) return ReportError(ctx, s);
     words.push_back("--cgroup-parent");
     words.push_back(parent);
   }
   if (g_args.cdi) {
     words.push_back("--device");
     words.push_back((*r)["cdi_device"].get<std::string>());
-  }
-  for (const json& d : g_args.cdi ? json::array() : (*r)["device_nodes"]) {
-    const std::string node = d.get<std::string>();
-    if (auto s = CheckWord("device", node, true); !s.ok()) return ReportError(ctx, s);
-    words.push_back("--device");
-    words.push_back(node);
-  }
-  for (const json& m : g_args.cdi ? json::array() : (*r)["mounts"]) {
-    const std::string host = m["host_path"].get<std::string>();
-    const std::string inside = m["container_path"].get<std::string>();
-    for (const std::string& p : {host, inside}) {
-      if (auto s = CheckWord("path", p, true); !s.ok()) return ReportError(ctx, s);
+  } else {
+    std::vector<core::ContainerMount> mounts;
+    for (const json& m : (*r)["mounts"]) {
+      mounts.push_back({m["host_path"].get<std::string>(), m["container_path"].get<std::string>(),
+                        m.value("read_only", true)});
     }
-    words.push_back("-v");
-    words.push_back(host + ":" + inside + (m.value("read_only", true) ? ":ro" : ""));
-  }
-  for (const json& e : g_args.cdi ? json::array() : (*r)["env"]) {
-    const std::string kv = e.get<std::string>();
-    if (auto s = CheckWord("environment entry", kv, false); !s.ok()) return ReportError(ctx, s);
-    words.push_back("-e");
-    words.push_back(kv);
+    auto flags = core::PlainContainerFlags((*r)["device_nodes"].get<std::vector<std::string>>(),
+                                           mounts, (*r)["env"].get<std::vector<std::string>>());
+    if (!flags.ok()) {
+      return ReportError(ctx, core::FailedPreconditionError(flags.status().message() +
+                                                            " (container-args --cdi)"));
+    }
+    for (const std::string& w : *flags) {
+      if (auto s = CheckWord("flag", w); !s.ok()) return ReportError(ctx, s);
+    }
+    words.insert(words.end(), flags->begin(), flags->end());
   }
   std::string line;
   for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/container_flags.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {
@@ -29,12 +30,7 @@ inline constexpr char kCdiVersion[] = "0.5.0";
 inline constexpr char kCdiShimPath[] = "/usr/lib/gpuslice/libgpuslice.so";
 inline constexpr char kCdiDriverDir[] = "/usr/lib/gpuslice/driver";
 
-struct CdiMount {
-  std::string host_path;
-  std::string container_path;
-  bool read_only = true;
-  friend bool operator==(const CdiMount&, const CdiMount&) = default;
-};
+using CdiMount = core::ContainerMount;
 
 // Everything one job's device injects.
 struct CdiSlice {

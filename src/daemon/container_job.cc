@@ -34,30 +34,7 @@ core::Status ValidateImageName(std::string_view image) {
 }
 
 core::Result<std::vector<std::string>> ContainerSliceFlags(const CdiSlice& slice) {
-  std::vector<std::string> out;
-  auto check = [](const std::string& path) -> core::Status {
-    if (path.find(':') != std::string::npos) {
-      return core::FailedPreconditionError("path '" + path +
-                                           "' holds ':', which a -v flag cannot carry; use CDI");
-    }
-    return core::Status::Ok();
-  };
-  for (const std::string& node : slice.device_nodes) {
-    GPUSLICE_RETURN_IF_ERROR(check(node));
-    out.push_back("--device");
-    out.push_back(node);
-  }
-  for (const CdiMount& m : slice.mounts) {
-    GPUSLICE_RETURN_IF_ERROR(check(m.host_path));
-    GPUSLICE_RETURN_IF_ERROR(check(m.container_path));
-    out.push_back("-v");
-    out.push_back(m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : ""));
-  }
-  for (const std::string& kv : slice.env) {
-    out.push_back("-e");
-    out.push_back(kv);
-  }
-  return out;
+  return core::PlainContainerFlags(slice.device_nodes, slice.mounts, slice.env);
 }
 
 std::string ContainerName(std::string_view cgroup_parent) {
