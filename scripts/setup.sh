@@ -20,6 +20,10 @@ packages=(
   # merges compose files without a Docker engine), PyYAML to read its
   # output, shellcheck for deploy/containers/compose-up.sh.
   docker-compose python3-yaml shellcheck
+  # Kubernetes (issue 16): the device plugin speaks gRPC (Debian's gRPC and
+  # protobuf, code generated at build time); the extender and the plugin talk
+  # HTTPS to the API server (OpenSSL).
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
 )
 
 missing=()
