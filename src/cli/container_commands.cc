@@ -118,6 +118,11 @@ int ContainerArgs(Context& ctx) {
       if (auto s = CheckWord("flag", w); !s.ok()) return ReportError(ctx, s);
     }
     words.insert(words.end(), flags->begin(), flags->end());
+    // An external job's slice group (CDI gives it as additionalGids).
+    for (const json& gid : r->value("additional_gids", json::array())) {
+      words.push_back("--group-add");
+      words.push_back(std::to_string(gid.get<uint32_t>()));
+    }
   }
   std::string line;
   for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;

@@ -541,7 +541,8 @@ ApiResponse Api::JobContainer(const ApiRequest& req, uint64_t id) {
                     {"device_nodes", c->device_nodes},
                     {"mounts", mounts},
                     {"env", c->env},
-                    {"cgroup_parent", service_.CgroupParentOf(id)}});
+                    {"cgroup_parent", service_.CgroupParentOf(id)},
+                    {"additional_gids", c->additional_gids}});
 }
 
 }  // namespace gpuslice::daemon

@@ -170,6 +170,10 @@ TEST_F(ApiTest, AnExternalJobIsHeldPausedLabelledAndReleased) {
   EXPECT_EQ(job["labels"]["gpuslice.dev/device-plugin"], "n1");
   EXPECT_NE(std::find(job["flags"].begin(), job["flags"].end(), "paused"), job["flags"].end());
   const std::string id = std::to_string(job["id"].get<int>());
+  // Nothing of its own runs in a cgroup of the daemon's.
+  r = Call("GET", "/v1/jobs/" + id + "/container", "", 0);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["cgroup_parent"], "");
   r = Call("POST", "/v1/jobs/" + id + "/labels",
            R"({"labels": {"namespace": "ml", "pod": "p", "container": "c"}})", 0);
   ASSERT_EQ(r.status, 200) << r.body;

@@ -527,7 +527,10 @@ core::Result<std::shared_ptr<MembersHandle>> Arbiter::Members(const SliceLimits&
   handle->gid = limits.gid;
   handle->path = dir + "/members";
   GPUSLICE_ASSIGN_OR_RETURN(
-      handle->fd, shim::CreateMembersFile(handle->path, limits.job_id, limits.uid, limits.gid));
+      handle->fd,
+      shim::CreateMembersFile(handle->path, limits.job_id, limits.uid,
+                              limits.shared_gid != 0 ? limits.shared_gid : limits.gid,
+                              limits.shared_gid != 0 ? 0660 : 0600));
   handle->map = mmap(nullptr, bd::kMembersSize, PROT_READ, MAP_SHARED, handle->fd, 0);
   if (handle->map == MAP_FAILED) return ErrnoError(errno, "map " + handle->path);
   members_[limits.job_id] = handle;

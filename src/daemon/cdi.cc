@@ -47,6 +47,7 @@ nlohmann::json CdiSpec(const CdiSlice& slice) {
   }
   json edits = {{"env", slice.env}, {"mounts", mounts}};
   if (!nodes.empty()) edits["deviceNodes"] = nodes;
+  if (!slice.additional_gids.empty()) edits["additionalGids"] = slice.additional_gids;
   return {{"cdiVersion", kCdiVersion},
           {"kind", kCdiKind},
           {"devices", {{{"name", std::to_string(slice.job_id)}, {"containerEdits", edits}}}},

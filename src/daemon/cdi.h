@@ -38,6 +38,10 @@ struct CdiSlice {
   std::vector<std::string> device_nodes;  // Host paths, injected at the same path.
   std::vector<CdiMount> mounts;
   std::vector<std::string> env;  // "K=V".
+  // Supplementary groups of the container's processes: an external job's
+  // slice group (SliceLimits::shared_gid), so that whatever uid the
+  // container runs as reaches its region and members file.
+  std::vector<uint32_t> additional_gids;
   friend bool operator==(const CdiSlice&, const CdiSlice&) = default;
 };
 

@@ -1,6 +1,8 @@
 #include "daemon/config.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -89,6 +91,21 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
       return core::InvalidArgumentError("metrics_listen: expected HOST:PORT, got '" + v + "'");
     }
     c->metrics_listen = v;
+    return core::Status::Ok();
+  }
+  if (key == "external_gid_base") {
+    // Each external job's slice gets the group base + (id mod 2^20): a range
+    // no real group may use. 0: none (its files are root's alone).
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long base = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || (base != 0 && base < 65536) ||
+        base + (1ull << 20) >= 0xffffffffull) {
+      return core::InvalidArgumentError(
+          "external_gid_base: expected 0 or a group id from 65536 to " +
+          std::to_string(0xffffffffull - (1ull << 20) - 1) + ", got '" + v + "'");
+    }
+    c->external_gid_base = static_cast<uint32_t>(base);
     return core::Status::Ok();
   }
   if (key == "policy") {

@@ -38,6 +38,10 @@ struct DaemonConfig {
   // Where CDI specs of running jobs are written for container engines
   // (docs/CONTAINERS.md); "" writes none.
   std::string cdi_dir = "/var/run/cdi";
+  // External jobs' slices (docs/KUBERNETES.md): group base + (job id mod
+  // 2^20) owns each one's region and members file, and is given to its
+  // containers (CDI additionalGids). 0: none.
+  uint32_t external_gid_base = 2'000'000'000;
   // Container jobs (--image, docs/CONTAINERS.md): each engine's client and
   // the admin's extra words for its `run` (e.g. "--runtime runc").
   std::string podman = "/usr/bin/podman";

@@ -215,6 +215,7 @@ int main(int argc, char** argv) {
   options.shim_path = config.shim;
   options.sim_lib_dir = config.sim_lib_dir;
   options.cdi_dir = config.cdi_dir;
+  options.external_gid_base = config.external_gid_base;
   options.podman = config.podman;
   options.docker = config.docker;
   options.podman_args = config.podman_args;

@@ -95,6 +95,7 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
   shim::LimitsOptions page;
   page.name = name;
   page.job_id = limits.job_id;
+  page.shared_gid = limits.shared_gid;
   page.mode = root ? 0644 : 0444;
   for (const std::string& uuid : limits.uuids) page.devices.push_back(ControlsOf(limits, uuid));
   const std::string limits_path = dir + "/" + kLimitsName;
@@ -112,8 +113,14 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
   const std::string path = dir + "/" + kRegionName;
   auto region = shim::Region::Create(path, options);
   if (!region.ok()) return fail(region.status().WithContext("create slice region " + path));
-  if (root && chown(path.c_str(), limits.uid, limits.gid) != 0) {
+  if (root && chown(path.c_str(), limits.uid,
+                    limits.shared_gid != 0 ? limits.shared_gid : limits.gid) != 0) {
     return fail(ErrnoError(errno, "chown slice region " + path));
+  }
+  // A slice of its own group: writable by it (its container holds it as a
+  // supplementary group), by nobody else.
+  if (root && limits.shared_gid != 0 && chmod(path.c_str(), 0660) != 0) {
+    return fail(ErrnoError(errno, "chmod slice region " + path));
   }
   std::lock_guard<std::mutex> lock(mu_);
   pages_[limits_path] = std::move(*created);

@@ -44,6 +44,11 @@ struct SliceLimits {
   // Idle reclaim's "stop launching new work": while set, the shim holds the
   // slice's new kernel launches (memory stays allocated).
   bool launches_paused = false;
+  // The slice's own group (external jobs, whose processes run as a uid
+  // nobody knows in advance): the region and the members file are then
+  // root's, of this group, mode 0660, and the limits page names the group
+  // so the shim accepts them (limits_layout.h). 0: none.
+  uint32_t shared_gid = 0;
 };
 
 // One device of a slice: what the job's processes report, plus the limit

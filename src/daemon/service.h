@@ -116,6 +116,8 @@ struct ServiceOptions {
   // CDI specs of running jobs (cdi.h): where container engines read them.
   // "": none written.
   std::string cdi_dir;
+  // ServerConfig::external_gid_base; 0: external slices get no group.
+  uint32_t external_gid_base = 0;
   // Container jobs: the engines' clients and the admin's words for `run`.
   std::string podman = "/usr/bin/podman";
   std::string docker = "/usr/bin/docker";
@@ -320,7 +322,12 @@ class Service {
   // `gpuslice container-args` turns into an engine's plain flags.
   core::Result<CdiSlice> ContainerOf(const Caller& caller, uint64_t id) const;
   // Job `id`'s cgroup for a container's --cgroup-parent ("" without cgroups).
-  std::string CgroupParentOf(uint64_t id) const { return launcher_.CgroupParent(id); }
+  // "" for an external job: nothing of its own runs in a cgroup of ours.
+  std::string CgroupParentOf(uint64_t id) const {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && it->second.mode == core::JobMode::kExternal) return "";
+    return launcher_.CgroupParent(id);
+  }
   // `text` (an event's message about job `job_id`) without that job's
   // environment values, for anyone to read.
   std::string PublicText(uint64_t job_id, std::string text) const;
@@ -402,6 +409,9 @@ class Service {
   // O(1) and delays a start by at most one Flush period.
   void RequestSchedule();
   void StartJob(core::Job& job);
+  // An external job's slice group (SliceLimits::shared_gid), 0 for others.
+  static constexpr uint64_t kExternalGids = 1ull << 20;
+  uint32_t SharedGidOf(const core::Job& job) const;
   // A job of `caller` as submitted now (queued, nothing held).
   core::Job NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
                    core::JobMode mode) const;

@@ -78,6 +78,7 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
     const std::string members = limits_path.substr(0, limits_path.rfind('/')) + "/members";
     if (exists(members)) c.mounts.push_back({members, members, false});
   }
+  if (const uint32_t gid = SharedGidOf(job); gid != 0) c.additional_gids.push_back(gid);
   if (!options_.coord_dir.empty()) {
     c.mounts.push_back({options_.coord_dir, options_.coord_dir, false});
   }

@@ -104,6 +104,11 @@ Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
   return View(job);
 }
 
+uint32_t Service::SharedGidOf(const Job& job) const {
+  if (job.mode != core::JobMode::kExternal || options_.external_gid_base == 0) return 0;
+  return options_.external_gid_base + static_cast<uint32_t>(job.id % kExternalGids);
+}
+
 std::string LabelsText(const std::map<std::string, std::string>& labels) {
   std::vector<std::string> parts;
   for (const auto& [k, v] : labels) parts.push_back(k + "=" + v);

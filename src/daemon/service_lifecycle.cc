@@ -245,6 +245,7 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
   // A paused job stays paused through a resize or a priority change (the
   // page is rewritten whole); Resume and the idle reclaim set it explicitly.
   if (auto l = live_.find(job.id); l != live_.end()) limits.launches_paused = l->second.paused;
+  limits.shared_gid = SharedGidOf(job);
   TakeTurnsWithoutAShare(job, &limits);
   return limits;
 }

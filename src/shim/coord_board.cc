@@ -143,7 +143,7 @@ core::Result<void*> CreateOrOpenBoard(const std::string& path, std::string_view 
 }
 
 core::Result<int> CreateMembersFile(const std::string& path, uint64_t job_id, uid_t uid,
-                                    gid_t gid) {
+                                    gid_t gid, mode_t mode) {
   unlink(path.c_str());  // A stale one (ids are unique: no live job uses it).
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return Errno("cannot create", path);
@@ -157,7 +157,7 @@ core::Result<int> CreateMembersFile(const std::string& path, uint64_t job_id, ui
   h.created_unix_ns = UnixNs();
   h.magic.store(board::kMembersMagic, std::memory_order_relaxed);
   const bool ok = ftruncate(fd, off_t(board::kMembersSize)) == 0 &&
-                  pwrite(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h)) && fchmod(fd, 0600) == 0 &&
+                  pwrite(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h)) && fchmod(fd, mode) == 0 &&
                   (geteuid() != 0 || fchown(fd, uid, gid) == 0);
   if (!ok) {
     core::Status s = Errno("cannot prepare", path);

@@ -45,10 +45,11 @@ core::Status CheckDaemonWritten(const std::string& path, uid_t owner, mode_t mod
 core::Result<void*> CreateOrOpenBoard(const std::string& path, std::string_view uuid, mode_t mode);
 
 // Creates a slice's members file (O_EXCL; an old one at `path` is removed
-// first), owned by `uid`:`gid` when the caller is root, mode 0600. Returns
-// the open descriptor (the daemon keeps it; close it when done).
+// first), owned by `uid`:`gid` when the caller is root, with `mode` (0600;
+// 0660 for a slice of its own group). Returns the open descriptor (the
+// daemon keeps it; close it when done).
 core::Result<int> CreateMembersFile(const std::string& path, uint64_t job_id, uid_t uid,
-                                    gid_t gid);
+                                    gid_t gid, mode_t mode = 0600);
 
 // A board, mapped read-only (the shim's side).
 class BoardView {

@@ -63,7 +63,14 @@ struct LimitsHeader {
   // tell cheaply that something changed.
   std::atomic<uint64_t> generation;
   char slice_name[kNameBytes];  // NUL-terminated, informational.
-  uint8_t reserved[kLimitsHeaderSize - 136];
+  // The slice's own group (formerly reserved zero bytes; 0: none): set for
+  // slices whose processes run as a uid nobody knows in advance (a
+  // Kubernetes container). The region and members file then belong to this
+  // group with mode 0660, the container gets the group as a supplementary
+  // one (CDI additionalGids), and the shim accepts a region writable by this
+  // group and no other (docs/SLICE_REGION.md, docs/SECURITY.md).
+  uint32_t shared_gid;
+  uint8_t reserved[kLimitsHeaderSize - 140];
 };
 static_assert(offsetof(LimitsHeader, magic) == 0);
 static_assert(offsetof(LimitsHeader, version) == 8);
@@ -78,6 +85,7 @@ static_assert(offsetof(LimitsHeader, created_unix_ns) == 48);
 static_assert(offsetof(LimitsHeader, job_id) == 56);
 static_assert(offsetof(LimitsHeader, generation) == 64);
 static_assert(offsetof(LimitsHeader, slice_name) == 72);
+static_assert(offsetof(LimitsHeader, shared_gid) == 136);
 static_assert(sizeof(LimitsHeader) == kLimitsHeaderSize);
 
 // One device of the slice: its UUID (line 1, immutable) and the daemon's

@@ -131,6 +131,7 @@ Result<std::unique_ptr<LimitsPage>> LimitsPage::Create(const std::string& path,
   h.device_count = uint32_t(options.devices.size());
   h.created_unix_ns = UnixNanos();
   h.job_id = options.job_id;
+  h.shared_gid = options.shared_gid;
   std::memcpy(h.slice_name, options.name.data(), options.name.size());
   for (size_t i = 0; i < options.devices.size(); ++i) {
     LimitsEntry& e = const_cast<LimitsEntry&>(page->entry(uint32_t(i)));

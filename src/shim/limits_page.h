@@ -43,6 +43,7 @@ struct DeviceControls {
 struct LimitsOptions {
   std::string name;  // Informational, at most 63 bytes.
   uint64_t job_id = 0;
+  uint32_t shared_gid = 0;  // LimitsHeader::shared_gid; 0: none.
   std::vector<DeviceControls> devices;  // At most layout::kMaxDevices, distinct UUIDs.
   // The file's mode. Never group/other-writable. A daemon running as root
   // uses 0644; one that is not root uses 0444 (its jobs run as its own

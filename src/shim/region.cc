@@ -232,7 +232,7 @@ Result<std::unique_ptr<Region>> Region::Create(const std::string& path,
   return region;
 }
 
-Result<std::unique_ptr<Region>> Region::Open(const std::string& path) {
+Result<std::unique_ptr<Region>> Region::Open(const std::string& path, uint32_t shared_gid) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return PosixError("open region " + path, errno);
   struct stat st {};
@@ -246,11 +246,14 @@ Result<std::unique_ptr<Region>> Region::Open(const std::string& path) {
     return s;
   };
   if (!S_ISREG(st.st_mode)) return fail(core::InvalidArgumentError(path + " is not a file"));
-  if (st.st_uid != geteuid() && geteuid() != 0) {
+  // The slice's own group, as the daemon's page names it: writable by that
+  // group and nobody else.
+  const bool shared = shared_gid != 0 && st.st_gid == shared_gid && (st.st_mode & 0002) == 0;
+  if (st.st_uid != geteuid() && geteuid() != 0 && !shared) {
     return fail(core::PermissionDeniedError("region " + path + " belongs to uid " +
                                             std::to_string(st.st_uid) + ", not to us"));
   }
-  if ((st.st_mode & 0022) != 0) {
+  if ((st.st_mode & 0022) != 0 && !shared) {
     return fail(core::PermissionDeniedError("region " + path +
                                             " is writable by group or others; refusing it"));
   }

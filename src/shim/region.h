@@ -99,7 +99,11 @@ class Region {
                                                       const RegionOptions& options);
   // Opens an existing region; checks ownership (the caller's uid or root),
   // permissions (not group/world-writable), size, magic and version.
-  static core::Result<std::unique_ptr<Region>> Open(const std::string& path);
+  // `shared_gid` (from the daemon's limits page, never from the region): a
+  // region of that group, writable by it and not by others, is accepted
+  // whoever owns it (a slice whose processes' uid is not known in advance).
+  static core::Result<std::unique_ptr<Region>> Open(const std::string& path,
+                                                    uint32_t shared_gid = 0);
   // Open, or Create when missing; when two processes race, one creates and
   // the other opens the winner's file.
   static core::Result<std::unique_ptr<Region>> OpenOrCreate(const std::string& path,

@@ -130,7 +130,12 @@ int Initialize() {
     if (config.slice_path.empty()) return kPhasePassThrough;
     // An existing region always wins: whatever GPUSLICE_MEMORY_LIMIT says
     // (even a bad value) cannot lift a slice the daemon or an ancestor made.
-    core::Result<std::unique_ptr<Region>> region = Region::Open(config.slice_path);
+    // A daemon slice's page first: it says whether the slice's region
+    // belongs to a group of its own (LimitsHeader::shared_gid).
+    core::Result<std::unique_ptr<LimitsPage>> page = core::NotFoundError("no limits page");
+    if (!config.limits_path.empty()) page = LimitsPage::OpenReadOnly(config.limits_path);
+    const uint32_t shared_gid = page.ok() ? (*page)->header().shared_gid : 0;
+    core::Result<std::unique_ptr<Region>> region = Region::Open(config.slice_path, shared_gid);
     if (!region.ok() && region.status().code() == core::StatusCode::kNotFound) {
       // No region yet: a standalone slice (a valid limit) creates it.
       if (!config.Standalone()) {
@@ -168,7 +173,6 @@ int Initialize() {
       // A daemon slice: every limit, share and pause comes from the daemon's
       // read-only limits page, never from the region (the job's own file).
       // A page we cannot use means no memory, not no limit.
-      core::Result<std::unique_ptr<LimitsPage>> page = LimitsPage::OpenReadOnly(config.limits_path);
       if (!page.ok()) {
         GPUSLICE_LOG(kError, "%s: %s; this process gets no GPU memory", kEnvLimits,
                      page.status().message().c_str());
