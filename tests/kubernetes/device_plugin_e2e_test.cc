@@ -255,6 +255,24 @@ TEST_F(DevicePluginE2e, MemoryAndShareOfAPodBecomeOneSliceReleasedWhenThePodGoes
   EXPECT_EQ(j["allocation"]["gpu_uuids"], json::array({uuids_[1]}));
   EXPECT_EQ(j["labels"]["gpuslice.dev/device-plugin"], "node-e2e");
 
+  // The share's preferred GPU is the memory's, just allocated and not yet
+  // tied to a container, even when GPU 2 is offered first.
+  {
+    auto stub = kubelet_->Dial(kShare);
+    ASSERT_NE(stub, nullptr);
+    v1beta1::PreferredAllocationRequest req;
+    auto* c = req.add_container_requests();
+    for (int g : {2, 1}) {
+      for (const std::string& id : ShareIds(g, 0, 100)) c->add_available_deviceids(id);
+    }
+    c->set_allocation_size(30);
+    grpc::ClientContext ctx;
+    v1beta1::PreferredAllocationResponse resp;
+    ASSERT_TRUE(stub->GetPreferredAllocation(&ctx, req, &resp).ok());
+    std::vector<std::string> got(resp.container_responses(0).deviceids().begin(),
+                                 resp.container_responses(0).deviceids().end());
+    EXPECT_EQ(got, ShareIds(1, 0, 30));
+  }
   v1beta1::AllocateResponse share;
   s = Allocate(kShare, ShareIds(1, 0, 30), &share);
   ASSERT_TRUE(s.ok()) << s.error_message();

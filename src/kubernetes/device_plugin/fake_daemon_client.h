@@ -18,10 +18,18 @@ class FakeDaemonClient final : public DaemonClient {
   std::vector<std::string> calls;      // "create 1", "cancel 1", "resize 1 300", ...
   core::Status refuse_create;          // Returned by CreateJob when set.
   core::Status refuse_container;       // Returned by Container when set.
+  core::Status refuse_resize;          // Returned by ResizeCompute when set.
+  core::Status refuse_jobs;            // Returned by Jobs (and Gpus) when set.
   uint64_t next_id = 1;
 
-  core::Result<Inventory> Gpus() override { return inventory; }
-  core::Result<std::vector<JobInfo>> Jobs() override { return jobs; }
+  core::Result<Inventory> Gpus() override {
+    if (!refuse_jobs.ok()) return refuse_jobs;
+    return inventory;
+  }
+  core::Result<std::vector<JobInfo>> Jobs() override {
+    if (!refuse_jobs.ok()) return refuse_jobs;
+    return jobs;
+  }
 
   core::Result<JobInfo> CreateJob(const ExternalJobSpec& spec) override {
     if (!refuse_create.ok()) return refuse_create;
@@ -58,6 +66,7 @@ class FakeDaemonClient final : public DaemonClient {
   }
 
   core::Status ResizeCompute(uint64_t job, uint32_t milli) override {
+    if (!refuse_resize.ok()) return refuse_resize;
     JobInfo* j = Find(job);
     if (j == nullptr) return core::NotFoundError("no job " + std::to_string(job));
     j->compute_milli = milli;

@@ -14,11 +14,15 @@ namespace {
 constexpr auto kTick = std::chrono::milliseconds(250);
 constexpr auto kRegisterTimeout = std::chrono::milliseconds(2000);
 
-// The inode of `path` if it is a socket, else 0.
-ino_t SocketInode(const std::string& path) {
+// Which file `path` is if it is a socket, else 0: its inode and change
+// time together, since a new file may get the inode number of a deleted one.
+uint64_t SocketIdentity(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
-  return st.st_ino;
+  uint64_t id = static_cast<uint64_t>(st.st_ino) * 1000003u;
+  id ^= static_cast<uint64_t>(st.st_ctim.tv_sec) * 1000000000u +
+        static_cast<uint64_t>(st.st_ctim.tv_nsec);
+  return id == 0 ? 1 : id;
 }
 
 std::string Join(const std::string& dir, const std::string& name) {
@@ -97,14 +101,14 @@ void Plugin::SyncServers() {
       ++it;
     }
   }
-  const ino_t kubelet = SocketInode(KubeletSocket());
+  const uint64_t kubelet = SocketIdentity(KubeletSocket());
   for (const Resource& r : want) {
     Served& s = served_[r];
     // Our socket gone (the kubelet wiped the folder when it restarted) or
     // never made: serve on a new one, then register.
-    if (s.server == nullptr || SocketInode(s.server->socket_path()) == 0) Serve(r, &s);
+    if (s.server == nullptr || SocketIdentity(s.server->socket_path()) == 0) Serve(r, &s);
     if (s.server == nullptr || kubelet == 0) continue;
-    if (s.registered && s.kubelet_inode == kubelet) continue;
+    if (s.registered && s.kubelet_identity == kubelet) continue;
     if (s.registered) LogInfo("kubelet.sock is new (the kubelet restarted): registering again");
     core::Status st = RegisterWithKubelet(KubeletSocket(), r, SocketName(r), kRegisterTimeout);
     if (!st.ok()) {
@@ -113,7 +117,7 @@ void Plugin::SyncServers() {
       continue;
     }
     s.registered = true;
-    s.kubelet_inode = kubelet;
+    s.kubelet_identity = kubelet;
     LogInfo(r.Name() + ": registered with the kubelet");
   }
 }

@@ -7,8 +7,8 @@
 // Kubelet restarts: the kubelet deletes every socket in its device plugin
 // folder and makes a new kubelet.sock. Each tick (250 ms) the plugin checks
 // that its sockets still exist (else it serves again on a new one) and
-// whether kubelet.sock is a new file (another inode) since it registered
-// (else it registers again): both together are a restart.
+// whether kubelet.sock is a new file (another inode or change time) since it
+// registered (else it registers again): both together are a restart.
 //
 // Start-up: nothing is served until the daemon answered and the plugin's
 // jobs were recovered from it, so a restarted plugin never hands out a
@@ -19,7 +19,6 @@
 #include <set>
 #include <memory>
 #include <string>
-#include <sys/types.h>
 
 #include "core/status.h"
 #include "kubernetes/device_plugin/allocator.h"
@@ -55,7 +54,7 @@ class Plugin {
   struct Served {
     std::unique_ptr<ResourceServer> server;
     bool registered = false;
-    ino_t kubelet_inode = 0;  // kubelet.sock's when registered.
+    uint64_t kubelet_identity = 0;  // kubelet.sock's (plugin.cc) when registered.
   };
 
   void Poll();
