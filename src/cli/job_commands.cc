@@ -10,6 +10,7 @@
 #include "cli/job_select.h"
 #include "cli/ps_view.h"
 #include "cli/table.h"
+#include "core/strings.h"
 #include "core/units.h"
 
 namespace gpuslice::cli {
@@ -45,8 +46,8 @@ int Cancel(Context& ctx) {
     filter.states = *s;
   }
   if (g_cancel.ids.empty() && !filter.user && filter.states.empty()) {
-    return UsageError(ctx, core::InvalidArgumentError(
-                               "cancel: give job ids, --user [NAME] or --state STATE"));
+    return UsageError(
+        ctx, core::InvalidArgumentError("cancel: give job ids, --user [NAME] or --state STATE"));
   }
   std::vector<uint64_t> ids = g_cancel.ids;
   if (filter.user || !filter.states.empty()) {
@@ -81,10 +82,11 @@ int Cancel(Context& ctx) {
                 << "\n";
     }
   }
-  if (ctx.json) std::cout << (done.size() == 1 && !filter.user && filter.states.empty()
-                                  ? done[0].dump(2)
-                                  : json{{"jobs", done}}.dump(2))
-                          << "\n";
+  if (ctx.json)
+    std::cout << (done.size() == 1 && !filter.user && filter.states.empty()
+                      ? done[0].dump(2)
+                      : json{{"jobs", done}}.dump(2))
+              << "\n";
   return rc;
 }
 
@@ -147,7 +149,16 @@ int Show(Context& ctx) {
   if (j.contains("image")) {
     add("image", j.value("image", "") + " (" + j.value("engine", "") + ")");
   }
-  add("command", Joined(j.value("argv", json::array()), " "));
+  add("command", j.value("mode", "") == "external"
+                     ? std::string("(none: external, its processes are started elsewhere)")
+                     : Joined(j.value("argv", json::array()), " "));
+  if (j.contains("labels") && j["labels"].is_object() && !j["labels"].empty()) {
+    std::vector<std::string> labels;
+    for (const auto& [k, v] : j["labels"].items()) {
+      labels.push_back(k + "=" + (v.is_string() ? v.get<std::string>() : v.dump()));
+    }
+    add("labels", core::Join(labels, ", "));
+  }
   add("directory", j.value("cwd", ""));
   add("submitted", LocalTime(j.value("submitted_ms", int64_t{0})) + " (" +
                        FormatAge(now - j.value("submitted_ms", now)) + " ago)");
@@ -190,8 +201,8 @@ int Show(Context& ctx) {
   if (events.ok() && !(*events)["events"].empty()) {
     Table ev({"AT", "KIND", "MESSAGE"});
     for (const json& e : (*events)["events"]) {
-      ev.Add({LocalTime(e.value("at_ms", int64_t{0})), e.value("kind", ""),
-              e.value("message", "")});
+      ev.Add(
+          {LocalTime(e.value("at_ms", int64_t{0})), e.value("kind", ""), e.value("message", "")});
     }
     std::cout << "\nEvents:\n" << ev.Render();
   }

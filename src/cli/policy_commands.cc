@@ -23,7 +23,7 @@ struct QuotaOptions {
 } g_quota;
 
 struct ResizeOptions {
-  std::optional<std::string> mem, compute, gpus;
+  std::optional<std::string> mem, compute, gpus, priority;
   bool force = false;
 } g_resize;
 
@@ -139,6 +139,8 @@ void SetupResize(CLI::App* sub, Context* ctx) {
   sub->add_option("--compute", g_resize.compute, "New compute share, e.g. 50%");
   sub->add_option("--gpus", g_resize.gpus,
                   "An elastic job (--gpus MIN-MAX): run on this many GPUs, within its range");
+  sub->add_option("--priority", g_resize.priority,
+                  "New priority: low, normal or high (its turns on the GPU follow at once)");
   sub->add_flag("--force", g_resize.force,
                 "Apply a memory limit below what the job uses now (its new allocations fail "
                 "until its use falls under it)");
@@ -155,7 +157,13 @@ int Resize(Context& ctx) {
       return UsageError(ctx, m.status().WithContext("--compute"));
     }
   }
+  if (g_resize.priority) {
+    if (auto p = core::ParsePriority(*g_resize.priority); !p.ok()) {
+      return UsageError(ctx, p.status().WithContext("--priority"));
+    }
+  }
   json body = json::object();
+  if (g_resize.priority) body["priority"] = *g_resize.priority;
   if (g_resize.mem) body["mem"] = *g_resize.mem;
   if (g_resize.compute) body["compute"] = *g_resize.compute;
   if (g_resize.gpus) body["gpus"] = *g_resize.gpus;
@@ -165,7 +173,8 @@ int Resize(Context& ctx) {
   if (ctx.json) {
     std::cout << r->dump(2) << "\n";
   } else {
-    std::cout << "job " << ctx.job_id << ": " << (*r)["request"].value("describe", "?") << "\n";
+    std::cout << "job " << ctx.job_id << ": " << (*r)["request"].value("describe", "?") << ", "
+              << (*r)["request"].value("priority", "?") << " priority\n";
   }
   return 0;
 }
@@ -190,8 +199,8 @@ int Resume(Context& ctx) {
 std::vector<Command> PolicyCommands() {
   return {
       {"quota", "Quotas per user and group: set, ls, rm", SetupQuota, Quota},
-      {"resize", "Change a running job's memory limit and compute share at once", SetupResize,
-       Resize},
+      {"resize", "Change a running job's memory limit, compute share or priority at once",
+       SetupResize, Resize},
       {"resume", "Let a job paused by idle reclaim launch GPU work again", SetupResume, Resume},
   };
 }

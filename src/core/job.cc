@@ -15,10 +15,11 @@ constexpr std::array<std::pair<JobState, std::string_view>, 6> kStateNames = {{
     {JobState::kFailed, "failed"},
 }};
 
-constexpr std::array<std::pair<JobMode, std::string_view>, 3> kModeNames = {{
+constexpr std::array<std::pair<JobMode, std::string_view>, 4> kModeNames = {{
     {JobMode::kRun, "run"},
     {JobMode::kSubmit, "submit"},
     {JobMode::kShell, "shell"},
+    {JobMode::kExternal, "external"},
 }};
 
 // The edges of the state diagram in job.h.
@@ -74,7 +75,41 @@ Result<JobMode> ParseJobMode(std::string_view name) {
     if (n == name) return m;
   }
   return InvalidArgumentError("unknown job mode '" + std::string(name) +
-                              "' (expected run, submit or shell)");
+                              "' (expected run, submit, shell or external)");
+}
+
+Status ValidateLabels(const std::map<std::string, std::string>& labels) {
+  if (labels.size() > kMaxLabels) {
+    return InvalidArgumentError("labels: at most " + std::to_string(kMaxLabels) + ", got " +
+                                std::to_string(labels.size()));
+  }
+  for (const auto& [key, value] : labels) {
+    if (key.empty() || key.size() > kMaxLabelKey) {
+      return InvalidArgumentError("labels: a key must be 1 to " + std::to_string(kMaxLabelKey) +
+                                  " characters, got '" + key.substr(0, 80) + "'");
+    }
+    for (char c : key) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '.' || c == '-' || c == '/';
+      if (!ok) {
+        return InvalidArgumentError("labels: key '" + key +
+                                    "' may hold only letters, digits, '_', '.', '-' and '/'");
+      }
+    }
+    if (value.size() > kMaxLabelValue) {
+      return InvalidArgumentError("labels: the value of '" + key + "' is longer than " +
+                                  std::to_string(kMaxLabelValue) + " characters");
+    }
+    for (char c : value) {
+      // Printable ASCII only: labels end up in Prometheus series, tables and
+      // JSON, where a control character or a quote would break or forge them.
+      if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') {
+        return InvalidArgumentError("labels: the value of '" + key +
+                                    "' must be printable ASCII without quotes or backslashes");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 std::optional<int64_t> Job::DeadlineMs() const {
@@ -127,8 +162,8 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
   }
   if (f.gpus) {
     r.kind = RequestKind::kWholeGpus;
-    GPUSLICE_RETURN_IF_ERROR(ParseGpuCount(*f.gpus, &r.gpus_min, &r.gpus_max)
-                                 .WithContext("--gpus"));
+    GPUSLICE_RETURN_IF_ERROR(
+        ParseGpuCount(*f.gpus, &r.gpus_min, &r.gpus_max).WithContext("--gpus"));
   } else if (f.mem) {
     r.kind = RequestKind::kFraction;
     auto mem = ParseMemorySize(*f.mem);
@@ -161,8 +196,9 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
     auto mem = ParseBytes(*f.host_mem);
     if (!mem.ok()) return mem.status().WithContext("--host-mem");
     if (*mem < kMinHostMemoryBytes) {
-      return InvalidArgumentError("--host-mem: must be at least 4 MiB (a process needs some "
-                                  "memory to start)");
+      return InvalidArgumentError(
+          "--host-mem: must be at least 4 MiB (a process needs some "
+          "memory to start)");
     }
     r.host_memory_bytes = *mem;
   }

@@ -6,6 +6,7 @@
 // ResourceRequest). No I/O here: the ledger stores it, the daemon acts on it.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,7 +42,11 @@ bool CanTransition(JobState from, JobState to);
 //            the command (`gpuslice run -i`) in the slice once the allocation
 //            is granted and tells the daemon its pid: a terminal cannot be
 //            handed across the socket cleanly.
-enum class JobMode { kRun, kSubmit, kShell };
+//   kExternal: the daemon launches nothing: it holds a slice for processes
+//            someone else starts (a Kubernetes container through the device
+//            plugin, a Slurm step) and ends when that someone releases it
+//            (docs/KUBERNETES.md). Never queued: placed at once or refused.
+enum class JobMode { kRun, kSubmit, kShell, kExternal };
 std::string_view JobModeName(JobMode mode);
 Result<JobMode> ParseJobMode(std::string_view name);
 
@@ -108,21 +113,33 @@ struct Job {
   // engine ("podman" or "docker") that runs it; image "" = a host job.
   std::string image;
   std::string engine;
+  // Free-form key -> value pairs the submitter attaches (ValidateLabels):
+  // the device plugin's `namespace`, `pod`, `container`, which the metrics
+  // carry as labels of the job's series.
+  std::map<std::string, std::string> labels;
 
   bool IsLive() const { return !IsTerminal(state); }
   // When it must end, if it has a maximum run time and has started.
   std::optional<int64_t> DeadlineMs() const;
 };
 
+// Labels (Job::labels): at most kMaxLabels; keys of 1-63 letters, digits,
+// '_', '.', '-', '/'; values of at most 253 printable ASCII characters
+// without '"' or a backslash. Errors name the key.
+inline constexpr size_t kMaxLabels = 32;
+inline constexpr size_t kMaxLabelKey = 63;
+inline constexpr size_t kMaxLabelValue = 253;
+Status ValidateLabels(const std::map<std::string, std::string>& labels);
+
 // The request fields as a user types them (CLI flags or JSON strings). Exactly
 // one of gpus / mem / mig chooses the kind; `compute` goes with `mem`.
 struct RequestFields {
-  std::optional<std::string> gpus;         // "2", "1-4"
-  std::optional<std::string> mem;          // "8GiB"
-  std::optional<std::string> compute;      // "30%"
-  std::optional<std::string> compute_mode; // hard | work-conserving (with compute)
-  std::optional<std::string> mig;          // "1g.10gb"
-  std::optional<std::string> priority;     // low|normal|high
+  std::optional<std::string> gpus;          // "2", "1-4"
+  std::optional<std::string> mem;           // "8GiB"
+  std::optional<std::string> compute;       // "30%"
+  std::optional<std::string> compute_mode;  // hard | work-conserving (with compute)
+  std::optional<std::string> mig;           // "1g.10gb"
+  std::optional<std::string> priority;      // low|normal|high
   std::optional<std::string> name;
   std::optional<std::string> max_runtime;  // "2h"
   std::optional<std::string> pool;         // "inference"; unset: the default pool

@@ -6,8 +6,8 @@ namespace gpuslice::core {
 namespace {
 
 TEST(JobState, NamesRoundTrip) {
-  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kExited,
-                     JobState::kCancelled, JobState::kTimedOut, JobState::kFailed}) {
+  for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kExited, JobState::kCancelled,
+                     JobState::kTimedOut, JobState::kFailed}) {
     auto parsed = ParseJobState(JobStateName(s));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, s);
@@ -159,6 +159,43 @@ TEST(BuildRequest, ComputeModeGoesWithAComputeShare) {
   whole.gpus = "1";
   whole.compute_mode = "hard";
   EXPECT_FALSE(BuildRequest(whole).ok());
+}
+
+}  // namespace
+}  // namespace gpuslice::core
+
+namespace gpuslice::core {
+namespace {
+
+TEST(JobMode, ExternalRoundTrips) {
+  auto m = ParseJobMode("external");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(*m, JobMode::kExternal);
+  EXPECT_EQ(JobModeName(JobMode::kExternal), "external");
+  EXPECT_NE(ParseJobMode("pod").status().message().find("external"), std::string::npos);
+}
+
+TEST(Labels, KubernetesNamesAreAccepted) {
+  EXPECT_TRUE(ValidateLabels({{"namespace", "ml-team"},
+                              {"pod", "infer-7d9f-abc"},
+                              {"container", "server"},
+                              {"gpuslice.dev/device-plugin", "node-1"}})
+                  .ok());
+  EXPECT_TRUE(ValidateLabels({{"empty", ""}}).ok());
+}
+
+TEST(Labels, BadKeysAndValuesAreNamed) {
+  Status s = ValidateLabels({{"bad key", "x"}});
+  EXPECT_NE(s.message().find("bad key"), std::string::npos) << s.message();
+  EXPECT_FALSE(ValidateLabels({{"", "x"}}).ok());
+  EXPECT_FALSE(ValidateLabels({{std::string(64, 'k'), "x"}}).ok());
+  s = ValidateLabels({{"pod", "a\"b"}});
+  EXPECT_NE(s.message().find("'pod'"), std::string::npos) << s.message();
+  EXPECT_FALSE(ValidateLabels({{"pod", "line\nbreak"}}).ok());
+  EXPECT_FALSE(ValidateLabels({{"pod", std::string(254, 'v')}}).ok());
+  std::map<std::string, std::string> many;
+  for (int i = 0; i < 33; ++i) many["k" + std::to_string(i)] = "v";
+  EXPECT_NE(ValidateLabels(many).message().find("at most 32"), std::string::npos);
 }
 
 }  // namespace

@@ -98,19 +98,32 @@ ApiResponse OutOfScope(const ApiRequest& request) {
 
 int HttpStatusOf(core::StatusCode code) {
   switch (code) {
-    case core::StatusCode::kOk: return 200;
-    case core::StatusCode::kInvalidArgument: return 400;
-    case core::StatusCode::kOutOfRange: return 400;
-    case core::StatusCode::kPermissionDenied: return 403;
-    case core::StatusCode::kNotFound: return 404;
-    case core::StatusCode::kAlreadyExists: return 409;
-    case core::StatusCode::kFailedPrecondition: return 409;
-    case core::StatusCode::kAborted: return 409;
-    case core::StatusCode::kResourceExhausted: return 429;
-    case core::StatusCode::kUnimplemented: return 501;
-    case core::StatusCode::kUnavailable: return 503;
-    case core::StatusCode::kDeadlineExceeded: return 504;
-    case core::StatusCode::kInternal: return 500;
+    case core::StatusCode::kOk:
+      return 200;
+    case core::StatusCode::kInvalidArgument:
+      return 400;
+    case core::StatusCode::kOutOfRange:
+      return 400;
+    case core::StatusCode::kPermissionDenied:
+      return 403;
+    case core::StatusCode::kNotFound:
+      return 404;
+    case core::StatusCode::kAlreadyExists:
+      return 409;
+    case core::StatusCode::kFailedPrecondition:
+      return 409;
+    case core::StatusCode::kAborted:
+      return 409;
+    case core::StatusCode::kResourceExhausted:
+      return 429;
+    case core::StatusCode::kUnimplemented:
+      return 501;
+    case core::StatusCode::kUnavailable:
+      return 503;
+    case core::StatusCode::kDeadlineExceeded:
+      return 504;
+    case core::StatusCode::kInternal:
+      return 500;
   }
   return 500;
 }
@@ -151,6 +164,7 @@ const Api::Route Api::kRoutes[] = {
     {"GET", "/v1/events", RouteScope::kRead, &Api::ListEvents},
     {"POST", "/v1/jobs/{id}/resize", RouteScope::kWrite, &Api::ResizeJob},
     {"POST", "/v1/jobs/{id}/resume", RouteScope::kWrite, &Api::ResumeJob},
+    {"POST", "/v1/jobs/{id}/labels", RouteScope::kWrite, &Api::LabelJob},
     {"GET", "/v1/jobs/{id}/container", RouteScope::kRead, &Api::JobContainer},
     {"GET", "/v1/quotas", RouteScope::kRead, &Api::ListQuotas},
     {"POST", "/v1/quotas", RouteScope::kWrite, &Api::SetQuota},
@@ -201,8 +215,8 @@ ApiResponse Api::Handle(const ApiRequest& request) {
     return r.handler(with);
   }
   if (path_known) {
-    ApiResponse r = Error(core::InvalidArgumentError("method " + request.method +
-                                                     " not allowed on " + request.path));
+    ApiResponse r = Error(
+        core::InvalidArgumentError("method " + request.method + " not allowed on " + request.path));
     r.status = 405;
     return r;
   }
@@ -244,6 +258,9 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
           const MigUsage* mu = MigUsageOf(u, m["gpu_instance_id"].get<uint32_t>());
           if (mu != nullptr && mu->known()) m["utilization_pct"] = mu->utilization_pct;
         }
+        const std::string unhealthy = UnhealthyReason(u);
+        gj["healthy"] = unhealthy.empty();
+        if (!unhealthy.empty()) gj["health_reason"] = unhealthy;
         if (u.temperature_c >= 0) gj["temperature_c"] = u.temperature_c;
         if (u.power_mw > 0) gj["power_w"] = u.power_mw / 1000.0;
         json procs = json::array();
@@ -476,12 +493,31 @@ ApiResponse Api::RemoveQuota(const ApiRequest& req) {
   who.name = req.params.at("name");
   if (auto s = ValidatePrincipalName(who.name); !s.ok()) return Error(s);
   if (auto s = service_.RemoveQuota(req.caller, who); !s.ok()) return Error(s);
-  return Json(200, {{"scope", core::PrincipalKindName(who.kind)}, {"name", who.name}, {"removed", true}});
+  return Json(
+      200, {{"scope", core::PrincipalKindName(who.kind)}, {"name", who.name}, {"removed", true}});
 }
 
 ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
   if (auto s = service_.Resume(req.caller, id); !s.ok()) return Error(s);
   auto v = service_.Get(id);
+  if (!v.ok()) return Error(v.status());
+  return Json(200, JobToJson(*v));
+}
+
+ApiResponse Api::LabelJob(const ApiRequest& req, uint64_t id) {
+  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Error(core::InvalidArgumentError("body must be a JSON object {\"labels\": {...}}"));
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != "labels") {
+      return Error(core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'"));
+    }
+  }
+  if (!j.contains("labels")) return Error(core::InvalidArgumentError("labels: missing"));
+  auto labels = ParseLabels(j.at("labels"));
+  if (!labels.ok()) return Error(labels.status());
+  auto v = service_.SetLabels(req.caller, id, std::move(*labels));
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }

@@ -78,6 +78,20 @@ core::Status OptionalSize(const json& j, const char* field, std::optional<std::s
 
 }  // namespace
 
+core::Result<std::map<std::string, std::string>> ParseLabels(const json& v) {
+  if (!v.is_object()) return core::InvalidArgumentError("labels: must be an object of strings");
+  std::map<std::string, std::string> labels;
+  for (const auto& [key, value] : v.items()) {
+    if (!value.is_string()) {
+      return core::InvalidArgumentError("labels: the value of '" + key.substr(0, 64) +
+                                        "' must be a string");
+    }
+    labels[key] = value.get<std::string>();
+  }
+  GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(labels));
+  return labels;
+}
+
 core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
@@ -85,8 +99,8 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   static const char* const kKnown[] = {
       "gpus",        "mem",          "compute", "mig",      "priority", "name",
       "max_runtime", "mode",         "argv",    "cwd",      "env",      "pool",
-      "restartable", "compute_mode", "cpus",    "host_mem", "after",
-      "image",       "engine"};
+      "restartable", "compute_mode", "cpus",    "host_mem", "after",    "image",
+      "engine",      "labels",       "paused",  "gpu_uuids"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -125,8 +139,22 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   if (j.contains("argv")) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.argv, GetStrings(j, "argv", kMaxArgs));
   }
-  if (!j.contains("cwd")) return core::InvalidArgumentError("cwd: missing");
-  GPUSLICE_ASSIGN_OR_RETURN(spec.cwd, GetString(j, "cwd"));
+  if (j.contains("labels")) {
+    GPUSLICE_ASSIGN_OR_RETURN(spec.labels, ParseLabels(j.at("labels")));
+  }
+  if (j.contains("paused")) {
+    if (!j["paused"].is_boolean())
+      return core::InvalidArgumentError("paused: must be true or false");
+    spec.paused = j["paused"].get<bool>();
+  }
+  if (j.contains("gpu_uuids")) {
+    GPUSLICE_ASSIGN_OR_RETURN(spec.gpu_uuids, GetStrings(j, "gpu_uuids", kMaxGpuUuids));
+  }
+  // An external job runs nothing, so it has no working directory.
+  if (j.contains("cwd") || spec.mode != core::JobMode::kExternal) {
+    if (!j.contains("cwd")) return core::InvalidArgumentError("cwd: missing");
+    GPUSLICE_ASSIGN_OR_RETURN(spec.cwd, GetString(j, "cwd"));
+  }
   if (j.contains("env")) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.env, GetStrings(j, "env", kMaxEnv));
   }
@@ -193,6 +221,7 @@ json JobToJson(const JobView& v) {
                          {"compute_milli", j.allocation.compute_milli}};
   }
   if (!j.region_path.empty()) out["slice"] = j.region_path;
+  out["labels"] = j.labels;
   if (!j.image.empty()) {
     out["image"] = j.image;
     out["engine"] = j.engine;
@@ -327,7 +356,7 @@ core::Result<ResizeSpec> ParseResizeBody(std::string_view body) {
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   for (const auto& [key, value] : j.items()) {
-    if (key != "mem" && key != "compute" && key != "gpus" && key != "force") {
+    if (key != "mem" && key != "compute" && key != "gpus" && key != "force" && key != "priority") {
       return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
     }
   }
@@ -335,6 +364,7 @@ core::Result<ResizeSpec> ParseResizeBody(std::string_view body) {
   GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &spec.mem));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &spec.compute));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpus", true, &spec.gpus));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "priority", false, &spec.priority));
   if (j.contains("force")) {
     if (!j["force"].is_boolean()) return core::InvalidArgumentError("force: must be true or false");
     spec.force = j["force"].get<bool>();

@@ -6,7 +6,6 @@
 // A fuzz target (fuzz/api_json_fuzz.cc) feeds it arbitrary bytes.
 
 #include <nlohmann/json.hpp>
-
 #include <string_view>
 
 #include "core/status.h"
@@ -19,17 +18,20 @@ namespace gpuslice::daemon {
 inline constexpr size_t kMaxArgs = 4096;
 inline constexpr size_t kMaxEnv = 4096;
 inline constexpr size_t kMaxStringBytes = 128 * 1024;
+inline constexpr size_t kMaxGpuUuids = 256;
 
 // POST /v1/jobs body -> SubmitSpec. The resource fields are strings as a user
 // types them ("8GiB", "30%"); byte counts may also be given as integers.
 core::Result<SubmitSpec> ParseSubmitBody(std::string_view body);
+// {"key": "value", ...} -> labels, validated (core::ValidateLabels).
+core::Result<std::map<std::string, std::string>> ParseLabels(const nlohmann::json& v);
 
 // A small object body such as {"pid": 123}: the named non-negative integer.
 core::Result<int64_t> ParseIntField(std::string_view body, const char* field, int64_t max);
 
 // Policies. POST /v1/quotas: {"scope": "user"|"group", "name", "mem", "gpus",
 // "compute", "jobs"} (limits as a user types them). POST /v1/jobs/{id}/resize:
-// {"mem", "compute", "force"}.
+// {"mem", "compute", "gpus", "priority", "force"}.
 core::Result<std::pair<core::Principal, core::QuotaFields>> ParseQuotaBody(std::string_view body);
 core::Result<ResizeSpec> ParseResizeBody(std::string_view body);
 // A user or group name as quotas take it: 1-64 printable characters, no

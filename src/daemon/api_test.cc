@@ -54,7 +54,8 @@ TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
       {R"({"cwd": "/", "after": -3})", "after: must not be negative"},
   };
   // Issue 13: an over-long entry says what the limit is.
-  auto long_env = ParseSubmitBody(R"({"cwd": "/", "env": ["X=)" + std::string(200000, 'x') + "\"]}");
+  auto long_env =
+      ParseSubmitBody(R"({"cwd": "/", "env": ["X=)" + std::string(200000, 'x') + "\"]}");
   ASSERT_FALSE(long_env.ok());
   EXPECT_NE(long_env.status().message().find("env[0]: longer than 131072 bytes"), std::string::npos)
       << long_env.status().message();
@@ -153,6 +154,66 @@ TEST_F(ApiTest, SubmitListGetCancel) {
   EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["code"], "permission_denied");
   r = Call("POST", "/v1/jobs/1/cancel");
   EXPECT_EQ(r.status, 200);
+}
+
+// Issue 16: external jobs, labels and health through the API, as the
+// Kubernetes device plugin uses them.
+TEST_F(ApiTest, AnExternalJobIsHeldPausedLabelledAndReleased) {
+  ApiResponse r = Call("POST", "/v1/jobs",
+                       R"({"mode": "external", "mem": "8GiB", "gpu_uuids": ["GPU-0"],)"
+                       R"( "paused": true, "labels": {"gpuslice.dev/device-plugin": "n1"}})",
+                       0);
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto job = nlohmann::json::parse(r.body);
+  EXPECT_EQ(job["mode"], "external");
+  EXPECT_EQ(job["state"], "running");
+  EXPECT_EQ(job["labels"]["gpuslice.dev/device-plugin"], "n1");
+  EXPECT_NE(std::find(job["flags"].begin(), job["flags"].end(), "paused"), job["flags"].end());
+  const std::string id = std::to_string(job["id"].get<int>());
+  r = Call("POST", "/v1/jobs/" + id + "/labels",
+           R"({"labels": {"namespace": "ml", "pod": "p", "container": "c"}})", 0);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["labels"]["pod"], "p");
+  EXPECT_EQ(Call("POST", "/v1/jobs/" + id + "/labels", R"({"labels": {"pod": 1}})", 0).status, 400);
+  EXPECT_EQ(Call("POST", "/v1/jobs/" + id + "/labels", R"({"tags": {}})", 0).status, 400);
+  EXPECT_EQ(Call("POST", "/v1/jobs/" + id + "/labels", R"({"labels": {}})", 1000).status, 403);
+  r = Call("POST", "/v1/jobs/" + id + "/resize", R"({"compute": "30%", "priority": "high"})", 0);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(nlohmann::json::parse(r.body)["request"]["priority"], "high");
+  EXPECT_EQ(Call("POST", "/v1/jobs/" + id + "/resume", "", 0).status, 200);
+  // The GPU is full for a second one: refused at once with the reason.
+  r = Call("POST", "/v1/jobs", R"({"mode": "external", "mem": "75GiB", "gpu_uuids": ["GPU-0"]})",
+           0);
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_NE(r.body.find("does not fit now"), std::string::npos) << r.body;
+  r = Call("POST", "/v1/jobs/" + id + "/cancel", "", 0);
+  EXPECT_EQ(r.status, 200);
+  job = nlohmann::json::parse(Call("GET", "/v1/jobs/" + id).body);
+  EXPECT_EQ(job["state"], "exited");
+  EXPECT_EQ(job["exit_code"], 0);
+}
+
+TEST_F(ApiTest, AGpuWithACriticalXidOrUncorrectedEccIsUnhealthy) {
+  GpuUsage u;
+  u.index = 0;
+  u.memory_total = 80 * core::kGiB;
+  inventory_->usage = {u};
+  auto gpus = nlohmann::json::parse(Call("GET", "/v1/gpus").body)["gpus"];
+  EXPECT_EQ(gpus[0]["healthy"], true);
+  EXPECT_FALSE(gpus[0].contains("health_reason"));
+  // A program's own fault (XID 13, 31, 43...) says nothing about the GPU.
+  inventory_->usage[0].last_xid = 31;
+  EXPECT_EQ(nlohmann::json::parse(Call("GET", "/v1/gpus").body)["gpus"][0]["healthy"], true);
+  inventory_->usage[0].last_critical_xid = 79;
+  gpus = nlohmann::json::parse(Call("GET", "/v1/gpus").body)["gpus"];
+  EXPECT_EQ(gpus[0]["healthy"], false);
+  EXPECT_EQ(gpus[0]["health_reason"], "XID 79");
+  inventory_->usage[0].last_critical_xid = 0;
+  inventory_->usage[0].ecc_uncorrected = 2;
+  gpus = nlohmann::json::parse(Call("GET", "/v1/gpus").body)["gpus"];
+  EXPECT_EQ(gpus[0]["health_reason"], "2 uncorrected ECC errors");
+  EXPECT_TRUE(IsApplicationXid(43));
+  EXPECT_FALSE(IsApplicationXid(48));
 }
 
 TEST_F(ApiTest, AJobAfterAnotherShowsItsDependenciesAndWhatItWaitsFor) {
@@ -278,7 +339,8 @@ TEST_F(ApiTest, PolicyBodiesAreCheckedNamingTheField) {
   } cases[] = {
       {"/v1/quotas", R"({"name": "a", "jobs": "1"})", "scope: missing"},
       {"/v1/quotas", R"({"scope": "team", "name": "a", "jobs": "1"})", "expected user or group"},
-      {"/v1/quotas", R"({"scope": "user", "name": "a b", "jobs": "1"})", "not a user or group name"},
+      {"/v1/quotas", R"({"scope": "user", "name": "a b", "jobs": "1"})",
+       "not a user or group name"},
       {"/v1/quotas", R"({"scope": "user", "name": "a"})", "at least one of"},
       {"/v1/quotas", R"({"scope": "user", "name": "a", "mem": "lots"})", "--mem"},
       {"/v1/quotas", R"({"scope": "user", "name": "a", "disk": "1"})", "unknown field 'disk'"},
@@ -306,8 +368,9 @@ TEST_F(ApiTest, PolicyBodiesAreCheckedNamingTheField) {
 // Issue 13: the token could `quota set` although docs/API.md says reads and
 // cancels only. Every route of the table, built-in and added, is tried.
 TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
-  api_->AddRoute("POST", "/v1/things/{name}/poke",
-                 [](const ApiRequest&) { return ApiResponse{200, "{}", "application/json", {}}; });
+  api_->AddRoute("POST", "/v1/things/{name}/poke", [](const ApiRequest&) {
+    return ApiResponse{200, "{}", "application/json", {}};
+  });
   ASSERT_EQ(Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["x"], "cwd": "/"})").status, 201);
   int writes = 0;
   for (const Api::RouteInfo& r : api_->Routes()) {
@@ -319,8 +382,8 @@ TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
       EXPECT_NE(r.scope, RouteScope::kRead) << r.method << " " << r.pattern << " changes state";
     }
     ApiResponse resp = CallWithToken(r.method, target, R"({"scope": "user", "name": "u1"})");
-    bool refused = resp.status == 403 &&
-                   resp.body.find("allows reads and cancels only") != std::string::npos;
+    bool refused =
+        resp.status == 403 && resp.body.find("allows reads and cancels only") != std::string::npos;
     if (r.scope == RouteScope::kWrite) {
       ++writes;
       EXPECT_TRUE(refused) << r.method << " " << target << ": " << resp.status << " " << resp.body;
@@ -329,8 +392,9 @@ TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
     }
   }
   EXPECT_GE(writes, 8);
-  EXPECT_EQ(CallWithToken("POST", "/v1/quotas",
-                          R"({"scope": "user", "name": "u1000", "jobs": 1})").status, 403);
+  EXPECT_EQ(CallWithToken("POST", "/v1/quotas", R"({"scope": "user", "name": "u1000", "jobs": 1})")
+                .status,
+            403);
   EXPECT_EQ(nlohmann::json::parse(CallWithToken("GET", "/v1/quotas").body)["quotas"].size(), 0u);
   EXPECT_EQ(CallWithToken("POST", "/v1/jobs/1/cancel").status, 200) << "cancels are allowed";
 }
@@ -338,15 +402,17 @@ TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
 // Issue 13: a shell job's environment (the owner's secrets) goes to its owner
 // only: never to root, an admin or the token holder.
 TEST_F(ApiTest, Issue13EnvironmentIsShownToTheJobsOwnerOnly) {
-  ApiResponse r = Call("POST", "/v1/jobs",
-                       R"({"mem": "8GiB", "mode": "shell", "cwd": "/", "env": ["SECRET=hunter2"]})");
+  ApiResponse r =
+      Call("POST", "/v1/jobs",
+           R"({"mem": "8GiB", "mode": "shell", "cwd": "/", "env": ["SECRET=hunter2"]})");
   ASSERT_EQ(r.status, 201) << r.body;
   auto owner = nlohmann::json::parse(Call("GET", "/v1/jobs/1").body);
   ASSERT_TRUE(owner.contains("env"));
   EXPECT_NE(owner["env"].dump().find("hunter2"), std::string::npos);
-  for (const ApiResponse& other : {Call("GET", "/v1/jobs/1", "", 0), Call("GET", "/v1/jobs/1", "", 2000),
-                                   CallWithToken("GET", "/v1/jobs/1"), Call("GET", "/v1/jobs", "", 0),
-                                   Call("GET", "/v1/events", "", 0), Call("GET", "/v1/gpus", "", 0)}) {
+  for (const ApiResponse& other :
+       {Call("GET", "/v1/jobs/1", "", 0), Call("GET", "/v1/jobs/1", "", 2000),
+        CallWithToken("GET", "/v1/jobs/1"), Call("GET", "/v1/jobs", "", 0),
+        Call("GET", "/v1/events", "", 0), Call("GET", "/v1/gpus", "", 0)}) {
     EXPECT_EQ(other.body.find("hunter2"), std::string::npos) << other.body;
   }
 }

@@ -1,7 +1,9 @@
 #include "daemon/capacity.h"
 
 #include <algorithm>
+#include <map>
 
+#include "core/strings.h"
 #include "core/units.h"
 
 namespace gpuslice::daemon {
@@ -96,8 +98,8 @@ core::Result<std::string> NodeCapacity::PoolOf(const core::ResourceRequest& requ
   }
   std::string have;
   for (const std::string& p : Pools()) have += (have.empty() ? "" : ", ") + p;
-  return core::InvalidArgumentError("--pool: no pool '" + request.pool + "' on this machine (pools: " +
-                                    have + ")");
+  return core::InvalidArgumentError("--pool: no pool '" + request.pool +
+                                    "' on this machine (pools: " + have + ")");
 }
 
 Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request) {
@@ -183,8 +185,8 @@ Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
         }
       }
       return core::OutOfRangeError("--mig " + request.mig.ToString() +
-                                   ": no MIG instance of that profile" + in_pool + " here (have: " +
-                                   (have.empty() ? "none" : have) + ")");
+                                   ": no MIG instance of that profile" + in_pool +
+                                   " here (have: " + (have.empty() ? "none" : have) + ")");
     }
     return Status::Ok();
   }
@@ -250,12 +252,15 @@ Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
 
 Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
   auto it = demands_->find(id);
-  if (it == demands_->end()) return core::InternalError("hold: no demand for job " + std::to_string(id));
-  if (held_.count(id)) return core::AlreadyExistsError("job " + std::to_string(id) + " holds already");
+  if (it == demands_->end())
+    return core::InternalError("hold: no demand for job " + std::to_string(id));
+  if (held_.count(id))
+    return core::AlreadyExistsError("job " + std::to_string(id) + " holds already");
   if (it->second.request.kind == core::RequestKind::kMig) {
     for (size_t i = 0; i < mig_.size(); ++i) {
       if (!a.gpu_uuids.empty() && mig_[i].instance.uuid == a.gpu_uuids[0]) {
-        if (mig_[i].taken) return core::AlreadyExistsError("MIG " + a.gpu_uuids[0] + " is taken twice");
+        if (mig_[i].taken)
+          return core::AlreadyExistsError("MIG " + a.gpu_uuids[0] + " is taken twice");
         mig_[i].taken = true;
         held_[id] = {core::Placement{}, static_cast<int>(i)};
         return Status::Ok();
@@ -346,7 +351,7 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
     int i = FindMig(e.request.mig, e.pool, /*free_only=*/true);
     if (i < 0) {
       return FindMig(e.request.mig, e.pool, false) < 0 ? core::FitResult::kNever
-                                                : core::FitResult::kNotNow;
+                                                       : core::FitResult::kNotNow;
     }
     mig_[i].taken = true;
     held_[id] = {core::Placement{}, i};
@@ -354,8 +359,9 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
   }
   if (!e.ever_fits) return core::FitResult::kNever;
   const Bounds& b = CurrentBounds();
-  if (e.demand.IsWhole() ? e.demand.gpus > b.idle_gpus
-                         : e.demand.gpu_mem > b.max_mem_free || e.demand.gpu_milli > b.max_milli_free) {
+  if (e.demand.IsWhole()
+          ? e.demand.gpus > b.idle_gpus
+          : e.demand.gpu_mem > b.max_mem_free || e.demand.gpu_milli > b.max_milli_free) {
     return core::FitResult::kNotNow;
   }
   core::PlaceOptions options = options_;
@@ -390,6 +396,91 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
   bounds_dirty_ = true;
   held_[id] = {*p, -1};
   return core::FitResult::kPlaced;
+}
+
+Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candidates) {
+  auto it = demands_->find(id);
+  if (it == demands_->end())
+    return core::InternalError("place: no demand for job " + std::to_string(id));
+  if (held_.count(id))
+    return core::AlreadyExistsError("job " + std::to_string(id) + " holds already");
+  const DemandEntry& e = it->second;
+  if (candidates.empty()) {
+    switch (TryPlace(id)) {
+      case core::FitResult::kPlaced:
+        return Status::Ok();
+      case core::FitResult::kNotNow:
+        return core::FailedPreconditionError("does not fit now: " + WhyNotNow(id));
+      default:
+        return core::OutOfRangeError(e.request.Describe() + " can never fit on this machine");
+    }
+  }
+  auto named = [&](const std::string& uuid) {
+    return std::find(candidates.begin(), candidates.end(), uuid) != candidates.end();
+  };
+  const std::string names = core::Join(candidates, ", ");
+  if (e.request.kind == core::RequestKind::kMig) {
+    // A MIG instance named by its own UUID or by its GPU's.
+    for (size_t i = 0; i < mig_.size(); ++i) {
+      const MigUnit& m = mig_[i];
+      if (!m.Free() || (!e.pool.empty() && m.pool != e.pool)) continue;
+      if (!IsOfProfile(m.instance, e.request.mig)) continue;
+      if (!named(m.instance.uuid) && !named((*node_gpus_)[m.gpu_index].uuid)) continue;
+      mig_[i].taken = true;
+      held_[id] = {core::Placement{}, static_cast<int>(i)};
+      return Status::Ok();
+    }
+    return core::FailedPreconditionError("does not fit now: no free MIG " +
+                                         e.request.mig.ToString() + " instance on " + names);
+  }
+  if (!e.ever_fits) {
+    return core::OutOfRangeError(e.request.Describe() + " can never fit on this machine");
+  }
+  // The named GPUs of this machine, in the order given, grouped by node of
+  // the placement model (a placement never spans two).
+  std::map<uint32_t, std::vector<uint8_t>> by_node;
+  for (const std::string& uuid : candidates) {
+    auto g = std::find_if(node_gpus_->begin(), node_gpus_->end(),
+                          [&](const GpuInfo& x) { return x.uuid == uuid; });
+    if (g == node_gpus_->end()) {
+      return core::NotFoundError("no GPU " + uuid + " on this machine (or it is in MIG mode)");
+    }
+    const size_t flat = static_cast<size_t>(g - node_gpus_->begin());
+    by_node[static_cast<uint32_t>(flat / kGpusPerNode)].push_back(
+        static_cast<uint8_t>(flat % kGpusPerNode));
+  }
+  // The placements to try, in the order named: whole GPUs take the first
+  // idle ones of a node, as many as asked; a fraction each named GPU in turn.
+  std::vector<core::Placement> tries;
+  for (const auto& [node, gpus] : by_node) {
+    core::Placement p;
+    p.node = node;
+    for (uint8_t g : gpus) {
+      if (!e.demand.IsWhole()) {
+        p.gpu_count = 0;
+        p.gpus[p.gpu_count++] = g;
+        tries.push_back(p);
+      } else if (p.gpu_count < e.demand.gpus && state_.node(node).gpus[g].IsIdle()) {
+        p.gpus[p.gpu_count++] = g;
+      }
+    }
+    if (e.demand.IsWhole() && p.gpu_count == e.demand.gpus) {
+      std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
+      tries.push_back(p);
+    }
+  }
+  std::string last;
+  for (const core::Placement& p : tries) {
+    if (Status s = state_.Allocate(e.demand, p); !s.ok()) {
+      last = s.message();
+      continue;
+    }
+    bounds_dirty_ = true;
+    held_[id] = {p, -1};
+    return Status::Ok();
+  }
+  return core::FailedPreconditionError("does not fit now on " + names + ": " +
+                                       (last.empty() ? WhyNotNow(id) : last));
 }
 
 void NodeCapacity::Release(uint64_t id) {
@@ -513,8 +604,8 @@ core::QueueShape NodeCapacity::ShapeOf(uint64_t id) const {
   const DemandEntry& e = d->second;
   if (e.request.kind == core::RequestKind::kMig) {
     // MIG profiles do not order by size against each other reliably.
-    s.constraint = 1ull << 63 | (uint64_t{e.request.mig.compute_slices} << 32) |
-                   e.request.mig.memory_gb;
+    s.constraint =
+        1ull << 63 | (uint64_t{e.request.mig.compute_slices} << 32) | e.request.mig.memory_gb;
     return s;
   }
   s.gpus = e.demand.gpus;
@@ -571,8 +662,8 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
            "; idle now: " + std::to_string(idle) + foreign;
   }
   // The free share only matters to a request with one (issue 18 item 12).
-  return "needs " + e.request.Describe() + " on one GPU" + where + "; most free on one GPU: " +
-         core::FormatBytes(best_mem) +
+  return "needs " + e.request.Describe() + " on one GPU" + where +
+         "; most free on one GPU: " + core::FormatBytes(best_mem) +
          (e.request.compute_milli > 0 ? " + " + core::FormatShareMilli(best_milli) : "") + foreign;
 }
 

@@ -74,6 +74,11 @@ class NodeCapacity : public core::CapacityModel {
   // and the machine disagree and the daemon reports it.
   core::Status Hold(uint64_t id, const core::Allocation& allocation);
 
+  // External jobs (never queued): places job `id` now, on one of the GPUs
+  // (or MIG instances, or their GPUs) named in `candidates` (empty: any of
+  // its pool, by the policy). kFailedPrecondition saying what does not fit
+  // when there is no room now; kNotFound for a UUID this machine lacks.
+  core::Status PlaceOn(uint64_t id, const std::vector<std::string>& candidates);
   std::unique_ptr<core::CapacityModel> Clone() const override;
   core::FitResult TryPlace(uint64_t id) override;
   void Release(uint64_t id) override;
@@ -196,8 +201,8 @@ class NodeCapacity : public core::CapacityModel {
   // The learnt workload profile (shared with clones, immutable).
   std::shared_ptr<const core::WorkloadProfile> profile_;
   std::map<size_t, Foreign> foreign_;  // By flat GPU position.
-  std::deque<core::Demand> recent_;  // Demands that ended, newest last.
-  size_t profile_changes_ = 0;       // Demands added or ended since the build.
+  std::deque<core::Demand> recent_;    // Demands that ended, newest last.
+  size_t profile_changes_ = 0;         // Demands added or ended since the build.
   // Each node's fragmentation under profile_, by node version (copied into
   // clones with the state it describes).
   core::FragmentationCache frag_cache_;

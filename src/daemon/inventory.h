@@ -26,7 +26,7 @@ struct GpuInfo {
   std::string uuid;   // "GPU-..."
   std::string model;  // "NVIDIA H100 80GB HBM3"
   uint64_t memory_total = 0;
-  uint32_t sm_count = 0;   // 0 when unknown.
+  uint32_t sm_count = 0;  // 0 when unknown.
   std::string pci_bus_id;
   // GPUs with the same island id are NVLink/PCIe-switch peers; -1: unknown.
   int island = -1;
@@ -97,8 +97,20 @@ struct GpuUsage {
   bool xid_watched = false;
   uint64_t xid_errors = 0;
   uint32_t last_xid = 0;
+  // The last XID that was not the application's own fault (IsApplicationXid):
+  // the GPU is unhealthy from then on (0: none).
+  uint32_t last_critical_xid = 0;
   std::vector<GpuProcess> processes;
 };
+
+// XIDs a program causes itself (an illegal address, a bad launch, a
+// timeout it asked for: 13, 31, 43, 45, 68, 109): they say nothing about
+// the GPU's health. Every other XID does.
+bool IsApplicationXid(uint32_t xid);
+
+// Whether a GPU is fit for new work, and if not why ("XID 79", "12
+// uncorrected ECC errors"); "" when healthy (the device plugin's Unhealthy).
+std::string UnhealthyReason(const GpuUsage& usage);
 
 // The usage entry of GPU instance `gpu_instance_id`, or null.
 inline const MigUsage* MigUsageOf(const GpuUsage& usage, uint32_t gpu_instance_id) {

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "core/dependency.h"
@@ -38,11 +37,26 @@ Result<std::vector<std::string>> FromJson(const std::string& text, const char* c
   return out;
 }
 
+std::string LabelsToJson(const std::map<std::string, std::string>& labels) {
+  return nlohmann::json(labels).dump();
+}
+
+Result<std::map<std::string, std::string>> LabelsFromJson(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return core::InternalError("ledger: column labels is not a JSON object");
+  std::map<std::string, std::string> out;
+  for (const auto& [k, v] : j.items()) {
+    if (!v.is_string()) return core::InternalError("ledger: label '" + k + "' is not a string");
+    out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
 constexpr const char* kJobColumns =
     "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
     "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, "
-    "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine";
+    "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine, labels";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -101,6 +115,7 @@ Result<Job> ReadJob(const Stmt& s) {
   }
   j.image = s.Text(33);
   j.engine = s.Text(34);
+  GPUSLICE_ASSIGN_OR_RETURN(j.labels, LabelsFromJson(s.Text(35)));
   return j;
 }
 
@@ -168,9 +183,8 @@ Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path) {
   ScopedUmask mask(077);
   GPUSLICE_RETURN_IF_ERROR(RestrictLedgerFiles(path));
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     Status s = SqliteError(db, rc, "open ledger " + path);
     sqlite3_close(db);
@@ -231,15 +245,15 @@ Status Ledger::Migrate() {
   }
 
   if (!fresh && app_id != kLedgerApplicationId) {
-    return core::FailedPreconditionError(
-        "not a gpuslice ledger (application_id " + std::to_string(app_id) + ")");
+    return core::FailedPreconditionError("not a gpuslice ledger (application_id " +
+                                         std::to_string(app_id) + ")");
   }
   if (fresh) {
-    GPUSLICE_RETURN_IF_ERROR(Exec(
-        ("BEGIN; PRAGMA application_id=" + std::to_string(kLedgerApplicationId) +
-         "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
-         " INSERT INTO schema_version VALUES (0); COMMIT;")
-            .c_str()));
+    GPUSLICE_RETURN_IF_ERROR(
+        Exec(("BEGIN; PRAGMA application_id=" + std::to_string(kLedgerApplicationId) +
+              "; CREATE TABLE schema_version (version INTEGER NOT NULL);"
+              " INSERT INTO schema_version VALUES (0); COMMIT;")
+                 .c_str()));
   }
   {
     // An open statement would keep DROP TABLE (migration 3) from running
@@ -304,7 +318,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
   auto body = [&]() -> Status {
     std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
                       ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35)";
+                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -347,6 +361,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(33, core::FormatDependencies(job.after));
     s.Bind(34, job.image);
     s.Bind(35, job.engine);
+    s.Bind(36, LabelsToJson(job.labels));
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 
@@ -512,7 +527,8 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Ledger::EventCountsByKind(
   GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: count events"));
   std::vector<std::pair<std::string, uint64_t>> out;
   int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out.emplace_back(s.Text(0), static_cast<uint64_t>(s.Int(1)));
+  while ((rc = s.Step()) == SQLITE_ROW)
+    out.emplace_back(s.Text(0), static_cast<uint64_t>(s.Int(1)));
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: count events");
   return out;
 }

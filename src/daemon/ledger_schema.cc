@@ -148,6 +148,11 @@ ALTER TABLE jobs ADD COLUMN after_jobs TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN image TEXT NOT NULL DEFAULT '';
 ALTER TABLE jobs ADD COLUMN engine TEXT NOT NULL DEFAULT '';
 )sql",
+    // 8: labels (a JSON object of strings; the device plugin's namespace,
+    // pod and container) and external jobs (mode 'external', no new column).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
+)sql",
 };
 
 }  // namespace

@@ -1,7 +1,4 @@
 #include "daemon/ledger.h"
-#include "daemon/ledger_schema.h"
-
-#include "daemon/ledger_schema.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -10,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+
+#include "daemon/ledger_schema.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -156,7 +155,7 @@ TEST_F(LedgerTest, TerminalJobReleasesItsAllocationOnce) {
   auto all = (*l)->LoadJobs(false);
   ASSERT_EQ(all->size(), 1u);
   EXPECT_EQ((*all)[0].allocation.gpu_uuids[0], "GPU-0");  // History kept.
-  EXPECT_EQ((*l)->Transitions(1)->size(), 2u);  // queued->running, running->exited.
+  EXPECT_EQ((*l)->Transitions(1)->size(), 2u);            // queued->running, running->exited.
 }
 
 TEST_F(LedgerTest, QuotasRoundTripAndRemove) {
@@ -244,10 +243,11 @@ TEST_F(LedgerTest, MigrationThreeKeepsVersionTwoAllocations) {
     auto m = LedgerMigrations();
     sql += m[0];
     sql += m[1];
-    sql += "INSERT INTO jobs (id, uid, gid, user, kind, priority, mode, argv, cwd, env, state,"
-           " submitted_ms) VALUES (5, 1, 1, 'bob', 'gpus', 'normal', 'submit', '[]', '/', '[]',"
-           " 'running', 1);"
-           "INSERT INTO allocations VALUES (5, 1, 'GPU-1', 80, 1000, 7, NULL);";
+    sql +=
+        "INSERT INTO jobs (id, uid, gid, user, kind, priority, mode, argv, cwd, env, state,"
+        " submitted_ms) VALUES (5, 1, 1, 'bob', 'gpus', 'normal', 'submit', '[]', '/', '[]',"
+        " 'running', 1);"
+        "INSERT INTO allocations VALUES (5, 1, 'GPU-1', 80, 1000, 7, NULL);";
     ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
         << sqlite3_errmsg(db);
     sqlite3_close(db);
@@ -397,13 +397,35 @@ TEST_F(LedgerTest, MigrationsSixAndSevenGiveOlderJobsNoDependenciesAndNoImage) {
   }
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  EXPECT_EQ((*l)->schema_version(), 7);
+  EXPECT_EQ((*l)->schema_version(), static_cast<int>(LedgerMigrations().size()));
   auto jobs = (*l)->LoadJobs(true);
   ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
   ASSERT_EQ(jobs->size(), 1u);
   EXPECT_TRUE((*jobs)[0].after.empty());
   EXPECT_EQ((*jobs)[0].image, "");
   EXPECT_EQ((*jobs)[0].engine, "");
+  EXPECT_TRUE((*jobs)[0].labels.empty());  // Migration 8.
+}
+
+// Migration 8: an external job's mode and labels survive a restart.
+TEST_F(LedgerTest, ExternalJobsKeepTheirLabels) {
+  {
+    auto l = Ledger::Open(path_);
+    ASSERT_TRUE(l.ok());
+    core::Job j = SampleJob(9);
+    j.mode = core::JobMode::kExternal;
+    j.argv.clear();
+    j.labels = {{"namespace", "ml"}, {"pod", "infer-0"}, {"container", "server"}};
+    ASSERT_TRUE((*l)->SaveJob(j, std::nullopt, 1).ok());
+  }
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  auto jobs = (*l)->LoadJobs(true);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].mode, core::JobMode::kExternal);
+  EXPECT_EQ((*jobs)[0].labels.at("pod"), "infer-0");
+  EXPECT_EQ((*jobs)[0].labels.size(), 3u);
 }
 
 TEST_F(LedgerTest, EventsAreFilteredAndTheNewestAreReturnedInOrder) {
@@ -458,10 +480,10 @@ TEST_F(LedgerTest, UsageRowsAreTheAllocationsOverlappingTheWindow) {
       ASSERT_TRUE((*l)->SaveJob(j, core::JobState::kRunning, to).ok());
     }
   };
-  run(1, 1000, 2000);   // Before the window.
-  run(2, 1500, 5000);   // Overlaps its start.
-  run(3, 6000, 0);      // Still held.
-  run(4, 20000, 30000); // After the window.
+  run(1, 1000, 2000);    // Before the window.
+  run(2, 1500, 5000);    // Overlaps its start.
+  run(3, 6000, 0);       // Still held.
+  run(4, 20000, 30000);  // After the window.
   auto rows = (*l)->UsageRows(3000, 10000);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   ASSERT_EQ(rows->size(), 2u);

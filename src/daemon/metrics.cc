@@ -268,13 +268,20 @@ MetricLabels JobLabels(const core::Job& job, const InventorySnapshot& inv,
                     : k < job.allocation.gpu_uuids.size() ? job.allocation.gpu_uuids[k]
                                                           : "");
   }
-  return {{"job_id", std::to_string(job.id)},
-          {"name", job.request.name},
-          {"user", job.user},
-          {"priority", std::string(core::PriorityName(job.request.priority))},
-          {"gpu", Join(gpus)},
-          {"UUID", Join(uuids)},
-          {"Hostname", host}};
+  MetricLabels out = {{"job_id", std::to_string(job.id)},
+                      {"name", job.request.name},
+                      {"user", job.user},
+                      {"priority", std::string(core::PriorityName(job.request.priority))},
+                      {"gpu", Join(gpus)},
+                      {"UUID", Join(uuids)},
+                      {"Hostname", host}};
+  // A Kubernetes container's slice (the device plugin labels it): the pod's
+  // names under dcgm-exporter's label names, so a Prometheus Adapter rule
+  // written for dcgm-exporter drives an HPA from these series unchanged.
+  for (const char* key : {"namespace", "pod", "container"}) {
+    if (auto it = job.labels.find(key); it != job.labels.end()) out.emplace_back(key, it->second);
+  }
+  return out;
 }
 
 void RenderJobs(MetricsText& t, Service& service, const std::vector<JobView>& jobs,

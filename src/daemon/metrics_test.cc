@@ -282,6 +282,25 @@ TEST_F(MetricsTest, RunningJobsHaveUsageAgainstLimitsAndGpusTheirAllocatedShares
   EXPECT_TRUE(Has(m, "gpuslice_jobs_running 2"));
 }
 
+// Issue 16: a Kubernetes container's slice carries the pod's names under
+// dcgm-exporter's label names (namespace, pod, container), for HPA rules.
+TEST_F(MetricsTest, AJobWithPodLabelsCarriesThemOnItsSeries) {
+  SubmitSpec s;
+  s.fields.mem = "8GiB";
+  s.labels = {{"namespace", "ml"}, {"pod", "infer-0"}, {"container", "server"}, {"team", "x"}};
+  JobView v = Submit(std::move(s));
+  ASSERT_EQ(v.job.state, core::JobState::kRunning);
+  service_->Sample();
+  const std::string m = Render();
+  const std::string tail =
+      "Hostname=\"node-1\",namespace=\"ml\",pod=\"infer-0\",container=\"server\"}";
+  EXPECT_NE(m.find("gpuslice_job_memory_limit_bytes{job_id=\"" + std::to_string(v.job.id)),
+            std::string::npos);
+  EXPECT_NE(m.find(tail + " 8589934592"), std::string::npos) << m;
+  // Other labels stay out of the series (their values are free-form).
+  EXPECT_EQ(m.find("team=\"x\""), std::string::npos);
+}
+
 TEST_F(MetricsTest, QueueLengthIsCountedPerPriorityAndEventsPerKind) {
   Submit(std::nullopt, "2");            // Takes both GPUs.
   Submit(std::nullopt, "1", "high");    // Waits.

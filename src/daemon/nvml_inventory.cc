@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-
 #include <map>
 #include <numeric>
 #include <optional>
@@ -194,8 +193,8 @@ void FillSmCounts(const std::string& cuda_library, std::vector<GpuInfo>* gpus) {
       char text[64];
       std::snprintf(text, sizeof text,
                     "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                    u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
-                    u[12], u[13], u[14], u[15]);
+                    u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+                    u[13], u[14], u[15]);
       out += std::string(text) + " " + std::to_string(sms) + "\n";
     }
     return {true, out};
@@ -276,8 +275,8 @@ core::Result<InventorySnapshot> NvmlInventory::Read() {
   if (real.ok() || mode_ == GpuSourceMode::kNvml) return real;
   auto simulated = ReadFrom(sim, true);
   if (!simulated.ok()) {
-    return core::NotFoundError("no NVML (" + real.status().message() +
-                               ") and no simulated GPU (" + simulated.status().message() + ")");
+    return core::NotFoundError("no NVML (" + real.status().message() + ") and no simulated GPU (" +
+                               simulated.status().message() + ")");
   }
   return simulated;
 }
@@ -404,6 +403,7 @@ void NvmlInventory::WatchXids() {
   xid_watched_.resize(gpu_count_, false);
   xid_errors_.resize(gpu_count_, 0);
   last_xid_.resize(gpu_count_, 0);
+  last_critical_xid_.resize(gpu_count_, 0);
   if (xid_events_ != nullptr || handle_ == nullptr) return;
   Nvml n;
   n.Resolve(handle_);
@@ -433,9 +433,8 @@ std::optional<double> NvmlInventory::GpmUtil(const Nvml& n, nvmlDevice_t d, uint
   if (series.sample != nullptr && now_time - series.taken < kGpmMinInterval) return series.pct;
   nvmlGpmSample_t now = nullptr;
   if (n.gpm_alloc(&now) != NVML_SUCCESS) return std::nullopt;
-  const nvmlReturn_t rc = gpu_instance == kNoMigInstance
-                              ? n.gpm_sample(d, now)
-                              : n.gpm_mig_sample(d, gpu_instance, now);
+  const nvmlReturn_t rc = gpu_instance == kNoMigInstance ? n.gpm_sample(d, now)
+                                                         : n.gpm_mig_sample(d, gpu_instance, now);
   if (rc != NVML_SUCCESS) {
     n.gpm_free(now);
     return std::nullopt;
@@ -484,6 +483,7 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
     if (index < gpu_count_) {
       ++xid_errors_[index];
       last_xid_[index] = static_cast<uint32_t>(event.eventData);
+      if (!IsApplicationXid(last_xid_[index])) last_critical_xid_[index] = last_xid_[index];
     }
   }
   std::vector<GpuUsage> out;
@@ -542,6 +542,7 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
     u.xid_watched = xid_watched_[i];
     u.xid_errors = xid_errors_[i];
     u.last_xid = last_xid_[i];
+    u.last_critical_xid = last_critical_xid_[i];
     if (n.processes) ReadProcesses(n, d, i < mig_enabled_.size() && mig_enabled_[i], &u);
     // Per-process SM use: the mean of each process's samples since the last
     // call. NVML keeps a short ring of samples per GPU; asking from the last
@@ -569,6 +570,29 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
     out.push_back(u);
   }
   return out;
+}
+
+bool IsApplicationXid(uint32_t xid) {
+  switch (xid) {
+    case 13:   // Graphics engine exception (e.g. an illegal instruction).
+    case 31:   // GPU memory page fault (an illegal address).
+    case 43:   // The GPU stopped processing (a program's fault, reset by the driver).
+    case 45:   // Preemptive cleanup after a program was killed.
+    case 68:   // Video processor exception.
+    case 109:  // Context switch timeout.
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string UnhealthyReason(const GpuUsage& usage) {
+  if (usage.ecc_uncorrected > 0) {
+    return std::to_string(usage.ecc_uncorrected) + " uncorrected ECC error" +
+           (usage.ecc_uncorrected == 1 ? "" : "s");
+  }
+  if (usage.last_critical_xid != 0) return "XID " + std::to_string(usage.last_critical_xid);
+  return "";
 }
 
 }  // namespace gpuslice::daemon

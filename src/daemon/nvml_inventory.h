@@ -50,8 +50,7 @@ class NvmlInventory : public Inventory {
   std::vector<bool> gpm_supported_;
   // GPM: the previous sample of each GPU (gpu instance kNoMigInstance) and
   // GPU instance; a figure is the activity between it and the next one.
-  std::optional<double> GpmUtil(const Nvml& n, nvmlDevice_t d, uint32_t gpu,
-                                uint32_t gpu_instance);
+  std::optional<double> GpmUtil(const Nvml& n, nvmlDevice_t d, uint32_t gpu, uint32_t gpu_instance);
   void ForgetGpmSamples(const Nvml& n);
   struct GpmSeries {
     nvmlGpmSample_t sample = nullptr;
@@ -70,6 +69,7 @@ class NvmlInventory : public Inventory {
   std::vector<bool> xid_watched_;
   std::vector<uint64_t> xid_errors_;
   std::vector<uint32_t> last_xid_;
+  std::vector<uint32_t> last_critical_xid_;
 };
 
 }  // namespace gpuslice::daemon

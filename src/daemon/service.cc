@@ -110,6 +110,20 @@ Status Service::CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) 
   return Status::Ok();
 }
 
+Job Service::NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
+                    core::JobMode mode) const {
+  Job job;
+  job.id = id;
+  // The owner is the caller's credentials, never anything in the request.
+  job.uid = caller.uid;
+  job.gid = caller.gid;
+  job.user = caller.user;
+  job.request = std::move(request);
+  job.mode = mode;
+  job.submitted_ms = clock_.NowMs();
+  return job;
+}
+
 Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   if (degraded())
     return core::UnavailableError("daemon degraded (" + degraded_reason_ +
@@ -117,6 +131,12 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   if (!caller.local) {
     return core::PermissionDeniedError(
         "jobs can only be submitted over the local socket, so they run as the caller");
+  }
+  GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(spec.labels));
+  if (spec.mode == core::JobMode::kExternal) return SubmitExternal(caller, std::move(spec));
+  if (spec.paused || !spec.gpu_uuids.empty()) {
+    return core::InvalidArgumentError(
+        "paused and gpu_uuids are for external jobs (mode external) only");
   }
   GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(spec.fields));
   if (spec.mode != core::JobMode::kShell && spec.argv.empty()) {
@@ -145,19 +165,13 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
     // Refused at once, never queued forever.
     return core::InvalidArgumentError(ever.message());
   }
-  Job job;
-  job.id = id;
-  job.uid = caller.uid;
-  job.gid = caller.gid;
-  job.user = caller.user;
-  job.request = std::move(request);
-  job.mode = spec.mode;
+  Job job = NewJob(caller, id, std::move(request), spec.mode);
   job.argv = std::move(spec.argv);
   job.cwd = std::move(spec.cwd);
   job.env = std::move(spec.env);
   job.restartable = spec.restartable;
   job.after = std::move(spec.after);
-  job.submitted_ms = clock_.NowMs();
+  job.labels = std::move(spec.labels);
   if (Status c = CheckContainerSpec(spec, &job); !c.ok()) {
     capacity_->ForgetDemand(id);
     return c;
@@ -223,6 +237,13 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
   if (job.state != JobState::kRunning) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
                                          std::string(core::JobStateName(job.state)) + ")");
+  }
+  if (job.mode == core::JobMode::kExternal) {
+    // Released: its slice goes now. Nothing was killed, so it exited.
+    FinishJob(job, JobState::kExited, 0,
+              "released by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
+    Schedule();
+    return Status::Ok();
   }
   Live& l = live_[id];
   if (!l.ending) {

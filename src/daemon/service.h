@@ -67,6 +67,11 @@ struct SubmitSpec {
   // --image, --engine: a container job (container_job.h).
   std::optional<std::string> image;
   std::optional<std::string> engine;
+  // Labels of any job; for external jobs (mode external): held paused until
+  // resumed, and the GPUs it may be placed on (empty: any).
+  std::map<std::string, std::string> labels;
+  bool paused = false;
+  std::vector<std::string> gpu_uuids;
 };
 
 // A quota with what its principal's running jobs hold now.
@@ -80,8 +85,9 @@ struct QuotaView {
 struct ResizeSpec {
   std::optional<std::string> mem;
   std::optional<std::string> compute;
-  std::optional<std::string> gpus;  // An elastic job's GPU count, within its range.
-  bool force = false;               // Even below the memory it uses now.
+  std::optional<std::string> gpus;      // An elastic job's GPU count, within its range.
+  std::optional<std::string> priority;  // low | normal | high, live.
+  bool force = false;                   // Even below the memory it uses now.
 };
 
 // The groups (names) a user belongs to, from the system's group database:
@@ -95,6 +101,9 @@ std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid);
 // reason, an event) must not carry its owner's environment, e.g. the PATH a
 // "command not found" names (issue 13).
 std::string RedactEnvironment(std::string text, const std::vector<std::string>& env);
+
+// "container=server, namespace=ml, pod=infer-0" (events, logs).
+std::string LabelsText(const std::map<std::string, std::string>& labels);
 
 struct ServiceOptions {
   std::string state_dir;
@@ -330,6 +339,9 @@ class Service {
   core::Result<JobView> Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec);
   // Lets a job paused by idle reclaim launch again (owner or admin).
   core::Status Resume(const Caller& caller, uint64_t id);
+  // Replaces a job's labels (owner or admin); the metrics carry them.
+  core::Result<JobView> SetLabels(const Caller& caller, uint64_t id,
+                                  std::map<std::string, std::string> labels);
   // The pool of a GPU (by inventory index): the default pool unless the
   // admin put it in another.
   const std::string& PoolOf(uint32_t gpu_index) const;
@@ -390,6 +402,12 @@ class Service {
   // O(1) and delays a start by at most one Flush period.
   void RequestSchedule();
   void StartJob(core::Job& job);
+  // A job of `caller` as submitted now (queued, nothing held).
+  core::Job NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
+                   core::JobMode mode) const;
+  // POST /v1/jobs with mode external (service_external.cc).
+  core::Result<JobView> SubmitExternal(const Caller& caller, SubmitSpec spec);
+  core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
   void WatchRunning();
   void Recover(std::vector<core::Job> live);

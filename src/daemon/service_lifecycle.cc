@@ -25,7 +25,6 @@ constexpr int64_t kShellAttachTimeoutMs = 60'000;
 // after this long, exit status unknown.
 constexpr int64_t kStatusGraceMs = 2'000;
 
-
 }  // namespace
 
 std::vector<std::string> Service::JobEnvironment(const Job& job) const {
@@ -114,6 +113,12 @@ void Service::WatchRunning() {
     if (l.ending && now >= l.kill_at_ms && job.pid > 0) {
       (void)launcher_.SignalGroup(job.pid, SIGKILL);
       l.kill_at_ms = INT64_MAX;
+    }
+    if (job.mode == core::JobMode::kExternal) {
+      // Nothing of its own runs: it ends when released (Cancel) or at its
+      // deadline, at once.
+      if (l.ending) FinishJob(job, *l.ending, -1, l.ending_reason);
+      continue;
     }
     JobState end_state = l.ending.value_or(JobState::kExited);
     if (end_state == JobState::kQueued) {
@@ -237,6 +242,9 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
   limits.compute_milli = job.allocation.compute_milli;
   limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
   limits.priority = job.request.priority;
+  // A paused job stays paused through a resize or a priority change (the
+  // page is rewritten whole); Resume and the idle reclaim set it explicitly.
+  if (auto l = live_.find(job.id); l != live_.end()) limits.launches_paused = l->second.paused;
   TakeTurnsWithoutAShare(job, &limits);
   return limits;
 }
@@ -274,7 +282,11 @@ void Service::StartJob(Job& job) {
   job.region_path = *region;
   job.state = JobState::kRunning;
   Live l;
-  if (job.mode != core::JobMode::kShell) {
+  if (job.mode == core::JobMode::kExternal) {
+    // Nothing to launch: its processes come from elsewhere and find the
+    // slice through its CDI device or the environment it hands out.
+    if (cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
+  } else if (job.mode != core::JobMode::kShell) {
     // Crash safety (issue 13: after a SIGKILL 6 of 204 jobs ran twice): the
     // launch intent (running, its slice, no pid yet) is durable before any
     // process exists, so a restart looks for the job's processes instead of
@@ -306,7 +318,8 @@ void Service::StartJob(Job& job) {
       auto argv = ContainerArgv(job);
       if (!argv.ok()) {
         live_[job.id] = l;
-        FinishJob(job, JobState::kFailed, 126, "cannot run its container: " + argv.status().message());
+        FinishJob(job, JobState::kFailed, 126,
+                  "cannot run its container: " + argv.status().message());
         return;
       }
       spec.argv = std::move(*argv);
@@ -327,7 +340,8 @@ void Service::StartJob(Job& job) {
     l.supervisor_pid = ref->supervisor_pid;
   }
   live_[job.id] = l;
-  Persist(job, job.mode == core::JobMode::kShell ? JobState::kQueued : JobState::kRunning);
+  const bool launched = job.mode != core::JobMode::kShell && job.mode != core::JobMode::kExternal;
+  Persist(job, launched ? JobState::kRunning : JobState::kQueued);
   ObserveWait(job);
   RecordEvent("started", job.id, job.user,
               "on " +

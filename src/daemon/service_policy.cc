@@ -231,6 +231,21 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
                                          "; only running jobs are resized");
   }
   if (spec.gpus) return ResizeElastic(caller, job, spec);
+  std::optional<core::Priority> priority;
+  if (spec.priority) {
+    auto p = core::ParsePriority(*spec.priority);
+    if (!p.ok()) return p.status().WithContext("--priority");
+    priority = *p;
+    const AccessConfig& access = options_.rules.access;
+    const std::string& pool =
+        job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
+    GPUSLICE_RETURN_IF_ERROR(
+        CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool, *priority));
+    if (!spec.mem && !spec.compute) {
+      GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
+      return View(job);
+    }
+  }
   if (job.request.kind != core::RequestKind::kFraction) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " holds " +
                                          job.request.Describe() +
@@ -255,6 +270,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   std::string from = job.request.Describe(), to = next.Describe();
   if (next.memory_bytes == job.request.memory_bytes &&
       next.compute_milli == job.request.compute_milli) {
+    if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
     return View(job);
   }
   // Quotas: what the job would hold instead of what it holds.
@@ -305,9 +321,27 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
           (next.memory_bytes < used ? " (forced below the " + core::FormatBytes(used) + " in use)"
                                     : ""));
   LogInfo("job " + std::to_string(id) + " resized: " + from + " -> " + to);
+  if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
   // A smaller job leaves room for the queue.
   RequestSchedule();
   return View(job);
+}
+
+Status Service::ChangePriority(const Caller& caller, Job& job, core::Priority priority) {
+  if (job.request.priority == priority) return Status::Ok();
+  const core::Priority before = job.request.priority;
+  job.request.priority = priority;
+  // The slice's turns follow the new priority at once (the limits page and
+  // the arbiter's board); preemption and the queue read it from the job.
+  if (Status s = regions_.Update(job.region_path, SliceLimitsOf(job)); !s.ok()) {
+    job.request.priority = before;
+    return s.WithContext("update the slice");
+  }
+  Persist(job, JobState::kRunning);
+  RecordEvent("resized", job.id, job.user,
+              "priority " + std::string(core::PriorityName(before)) + " -> " +
+                  std::string(core::PriorityName(priority)) + " by " + Who(caller));
+  return Status::Ok();
 }
 
 void Service::MaybePreempt(uint64_t head_id) {
@@ -321,6 +355,9 @@ void Service::MaybePreempt(uint64_t head_id) {
   for (const auto& [id, l] : live_) {
     if (l.ending) continue;  // Ending anyway.
     const Job& job = jobs_[id];
+    // An external job's processes are not the daemon's to end (a pod's
+    // container, a Slurm step): its owner releases it, preemption never does.
+    if (job.mode == core::JobMode::kExternal) continue;
     core::PreemptCandidate c;
     c.id = id;
     c.priority = job.request.priority;

@@ -74,7 +74,13 @@ void Service::Reclaim() {
     if (l.idle_acted || (!someone_waits && !rules.idle_action_always)) continue;
     l.idle_acted = true;
     std::string because = someone_waits ? " while jobs wait" : "";
-    switch (rules.idle_action) {
+    // An external job cannot be ended by the daemon (it runs nothing of its
+    // own): "end" pauses it instead.
+    const IdleAction action =
+        job.mode == core::JobMode::kExternal && rules.idle_action == IdleAction::kEnd
+            ? IdleAction::kPause
+            : rules.idle_action;
+    switch (action) {
       case IdleAction::kWarn:
         RecordEvent("idle_action", id, job.user, "warned: " + idle + because);
         AppendToStderr(job, "warning: job " + std::to_string(id) + " has had " + idle + because +

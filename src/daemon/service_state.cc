@@ -198,8 +198,9 @@ void Service::Recover(std::vector<Job> all) {
     uint64_t id = j.id;
     jobs_[id] = std::move(j);
     Job& job = jobs_[id];
-    if (job.state == JobState::kRunning && job.mode != core::JobMode::kShell && job.pid == 0 &&
-        !ResolveInterruptedLaunch(job)) {
+    const bool external = job.mode == core::JobMode::kExternal;
+    if (job.state == JobState::kRunning && job.mode != core::JobMode::kShell && !external &&
+        job.pid == 0 && !ResolveInterruptedLaunch(job)) {
       ++ended;
       continue;
     }
@@ -224,7 +225,9 @@ void Service::Recover(std::vector<Job> all) {
     // Its cgroup, when it was started (or attached) in one, says whether it
     // lives.
     const bool in_cgroup = job.pid > 0 && launcher_.Adopt(id, job.pid);
-    bool alive = job.mode == core::JobMode::kShell && !in_cgroup
+    // An external job lives until its owner releases it.
+    bool alive = external ? true
+                 : job.mode == core::JobMode::kShell && !in_cgroup
                      ? launcher_.ProcessAlive(job.pid, job.pid_start_time)
                      : launcher_.GroupAlive(job.pid);
     if (!held.ok()) {

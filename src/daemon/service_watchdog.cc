@@ -41,6 +41,10 @@ void SignalOutsideGroup(ProcessTable& procs, const std::vector<int32_t>& pids, c
 }  // namespace
 
 void Service::StopJob(const Job& job) {
+  // An external job's processes are not the daemon's to signal: they run as
+  // whoever the engine chose, and its slice (which names them) is written by
+  // them. The limits in the shim hold it; the daemon only reports.
+  if (job.mode == core::JobMode::kExternal) return;
   // The job's cgroup freezer when it has one (it also holds processes that
   // left the group, and a frozen job cannot notice or undo it); else SIGSTOP.
   if (job.pid > 0) (void)launcher_.StopGroup(job.pid, true);
@@ -50,6 +54,7 @@ void Service::StopJob(const Job& job) {
 }
 
 void Service::ContinueJob(const Job& job) {
+  if (job.mode == core::JobMode::kExternal) return;
   if (job.pid > 0) (void)launcher_.StopGroup(job.pid, false);
   if (auto u = usage_.find(job.id); u != usage_.end()) {
     SignalOutsideGroup(Processes(), u->second.pids, job, SIGCONT);
@@ -57,6 +62,17 @@ void Service::ContinueJob(const Job& job) {
 }
 
 void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const std::string& why) {
+  if (job.mode == core::JobMode::kExternal) {
+    // Not ended (see StopJob): its launches are held instead, until its
+    // owner resumes or releases it.
+    if (l.paused) return;
+    SliceLimits limits = SliceLimitsOf(job);
+    limits.launches_paused = true;
+    if (regions_.Update(job.region_path, limits).ok()) l.paused = true;
+    RecordEvent(event_kind, job.id, job.user, why + "; launches paused (external job)");
+    LogWarn("job " + std::to_string(job.id) + " paused by the watchdog: " + why);
+    return;
+  }
   l.ending = JobState::kCancelled;
   l.ending_reason = "killed by the watchdog: " + why;
   l.kill_at_ms = clock_.NowMs();  // No grace: it is over its limit now.

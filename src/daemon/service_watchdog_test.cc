@@ -149,6 +149,30 @@ TEST_F(WatchdogTest,
             launcher_.signals.end());
 }
 
+// Issue 16: an external job (a pod's container) is owned by the device
+// plugin (root) and its slice is written by the container: the watchdog must
+// never signal the pids that slice names (they could be any root process);
+// it holds the slice's launches instead and the job keeps running.
+TEST_F(WatchdogTest, AnExternalJobOverItsLimitIsPausedAndNothingIsSignalled) {
+  Start();
+  SubmitSpec s;
+  s.mode = core::JobMode::kExternal;
+  s.fields.mem = "4GiB";
+  auto v = service_->Submit(TestCaller(0, /*admin=*/true), s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  regions_.pids[v->job.region_path] = {1, 888};  // What the container wrote.
+  Process(v->job.allocation.gpu_indices[0], 888, 20 * core::kGiB, 90, 0);
+  Run(2);
+  JobView after = Get(v->job.id);
+  EXPECT_EQ(after.job.state, core::JobState::kRunning);
+  EXPECT_TRUE(HasFlag(v->job.id, "paused"));
+  EXPECT_TRUE(regions_.regions[v->job.region_path].launches_paused);
+  EXPECT_TRUE(processes_.signals.empty());
+  EXPECT_TRUE(launcher_.signals.empty());
+  ASSERT_FALSE(EventsOf(v->job.id, "watchdog").empty());
+  EXPECT_NE(EventsOf(v->job.id, "watchdog")[0].message.find("launches paused"), std::string::npos);
+}
+
 TEST_F(WatchdogTest, AProcessOfTheJobOutsideItsGroupIsKilledByPid) {
   Start();
   JobView v = StartJob();

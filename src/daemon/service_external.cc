@@ -1,0 +1,113 @@
+// Service: external jobs (mode external) — a slice held for processes that
+// someone else starts: a Kubernetes container (the device plugin asks for it
+// in Allocate), later a Slurm step. The daemon launches nothing; the job is
+// placed at once or refused (a kubelet admitting a pod cannot wait in our
+// queue), holds its slice (region, limits page, CDI device, a seat on the
+// GPU's arbiter) like any job, and ends when its owner releases it (cancel)
+// or at its maximum run time. docs/KUBERNETES.md, docs/API.md.
+
+#include "core/strings.h"
+#include "daemon/log.h"
+#include "daemon/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+using core::Result;
+using core::Status;
+
+Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
+  if (!spec.argv.empty() || !spec.cwd.empty() || !spec.env.empty() || spec.image || spec.engine ||
+      !spec.after.empty() || spec.restartable) {
+    return core::InvalidArgumentError(
+        "an external job runs nothing: argv, cwd, env, image, engine, after and restartable "
+        "do not apply (its processes are started by whoever asked for it)");
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(spec.fields));
+  if (request.host_cpu_milli != 0 || request.host_memory_bytes != 0) {
+    return core::InvalidArgumentError(
+        "cpus and host_mem need a cgroup of the daemon's; an external job's processes live in "
+        "their engine's cgroups");
+  }
+  if (request.kind == core::RequestKind::kWholeGpus && request.gpus_min != request.gpus_max) {
+    return core::InvalidArgumentError("an external job takes a fixed number of GPUs, not a range");
+  }
+  const uint64_t id = next_id_;
+  GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
+  if (Status ever = capacity_->CouldEverFit(request); !ever.ok()) {
+    capacity_->ForgetDemand(id);
+    return core::InvalidArgumentError(ever.message());
+  }
+  Job job = NewJob(caller, id, std::move(request), core::JobMode::kExternal);
+  job.labels = std::move(spec.labels);
+  if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
+    capacity_->ForgetDemand(id);
+    return q;
+  }
+  // Never queued, so a quota must have room now, beside what runs.
+  if (!quotas_.empty()) {
+    core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), RunningUsage(0));
+    if (d.verdict != core::QuotaVerdict::kFits) {
+      capacity_->ForgetDemand(id);
+      return core::FailedPreconditionError("over quota now: " + d.reason);
+    }
+  }
+  if (Status placed = capacity_->PlaceOn(id, spec.gpu_uuids); !placed.ok()) {
+    capacity_->ForgetDemand(id);
+    return placed;
+  }
+  if (!Persist(job, std::nullopt)) {
+    capacity_->Release(id);
+    capacity_->ForgetDemand(id);
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): job not accepted");
+  }
+  ++next_id_;
+  jobs_[id] = std::move(job);
+  Job& held = jobs_[id];
+  RecordEvent("submitted", id, held.user,
+              held.request.Describe() + ", external" +
+                  (held.labels.empty() ? "" : " (" + LabelsText(held.labels) + ")"));
+  StartJob(held);
+  if (held.state != JobState::kRunning) {
+    return core::InternalError("external job " + std::to_string(id) +
+                               " could not start: " + held.reason);
+  }
+  if (spec.paused) {
+    SliceLimits limits = SliceLimitsOf(held);
+    limits.launches_paused = true;
+    if (Status s = regions_.Update(held.region_path, limits); !s.ok()) {
+      FinishJob(held, JobState::kFailed, -1, "cannot pause its slice: " + s.message());
+      return s.WithContext("pause the slice");
+    }
+    live_[id].paused = true;
+    RecordEvent("paused", id, held.user, "launches held until resumed");
+  }
+  return View(held);
+}
+
+Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
+                                   std::map<std::string, std::string> labels) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(labels));
+  if (!job.IsLive()) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
+                                         std::string(core::JobStateName(job.state)) + ")");
+  }
+  if (job.labels == labels) return View(job);
+  job.labels = std::move(labels);
+  Persist(job, job.state);
+  RecordEvent("labelled", id, job.user, job.labels.empty() ? "no labels" : LabelsText(job.labels));
+  return View(job);
+}
+
+std::string LabelsText(const std::map<std::string, std::string>& labels) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : labels) parts.push_back(k + "=" + v);
+  return core::Join(parts, ", ");
+}
+
+}  // namespace gpuslice::daemon
