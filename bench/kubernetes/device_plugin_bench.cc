@@ -135,9 +135,7 @@ void BM_AllocateMemorySlice(benchmark::State& state) {
 }
 BENCHMARK(BM_AllocateMemorySlice)->Iterations(400)->Unit(benchmark::kMillisecond);
 
-void BM_AllocateWholeGpu(benchmark::State& state) {
-  RunAllocate(state, "gpuslice.dev/gpu", false);
-}
+void BM_AllocateWholeGpu(benchmark::State& state) { RunAllocate(state, "gpuslice.dev/gpu", false); }
 BENCHMARK(BM_AllocateWholeGpu)->Iterations(200)->Unit(benchmark::kMillisecond);
 
 }  // namespace

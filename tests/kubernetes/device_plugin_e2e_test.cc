@@ -9,12 +9,11 @@
 // machine slows these tests down; it must not break them).
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <filesystem>
@@ -89,12 +88,18 @@ class DevicePluginE2e : public ::testing::Test {
   // Starts the plugin and waits for the resources of kGpus to register.
   void StartPlugin(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {GPUSLICE_E2E_DEVICE_PLUGIN,
-                                     "--socket", daemon_->socket(),
-                                     "--device-plugin-dir", plugin_dir_,
-                                     "--pod-resources-socket", daemon_->dir() + "/pod-resources.sock",
-                                     "--poll-interval", "300ms",
-                                     "--release-grace", "1s",
-                                     "--node-name", "node-e2e"};
+                                     "--socket",
+                                     daemon_->socket(),
+                                     "--device-plugin-dir",
+                                     plugin_dir_,
+                                     "--pod-resources-socket",
+                                     daemon_->dir() + "/pod-resources.sock",
+                                     "--poll-interval",
+                                     "300ms",
+                                     "--release-grace",
+                                     "1s",
+                                     "--node-name",
+                                     "node-e2e"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     plugin_pid_ = Spawn(argv, daemon_->Env(), PluginLog());
     for (const char* r : {kGpu, kMem, kShare, kMigSmall, kMigBig}) {
@@ -210,8 +215,8 @@ TEST_F(DevicePluginE2e, RegistersEachResourceOfTheNodeAndListsItsDevices) {
   EXPECT_FALSE(options.pre_start_required());
 
   auto gpus = ListOnce(kGpu);  // The two L4s; the A100 is in MIG mode.
-  EXPECT_EQ(gpus, (std::map<std::string, std::string>{{uuids_[1], "Healthy"},
-                                                      {uuids_[2], "Healthy"}}));
+  EXPECT_EQ(gpus,
+            (std::map<std::string, std::string>{{uuids_[1], "Healthy"}, {uuids_[2], "Healthy"}}));
   auto mem = ListOnce(kMem);
   EXPECT_EQ(mem.size(), 48u);  // 24 GiB each.
   EXPECT_EQ(mem.count(MemIds(2, 23, 1)[0]), 1u);

@@ -7,15 +7,15 @@
 // does what a restarting kubelet does to the plugin folder (stops, deletes
 // every file in it, serves a new kubelet.sock).
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <condition_variable>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "kubernetes/proto/deviceplugin_v1beta1.grpc.pb.h"
 #include "kubernetes/proto/podresources_v1.grpc.pb.h"

@@ -87,8 +87,8 @@ core::Result<ContainerAnswer> Allocator::Allocate(const Resource& resource,
       return s.WithContext("releasing job " + std::to_string(stale) +
                            " that held these device IDs before");
     }
-    LogInfo("released job " + std::to_string(stale) + ": the kubelet gave its " +
-            resource.Name() + " IDs to a new container");
+    LogInfo("released job " + std::to_string(stale) + ": the kubelet gave its " + resource.Name() +
+            " IDs to a new container");
     book_->Remove(stale);
   }
   GPUSLICE_ASSIGN_OR_RETURN(JobInfo job, daemon_->CreateJob(spec));

@@ -45,7 +45,8 @@ TEST(JobFromJson, ReadsLabelsPauseAndAllocation) {
 }
 
 TEST(ContainerFromJson, ReadsTheDaemonsContainerAnswer) {
-  auto c = ContainerFromJson(nlohmann::json::parse(R"({"job": 3, "cdi_device": "gpuslice.dev/slice=3",
+  auto c =
+      ContainerFromJson(nlohmann::json::parse(R"({"job": 3, "cdi_device": "gpuslice.dev/slice=3",
       "device_nodes": ["/dev/nvidia0"], "env": ["A=1"], "cgroup_parent": "",
       "mounts": [{"host_path": "/h", "container_path": "/c", "read_only": true}]})"));
   ASSERT_TRUE(c.ok());

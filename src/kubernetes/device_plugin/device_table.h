@@ -43,9 +43,9 @@ class DeviceTable {
  private:
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  bool has_inventory_ = false;  // Guarded by mu_.
-  bool closed_ = false;         // Guarded by mu_.
-  Inventory inventory_;         // Guarded by mu_.
+  bool has_inventory_ = false;                       // Guarded by mu_.
+  bool closed_ = false;                              // Guarded by mu_.
+  Inventory inventory_;                              // Guarded by mu_.
   std::map<Resource, std::vector<Device>> devices_;  // Guarded by mu_.
   std::map<Resource, uint64_t> generation_;          // Guarded by mu_; never reset.
 };

@@ -180,10 +180,10 @@ core::Result<ParsedId> ParseDeviceId(ResourceKind kind, std::string_view id) {
       int64_t unit = -1;
       if (at == std::string_view::npos || at == 0 ||
           !ParseInt(id.substr(at + infix.size()), &unit)) {
-        return core::InvalidArgumentError("device ID '" + std::string(id) + "' is not a " +
-                                          (kind == ResourceKind::kGpuMemory ? "gpu-memory"
-                                                                            : "gpu-share") +
-                                          " ID (<gpu uuid>" + std::string(infix) + "<n>)");
+        return core::InvalidArgumentError(
+            "device ID '" + std::string(id) + "' is not a " +
+            (kind == ResourceKind::kGpuMemory ? "gpu-memory" : "gpu-share") + " ID (<gpu uuid>" +
+            std::string(infix) + "<n>)");
       }
       if (kind == ResourceKind::kGpuShare && unit >= kSharesPerGpu) {
         return core::InvalidArgumentError("device ID '" + std::string(id) +

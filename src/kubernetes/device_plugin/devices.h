@@ -15,11 +15,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
@@ -114,7 +113,7 @@ std::string FractionId(ResourceKind kind, std::string_view uuid, uint32_t k);
 // What one device ID names: the GPU (or MIG instance) and, for fractions,
 // the unit number.
 struct ParsedId {
-  std::string uuid;  // GPU UUID; for kMig the MIG instance's UUID.
+  std::string uuid;   // GPU UUID; for kMig the MIG instance's UUID.
   int64_t unit = -1;  // Fractions: k of <uuid>-mem-<k>; -1 otherwise.
 };
 core::Result<ParsedId> ParseDeviceId(ResourceKind kind, std::string_view id);

@@ -26,9 +26,9 @@ nlohmann::json GpusReply() {
 }
 
 TEST(Resource, NamesRoundTrip) {
-  for (const Resource& r : {Resource{ResourceKind::kGpu, ""}, Resource{ResourceKind::kGpuMemory, ""},
-                            Resource{ResourceKind::kGpuShare, ""},
-                            Resource{ResourceKind::kMig, "1g.10gb"}}) {
+  for (const Resource& r :
+       {Resource{ResourceKind::kGpu, ""}, Resource{ResourceKind::kGpuMemory, ""},
+        Resource{ResourceKind::kGpuShare, ""}, Resource{ResourceKind::kMig, "1g.10gb"}}) {
     auto back = ParseResourceName(r.Name());
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     EXPECT_EQ(*back, r);
@@ -54,8 +54,8 @@ TEST(Inventory, ReadsTheDaemonsGpusWithFreeRoomAndHealth) {
 }
 
 TEST(Inventory, AGpuWithoutHealthFieldIsHealthy) {
-  auto inv = InventoryFromJson(nlohmann::json::parse(
-      R"({"gpus": [{"uuid": "GPU-x", "memory_total": 1073741824}]})"));
+  auto inv = InventoryFromJson(
+      nlohmann::json::parse(R"({"gpus": [{"uuid": "GPU-x", "memory_total": 1073741824}]})"));
   ASSERT_TRUE(inv.ok());
   EXPECT_TRUE(inv->gpus[0].healthy);
 }
@@ -106,13 +106,12 @@ TEST(DeviceId, WrongShapesAreRefusedWithTheId) {
     ResourceKind kind;
     const char* id;
   };
-  for (const Case& c : {Case{ResourceKind::kGpuMemory, "GPU-a-share-1"},
-                        Case{ResourceKind::kGpuMemory, "GPU-a-mem-"},
-                        Case{ResourceKind::kGpuMemory, "GPU-a-mem-x"},
-                        Case{ResourceKind::kGpuMemory, "-mem-1"},
-                        Case{ResourceKind::kGpuShare, "GPU-a-share-100"},
-                        Case{ResourceKind::kGpu, "MIG-1"}, Case{ResourceKind::kMig, "GPU-1"},
-                        Case{ResourceKind::kGpu, ""}}) {
+  for (const Case& c :
+       {Case{ResourceKind::kGpuMemory, "GPU-a-share-1"},
+        Case{ResourceKind::kGpuMemory, "GPU-a-mem-"}, Case{ResourceKind::kGpuMemory, "GPU-a-mem-x"},
+        Case{ResourceKind::kGpuMemory, "-mem-1"}, Case{ResourceKind::kGpuShare, "GPU-a-share-100"},
+        Case{ResourceKind::kGpu, "MIG-1"}, Case{ResourceKind::kMig, "GPU-1"},
+        Case{ResourceKind::kGpu, ""}}) {
     auto p = ParseDeviceId(c.kind, c.id);
     EXPECT_FALSE(p.ok()) << c.id;
     if (*c.id != '\0') {

@@ -13,13 +13,13 @@ namespace gpuslice::kubernetes {
 class FakeDaemonClient final : public DaemonClient {
  public:
   Inventory inventory;
-  std::vector<JobInfo> jobs;           // Live jobs.
+  std::vector<JobInfo> jobs;  // Live jobs.
   std::vector<ExternalJobSpec> created;
-  std::vector<std::string> calls;      // "create 1", "cancel 1", "resize 1 300", ...
-  core::Status refuse_create;          // Returned by CreateJob when set.
-  core::Status refuse_container;       // Returned by Container when set.
-  core::Status refuse_resize;          // Returned by ResizeCompute when set.
-  core::Status refuse_jobs;            // Returned by Jobs (and Gpus) when set.
+  std::vector<std::string> calls;  // "create 1", "cancel 1", "resize 1 300", ...
+  core::Status refuse_create;      // Returned by CreateJob when set.
+  core::Status refuse_container;   // Returned by Container when set.
+  core::Status refuse_resize;      // Returned by ResizeCompute when set.
+  core::Status refuse_jobs;        // Returned by Jobs (and Gpus) when set.
   uint64_t next_id = 1;
 
   core::Result<Inventory> Gpus() override {
@@ -53,7 +53,8 @@ class FakeDaemonClient final : public DaemonClient {
     c.cdi_device = "gpuslice.dev/slice=" + std::to_string(job);
     c.device_nodes = {"/dev/nvidia0", "/dev/nvidiactl"};
     c.mounts = {{"/host/libgpuslice.so", "/usr/lib/gpuslice/libgpuslice.so", true}};
-    c.env = {"GPUSLICE_JOB_ID=" + std::to_string(job), "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"};
+    c.env = {"GPUSLICE_JOB_ID=" + std::to_string(job),
+             "LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"};
     return c;
   }
 

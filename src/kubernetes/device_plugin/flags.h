@@ -15,9 +15,9 @@ struct Flags {
   std::string device_plugin_dir = "/var/lib/kubelet/device-plugins/";
   std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
   bool cdi = true;
-  std::chrono::milliseconds poll_interval{5000};    // GET /v1/gpus.
-  std::chrono::milliseconds release_grace{30000};   // reconcile.h.
-  std::string node_name;  // "" = $NODE_NAME, else the host name.
+  std::chrono::milliseconds poll_interval{5000};   // GET /v1/gpus.
+  std::chrono::milliseconds release_grace{30000};  // reconcile.h.
+  std::string node_name;                           // "" = $NODE_NAME, else the host name.
   bool help = false;
 };
 

@@ -2,9 +2,9 @@
 
 // The one border between core::Status and gRPC's status, both ways.
 
-#include <string_view>
-
 #include <grpcpp/support/status.h>
+
+#include <string_view>
 
 #include "core/status.h"
 

@@ -7,12 +7,12 @@ namespace {
 
 TEST(GrpcStatus, EveryCodeCrossesTheBorderBothWays) {
   using core::StatusCode;
-  for (StatusCode c : {StatusCode::kInvalidArgument, StatusCode::kNotFound,
-                       StatusCode::kAlreadyExists, StatusCode::kPermissionDenied,
-                       StatusCode::kResourceExhausted, StatusCode::kFailedPrecondition,
-                       StatusCode::kOutOfRange, StatusCode::kUnavailable,
-                       StatusCode::kUnimplemented, StatusCode::kDeadlineExceeded,
-                       StatusCode::kAborted, StatusCode::kInternal}) {
+  for (StatusCode c :
+       {StatusCode::kInvalidArgument, StatusCode::kNotFound, StatusCode::kAlreadyExists,
+        StatusCode::kPermissionDenied, StatusCode::kResourceExhausted,
+        StatusCode::kFailedPrecondition, StatusCode::kOutOfRange, StatusCode::kUnavailable,
+        StatusCode::kUnimplemented, StatusCode::kDeadlineExceeded, StatusCode::kAborted,
+        StatusCode::kInternal}) {
     grpc::Status g = ToGrpc(core::Status(c, "why"));
     EXPECT_EQ(g.error_message(), "why");
     core::Status back = FromGrpc(g, "call");

@@ -62,8 +62,8 @@ core::Result<std::vector<std::string>> IdsFromLabels(const Resource& resource,
     size_t start = 0;
     while (start <= text.size()) {
       size_t comma = text.find(',', start);
-      std::string id = text.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start);
+      std::string id =
+          text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       if (!id.empty()) ids.push_back(id);
       if (comma == std::string::npos) break;
       start = comma + 1;

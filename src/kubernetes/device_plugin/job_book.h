@@ -76,8 +76,7 @@ class JobBook {
   // Pairing hints for GetPreferredAllocation (preferred.h), one to one: a
   // gpu-share allocation on `gpu` pairs with the newest memory job there
   // that has no pod and no share yet, else waits for one (AddMemoryJob).
-  void NoteShareAllocated(const std::string& gpu, Clock::time_point now,
-                          Clock::duration window);
+  void NoteShareAllocated(const std::string& gpu, Clock::time_point now, Clock::duration window);
   // Add() for a memory job, taking a waiting share hint on its GPU.
   void AddMemoryJob(PluginJob job, Clock::duration window);
   // GPUs to prefer, newest first, for the other half of a fraction
@@ -88,7 +87,7 @@ class JobBook {
 
  private:
   mutable std::mutex mu_;
-  std::vector<PluginJob> jobs_;  // Guarded by mu_.
+  std::vector<PluginJob> jobs_;                                   // Guarded by mu_.
   std::deque<std::pair<std::string, Clock::time_point>> shares_;  // Guarded by mu_.
 };
 

@@ -28,8 +28,9 @@ TEST(IdsLabels, FractionIdsAreKeptCompactly) {
 
 TEST(IdsLabels, LongListsContinueInNumberedLabelsWithinTheValueLimit) {
   std::vector<std::string> gpus;
-  for (int i = 0; i < 12; ++i) gpus.push_back("GPU-0000000" + std::to_string(i % 10) +
-                                               "-1111-2222-3333-44444444444" + std::to_string(i / 10));
+  for (int i = 0; i < 12; ++i)
+    gpus.push_back("GPU-0000000" + std::to_string(i % 10) + "-1111-2222-3333-44444444444" +
+                   std::to_string(i / 10));
   Labels l = IdsLabels(kGpus, gpus);
   EXPECT_GT(l.size(), 1u);
   for (const auto& [k, v] : l) EXPECT_LE(v.size(), kMaxLabelValue) << k;
@@ -39,7 +40,8 @@ TEST(IdsLabels, LongListsContinueInNumberedLabelsWithinTheValueLimit) {
   EXPECT_EQ(*back, gpus);
   // Every other unit of an 80 GiB GPU: the worst case for ranges.
   std::vector<std::string> sparse;
-  for (uint32_t u = 0; u < 80; u += 2) sparse.push_back(FractionId(ResourceKind::kGpuMemory, kUuid, u));
+  for (uint32_t u = 0; u < 80; u += 2)
+    sparse.push_back(FractionId(ResourceKind::kGpuMemory, kUuid, u));
   auto sparse_back = IdsFromLabels(kMem, IdsLabels(kMem, sparse));
   ASSERT_TRUE(sparse_back.ok());
   EXPECT_EQ(*sparse_back, sparse);

@@ -17,8 +17,7 @@ std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path) {
 }  // namespace
 
 core::Status RegisterWithKubelet(const std::string& kubelet_socket, const Resource& resource,
-                                 const std::string& endpoint,
-                                 std::chrono::milliseconds timeout) {
+                                 const std::string& endpoint, std::chrono::milliseconds timeout) {
   auto stub = v1beta1::Registration::NewStub(UnixChannel(kubelet_socket));
   v1beta1::RegisterRequest req;
   req.set_version("v1beta1");

@@ -18,8 +18,7 @@ namespace gpuslice::kubernetes {
 // version v1beta1, GetPreferredAllocation available. Errors: kUnavailable
 // when no kubelet answers within `timeout`; the kubelet's refusal otherwise.
 core::Status RegisterWithKubelet(const std::string& kubelet_socket, const Resource& resource,
-                                 const std::string& endpoint,
-                                 std::chrono::milliseconds timeout);
+                                 const std::string& endpoint, std::chrono::milliseconds timeout);
 
 // Who holds which device IDs, as the kubelet records it.
 class PodResourcesSource {

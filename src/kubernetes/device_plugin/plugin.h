@@ -16,8 +16,8 @@
 
 #include <atomic>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/status.h"

@@ -31,7 +31,8 @@ core::Result<NodeModel> BuildNode(const Inventory& inventory,
   for (const std::string& uuid : uuids) {
     const NodeGpu* g = inventory.Find(uuid);
     if (g == nullptr || m.uuids.size() >= static_cast<size_t>(core::kMaxGpusPerNode)) continue;
-    GPUSLICE_ASSIGN_OR_RETURN(uint8_t model, m.state.InternModel(g->model.empty() ? "gpu" : g->model));
+    GPUSLICE_ASSIGN_OR_RETURN(uint8_t model,
+                              m.state.InternModel(g->model.empty() ? "gpu" : g->model));
     core::GpuState gs;
     gs.mem_total = gs.mem_free = g->memory_total;
     gs.model = model;
@@ -86,7 +87,7 @@ core::Result<std::vector<std::string>> Place(const Inventory& inventory,
 }
 
 struct Offer {
-  std::vector<std::string> must;       // must_include on this GPU.
+  std::vector<std::string> must;                      // must_include on this GPU.
   std::vector<std::pair<int64_t, std::string>> free;  // (unit, id) offered, not in must.
   size_t Count() const { return must.size() + free.size(); }
 };
@@ -167,10 +168,9 @@ core::Result<std::vector<std::string>> PreferFraction(const Resource& resource,
       if (g == nullptr) return 0;
       return resource.kind == ResourceKind::kGpuMemory ? g->memory_free : g->milli_free;
     };
-    chosen = *std::max_element(candidates.begin(), candidates.end(),
-                               [&](const std::string& a, const std::string& b) {
-                                 return room(a) < room(b);
-                               });
+    chosen = *std::max_element(
+        candidates.begin(), candidates.end(),
+        [&](const std::string& a, const std::string& b) { return room(a) < room(b); });
   }
   std::vector<std::string> out;
   if (chosen.empty()) {
@@ -222,8 +222,7 @@ core::Result<std::vector<std::string>> PreferredIds(const Resource& resource,
                                                     const Inventory& inventory,
                                                     const PreferenceRequest& request,
                                                     const std::vector<std::string>& pairing_gpus) {
-  if (request.size <= 0 ||
-      static_cast<size_t>(request.size) < request.must_include.size() ||
+  if (request.size <= 0 || static_cast<size_t>(request.size) < request.must_include.size() ||
       static_cast<size_t>(request.size) > request.available.size() + request.must_include.size()) {
     return core::InvalidArgumentError(
         resource.Name() + ": allocation_size " + std::to_string(request.size) + " with " +

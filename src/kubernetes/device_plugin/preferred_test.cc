@@ -77,8 +77,8 @@ TEST(PreferredIds, OnlyGpusWithEnoughOfferedIdsAreCandidates) {
                                     FractionId(kMem, "GPU-b", 5), FractionId(kMem, "GPU-b", 3)};
   auto ids = PreferredIds({kMem, ""}, inv, {offer, {}, 2}, {});
   ASSERT_TRUE(ids.ok());
-  EXPECT_EQ(*ids, (std::vector<std::string>{FractionId(kMem, "GPU-b", 0),
-                                            FractionId(kMem, "GPU-b", 3)}));
+  EXPECT_EQ(*ids,
+            (std::vector<std::string>{FractionId(kMem, "GPU-b", 0), FractionId(kMem, "GPU-b", 3)}));
 }
 
 TEST(PreferredIds, MustIncludeChoosesTheGpuAndComesFirst) {
@@ -120,8 +120,8 @@ TEST(PreferredIds, WholeGpusGoToIdleGpus) {
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(std::set<std::string>(ids->begin(), ids->end()),
             (std::set<std::string>{"GPU-b", "GPU-c"}));
-  ids = PreferredIds({ResourceKind::kGpu, ""}, inv, {{"GPU-a", "GPU-b", "GPU-c"}, {"GPU-a"}, 2},
-                     {});
+  ids =
+      PreferredIds({ResourceKind::kGpu, ""}, inv, {{"GPU-a", "GPU-b", "GPU-c"}, {"GPU-a"}, 2}, {});
   ASSERT_TRUE(ids.ok());
   ASSERT_EQ(ids->size(), 2u);
   EXPECT_EQ((*ids)[0], "GPU-a");

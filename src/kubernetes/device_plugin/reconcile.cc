@@ -85,8 +85,8 @@ std::vector<Action> Reconcile(const std::vector<ContainerHolding>& containers,
       a.kind = Action::Kind::kReport;
       a.job = job.id;
       a.message = c->key.ToString() + ": " + std::to_string(n) + "% of " + gpu + " (" +
-                  ShareName() + ") is not on the GPU of its " + MemoryName() + " (" +
-                  job.gpu_uuid + "); its slice gets no compute share from it";
+                  ShareName() + ") is not on the GPU of its " + MemoryName() + " (" + job.gpu_uuid +
+                  "); its slice gets no compute share from it";
       out.push_back(a);
     }
     if (here > 0 && job.compute_milli != here * 10) {

@@ -52,7 +52,7 @@ struct ReconcileOptions {
 struct Action {
   enum class Kind { kSetLabels, kResizeCompute, kResume, kRelease, kReport };
   Kind kind = Kind::kReport;
-  uint64_t job = 0;  // 0 for a report about a container without a job.
+  uint64_t job = 0;            // 0 for a report about a container without a job.
   Labels labels;               // kSetLabels: the job's full label set.
   uint32_t compute_milli = 0;  // kResizeCompute.
   std::string message;         // Why (logged); for kReport the problem.

@@ -35,7 +35,8 @@ struct ReconcileTest : ::testing::Test {
     j.created = t0;
     return j;
   }
-  ContainerHolding Holder(const std::string& pod, std::map<std::string, std::vector<std::string>> ids) {
+  ContainerHolding Holder(const std::string& pod,
+                          std::map<std::string, std::vector<std::string>> ids) {
     return ContainerHolding{{"default", pod, "main"}, std::move(ids)};
   }
   static std::vector<Kind> Kinds(const std::vector<Action>& actions) {
@@ -47,10 +48,11 @@ struct ReconcileTest : ::testing::Test {
 
 TEST_F(ReconcileTest, MemoryAndShareOfOneContainerBecomeOneLabelledResizedResumedSlice) {
   PluginJob job = MemJob(5, "GPU-a", 0, 8);
-  auto containers = {Holder("train", {{kMemName, job.ids},
-                                      {kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 10, 30)}})};
+  auto containers = {Holder(
+      "train", {{kMemName, job.ids}, {kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 10, 30)}})};
   auto actions = Reconcile(containers, {job}, t0 + seconds(1) / 10, options);
-  ASSERT_EQ(Kinds(actions), (std::vector<Kind>{Kind::kSetLabels, Kind::kResizeCompute, Kind::kResume}));
+  ASSERT_EQ(Kinds(actions),
+            (std::vector<Kind>{Kind::kSetLabels, Kind::kResizeCompute, Kind::kResume}));
   EXPECT_EQ(actions[0].labels.at("namespace"), "default");
   EXPECT_EQ(actions[0].labels.at("pod"), "train");
   EXPECT_EQ(actions[0].labels.at("container"), "main");
@@ -64,8 +66,8 @@ TEST_F(ReconcileTest, ASliceAlreadyInLineNeedsNothing) {
   job.labels.insert({{"namespace", "default"}, {"pod", "train"}, {"container", "main"}});
   job.paused = false;
   job.compute_milli = 300;
-  auto containers = {Holder("train", {{kMemName, job.ids},
-                                      {kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 0, 30)}})};
+  auto containers = {Holder(
+      "train", {{kMemName, job.ids}, {kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 0, 30)}})};
   EXPECT_TRUE(Reconcile(containers, {job}, t0 + seconds(60), options).empty());
 }
 
@@ -80,15 +82,16 @@ TEST_F(ReconcileTest, MemoryWithoutAShareIsResumedOnlyAfterTheSettleTime) {
 
 TEST_F(ReconcileTest, AShareOnAnotherGpuIsReportedAndGivesNoCompute) {
   PluginJob job = MemJob(5, "GPU-a", 0, 2);
-  auto containers = {Holder("odd", {{kMemName, job.ids},
-                                    {kShareName, Ids(ResourceKind::kGpuShare, "GPU-b", 0, 20)}})};
+  auto containers = {Holder(
+      "odd", {{kMemName, job.ids}, {kShareName, Ids(ResourceKind::kGpuShare, "GPU-b", 0, 20)}})};
   auto actions = Reconcile(containers, {job}, t0 + seconds(2), options);
   ASSERT_EQ(Kinds(actions), (std::vector<Kind>{Kind::kSetLabels, Kind::kReport, Kind::kResume}));
   EXPECT_NE(actions[1].message.find("not on the GPU of its"), std::string::npos);
 }
 
 TEST_F(ReconcileTest, AShareWithoutMemoryIsReported) {
-  auto containers = {Holder("share-only", {{kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 0, 20)}})};
+  auto containers = {
+      Holder("share-only", {{kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 0, 20)}})};
   auto actions = Reconcile(containers, {}, t0, options);
   ASSERT_EQ(Kinds(actions), (std::vector<Kind>{Kind::kReport}));
   EXPECT_EQ(actions[0].job, 0u);
@@ -124,7 +127,8 @@ TEST_F(ReconcileTest, TwoContainersOnOneGpuEachGetTheirOwnShare) {
   PluginJob b = MemJob(2, "GPU-a", 4, 4);
   auto containers = {
       Holder("a", {{kMemName, a.ids}, {kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 0, 30)}}),
-      Holder("b", {{kMemName, b.ids}, {kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 30, 70)}})};
+      Holder("b",
+             {{kMemName, b.ids}, {kShareName, Ids(ResourceKind::kGpuShare, "GPU-a", 30, 70)}})};
   auto actions = Reconcile(containers, {a, b}, t0, options);
   ASSERT_EQ(actions.size(), 6u);
   EXPECT_EQ(actions[1].job, 1u);

@@ -117,9 +117,8 @@ void Reconciler::Loop() {
   while (!stop_) {
     Clock::time_point next = next_periodic;
     if (!due_.empty() && *due_.begin() < next) next = *due_.begin();
-    if (wake_.wait_until(lock, next, [&] {
-          return stop_ || (!due_.empty() && *due_.begin() < next);
-        })) {
+    if (wake_.wait_until(lock, next,
+                         [&] { return stop_ || (!due_.empty() && *due_.begin() < next); })) {
       continue;  // Stopping, or an earlier pass was asked for: recompute.
     }
     const Clock::time_point now = Clock::now();

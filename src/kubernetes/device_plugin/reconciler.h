@@ -59,11 +59,11 @@ class Reconciler {
 
   std::mutex mu_;
   std::condition_variable wake_;
-  bool stop_ = false;                   // Guarded by mu_.
-  std::set<Clock::time_point> due_;     // Guarded by mu_: extra passes asked for.
+  bool stop_ = false;                // Guarded by mu_.
+  std::set<Clock::time_point> due_;  // Guarded by mu_: extra passes asked for.
   std::thread thread_;
-  std::set<std::string> reported_;      // Reconciler thread only: problems logged.
-  bool pods_error_logged_ = false;      // Reconciler thread only.
+  std::set<std::string> reported_;  // Reconciler thread only: problems logged.
+  bool pods_error_logged_ = false;  // Reconciler thread only.
 };
 
 }  // namespace gpuslice::kubernetes

@@ -1,8 +1,7 @@
 #include "kubernetes/device_plugin/resource_server.h"
 
-#include <unistd.h>
-
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include "kubernetes/device_plugin/grpc_status.h"
 #include "kubernetes/device_plugin/log.h"
@@ -88,9 +87,9 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
       pr.available = Strings(c.available_deviceids());
       pr.must_include = Strings(c.must_include_deviceids());
       pr.size = c.allocation_size();
-      auto ids = PreferredIds(resource_, inv, pr,
-                              deps_.book->PairingGpus(resource_.kind, Clock::now(),
-                                                      deps_.pairing_window));
+      auto ids =
+          PreferredIds(resource_, inv, pr,
+                       deps_.book->PairingGpus(resource_.kind, Clock::now(), deps_.pairing_window));
       if (!ids.ok()) return ToGrpc(ids.status());
       auto* r = out->add_container_responses();
       for (const std::string& id : *ids) r->add_deviceids(id);

@@ -26,7 +26,7 @@ struct ServerDeps {
   DeviceTable* table = nullptr;
   Allocator* allocator = nullptr;
   JobBook* book = nullptr;
-  DaemonClient* daemon = nullptr;  // To release a multi-container Allocate's jobs on error.
+  DaemonClient* daemon = nullptr;        // To release a multi-container Allocate's jobs on error.
   std::function<void()> after_allocate;  // Wakes the reconciler.
   Clock::duration pairing_window = std::chrono::seconds(10);
 };
