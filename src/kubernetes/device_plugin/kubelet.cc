@@ -33,14 +33,28 @@ core::Status RegisterWithKubelet(const std::string& kubelet_socket, const Resour
   return FromGrpc(stub->Register(&ctx, req, &reply), "kubelet Register at " + kubelet_socket);
 }
 
+class GrpcPodResources::Stub {
+ public:
+  explicit Stub(const std::string& socket)
+      : stub(v1::PodResourcesLister::NewStub(UnixChannel(socket))) {}
+  std::unique_ptr<v1::PodResourcesLister::Stub> stub;
+};
+
+GrpcPodResources::GrpcPodResources(std::string socket) : socket_(std::move(socket)) {}
+GrpcPodResources::~GrpcPodResources() = default;
+
 core::Result<std::vector<ContainerHolding>> GrpcPodResources::List() {
-  auto stub = v1::PodResourcesLister::NewStub(UnixChannel(socket_));
+  if (stub_ == nullptr) stub_ = std::make_unique<Stub>(socket_);
   v1::ListPodResourcesRequest req;
   v1::ListPodResourcesResponse reply;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  GPUSLICE_RETURN_IF_ERROR(
-      FromGrpc(stub->List(&ctx, req, &reply), "kubelet PodResources List at " + socket_));
+  core::Status s =
+      FromGrpc(stub_->stub->List(&ctx, req, &reply), "kubelet PodResources List at " + socket_);
+  if (!s.ok()) {
+    stub_.reset();  // A fresh channel next time.
+    return s;
+  }
   std::vector<ContainerHolding> out;
   for (const v1::PodResources& pod : reply.pod_resources()) {
     for (const v1::ContainerResources& c : pod.containers()) {

@@ -4,6 +4,7 @@
 // resource, and list which container holds which device IDs.
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,13 +30,19 @@ class PodResourcesSource {
 };
 
 // The kubelet's v1.PodResourcesLister on a unix socket.
+// One channel, kept while it works and made again after an error (gRPC's
+// own reconnection backs off for up to minutes; a kubelet restarts in
+// seconds). Not thread-safe: the reconciler's thread only.
 class GrpcPodResources final : public PodResourcesSource {
  public:
-  explicit GrpcPodResources(std::string socket) : socket_(std::move(socket)) {}
+  explicit GrpcPodResources(std::string socket);
+  ~GrpcPodResources() override;
   core::Result<std::vector<ContainerHolding>> List() override;
 
  private:
+  class Stub;
   std::string socket_;
+  std::unique_ptr<Stub> stub_;
 };
 
 }  // namespace gpuslice::kubernetes

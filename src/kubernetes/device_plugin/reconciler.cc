@@ -105,8 +105,14 @@ void Reconciler::Poke() {
   const Clock::time_point now = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    due_.insert(now + options_.after_allocate);
-    due_.insert(now + options_.decide.settle + options_.after_allocate);
+    // Allocate calls come in bursts (a pod's containers and resources): one
+    // pass serves every call of a burst, so a pass already due within
+    // `after_allocate` of the one asked for is enough.
+    for (Clock::time_point at :
+         {now + options_.after_allocate, now + options_.decide.settle + options_.after_allocate}) {
+      auto next = due_.lower_bound(at - options_.after_allocate);
+      if (next == due_.end() || *next > at + options_.after_allocate) due_.insert(at);
+    }
   }
   wake_.notify_all();
 }

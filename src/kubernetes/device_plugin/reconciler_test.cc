@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "kubernetes/device_plugin/allocator.h"
@@ -17,7 +18,9 @@ class FakePods final : public PodResourcesSource {
  public:
   std::vector<ContainerHolding> containers;
   core::Status refuse;
+  std::atomic<int> lists{0};
   core::Result<std::vector<ContainerHolding>> List() override {
+    ++lists;
     if (!refuse.ok()) return refuse;
     return containers;
   }
@@ -131,6 +134,25 @@ TEST_F(ReconcilerTest, APokedThreadRunsAPassSoon) {
   }
   r.Stop();
   EXPECT_TRUE(resumed);
+}
+
+TEST_F(ReconcilerTest, ABurstOfPokesRunsAFewPassesNotOneEach) {
+  ReconcilerOptions o = Options(std::chrono::seconds(30));
+  o.period = std::chrono::hours(1);
+  o.after_allocate = std::chrono::milliseconds(100);
+  o.decide.settle = std::chrono::milliseconds(300);
+  Reconciler r(&daemon_, &pods_, &book_, o);
+  r.Start();
+  for (int i = 0; i < 50; ++i) r.Poke();
+  // The first periodic pass, one soon after the burst, one after the
+  // settle time (the first two are one when the thread starts late).
+  for (int i = 0; i < 200 && pods_.lists.load() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  r.Stop();
+  EXPECT_GE(pods_.lists.load(), 2);
+  EXPECT_LE(pods_.lists.load(), 3);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include "kubernetes/device_plugin/grpc_status.h"
 #include "kubernetes/device_plugin/log.h"
 #include "kubernetes/device_plugin/preferred.h"
@@ -101,7 +103,9 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
                         v1beta1::AllocateResponse* out) override {
     std::vector<uint64_t> created;
     for (const auto& c : req->container_requests()) {
+      const auto start = Clock::now();
       auto answer = deps_.allocator->Allocate(resource_, Strings(c.devices_ids()));
+      const auto ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       if (!answer.ok()) {
         // All or nothing: the kubelet fails the pod's admission with this.
         for (uint64_t job : created) {
@@ -113,8 +117,10 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
       }
       if (answer->job != 0) {
         created.push_back(answer->job);
+        char took[32];
+        snprintf(took, sizeof took, " (%.1f ms)", ms);
         LogInfo(resource_.Name() + ": Allocate " + std::to_string(c.devices_ids_size()) +
-                " IDs -> job " + std::to_string(answer->job));
+                " IDs -> job " + std::to_string(answer->job) + took);
       }
       FillResponse(*answer, out->add_container_responses());
     }
