@@ -1,0 +1,70 @@
+// gpuslice-device-plugin: the Kubernetes device plugin of gpuslice
+// (docs/KUBERNETES-device-plugin.md). Runs on each node beside gpusliced,
+// usually as a DaemonSet with the kubelet's folders mounted.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cli/client.h"
+#include "kubernetes/device_plugin/daemon_client.h"
+#include "kubernetes/device_plugin/flags.h"
+#include "kubernetes/device_plugin/kubelet.h"
+#include "kubernetes/device_plugin/log.h"
+#include "kubernetes/device_plugin/plugin.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+std::string NodeName(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = getenv("NODE_NAME"); env != nullptr && *env != '\0') return env;
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "node";
+  return host;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gpuslice::kubernetes;
+  auto flags = ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!flags.ok()) {
+    fprintf(stderr, "gpuslice-device-plugin: %s\n", flags.status().message().c_str());
+    return 2;
+  }
+  if (flags->help) {
+    fputs(Usage().c_str(), stdout);
+    return 0;
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const std::string socket = gpuslice::cli::DefaultSocketPath(flags->socket);
+  HttpDaemonClient allocate_daemon(socket);
+  HttpDaemonClient poll_daemon(socket);
+  GrpcPodResources pods(flags->pod_resources_socket);
+  PluginOptions options;
+  options.device_plugin_dir = flags->device_plugin_dir;
+  options.node = NodeName(flags->node_name);
+  options.cdi = flags->cdi;
+  options.poll_interval = flags->poll_interval;
+  options.decide.release_grace = flags->release_grace;
+  LogInfo("starting: node " + options.node + ", gpusliced at " + socket + ", kubelet folder " +
+          options.device_plugin_dir + (options.cdi ? ", CDI" : ", no CDI"));
+  Plugin plugin(options, &allocate_daemon, &poll_daemon, &pods);
+  plugin.Run(g_stop);
+  LogInfo("stopped");
+  return 0;
+}

@@ -1,0 +1,69 @@
+#pragma once
+
+// The reconciler's thread: every `period`, and shortly after each Allocate
+// (Poke), it lists the kubelet's PodResources, decides (reconcile.h) and
+// carries the actions out in the daemon. Nothing is released while the
+// kubelet cannot be asked: a pass without its list does nothing.
+// Also recovers the plugin's jobs from the daemon at start (Recover).
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "core/status.h"
+#include "kubernetes/device_plugin/daemon_client.h"
+#include "kubernetes/device_plugin/job_book.h"
+#include "kubernetes/device_plugin/kubelet.h"
+#include "kubernetes/device_plugin/reconcile.h"
+
+namespace gpuslice::kubernetes {
+
+struct ReconcilerOptions {
+  std::string node;
+  ReconcileOptions decide;
+  std::chrono::milliseconds period{2000};
+  std::chrono::milliseconds after_allocate{100};
+};
+
+class Reconciler {
+ public:
+  // `daemon` and `pods` are used from the reconciler's thread only (and
+  // from Recover/RunOnce on the caller's).
+  Reconciler(DaemonClient* daemon, PodResourcesSource* pods, JobBook* book,
+             ReconcilerOptions options);
+  ~Reconciler();  // Stops the thread.
+
+  // Adds the daemon's running external jobs labelled with this node's name
+  // to the book; returns how many.
+  core::Result<size_t> Recover();
+  // One pass now, on the caller's thread.
+  core::Status RunOnce();
+
+  void Start();
+  void Stop();
+  // Asks for a pass `after_allocate` from now, and one after the settle
+  // time (a memory job with no share is resumed then).
+  void Poke();
+
+ private:
+  void Loop();
+  void Apply(const std::vector<Action>& actions);
+
+  DaemonClient* daemon_;
+  PodResourcesSource* pods_;
+  JobBook* book_;
+  ReconcilerOptions options_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;                // Guarded by mu_.
+  std::set<Clock::time_point> due_;  // Guarded by mu_: extra passes asked for.
+  std::thread thread_;
+  std::set<std::string> reported_;  // Reconciler thread only: problems logged.
+  bool pods_error_logged_ = false;  // Reconciler thread only.
+};
+
+}  // namespace gpuslice::kubernetes

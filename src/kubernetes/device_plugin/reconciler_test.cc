@@ -1,0 +1,159 @@
+#include "kubernetes/device_plugin/reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "kubernetes/device_plugin/allocator.h"
+#include "kubernetes/device_plugin/fake_daemon_client.h"
+
+namespace gpuslice::kubernetes {
+namespace {
+
+const Resource kMem{ResourceKind::kGpuMemory, ""};
+const Resource kShare{ResourceKind::kGpuShare, ""};
+
+class FakePods final : public PodResourcesSource {
+ public:
+  std::vector<ContainerHolding> containers;
+  core::Status refuse;
+  std::atomic<int> lists{0};
+  core::Result<std::vector<ContainerHolding>> List() override {
+    ++lists;
+    if (!refuse.ok()) return refuse;
+    return containers;
+  }
+};
+
+std::vector<std::string> Ids(ResourceKind kind, uint32_t from, uint32_t n) {
+  std::vector<std::string> out;
+  for (uint32_t k = from; k < from + n; ++k) out.push_back(FractionId(kind, "GPU-a", k));
+  return out;
+}
+
+class ReconcilerTest : public ::testing::Test {
+ protected:
+  ReconcilerOptions Options(std::chrono::milliseconds grace) {
+    ReconcilerOptions o;
+    o.node = "node-1";
+    o.decide.release_grace = grace;
+    return o;
+  }
+  FakeDaemonClient daemon_;
+  FakePods pods_;
+  JobBook book_;
+  Allocator allocator_{&daemon_, &book_, AllocatorOptions{"node-1", true}};
+};
+
+TEST_F(ReconcilerTest, APairedSliceIsResizedThenResumed) {
+  auto a = allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4));
+  ASSERT_TRUE(a.ok());
+  pods_.containers = {{{"ns", "p", "c"},
+                       {{kMem.Name(), Ids(ResourceKind::kGpuMemory, 0, 4)},
+                        {kShare.Name(), Ids(ResourceKind::kGpuShare, 0, 25)}}}};
+  Reconciler r(&daemon_, &pods_, &book_, Options(std::chrono::seconds(30)));
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_EQ(daemon_.calls,
+            (std::vector<std::string>{"create 1", "labels 1", "resize 1 250", "resume 1"}));
+  EXPECT_EQ(daemon_.jobs[0].labels.at("pod"), "p");
+  auto job = book_.Get(1);
+  EXPECT_FALSE(job->paused);
+  EXPECT_EQ(job->compute_milli, 250u);
+  // In line now: the next pass does nothing.
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_EQ(daemon_.calls.size(), 4u);
+}
+
+TEST_F(ReconcilerTest, ARefusedResizeKeepsTheSlicePausedAndIsRetried) {
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4)).ok());
+  pods_.containers = {{{"ns", "p", "c"},
+                       {{kMem.Name(), Ids(ResourceKind::kGpuMemory, 0, 4)},
+                        {kShare.Name(), Ids(ResourceKind::kGpuShare, 0, 60)}}}};
+  daemon_.refuse_resize = core::FailedPreconditionError("60% does not fit: 40% free");
+  Reconciler r(&daemon_, &pods_, &book_, Options(std::chrono::seconds(30)));
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_TRUE(daemon_.jobs[0].paused);
+  daemon_.refuse_resize = core::Status::Ok();
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_FALSE(daemon_.jobs[0].paused);
+  EXPECT_EQ(daemon_.jobs[0].compute_milli, 600u);
+}
+
+TEST_F(ReconcilerTest, NothingIsReleasedWhileTheKubeletDoesNotAnswer) {
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4)).ok());
+  pods_.refuse = core::UnavailableError("kubelet restarting");
+  Reconciler r(&daemon_, &pods_, &book_, Options(std::chrono::milliseconds(0)));
+  EXPECT_FALSE(r.RunOnce().ok());
+  EXPECT_EQ(daemon_.jobs.size(), 1u);
+  pods_.refuse = core::Status::Ok();
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_TRUE(daemon_.jobs.empty());  // No pod holds it: released.
+  EXPECT_TRUE(book_.All().empty());
+}
+
+TEST_F(ReconcilerTest, AJobCancelledOutsideThePluginIsForgotten) {
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4)).ok());
+  daemon_.jobs.clear();  // Cancelled by an admin.
+  Reconciler r(&daemon_, &pods_, &book_, Options(std::chrono::milliseconds(0)));
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_TRUE(book_.All().empty());
+}
+
+TEST_F(ReconcilerTest, RecoverTakesBackThisNodesSlicesOnly) {
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4)).ok());
+  Allocator other(&daemon_, &book_, AllocatorOptions{"node-2", true});
+  ASSERT_TRUE(other.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 4, 2)).ok());
+  JobBook fresh;  // A restarted plugin's.
+  Reconciler r(&daemon_, &pods_, &fresh, Options(std::chrono::seconds(30)));
+  auto n = r.Recover();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1u);
+  auto job = fresh.Get(1);
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->ids, Ids(ResourceKind::kGpuMemory, 0, 4));
+  EXPECT_EQ(job->gpu_uuid, "GPU-a");
+  EXPECT_TRUE(job->paused);
+  daemon_.refuse_jobs = core::UnavailableError("daemon down");
+  EXPECT_FALSE(r.Recover().ok());
+}
+
+TEST_F(ReconcilerTest, APokedThreadRunsAPassSoon) {
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4)).ok());
+  pods_.containers = {{{"ns", "p", "c"}, {{kMem.Name(), Ids(ResourceKind::kGpuMemory, 0, 4)}}}};
+  ReconcilerOptions o = Options(std::chrono::seconds(30));
+  o.period = std::chrono::hours(1);  // Only the poke can run a pass in time.
+  o.decide.settle = std::chrono::milliseconds(0);
+  Reconciler r(&daemon_, &pods_, &book_, o);
+  r.Start();
+  r.Poke();
+  bool resumed = false;
+  for (int i = 0; i < 200 && !resumed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    resumed = !book_.Get(1)->paused;
+  }
+  r.Stop();
+  EXPECT_TRUE(resumed);
+}
+
+TEST_F(ReconcilerTest, ABurstOfPokesRunsAFewPassesNotOneEach) {
+  ReconcilerOptions o = Options(std::chrono::seconds(30));
+  o.period = std::chrono::hours(1);
+  o.after_allocate = std::chrono::milliseconds(100);
+  o.decide.settle = std::chrono::milliseconds(300);
+  Reconciler r(&daemon_, &pods_, &book_, o);
+  r.Start();
+  for (int i = 0; i < 50; ++i) r.Poke();
+  // The first periodic pass, one soon after the burst, one after the
+  // settle time (the first two are one when the thread starts late).
+  for (int i = 0; i < 200 && pods_.lists.load() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  r.Stop();
+  EXPECT_GE(pods_.lists.load(), 2);
+  EXPECT_LE(pods_.lists.load(), 3);
+}
+
+}  // namespace
+}  // namespace gpuslice::kubernetes
