@@ -1,5 +1,8 @@
 #include "kubernetes/extender/extender_http.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -22,7 +25,7 @@ namespace {
 
 // Bodies of 1,000+ full Node objects run to megabytes.
 constexpr size_t kMaxBody = 64u << 20;
-constexpr auto kReadTimeout = std::chrono::seconds(60);
+constexpr auto kIdleTimeout = std::chrono::milliseconds(120000);
 
 std::string ErrorBody(const std::string& message) { return json{{"error", message}}.dump(); }
 
@@ -139,7 +142,10 @@ class ExtenderServer::Impl {
       tcp::socket socket(io_);
       beast::error_code ec;
       acceptor_.accept(socket, ec);
-      if (stopping_) return;
+      if (stopping_) {
+        acceptor_.close(ec);
+        return;
+      }
       if (ec) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));  // EMFILE and friends.
         continue;
@@ -155,9 +161,9 @@ class ExtenderServer::Impl {
 
   void Stop() {
     stopping_ = true;
-    beast::error_code ec;
-    acceptor_.cancel(ec);
-    acceptor_.close(ec);
+    // Closing a socket does not wake a thread blocked in accept(2) on
+    // Linux; shutting it down does (accept fails with EINVAL).
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);
     // Connections finish their request; Run has returned by then.
   }
 
@@ -166,7 +172,13 @@ class ExtenderServer::Impl {
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
     for (;;) {
-      stream.expires_after(kReadTimeout);
+      // Synchronous reads ignore Beast's stream timeouts: wait for the next
+      // request with poll(2), so an idle keep-alive connection gives its
+      // thread back after kIdleTimeout.
+      if (buffer.size() == 0) {
+        pollfd pfd{stream.socket().native_handle(), POLLIN, 0};
+        if (::poll(&pfd, 1, static_cast<int>(kIdleTimeout.count())) <= 0) break;
+      }
       http::request_parser<http::string_body> parser;
       parser.body_limit(kMaxBody);
       beast::error_code ec;

@@ -3,8 +3,11 @@
 // The extender's HTTP face: a route table (POST /filter, /prioritize, /bind;
 // GET /healthz) over Extender, and a small Boost.Beast TCP server for it.
 // kube-scheduler keeps connections alive and sends one request at a time
-// per connection; each connection gets a thread, every read bounded by a
-// timeout, at most kMaxConnections at once.
+// per connection; each connection gets a thread (at most kMaxConnections at
+// once), given back when the peer closes or sends nothing for two minutes.
+// A peer that stops in the middle of a request holds its thread until it
+// closes: the extender is meant to be reached by kube-scheduler only (a
+// cluster-internal Service or localhost).
 
 #include <atomic>
 #include <memory>

@@ -9,6 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <cctype>
+#include <type_traits>
 
 namespace gpuslice::kubernetes {
 
@@ -92,19 +93,58 @@ http::request<http::string_body> BuildRequest(const HttpRequest& r, const Url& u
   return req;
 }
 
-// Writes `req` on `stream` and reads the answer, each step within the
-// stream's deadline.
+// Connects, shakes hands (TLS, when `handshake`), writes `req` and reads
+// the answer, all as async
+// operations on one io_context: Beast's stream timeouts bound only async
+// operations, and a peer that accepts and never answers must not hold a
+// poller thread forever.
 template <typename Stream>
-core::Result<HttpResponse> Exchange(Stream& stream, const HttpRequest& r,
-                                    http::request<http::string_body>& req) {
-  beast::error_code ec;
-  http::write(stream, req, ec);
-  if (ec) return Failed(r, "write", ec);
+core::Result<HttpResponse> Exchange(asio::io_context& io, Stream& stream,
+                                    beast::tcp_stream& lowest,
+                                    const tcp::resolver::results_type& endpoints,
+                                    const HttpRequest& r, http::request<http::string_body>& req,
+                                    bool handshake) {
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(64 << 20);
-  http::read(stream, buffer, parser, ec);
-  if (ec) return Failed(r, "read", ec);
+  beast::error_code result;
+  const char* step = "connect";
+  auto on_read = [&](beast::error_code ec, size_t) { result = ec; };
+  auto on_write = [&](beast::error_code ec, size_t) {
+    if (ec) {
+      result = ec;
+      return;
+    }
+    step = "read";
+    http::async_read(stream, buffer, parser, on_read);
+  };
+  auto write = [&] {
+    step = "write";
+    http::async_write(stream, req, on_write);
+  };
+  auto on_handshake = [&](beast::error_code ec) {
+    if (ec) {
+      result = ec;
+      return;
+    }
+    write();
+  };
+  lowest.async_connect(endpoints, [&](beast::error_code ec, const tcp::endpoint&) {
+    if (ec) {
+      result = ec;
+      return;
+    }
+    if (handshake) {
+      step = "TLS handshake";
+      if constexpr (!std::is_same_v<Stream, beast::tcp_stream>) {
+        stream.async_handshake(ssl::stream_base::client, on_handshake);
+      }
+      return;
+    }
+    write();
+  });
+  io.run();
+  if (result) return Failed(r, step, result);
   HttpResponse out;
   out.status = static_cast<int>(parser.get().result_int());
   out.body = std::move(parser.get().body());
@@ -125,9 +165,7 @@ core::Result<HttpResponse> Fetch(const HttpRequest& r) {
   if (!u.https) {
     beast::tcp_stream stream(io);
     stream.expires_after(r.timeout);
-    stream.connect(endpoints, ec);
-    if (ec) return Failed(r, "connect", ec);
-    auto out = Exchange(stream, r, req);
+    auto out = Exchange(io, stream, stream, endpoints, r, req, false);
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     return out;
   }
@@ -153,11 +191,7 @@ core::Result<HttpResponse> Fetch(const HttpRequest& r) {
     return core::UnavailableError(r.method + " " + r.url + ": cannot set the TLS server name");
   }
   beast::get_lowest_layer(stream).expires_after(r.timeout);
-  beast::get_lowest_layer(stream).connect(endpoints, ec);
-  if (ec) return Failed(r, "connect", ec);
-  stream.handshake(ssl::stream_base::client, ec);
-  if (ec) return Failed(r, "TLS handshake", ec);
-  auto out = Exchange(stream, r, req);
+  auto out = Exchange(io, stream, beast::get_lowest_layer(stream), endpoints, r, req, true);
   // No TLS close_notify exchange: it would wait on the peer for nothing
   // (the answer is complete and the connection is not reused).
   beast::get_lowest_layer(stream).close();
