@@ -238,6 +238,13 @@ void ModelPrices(const ClusterState& state, const WorkloadProfile& p, double* pr
   }
 }
 
+// Two GPUs of one node that a fraction would leave in the same state, so
+// the node's fragmentation after it is the same on either.
+bool SameState(const GpuState& a, const GpuState& b) {
+  return a.milli_free == b.milli_free && a.mem_free == b.mem_free && a.mem_total == b.mem_total &&
+         a.model == b.model && a.island == b.island;
+}
+
 // Ours. The exact fragmentation gradient (no 0..100 quantisation, no random
 // ties), then packing as the tie-break: among equally good options, leave the
 // least GPU and CPU room, so idle nodes stay idle for big tasks.
@@ -250,9 +257,10 @@ bool FragAwareScore(const Ctx& c, uint32_t index, const NodeState& n, Option* op
   };
   double frag_gain = 0;
   if (d.IsFraction()) {
-    // GPUs with the same free room give the same result: score each
-    // distinct room once (an idle 8-GPU node costs one evaluation, not 8).
-    uint32_t seen_milli[kMaxGpusPerNode];
+    // GPUs in the same state (free compute and memory, model, island) give
+    // the same result: score each distinct one once (an idle 8-GPU node
+    // costs one evaluation, not 8, with GPU memory tracked or not).
+    const GpuState* seen_gpu[kMaxGpusPerNode];
     double seen_gain[kMaxGpusPerNode];
     int seen = 0;
     double best = 0;
@@ -262,16 +270,14 @@ bool FragAwareScore(const Ctx& c, uint32_t index, const NodeState& n, Option* op
       if (!GpuFitsFraction(g, d)) continue;
       double gi = 0;
       int k = 0;
-      while (k < seen && seen_milli[k] != g.milli_free) ++k;
-      if (k < seen && g.mem_total == 0) {
+      while (k < seen && !SameState(*seen_gpu[k], g)) ++k;
+      if (k < seen) {
         gi = seen_gain[k];
       } else {
         uint8_t idx = static_cast<uint8_t>(i);
         gi = gain(&idx, 1);
-        if (seen < kMaxGpusPerNode) {
-          seen_milli[seen] = g.milli_free;
-          seen_gain[seen++] = gi;
-        }
+        seen_gpu[seen] = &g;
+        seen_gain[seen++] = gi;
       }
       // Best-fit among equal gains: the fuller GPU.
       const double key = gi - c.model_price[g.model] * d.gpu_milli - 1e-6 * g.milli_free;
