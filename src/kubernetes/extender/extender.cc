@@ -116,8 +116,32 @@ Extender::Extender(ExtenderOptions options, NowFn now, KubeApi* api)
     : options_(options), now_(std::move(now)), api_(api) {}
 
 void Extender::Publish(SnapshotPtr snapshot) {
+  std::vector<Assumed> assumed;
+  uint64_t version = 0;
+  std::shared_ptr<const core::WorkloadProfile> profile;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshot_ = snapshot;
+    ExpireAssumed(*snapshot);
+    assumed = assumed_;
+    version = assumed_version_;
+    profile = profile_;
+  }
+  // The view is built here, on the poller's thread and outside the lock,
+  // so a new snapshot costs the request path nothing; so is every node's
+  // fragmentation now, which each decision starts from.
+  std::unique_ptr<View> view = BuildView(*snapshot, assumed, version);
+  if (profile != nullptr) {
+    for (uint32_t i = 0; i < view->state.size(); ++i) {
+      (void)view->cache.Get(*profile, i, view->state.node(i));
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  snapshot_ = std::move(snapshot);
+  if (snapshot_ != snapshot || assumed_version_ != version) return;
+  // The cache knows a profile by its address, which a newer profile may
+  // reuse: start cold rather than trust it.
+  if (profile_ != profile) view->cache.Clear();
+  view_ = std::move(view);
 }
 
 SnapshotPtr Extender::snapshot() const {
@@ -161,13 +185,38 @@ Extender::View& Extender::CurrentView() {
   static const Snapshot kEmpty;
   const Snapshot& snap = snapshot_ ? *snapshot_ : kEmpty;
   ExpireAssumed(snap);
-  if (view_ && view_->generation == snap.generation &&
-      view_->assumed_version == assumed_version_) {
-    return *view_;
+  if (!view_ || view_->generation != snap.generation ||
+      view_->assumed_version != assumed_version_) {
+    // Publish builds each snapshot's view off the request path; this runs
+    // only when a hold ended between two snapshots.
+    view_ = BuildView(snap, assumed_, assumed_version_);
   }
+  return *view_;
+}
+
+void Extender::ApplyAssumed(View& v, const Assumed& a) {
+  auto it = v.index.find(a.node);
+  if (it == v.index.end()) return;
+  NodeView& nv = v.nodes[it->second];
+  if (a.mig_count > 0) {
+    uint32_t& free = nv.mig_free[a.mig_profile];
+    free -= std::min(free, a.mig_count);
+    return;
+  }
+  auto g = std::find(nv.gpu_uuids.begin(), nv.gpu_uuids.end(), a.gpu_uuid);
+  if (g == nv.gpu_uuids.end()) return;
+  // Fails only when the node's report shows the GPU fuller than when the
+  // pod was bound (someone else came first); the report then counts it.
+  (void)v.state.Allocate(a.demand,
+                         OneGpu(it->second, static_cast<uint8_t>(g - nv.gpu_uuids.begin())));
+}
+
+std::unique_ptr<Extender::View> Extender::BuildView(const Snapshot& snap,
+                                                    const std::vector<Assumed>& assumed,
+                                                    uint64_t assumed_version) {
   auto v = std::make_unique<View>();
   v->generation = snap.generation;
-  v->assumed_version = assumed_version_;
+  v->assumed_version = assumed_version;
   // Node order is the placement's tie-break: by name, so equal nodes are
   // chosen the same way whatever the map's order.
   std::vector<const std::pair<const std::string, NodeEntry>*> entries;
@@ -183,6 +232,8 @@ Extender::View& Extender::CurrentView() {
     n.cpu_total = n.cpu_free = kNominalCpuMilli;
     NodeView nv;
     nv.name = e->first;
+    nv.received_ms = e->second.received_ms;
+    nv.degraded = r.degraded;
     std::vector<const GpuReport*> plain;
     for (const GpuReport& g : r.gpus) {
       if (g.mig_enabled) {
@@ -211,24 +262,8 @@ Extender::View& Extender::CurrentView() {
     v->index[nv.name] = *idx;
     v->nodes.push_back(std::move(nv));
   }
-  for (const Assumed& a : assumed_) {
-    auto it = v->index.find(a.node);
-    if (it == v->index.end()) continue;
-    NodeView& nv = v->nodes[it->second];
-    if (a.mig_count > 0) {
-      uint32_t& free = nv.mig_free[a.mig_profile];
-      free -= std::min(free, a.mig_count);
-      continue;
-    }
-    auto g = std::find(nv.gpu_uuids.begin(), nv.gpu_uuids.end(), a.gpu_uuid);
-    if (g == nv.gpu_uuids.end()) continue;
-    // Fails only when the node's report shows the GPU fuller than when the
-    // pod was bound (someone else came first); the report then counts it.
-    (void)v->state.Allocate(a.demand,
-                            OneGpu(it->second, static_cast<uint8_t>(g - nv.gpu_uuids.begin())));
-  }
-  view_ = std::move(v);
-  return *view_;
+  for (const Assumed& a : assumed) ApplyAssumed(*v, a);
+  return v;
 }
 
 void Extender::LearnDemands(const PodRequest& pod) {
@@ -261,7 +296,9 @@ const core::WorkloadProfile* Extender::Profile() {
     profile = std::move(trimmed);
   }
   profile_ = std::make_shared<const core::WorkloadProfile>(std::move(*profile));
-  eval_pod_.clear();  // Scores depend on the profile.
+  // The view's cache knows profiles by address, and the new one may have
+  // the old one's.
+  if (view_) view_->cache.Clear();
   return profile_.get();
 }
 
@@ -416,33 +453,52 @@ FilterAnswer Extender::Filter(const PodRequest& pod, const std::vector<std::stri
   RememberPod(pod);
   LearnDemands(pod);
   View& view = CurrentView();
-  const std::string key = PodKey(pod.ns, pod.name) + "#" + pod.uid;
-  if (eval_pod_ != key || eval_generation_ != view.generation ||
-      eval_assumed_ != view.assumed_version) {
-    eval_ = Evaluate(view, pod);
-    eval_pod_ = key;
-    eval_generation_ = view.generation;
-    eval_assumed_ = view.assumed_version;
-  }
+  const Evaluation& ev = CachedEvaluation(view, pod);
   static const Snapshot kEmpty;
   const Snapshot& snap = snapshot_ ? *snapshot_ : kEmpty;
   const int64_t now = now_();
   for (size_t i = 0; i < nodes.size(); ++i) {
-    std::string why = Unusable(snap, nodes[i], now);
     auto idx = view.index.find(nodes[i]);
-    if (why.empty() && idx == view.index.end()) why = "gpuslice: node state unknown";
-    if (why.empty() && !eval_.fits[idx->second]) {
-      out.pass[i] = false;
-      (eval_.never[idx->second] ? out.unresolvable : out.failed)[nodes[i]] =
-          eval_.reason[idx->second];
-      continue;
+    if (idx != view.index.end()) {
+      const NodeView& nv = view.nodes[idx->second];
+      if (now - nv.received_ms <= options_.stale_after_ms && !nv.degraded) {
+        if (ev.fits[idx->second]) continue;
+        out.pass[i] = false;
+        (ev.never[idx->second] ? out.unresolvable : out.failed)[nodes[i]] = ev.reason[idx->second];
+        continue;
+      }
     }
-    if (!why.empty()) {
-      out.pass[i] = false;
-      out.failed[nodes[i]] = why;
-    }
+    // Not usable at all: say why (unknown, stale, degraded).
+    std::string why = Unusable(snap, nodes[i], now);
+    out.pass[i] = false;
+    out.failed[nodes[i]] = why.empty() ? "gpuslice: node state unknown" : why;
   }
   return out;
+}
+
+const Extender::Evaluation& Extender::CachedEvaluation(View& view, const PodRequest& pod) {
+  // The profile first: learning the pod may rebuild it.
+  const core::WorkloadProfile* profile = Profile();
+  if (evals_generation_ != view.generation || evals_assumed_ != view.assumed_version ||
+      evals_profile_ != profile || evals_.size() > 64) {
+    evals_.clear();
+    evals_generation_ = view.generation;
+    evals_assumed_ = view.assumed_version;
+    evals_profile_ = profile;
+  }
+  // What the pod asks, names included (they are in the reasons).
+  std::string key;
+  for (const auto* list : {&pod.containers, &pod.init_containers}) {
+    for (const ContainerAsk& a : *list) {
+      key += a.name + '\0' + std::to_string(a.gpu_mem_bytes) + ',' +
+             std::to_string(a.share_milli) + ',' + std::to_string(a.whole_gpus) + ',' +
+             a.mig_profile + ',' + std::to_string(a.mig_count) + ';';
+    }
+    key += '|';
+  }
+  auto it = evals_.find(key);
+  if (it == evals_.end()) it = evals_.emplace(key, Evaluate(view, pod)).first;
+  return it->second;
 }
 
 std::vector<int64_t> Extender::Prioritize(const PodRequest& pod,
@@ -453,14 +509,7 @@ std::vector<int64_t> Extender::Prioritize(const PodRequest& pod,
   RememberPod(pod);
   LearnDemands(pod);
   View& view = CurrentView();
-  const std::string key = PodKey(pod.ns, pod.name) + "#" + pod.uid;
-  if (eval_pod_ != key || eval_generation_ != view.generation ||
-      eval_assumed_ != view.assumed_version) {
-    eval_ = Evaluate(view, pod);
-    eval_pod_ = key;
-    eval_generation_ = view.generation;
-    eval_assumed_ = view.assumed_version;
-  }
+  const Evaluation& eval = CachedEvaluation(view, pod);
   // The policy's preference, spread linearly over 0..10 between the worst
   // and the best candidate: kube-scheduler adds it (times the extender's
   // weight) to its own plugins' scores, and only the order is meaningful.
@@ -469,16 +518,16 @@ std::vector<int64_t> Extender::Prioritize(const PodRequest& pod,
   bool any = false;
   for (size_t i = 0; i < nodes.size(); ++i) {
     auto it = view.index.find(nodes[i]);
-    if (it == view.index.end() || !eval_.fits[it->second]) continue;
+    if (it == view.index.end() || !eval.fits[it->second]) continue;
     idx[i] = int(it->second);
-    const double s = eval_.score[it->second];
+    const double s = eval.score[it->second];
     lo = any ? std::min(lo, s) : s;
     hi = any ? std::max(hi, s) : s;
     any = true;
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (idx[i] < 0) continue;
-    const double s = eval_.score[size_t(idx[i])];
+    const double s = eval.score[size_t(idx[i])];
     out[i] = hi > lo ? std::llround(double(kMaxExtenderPriority) * (s - lo) / (hi - lo))
                      : kMaxExtenderPriority;
   }
@@ -573,6 +622,7 @@ core::Status Extender::Bind(const BindingArgs& args) {
       }
       return nullptr;
     };
+    const size_t first_new = assumed_.size();
     for (const ContainerPlace& cp : *places) {
       std::vector<std::string>& gpus = assigned[cp.ask->name];
       if (cp.ask->mig_count > 0) {
@@ -600,7 +650,10 @@ core::Status Extender::Bind(const BindingArgs& args) {
         gpus.push_back(uuid);
       }
     }
-    ++assumed_version_;
+    // The view takes the holds in place: rebuilding it would cost the
+    // next request what a new snapshot costs.
+    for (size_t i = first_new; i < assumed_.size(); ++i) ApplyAssumed(view, assumed_[i]);
+    view.assumed_version = ++assumed_version_;
     held = true;
   }
   auto undo = [&] {

@@ -100,6 +100,8 @@ class Extender {
     std::vector<std::string> gpu_uuids;              // Per core GPU index.
     std::map<std::string, uint32_t> mig_free;        // After assumptions.
     std::map<std::string, std::string> mig_gpu;      // Profile -> a GPU with one free.
+    int64_t received_ms = 0;  // Of its report: staleness without the snapshot.
+    bool degraded = false;
   };
   struct View {
     core::ClusterState state;
@@ -125,12 +127,20 @@ class Extender {
 
   // The view for the current snapshot and assumptions (mu_ held).
   View& CurrentView();
+  // The core model of `snap` with `assumed` held on top (no lock needed).
+  static std::unique_ptr<View> BuildView(const Snapshot& snap, const std::vector<Assumed>& assumed,
+                                         uint64_t assumed_version);
+  static void ApplyAssumed(View& view, const Assumed& a);
   void ExpireAssumed(const Snapshot& snap);
   void LearnDemands(const PodRequest& pod);
   const core::WorkloadProfile* Profile();
   core::PlaceOptions PlaceOptionsNow(core::FragmentationCache* cache);
   // The pod on every node of the view, one pass per container ask.
   Evaluation Evaluate(View& view, const PodRequest& pod);
+  // Evaluate's answer, shared by pods that ask the same (replicas of one
+  // workload, and filter then prioritize of one pod) while the view and
+  // the profile stay the same.
+  const Evaluation& CachedEvaluation(View& view, const PodRequest& pod);
   // The pod's containers on view node `index`, or why not (mu_ held).
   core::Result<std::vector<ContainerPlace>> PlaceOn(View& view, const PodRequest& pod,
                                                     uint32_t index);
@@ -155,10 +165,11 @@ class Extender {
   // Pods seen at filter, for bind (which names the pod only).
   std::unordered_map<std::string, PodRequest> pods_;
   std::deque<std::string> pod_order_;
-  // The last evaluation, reused by prioritize right after filter.
-  std::string eval_pod_;
-  uint64_t eval_generation_ = 0, eval_assumed_ = 0;
-  Evaluation eval_;
+  // Evaluations by what the pod asks (CachedEvaluation), valid for one
+  // view and profile.
+  std::map<std::string, Evaluation> evals_;
+  uint64_t evals_generation_ = 0, evals_assumed_ = 0;
+  const core::WorkloadProfile* evals_profile_ = nullptr;
 };
 
 }  // namespace gpuslice::kubernetes
