@@ -15,7 +15,6 @@
 //   BM_Publish  what building that view costs the poller's thread
 
 #include <benchmark/benchmark.h>
-
 #include <time.h>
 
 #include <algorithm>
@@ -83,8 +82,10 @@ json PodJson(int i, bool unique = false) {
   }
   json limits = {{"gpuslice.dev/gpu-memory", std::to_string(mem)},
                  {"gpuslice.dev/gpu-share", std::to_string(share)}};
-  return {{"metadata", {{"name", "pod-" + std::to_string(i)}, {"namespace", "ml"},
-                        {"uid", "uid-" + std::to_string(i)}}},
+  return {{"metadata",
+           {{"name", "pod-" + std::to_string(i)},
+            {"namespace", "ml"},
+            {"uid", "uid-" + std::to_string(i)}}},
           {"spec", {{"containers", {{{"name", "main"}, {"resources", {{"limits", limits}}}}}}}}};
 }
 
@@ -113,7 +114,8 @@ void Report(benchmark::State& state, Samples& s) {
 }
 
 void BM_Decisions(benchmark::State& state, bool new_view, bool unique) {
-  Extender ex(ExtenderOptions{}, [] { return g_now; }, nullptr);
+  Extender ex(
+      ExtenderOptions{}, [] { return g_now; }, nullptr);
   uint64_t gen = 1;
   auto snap = MixedCluster(gen);
   ex.Publish(snap);
@@ -144,13 +146,15 @@ void BM_Decisions(benchmark::State& state, bool new_view, bool unique) {
 }
 
 void BM_Http(benchmark::State& state, bool node_list) {
-  Extender ex(ExtenderOptions{}, [] { return g_now; }, nullptr);
+  Extender ex(
+      ExtenderOptions{}, [] { return g_now; }, nullptr);
   ex.Publish(MixedCluster(1));
   const std::vector<std::string> names = NodeNames();
   json nodes = json::array();
   for (const std::string& n : names) {
-    nodes.push_back({{"metadata", {{"name", n}}},
-                     {"status", {{"addresses", {{{"type", "InternalIP"}, {"address", "10.0.0.1"}}}}}}});
+    nodes.push_back(
+        {{"metadata", {{"name", n}}},
+         {"status", {{"addresses", {{{"type", "InternalIP"}, {"address", "10.0.0.1"}}}}}}});
   }
   Samples us;
   int i = 0;
@@ -193,7 +197,8 @@ void BM_Http(benchmark::State& state, bool node_list) {
 // What a new snapshot costs the poller's thread (the view built and every
 // node's fragmentation computed), once a second.
 void BM_Publish(benchmark::State& state) {
-  Extender ex(ExtenderOptions{}, [] { return g_now; }, nullptr);
+  Extender ex(
+      ExtenderOptions{}, [] { return g_now; }, nullptr);
   auto snap = MixedCluster(1);
   ex.Publish(snap);
   auto pod = ParsePod(PodJson(0));

@@ -505,8 +505,8 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
                         const PlaceOptions& options) {
   Decision dec;
   GPUSLICE_RETURN_IF_ERROR(Prepare(state, demand, options, &dec));
-  const Ctx ctx{state, demand, options, dec.prices.data(), dec.cpu_per_gpu_milli,
-                dec.starve_weight};
+  const Ctx ctx{
+      state, demand, options, dec.prices.data(), dec.cpu_per_gpu_milli, dec.starve_weight};
   // Ties go to the first node in cluster order, for every policy. The
   // paper's simulator does the same in effect (it orders nodes by a seeded
   // random name prefix), so the replay permutes the node order per seed.
@@ -538,13 +538,13 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
 Status ScoreNodes(const ClusterState& state, const Demand& demand, const PlaceOptions& options,
                   std::span<NodeOption> out) {
   if (out.size() != state.size()) {
-    return InvalidArgumentError("ScoreNodes: " + std::to_string(out.size()) +
-                                " outputs for " + std::to_string(state.size()) + " nodes");
+    return InvalidArgumentError("ScoreNodes: " + std::to_string(out.size()) + " outputs for " +
+                                std::to_string(state.size()) + " nodes");
   }
   Decision dec;
   GPUSLICE_RETURN_IF_ERROR(Prepare(state, demand, options, &dec));
-  const Ctx ctx{state, demand, options, dec.prices.data(), dec.cpu_per_gpu_milli,
-                dec.starve_weight};
+  const Ctx ctx{
+      state, demand, options, dec.prices.data(), dec.cpu_per_gpu_milli, dec.starve_weight};
   Option cur;
   for (uint32_t i = 0; i < state.size(); ++i) {
     cur.gpu_count = 0;

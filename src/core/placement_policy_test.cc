@@ -306,9 +306,8 @@ TEST(ParsePolicy, KnowsEveryNameAndListsThemOnError) {
 TEST(ScoreNodes, AgreesWithPlaceAtEveryStepOfARandomFill) {
   ClusterState s;
   for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(s.AddUniformNode("n" + std::to_string(i), 64000, 256 * kGiB, 4, "A100",
-                                 80 * kGiB)
-                    .ok());
+    ASSERT_TRUE(
+        s.AddUniformNode("n" + std::to_string(i), 64000, 256 * kGiB, 4, "A100", 80 * kGiB).ok());
   }
   std::vector<Demand> menu = {Demand::Fraction(250, 10 * kGiB), Demand::Fraction(500, 20 * kGiB),
                               Demand::Fraction(300, 40 * kGiB), Demand::WholeGpus(1),

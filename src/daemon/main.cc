@@ -26,12 +26,12 @@
 #include "daemon/http_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/node_state_route.h"
 #include "daemon/nvml_inventory.h"
 #include "daemon/region_store.h"
 #include "daemon/replicas.h"
 #include "daemon/replicas_api.h"
 #include "daemon/service.h"
-#include "daemon/node_state_route.h"
 #include "daemon/status_page.h"
 #include "daemon/usage_api.h"
 

@@ -57,8 +57,8 @@ json NodeStateJson(Service& service) {
       Held& h = held[a.gpu_indices[i]];
       // A fraction with the whole share (or none asked with no memory: the
       // daemon places those as whole GPUs too) holds the GPU like a whole job.
-      const bool whole = r.kind == core::RequestKind::kWholeGpus ||
-                         a.compute_milli >= core::kMilliPerGpu;
+      const bool whole =
+          r.kind == core::RequestKind::kWholeGpus || a.compute_milli >= core::kMilliPerGpu;
       if (whole) {
         h.whole = true;
         continue;
@@ -94,8 +94,8 @@ json NodeStateJson(Service& service) {
                {"healthy", healthy},
                {"memory_total", g.memory_total},
                {"memory_allocated", std::min(mem, g.memory_total)},
-               {"compute_allocated_milli", h.whole ? core::kMilliPerGpu
-                                                   : std::min(h.milli, core::kMilliPerGpu)},
+               {"compute_allocated_milli",
+                h.whole ? core::kMilliPerGpu : std::min(h.milli, core::kMilliPerGpu)},
                {"whole", h.whole},
                {"mig_enabled", g.mig_enabled}};
     if (g.mig_enabled) {

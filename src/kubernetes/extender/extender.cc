@@ -64,7 +64,8 @@ std::string Gib(uint64_t bytes) {
 
 std::string AskText(const ContainerAsk& a) {
   if (a.whole_gpus > 0) return std::to_string(a.whole_gpus) + " idle GPU(s)";
-  if (a.mig_count > 0) return std::to_string(a.mig_count) + " MIG " + a.mig_profile + " instance(s)";
+  if (a.mig_count > 0)
+    return std::to_string(a.mig_count) + " MIG " + a.mig_profile + " instance(s)";
   std::string s = Gib(a.gpu_mem_bytes);
   s += a.share_milli > 0 ? " + " + std::to_string(a.share_milli / 10) + "%" : " (no share)";
   return s + " on one GPU";
@@ -336,8 +337,9 @@ Extender::Evaluation Extender::Evaluate(View& view, const PodRequest& pod) {
           ev.score[i] = opts[i].score;
         } else {
           const core::NodeState& node = view.state.node(uint32_t(i));
-          fail(i, "container '" + asks[0]->name + "' needs " + AskText(*asks[0]) + "; " +
-                      FreeText(node),
+          fail(i,
+               "container '" + asks[0]->name + "' needs " + AskText(*asks[0]) + "; " +
+                   FreeText(node),
                !EverFits(node, *asks[0]));
         }
       }
@@ -356,8 +358,9 @@ Extender::Evaluation Extender::Evaluate(View& view, const PodRequest& pod) {
         if (!ev.fits[i]) continue;
         if (!opts[i].fits) {
           const core::NodeState& node = scratch.node(uint32_t(i));
-          fail(i, "container '" + a->name + "' needs " + AskText(*a) + " beside the pod's others; " +
-                      FreeText(node),
+          fail(i,
+               "container '" + a->name + "' needs " + AskText(*a) + " beside the pod's others; " +
+                   FreeText(node),
                !EverFits(view.state.node(uint32_t(i)), *a));
           continue;
         }
@@ -377,8 +380,9 @@ Extender::Evaluation Extender::Evaluate(View& view, const PodRequest& pod) {
       auto f = view.nodes[i].mig_free.find(profile);
       const uint32_t free = f == view.nodes[i].mig_free.end() ? 0 : f->second;
       if (free < need) {
-        fail(i, "needs " + std::to_string(need) + " free MIG " + profile + " instance(s), has " +
-                    std::to_string(free),
+        fail(i,
+             "needs " + std::to_string(need) + " free MIG " + profile + " instance(s), has " +
+                 std::to_string(free),
              false);
       } else {
         ev.score[i] -= double(free - need);
@@ -413,11 +417,12 @@ std::string Extender::Unusable(const Snapshot& snap, const std::string& name, in
   }
   const NodeEntry& e = it->second;
   const std::string last = e.last_error.empty() ? "" : "; last poll: " + e.last_error;
-  if (!e.has_report) return "gpuslice: node state unknown (no report from its gpusliced yet" + last + ")";
+  if (!e.has_report)
+    return "gpuslice: node state unknown (no report from its gpusliced yet" + last + ")";
   const int64_t age = now - e.received_ms;
   if (age > options_.stale_after_ms) {
-    return "gpuslice: node state is stale (last report " + std::to_string(age / 1000) +
-           " s ago" + last + ")";
+    return "gpuslice: node state is stale (last report " + std::to_string(age / 1000) + " s ago" +
+           last + ")";
   }
   if (e.report.degraded) {
     return "gpuslice: gpusliced on this node is degraded: " + e.report.degraded_reason;
@@ -490,9 +495,9 @@ const Extender::Evaluation& Extender::CachedEvaluation(View& view, const PodRequ
   std::string key;
   for (const auto* list : {&pod.containers, &pod.init_containers}) {
     for (const ContainerAsk& a : *list) {
-      key += a.name + '\0' + std::to_string(a.gpu_mem_bytes) + ',' +
-             std::to_string(a.share_milli) + ',' + std::to_string(a.whole_gpus) + ',' +
-             a.mig_profile + ',' + std::to_string(a.mig_count) + ';';
+      key += a.name + '\0' + std::to_string(a.gpu_mem_bytes) + ',' + std::to_string(a.share_milli) +
+             ',' + std::to_string(a.whole_gpus) + ',' + a.mig_profile + ',' +
+             std::to_string(a.mig_count) + ';';
     }
     key += '|';
   }
@@ -583,8 +588,8 @@ core::Status Extender::Bind(const BindingArgs& args) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pods_.find(key);
-    if (it != pods_.end() && (args.pod_uid.empty() || it->second.uid.empty() ||
-                              it->second.uid == args.pod_uid)) {
+    if (it != pods_.end() &&
+        (args.pod_uid.empty() || it->second.uid.empty() || it->second.uid == args.pod_uid)) {
       pod = it->second;
     }
   }

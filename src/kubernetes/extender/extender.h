@@ -97,10 +97,10 @@ class Extender {
  private:
   struct NodeView {
     std::string name;
-    std::vector<std::string> gpu_uuids;              // Per core GPU index.
-    std::map<std::string, uint32_t> mig_free;        // After assumptions.
-    std::map<std::string, std::string> mig_gpu;      // Profile -> a GPU with one free.
-    int64_t received_ms = 0;  // Of its report: staleness without the snapshot.
+    std::vector<std::string> gpu_uuids;          // Per core GPU index.
+    std::map<std::string, uint32_t> mig_free;    // After assumptions.
+    std::map<std::string, std::string> mig_gpu;  // Profile -> a GPU with one free.
+    int64_t received_ms = 0;                     // Of its report: staleness without the snapshot.
     bool degraded = false;
   };
   struct View {

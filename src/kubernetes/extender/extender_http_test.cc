@@ -11,7 +11,9 @@ using nlohmann::json;
 
 class ExtenderHttpTest : public ::testing::Test {
  protected:
-  ExtenderHttpTest() : ex_(ExtenderOptions{}, [] { return int64_t{1000}; }, nullptr) {
+  ExtenderHttpTest()
+      : ex_(
+            ExtenderOptions{}, [] { return int64_t{1000}; }, nullptr) {
     auto snap = std::make_shared<Snapshot>();
     snap->generation = 1;
     NodeEntry& e = snap->nodes["n"];

@@ -78,7 +78,8 @@ core::Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
     if (!a.node_items.is_array()) a.node_items = json::array();
     for (const json& n : a.node_items) {
       std::string name = n.is_object() ? NodeName(n) : "";
-      if (name.empty()) return core::InvalidArgumentError("ExtenderArgs: a Node without metadata.name");
+      if (name.empty())
+        return core::InvalidArgumentError("ExtenderArgs: a Node without metadata.name");
       a.node_names.push_back(std::move(name));
       a.internal_ips.push_back(InternalIp(n));
     }

@@ -7,19 +7,17 @@
 // "Score", "PodName"...); Go decodes keys case-insensitively, and so do we.
 //
 //   ExtenderArgs          {"Pod": Pod, "Nodes": NodeList | null, "NodeNames": [..] | null}
-//   ExtenderFilterResult  {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
-//   HostPriorityList      [{"Host": name, "Score": 0..10}]
-//   ExtenderBindingArgs   {"PodName", "PodNamespace", "PodUID", "Node"}
-//   ExtenderBindingResult {"Error"}
+//   ExtenderFilterResult  {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes",
+//   "Error"} HostPriorityList      [{"Host": name, "Score": 0..10}] ExtenderBindingArgs {"PodName",
+//   "PodNamespace", "PodUID", "Node"} ExtenderBindingResult {"Error"}
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 

@@ -28,7 +28,9 @@ GpuReport Gpu(const std::string& uuid, uint64_t allocated_gib = 0, uint32_t mill
 // A synthetic cluster and a clock the test moves.
 class ExtenderTest : public ::testing::Test {
  protected:
-  ExtenderTest() : ex_(ExtenderOptions{}, [this] { return now_; }, nullptr) {}
+  ExtenderTest()
+      : ex_(
+            ExtenderOptions{}, [this] { return now_; }, nullptr) {}
 
   void SetNode(const std::string& name, std::vector<GpuReport> gpus, int64_t received = -1) {
     NodeEntry& e = nodes_[name];

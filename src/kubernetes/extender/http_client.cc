@@ -99,8 +99,7 @@ http::request<http::string_body> BuildRequest(const HttpRequest& r, const Url& u
 // operations, and a peer that accepts and never answers must not hold a
 // poller thread forever.
 template <typename Stream>
-core::Result<HttpResponse> Exchange(asio::io_context& io, Stream& stream,
-                                    beast::tcp_stream& lowest,
+core::Result<HttpResponse> Exchange(asio::io_context& io, Stream& stream, beast::tcp_stream& lowest,
                                     const tcp::resolver::results_type& endpoints,
                                     const HttpRequest& r, http::request<http::string_body>& req,
                                     bool handshake) {

@@ -17,7 +17,8 @@ constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/servi
 // Names and namespaces are DNS labels or subdomains; anything else in a
 // path segment would change the request's target.
 core::Status CheckName(const std::string& what, const std::string& v) {
-  if (v.empty() || v.size() > 253) return core::InvalidArgumentError(what + " is empty or too long");
+  if (v.empty() || v.size() > 253)
+    return core::InvalidArgumentError(what + " is empty or too long");
   for (char c : v) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
       return core::InvalidArgumentError(what + " '" + v + "' is not a Kubernetes name");
@@ -46,7 +47,8 @@ core::Status ApiError(const std::string& what, int status, const std::string& bo
   if (j.is_object() && j.contains("message") && j["message"].is_string()) {
     message = j["message"].get<std::string>();
   }
-  const std::string text = what + ": API server answered " + std::to_string(status) + ": " + message;
+  const std::string text =
+      what + ": API server answered " + std::to_string(status) + ": " + message;
   switch (status) {
     case 401:
     case 403:
@@ -89,8 +91,7 @@ json BindingBody(const std::string& ns, const std::string& name, const std::stri
 }
 
 core::Result<std::string> KubeApi::Call(const std::string& method, const std::string& path,
-                                        const std::string& content_type,
-                                        const std::string& body) {
+                                        const std::string& content_type, const std::string& body) {
   if (options_.base_url.empty()) {
     return core::FailedPreconditionError(
         "no API server: not in a cluster (KUBERNETES_SERVICE_HOST unset) and no --kube-api");

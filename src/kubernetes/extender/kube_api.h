@@ -10,9 +10,8 @@
 
 #include <chrono>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/status.h"
 
@@ -34,8 +33,8 @@ KubeApiOptions InClusterOptions();
 
 // The Binding object that binds pod `ns`/`name` (uid `uid`, "" to leave it
 // out) to `node`, as POST .../pods/{name}/binding takes it.
-nlohmann::json BindingBody(const std::string& ns, const std::string& name,
-                           const std::string& uid, const std::string& node);
+nlohmann::json BindingBody(const std::string& ns, const std::string& name, const std::string& uid,
+                           const std::string& node);
 
 class KubeApi {
  public:
@@ -44,8 +43,8 @@ class KubeApi {
 
   // POST /api/v1/namespaces/{ns}/pods/{name}/binding. Errors carry the API
   // server's status and message (e.g. 409 "pod is already assigned").
-  virtual core::Status Bind(const std::string& ns, const std::string& name,
-                            const std::string& uid, const std::string& node);
+  virtual core::Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
+                            const std::string& node);
   // PATCH the pod's metadata.annotations (JSON merge patch: the keys given
   // are set, others are kept).
   virtual core::Status AnnotatePod(const std::string& ns, const std::string& name,

@@ -34,8 +34,9 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"gpuslice's kube-scheduler extender: filter, prioritize and bind for pods asking "
-               "for gpuslice.dev/ resources"};
+  CLI::App app{
+      "gpuslice's kube-scheduler extender: filter, prioritize and bind for pods asking "
+      "for gpuslice.dev/ resources"};
   std::string listen = "0.0.0.0:8888";
   std::string address_file;
   std::string nodes_file;
@@ -76,8 +77,9 @@ int main(int argc, char** argv) {
     nodes = std::move(*parsed);
   }
   if (!no_kube && kube.base_url.empty()) {
-    return Fail("no API server: not in a cluster (KUBERNETES_SERVICE_HOST unset); give --kube-api "
-                "or --no-kube-api");
+    return Fail(
+        "no API server: not in a cluster (KUBERNETES_SERVICE_HOST unset); give --kube-api "
+        "or --no-kube-api");
   }
 
   // Block the stop signals before any thread starts, so only sigwait sees them.
@@ -96,8 +98,8 @@ int main(int argc, char** argv) {
   gk::PollerOptions po;
   po.interval = std::chrono::milliseconds(poll_ms);
   po.daemon_port = daemon_port;
-  gk::NodePoller poller(po, nodes, [&](gk::SnapshotPtr s) { extender.Publish(std::move(s)); },
-                        MonotonicMs);
+  gk::NodePoller poller(
+      po, nodes, [&](gk::SnapshotPtr s) { extender.Publish(std::move(s)); }, MonotonicMs);
   gk::ExtenderServer server(extender, &poller);
   auto bound = server.Listen(listen);
   if (!bound.ok()) return Fail(bound.status().message());
@@ -109,9 +111,8 @@ int main(int argc, char** argv) {
       return Fail("cannot write --address-file '" + address_file + "'");
     }
   }
-  std::cerr << "gpuslice-scheduler-extender: listening on http://" << *bound << " ("
-            << nodes.size() << " nodes from --nodes-file, policy "
-            << gpuslice::core::PolicyName(*policy) << ")\n";
+  std::cerr << "gpuslice-scheduler-extender: listening on http://" << *bound << " (" << nodes.size()
+            << " nodes from --nodes-file, policy " << gpuslice::core::PolicyName(*policy) << ")\n";
   poller.Start();
   std::thread stopper([&] {
     int sig = 0;

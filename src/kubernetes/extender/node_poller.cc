@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <memory>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "kubernetes/extender/http_client.h"
 
@@ -96,8 +95,7 @@ void NodePoller::Learn(const std::vector<std::string>& names, const std::vector<
   for (size_t i = 0; i < names.size() && i < ips.size(); ++i) {
     if (ips[i].empty() || urls_.count(names[i])) continue;
     const std::string host = ips[i].find(':') != std::string::npos ? "[" + ips[i] + "]" : ips[i];
-    urls_[names[i]] =
-        NodeStateUrl("http://" + host + ":" + std::to_string(options_.daemon_port));
+    urls_[names[i]] = NodeStateUrl("http://" + host + ":" + std::to_string(options_.daemon_port));
   }
 }
 

@@ -43,11 +43,11 @@ core::Result<NodeReport> ParseNodeReport(std::string_view body);
 
 // One node as the extender sees it.
 struct NodeEntry {
-  std::string url;           // Where its daemon's /v1/node is ("" = unknown).
-  bool has_report = false;   // A report was ever received.
-  NodeReport report;         // The last good one.
-  int64_t received_ms = 0;   // When (extender's clock).
-  std::string last_error;    // Of the last poll; "" when it succeeded.
+  std::string url;          // Where its daemon's /v1/node is ("" = unknown).
+  bool has_report = false;  // A report was ever received.
+  NodeReport report;        // The last good one.
+  int64_t received_ms = 0;  // When (extender's clock).
+  std::string last_error;   // Of the last poll; "" when it succeeded.
 };
 
 struct Snapshot {

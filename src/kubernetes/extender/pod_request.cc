@@ -18,10 +18,10 @@ struct Suffix {
   uint64_t factor;
 };
 constexpr Suffix kSuffixes[] = {
-    {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30}, {"Ti", 1ull << 40},
-    {"Pi", 1ull << 50}, {"Ei", 1ull << 60}, {"k", 1000ull},     {"M", 1000000ull},
-    {"G", 1000000000ull}, {"T", 1000000000000ull}, {"P", 1000000000000000ull},
-    {"E", 1000000000000000000ull}};
+    {"Ki", 1ull << 10},      {"Mi", 1ull << 20},         {"Gi", 1ull << 30},
+    {"Ti", 1ull << 40},      {"Pi", 1ull << 50},         {"Ei", 1ull << 60},
+    {"k", 1000ull},          {"M", 1000000ull},          {"G", 1000000000ull},
+    {"T", 1000000000000ull}, {"P", 1000000000000000ull}, {"E", 1000000000000000000ull}};
 
 std::string Str(const json& j, const char* key) {
   auto it = j.find(key);
@@ -89,14 +89,16 @@ core::Result<ContainerAsk> AskOf(const std::map<std::string, uint64_t>& r, const
       }
       a.mig_count = static_cast<uint32_t>(value);
     } else {
-      return core::InvalidArgumentError(where + ": unknown resource " + key +
-                                        " (gpuslice.dev/gpu-memory, gpu-share, gpu, mig-<profile>)");
+      return core::InvalidArgumentError(
+          where + ": unknown resource " + key +
+          " (gpuslice.dev/gpu-memory, gpu-share, gpu, mig-<profile>)");
     }
   }
   if (has_share && !has_mem) {
     return core::InvalidArgumentError(
-        where + ": gpuslice.dev/gpu-share needs gpuslice.dev/gpu-memory too (a slice's memory "
-                "must be bounded; ask e.g. gpuslice.dev/gpu-memory: 8 for 8 GiB)");
+        where +
+        ": gpuslice.dev/gpu-share needs gpuslice.dev/gpu-memory too (a slice's memory "
+        "must be bounded; ask e.g. gpuslice.dev/gpu-memory: 8 for 8 GiB)");
   }
   int kinds = (has_mem ? 1 : 0) + (a.whole_gpus > 0 ? 1 : 0) + (a.mig_count > 0 ? 1 : 0);
   if (kinds > 1) {
@@ -117,7 +119,8 @@ core::Status ReadContainers(const json& spec, const char* field, PodRequest* pod
                             std::vector<ContainerAsk>* out) {
   auto cs = spec.find(field);
   if (cs == spec.end() || cs->is_null()) return core::Status::Ok();
-  if (!cs->is_array()) return core::InvalidArgumentError(std::string("spec.") + field + ": not a list");
+  if (!cs->is_array())
+    return core::InvalidArgumentError(std::string("spec.") + field + ": not a list");
   for (const json& c : *cs) {
     if (!c.is_object()) continue;
     const std::string name = Str(c, "name");

@@ -25,11 +25,10 @@
 //   containers are placed and held.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/placement_model.h"
 #include "core/status.h"
@@ -50,7 +49,7 @@ struct ContainerAsk {
   uint64_t gpu_mem_bytes = 0;
   uint32_t share_milli = 0;  // 0: no share asked (uncapped).
   uint32_t whole_gpus = 0;
-  std::string mig_profile;   // "1g.10gb"
+  std::string mig_profile;  // "1g.10gb"
   uint32_t mig_count = 0;
 
   bool empty() const { return gpu_mem_bytes == 0 && whole_gpus == 0 && mig_count == 0; }

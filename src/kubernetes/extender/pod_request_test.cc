@@ -10,8 +10,8 @@ namespace {
 using nlohmann::json;
 
 json Pod(json containers, json init = json::array(), json annotations = json::object()) {
-  return {{"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u1"},
-                        {"annotations", annotations}}},
+  return {{"metadata",
+           {{"name", "p"}, {"namespace", "ns"}, {"uid", "u1"}, {"annotations", annotations}}},
           {"spec", {{"containers", containers}, {"initContainers", init}}}};
 }
 
@@ -20,8 +20,8 @@ json Container(const std::string& name, json limits, json requests = json::objec
 }
 
 TEST(PodRequest, AFractionIsMemoryPlusShareOnOneGpu) {
-  auto p = ParsePod(Pod({Container("c", {{"gpuslice.dev/gpu-memory", "8"},
-                                        {"gpuslice.dev/gpu-share", "30"}})}));
+  auto p = ParsePod(
+      Pod({Container("c", {{"gpuslice.dev/gpu-memory", "8"}, {"gpuslice.dev/gpu-share", "30"}})}));
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->uses_gpuslice);
   EXPECT_EQ(p->invalid, "");
@@ -37,9 +37,9 @@ TEST(PodRequest, AFractionIsMemoryPlusShareOnOneGpu) {
 }
 
 TEST(PodRequest, LimitsWinOverRequestsAndRequestsFillTheRest) {
-  auto p = ParsePod(Pod({Container("c", {{"gpuslice.dev/gpu-memory", "8"}},
-                                   {{"gpuslice.dev/gpu-memory", "4"},
-                                    {"gpuslice.dev/gpu-share", 25}})}));
+  auto p = ParsePod(
+      Pod({Container("c", {{"gpuslice.dev/gpu-memory", "8"}},
+                     {{"gpuslice.dev/gpu-memory", "4"}, {"gpuslice.dev/gpu-share", 25}})}));
   ASSERT_TRUE(p.ok());
   ASSERT_EQ(p->containers.size(), 1u);
   EXPECT_EQ(p->containers[0].gpu_mem_bytes, 8 * core::kGiB);
@@ -63,21 +63,19 @@ TEST(PodRequest, MemoryWithoutShareIsUncappedWithTheSmallestShare) {
 }
 
 TEST(PodRequest, AWholeShareIsAWholeGpu) {
-  auto p = ParsePod(Pod({Container("c", {{"gpuslice.dev/gpu-memory", "4"},
-                                        {"gpuslice.dev/gpu-share", "100"}})}));
+  auto p = ParsePod(
+      Pod({Container("c", {{"gpuslice.dev/gpu-memory", "4"}, {"gpuslice.dev/gpu-share", "100"}})}));
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->containers[0].whole_gpus, 1u);
   EXPECT_TRUE(p->containers[0].ToDemand().IsWhole());
 }
 
 TEST(PodRequest, EachContainerIsItsOwnAskAndInitContainersAreApart) {
-  auto p = ParsePod(Pod({Container("a", {{"gpuslice.dev/gpu-memory", "8"},
-                                        {"gpuslice.dev/gpu-share", "30"}}),
-                         Container("b", {{"gpuslice.dev/gpu", "2"}}),
-                         Container("c", {{"gpuslice.dev/mig-1g.10gb", "1"}}),
-                         Container("sidecar", {{"cpu", "1"}})},
-                        {Container("init", {{"gpuslice.dev/gpu-memory", "20"},
-                                            {"gpuslice.dev/gpu-share", "50"}})}));
+  auto p = ParsePod(Pod(
+      {Container("a", {{"gpuslice.dev/gpu-memory", "8"}, {"gpuslice.dev/gpu-share", "30"}}),
+       Container("b", {{"gpuslice.dev/gpu", "2"}}),
+       Container("c", {{"gpuslice.dev/mig-1g.10gb", "1"}}), Container("sidecar", {{"cpu", "1"}})},
+      {Container("init", {{"gpuslice.dev/gpu-memory", "20"}, {"gpuslice.dev/gpu-share", "50"}})}));
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->invalid, "");
   ASSERT_EQ(p->containers.size(), 3u);

@@ -5,6 +5,7 @@
 // ExtenderBindingArgs bodies of the shape kube-scheduler sends.
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,10 +17,8 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
-#include <thread>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "harness.h"
 #include "kubernetes/extender/http_client.h"
@@ -31,9 +30,9 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-using nlohmann::json;
 using kubernetes::Fetch;
 using kubernetes::HttpRequest;
+using nlohmann::json;
 
 constexpr uint64_t kGiB = 1ull << 30;
 
@@ -80,8 +79,7 @@ class FakeApiServer {
                              req.body(), std::string(req[http::field::authorization])});
       }
       const bool binding = req.target().ends_with("/binding");
-      http::response<http::string_body> res{binding ? http::status::created : http::status::ok,
-                                            11};
+      http::response<http::string_body> res{binding ? http::status::created : http::status::ok, 11};
       res.set(http::field::content_type, "application/json");
       res.body() = binding ? R"({"kind":"Status","status":"Success"})" : "{}";
       res.keep_alive(false);
@@ -107,11 +105,17 @@ core::Result<kubernetes::HttpResponse> Get(const std::string& url) {
 json Pod(const std::string& name, json limits) {
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
-          {"metadata", {{"name", name}, {"namespace", "ml"}, {"uid", "uid-" + name},
-                        {"annotations", {{"gpuslice.dev/priority", "normal"}}}}},
-          {"spec", {{"schedulerName", "default-scheduler"},
-                    {"containers", {{{"name", "main"}, {"image", "pytorch"},
-                                     {"resources", {{"limits", limits}, {"requests", limits}}}}}}}}};
+          {"metadata",
+           {{"name", name},
+            {"namespace", "ml"},
+            {"uid", "uid-" + name},
+            {"annotations", {{"gpuslice.dev/priority", "normal"}}}}},
+          {"spec",
+           {{"schedulerName", "default-scheduler"},
+            {"containers",
+             {{{"name", "main"},
+               {"image", "pytorch"},
+               {"resources", {{"limits", limits}, {"requests", limits}}}}}}}}};
 }
 
 json Fraction(int gib, int pct) {
@@ -142,13 +146,20 @@ class ExtenderE2e : public ::testing::Test {
     const std::string nodes_file = dir_ + "/nodes.yaml";
     std::ofstream(nodes_file) << nodes_file_text;
     const std::string addr_file = dir_ + "/extender.addr";
-    std::vector<std::string> argv = {GPUSLICE_E2E_EXTENDER,  "--listen",
-                                     "127.0.0.1:0",          "--address-file",
-                                     addr_file,              "--nodes-file",
-                                     nodes_file,             "--poll-interval-ms",
-                                     "200",                  "--stale-after-ms",
-                                     "2000",                 "--kube-api",
-                                     api_.url(),             "--kube-token-file",
+    std::vector<std::string> argv = {GPUSLICE_E2E_EXTENDER,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--address-file",
+                                     addr_file,
+                                     "--nodes-file",
+                                     nodes_file,
+                                     "--poll-interval-ms",
+                                     "200",
+                                     "--stale-after-ms",
+                                     "2000",
+                                     "--kube-api",
+                                     api_.url(),
+                                     "--kube-token-file",
                                      dir_ + "/token"};
     std::ofstream(dir_ + "/token") << "secret-token\n";
     extender_ = fork();
@@ -223,8 +234,9 @@ class ExtenderE2e : public ::testing::Test {
     return out;
   }
   json Bind(const std::string& pod, const std::string& node) {
-    return Post("bind", {{"PodName", pod}, {"PodNamespace", "ml"}, {"PodUID", "uid-" + pod},
-                         {"Node", node}});
+    return Post(
+        "bind",
+        {{"PodName", pod}, {"PodNamespace", "ml"}, {"PodUID", "uid-" + pod}, {"Node", node}});
   }
 
   std::map<std::string, std::unique_ptr<Daemon>> nodes_;
@@ -252,8 +264,9 @@ TEST_F(ExtenderE2e, TheNodeListFormIsAnsweredWithTheNodesThatPassed) {
   json items = json::array();
   for (const std::string& n : all_) {
     items.push_back({{"metadata", {{"name", n}}},
-                     {"status", {{"addresses", {{{"type", "InternalIP"}, {"address", "127.0.0.1"}}}},
-                                 {"allocatable", {{"cpu", "64"}}}}}});
+                     {"status",
+                      {{"addresses", {{{"type", "InternalIP"}, {"address", "127.0.0.1"}}}},
+                       {"allocatable", {{"cpu", "64"}}}}}});
   }
   json r = Post("filter", {{"Pod", Pod("mid", Fraction(30, 40))},
                            {"Nodes", {{"metadata", json::object()}, {"items", items}}},
@@ -297,8 +310,8 @@ TEST_F(ExtenderE2e, BackToBackBindsDoNotOvercommitOneGpuAndPostBindings) {
     EXPECT_EQ(req.authorization, "Bearer secret-token");
     if (req.method == "PATCH") {
       json patch = json::parse(req.body);
-      json assigned = json::parse(patch["metadata"]["annotations"]["gpuslice.dev/assigned-gpus"]
-                                      .get<std::string>());
+      json assigned = json::parse(
+          patch["metadata"]["annotations"]["gpuslice.dev/assigned-gpus"].get<std::string>());
       gpus.insert(assigned["main"][0].get<std::string>());
       EXPECT_EQ(patch["metadata"]["annotations"]["gpuslice.dev/assigned-node"], "node-b");
     }
@@ -340,10 +353,12 @@ TEST_F(ExtenderE2e, AStoppedDaemonMakesItsNodeFailAsStale) {
   ASSERT_EQ(Passed(Post("filter", Args(pod, all_))).size(), 3u);
   nodes_["node-a"]->Kill(SIGKILL);
   json r;
-  ASSERT_TRUE(Daemon::WaitFor([&] {
-    r = Post("filter", Args(pod, all_));
-    return r["FailedNodes"].contains("node-a");
-  }, 20));
+  ASSERT_TRUE(Daemon::WaitFor(
+      [&] {
+        r = Post("filter", Args(pod, all_));
+        return r["FailedNodes"].contains("node-a");
+      },
+      20));
   const std::string why = r["FailedNodes"]["node-a"];
   EXPECT_NE(why.find("stale"), std::string::npos) << why;
   EXPECT_EQ(Passed(r), (std::vector<std::string>{"node-b", "node-c"}));
