@@ -238,6 +238,13 @@ void ModelPrices(const ClusterState& state, const WorkloadProfile& p, double* pr
   }
 }
 
+// Two GPUs of one node that a fraction would leave in the same state, so
+// the node's fragmentation after it is the same on either.
+bool SameState(const GpuState& a, const GpuState& b) {
+  return a.milli_free == b.milli_free && a.mem_free == b.mem_free && a.mem_total == b.mem_total &&
+         a.model == b.model && a.island == b.island;
+}
+
 // Ours. The exact fragmentation gradient (no 0..100 quantisation, no random
 // ties), then packing as the tie-break: among equally good options, leave the
 // least GPU and CPU room, so idle nodes stay idle for big tasks.
@@ -250,9 +257,10 @@ bool FragAwareScore(const Ctx& c, uint32_t index, const NodeState& n, Option* op
   };
   double frag_gain = 0;
   if (d.IsFraction()) {
-    // GPUs with the same free room give the same result: score each
-    // distinct room once (an idle 8-GPU node costs one evaluation, not 8).
-    uint32_t seen_milli[kMaxGpusPerNode];
+    // GPUs in the same state (free compute and memory, model, island) give
+    // the same result: score each distinct one once (an idle 8-GPU node
+    // costs one evaluation, not 8, with GPU memory tracked or not).
+    const GpuState* seen_gpu[kMaxGpusPerNode];
     double seen_gain[kMaxGpusPerNode];
     int seen = 0;
     double best = 0;
@@ -262,16 +270,14 @@ bool FragAwareScore(const Ctx& c, uint32_t index, const NodeState& n, Option* op
       if (!GpuFitsFraction(g, d)) continue;
       double gi = 0;
       int k = 0;
-      while (k < seen && seen_milli[k] != g.milli_free) ++k;
-      if (k < seen && g.mem_total == 0) {
+      while (k < seen && !SameState(*seen_gpu[k], g)) ++k;
+      if (k < seen) {
         gi = seen_gain[k];
       } else {
         uint8_t idx = static_cast<uint8_t>(i);
         gi = gain(&idx, 1);
-        if (seen < kMaxGpusPerNode) {
-          seen_milli[seen] = g.milli_free;
-          seen_gain[seen++] = gi;
-        }
+        seen_gpu[seen] = &g;
+        seen_gain[seen++] = gi;
       }
       // Best-fit among equal gains: the fuller GPU.
       const double key = gi - c.model_price[g.model] * d.gpu_milli - 1e-6 * g.milli_free;
@@ -452,8 +458,18 @@ Status CouldEverFit(const ClusterState& state, const Demand& demand) {
                          " B, most suitable GPUs on one island " + std::to_string(max_gpus) + ")");
 }
 
-Result<Placement> Place(const ClusterState& state, const Demand& demand,
-                        const PlaceOptions& options) {
+namespace {
+
+// What every decision of Place and ScoreNodes shares: the options checked,
+// and frag-aware's cluster-wide terms computed once per decision.
+struct Decision {
+  std::array<double, kMaxModels> prices{};
+  double cpu_per_gpu_milli = 0;
+  double starve_weight = 0;
+};
+
+Status Prepare(const ClusterState& state, const Demand& demand, const PlaceOptions& options,
+               Decision* out) {
   GPUSLICE_RETURN_IF_ERROR(demand.Validate());
   const PolicyInfo& info = InfoOf(options.policy);
   if (info.needs_profile && options.profile == nullptr) {
@@ -462,18 +478,35 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
   if (options.policy == Policy::kRandomFit && options.rng == nullptr) {
     return InvalidArgumentError("policy 'random-fit' needs a random source");
   }
-  std::array<double, kMaxModels> prices{};
-  double cpu_per_gpu_milli = 0;
   if (options.policy == Policy::kFragAware) {
-    ModelPrices(state, *options.profile, prices.data());
-    cpu_per_gpu_milli = CpuPerGpuMilli(*options.profile);
+    ModelPrices(state, *options.profile, out->prices.data());
+    out->cpu_per_gpu_milli = CpuPerGpuMilli(*options.profile);
   }
   // The CPU-starvation term only from kStarvationFrom of the GPUs allocated.
   const double allocated = state.TotalGpuMilli() == 0
                                ? 0
                                : 1.0 - double(state.FreeGpuMilli()) / double(state.TotalGpuMilli());
-  const double starve_weight = allocated >= kStarvationFrom ? 1.0 : 0.0;
-  const Ctx ctx{state, demand, options, prices.data(), cpu_per_gpu_milli, starve_weight};
+  out->starve_weight = allocated >= kStarvationFrom ? 1.0 : 0.0;
+  return Status::Ok();
+}
+
+Placement PlacementOf(uint32_t node, const Option& opt) {
+  Placement p;
+  p.node = node;
+  p.gpu_count = opt.gpu_count;
+  std::copy_n(opt.gpus.begin(), opt.gpu_count, p.gpus.begin());
+  std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
+  return p;
+}
+
+}  // namespace
+
+Result<Placement> Place(const ClusterState& state, const Demand& demand,
+                        const PlaceOptions& options) {
+  Decision dec;
+  GPUSLICE_RETURN_IF_ERROR(Prepare(state, demand, options, &dec));
+  const Ctx ctx{
+      state, demand, options, dec.prices.data(), dec.cpu_per_gpu_milli, dec.starve_weight};
   // Ties go to the first node in cluster order, for every policy. The
   // paper's simulator does the same in effect (it orders nodes by a seeded
   // random name prefix), so the replay permutes the node order per seed.
@@ -499,12 +532,27 @@ Result<Placement> Place(const ClusterState& state, const Demand& demand,
     GPUSLICE_RETURN_IF_ERROR(CouldEverFit(state, demand));
     return ResourceExhaustedError("no node has room now for " + demand.Describe());
   }
-  Placement p;
-  p.node = best_node;
-  p.gpu_count = best.gpu_count;
-  std::copy_n(best.gpus.begin(), best.gpu_count, p.gpus.begin());
-  std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
-  return p;
+  return PlacementOf(best_node, best);
+}
+
+Status ScoreNodes(const ClusterState& state, const Demand& demand, const PlaceOptions& options,
+                  std::span<NodeOption> out) {
+  if (out.size() != state.size()) {
+    return InvalidArgumentError("ScoreNodes: " + std::to_string(out.size()) + " outputs for " +
+                                std::to_string(state.size()) + " nodes");
+  }
+  Decision dec;
+  GPUSLICE_RETURN_IF_ERROR(Prepare(state, demand, options, &dec));
+  const Ctx ctx{
+      state, demand, options, dec.prices.data(), dec.cpu_per_gpu_milli, dec.starve_weight};
+  Option cur;
+  for (uint32_t i = 0; i < state.size(); ++i) {
+    cur.gpu_count = 0;
+    out[i].fits = ScoreNode(ctx, i, &cur);
+    out[i].score = out[i].fits ? cur.score : 0;
+    out[i].placement = out[i].fits ? PlacementOf(i, cur) : Placement{};
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpuslice::core

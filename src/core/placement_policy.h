@@ -78,6 +78,23 @@ struct PlaceOptions {
 Result<Placement> Place(const ClusterState& state, const Demand& demand,
                         const PlaceOptions& options);
 
+// One node's best option for a demand, as Place weighs it.
+struct NodeOption {
+  bool fits = false;    // The demand fits this node now.
+  double score = 0;     // Higher is better; compares nodes of one call only.
+  Placement placement;  // Node and GPUs, when it fits.
+};
+
+// Every node's best option for `demand` in one pass: out[i] for node i
+// (out.size() must equal state.size()). Place picks the first node with the
+// highest score among those that fit, so this is Place's view of each node,
+// for callers that rank nodes themselves (the Kubernetes scheduler
+// extender's prioritize verb). Errors: kInvalidArgument as Place; a demand
+// that fits nowhere is not an error (every fits is false). random-fit scores
+// every node 0. Same cost as Place; allocation-free.
+Status ScoreNodes(const ClusterState& state, const Demand& demand, const PlaceOptions& options,
+                  std::span<NodeOption> out);
+
 // Ok if some node of `state`, were it empty, could hold `demand`; otherwise
 // kOutOfRange naming the resource that is never enough.
 Status CouldEverFit(const ClusterState& state, const Demand& demand);

@@ -300,5 +300,55 @@ TEST(ParsePolicy, KnowsEveryNameAndListsThemOnError) {
   EXPECT_EQ(PolicyName(kDefaultPolicy), "frag-aware");
 }
 
+// ScoreNodes is Place's view of every node: the node Place picks is the
+// first with the highest score, with the same GPUs, at every step of a
+// random fill, and a node without room is marked as such.
+TEST(ScoreNodes, AgreesWithPlaceAtEveryStepOfARandomFill) {
+  ClusterState s;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(
+        s.AddUniformNode("n" + std::to_string(i), 64000, 256 * kGiB, 4, "A100", 80 * kGiB).ok());
+  }
+  std::vector<Demand> menu = {Demand::Fraction(250, 10 * kGiB), Demand::Fraction(500, 20 * kGiB),
+                              Demand::Fraction(300, 40 * kGiB), Demand::WholeGpus(1),
+                              Demand::WholeGpus(2)};
+  WorkloadProfile profile = WorkloadProfile::FromDemands(menu).value();
+  std::vector<NodeOption> out(s.size());
+  PlacementRng pick(3);
+  for (Policy policy : {Policy::kFragAware, Policy::kFgd, Policy::kBestFit, Policy::kBinpack}) {
+    ClusterState state = s;
+    for (int step = 0; step < 60; ++step) {
+      const Demand& d = menu[pick.Uniform(static_cast<uint32_t>(menu.size()))];
+      const PlaceOptions o{.policy = policy, .profile = &profile};
+      ASSERT_TRUE(ScoreNodes(state, d, o, out).ok());
+      Result<Placement> placed = Place(state, d, o);
+      int best = -1;
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i].fits && (best < 0 || out[i].score > out[best].score)) best = int(i);
+      }
+      if (!placed.ok()) {
+        EXPECT_EQ(best, -1) << PolicyName(policy);
+        continue;
+      }
+      ASSERT_EQ(best, int(placed->node)) << PolicyName(policy) << " step " << step;
+      EXPECT_EQ(out[best].placement, *placed);
+      ASSERT_TRUE(state.Allocate(d, *placed).ok());
+    }
+  }
+}
+
+TEST(ScoreNodes, RefusesAnOutputOfTheWrongSizeAndAMissingProfile) {
+  ClusterState s = SliverAndIdle();
+  std::vector<NodeOption> out(1);
+  EXPECT_EQ(ScoreNodes(s, Demand::Fraction(300, 0), {.policy = Policy::kBinpack}, out).code(),
+            StatusCode::kInvalidArgument);
+  out.resize(2);
+  EXPECT_EQ(ScoreNodes(s, Demand::Fraction(300, 0), {.policy = Policy::kFragAware}, out).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ScoreNodes(s, Demand::Fraction(700, 0), {.policy = Policy::kBinpack}, out).ok());
+  EXPECT_FALSE(out[0].fits) << "600 free: no room for 700";
+  EXPECT_TRUE(out[1].fits);
+}
+
 }  // namespace
 }  // namespace gpuslice::core

@@ -26,6 +26,7 @@
 #include "daemon/http_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics.h"
+#include "daemon/node_state_route.h"
 #include "daemon/nvml_inventory.h"
 #include "daemon/region_store.h"
 #include "daemon/replicas.h"
@@ -259,6 +260,7 @@ int main(int argc, char** argv) {
   metrics_options.start_time_ms = clock.NowMs();
   gd::RegisterMetrics(api, service, metrics_options);
   gd::RegisterStatusPage(api, service);
+  gd::RegisterNodeStateRoute(api, service);
   gd::RegisterUsageApi(api, service);
   // Autoscaled services (docs/SERVICES.md): replicas are ordinary jobs.
   gd::ReplicaManager replicas(service, clock);
@@ -284,8 +286,8 @@ int main(int argc, char** argv) {
   const std::string metrics_addr_file = config.state_dir + "/metrics.addr";
   fs::remove(metrics_addr_file, ec);
   if (!config.metrics_listen.empty()) {
-    auto bound =
-        server.ListenMetrics(config.metrics_listen, {"/metrics", "/status", "/status.json"});
+    auto bound = server.ListenMetrics(config.metrics_listen,
+                                      {"/metrics", "/status", "/status.json", gd::kNodeStatePath});
     if (!bound.ok()) return Fail(bound.status().message());
     if (auto s = WriteAddressFile(metrics_addr_file, *bound); !s.ok()) return Fail(s.message());
     gd::LogInfo("metrics and status page on http://" + *bound + "/metrics (no authentication)");
