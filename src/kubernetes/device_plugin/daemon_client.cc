@@ -134,6 +134,11 @@ core::Status HttpDaemonClient::ResizeCompute(uint64_t job, uint32_t compute_mill
   return Call("POST", "/v1/jobs/" + std::to_string(job) + "/resize", &body).status();
 }
 
+core::Status HttpDaemonClient::SetPriority(uint64_t job, const std::string& priority) {
+  json body = {{"priority", priority}};
+  return Call("POST", "/v1/jobs/" + std::to_string(job) + "/resize", &body).status();
+}
+
 core::Status HttpDaemonClient::Resume(uint64_t job) {
   return Call("POST", "/v1/jobs/" + std::to_string(job) + "/resume").status();
 }

@@ -76,6 +76,8 @@ class DaemonClient {
   // Replaces the job's labels.
   virtual core::Status SetLabels(uint64_t job, const Labels& labels) = 0;
   virtual core::Status ResizeCompute(uint64_t job, uint32_t compute_milli) = 0;
+  // "low" | "normal" | "high" (resize with "priority"): live.
+  virtual core::Status SetPriority(uint64_t job, const std::string& priority) = 0;
   virtual core::Status Resume(uint64_t job) = 0;
   // Releases an external job.
   virtual core::Status Cancel(uint64_t job) = 0;
@@ -100,6 +102,7 @@ class HttpDaemonClient final : public DaemonClient {
   core::Result<ContainerEdits> Container(uint64_t job) override;
   core::Status SetLabels(uint64_t job, const Labels& labels) override;
   core::Status ResizeCompute(uint64_t job, uint32_t compute_milli) override;
+  core::Status SetPriority(uint64_t job, const std::string& priority) override;
   core::Status Resume(uint64_t job) override;
   core::Status Cancel(uint64_t job) override;
 

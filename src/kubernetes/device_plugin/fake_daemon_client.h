@@ -75,6 +75,13 @@ class FakeDaemonClient final : public DaemonClient {
     return core::Status::Ok();
   }
 
+  core::Status SetPriority(uint64_t job, const std::string& priority) override {
+    JobInfo* j = Find(job);
+    if (j == nullptr) return core::NotFoundError("no job " + std::to_string(job));
+    calls.push_back("priority " + std::to_string(job) + " " + priority);
+    return core::Status::Ok();
+  }
+
   core::Status Resume(uint64_t job) override {
     JobInfo* j = Find(job);
     if (j == nullptr) return core::NotFoundError("no job " + std::to_string(job));

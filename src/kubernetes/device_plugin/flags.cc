@@ -55,6 +55,21 @@ const std::vector<FlagSpec>& Table() {
        }},
       {"--node-name", true,
        [](Flags& f, const std::string& v) { return NonEmpty(&f.node_name, "--node-name", v); }},
+      {"--kube-api", true,
+       [](Flags& f, const std::string& v) { return NonEmpty(&f.kube_api, "--kube-api", v); }},
+      {"--kube-token-file", true,
+       [](Flags& f, const std::string& v) {
+         return NonEmpty(&f.kube_token_file, "--kube-token-file", v);
+       }},
+      {"--kube-ca-file", true,
+       [](Flags& f, const std::string& v) {
+         return NonEmpty(&f.kube_ca_file, "--kube-ca-file", v);
+       }},
+      {"--no-kube-api", false,
+       [](Flags& f, const std::string&) {
+         f.no_kube_api = true;
+         return core::Status::Ok();
+       }},
       {"--help", false,
        [](Flags& f, const std::string&) {
          f.help = true;
@@ -117,7 +132,12 @@ std::string Usage() {
          "  --poll-interval DURATION     how often to read the GPUs and their health (5s)\n"
          "  --release-grace DURATION     how long a slice no container holds is kept (30s)\n"
          "  --node-name NAME             this node's name in job labels (default $NODE_NAME,\n"
-         "                               else the host name)\n";
+         "                               else the host name)\n"
+         "  --kube-api URL               the API server, to read pods' gpuslice.dev/priority\n"
+         "                               (default: in-cluster when KUBERNETES_SERVICE_HOST is set)\n"
+         "  --kube-token-file PATH       bearer token (default: the service account's)\n"
+         "  --kube-ca-file PATH          CA bundle (default: the service account's)\n"
+         "  --no-kube-api                do not read pods' annotations\n";
 }
 
 }  // namespace gpuslice::kubernetes

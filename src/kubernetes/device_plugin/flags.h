@@ -18,6 +18,12 @@ struct Flags {
   std::chrono::milliseconds poll_interval{5000};   // GET /v1/gpus.
   std::chrono::milliseconds release_grace{30000};  // reconcile.h.
   std::string node_name;                           // "" = $NODE_NAME, else the host name.
+  // The API server, for pods' gpuslice.dev/priority annotation: "" = the
+  // in-cluster one when KUBERNETES_SERVICE_HOST is set, else none.
+  std::string kube_api;
+  std::string kube_token_file;  // "" = the in-cluster service account's.
+  std::string kube_ca_file;     // "" = the in-cluster service account's.
+  bool no_kube_api = false;
   bool help = false;
 };
 

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "kubernetes/device_plugin/kubelet.h"
 #include "kubernetes/device_plugin/log.h"
 #include "kubernetes/device_plugin/plugin.h"
+#include "kubernetes/device_plugin/pod_annotations.h"
 
 namespace {
 
@@ -63,6 +65,22 @@ int main(int argc, char** argv) {
   options.decide.release_grace = flags->release_grace;
   LogInfo("starting: node " + options.node + ", gpusliced at " + socket + ", kubelet folder " +
           options.device_plugin_dir + (options.cdi ? ", CDI" : ", no CDI"));
+  // Pods' gpuslice.dev/priority from the API server (kube_api.h).
+  KubeApiOptions kube = InClusterOptions();
+  if (!flags->kube_api.empty()) kube.base_url = flags->kube_api;
+  if (!flags->kube_token_file.empty()) kube.token_file = flags->kube_token_file;
+  if (!flags->kube_ca_file.empty()) kube.ca_file = flags->kube_ca_file;
+  std::unique_ptr<KubeApi> api;
+  std::unique_ptr<ApiPodAnnotations> annotations;
+  if (!flags->no_kube_api && !kube.base_url.empty()) {
+    api = std::make_unique<KubeApi>(kube);
+    annotations = std::make_unique<ApiPodAnnotations>(api.get());
+    options.annotations = annotations.get();
+    LogInfo("pods' " + std::string(kPriorityAnnotation) + " read from " + kube.base_url);
+  } else {
+    LogInfo("no API server (--kube-api, or in-cluster): pods' " + std::string(kPriorityAnnotation) +
+            " is not read");
+  }
   Plugin plugin(options, &allocate_daemon, &poll_daemon, &pods);
   plugin.Run(g_stop);
   LogInfo("stopped");

@@ -38,7 +38,7 @@ Plugin::Plugin(PluginOptions options, DaemonClient* allocate_daemon, DaemonClien
       allocator_(allocate_daemon, &book_, AllocatorOptions{options_.node, options_.cdi}),
       reconciler_(poll_daemon, pods, &book_,
                   ReconcilerOptions{options_.node, options_.decide, std::chrono::seconds(2),
-                                    std::chrono::milliseconds(100)}) {
+                                    std::chrono::milliseconds(100), options_.annotations}) {
   deps_.table = &table_;
   deps_.allocator = &allocator_;
   deps_.book = &book_;

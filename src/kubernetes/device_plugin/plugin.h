@@ -37,6 +37,8 @@ struct PluginOptions {
   bool cdi = true;
   std::chrono::milliseconds poll_interval{5000};
   ReconcileOptions decide;
+  // Pods' annotations (gpuslice.dev/priority); null: not read.
+  PodAnnotationSource* annotations = nullptr;
 };
 
 class Plugin {

@@ -36,7 +36,48 @@ core::Status Reconciler::RunOnce() {
   if (pods_error_logged_) LogInfo("kubelet PodResources answers again");
   pods_error_logged_ = false;
   Apply(Reconcile(*containers, book_->All(), Clock::now(), options_.decide));
+  ApplyPriorities();
   return core::Status::Ok();
+}
+
+void Reconciler::ApplyPriorities() {
+  for (const PluginJob& j : book_->All()) {
+    if (priority_done_.count(j.id) > 0) continue;
+    auto ns = j.labels.find("namespace");
+    auto pod = j.labels.find("pod");
+    if (ns == j.labels.end() || pod == j.labels.end()) continue;  // Not tied to a pod yet.
+    if (options_.annotations == nullptr) {
+      priority_done_.insert(j.id);
+      continue;
+    }
+    auto annotations = options_.annotations->Annotations(ns->second, pod->second);
+    if (!annotations.ok()) {
+      // The API server may be away for a moment: tried again next pass.
+      const std::string problem = "pod " + ns->second + "/" + pod->second +
+                                  ": cannot read its annotations: " + annotations.status().message();
+      if (reported_.insert(problem).second) LogWarn(problem);
+      continue;
+    }
+    priority_done_.insert(j.id);
+    auto p = annotations->find(kPriorityAnnotation);
+    if (p == annotations->end()) continue;
+    if (p->second != "low" && p->second != "normal" && p->second != "high") {
+      const std::string problem = "pod " + ns->second + "/" + pod->second + ": " +
+                                  kPriorityAnnotation + " '" + p->second +
+                                  "' is not low, normal or high; ignored";
+      if (reported_.insert(problem).second) LogError(problem);
+      continue;
+    }
+    if (core::Status s = daemon_->SetPriority(j.id, p->second); !s.ok()) {
+      priority_done_.erase(j.id);  // Retried next pass.
+      const std::string problem = "job " + std::to_string(j.id) + ": priority " + p->second +
+                                  ": " + s.message();
+      if (reported_.insert(problem).second) LogError(problem);
+      continue;
+    }
+    LogInfo("job " + std::to_string(j.id) + ": priority " + p->second + " (pod " + ns->second +
+            "/" + pod->second + ")");
+  }
 }
 
 void Reconciler::Apply(const std::vector<Action>& actions) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -21,11 +22,24 @@
 
 namespace gpuslice::kubernetes {
 
+// A pod's annotations (the API server's pod object); the reconciler reads
+// `gpuslice.dev/priority` from them. Null source: annotations are not read.
+class PodAnnotationSource {
+ public:
+  virtual ~PodAnnotationSource() = default;
+  virtual core::Result<std::map<std::string, std::string>> Annotations(const std::string& ns,
+                                                                       const std::string& pod) = 0;
+};
+
+inline constexpr char kPriorityAnnotation[] = "gpuslice.dev/priority";
+
 struct ReconcilerOptions {
   std::string node;
   ReconcileOptions decide;
   std::chrono::milliseconds period{2000};
   std::chrono::milliseconds after_allocate{100};
+  // Where pods' annotations come from (the API server); may be null.
+  PodAnnotationSource* annotations = nullptr;
 };
 
 class Reconciler {
@@ -49,6 +63,9 @@ class Reconciler {
   void Poke();
 
  private:
+  // Applies each labelled job's pod's `gpuslice.dev/priority` once.
+  void ApplyPriorities();
+  std::set<uint64_t> priority_done_;
   void Loop();
   void Apply(const std::vector<Action>& actions);
 

@@ -2,11 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
 #include "kubernetes/device_plugin/allocator.h"
 #include "kubernetes/device_plugin/fake_daemon_client.h"
+#include "kubernetes/device_plugin/pod_annotations.h"
 
 namespace gpuslice::kubernetes {
 namespace {
@@ -63,6 +65,58 @@ TEST_F(ReconcilerTest, APairedSliceIsResizedThenResumed) {
   // In line now: the next pass does nothing.
   ASSERT_TRUE(r.RunOnce().ok());
   EXPECT_EQ(daemon_.calls.size(), 4u);
+}
+
+class FakeAnnotations final : public PodAnnotationSource {
+ public:
+  std::map<std::string, std::map<std::string, std::string>> pods;  // "ns/pod" -> annotations.
+  core::Status refuse;
+  int reads = 0;
+  core::Result<std::map<std::string, std::string>> Annotations(const std::string& ns,
+                                                               const std::string& pod) override {
+    ++reads;
+    if (!refuse.ok()) return refuse;
+    return pods[ns + "/" + pod];
+  }
+};
+
+// Issue 16: a pod's gpuslice.dev/priority annotation becomes its slice's
+// priority, once, after the slice is tied to the pod; an API server that
+// does not answer is asked again; a bad value is ignored.
+TEST_F(ReconcilerTest, APodsPriorityAnnotationBecomesItsSlicesPriority) {
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4)).ok());
+  pods_.containers = {{{"ns", "p", "c"}, {{kMem.Name(), Ids(ResourceKind::kGpuMemory, 0, 4)}}}};
+  FakeAnnotations annotations;
+  annotations.refuse = core::UnavailableError("API server down");
+  annotations.pods["ns/p"] = {{"gpuslice.dev/priority", "high"}, {"other", "x"}};
+  ReconcilerOptions o = Options(std::chrono::seconds(30));
+  o.annotations = &annotations;
+  Reconciler r(&daemon_, &pods_, &book_, o);
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_EQ(std::count(daemon_.calls.begin(), daemon_.calls.end(), "priority 1 high"), 0);
+  annotations.refuse = core::Status::Ok();
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_EQ(std::count(daemon_.calls.begin(), daemon_.calls.end(), "priority 1 high"), 1);
+  const int reads = annotations.reads;
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_EQ(annotations.reads, reads);  // Once per slice.
+
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 4, 2)).ok());
+  pods_.containers.push_back(
+      {{"ns", "q", "c"}, {{kMem.Name(), Ids(ResourceKind::kGpuMemory, 4, 2)}}});
+  annotations.pods["ns/q"] = {{"gpuslice.dev/priority", "urgent"}};
+  ASSERT_TRUE(r.RunOnce().ok());
+  for (const std::string& c : daemon_.calls) EXPECT_EQ(c.find("urgent"), std::string::npos);
+}
+
+TEST(PodAnnotations, AreReadFromThePodObject) {
+  auto pod = nlohmann::json::parse(
+      R"({"metadata": {"name": "p", "annotations": {"gpuslice.dev/priority": "low", "n": 1}}})");
+  auto a = AnnotationsOf(pod);
+  EXPECT_EQ(a.size(), 1u);
+  EXPECT_EQ(a.at("gpuslice.dev/priority"), "low");
+  EXPECT_TRUE(AnnotationsOf(nlohmann::json::parse(R"({"metadata": {}})")).empty());
+  EXPECT_TRUE(AnnotationsOf(nlohmann::json::parse("[]")).empty());
 }
 
 TEST_F(ReconcilerTest, ARefusedResizeKeepsTheSlicePausedAndIsRetried) {
