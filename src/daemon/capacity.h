@@ -40,6 +40,16 @@
 
 namespace gpuslice::daemon {
 
+// Shared by capacity.cc and capacity_pinned.cc.
+namespace capacity_detail {
+// core::ClusterState holds at most kMaxGpusPerNode GPUs per node; larger
+// inventories (the placement benchmark's 1,000 GPUs) are split into nodes of
+// that many GPUs, and a multi-GPU job stays within one of them.
+inline constexpr size_t kGpusPerNode = core::kMaxGpusPerNode;
+// Whether a MIG instance is of `profile` (by name, else by its memory).
+bool IsOfProfile(const MigInstance& m, const core::MigProfile& profile);
+}  // namespace capacity_detail
+
 class NodeCapacity : public core::CapacityModel {
  public:
   // Policies that need randomness (random-fit) are refused.

@@ -398,6 +398,9 @@ class Service {
   // Returns false when the job was ended.
   bool ResolveInterruptedLaunch(core::Job& job);
   // Puts a job whose launch intent could not be recorded back in the queue.
+  // A started job back to queued: its slice removed, its allocation and
+  // start forgotten (the capacity it took is the caller's to release).
+  void ForgetStart(core::Job& job);
   void UndoStart(core::Job& job);
   // The per-user queue cap and the size limits of a submission.
   core::Status CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const;

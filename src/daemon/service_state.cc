@@ -311,13 +311,7 @@ bool Service::ResolveInterruptedLaunch(Job& job) {
   }
   if (!began) {
     // Nothing of it ever ran: the slice was made, the launch never began.
-    if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
-      (void)regions_.Remove(job.region_path);
-    }
-    job.region_path.clear();
-    job.allocation = {};
-    job.started_ms = 0;
-    job.state = JobState::kQueued;
+    ForgetStart(job);
     job.reason = "the daemon stopped before starting it; queued again";
     Persist(job, JobState::kRunning);
     RecordEvent("requeued", job.id, job.user, job.reason);
@@ -329,8 +323,7 @@ bool Service::ResolveInterruptedLaunch(Job& job) {
   return false;
 }
 
-void Service::UndoStart(Job& job) {
-  unsaved_jobs_.erase(job.id);
+void Service::ForgetStart(Job& job) {
   if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
     (void)regions_.Remove(job.region_path);
   }
@@ -338,6 +331,11 @@ void Service::UndoStart(Job& job) {
   job.allocation = {};
   job.started_ms = 0;
   job.state = JobState::kQueued;
+}
+
+void Service::UndoStart(Job& job) {
+  unsaved_jobs_.erase(job.id);
+  ForgetStart(job);
   capacity_->Release(job.id);
   Enqueue(job);
 }

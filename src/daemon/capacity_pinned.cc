@@ -1,0 +1,102 @@
+// NodeCapacity::PlaceOn: placement now on named GPUs, for external jobs
+// (docs/KUBERNETES.md): a kubelet that admits a pod names the devices, and
+// the slice goes there or is refused with the reason, never queued.
+
+#include <algorithm>
+#include <map>
+
+#include "core/strings.h"
+#include "daemon/capacity.h"
+
+namespace gpuslice::daemon {
+
+using capacity_detail::IsOfProfile;
+using capacity_detail::kGpusPerNode;
+using core::Status;
+
+Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candidates) {
+  auto it = demands_->find(id);
+  if (it == demands_->end())
+    return core::InternalError("place: no demand for job " + std::to_string(id));
+  if (held_.count(id))
+    return core::AlreadyExistsError("job " + std::to_string(id) + " holds already");
+  const DemandEntry& e = it->second;
+  if (candidates.empty()) {
+    switch (TryPlace(id)) {
+      case core::FitResult::kPlaced:
+        return Status::Ok();
+      case core::FitResult::kNotNow:
+        return core::FailedPreconditionError("does not fit now: " + WhyNotNow(id));
+      default:
+        return core::OutOfRangeError(e.request.Describe() + " can never fit on this machine");
+    }
+  }
+  auto named = [&](const std::string& uuid) {
+    return std::find(candidates.begin(), candidates.end(), uuid) != candidates.end();
+  };
+  const std::string names = core::Join(candidates, ", ");
+  if (e.request.kind == core::RequestKind::kMig) {
+    // A MIG instance named by its own UUID or by its GPU's.
+    for (size_t i = 0; i < mig_.size(); ++i) {
+      const MigUnit& m = mig_[i];
+      if (!m.Free() || (!e.pool.empty() && m.pool != e.pool)) continue;
+      if (!IsOfProfile(m.instance, e.request.mig)) continue;
+      if (!named(m.instance.uuid) && !named((*node_gpus_)[m.gpu_index].uuid)) continue;
+      mig_[i].taken = true;
+      held_[id] = {core::Placement{}, static_cast<int>(i)};
+      return Status::Ok();
+    }
+    return core::FailedPreconditionError("does not fit now: no free MIG " +
+                                         e.request.mig.ToString() + " instance on " + names);
+  }
+  if (!e.ever_fits) {
+    return core::OutOfRangeError(e.request.Describe() + " can never fit on this machine");
+  }
+  // The named GPUs of this machine, in the order given, grouped by node of
+  // the placement model (a placement never spans two).
+  std::map<uint32_t, std::vector<uint8_t>> by_node;
+  for (const std::string& uuid : candidates) {
+    auto g = std::find_if(node_gpus_->begin(), node_gpus_->end(),
+                          [&](const GpuInfo& x) { return x.uuid == uuid; });
+    if (g == node_gpus_->end()) {
+      return core::NotFoundError("no GPU " + uuid + " on this machine (or it is in MIG mode)");
+    }
+    const size_t flat = static_cast<size_t>(g - node_gpus_->begin());
+    by_node[static_cast<uint32_t>(flat / kGpusPerNode)].push_back(
+        static_cast<uint8_t>(flat % kGpusPerNode));
+  }
+  // The placements to try, in the order named: whole GPUs take the first
+  // idle ones of a node, as many as asked; a fraction each named GPU in turn.
+  std::vector<core::Placement> tries;
+  for (const auto& [node, gpus] : by_node) {
+    core::Placement p;
+    p.node = node;
+    for (uint8_t g : gpus) {
+      if (!e.demand.IsWhole()) {
+        p.gpu_count = 0;
+        p.gpus[p.gpu_count++] = g;
+        tries.push_back(p);
+      } else if (p.gpu_count < e.demand.gpus && state_.node(node).gpus[g].IsIdle()) {
+        p.gpus[p.gpu_count++] = g;
+      }
+    }
+    if (e.demand.IsWhole() && p.gpu_count == e.demand.gpus) {
+      std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
+      tries.push_back(p);
+    }
+  }
+  std::string last;
+  for (const core::Placement& p : tries) {
+    if (Status s = state_.Allocate(e.demand, p); !s.ok()) {
+      last = s.message();
+      continue;
+    }
+    bounds_dirty_ = true;
+    held_[id] = {p, -1};
+    return Status::Ok();
+  }
+  return core::FailedPreconditionError("does not fit now on " + names + ": " +
+                                       (last.empty() ? WhyNotNow(id) : last));
+}
+
+}  // namespace gpuslice::daemon
