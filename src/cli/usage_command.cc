@@ -46,7 +46,8 @@ void SetupUsage(CLI::App* sub, Context*) {
                   "Start of the window: a duration back from now (7d, 12h, 30m) or a UTC date "
                   "(2026-11-01, 2026-11-01T08:00) (default 7d)");
   sub->add_option("--until", g_usage.until, "End of the window, same forms (default now)");
-  sub->add_option("--by", g_usage.by, "user (default), group or job");
+  sub->add_option("--by", g_usage.by,
+                  "user (default), group, job or slurm-job (the Slurm job a slice served)");
   sub->add_option("--format", g_usage.format, "table (default), csv or json");
 }
 

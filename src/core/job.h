@@ -117,6 +117,11 @@ struct Job {
   // the device plugin's `namespace`, `pod`, `container`, which the metrics
   // carry as labels of the job's series.
   std::map<std::string, std::string> labels;
+  // An external job bound to the process that asked for it (`bound_to_caller`:
+  // a Slurm step's slurmstepd): released when that process is gone, however
+  // it ended. 0 = not bound. Never signalled: it is not the job's own.
+  int64_t holder_pid = 0;
+  uint64_t holder_start_time = 0;
 
   bool IsLive() const { return !IsTerminal(state); }
   // When it must end, if it has a maximum run time and has started.

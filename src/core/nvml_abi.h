@@ -267,6 +267,7 @@ typedef enum nvmlEnableState_enum {
   X(nvmlDeviceGetName, (nvmlDevice_t device, char* name, unsigned int length))               \
   X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))               \
   X(nvmlDeviceGetIndex, (nvmlDevice_t device, unsigned int* index))                          \
+  X(nvmlDeviceGetMinorNumber, (nvmlDevice_t device, unsigned int* minorNumber))              \
   X(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t device, nvmlPciInfo_t* pci))                      \
   X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t* memory))                    \
   X(nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t device, nvmlMemory_v2_t* memory))              \

@@ -126,6 +126,8 @@ std::string KeyOf(const UsageRecord& r, UsageGroupBy by) {
       return r.group.empty() ? std::to_string(r.gid) : r.group;
     case UsageGroupBy::kJob:
       return std::to_string(r.job_id);
+    case UsageGroupBy::kSlurmJob:
+      return r.slurm_job;
   }
   return "";
 }
@@ -148,12 +150,15 @@ std::vector<std::string> KeyHeader(UsageGroupBy by) {
       return {"GROUP"};
     case UsageGroupBy::kJob:
       return {"JOB", "USER", "NAME"};
+    case UsageGroupBy::kSlurmJob:
+      return {"SLURM_JOB", "USER"};
   }
   return {};
 }
 
 std::vector<std::string> KeyCells(const UsageTotals& t, UsageGroupBy by) {
   if (by == UsageGroupBy::kJob) return {t.key, t.user, t.name};
+  if (by == UsageGroupBy::kSlurmJob) return {t.key, t.user};
   return {t.key};
 }
 
@@ -163,7 +168,9 @@ Result<UsageGroupBy> ParseUsageGroupBy(std::string_view text) {
   if (text == "user") return UsageGroupBy::kUser;
   if (text == "group") return UsageGroupBy::kGroup;
   if (text == "job") return UsageGroupBy::kJob;
-  return InvalidArgumentError("--by: '" + std::string(text) + "' is not one of user, group, job");
+  if (text == "slurm-job") return UsageGroupBy::kSlurmJob;
+  return InvalidArgumentError("--by: '" + std::string(text) +
+                              "' is not one of user, group, job, slurm-job");
 }
 
 std::string_view UsageGroupByName(UsageGroupBy by) {
@@ -174,6 +181,8 @@ std::string_view UsageGroupByName(UsageGroupBy by) {
       return "group";
     case UsageGroupBy::kJob:
       return "job";
+    case UsageGroupBy::kSlurmJob:
+      return "slurm-job";
   }
   return "?";
 }
@@ -212,6 +221,7 @@ Result<UsageReport> AggregateUsage(const std::vector<UsageRecord>& records, int6
     int64_t end = r.released_ms > 0 ? r.released_ms : now_ms;
     int64_t ms = Overlap(r.allocated_ms, end, lo, hi);
     if (ms == 0) continue;
+    if (by == UsageGroupBy::kSlurmJob && r.slurm_job.empty()) continue;
     double hours = ms / kMsPerHour;
     // The job's idle fraction over its whole run so far.
     int64_t run_end = r.job_ended_ms > 0 ? r.job_ended_ms : now_ms;
@@ -224,10 +234,10 @@ Result<UsageReport> AggregateUsage(const std::vector<UsageRecord>& records, int6
 
     UsageTotals& g = groups[KeyOf(r, by)];
     g.key = KeyOf(r, by);
-    if (by == UsageGroupBy::kJob) {
+    if (by == UsageGroupBy::kJob || by == UsageGroupBy::kSlurmJob) {
       g.user = r.user.empty() ? std::to_string(r.uid) : r.user;
-      g.name = r.name;
     }
+    if (by == UsageGroupBy::kJob) g.name = r.name;
     double weight = GpuWeight(r);
     double share = ComputeShare(r);
     g.gpu_hours += weight * hours;
@@ -249,6 +259,14 @@ Result<UsageReport> AggregateUsage(const std::vector<UsageRecord>& records, int6
     std::sort(report.rows.begin(), report.rows.end(),
               [](const UsageTotals& a, const UsageTotals& b) {
                 return std::stoull(a.key) < std::stoull(b.key);
+              });
+  } else if (by == UsageGroupBy::kSlurmJob) {
+    // Slurm job ids are numbers ("123", or "123_4" for an array task):
+    // shorter first, then as text, is numeric order for both.
+    std::sort(report.rows.begin(), report.rows.end(),
+              [](const UsageTotals& a, const UsageTotals& b) {
+                if (a.key.size() != b.key.size()) return a.key.size() < b.key.size();
+                return a.key < b.key;
               });
   } else {
     std::sort(report.rows.begin(), report.rows.end(),
@@ -340,6 +358,9 @@ std::string RenderUsageCsv(const UsageReport& report) {
       break;
     case UsageGroupBy::kJob:
       header = {"job", "user", "name"};
+      break;
+    case UsageGroupBy::kSlurmJob:
+      header = {"slurm_job", "user"};
       break;
   }
   for (const char* h : {"jobs", "gpu_hours", "memory_gib_hours", "compute_share_hours",

@@ -39,6 +39,8 @@ struct UsageRecord {
   std::string user;
   std::string group;  // Group name; "" when unknown (then the gid is shown).
   std::string name;   // The job's name.
+  // The job's `slurm_job` label (a Slurm job id; docs/SLURM.md), "" if none.
+  std::string slurm_job;
   uint32_t gpu_index = 0;
   uint64_t gpu_memory_total = 0;  // Of the GPU it sits on; 0 when unknown.
   bool whole_gpu = false;
@@ -57,13 +59,17 @@ struct UsageRecord {
 // Compute slices of a whole GPU in MIG mode (A100/H100: 7).
 inline constexpr uint32_t kMigSlicesPerGpu = 7;
 
-enum class UsageGroupBy { kUser, kGroup, kJob };
-Result<UsageGroupBy> ParseUsageGroupBy(std::string_view text);  // user|group|job
+// kSlurmJob: by the Slurm job a slice served (its `slurm_job` label); jobs
+// without one are left out of that report.
+enum class UsageGroupBy { kUser, kGroup, kJob, kSlurmJob };
+// user|group|job|slurm-job
+Result<UsageGroupBy> ParseUsageGroupBy(std::string_view text);
 std::string_view UsageGroupByName(UsageGroupBy by);
 
 struct UsageTotals {
   std::string key;  // User name, group name (or gid), or job id.
-  // For --by job: its owner and name; otherwise empty.
+  // For --by job: its owner and name; for --by slurm-job: its owner;
+  // otherwise empty.
   std::string user;
   std::string name;
   uint64_t jobs = 0;

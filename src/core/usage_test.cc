@@ -173,6 +173,29 @@ TEST(AggregateUsage, GroupsByGroupNameOrGidAndByJobInIdOrder) {
   EXPECT_EQ(j->rows[2].key, "3");
 }
 
+// Issue 15: GPU-hours per Slurm job (the slices' slurm_job label); jobs
+// without one are left out of that report.
+TEST(AggregateUsage, BySlurmJobSumsItsStepsSlicesAndLeavesOthersOut) {
+  std::vector<UsageRecord> rows = {Whole(1, "alice", 0, 2), Whole(2, "alice", 0, 1),
+                                   Fraction(3, "bob", 0, 4, 8 * kGiB, 250),
+                                   Whole(4, "carol", 0, 1)};
+  rows[0].slurm_job = "812";  // Two steps of one Slurm job.
+  rows[1].slurm_job = "812";
+  rows[2].slurm_job = "99";
+  auto r = AggregateUsage(rows, kT0, kT0 + 10 * kHour, kT0 + 10 * kHour, UsageGroupBy::kSlurmJob);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->rows.size(), 2u);
+  EXPECT_EQ(r->rows[0].key, "99");  // Numeric order.
+  EXPECT_EQ(r->rows[0].user, "bob");
+  EXPECT_DOUBLE_EQ(r->rows[0].gpu_hours, 1.0);  // 25% for 4 h.
+  EXPECT_EQ(r->rows[1].key, "812");
+  EXPECT_EQ(r->rows[1].jobs, 2u);
+  EXPECT_DOUBLE_EQ(r->rows[1].gpu_hours, 3.0);
+  EXPECT_DOUBLE_EQ(r->total.gpu_hours, 4.0);  // carol's job is not a Slurm job's.
+  EXPECT_NE(RenderUsageTable(*r).find("SLURM_JOB"), std::string::npos);
+  EXPECT_EQ(*ParseUsageGroupBy("slurm-job"), UsageGroupBy::kSlurmJob);
+}
+
 TEST(AggregateUsage, AnEmptyOrBackwardWindowIsAnError) {
   auto r = AggregateUsage({}, kT0, kT0, kT0, UsageGroupBy::kUser);
   ASSERT_FALSE(r.ok());

@@ -408,10 +408,12 @@ ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
   }
   // The owner of a running shell job gets the environment to start it with;
   // nobody else, not even root, an admin or the TCP token: the environment
-  // holds the owner's secrets (issue 13).
+  // holds the owner's secrets (issue 13). So does the owner of an external
+  // job (a Slurm step's slurmstepd puts it into the step's tasks).
   const core::Job& job = v->job;
   bool owner = req.caller.local && !req.caller.token && req.caller.uid == job.uid;
-  if (owner && job.mode == core::JobMode::kShell && job.state == core::JobState::kRunning) {
+  if (owner && (job.mode == core::JobMode::kShell || job.mode == core::JobMode::kExternal) &&
+      job.state == core::JobState::kRunning) {
     j["env"] = service_.JobEnvironment(job);
   }
   return Json(200, j);

@@ -97,10 +97,11 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
   static const char* const kKnown[] = {
-      "gpus",        "mem",          "compute", "mig",      "priority", "name",
-      "max_runtime", "mode",         "argv",    "cwd",      "env",      "pool",
-      "restartable", "compute_mode", "cpus",    "host_mem", "after",    "image",
-      "engine",      "labels",       "paused",  "gpu_uuids"};
+      "gpus",     "mem",         "compute",        "mig",          "priority",
+      "name",     "max_runtime", "mode",           "argv",         "cwd",
+      "env",      "pool",        "restartable",    "compute_mode", "cpus",
+      "host_mem", "after",       "image",          "engine",       "labels",
+      "paused",   "gpu_uuids",   "bound_to_caller"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -146,6 +147,12 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
     if (!j["paused"].is_boolean())
       return core::InvalidArgumentError("paused: must be true or false");
     spec.paused = j["paused"].get<bool>();
+  }
+  if (j.contains("bound_to_caller")) {
+    if (!j["bound_to_caller"].is_boolean()) {
+      return core::InvalidArgumentError("bound_to_caller: must be true or false");
+    }
+    spec.bound_to_caller = j["bound_to_caller"].get<bool>();
   }
   if (j.contains("gpu_uuids")) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.gpu_uuids, GetStrings(j, "gpu_uuids", kMaxGpuUuids));
@@ -214,6 +221,7 @@ json JobToJson(const JobView& v) {
               {"exit_code", j.exit_code},
               {"reason", RedactEnvironment(j.reason, j.env)},
               {"pid", j.pid}};
+  if (j.holder_pid != 0) out["holder_pid"] = j.holder_pid;
   if (!j.allocation.empty()) {
     out["allocation"] = {{"gpu_indices", j.allocation.gpu_indices},
                          {"gpu_uuids", j.allocation.gpu_uuids},
@@ -287,15 +295,11 @@ json TransitionToJson(const Transition& t) {
 }
 
 json GpuToJson(const GpuInfo& g) {
-  json out = {{"index", g.index},
-              {"uuid", g.uuid},
-              {"model", g.model},
-              {"memory_total", g.memory_total},
-              {"sm_count", g.sm_count},
-              {"pci_bus_id", g.pci_bus_id},
-              {"island", g.island},
-              {"link", g.link},
-              {"mig_enabled", g.mig_enabled}};
+  json out = {{"index", g.index},       {"uuid", g.uuid},
+              {"model", g.model},       {"memory_total", g.memory_total},
+              {"sm_count", g.sm_count}, {"pci_bus_id", g.pci_bus_id},
+              {"minor", g.minor},       {"island", g.island},
+              {"link", g.link},         {"mig_enabled", g.mig_enabled}};
   json mig = json::array();
   for (const MigInstance& m : g.mig) {
     mig.push_back({{"uuid", m.uuid},

@@ -86,6 +86,16 @@ Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candid
     }
   }
   std::string last;
+  if (tries.empty() && e.demand.IsWhole()) {
+    // Whatever else is idle on the machine: these GPUs are the ones asked for.
+    uint32_t idle = 0;
+    for (const auto& [node, gpus] : by_node) {
+      for (uint8_t g : gpus) idle += state_.node(node).gpus[g].IsIdle() ? 1 : 0;
+    }
+    last = "needs " + std::to_string(e.demand.gpus) + " idle GPU" +
+           (e.demand.gpus == 1 ? "" : "s") +
+           " of those named; idle of them: " + std::to_string(idle);
+  }
   for (const core::Placement& p : tries) {
     if (Status s = state_.Allocate(e.demand, p); !s.ok()) {
       last = s.message();

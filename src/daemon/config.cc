@@ -120,6 +120,10 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     c->policy = *p;
     return core::Status::Ok();
   }
+  if (key == "slurm_only") {
+    GPUSLICE_ASSIGN_OR_RETURN(c->slurm_only, ParseBool(key, v));
+    return core::Status::Ok();
+  }
   if (key == "backfill") {
     GPUSLICE_ASSIGN_OR_RETURN(c->backfill, ParseBool(key, v));
     return core::Status::Ok();

@@ -32,6 +32,9 @@ struct DaemonConfig {
   std::string admin_group;         // Members may act on every job.
   core::Policy policy = core::kDefaultPolicy;  // frag-aware
   bool backfill = true;
+  // A node whose GPUs Slurm hands out (docs/SLURM.md): users' slices come
+  // only from their steps' slurmstepd; admins may still submit anything.
+  bool slurm_only = false;
   GpuSourceMode gpu_source = GpuSourceMode::kAuto;
   std::string shim;                // "" = <bindir>/../lib/libgpuslice.so
   std::string sim_lib_dir;         // "" = <bindir>/../lib/sim

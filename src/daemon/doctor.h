@@ -23,6 +23,8 @@ struct DoctorOptions {
   // cgroups a process that calls setsid escapes its job.
   std::string job_tracking;
   bool job_cgroups = false;
+  // The API socket: the Slurm plugin must be told this path (doctor_slurm.cc).
+  std::string daemon_socket;
 };
 
 // CUDA versions are encoded as 1000 * major + 10 * minor (13000 = 13.0).
@@ -39,6 +41,10 @@ std::string CudaVersionString(int v);
 
 // What runs on the simulated GPU and what does not, as doctor says it.
 extern const char* const kSimulatorScope;
+
+// The Slurm checks (doctor_slurm.cc): none when there is no slurm.conf
+// ($SLURM_CONF, else /etc/slurm/slurm.conf).
+nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySnapshot& inv);
 
 class Doctor {
  public:

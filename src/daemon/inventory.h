@@ -28,6 +28,9 @@ struct GpuInfo {
   uint64_t memory_total = 0;
   uint32_t sm_count = 0;  // 0 when unknown.
   std::string pci_bus_id;
+  // The minor number of its device node /dev/nvidiaN (NVML), -1 when NVML
+  // does not say. Not always its index: Slurm's gres.conf names GPUs by node.
+  int minor = -1;
   // GPUs with the same island id are NVLink/PCIe-switch peers; -1: unknown.
   int island = -1;
   std::string link;  // "nvlink", "pcie" or "" (unknown).

@@ -197,6 +197,16 @@ uint64_t ProcessStartTime(int64_t pid) {
   return std::strtoull(field.c_str(), nullptr, 10);
 }
 
+bool ProcessIsZombie(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  size_t close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  const char state = line[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
 Result<std::string> ResolveProgram(const std::string& program, const std::string& path_env,
                                    const std::string& cwd) {
   if (program.empty()) return core::InvalidArgumentError("empty command");

@@ -206,6 +206,11 @@ int ExitCodeOfWaitStatus(int wait_status);
 std::optional<int> ReadExitStatusFile(const std::string& path);
 // Start time of `pid` (clock ticks since boot), or 0 when it does not exist.
 uint64_t ProcessStartTime(int64_t pid);
+// Whether `pid` has ended and waits to be reaped (state Z or X in
+// /proc/PID/stat). A process that is not our child may stay a zombie for a
+// while (a container's init that reaps late): for whoever watches it, it is
+// gone. False when there is no such process.
+bool ProcessIsZombie(int64_t pid);
 // Finds `program` like execvp would, but in `path_env` (the job's PATH, not
 // the daemon's). Names with a '/' are taken as they are.
 core::Result<std::string> ResolveProgram(const std::string& program, const std::string& path_env,

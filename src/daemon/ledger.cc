@@ -56,7 +56,8 @@ constexpr const char* kJobColumns =
     "id, uid, gid, user, name, kind, gpus_min, gpus_max, memory_bytes, compute_milli, mig, "
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
     "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, "
-    "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine, labels";
+    "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine, labels, "
+    "holder_pid, holder_start_time";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -116,6 +117,8 @@ Result<Job> ReadJob(const Stmt& s) {
   j.image = s.Text(33);
   j.engine = s.Text(34);
   GPUSLICE_ASSIGN_OR_RETURN(j.labels, LabelsFromJson(s.Text(35)));
+  j.holder_pid = s.Int(36);
+  j.holder_start_time = static_cast<uint64_t>(s.Int(37));
   return j;
 }
 
@@ -316,9 +319,10 @@ Status Ledger::InsertAllocations(const Job& job, int64_t now_ms) {
 Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64_t now_ms) {
   GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   auto body = [&]() -> Status {
-    std::string sql = std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
-                      ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-                      "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36)";
+    std::string sql =
+        std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
+        ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
+        "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -362,6 +366,8 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(34, job.image);
     s.Bind(35, job.engine);
     s.Bind(36, LabelsToJson(job.labels));
+    s.Bind(37, job.holder_pid);
+    s.Bind(38, static_cast<int64_t>(job.holder_start_time));
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 
@@ -537,7 +543,8 @@ Result<std::vector<UsageRow>> Ledger::UsageRows(int64_t since_ms, int64_t until_
   Stmt s(db_,
          "SELECT a.job_id, j.uid, j.gid, j.user, j.name, a.gpu_index, j.kind, a.memory_bytes,"
          " a.compute_milli, a.allocated_ms, coalesce(a.released_ms, 0), j.started_ms,"
-         " j.ended_ms, j.idle_ms FROM allocations a JOIN jobs j ON j.id = a.job_id"
+         " j.ended_ms, j.idle_ms, coalesce(json_extract(j.labels, '$.slurm_job'), '')"
+         " FROM allocations a JOIN jobs j ON j.id = a.job_id"
          " WHERE a.allocated_ms < ?2 AND (a.released_ms IS NULL OR a.released_ms > ?1)"
          " ORDER BY a.job_id, a.gpu_index");
   GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: usage rows"));
@@ -561,6 +568,7 @@ Result<std::vector<UsageRow>> Ledger::UsageRows(int64_t since_ms, int64_t until_
     r.job_started_ms = s.Int(11);
     r.job_ended_ms = s.Int(12);
     r.job_idle_ms = s.Int(13);
+    r.slurm_job = s.Text(14);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: usage rows");

@@ -61,6 +61,7 @@ struct UsageRow {
   uint32_t gid = 0;
   std::string user;
   std::string name;
+  std::string slurm_job;  // Its `slurm_job` label; "" when it has none.
   uint32_t gpu_index = 0;
   bool whole_gpu = false;      // The job asked for whole GPUs.
   uint64_t memory_bytes = 0;   // Its limit on this GPU.

@@ -153,6 +153,12 @@ ALTER TABLE jobs ADD COLUMN engine TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
 )sql",
+    // 9: an external job bound to the process that asked for it (a Slurm
+    // step's slurmstepd): its pid and start time; 0 = not bound.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN holder_pid INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN holder_start_time INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 }  // namespace

@@ -228,6 +228,7 @@ int main(int argc, char** argv) {
   }
   options.policy = config.policy;
   options.backfill = config.backfill;
+  options.slurm_only = config.slurm_only;
   options.kill_grace_ms = config.kill_grace_ms;
   options.rules = config.rules;
   options.idle_threshold_pct = config.rules.idle_threshold_pct;
@@ -251,8 +252,8 @@ int main(int argc, char** argv) {
                 service.inventory().library + ")");
   }
 
-  gd::DoctorOptions doctor_options{config.shim, config.sim_lib_dir, options.job_env,
-                                   launcher.Tracking(), launcher.UsesCgroups()};
+  gd::DoctorOptions doctor_options{config.shim,         config.sim_lib_dir,     options.job_env,
+                                   launcher.Tracking(), launcher.UsesCgroups(), config.socket};
   gd::Doctor doctor(doctor_options, service.inventory());
   gd::Api api(service, doctor);
   gd::MetricsOptions metrics_options;

@@ -278,7 +278,8 @@ MetricLabels JobLabels(const core::Job& job, const InventorySnapshot& inv,
   // A Kubernetes container's slice (the device plugin labels it): the pod's
   // names under dcgm-exporter's label names, so a Prometheus Adapter rule
   // written for dcgm-exporter drives an HPA from these series unchanged.
-  for (const char* key : {"namespace", "pod", "container"}) {
+  // A Slurm step's slice (the SPANK plugin labels it): its job and step id.
+  for (const char* key : {"namespace", "pod", "container", "slurm_job", "slurm_step"}) {
     if (auto it = job.labels.find(key); it != job.labels.end()) out.emplace_back(key, it->second);
   }
   return out;

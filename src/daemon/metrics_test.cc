@@ -301,6 +301,20 @@ TEST_F(MetricsTest, AJobWithPodLabelsCarriesThemOnItsSeries) {
   EXPECT_EQ(m.find("team=\"x\""), std::string::npos);
 }
 
+// Issue 15: a Slurm step's slice carries its Slurm job and step.
+TEST_F(MetricsTest, AJobWithSlurmLabelsCarriesThemOnItsSeries) {
+  SubmitSpec s;
+  s.fields.mem = "8GiB";
+  s.labels = {{"slurm_job", "812"}, {"slurm_step", "batch"}};
+  JobView v = Submit(std::move(s));
+  ASSERT_EQ(v.job.state, core::JobState::kRunning);
+  service_->Sample();
+  const std::string m = Render();
+  EXPECT_NE(m.find("Hostname=\"node-1\",slurm_job=\"812\",slurm_step=\"batch\"} 8589934592"),
+            std::string::npos)
+      << m;
+}
+
 TEST_F(MetricsTest, QueueLengthIsCountedPerPriorityAndEventsPerKind) {
   Submit(std::nullopt, "2");            // Takes both GPUs.
   Submit(std::nullopt, "1", "high");    // Waits.

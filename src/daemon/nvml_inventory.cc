@@ -39,6 +39,7 @@ struct Nvml {
   nvmlDeviceGetName_fn name = nullptr;
   nvmlDeviceGetUUID_fn uuid = nullptr;
   nvmlDeviceGetPciInfo_v3_fn pci = nullptr;
+  nvmlDeviceGetMinorNumber_fn minor = nullptr;
   nvmlDeviceGetMemoryInfo_fn memory = nullptr;
   nvmlDeviceGetUtilizationRates_fn utilization = nullptr;
   nvmlDeviceGetComputeRunningProcesses_v3_fn processes = nullptr;
@@ -79,6 +80,7 @@ struct Nvml {
     Get(h, &name, "nvmlDeviceGetName");
     Get(h, &uuid, "nvmlDeviceGetUUID");
     Get(h, &pci, "nvmlDeviceGetPciInfo_v3");
+    Get(h, &minor, "nvmlDeviceGetMinorNumber");
     Get(h, &memory, "nvmlDeviceGetMemoryInfo");
     Get(h, &utilization, "nvmlDeviceGetUtilizationRates");
     Get(h, &processes, "nvmlDeviceGetComputeRunningProcesses_v3");
@@ -327,6 +329,7 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
     g.memory_total = mem.total;
     nvmlPciInfo_t pci{};
     if (n.pci && n.pci(d, &pci) == NVML_SUCCESS) g.pci_bus_id = pci.busId;
+    if (unsigned m = 0; n.minor && n.minor(d, &m) == NVML_SUCCESS) g.minor = static_cast<int>(m);
     unsigned current = 0, pending = 0;
     std::vector<uint32_t> gis;  // Its GPU instances, each once.
     if (n.mig_mode && n.mig_mode(d, &current, &pending) == NVML_SUCCESS &&

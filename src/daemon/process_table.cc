@@ -1,5 +1,6 @@
 #include "daemon/process_table.h"
 
+#include <dirent.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -8,8 +9,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace gpuslice::daemon {
@@ -73,6 +76,40 @@ int64_t ProcProcessTable::ProcessGroupOf(int64_t pid) {
   long long ppid = 0, pgrp = -1;
   if (std::sscanf(stat.c_str() + close + 1, " %c %lld %lld", &state, &ppid, &pgrp) != 3) return -1;
   return pgrp;
+}
+
+std::vector<int64_t> ProcProcessTable::DescendantsOf(int64_t pid) {
+  // One pass over /proc for every parent link, then a walk down from `pid`.
+  std::multimap<int64_t, int64_t> children;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return {};
+  while (struct dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    long long p = std::strtoll(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || p <= 0) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long long ppid = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %lld", &state, &ppid) != 2) continue;
+    children.emplace(ppid, p);
+  }
+  closedir(proc);
+  std::vector<int64_t> out;
+  std::vector<int64_t> todo{pid};
+  while (!todo.empty()) {
+    int64_t p = todo.back();
+    todo.pop_back();
+    auto [lo, hi] = children.equal_range(p);
+    for (auto it = lo; it != hi; ++it) {
+      out.push_back(it->second);
+      todo.push_back(it->second);
+    }
+  }
+  return out;
 }
 
 core::Status ProcProcessTable::Signal(int64_t pid, int signal) {

@@ -41,6 +41,11 @@ class ProcessTable {
   // between the check and the signal (a pidfd holds the process checked).
   // NotFound when it is gone, PermissionDenied when it is not that uid's.
   virtual core::Status SignalIfOwnedBy(int64_t pid, uint32_t uid, int signal) = 0;
+  // Every process below `pid` in the process tree (children, their children,
+  // ...), not `pid` itself: an external job's processes under the process
+  // that holds it (a Slurm step's slurmstepd). A process that left the tree
+  // by double-forking is no longer below it; see docs/SLURM.md.
+  virtual std::vector<int64_t> DescendantsOf(int64_t pid) = 0;
 };
 
 // /proc and kill(2).
@@ -50,6 +55,7 @@ class ProcProcessTable : public ProcessTable {
   int64_t ProcessGroupOf(int64_t pid) override;
   core::Status Signal(int64_t pid, int signal) override;
   core::Status SignalIfOwnedBy(int64_t pid, uint32_t uid, int signal) override;
+  std::vector<int64_t> DescendantsOf(int64_t pid) override;
 };
 
 class FakeProcessTable : public ProcessTable {
@@ -74,8 +80,25 @@ class FakeProcessTable : public ProcessTable {
     return Signal(pid, signal);
   }
 
+  std::vector<int64_t> DescendantsOf(int64_t pid) override {
+    std::vector<int64_t> out;
+    std::vector<int64_t> todo{pid};
+    while (!todo.empty()) {
+      int64_t p = todo.back();
+      todo.pop_back();
+      for (const auto& [child, parent] : parents) {
+        if (parent == p) {
+          out.push_back(child);
+          todo.push_back(child);
+        }
+      }
+    }
+    return out;
+  }
+
   std::map<int64_t, ProcessOwner> owners;
-  std::map<int64_t, int64_t> groups;  // pid -> process group.
+  std::map<int64_t, int64_t> groups;   // pid -> process group.
+  std::map<int64_t, int64_t> parents;  // pid -> parent pid.
   std::vector<std::pair<int64_t, int>> signals;
 };
 

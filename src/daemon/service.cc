@@ -133,6 +133,17 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
         "jobs can only be submitted over the local socket, so they run as the caller");
   }
   GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(spec.labels));
+  if (options_.slurm_only && !caller.admin) {
+    // Only slurmstepd can make such a caller: its real uid is root while it
+    // acts as the user, which no user's own process can be.
+    auto owner = caller.pid > 0 ? Processes().OwnerOf(caller.pid) : std::nullopt;
+    if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !owner ||
+        owner->uid != 0) {
+      return core::PermissionDeniedError(
+          "this node's GPUs are handed out by Slurm (slurm_only): ask for them with srun, "
+          "sbatch or salloc (--gres=gpu:N, --gpu-mem, --gpu-share)");
+    }
+  }
   if (spec.mode == core::JobMode::kExternal) return SubmitExternal(caller, std::move(spec));
   if (spec.paused || !spec.gpu_uuids.empty()) {
     return core::InvalidArgumentError(
@@ -237,6 +248,18 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
   if (job.state != JobState::kRunning) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
                                          std::string(core::JobStateName(job.state)) + ")");
+  }
+  if (job.mode == core::JobMode::kExternal && !HeldProcesses(job).empty()) {
+    // A bound job whose processes still run (an admin cancels a Slurm step's
+    // slice): they are ended as a launched job's are, then the slice goes.
+    Live& l = live_[id];
+    if (!l.ending) {
+      l.ending = JobState::kCancelled;
+      l.ending_reason = who;
+      l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
+      SignalHeld(job, SIGTERM);
+    }
+    return Status::Ok();
   }
   if (job.mode == core::JobMode::kExternal) {
     // Released: its slice goes now. Nothing was killed, so it exited.

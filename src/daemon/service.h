@@ -72,6 +72,9 @@ struct SubmitSpec {
   std::map<std::string, std::string> labels;
   bool paused = false;
   std::vector<std::string> gpu_uuids;
+  // External jobs: bound to the calling process (Job::holder_pid), released
+  // when it is gone.
+  bool bound_to_caller = false;
 };
 
 // A quota with what its principal's running jobs hold now.
@@ -116,6 +119,10 @@ struct ServiceOptions {
   // CDI specs of running jobs (cdi.h): where container engines read them.
   // "": none written.
   std::string cdi_dir;
+  // ServerConfig::slurm_only: a user (not an admin) may only ask for an
+  // external job bound to a process whose real uid is root that acts for
+  // them (slurmstepd with its privileges dropped: the SPANK plugin).
+  bool slurm_only = false;
   // ServerConfig::external_gid_base; 0: external slices get no group.
   uint32_t external_gid_base = 0;
   // Container jobs: the engines' clients and the admin's words for `run`.
@@ -420,6 +427,19 @@ class Service {
                    core::JobMode mode) const;
   // POST /v1/jobs with mode external (service_external.cc).
   core::Result<JobView> SubmitExternal(const Caller& caller, SubmitSpec spec);
+  // A bound external job's processes (Job::holder_pid): those below its
+  // holder in the process tree that run as the job's owner. Only these, and
+  // never the holder itself, are the daemon's to signal.
+  std::vector<int64_t> HeldProcesses(const core::Job& job);
+  bool HolderAlive(const core::Job& job);
+  // "; GPU-x is held whole by job 7 (alice, Slurm job 12): ..." for each of
+  // `uuids` that running jobs hold: why an external job was refused.
+  std::string HoldersOf(const std::vector<std::string>& uuids, core::RequestKind wanted) const;
+  void SignalHeld(const core::Job& job, int signal);
+  // An external job's end in WatchRunning: released when its holder is gone;
+  // ended by the daemon (cancel with processes, deadline, policy) once its
+  // processes are. True when it finished.
+  bool WatchExternal(core::Job& job, Live& l, int64_t now);
   core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
   void WatchRunning();

@@ -4,9 +4,17 @@
 // placed at once or refused (a kubelet admitting a pod cannot wait in our
 // queue), holds its slice (region, limits page, CDI device, a seat on the
 // GPU's arbiter) like any job, and ends when its owner releases it (cancel)
-// or at its maximum run time. docs/KUBERNETES.md, docs/API.md.
+// or at its maximum run time. A job bound to its caller (a Slurm step's
+// slurmstepd asks with `bound_to_caller`) also ends when that process does,
+// and its processes are the ones below it: the daemon can end and stop them
+// as it does its own. docs/KUBERNETES.md, docs/SLURM.md, docs/API.md.
+
+#include <signal.h>
+
+#include <algorithm>
 
 #include "core/strings.h"
+#include "daemon/launcher.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
 
@@ -41,6 +49,17 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   }
   Job job = NewJob(caller, id, std::move(request), core::JobMode::kExternal);
   job.labels = std::move(spec.labels);
+  if (spec.bound_to_caller) {
+    // Only the caller's own process, from the socket's credentials: nobody
+    // can tie a slice to someone else's process (or keep one alive with it).
+    if (!caller.local || caller.pid <= 0) {
+      capacity_->ForgetDemand(id);
+      return core::InvalidArgumentError(
+          "bound_to_caller needs a caller on the unix socket (its process holds the slice)");
+    }
+    job.holder_pid = caller.pid;
+    job.holder_start_time = ProcessStartTime(caller.pid);
+  }
   if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
     capacity_->ForgetDemand(id);
     return q;
@@ -55,7 +74,12 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   }
   if (Status placed = capacity_->PlaceOn(id, spec.gpu_uuids); !placed.ok()) {
     capacity_->ForgetDemand(id);
-    return placed;
+    if (placed.code() != core::StatusCode::kFailedPrecondition) return placed;
+    // Say who holds the GPUs, and the fence when that is what stops it: a
+    // whole-GPU request never shares a GPU with slices, nor slices a GPU
+    // held whole (Slurm's `gpu` and `shard` GRES on one GPU, docs/SLURM.md).
+    return core::FailedPreconditionError(placed.message() +
+                                         HoldersOf(spec.gpu_uuids, job.request.kind));
   }
   if (!Persist(job, std::nullopt)) {
     capacity_->Release(id);
@@ -105,8 +129,93 @@ Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
 }
 
 uint32_t Service::SharedGidOf(const Job& job) const {
-  if (job.mode != core::JobMode::kExternal || options_.external_gid_base == 0) return 0;
+  // Only root's external jobs (the device plugin's) need a group: their
+  // processes run as whoever the container chose. A user's own external job
+  // (a Slurm step) runs as that user, who owns the files as for any job.
+  if (job.mode != core::JobMode::kExternal || options_.external_gid_base == 0 || job.uid != 0) {
+    return 0;
+  }
   return options_.external_gid_base + static_cast<uint32_t>(job.id % kExternalGids);
+}
+
+std::string Service::HoldersOf(const std::vector<std::string>& uuids,
+                               core::RequestKind wanted) const {
+  std::string out;
+  for (const std::string& uuid : uuids) {
+    std::vector<std::string> whole, shared;
+    for (const auto& [id, job] : jobs_) {
+      if (job.state != JobState::kRunning) continue;
+      const auto& held = job.allocation.gpu_uuids;
+      if (std::find(held.begin(), held.end(), uuid) == held.end()) continue;
+      std::string who = std::to_string(id) + " (" + job.user;
+      if (auto s = job.labels.find("slurm_job"); s != job.labels.end()) {
+        who += ", Slurm job " + s->second;
+      }
+      who += ")";
+      (job.request.kind == core::RequestKind::kWholeGpus ? whole : shared).push_back(who);
+    }
+    if (!whole.empty()) {
+      out += "; " + uuid + " is held whole by job " + core::Join(whole, ", ");
+      if (wanted != core::RequestKind::kWholeGpus) out += ": a slice cannot share it";
+    } else if (!shared.empty()) {
+      out += "; " + uuid + " is shared by the slices of job" + (shared.size() > 1 ? "s " : " ") +
+             core::Join(shared, ", ");
+      if (wanted == core::RequestKind::kWholeGpus) out += ": a whole-GPU request cannot have it";
+    }
+  }
+  return out;
+}
+
+bool Service::HolderAlive(const Job& job) {
+  // A holder that ended but is not reaped yet (slurmstepd is not our child,
+  // and a container's init may reap late) is gone.
+  return job.holder_pid > 0 && launcher_.ProcessAlive(job.holder_pid, job.holder_start_time) &&
+         !ProcessIsZombie(job.holder_pid);
+}
+
+std::vector<int64_t> Service::HeldProcesses(const Job& job) {
+  std::vector<int64_t> out;
+  if (!HolderAlive(job)) return out;
+  ProcessTable& procs = Processes();
+  for (int64_t pid : procs.DescendantsOf(job.holder_pid)) {
+    auto owner = procs.OwnerOf(pid);
+    if (owner && owner->uid == job.uid && !ProcessIsZombie(pid)) out.push_back(pid);
+  }
+  return out;
+}
+
+void Service::SignalHeld(const Job& job, int signal) {
+  ProcessTable& procs = Processes();
+  // SignalIfOwnedBy: a pid that ended and was reused by someone else's
+  // process since the walk is left alone.
+  for (int64_t pid : HeldProcesses(job)) (void)procs.SignalIfOwnedBy(pid, job.uid, signal);
+}
+
+bool Service::WatchExternal(Job& job, Live& l, int64_t now) {
+  if (job.holder_pid > 0 && !HolderAlive(job)) {
+    // The step (or whatever held it) is gone, however it ended: scancel, a
+    // time limit, a crash of its slurmstepd, a node restart.
+    if (l.ending) {
+      FinishJob(job, *l.ending, -1, l.ending_reason);
+    } else {
+      FinishJob(
+          job, JobState::kExited, 0,
+          "released: the process that held it (pid " + std::to_string(job.holder_pid) + ") ended");
+    }
+    return true;
+  }
+  if (!l.ending) return false;
+  if (job.holder_pid > 0) {
+    // Ended by the daemon while its processes run: they get the grace, then
+    // SIGKILL; the slice goes when they are gone (the holder may live on).
+    if (now >= l.kill_at_ms) {
+      SignalHeld(job, SIGKILL);
+      l.kill_at_ms = INT64_MAX;
+    }
+    if (!HeldProcesses(job).empty()) return false;
+  }
+  FinishJob(job, *l.ending, -1, l.ending_reason);
+  return true;
 }
 
 std::string LabelsText(const std::map<std::string, std::string>& labels) {

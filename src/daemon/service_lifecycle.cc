@@ -109,15 +109,16 @@ void Service::WatchRunning() {
       if (job.mode == core::JobMode::kShell && job.pid > 0) {
         (void)launcher_.SignalGroup(job.pid, SIGHUP);
       }
+      if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
     }
     if (l.ending && now >= l.kill_at_ms && job.pid > 0) {
       (void)launcher_.SignalGroup(job.pid, SIGKILL);
       l.kill_at_ms = INT64_MAX;
     }
     if (job.mode == core::JobMode::kExternal) {
-      // Nothing of its own runs: it ends when released (Cancel) or at its
-      // deadline, at once.
-      if (l.ending) FinishJob(job, *l.ending, -1, l.ending_reason);
+      // Nothing of its own runs: it ends when released (Cancel), when its
+      // holder is gone, or at its deadline (service_external.cc).
+      WatchExternal(job, l, now);
       continue;
     }
     JobState end_state = l.ending.value_or(JobState::kExited);

@@ -75,11 +75,12 @@ void Service::Reclaim() {
     l.idle_acted = true;
     std::string because = someone_waits ? " while jobs wait" : "";
     // An external job cannot be ended by the daemon (it runs nothing of its
-    // own): "end" pauses it instead.
-    const IdleAction action =
-        job.mode == core::JobMode::kExternal && rules.idle_action == IdleAction::kEnd
-            ? IdleAction::kPause
-            : rules.idle_action;
+    // own): "end" pauses it instead, unless it is bound to a holder whose
+    // processes the daemon can end (a Slurm step).
+    const IdleAction action = job.mode == core::JobMode::kExternal && job.holder_pid <= 0 &&
+                                      rules.idle_action == IdleAction::kEnd
+                                  ? IdleAction::kPause
+                                  : rules.idle_action;
     switch (action) {
       case IdleAction::kWarn:
         RecordEvent("idle_action", id, job.user, "warned: " + idle + because);
@@ -107,6 +108,7 @@ void Service::Reclaim() {
         l.ending_reason = "idle: " + idle + because;
         l.kill_at_ms = now + options_.kill_grace_ms;
         if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+        if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
         RecordEvent("idle_action", id, job.user, "ended: " + idle + because);
         AppendToStderr(job, "job " + std::to_string(id) + " ended: " + idle + because);
         break;

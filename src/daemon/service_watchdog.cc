@@ -44,7 +44,11 @@ void Service::StopJob(const Job& job) {
   // An external job's processes are not the daemon's to signal: they run as
   // whoever the engine chose, and its slice (which names them) is written by
   // them. The limits in the shim hold it; the daemon only reports.
-  if (job.mode == core::JobMode::kExternal) return;
+  if (job.mode == core::JobMode::kExternal) {
+    // A bound job's processes are those below its holder, as its owner.
+    if (job.holder_pid > 0) SignalHeld(job, SIGSTOP);
+    if (job.holder_pid <= 0) return;
+  }
   // The job's cgroup freezer when it has one (it also holds processes that
   // left the group, and a frozen job cannot notice or undo it); else SIGSTOP.
   if (job.pid > 0) (void)launcher_.StopGroup(job.pid, true);
@@ -54,7 +58,10 @@ void Service::StopJob(const Job& job) {
 }
 
 void Service::ContinueJob(const Job& job) {
-  if (job.mode == core::JobMode::kExternal) return;
+  if (job.mode == core::JobMode::kExternal) {
+    if (job.holder_pid <= 0) return;
+    SignalHeld(job, SIGCONT);
+  }
   if (job.pid > 0) (void)launcher_.StopGroup(job.pid, false);
   if (auto u = usage_.find(job.id); u != usage_.end()) {
     SignalOutsideGroup(Processes(), u->second.pids, job, SIGCONT);
@@ -62,7 +69,7 @@ void Service::ContinueJob(const Job& job) {
 }
 
 void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const std::string& why) {
-  if (job.mode == core::JobMode::kExternal) {
+  if (job.mode == core::JobMode::kExternal && job.holder_pid <= 0) {
     // Not ended (see StopJob): its launches are held instead, until its
     // owner resumes or releases it.
     if (l.paused) return;
@@ -77,6 +84,7 @@ void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const st
   l.ending_reason = "killed by the watchdog: " + why;
   l.kill_at_ms = clock_.NowMs();  // No grace: it is over its limit now.
   if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGKILL);
+  if (job.holder_pid > 0) SignalHeld(job, SIGKILL);
   // GPU processes of the job outside its group (a process that left it but
   // is still the job's, by its slice and its owner).
   if (auto u = usage_.find(job.id); u != usage_.end()) {

@@ -173,6 +173,40 @@ TEST_F(WatchdogTest, AnExternalJobOverItsLimitIsPausedAndNothingIsSignalled) {
   EXPECT_NE(EventsOf(v->job.id, "watchdog")[0].message.find("launches paused"), std::string::npos);
 }
 
+// Issue 15: a Slurm step's slice (bound to its slurmstepd) over its limit is
+// ended as a launched job is: the owner's processes below the holder are
+// killed, never the holder; the slice goes once they are gone.
+TEST_F(WatchdogTest, ABoundExternalJobOverItsLimitHasItsStepsProcessesKilled) {
+  Start();
+  launcher_.alive.insert(4242);  // slurmstepd (root).
+  processes_.owners[4242] = {0, 0, "root", {}};
+  Caller stepd = TestCaller(1000);
+  stepd.pid = 4242;
+  SubmitSpec s;
+  s.mode = core::JobMode::kExternal;
+  s.fields.mem = "4GiB";
+  s.bound_to_caller = true;
+  auto v = service_->Submit(stepd, s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  regions_.pids[v->job.region_path] = {888};
+  Process(v->job.allocation.gpu_indices[0], 888, 20 * core::kGiB, 90, 1000);
+  processes_.parents[888] = 4242;
+  Run(1);
+  EXPECT_NE(std::find(processes_.signals.begin(), processes_.signals.end(),
+                      std::make_pair(int64_t{888}, SIGKILL)),
+            processes_.signals.end());
+  for (const auto& [pid, sig] : processes_.signals) EXPECT_NE(pid, 4242) << sig;
+  EXPECT_FALSE(HasFlag(v->job.id, "paused"));
+  // Gone: the slice ends, cancelled by the watchdog.
+  processes_.parents.erase(888);
+  processes_.owners.erase(888);
+  inventory_.usage[v->job.allocation.gpu_indices[0]].processes.clear();
+  Run(1);
+  JobView after = Get(v->job.id);
+  EXPECT_EQ(after.job.state, core::JobState::kCancelled);
+  EXPECT_NE(after.job.reason.find("watchdog"), std::string::npos) << after.job.reason;
+}
+
 TEST_F(WatchdogTest, AProcessOfTheJobOutsideItsGroupIsKilledByPid) {
   Start();
   JobView v = StartJob();

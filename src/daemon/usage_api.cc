@@ -56,6 +56,7 @@ json TotalsToJson(const core::UsageTotals& t, core::UsageGroupBy by) {
     j["user"] = t.user;
     j["name"] = t.name;
   }
+  if (by == core::UsageGroupBy::kSlurmJob) j["user"] = t.user;
   return j;
 }
 
@@ -121,6 +122,7 @@ std::vector<core::UsageRecord> UsageRecords(const std::vector<UsageRow>& rows,
     u.user = r.user;
     u.group = GroupName(r.gid, &groups);
     u.name = r.name;
+    u.slurm_job = r.slurm_job;
     u.gpu_index = r.gpu_index;
     // A GPU that has left the machine since: its memory is unknown, and a
     // fraction without a share on it weighs nothing (docs/ACCOUNTING.md).

@@ -98,6 +98,21 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsign
   });
 }
 
+// The minor number of the GPU's device node (/dev/nvidiaN). The simulator's
+// GPUs are numbered like the driver numbers a machine's: in index order.
+// Schedulers (Slurm's gres.conf File=) name GPUs by these nodes. MIG
+// devices have no node of their own (their capabilities do): not supported,
+// as with NVIDIA's library.
+GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device,
+                                                           unsigned int* minor) {
+  return WithDevice(device, [&](Access&, NvmlTarget target) {
+    if (minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    if (target.is_mig()) return NVML_ERROR_NOT_SUPPORTED;
+    *minor = target.device;
+    return NVML_SUCCESS;
+  });
+}
+
 // A MIG device reports its parent's PCI identity.
 GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
   return WithDevice(device, [&](Access& access, NvmlTarget target) {
