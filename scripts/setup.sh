@@ -24,6 +24,10 @@ packages=(
   # protobuf, code generated at build time); the extender and the plugin talk
   # HTTPS to the API server (OpenSSL).
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
+  # Slurm (issue 15): the SPANK plugin builds against libslurm-dev; the tests
+  # run a real two-node Slurm (slurmctld, slurmd, munge) in network
+  # namespaces (iproute2).
+  libslurm-dev slurmctld slurmd slurm-client munge iproute2
 )
 
 missing=()
