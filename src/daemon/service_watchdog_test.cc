@@ -207,6 +207,42 @@ TEST_F(WatchdogTest, ABoundExternalJobOverItsLimitHasItsStepsProcessesKilled) {
   EXPECT_NE(after.job.reason.find("watchdog"), std::string::npos) << after.job.reason;
 }
 
+// Issue 15: idle_action = end ends a Slurm step's slice through its
+// processes (SIGTERM, then SIGKILL after the grace), not by pausing it as an
+// unbound external job is; the slice goes once they are gone.
+TEST_F(WatchdogTest, AnIdleBoundExternalJobIsEndedThroughItsStepsProcesses) {
+  PolicyConfig rules;
+  rules.idle_after_ms = 60'000;
+  rules.idle_action = IdleAction::kEnd;
+  rules.idle_action_always = true;
+  Start(rules);
+  launcher_.alive.insert(4242);  // slurmstepd (root).
+  processes_.owners[4242] = {0, 0, "root", {}};
+  processes_.parents[777] = 4242;  // The step's task, idle on its GPU.
+  processes_.owners[777] = {1000, 1000, "u1000", {}};
+  Caller stepd = TestCaller(1000);
+  stepd.pid = 4242;
+  SubmitSpec s;
+  s.mode = core::JobMode::kExternal;
+  s.fields.mem = "4GiB";
+  s.bound_to_caller = true;
+  auto v = service_->Submit(stepd, s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  Run(63);
+  EXPECT_NE(std::find(processes_.signals.begin(), processes_.signals.end(),
+                      std::make_pair(int64_t{777}, SIGTERM)),
+            processes_.signals.end());
+  for (const auto& [pid, sig] : processes_.signals) EXPECT_NE(pid, 4242) << sig;
+  EXPECT_EQ(Get(v->job.id).job.state, core::JobState::kRunning);  // Until 777 is gone.
+  EXPECT_FALSE(HasFlag(v->job.id, "paused"));
+  processes_.parents.erase(777);
+  processes_.owners.erase(777);
+  Run(1);
+  JobView after = Get(v->job.id);
+  EXPECT_EQ(after.job.state, core::JobState::kCancelled);
+  EXPECT_NE(after.job.reason.find("idle"), std::string::npos) << after.job.reason;
+}
+
 TEST_F(WatchdogTest, AProcessOfTheJobOutsideItsGroupIsKilledByPid) {
   Start();
   JobView v = StartJob();
