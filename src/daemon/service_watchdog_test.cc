@@ -84,6 +84,19 @@ class WatchdogTest : public ::testing::Test {
     s.cwd = "/home/u";
     return service_->Submit(TestCaller(1000), s);
   }
+  // A Slurm step's 4 GiB slice of user 1000, bound to its slurmstepd (pid
+  // 4242, root, alive).
+  core::Result<JobView> SubmitBoundStep() {
+    launcher_.alive.insert(4242);
+    processes_.owners[4242] = {0, 0, "root", {}};
+    Caller stepd = TestCaller(1000);
+    stepd.pid = 4242;
+    SubmitSpec s;
+    s.mode = core::JobMode::kExternal;
+    s.fields.mem = "4GiB";
+    s.bound_to_caller = true;
+    return service_->Submit(stepd, s);
+  }
   JobView Get(uint64_t id) { return *service_->Get(id); }
   std::vector<Event> EventsOf(uint64_t job_id, const std::string& kind) {
     EventQuery q;
@@ -178,15 +191,7 @@ TEST_F(WatchdogTest, AnExternalJobOverItsLimitIsPausedAndNothingIsSignalled) {
 // killed, never the holder; the slice goes once they are gone.
 TEST_F(WatchdogTest, ABoundExternalJobOverItsLimitHasItsStepsProcessesKilled) {
   Start();
-  launcher_.alive.insert(4242);  // slurmstepd (root).
-  processes_.owners[4242] = {0, 0, "root", {}};
-  Caller stepd = TestCaller(1000);
-  stepd.pid = 4242;
-  SubmitSpec s;
-  s.mode = core::JobMode::kExternal;
-  s.fields.mem = "4GiB";
-  s.bound_to_caller = true;
-  auto v = service_->Submit(stepd, s);
+  auto v = SubmitBoundStep();
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   regions_.pids[v->job.region_path] = {888};
   Process(v->job.allocation.gpu_indices[0], 888, 20 * core::kGiB, 90, 1000);
@@ -216,17 +221,9 @@ TEST_F(WatchdogTest, AnIdleBoundExternalJobIsEndedThroughItsStepsProcesses) {
   rules.idle_action = IdleAction::kEnd;
   rules.idle_action_always = true;
   Start(rules);
-  launcher_.alive.insert(4242);  // slurmstepd (root).
-  processes_.owners[4242] = {0, 0, "root", {}};
   processes_.parents[777] = 4242;  // The step's task, idle on its GPU.
   processes_.owners[777] = {1000, 1000, "u1000", {}};
-  Caller stepd = TestCaller(1000);
-  stepd.pid = 4242;
-  SubmitSpec s;
-  s.mode = core::JobMode::kExternal;
-  s.fields.mem = "4GiB";
-  s.bound_to_caller = true;
-  auto v = service_->Submit(stepd, s);
+  auto v = SubmitBoundStep();
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   Run(63);
   EXPECT_NE(std::find(processes_.signals.begin(), processes_.signals.end(),
