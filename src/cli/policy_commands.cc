@@ -1,8 +1,9 @@
-// The CLI's policy commands (see commands.h): quotas, live resize and resuming
-// a job paused by idle reclaim. Each
-// command keeps its option state in this file.
+// The CLI's policy commands (see commands.h): quotas, live resize, suspend
+// and resume. Each command keeps its option state in this file.
 
+#include <chrono>
 #include <iostream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -179,20 +180,90 @@ int Resize(Context& ctx) {
   return 0;
 }
 
+struct CheckpointOptions {
+  bool no_wait = false;
+} g_checkpoint;
+
 void SetupResume(CLI::App* sub, Context* ctx) {
   sub->add_option("id", ctx->job_id, "Job id")->required();
+  sub->add_flag("--no-wait", g_checkpoint.no_wait,
+                "Return once the daemon accepted it, not when the job is back");
 }
 
-int Resume(Context& ctx) {
-  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/resume");
+void SetupSuspend(CLI::App* sub, Context* ctx) {
+  sub->add_option("id", ctx->job_id, "Job id")->required();
+  sub->add_flag("--no-wait", g_checkpoint.no_wait,
+                "Return once the daemon accepted it, not when the job is suspended");
+}
+
+bool HasFlag(const json& job, const char* flag) {
+  if (!job.contains("flags") || !job["flags"].is_array()) return false;
+  for (const json& f : job["flags"]) {
+    if (f.is_string() && f.get<std::string>() == flag) return true;
+  }
+  return false;
+}
+
+// Polls the job until the daemon's worker is done with it (the flag
+// `busy_flag` gone); returns the job as it is then.
+core::Result<json> WaitWhile(Context& ctx, json job, const char* busy_flag) {
+  const std::string path = "/v1/jobs/" + std::to_string(ctx.job_id);
+  auto delay = std::chrono::milliseconds(20);
+  while (HasFlag(job, busy_flag)) {
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(200));
+    auto r = ctx.client->Call("GET", path);
+    if (!r.ok()) return r.status();
+    job = std::move(*r);
+  }
+  return job;
+}
+
+// Suspend and resume of a suspended job: the daemon accepts at once and
+// works on a thread; by default the CLI waits and reports the outcome.
+int Checkpoint(Context& ctx, bool resume) {
+  const std::string id = std::to_string(ctx.job_id);
+  auto r = ctx.client->Call("POST", "/v1/jobs/" + id + (resume ? "/resume" : "/suspend"));
   if (!r.ok()) return ReportError(ctx, r.status());
+  json job = std::move(*r);
+  const char* busy = resume ? "resuming" : "suspending";
+  if (resume && !HasFlag(job, busy) && job.value("state", "") != "suspended") {
+    // A job paused by idle reclaim: launches are allowed again at once.
+    if (ctx.json) {
+      std::cout << job.dump(2) << "\n";
+    } else {
+      std::cout << "job " << id << ": may launch GPU work again\n";
+    }
+    return 0;
+  }
+  if (!g_checkpoint.no_wait) {
+    auto done = WaitWhile(ctx, std::move(job), busy);
+    if (!done.ok()) return ReportError(ctx, done.status());
+    job = std::move(*done);
+  }
   if (ctx.json) {
-    std::cout << r->dump(2) << "\n";
+    std::cout << job.dump(2) << "\n";
+  } else if (HasFlag(job, busy)) {
+    std::cout << "job " << id << ": " << busy << " (see `gpuslice show " << id << "`)\n";
+  } else if (job.contains("checkpoint_error")) {
+    std::cerr << "gpuslice: job " << id << ": " << job["checkpoint_error"].get<std::string>()
+              << "\n";
+    return 1;
+  } else if (resume) {
+    std::cout << "job " << id << " resumed: running again on "
+              << (job.contains("allocation") ? job["allocation"]["gpu_uuids"].dump() : "its GPUs")
+              << "\n";
   } else {
-    std::cout << "job " << ctx.job_id << ": may launch GPU work again\n";
+    std::cout << "job " << id
+              << " suspended: its GPU memory is in host memory and its GPUs are free; "
+                 "`gpuslice resume "
+              << id << "` brings it back\n";
   }
   return 0;
 }
+
+int Resume(Context& ctx) { return Checkpoint(ctx, /*resume=*/true); }
+int Suspend(Context& ctx) { return Checkpoint(ctx, /*resume=*/false); }
 
 }  // namespace
 
@@ -201,7 +272,10 @@ std::vector<Command> PolicyCommands() {
       {"quota", "Quotas per user and group: set, ls, rm", SetupQuota, Quota},
       {"resize", "Change a running job's memory limit, compute share or priority at once",
        SetupResize, Resize},
-      {"resume", "Let a job paused by idle reclaim launch GPU work again", SetupResume, Resume},
+      {"suspend", "Suspend a running job: its GPU memory to host memory, its GPUs free for others",
+       SetupSuspend, Suspend},
+      {"resume", "Resume a suspended job, or let a job paused by idle reclaim launch again",
+       SetupResume, Resume},
   };
 }
 

@@ -6,13 +6,14 @@
 namespace gpuslice::core {
 namespace {
 
-constexpr std::array<std::pair<JobState, std::string_view>, 6> kStateNames = {{
+constexpr std::array<std::pair<JobState, std::string_view>, 7> kStateNames = {{
     {JobState::kQueued, "queued"},
     {JobState::kRunning, "running"},
     {JobState::kExited, "exited"},
     {JobState::kCancelled, "cancelled"},
     {JobState::kTimedOut, "timed_out"},
     {JobState::kFailed, "failed"},
+    {JobState::kSuspended, "suspended"},
 }};
 
 constexpr std::array<std::pair<JobMode, std::string_view>, 4> kModeNames = {{
@@ -23,7 +24,7 @@ constexpr std::array<std::pair<JobMode, std::string_view>, 4> kModeNames = {{
 }};
 
 // The edges of the state diagram in job.h.
-constexpr std::array<std::pair<JobState, JobState>, 8> kEdges = {{
+constexpr std::array<std::pair<JobState, JobState>, 14> kEdges = {{
     {JobState::kQueued, JobState::kRunning},
     {JobState::kQueued, JobState::kCancelled},
     {JobState::kQueued, JobState::kFailed},
@@ -32,6 +33,12 @@ constexpr std::array<std::pair<JobState, JobState>, 8> kEdges = {{
     {JobState::kRunning, JobState::kTimedOut},
     {JobState::kRunning, JobState::kFailed},
     {JobState::kRunning, JobState::kQueued},  // Preempted, restartable.
+    {JobState::kRunning, JobState::kSuspended},
+    {JobState::kSuspended, JobState::kRunning},
+    {JobState::kSuspended, JobState::kExited},
+    {JobState::kSuspended, JobState::kCancelled},
+    {JobState::kSuspended, JobState::kTimedOut},
+    {JobState::kSuspended, JobState::kFailed},
 }};
 
 }  // namespace
@@ -48,12 +55,12 @@ Result<JobState> ParseJobState(std::string_view name) {
     if (n == name) return s;
   }
   return InvalidArgumentError("unknown job state '" + std::string(name) +
-                              "' (expected queued, running, exited, cancelled, timed_out or "
-                              "failed)");
+                              "' (expected queued, running, suspended, exited, cancelled, "
+                              "timed_out or failed)");
 }
 
 bool IsTerminal(JobState state) {
-  return state != JobState::kQueued && state != JobState::kRunning;
+  return state != JobState::kQueued && state != JobState::kRunning && state != JobState::kSuspended;
 }
 
 bool CanTransition(JobState from, JobState to) {
@@ -113,8 +120,10 @@ Status ValidateLabels(const std::map<std::string, std::string>& labels) {
 }
 
 std::optional<int64_t> Job::DeadlineMs() const {
-  if (!request.max_runtime || started_ms == 0) return std::nullopt;
-  return started_ms + request.max_runtime->count();
+  // Time suspended does not count: the clock stops while the job holds no
+  // GPU and cannot run.
+  if (!request.max_runtime || started_ms == 0 || suspended_since_ms != 0) return std::nullopt;
+  return started_ms + request.max_runtime->count() + suspended_total_ms;
 }
 
 Status ValidateJobName(std::string_view name) {

@@ -17,16 +17,22 @@
 
 namespace gpuslice::core {
 
-// The life of a job. Queued and running are live; the rest are terminal.
+// The life of a job. Queued, running and suspended are live; the rest are
+// terminal.
 //
 //   queued ──> running ──> exited     (all its processes ended; exit code kept)
-//     ▲ │         ├──────> cancelled  (a user or admin ended it, or preempted)
-//     │ │         ├──────> timed_out  (ran past its maximum run time)
-//     │ │         ├──────> failed     (could not be launched, or was lost)
-//     │ │         └──────> queued     (preempted and restartable: runs again)
+//     ▲ │       │ ▲ ├────> cancelled  (a user or admin ended it, or preempted)
+//     │ │       │ │ ├────> timed_out  (ran past its maximum run time)
+//     │ │       │ │ ├────> failed     (could not be launched, or was lost)
+//     │ │       │ │ └────> queued     (preempted and restartable: runs again)
+//     │ │       ▼ │
+//     │ │    suspended ──> exited, cancelled, timed_out, failed
+//     │ │                 (GPU state checkpointed to host memory: its
+//     │ │                 processes live on but hold no GPU; resumed back
+//     │ │                 to running)
 //     ├──> cancelled
 //     └──> failed                     (e.g. no longer fits after GPUs vanished)
-enum class JobState { kQueued, kRunning, kExited, kCancelled, kTimedOut, kFailed };
+enum class JobState { kQueued, kRunning, kExited, kCancelled, kTimedOut, kFailed, kSuspended };
 
 std::string_view JobStateName(JobState state);
 Result<JobState> ParseJobState(std::string_view name);
@@ -122,9 +128,16 @@ struct Job {
   // it ended. 0 = not bound. Never signalled: it is not the job's own.
   int64_t holder_pid = 0;
   uint64_t holder_start_time = 0;
+  // Suspension (docs/SUSPEND.md): when the current suspension began (0:
+  // not suspended) and the time spent suspended before it.
+  int64_t suspended_since_ms = 0;
+  int64_t suspended_total_ms = 0;
+  // Suspended by preemption: the daemon resumes it once its GPUs have room.
+  bool resume_when_fits = false;
 
   bool IsLive() const { return !IsTerminal(state); }
-  // When it must end, if it has a maximum run time and has started.
+  // When it must end, if it has a maximum run time and has started; none
+  // while it is suspended (time suspended does not count against it).
   std::optional<int64_t> DeadlineMs() const;
 };
 

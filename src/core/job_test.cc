@@ -7,7 +7,7 @@ namespace {
 
 TEST(JobState, NamesRoundTrip) {
   for (JobState s : {JobState::kQueued, JobState::kRunning, JobState::kExited, JobState::kCancelled,
-                     JobState::kTimedOut, JobState::kFailed}) {
+                     JobState::kTimedOut, JobState::kFailed, JobState::kSuspended}) {
     auto parsed = ParseJobState(JobStateName(s));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, s);
@@ -29,6 +29,12 @@ TEST(JobState, TransitionsFollowTheDiagram) {
       {JobState::kQueued, JobState::kQueued, false},
       {JobState::kExited, JobState::kRunning, false},
       {JobState::kCancelled, JobState::kCancelled, false},
+      {JobState::kRunning, JobState::kSuspended, true},
+      {JobState::kSuspended, JobState::kRunning, true},
+      {JobState::kSuspended, JobState::kCancelled, true},
+      {JobState::kSuspended, JobState::kExited, true},
+      {JobState::kQueued, JobState::kSuspended, false},  // Nothing to suspend.
+      {JobState::kSuspended, JobState::kQueued, false},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(CanTransition(c.from, c.to), c.ok)
@@ -36,6 +42,7 @@ TEST(JobState, TransitionsFollowTheDiagram) {
   }
   EXPECT_TRUE(IsTerminal(JobState::kFailed));
   EXPECT_FALSE(IsTerminal(JobState::kRunning));
+  EXPECT_FALSE(IsTerminal(JobState::kSuspended));
 }
 
 TEST(BuildRequest, PoolIsValidated) {
@@ -131,6 +138,17 @@ TEST(Job, DeadlineNeedsStartAndRuntime) {
   EXPECT_FALSE(j.DeadlineMs().has_value());
   j.started_ms = 1000;
   EXPECT_EQ(*j.DeadlineMs(), 1500);
+}
+
+TEST(Job, TimeSuspendedDoesNotCountAgainstTheMaximumRunTime) {
+  Job j;
+  j.request.max_runtime = std::chrono::milliseconds(500);
+  j.started_ms = 1000;
+  j.suspended_since_ms = 1200;
+  EXPECT_FALSE(j.DeadlineMs().has_value());  // Cannot run out while suspended.
+  j.suspended_since_ms = 0;
+  j.suspended_total_ms = 3000;
+  EXPECT_EQ(*j.DeadlineMs(), 4500);
 }
 
 TEST(BuildRequest, ComputeModeGoesWithAComputeShare) {

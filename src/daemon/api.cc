@@ -164,6 +164,7 @@ const Api::Route Api::kRoutes[] = {
     {"GET", "/v1/events", RouteScope::kRead, &Api::ListEvents},
     {"POST", "/v1/jobs/{id}/resize", RouteScope::kWrite, &Api::ResizeJob},
     {"POST", "/v1/jobs/{id}/resume", RouteScope::kWrite, &Api::ResumeJob},
+    {"POST", "/v1/jobs/{id}/suspend", RouteScope::kWrite, &Api::SuspendJob},
     {"POST", "/v1/jobs/{id}/labels", RouteScope::kWrite, &Api::LabelJob},
     {"GET", "/v1/jobs/{id}/container", RouteScope::kRead, &Api::JobContainer},
     {"GET", "/v1/quotas", RouteScope::kRead, &Api::ListQuotas},
@@ -503,7 +504,17 @@ ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
   if (auto s = service_.Resume(req.caller, id); !s.ok()) return Error(s);
   auto v = service_.Get(id);
   if (!v.ok()) return Error(v.status());
-  return Json(200, JobToJson(*v));
+  // A suspended job is being restored by a worker (flag "resuming").
+  return Json(v->job.state == core::JobState::kSuspended ? 202 : 200, JobToJson(*v));
+}
+
+ApiResponse Api::SuspendJob(const ApiRequest& req, uint64_t id) {
+  if (auto s = service_.Suspend(req.caller, id); !s.ok()) return Error(s);
+  auto v = service_.Get(id);
+  if (!v.ok()) return Error(v.status());
+  // Accepted: the worker suspends it; the job's flags say "suspending" until
+  // it is `suspended` (or has a checkpoint_error).
+  return Json(202, JobToJson(*v));
 }
 
 ApiResponse Api::LabelJob(const ApiRequest& req, uint64_t id) {

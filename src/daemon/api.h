@@ -97,6 +97,7 @@ class Api {
   // Policies.
   ApiResponse ResizeJob(const ApiRequest&, uint64_t id);
   ApiResponse ResumeJob(const ApiRequest&, uint64_t id);
+  ApiResponse SuspendJob(const ApiRequest&, uint64_t id);
   ApiResponse LabelJob(const ApiRequest&, uint64_t id);
   ApiResponse JobContainer(const ApiRequest&, uint64_t id);
   ApiResponse ListQuotas(const ApiRequest&, uint64_t);

@@ -240,8 +240,16 @@ json JobToJson(const JobView& v) {
   }
   if (v.usage) out["usage"] = UsageToJson(*v.usage);
   out["restartable"] = j.restartable;
-  if (j.state == core::JobState::kRunning) out["flags"] = v.flags;
+  if (j.state == core::JobState::kRunning || j.state == core::JobState::kSuspended) {
+    out["flags"] = v.flags;
+  }
   out["idle_ms"] = j.idle_ms;
+  // Time suspended so far, the current suspension included.
+  if (j.suspended_total_ms != 0 || j.suspended_since_ms != 0) {
+    out["suspended_ms"] = j.suspended_total_ms;
+    if (j.suspended_since_ms != 0) out["suspended_since_ms"] = j.suspended_since_ms;
+  }
+  if (!v.checkpoint_error.empty()) out["checkpoint_error"] = v.checkpoint_error;
   if (!v.after.empty()) {
     json after = json::array();
     for (const DependencyView& d : v.after) {

@@ -131,7 +131,10 @@ TEST(Config, PolicyErrorsNameTheSetting) {
       {"watchdog = loud\n", "watchdog: expected off, report, stop or kill"},
       {"watchdog_compute = stop\n", "watchdog_compute: expected off, report or kill"},
       {"foreign = ignore\n", "foreign: expected report or kill"},
-      {"idle_action = sleep\n", "idle_action: expected warn, pause or end"},
+      {"idle_action = sleep\n", "idle_action: expected warn, pause, end or suspend"},
+      {"idle_suspend_fallback = suspend\n", "idle_suspend_fallback: expected warn, pause or end"},
+      {"suspended_counts_in_quota = maybe\n", "suspended_counts_in_quota: expected true or false"},
+      {"preempt_by_suspend = 2\n", "preempt_by_suspend: expected true or false"},
       {"idle_threshold = 120%\n", "idle_threshold"},
       {"elastic_signal = KILL\n", "elastic_signal: expected USR1"},
   };

@@ -57,7 +57,8 @@ constexpr const char* kJobColumns =
     "priority, max_runtime_ms, mode, argv, cwd, env, state, submitted_ms, started_ms, ended_ms, "
     "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, "
     "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine, labels, "
-    "holder_pid, holder_start_time";
+    "holder_pid, holder_start_time, suspended_since_ms, suspended_total_ms, "
+    "resume_when_fits";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -119,6 +120,9 @@ Result<Job> ReadJob(const Stmt& s) {
   GPUSLICE_ASSIGN_OR_RETURN(j.labels, LabelsFromJson(s.Text(35)));
   j.holder_pid = s.Int(36);
   j.holder_start_time = static_cast<uint64_t>(s.Int(37));
+  j.suspended_since_ms = s.Int(38);
+  j.suspended_total_ms = s.Int(39);
+  j.resume_when_fits = s.Int(40) != 0;
   return j;
 }
 
@@ -322,7 +326,8 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     std::string sql =
         std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
         ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
-        "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38)";
+        "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38,?39,"
+        "?40,?41)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -368,6 +373,9 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(36, LabelsToJson(job.labels));
     s.Bind(37, job.holder_pid);
     s.Bind(38, static_cast<int64_t>(job.holder_start_time));
+    s.Bind(39, job.suspended_since_ms);
+    s.Bind(40, job.suspended_total_ms);
+    s.Bind(41, int64_t{job.resume_when_fits});
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 
@@ -413,7 +421,8 @@ Result<std::vector<Job>> Ledger::LoadJobs(bool live_only) { return SelectJobs(li
 
 Result<std::vector<Job>> Ledger::SelectJobs(bool live_only, uint64_t only_id) {
   std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE (?1 = 0 OR id = ?1)" +
-                    (live_only ? " AND state IN ('queued', 'running')" : "") + " ORDER BY id";
+                    (live_only ? " AND state IN ('queued', 'running', 'suspended')" : "") +
+                    " ORDER BY id";
   Stmt s(db_, sql.c_str());
   GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: load jobs"));
   s.Bind(1, static_cast<int64_t>(only_id));

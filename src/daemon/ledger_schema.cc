@@ -159,6 +159,17 @@ ALTER TABLE jobs ADD COLUMN labels TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE jobs ADD COLUMN holder_pid INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN holder_start_time INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 10: suspension (state 'suspended'): when the current one began (0:
+    // not suspended), the time spent suspended before it, and whether the
+    // daemon resumes it once it fits (a preemption victim). The live-jobs
+    // index covers the new live state.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN suspended_since_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN suspended_total_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN resume_when_fits INTEGER NOT NULL DEFAULT 0;
+DROP INDEX jobs_live;
+CREATE INDEX jobs_live ON jobs(state) WHERE state IN ('queued', 'running', 'suspended');
+)sql",
 };
 
 }  // namespace

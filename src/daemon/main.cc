@@ -236,7 +236,17 @@ int main(int argc, char** argv) {
   options.max_env_bytes = config.max_env_bytes;
   options.max_argv_bytes = config.max_argv_bytes;
   options.ledger_retry_ms = config.ledger_retry_ms;
+  // Suspend and resume: the CUDA driver jobs use (the simulated one on
+  // simulated GPUs), loaded on first use, once the GPUs are known.
+  gd::Service* service_ptr = nullptr;
+  options.checkpointer =
+      gd::MakeDriverCheckpointer([&service_ptr, sim_lib_dir = config.sim_lib_dir] {
+        bool simulated = service_ptr != nullptr && service_ptr->inventory().simulated();
+        return simulated && !sim_lib_dir.empty() ? sim_lib_dir + "/libcuda.so.1"
+                                                 : std::string("libcuda.so.1");
+      });
   gd::Service service(options, clock, inventory, launcher, regions);
+  service_ptr = &service;
   if (auto s = service.Start(); !s.ok()) return Fail(s.message());
   // Jobs on simulated GPUs must see the same simulated machine as we do.
   if (service.inventory().simulated()) {

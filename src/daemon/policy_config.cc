@@ -46,6 +46,8 @@ std::string_view IdleActionName(IdleAction a) {
       return "warn";
     case IdleAction::kPause:
       return "pause";
+    case IdleAction::kSuspend:
+      return "suspend";
     case IdleAction::kEnd:
       return "end";
   }
@@ -165,19 +167,33 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
     return core::Status::Ok();
   }
   if (key == "idle_action") {
-    for (IdleAction a : {IdleAction::kWarn, IdleAction::kPause, IdleAction::kEnd}) {
+    for (IdleAction a :
+         {IdleAction::kWarn, IdleAction::kPause, IdleAction::kEnd, IdleAction::kSuspend}) {
       if (v == IdleActionName(a)) {
         c->idle_action = a;
         return core::Status::Ok();
       }
     }
+    return Bad(key, value, "warn, pause, end or suspend");
+  }
+  if (key == "idle_suspend_fallback") {
+    for (IdleAction a : {IdleAction::kWarn, IdleAction::kPause, IdleAction::kEnd}) {
+      if (v == IdleActionName(a)) {
+        c->idle_suspend_fallback = a;
+        return core::Status::Ok();
+      }
+    }
     return Bad(key, value, "warn, pause or end");
   }
-  if (key == "idle_action_always") {
+  if (key == "idle_action_always" || key == "suspended_counts_in_quota" ||
+      key == "preempt_by_suspend") {
+    bool* flag = key == "idle_action_always"          ? &c->idle_action_always
+                 : key == "suspended_counts_in_quota" ? &c->suspended_counts_in_quota
+                                                      : &c->preempt_by_suspend;
     if (v == "true" || v == "yes" || v == "on" || v == "1") {
-      c->idle_action_always = true;
+      *flag = true;
     } else if (v == "false" || v == "no" || v == "off" || v == "0") {
-      c->idle_action_always = false;
+      *flag = false;
     } else {
       return Bad(key, value, "true or false");
     }

@@ -28,7 +28,9 @@ struct PoolSpec {
 // What the watchdog does with a job over its limit (docs/DAEMON.md,
 // "Enforcement watchdog"): `stop` freezes the job until it is back under.
 enum class WatchdogAction { kOff, kReport, kStop, kKill };
-enum class IdleAction { kWarn, kPause, kEnd };
+// `suspend`: checkpoint the job's GPU state to host memory (docs/SUSPEND.md);
+// a job that cannot be suspended gets `idle_suspend_fallback` instead.
+enum class IdleAction { kWarn, kPause, kEnd, kSuspend };
 // GPU processes that belong to no job: always charged in placement and
 // reported; `kill` also ends them (unless root's or an allowed group's).
 enum class ForeignAction { kReport, kKill };
@@ -43,6 +45,9 @@ struct PolicyConfig {
 
   core::PreemptionPolicy preemption;     // never
   int64_t preemption_grace_ms = 30'000;  // SIGTERM, then SIGKILL after this.
+  // Preempt by suspending the victim (its GPU state to host memory, resumed
+  // once it fits again) where the driver can; ended as before otherwise.
+  bool preempt_by_suspend = true;
 
   // Memory: NVML's per-process memory against the daemon's own limit. Kill
   // by default: only a process that escaped the shim can get there, and
@@ -67,6 +72,12 @@ struct PolicyConfig {
   int64_t idle_after_ms = 0;         // 0: idle reclaim off.
   IdleAction idle_action = IdleAction::kWarn;
   bool idle_action_always = false;  // Act even when nothing waits.
+  // What idle_action = suspend does to a job that cannot be suspended.
+  IdleAction idle_suspend_fallback = IdleAction::kPause;
+
+  // Whether a suspended job's slice still counts against its owner's quotas
+  // (it holds no GPU, but will take its slice back when resumed).
+  bool suspended_counts_in_quota = false;
 
   // Elastic jobs: the signal that tells one its GPU set changed, and the
   // least time between two changes of one job (rescaling restarts workers).

@@ -245,7 +245,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
     Schedule();
     return Status::Ok();
   }
-  if (job.state != JobState::kRunning) {
+  if (job.state != JobState::kRunning && job.state != JobState::kSuspended) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
                                          std::string(core::JobStateName(job.state)) + ")");
   }
@@ -280,10 +280,12 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
 }
 
 JobView Service::View(const Job& job) {
-  JobView v{job, 0, "", std::nullopt, {}, DependenciesOf(job)};
-  if (job.state == JobState::kRunning) {
-    v.usage = UsageOf(job.id);
+  JobView v{job, 0, "", std::nullopt, {}, DependenciesOf(job), ""};
+  if (job.state == JobState::kRunning || job.state == JobState::kSuspended) {
+    if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
     v.flags = FlagsOf(job.id);
+    if (auto l = live_.find(job.id); l != live_.end())
+      v.checkpoint_error = l->second.checkpoint_error;
   }
   if (job.state != JobState::kQueued) return v;
   if (waiting_index_stale_) {
@@ -357,13 +359,17 @@ Result<std::vector<Transition>> Service::History(uint64_t id) {
   return ledger_->Transitions(id);
 }
 
-size_t Service::running_count() const { return live_.size(); }
+size_t Service::running_count() const {
+  size_t n = 0;
+  for (const auto& [id, l] : live_) n += IsSuspended(id) ? 0 : 1;
+  return n;
+}
 
 std::map<uint32_t, std::vector<uint64_t>> Service::SlicesByGpu() const {
   std::map<uint32_t, std::vector<uint64_t>> out;
   for (const auto& [id, l] : live_) {
     auto it = jobs_.find(id);
-    if (it == jobs_.end()) continue;
+    if (it == jobs_.end() || it->second.state == JobState::kSuspended) continue;
     for (uint32_t g : it->second.allocation.gpu_indices) out[g].push_back(id);
   }
   return out;

@@ -21,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "core/quota.h"
 #include "daemon/capacity.h"
 #include "daemon/cdi.h"
+#include "daemon/checkpointer.h"
 #include "daemon/clock.h"
 #include "daemon/inventory.h"
 #include "daemon/launcher.h"
@@ -158,6 +160,12 @@ struct ServiceOptions {
   // (job_finder.h), for a launch the daemon did not see finish. Unset:
   // FindProcessGroupsByEnv over /proc. Tests fake it; cgroups may replace it.
   std::function<std::vector<int64_t>(const core::Job& job)> find_job_groups;
+  // Suspend and resume (service_suspend.cc): the driver's process checkpoint
+  // API; null: jobs cannot be suspended (kUnimplemented says so).
+  std::shared_ptr<Checkpointer> checkpointer;
+  // How long a suspension waits for a process's GPU work in flight before it
+  // gives up (the job then runs on, and the failure is reported).
+  uint32_t suspend_lock_timeout_ms = 10000;
 };
 
 // What a running job uses, sampled once a second from its slice region (what
@@ -234,6 +242,8 @@ struct JobView {
   // Policy flags of a running job: "idle", "paused", "over_limit", "preempted".
   std::vector<std::string> flags;
   std::vector<DependencyView> after;  // One per job.after entry.
+  // Why the last suspend or resume of this job failed ("" if it did not).
+  std::string checkpoint_error;
 };
 
 struct LogChunk {
@@ -241,6 +251,20 @@ struct LogChunk {
   uint64_t next_offset = 0;
   core::JobState state = core::JobState::kQueued;
   int exit_code = -1;
+};
+
+// A suspend or resume running on a worker thread (service_suspend.cc).
+struct CheckpointTask;
+
+// Why a job is suspended, and what happens when it cannot be.
+struct SuspendCause {
+  std::string by;  // "alice", "idle reclaim", "preemption by job 12".
+  // Idle reclaim: what to do instead when the job cannot be suspended.
+  std::optional<IdleAction> idle_fallback;
+  std::string idle_text;
+  // Preemption for this job: ended as before when it cannot be suspended;
+  // resumed by the daemon once it fits again when it can.
+  uint64_t preempted_for = 0;
 };
 
 class Service {
@@ -351,8 +375,18 @@ class Service {
   // `gpus`, of a running elastic job: to that many GPUs within its range
   // (growing onto idle GPUs of its pool and island, within its quotas).
   core::Result<JobView> Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec);
-  // Lets a job paused by idle reclaim launch again (owner or admin).
+  // Lets a job paused by idle reclaim launch again, or resumes a suspended
+  // job (owner or admin). A suspended job is put back on the GPUs it had,
+  // which must have room for its slice again (kFailedPrecondition saying
+  // what is missing otherwise); the restore itself runs on a worker thread
+  // (flag "resuming" until it is done).
   core::Status Resume(const Caller& caller, uint64_t id);
+  // Suspends a running job (owner or admin; service_suspend.cc): its CUDA
+  // processes are locked and checkpointed by the driver (their device memory
+  // moved to host memory), then its slice stops counting against its GPUs.
+  // Returns at once with the flag "suspending"; the job becomes `suspended`,
+  // or stays running with JobView::checkpoint_error, when the worker is done.
+  core::Status Suspend(const Caller& caller, uint64_t id);
   // Replaces a job's labels (owner or admin); the metrics carry them.
   core::Result<JobView> SetLabels(const Caller& caller, uint64_t id,
                                   std::map<std::string, std::string> labels);
@@ -387,6 +421,12 @@ class Service {
     // samples: how long others waited for the GPU (work-conserving slices).
     std::deque<uint64_t> contended_window;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
+    // Suspend or resume in progress on a worker thread (service_suspend.cc).
+    std::shared_ptr<CheckpointTask> checkpoint;
+    bool resuming = false;         // What `checkpoint` does.
+    std::string checkpoint_error;  // Why the last one failed.
+    // Processes that used the GPU while the job was suspended, and ended.
+    std::set<int64_t> escaped;
   };
 
   void Degrade(const std::string& reason);
@@ -490,6 +530,38 @@ class Service {
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
   void Reclaim();
+  // Suspension (service_suspend.cc). Starts a suspend or resume of `job` on
+  // a worker thread; `by` says who or what asked (events).
+  core::Status StartSuspend(core::Job& job, Live& l, SuspendCause cause);
+  void ActOnIdle(core::Job& job, Live& l, IdleAction action, const std::string& idle);
+  // Ends a preemption victim for job `head_id` (requeued when restartable).
+  void EndForPreemption(core::Job& job, Live& l, uint64_t head_id);
+  // Resumes suspended jobs that asked to be (preemption victims) once
+  // their GPUs have room again and nothing of higher priority waits.
+  void ResumeWhenRoom();
+  // Restart recovery: processes a suspend or resume left half done (the
+  // worker died with the daemon) are put back to what the ledger says.
+  void RecoverCheckpoints(core::Job& job);
+  core::Status StartResume(core::Job& job, Live& l, const std::string& by);
+  // What both refuse: no checkpoint API, a worker busy with it, its end.
+  core::Status CanCheckpoint(const core::Job& job, const Live& l, const char* verb) const;
+  // Runs `work` on a worker thread for `task` (FinishCheckpoints applies it).
+  void RunCheckpointTask(core::Job& job, Live& l, std::shared_ptr<CheckpointTask> task,
+                         std::function<CheckpointOutcome(Checkpointer&)> work);
+  // Applies the outcome of finished workers (from Tick).
+  void FinishCheckpoints();
+  // A suspended job whose processes use the GPU anyway (a process the
+  // suspension missed, or one the user restored through the driver): they
+  // are ended, each once, with an event (after each sample).
+  void WatchSuspended(core::Job& job, Live& l, const JobUsage& use);
+  // The processes of `job` that may be CUDA processes: those of its slice
+  // and its process group, and those NVML attributes to it, that run as its
+  // owner (never another user's process, whatever the slice says).
+  std::vector<int64_t> ProcessesOf(const core::Job& job);
+  bool IsSuspended(uint64_t id) const {
+    auto it = jobs_.find(id);
+    return it != jobs_.end() && it->second.state == core::JobState::kSuspended;
+  }
   // The watchdog (service_watchdog.cc), per running job after each sample;
   // each returns true when it ended the job.
   bool WatchMemory(core::Job& job, Live& l, const JobUsage& use);

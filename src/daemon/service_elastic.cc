@@ -145,7 +145,9 @@ void Service::Elastic(uint64_t head_id) {
   std::vector<core::ElasticJob> elastic;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
-    if (!IsElastic(job) || l.ending || job.allocation.empty()) continue;
+    if (!IsElastic(job) || l.ending || job.allocation.empty() || IsSuspended(id) || l.checkpoint) {
+      continue;
+    }
     core::ElasticJob e;
     e.id = id;
     e.min = job.request.gpus_min;

@@ -77,6 +77,8 @@ void Service::Tick() {
     Sample();
     Reclaim();
   }
+  FinishCheckpoints();
+  ResumeWhenRoom();
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
@@ -201,6 +203,7 @@ void Service::Schedule() {
   }
   std::vector<core::RunningJob> running;
   for (const auto& [id, l] : live_) {
+    if (IsSuspended(id)) continue;  // Holds nothing to free.
     running.push_back({id, jobs_[id].DeadlineMs()});
   }
   core::PlanOptions opt;
@@ -246,6 +249,12 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
   // A paused job stays paused through a resize or a priority change (the
   // page is rewritten whole); Resume and the idle reclaim set it explicitly.
   if (auto l = live_.find(job.id); l != live_.end()) limits.launches_paused = l->second.paused;
+  if (job.state == core::JobState::kSuspended) {
+    // Suspended: its GPUs are others' now. A process the suspension missed,
+    // or a new one, may allocate nothing and launch nothing there.
+    limits.memory_bytes_per_device = 0;
+    limits.launches_paused = true;
+  }
   limits.shared_gid = SharedGidOf(job);
   TakeTurnsWithoutAShare(job, &limits);
   return limits;

@@ -74,6 +74,8 @@ core::QuotaUsage Service::RunningUsage(uint64_t except_id) {
   if (quotas_.empty()) return usage;
   for (const auto& [id, l] : live_) {
     if (id == except_id) continue;
+    // A suspended job holds no GPU; it counts only if the admin says so.
+    if (IsSuspended(id) && !options_.rules.suspended_counts_in_quota) continue;
     const Job& job = jobs_[id];
     quotas_.AddCharge(OwnerOf(job), core::ChargeOfAllocation(job.request, job.allocation), &usage);
   }
@@ -354,6 +356,7 @@ void Service::MaybePreempt(uint64_t head_id) {
   std::vector<core::PreemptCandidate> running;
   for (const auto& [id, l] : live_) {
     if (l.ending) continue;  // Ending anyway.
+    if (IsSuspended(id) || l.checkpoint) continue;  // Holds nothing, or is busy.
     const Job& job = jobs_[id];
     // An external job's processes are not the daemon's to end (a pod's
     // container, a Slurm step): its owner releases it, preemption never does.
@@ -384,39 +387,67 @@ void Service::MaybePreempt(uint64_t head_id) {
     preempt_note_[head_id] = plan.status().message();
     return;
   }
-  int64_t now = clock_.NowMs();
   std::string victims;
   for (uint64_t v : plan->victims) victims += (victims.empty() ? "" : ", ") + std::to_string(v);
+  size_t suspending = 0;
   for (uint64_t v : plan->victims) {
     Job& job = jobs_[v];
     Live& l = live_[v];
-    l.ending = job.restartable ? JobState::kQueued : JobState::kCancelled;
-    l.ending_reason = "preempted by job " + std::to_string(head_id) + " (" +
-                      std::string(core::PriorityName(head.request.priority)) + " priority)";
-    l.kill_at_ms = now + options_.rules.preemption_grace_ms;
-    if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
-    if (job.mode == core::JobMode::kShell && job.pid > 0) {
-      (void)launcher_.SignalGroup(job.pid, SIGHUP);
+    // Suspended rather than ended where the driver can checkpoint it: no work
+    // is lost, and it comes back once it fits again. Ended as before when
+    // the suspension cannot even start, or (FinishCheckpoints) fails.
+    if (options_.rules.preempt_by_suspend && options_.checkpointer) {
+      SuspendCause cause;
+      cause.by = "preemption by job " + std::to_string(head_id) + " (" +
+                 std::string(core::PriorityName(head.request.priority)) + " priority)";
+      cause.preempted_for = head_id;
+      Status s = StartSuspend(job, l, cause);
+      if (s.ok()) {
+        ++suspending;
+        RecordEvent("preempted", v, job.user,
+                    cause.by + ": suspending; resumed when it fits again");
+        continue;
+      }
+      RecordEvent("suspend_failed", v, job.user, cause.by + ": " + s.message() + "; ending it");
     }
-    RecordEvent(
-        "preempted", v, job.user,
-        l.ending_reason + (job.restartable ? "; requeued when it ends" : "; not restartable") +
-            "; SIGTERM, SIGKILL after " +
-            core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
+    EndForPreemption(job, l, head_id);
   }
   preempting_[head_id] = plan->victims;
   RecordEvent("preempting", head_id, head.user,
-              "ending lower-priority job(s) " + victims + " to make room (" +
+              std::string(suspending == plan->victims.size() ? "suspending"
+                          : suspending > 0                   ? "suspending or ending"
+                                                             : "ending") +
+                  " lower-priority job(s) " + victims + " to make room (" +
                   std::to_string(static_cast<int64_t>(plan->lost_gpu_seconds)) +
                   " GPU-seconds of work lost at most)");
   LogInfo("job " + std::to_string(head_id) + " preempts job(s) " + victims);
 }
 
+void Service::EndForPreemption(Job& job, Live& l, uint64_t head_id) {
+  const Job& head = jobs_[head_id];
+  l.ending = job.restartable ? JobState::kQueued : JobState::kCancelled;
+  l.ending_reason = "preempted by job " + std::to_string(head_id) + " (" +
+                    std::string(core::PriorityName(head.request.priority)) + " priority)";
+  l.kill_at_ms = clock_.NowMs() + options_.rules.preemption_grace_ms;
+  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+  if (job.mode == core::JobMode::kShell && job.pid > 0) {
+    (void)launcher_.SignalGroup(job.pid, SIGHUP);
+  }
+  RecordEvent(
+      "preempted", job.id, job.user,
+      l.ending_reason + (job.restartable ? "; requeued when it ends" : "; not restartable") +
+          "; SIGTERM, SIGKILL after " +
+          core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
+}
+
 void Service::ForgetPreemptions() {
-  // A head's preemption is over once none of its victims still runs.
+  // A head's preemption is over once none of its victims still runs (a
+  // suspended victim holds nothing; one being suspended still does).
   for (auto it = preempting_.begin(); it != preempting_.end();) {
-    bool running = std::any_of(it->second.begin(), it->second.end(),
-                               [&](uint64_t v) { return live_.count(v) > 0; });
+    bool running = std::any_of(it->second.begin(), it->second.end(), [&](uint64_t v) {
+      auto l = live_.find(v);
+      return l != live_.end() && (!IsSuspended(v) || l->second.checkpoint);
+    });
     it = running ? std::next(it) : preempting_.erase(it);
   }
 }

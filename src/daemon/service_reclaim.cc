@@ -32,7 +32,6 @@ void Service::AppendToStderr(const Job& job, const std::string& line) {
 
 void Service::Reclaim() {
   const PolicyConfig& rules = options_.rules;
-  int64_t now = clock_.NowMs();
   bool someone_waits = !queue_.empty();
   std::vector<uint64_t> ids;
   for (const auto& [id, l] : live_) ids.push_back(id);
@@ -50,6 +49,11 @@ void Service::Reclaim() {
       continue;
     }
     const JobUsage& use = u->second;
+    if (job.state == JobState::kSuspended) {
+      WatchSuspended(job, l, use);
+      continue;  // Holds no GPU: neither idle nor over any limit.
+    }
+    if (l.checkpoint) continue;  // Being suspended: its processes are locked.
 
     // The watchdog (service_watchdog.cc).
     if (WatchMemory(job, l, use) || WatchCompute(job, l, use)) continue;
@@ -77,42 +81,66 @@ void Service::Reclaim() {
     // An external job cannot be ended by the daemon (it runs nothing of its
     // own): "end" pauses it instead, unless it is bound to a holder whose
     // processes the daemon can end (a Slurm step).
-    const IdleAction action = job.mode == core::JobMode::kExternal && job.holder_pid <= 0 &&
-                                      rules.idle_action == IdleAction::kEnd
-                                  ? IdleAction::kPause
-                                  : rules.idle_action;
-    switch (action) {
-      case IdleAction::kWarn:
-        RecordEvent("idle_action", id, job.user, "warned: " + idle + because);
-        AppendToStderr(job, "warning: job " + std::to_string(id) + " has had " + idle + because +
-                                "; its GPU share may be reclaimed");
-        break;
-      case IdleAction::kPause: {
-        SliceLimits limits = SliceLimitsOf(job);
-        limits.launches_paused = true;
-        if (Status s = regions_.Update(job.region_path, limits); !s.ok()) {
-          LogWarn("job " + std::to_string(id) + ": cannot pause: " + s.message());
-          break;
-        }
-        l.paused = true;
-        RecordEvent("idle_action", id, job.user,
-                    "paused (no new GPU work until `gpuslice resume " + std::to_string(id) +
-                        "`): " + idle + because);
-        AppendToStderr(job, "job " + std::to_string(id) + " paused: " + idle + because +
-                                "; its memory stays allocated; `gpuslice resume " +
-                                std::to_string(id) + "` lets it launch again");
+    IdleAction action = job.mode == core::JobMode::kExternal && job.holder_pid <= 0 &&
+                                rules.idle_action == IdleAction::kEnd
+                            ? IdleAction::kPause
+                            : rules.idle_action;
+    // Only jobs whose processes the daemon started can be suspended; the
+    // others get the fallback at once.
+    if (action == IdleAction::kSuspend && job.mode == core::JobMode::kExternal) {
+      action = rules.idle_suspend_fallback;
+    }
+    ActOnIdle(job, l, action, idle + because);
+  }
+}
+
+void Service::ActOnIdle(Job& job, Live& l, IdleAction action, const std::string& idle) {
+  const uint64_t id = job.id;
+  const int64_t now = clock_.NowMs();
+  switch (action) {
+    case IdleAction::kWarn:
+      RecordEvent("idle_action", id, job.user, "warned: " + idle);
+      AppendToStderr(job, "warning: job " + std::to_string(id) + " has had " + idle +
+                              "; its GPU share may be reclaimed");
+      break;
+    case IdleAction::kPause: {
+      SliceLimits limits = SliceLimitsOf(job);
+      limits.launches_paused = true;
+      if (Status s = regions_.Update(job.region_path, limits); !s.ok()) {
+        LogWarn("job " + std::to_string(id) + ": cannot pause: " + s.message());
         break;
       }
-      case IdleAction::kEnd:
-        l.ending = JobState::kCancelled;
-        l.ending_reason = "idle: " + idle + because;
-        l.kill_at_ms = now + options_.kill_grace_ms;
-        if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
-        if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
-        RecordEvent("idle_action", id, job.user, "ended: " + idle + because);
-        AppendToStderr(job, "job " + std::to_string(id) + " ended: " + idle + because);
-        break;
+      l.paused = true;
+      RecordEvent(
+          "idle_action", id, job.user,
+          "paused (no new GPU work until `gpuslice resume " + std::to_string(id) + "`): " + idle);
+      AppendToStderr(job, "job " + std::to_string(id) + " paused: " + idle +
+                              "; its memory stays allocated; `gpuslice resume " +
+                              std::to_string(id) + "` lets it launch again");
+      break;
     }
+    case IdleAction::kEnd:
+      l.ending = JobState::kCancelled;
+      l.ending_reason = "idle: " + idle;
+      l.kill_at_ms = now + options_.kill_grace_ms;
+      if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+      if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
+      RecordEvent("idle_action", id, job.user, "ended: " + idle);
+      AppendToStderr(job, "job " + std::to_string(id) + " ended: " + idle);
+      break;
+    case IdleAction::kSuspend:
+      SuspendCause cause;
+      cause.by = "idle reclaim";
+      cause.idle_fallback = options_.rules.idle_suspend_fallback;
+      cause.idle_text = idle;
+      if (Status s = StartSuspend(job, l, cause); !s.ok()) {
+        // Cannot even start (no checkpoint API, a stopped job): the fallback now.
+        RecordEvent("suspend_failed", id, job.user, "idle reclaim: " + s.message());
+        ActOnIdle(job, l, options_.rules.idle_suspend_fallback, idle);
+        break;
+      }
+      RecordEvent("idle_action", id, job.user, "suspending: " + idle);
+      break;
   }
 }
 
@@ -122,6 +150,10 @@ Status Service::Resume(const Caller& caller, uint64_t id) {
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   auto l = live_.find(id);
+  if (job.state == JobState::kSuspended && l != live_.end()) {
+    return StartResume(job, l->second,
+                       caller.user.empty() ? std::to_string(caller.uid) : caller.user);
+  }
   if (l == live_.end() || !l->second.paused) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is not paused");
   }
@@ -142,6 +174,7 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   std::vector<std::string> flags;
   auto l = live_.find(id);
   if (l == live_.end()) return flags;
+  if (l->second.checkpoint) flags.push_back(l->second.resuming ? "resuming" : "suspending");
   if (l->second.idle_flagged) flags.push_back("idle");
   if (l->second.paused) flags.push_back("paused");
   if (l->second.over_limit) flags.push_back("over_limit");

@@ -220,8 +220,10 @@ void Service::Recover(std::vector<Job> all) {
       ++requeued;
       continue;
     }
-    // Running: take back exactly what the ledger says it holds.
-    Status held = d.ok() ? capacity_->Hold(id, job.allocation) : d;
+    // Running: take back exactly what the ledger says it holds. Suspended:
+    // nothing (it takes its room back when resumed).
+    const bool suspended = job.state == JobState::kSuspended;
+    Status held = !d.ok() ? d : suspended ? Status::Ok() : capacity_->Hold(id, job.allocation);
     // Its cgroup, when it was started (or attached) in one, says whether it
     // lives.
     const bool in_cgroup = job.pid > 0 && launcher_.Adopt(id, job.pid);
@@ -253,6 +255,7 @@ void Service::Recover(std::vector<Job> all) {
               " is gone; its processes keep their mapping");
     }
     live_[id] = l;
+    if (!external) RecoverCheckpoints(job);
     ++adopted;
   }
   // Processes in the cgroup of a job that is not running now (started by a

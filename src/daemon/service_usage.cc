@@ -220,6 +220,10 @@ void Service::Sample() {
   for (auto& [id, l] : live_) {
     Job& job = jobs_[id];
     JobUsage& u = usage_[id];
+    if (job.state == JobState::kSuspended) {
+      u.low_use_ms = 0;  // Holds no GPU: not idle on one.
+      continue;
+    }
     double sum = 0;
     for (uint32_t g : job.allocation.gpu_indices) {
       auto per_job = sm.find(id);

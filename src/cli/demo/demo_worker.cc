@@ -15,12 +15,14 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/demo/sleep_kernel.h"
 #include "core/units.h"
@@ -35,6 +37,9 @@ struct Options {
   double seconds = 3;
   unsigned kernel_us = 2000;
   int device = 0;
+  // Fill all of the memory with a pattern first and check every byte of it
+  // at the end (suspend/resume tests: nothing may change in between).
+  bool verify = false;
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -44,11 +49,13 @@ struct Options {
 
 // The driver entry points the worker calls, by the names cuda.h maps them to
 // (cuMemAlloc is cuMemAlloc_v2, ...), looked up with dlsym like a runtime does.
-#define GPUSLICE_WORKER_CALLS(X)                                                        \
-  X(cuInit) X(cuDeviceGet) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)     \
-  X(cuCtxSetCurrent) X(cuMemAlloc) X(cuMemFree) X(cuMemsetD8) X(cuModuleLoadData)       \
-  X(cuModuleGetFunction) X(cuStreamCreate) X(cuEventCreate) X(cuEventRecord)            \
-  X(cuLaunchKernel) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuGetErrorName)
+#define GPUSLICE_WORKER_CALLS(X)                                                              \
+  X(cuInit)                                                                                   \
+  X(cuDeviceGet)                                                                              \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuMemAlloc)   \
+      X(cuMemFree) X(cuMemsetD8) X(cuModuleLoadData) X(cuModuleGetFunction) X(cuStreamCreate) \
+          X(cuEventCreate) X(cuEventRecord) X(cuLaunchKernel) X(cuEventSynchronize)           \
+              X(cuEventElapsedTime) X(cuGetErrorName) X(cuMemcpyHtoD) X(cuMemcpyDtoH)
 #define GPUSLICE_STR_(x) #x
 #define GPUSLICE_STR(x) GPUSLICE_STR_(x)
 
@@ -86,13 +93,15 @@ void LoadDriver() {
 
 constexpr char kUsage[] =
     "usage: gpuslice-demo-worker [--name NAME] [--mem SIZE] [--duty PCT] [--seconds S]\n"
-    "                            [--kernel-us US] [--device N]\n"
+    "                            [--kernel-us US] [--device N] [--verify]\n"
     "Holds SIZE of GPU memory (default 1GiB) and keeps the GPU busy PCT of the time\n"
     "(default 50%) for S seconds (default 3) with kernels of US microseconds (default\n"
     "2000) on device N (default 0), then prints what it did:\n"
     "  [NAME] held SIZE, ran K kernels, GPU time G ms of W ms (P%); launches waited X ms\n"
     "G is the kernels' own time (K x US); X is the time launches spent waiting before\n"
-    "their kernels ran (under a compute share: for their turn).\n";
+    "their kernels ran (under a compute share: for their turn).\n"
+    "--verify fills all of SIZE with a pattern first and checks every byte at the end:\n"
+    "  [NAME] verified SIZE: D bytes differ     (exit status 4 when D > 0)\n";
 
 void Check(CUresult r, const char* call, const Options& o) {
   if (r == CUDA_SUCCESS) return;
@@ -100,6 +109,22 @@ void Check(CUresult r, const char* call, const Options& o) {
   g_cu.cuGetErrorName_(r, &name);
   std::fprintf(stderr, "[%s] %s failed: %s\n", o.name.c_str(), call, name);
   std::exit(r == CUDA_ERROR_OUT_OF_MEMORY ? 3 : 1);
+}
+
+// --verify's pattern: each 8-byte word holds a mix of its offset, so that a
+// word moved, lost or zeroed anywhere is caught.
+constexpr size_t kPatternChunk = 64u << 20;
+void FillPattern(uint64_t offset, uint64_t* words, size_t bytes) {
+  for (size_t i = 0; i < bytes / sizeof(uint64_t); ++i) {
+    uint64_t x = (offset / sizeof(uint64_t) + i) * 0x9E3779B97F4A7C15ull;
+    words[i] = x ^ (x >> 29);
+  }
+  // A tail shorter than a word: the bytes of the next word's pattern.
+  if (size_t tail = bytes % sizeof(uint64_t); tail != 0) {
+    uint64_t x = (offset / sizeof(uint64_t) + bytes / sizeof(uint64_t)) * 0x9E3779B97F4A7C15ull;
+    uint64_t w = x ^ (x >> 29);
+    std::memcpy(reinterpret_cast<unsigned char*>(words) + bytes - tail, &w, tail);
+  }
 }
 
 Options Parse(int argc, char** argv) {
@@ -132,6 +157,8 @@ Options Parse(int argc, char** argv) {
     } else if (a == "--kernel-us") {
       o.kernel_us = static_cast<unsigned>(std::atoi(value().c_str()));
       if (o.kernel_us == 0) Die("--kernel-us must be positive");
+    } else if (a == "--verify") {
+      o.verify = true;
     } else if (a == "--device") {
       o.device = std::atoi(value().c_str());
     } else {
@@ -155,8 +182,17 @@ int main(int argc, char** argv) {
 
   CUdeviceptr buf = 0;
   if (o.mem > 0) Check(g_cu.cuMemAlloc_(&buf, o.mem), "cuMemAlloc", o);
-  if (o.mem > 0) {
+  if (o.mem > 0 && !o.verify) {
     Check(g_cu.cuMemsetD8_(buf, 0, o.mem < (64u << 20) ? o.mem : (64u << 20)), "cuMemsetD8", o);
+  }
+  if (o.mem > 0 && o.verify) {
+    // In chunks through a host buffer, as a program loading its data would.
+    std::vector<uint64_t> host(kPatternChunk / sizeof(uint64_t));
+    for (uint64_t off = 0; off < o.mem; off += kPatternChunk) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kPatternChunk, o.mem - off));
+      FillPattern(off, host.data(), n);
+      Check(g_cu.cuMemcpyHtoD_(buf + off, host.data(), n), "cuMemcpyHtoD", o);
+    }
   }
 
   CUmodule mod;
@@ -206,7 +242,25 @@ int main(int argc, char** argv) {
       "%.0f ms\n",
       o.name.c_str(), gpuslice::core::FormatBytes(o.mem).c_str(), kernels, kernel_ms, wall_ms,
       100.0 * kernel_ms / wall_ms, waited_ms);
+  uint64_t differ = 0;
+  if (buf && o.verify) {
+    std::vector<uint64_t> want(kPatternChunk / sizeof(uint64_t));
+    std::vector<uint64_t> got(want.size());
+    for (uint64_t off = 0; off < o.mem; off += kPatternChunk) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kPatternChunk, o.mem - off));
+      FillPattern(off, want.data(), n);
+      Check(g_cu.cuMemcpyDtoH_(got.data(), buf + off, n), "cuMemcpyDtoH", o);
+      const auto* a = reinterpret_cast<const unsigned char*>(want.data());
+      const auto* b = reinterpret_cast<const unsigned char*>(got.data());
+      if (std::memcmp(a, b, n) == 0) continue;
+      for (size_t i = 0; i < n; ++i) differ += a[i] != b[i];
+    }
+    std::printf("[%s] verified %s: %llu bytes differ\n", o.name.c_str(),
+                gpuslice::core::FormatBytes(o.mem).c_str(),
+                static_cast<unsigned long long>(differ));
+  }
+  std::fflush(stdout);
   if (buf) Check(g_cu.cuMemFree_(buf), "cuMemFree", o);
   Check(g_cu.cuDevicePrimaryCtxRelease_(dev), "cuDevicePrimaryCtxRelease", o);
-  return 0;
+  return differ > 0 ? 4 : 0;
 }

@@ -1,0 +1,438 @@
+// Suspend and resume (service_suspend.cc, checkpointer.h) over a fake
+// driver: what the job's slice and the GPU's capacity do at each step, who
+// may ask, failures that leave the job as it was, preemption and idle
+// reclaim by suspension, a daemon restart, and the sequencing over several
+// processes with its rollback.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "daemon/checkpointer_fake.h"
+#include "daemon/test_support.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+using core::JobState;
+using core::kGiB;
+
+constexpr uint32_t kUser = 1000;
+constexpr int64_t kCuda = 5001;      // The job's CUDA process.
+constexpr int64_t kHelper = 5002;    // Its process that uses no GPU.
+constexpr int64_t kStranger = 7001;  // Another user's process its slice names.
+
+class SuspendTest : public ServiceFixture {
+ protected:
+  SuspendTest() : ServiceFixture(1) {}
+  void SetUp() override {
+    options_.processes = &procs_;
+    options_.checkpointer = checkpointer_;
+    ServiceFixture::SetUp();
+    for (int64_t pid : {kCuda, kHelper}) procs_.owners[pid] = {kUser, kUser, "u1000", {}};
+    procs_.owners[kStranger] = {1001, 1001, "u1001", {}};
+  }
+  core::Result<JobView> Submit(const std::string& mem, const std::string& priority = "normal",
+                               uint32_t uid = kUser) {
+    SubmitSpec s;
+    s.fields.mem = mem;
+    s.fields.compute = "30%";
+    s.fields.priority = priority;
+    s.argv = {"train"};
+    s.cwd = "/home/u";
+    return service_->Submit(TestCaller(uid), s);
+  }
+  // A running 60 GiB job whose slice lists its two processes and a stranger.
+  uint64_t StartJob() {
+    auto v = Submit("60GiB");
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(v->job.state, JobState::kRunning);
+    regions_.pids[v->job.region_path] = {static_cast<int32_t>(kCuda), static_cast<int32_t>(kHelper),
+                                         static_cast<int32_t>(kStranger)};
+    checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+    checkpointer_->Set(kStranger, GpuProcessState::kRunning);
+    return v->job.id;
+  }
+  bool HasFlag(uint64_t id, const std::string& flag) {
+    for (const std::string& f : Get(id).flags) {
+      if (f == flag) return true;
+    }
+    return false;
+  }
+  // Ticks until the worker is done with job `id` (bounded: the fake is fast).
+  void Settle(uint64_t id) {
+    for (int i = 0; i < 500 && (HasFlag(id, "suspending") || HasFlag(id, "resuming")); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      service_->Tick();
+    }
+    ASSERT_FALSE(HasFlag(id, "suspending") || HasFlag(id, "resuming")) << "worker never finished";
+  }
+  bool HasEvent(uint64_t id, const std::string& kind) {
+    EventQuery q;
+    q.job_id = id;
+    auto events = service_->Events(q);
+    if (!events.ok()) return false;
+    for (const Event& e : *events) {
+      if (e.kind == kind) return true;
+    }
+    return false;
+  }
+  // Its process group ends; ticks past the wait for its exit status.
+  void EndProcesses(uint64_t id) {
+    launcher_.alive.erase(Get(id).job.pid);
+    for (int i = 0; i < 3; ++i) {
+      clock_.Advance(5000);
+      service_->Tick();
+    }
+  }
+  const SliceLimits& Limits(uint64_t id) { return regions_.regions.at(Get(id).job.region_path); }
+
+  FakeProcessTable procs_;
+  std::shared_ptr<FakeCheckpointer> checkpointer_ = std::make_shared<FakeCheckpointer>();
+};
+
+TEST_F(SuspendTest, FreesTheGpuForTheQueueAndClosesTheSlice) {
+  uint64_t a = StartJob();
+  auto b = Submit("60GiB");  // Does not fit beside it.
+  ASSERT_TRUE(b.ok());
+  service_->Tick();
+  EXPECT_EQ(State(b->job.id), JobState::kQueued);
+
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  EXPECT_TRUE(HasFlag(a, "suspending"));
+  EXPECT_EQ(State(a), JobState::kRunning);  // Until the worker is done.
+  Settle(a);
+  EXPECT_EQ(State(a), JobState::kSuspended);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kCheckpointed);
+  // Another user's process is never the daemon's to lock, whatever the
+  // slice's (job-written) process list says.
+  EXPECT_EQ(checkpointer_->Get(kStranger), GpuProcessState::kRunning);
+  for (const std::string& call : checkpointer_->Calls()) {
+    EXPECT_EQ(call.find(std::to_string(kStranger)), std::string::npos) << call;
+  }
+  EXPECT_EQ(Limits(a).memory_bytes_per_device, 0u);  // Nothing may allocate ...
+  EXPECT_TRUE(Limits(a).launches_paused);            // ... or launch meanwhile.
+  EXPECT_TRUE(HasEvent(a, "suspended"));
+  EXPECT_EQ(Get(a).job.reason, "suspended by u1000");
+  service_->Tick();
+  EXPECT_EQ(State(b->job.id), JobState::kRunning);  // Its room went to the queue.
+  EXPECT_EQ(service_->running_count(), 1u);
+}
+
+TEST_F(SuspendTest, ResumesOnlyWhenItsGpuHasRoomAndRestoresItsLimits) {
+  uint64_t a = StartJob();
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  auto b = Submit("60GiB");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->job.state, JobState::kRunning);
+  clock_.Advance(5000);
+
+  core::Status s = service_->Resume(TestCaller(kUser), a);
+  EXPECT_EQ(s.code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("lack room"), std::string::npos) << s.message();
+  EXPECT_EQ(State(a), JobState::kSuspended);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kCheckpointed);
+
+  ASSERT_TRUE(service_->Cancel(TestCaller(kUser), b->job.id).ok());
+  launcher_.alive.erase(Get(b->job.id).job.pid);
+  service_->Tick();
+  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  EXPECT_TRUE(HasFlag(a, "resuming"));
+  Settle(a);
+  JobView v = Get(a);
+  EXPECT_EQ(v.job.state, JobState::kRunning);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
+  EXPECT_EQ(Limits(a).memory_bytes_per_device, 60 * kGiB);
+  EXPECT_FALSE(Limits(a).launches_paused);
+  EXPECT_EQ(v.job.suspended_since_ms, 0);
+  EXPECT_GE(v.job.suspended_total_ms, 5000);
+  EXPECT_TRUE(HasEvent(a, "resumed"));
+  // Its room is held again: a 60 GiB job must wait.
+  auto c = Submit("60GiB");
+  ASSERT_TRUE(c.ok());
+  service_->Tick();
+  EXPECT_EQ(State(c->job.id), JobState::kQueued);
+}
+
+TEST_F(SuspendTest, AFailedLockLeavesTheJobRunningWithTheReason) {
+  uint64_t a = StartJob();
+  constexpr int64_t kSecond = 5003;
+  procs_.owners[kSecond] = {kUser, kUser, "u1000", {}};
+  checkpointer_->Set(kSecond, GpuProcessState::kRunning);
+  regions_.pids[Get(a).job.region_path].push_back(static_cast<int32_t>(kSecond));
+  checkpointer_->Fail("lock", kSecond,
+                      core::DeadlineExceededError("cuCheckpointProcessLock: CUDA_ERROR_NOT_READY"));
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  JobView v = Get(a);
+  EXPECT_EQ(v.job.state, JobState::kRunning);
+  EXPECT_NE(v.checkpoint_error.find("CUDA_ERROR_NOT_READY"), std::string::npos)
+      << v.checkpoint_error;
+  EXPECT_TRUE(HasEvent(a, "suspend_failed"));
+  // The process locked before the failure runs again.
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
+  EXPECT_EQ(Limits(a).memory_bytes_per_device, 60 * kGiB);
+  auto b = Submit("60GiB");  // Its room is still its own.
+  ASSERT_TRUE(b.ok());
+  service_->Tick();
+  EXPECT_EQ(State(b->job.id), JobState::kQueued);
+}
+
+TEST_F(SuspendTest, OnlyTheOwnerOrAnAdminAndOnlyARunningJob) {
+  uint64_t a = StartJob();
+  EXPECT_EQ(service_->Suspend(TestCaller(1001), a).code(), core::StatusCode::kPermissionDenied);
+  auto queued = Submit("60GiB");
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(service_->Suspend(TestCaller(kUser), queued->job.id).code(),
+            core::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(service_->Suspend(TestCaller(0, true), a).ok());
+  EXPECT_EQ(service_->Suspend(TestCaller(kUser), a).code(), core::StatusCode::kFailedPrecondition);
+  Settle(a);
+  EXPECT_EQ(service_->Suspend(TestCaller(kUser), a).code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(service_->Resume(TestCaller(1001), a).code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_->Suspend(TestCaller(kUser), 999).code(), core::StatusCode::kNotFound);
+}
+
+TEST_F(SuspendTest, WithoutTheDriversApiItSaysSo) {
+  uint64_t a = StartJob();
+  checkpointer_->available = core::UnimplementedError("the CUDA driver has no checkpoint API");
+  core::Status s = service_->Suspend(TestCaller(kUser), a);
+  EXPECT_EQ(s.code(), core::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("checkpoint API"), std::string::npos);
+  EXPECT_EQ(State(a), JobState::kRunning);
+}
+
+TEST_F(SuspendTest, StaysSuspendedThroughARestartAndCanBeResumed) {
+  uint64_t a = StartJob();
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  Restart();
+  service_->Tick();
+  EXPECT_EQ(State(a), JobState::kSuspended);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kCheckpointed);
+  // It holds nothing after the restart either.
+  auto b = Submit("60GiB");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->job.state, JobState::kRunning);
+  ASSERT_TRUE(service_->Cancel(TestCaller(kUser), b->job.id).ok());
+  launcher_.alive.erase(Get(b->job.id).job.pid);
+  service_->Tick();
+  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  Settle(a);
+  EXPECT_EQ(State(a), JobState::kRunning);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
+}
+
+TEST_F(SuspendTest, ARestartPutsBackWhatAnInterruptedSuspensionLeftLocked) {
+  uint64_t a = StartJob();
+  // The daemon died after locking, before checkpointing: the ledger still
+  // says running, the process is locked.
+  checkpointer_->Set(kCuda, GpuProcessState::kLocked);
+  Restart();
+  EXPECT_EQ(State(a), JobState::kRunning);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
+}
+
+TEST_F(SuspendTest, EndsWhenItsProcessesEndWhileSuspended) {
+  uint64_t a = StartJob();
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  EndProcesses(a);
+  EXPECT_EQ(State(a), JobState::kExited);
+}
+
+TEST_F(SuspendTest, CancelEndsASuspendedJob) {
+  uint64_t a = StartJob();
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  ASSERT_TRUE(service_->Cancel(TestCaller(kUser), a).ok());
+  EndProcesses(a);
+  EXPECT_EQ(State(a), JobState::kCancelled);
+}
+
+TEST_F(SuspendTest, AProcessUsingTheGpuWhileItsJobIsSuspendedIsKilled) {
+  uint64_t a = StartJob();
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  // The user restored the process through the driver behind the daemon's
+  // back: NVML lists it with memory on the GPU.
+  checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+  GpuUsage g;
+  g.index = 0;
+  g.memory_total = 80 * kGiB;
+  GpuProcess p;
+  p.pid = static_cast<uint32_t>(kCuda);
+  p.used_memory = 60 * kGiB;
+  g.processes.push_back(p);
+  inventory_.usage = {g};
+  procs_.groups[kCuda] = Get(a).job.pid;
+  clock_.Advance(2000);
+  service_->Tick();
+  bool killed = false;
+  for (const auto& [pid, sig] : procs_.signals) killed |= pid == kCuda && sig == SIGKILL;
+  EXPECT_TRUE(killed);
+  EXPECT_TRUE(HasEvent(a, "suspend_violation"));
+}
+
+TEST_F(SuspendTest, PreemptionSuspendsTheVictimAndResumesItWhenThereIsRoom) {
+  options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
+  Restart();
+  auto low = Submit("60GiB", "low");
+  ASSERT_TRUE(low.ok());
+  regions_.pids[low->job.region_path] = {static_cast<int32_t>(kCuda)};
+  checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+  auto high = Submit("60GiB", "high");
+  ASSERT_TRUE(high.ok());
+  service_->Tick();
+  Settle(low->job.id);
+  service_->Tick();
+  EXPECT_EQ(State(low->job.id), JobState::kSuspended);
+  EXPECT_TRUE(Get(low->job.id).job.resume_when_fits);
+  EXPECT_EQ(State(high->job.id), JobState::kRunning);
+  EXPECT_TRUE(launcher_.signals.empty());  // Nobody was sent SIGTERM.
+  // The high-priority job ends: the victim comes back on its own.
+  launcher_.alive.erase(Get(high->job.id).job.pid);
+  for (int i = 0; i < 3 && !HasFlag(low->job.id, "resuming"); ++i) {
+    clock_.Advance(5000);
+    service_->Tick();
+  }
+  Settle(low->job.id);
+  EXPECT_EQ(State(low->job.id), JobState::kRunning);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
+  EXPECT_TRUE(HasEvent(low->job.id, "resumed"));
+}
+
+TEST_F(SuspendTest, APreemptionVictimThatCannotBeCheckpointedIsEndedAsBefore) {
+  options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
+  Restart();
+  auto low = Submit("60GiB", "low");
+  ASSERT_TRUE(low.ok());
+  regions_.pids[low->job.region_path] = {static_cast<int32_t>(kCuda)};
+  checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+  checkpointer_->Fail("checkpoint", kCuda, core::InternalError("CUDA_ERROR_UNKNOWN"));
+  auto high = Submit("60GiB", "high");
+  ASSERT_TRUE(high.ok());
+  service_->Tick();
+  Settle(low->job.id);
+  EXPECT_TRUE(HasEvent(low->job.id, "suspend_failed"));
+  EXPECT_TRUE(HasEvent(low->job.id, "preempted"));
+  launcher_.alive.erase(Get(low->job.id).job.pid);
+  service_->Tick();
+  service_->Tick();
+  EXPECT_EQ(State(low->job.id), JobState::kCancelled);
+  EXPECT_EQ(State(high->job.id), JobState::kRunning);
+}
+
+TEST_F(SuspendTest, IdleReclaimSuspendsAndFallsBackWhenItCannot) {
+  options_.rules.idle_after_ms = 3000;
+  options_.rules.idle_action = IdleAction::kSuspend;
+  options_.rules.idle_action_always = true;
+  options_.sample_interval_ms = 1000;
+  Restart();
+  uint64_t a = StartJob();
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(1000);
+    service_->Tick();
+  }
+  Settle(a);
+  EXPECT_EQ(State(a), JobState::kSuspended);
+  EXPECT_EQ(Get(a).job.reason, "suspended by idle reclaim");
+
+  // A job whose process the driver refuses: paused instead (the fallback).
+  options_.rules.idle_suspend_fallback = IdleAction::kPause;
+  Restart();
+  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  Settle(a);
+  ASSERT_EQ(State(a), JobState::kRunning);
+  checkpointer_->Fail("lock", kCuda, core::FailedPreconditionError("CUDA_ERROR_ILLEGAL_STATE"));
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(1000);
+    service_->Tick();
+  }
+  Settle(a);
+  EXPECT_EQ(State(a), JobState::kRunning);
+  EXPECT_TRUE(HasFlag(a, "paused"));
+  EXPECT_TRUE(HasEvent(a, "suspend_failed"));
+}
+
+TEST_F(SuspendTest, ASuspendedJobCountsAgainstItsQuotaOnlyIfTheAdminSaysSo) {
+  auto charge = [&] {
+    for (const QuotaView& q : service_->Quotas()) {
+      if (q.who.name == "u1000") return q.in_use.memory_bytes;
+    }
+    return uint64_t{0};
+  };
+  core::Quota quota;
+  quota.memory_bytes = 100 * kGiB;
+  ASSERT_TRUE(
+      service_->SetQuota(TestCaller(0, true), {core::PrincipalKind::kUser, "u1000"}, quota).ok());
+  uint64_t a = StartJob();
+  EXPECT_EQ(charge(), 60 * kGiB);
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  EXPECT_EQ(charge(), 0u);
+  options_.rules.suspended_counts_in_quota = true;
+  Restart();
+  EXPECT_EQ(charge(), 60 * kGiB);
+}
+
+// The sequencing over a job's processes, on the fake driver alone.
+TEST(SuspendProcesses, LocksAllBeforeCheckpointingAnyAndSkipsNonCudaProcesses) {
+  FakeCheckpointer cp;
+  cp.Set(1, GpuProcessState::kRunning);
+  cp.Set(2, GpuProcessState::kRunning);
+  CheckpointOutcome out = SuspendProcesses(cp, {1, 3, 2}, 1000);
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(out.pids, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(cp.Calls(),
+            (std::vector<std::string>{"lock 1", "lock 2", "checkpoint 1", "checkpoint 2"}));
+  out = ResumeProcesses(cp, {1, 3, 2}, {});
+  ASSERT_TRUE(out.status.ok());
+  EXPECT_EQ(cp.Get(1), GpuProcessState::kRunning);
+  EXPECT_EQ(cp.Get(2), GpuProcessState::kRunning);
+}
+
+TEST(SuspendProcesses, AJobWithoutACudaProcessIsNotSuspended) {
+  FakeCheckpointer cp;
+  CheckpointOutcome out = SuspendProcesses(cp, {1, 2}, 1000);
+  EXPECT_EQ(out.status.code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status.message().find("no CUDA process"), std::string::npos);
+}
+
+TEST(SuspendProcesses, AFailedCheckpointPutsEveryProcessBackToRunning) {
+  FakeCheckpointer cp;
+  cp.Set(1, GpuProcessState::kRunning);
+  cp.Set(2, GpuProcessState::kRunning);
+  cp.Fail("checkpoint", 2, core::ResourceExhaustedError("no host memory"));
+  CheckpointOutcome out = SuspendProcesses(cp, {1, 2}, 1000);
+  EXPECT_EQ(out.status.code(), core::StatusCode::kResourceExhausted);
+  EXPECT_EQ(cp.Get(1), GpuProcessState::kRunning);
+  EXPECT_EQ(cp.Get(2), GpuProcessState::kRunning);
+}
+
+TEST(SuspendProcesses, RefusesAProcessThatIsNotRunning) {
+  FakeCheckpointer cp;
+  cp.Set(1, GpuProcessState::kRunning);
+  cp.Set(2, GpuProcessState::kLocked);  // Someone else holds it.
+  CheckpointOutcome out = SuspendProcesses(cp, {1, 2}, 1000);
+  EXPECT_EQ(out.status.code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status.message().find("process 2 is locked"), std::string::npos);
+  EXPECT_EQ(cp.Get(1), GpuProcessState::kRunning);
+}
+
+TEST(ResumeProcesses, AFailedRestoreLeavesTheJobWhollySuspended) {
+  FakeCheckpointer cp;
+  cp.Set(1, GpuProcessState::kCheckpointed);
+  cp.Set(2, GpuProcessState::kCheckpointed);
+  cp.Fail("restore", 2, core::ResourceExhaustedError("CUDA_ERROR_OUT_OF_MEMORY"));
+  CheckpointOutcome out = ResumeProcesses(cp, {1, 2}, {});
+  EXPECT_EQ(out.status.code(), core::StatusCode::kResourceExhausted);
+  EXPECT_EQ(cp.Get(1), GpuProcessState::kCheckpointed);
+  EXPECT_EQ(cp.Get(2), GpuProcessState::kCheckpointed);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
