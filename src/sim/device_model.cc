@@ -52,6 +52,23 @@ std::vector<UtilSample> ReadSamples(const Sample* ring, uint32_t size) {
   return out;
 }
 
+// A new or freed slot: running, no request, no service thread.
+void ResetCheckpointFields(ProcessSlot* s) {
+  s->ckpt_state.store(layout::kCkptRunning, std::memory_order_relaxed);
+  s->ckpt_request.store(0, std::memory_order_relaxed);
+  s->ckpt_response.store(0, std::memory_order_relaxed);
+  s->ckpt_timeout_ms = 0;
+  s->ckpt_tid.store(0, std::memory_order_relaxed);
+  s->ckpt_owner = 0;
+  s->ckpt_owner_generation = 0;
+  for (ProcessUnit& pu : s->units) pu.remap_to.store(0, std::memory_order_relaxed);
+}
+
+// A checkpointed process holds nothing on any GPU: NVML does not list it.
+bool Checkpointed(const ProcessSlot& s) {
+  return s.ckpt_state.load(std::memory_order_acquire) == layout::kCkptCheckpointed;
+}
+
 uint32_t Percent(uint64_t busy_ns, uint64_t window_us) {
   if (window_us == 0) return 0;
   uint64_t p = busy_ns / 10 / window_us;  // busy_ns * 100 / (window_us * 1000).
@@ -162,6 +179,7 @@ void DeviceModel::FreeSlotLocked(int slot) {
       // Waiters poll with a timeout, so they notice without a futex wake.
     }
   }
+  ResetCheckpointFields(&s);
   s.state.store(layout::kSlotFree, std::memory_order_release);
 }
 
@@ -178,6 +196,7 @@ Status DeviceModel::Register() {
       s.pid = pid;
       s.start_time = start;
       s.pid_ns = shim::OwnPidNamespace();
+      ResetCheckpointFields(&s);
       for (uint32_t u = 0; u < layout::kMaxUnits; ++u) {
         ProcessUnit& pu = s.units[u];
         pu.used_bytes.store(0, std::memory_order_relaxed);
@@ -275,6 +294,15 @@ void DeviceModel::AddBusy(uint32_t unit, uint64_t ns) {
   state_->unit_state[unit].last_busy_us.store(UnixMicros(), std::memory_order_relaxed);
 }
 
+void DeviceModel::ForgetUnit(uint32_t unit) {
+  if (slot_ < 0) return;
+  ProcessUnit& pu = state_->slots[slot_].units[unit];
+  pu.busy_ns.store(0, std::memory_order_relaxed);
+  pu.launches.store(0, std::memory_order_relaxed);
+  for (Sample& smp : pu.samples) smp.timestamp_us.store(0, std::memory_order_relaxed);
+  pu.samples_taken.store(0, std::memory_order_release);
+}
+
 void DeviceModel::CountLaunch(uint32_t unit) {
   if (slot_ < 0) return;
   state_->unit_state[unit].launches.fetch_add(1, std::memory_order_relaxed);
@@ -307,7 +335,7 @@ std::vector<ProcessUsage> DeviceModel::UnitProcesses(uint32_t unit) {
   Reap();
   std::vector<ProcessUsage> out;
   for (const ProcessSlot& s : state_->slots) {
-    if (s.state.load(std::memory_order_acquire) != layout::kSlotLive) continue;
+    if (s.state.load(std::memory_order_acquire) != layout::kSlotLive || Checkpointed(s)) continue;
     const ProcessUnit& pu = s.units[unit];
     ProcessUsage p;
     p.pid = VisiblePidOf(s);
@@ -431,7 +459,7 @@ std::vector<ProcessUtilization> DeviceModel::ProcessUtilizationSince(uint32_t un
   MaybeSample();
   std::vector<ProcessUtilization> out;
   for (const ProcessSlot& s : state_->slots) {
-    if (s.state.load(std::memory_order_acquire) != layout::kSlotLive) continue;
+    if (s.state.load(std::memory_order_acquire) != layout::kSlotLive || Checkpointed(s)) continue;
     std::vector<UtilSample> samples = ReadSamples(s.units[unit].samples, layout::kProcessSamples);
     if (samples.size() < 2 || samples.back().timestamp_us <= since_us) continue;
     const UtilSample* base = &samples.front();

@@ -150,11 +150,17 @@ class DeviceModel {
   void RemoveContext(uint32_t unit);
   void AddBusy(uint32_t unit, uint64_t ns);
   void CountLaunch(uint32_t unit);
+  // This process left `unit` for another (a checkpoint restored elsewhere):
+  // its busy time, launches and samples there are dropped, so NVML no
+  // longer lists it on that unit. The unit's own totals keep its history.
+  void ForgetUnit(uint32_t unit);
 
   // Reads, from any process. They reap dead processes and take a sample
   // when one is due.
   MemoryInfo UnitMemory(uint32_t unit);
   MemoryInfo DeviceMemory(uint32_t device);  // Sum over the GPU's units.
+  // A process whose GPU state is checkpointed (docs/SIMULATOR.md,
+  // "Checkpoint and restore") holds nothing and is not listed.
   std::vector<ProcessUsage> UnitProcesses(uint32_t unit);
   std::vector<ProcessUsage> DeviceProcesses(uint32_t device);  // Per pid, summed.
   uint64_t UnitBusyNs(uint32_t unit) const;
@@ -198,6 +204,7 @@ class DeviceModel {
   layout::SharedState* state() { return state_; }
 
  private:
+  friend class CheckpointChannel;  // Posts requests under the file's mutex.
   DeviceModel(std::string path, int fd, layout::SharedState* state);
   void Lock();
   void Unlock();

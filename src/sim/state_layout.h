@@ -140,12 +140,41 @@ struct ProcessUnit {
   std::atomic<uint32_t> contexts;
   uint32_t reserved0;
   std::atomic<uint64_t> samples_taken;
-  uint8_t reserved[16];
+  // Checkpoint restore with GPU remapping (docs/SIMULATOR.md, "Checkpoint
+  // and restore"): the unit this unit's work moves to, plus 1; 0: stays.
+  // Written by the requester before it publishes a restore request. Was
+  // reserved (zero) space, so files of older builds read "no remap".
+  std::atomic<uint32_t> remap_to;
+  uint8_t reserved[12];
   Sample samples[kProcessSamples];
 };
 static_assert(sizeof(ProcessUnit) == 192);
+static_assert(offsetof(ProcessUnit, remap_to) == 48);
 
 enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1 };
+
+// CUDA's checkpoint states (CUprocessState), as a process's slot stores them.
+enum CheckpointState : uint32_t {
+  kCkptRunning = 0,
+  kCkptLocked = 1,
+  kCkptCheckpointed = 2,
+  kCkptFailed = 3,
+};
+// Operations a requester posts in ProcessSlot::ckpt_request's low byte.
+enum CheckpointOp : uint32_t {
+  kCkptOpNone = 0,
+  kCkptOpLock = 1,
+  kCkptOpCheckpoint = 2,
+  kCkptOpRestore = 3,
+  kCkptOpUnlock = 4,
+};
+// ckpt_request = sequence number << 16 | flags | op. The target's service
+// thread sets kCkptTaken when it takes the request (the requester can no
+// longer withdraw it) and kCkptAnswered with the answer; the requester
+// clears the word (op 0) once it has read the answer.
+inline constexpr uint32_t kCkptOpMask = 0x3f;
+inline constexpr uint32_t kCkptAnswered = 0x40;
+inline constexpr uint32_t kCkptTaken = 0x80;
 
 struct ProcessSlot {
   std::atomic<uint32_t> state;  // SlotState.
@@ -156,10 +185,37 @@ struct ProcessSlot {
   // process in a container knows no other). 0 in files of older builds:
   // the reader's own namespace. Readers translate (shim/pid_namespace.h).
   uint64_t pid_ns;
-  uint8_t reserved[32];
+  // Checkpoint and restore (docs/SIMULATOR.md, "Checkpoint and restore").
+  // Formerly reserved zero bytes: zero is "running, no request, no service
+  // thread", so files of older builds stay valid and the version unchanged.
+  // Written by the process's own service thread only: its CheckpointState.
+  std::atomic<uint32_t> ckpt_state;
+  // Futex word. Requester -> service thread: sequence number << 16 | flags
+  // | CheckpointOp (see kCkptTaken); op 0: the channel is free.
+  std::atomic<uint32_t> ckpt_request;
+  // Futex word. Service thread -> requester: CUresult << 16 | sequence
+  // number of the request it answers.
+  std::atomic<uint32_t> ckpt_response;
+  uint32_t ckpt_timeout_ms;  // Lock's timeout (0: none), set with the request.
+  // The service thread's tid in the process's own PID namespace; 0: the
+  // process's driver serves no checkpoint requests (an older build).
+  std::atomic<int32_t> ckpt_tid;
+  // The requester of the pending request: its slot + 1 and the low 32 bits
+  // of that slot's generation, so that a requester that died before it
+  // cleared the channel can be told apart (the next one then clears it).
+  uint32_t ckpt_owner;
+  uint32_t ckpt_owner_generation;
+  uint8_t reserved[4];
   ProcessUnit units[kMaxUnits];
 };
 static_assert(offsetof(ProcessSlot, pid_ns) == 24);
+static_assert(offsetof(ProcessSlot, ckpt_state) == 32);
+static_assert(offsetof(ProcessSlot, ckpt_request) == 36);
+static_assert(offsetof(ProcessSlot, ckpt_response) == 40);
+static_assert(offsetof(ProcessSlot, ckpt_timeout_ms) == 44);
+static_assert(offsetof(ProcessSlot, ckpt_tid) == 48);
+static_assert(offsetof(ProcessSlot, ckpt_owner) == 52);
+static_assert(offsetof(ProcessSlot, ckpt_owner_generation) == 56);
 static_assert(sizeof(ProcessSlot) == 64 + 192 * kMaxUnits);
 
 // Faults injected into a physical GPU (gpuslice-sim-fault, DeviceModel's
