@@ -23,7 +23,7 @@ CUresult CreateContext(CUcontext* pctx, unsigned flags, CUdevice dev) {
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr || (flags & ~kCtxFlagsMask) != 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   auto* ctx = new Context();
   ctx->device = d;
   ctx->flags = flags;
@@ -44,7 +44,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CU
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   if (d->primary == nullptr) {
     d->primary = new Context();
     d->primary->device = d;
@@ -62,7 +62,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   Device* d = nullptr;
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   if (d->primary == nullptr || d->primary->primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (--d->primary->primary_refs == 0) DeactivateLocked(d->primary);
   return CUDA_SUCCESS;
@@ -72,7 +72,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   Device* d = nullptr;
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   // Destroys the context's resources; it comes back on next use.
   if (d->primary != nullptr) DeactivateLocked(d->primary);
   d->primary_flags = 0;
@@ -84,7 +84,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, uns
   Device* d = nullptr;
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   *flags = d->primary_flags;
   *active = d->primary != nullptr && d->primary->active ? 1 : 0;
   return CUDA_SUCCESS;
@@ -95,7 +95,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev,
   Device* d = nullptr;
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   if ((flags & ~kCtxFlagsMask) != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   d->primary_flags = flags;
   return CUDA_SUCCESS;
 }
@@ -128,7 +128,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext* pctx, unsigned int fl
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext handle) {
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Context* ctx = nullptr;
   if (CUresult r = ValidContext(handle, &ctx); r != CUDA_SUCCESS) return r;
   if (ctx->primary)
@@ -149,7 +149,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext handle) {
     return CUDA_SUCCESS;
   }
   Context* ctx = nullptr;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   if (CUresult r = ValidContext(handle, &ctx); r != CUDA_SUCCESS) return r;
   if (stack.empty()) {
     stack.push_back(ctx);
@@ -168,7 +168,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext handle) {
   Context* ctx = nullptr;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   if (CUresult r = ValidContext(handle, &ctx); r != CUDA_SUCCESS) return r;
   ContextStack().push_back(ctx);
   return CUDA_SUCCESS;
@@ -187,7 +187,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = CurrentContext();
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (Driver::Get().contexts.count(ctx) == 0) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *device = ctx->device->ordinal;
@@ -216,7 +216,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
   Driver& drv = Driver::Get();
   Executor* exec;
   {
-    std::lock_guard<std::mutex> lock(drv.mu);
+    std::lock_guard<DriverMutex> lock(drv.mu);
     for (Stream* s : drv.streams) {
       if (s->ctx == ctx && s->capture_graph != nullptr) {
         s->capture_invalidated = true;

@@ -180,22 +180,6 @@ bool Attribute(const Device& d, CUdevice_attribute attr, int* out) {
   return true;
 }
 
-// "GPU-3f2a...": the 32 hex digits as 16 bytes.
-void UuidBytes(const std::string& uuid, CUuuid* out) {
-  std::memset(out->bytes, 0, sizeof(out->bytes));
-  int n = 0;
-  for (size_t i = 4; i < uuid.size() && n < 32; ++i) {
-    char c = uuid[i];
-    int v = (c >= '0' && c <= '9')   ? c - '0'
-            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-            : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                                     : -1;
-    if (v < 0) continue;
-    out->bytes[n / 2] = static_cast<char>(out->bytes[n / 2] | (v << ((n % 2) ? 0 : 4)));
-    ++n;
-  }
-}
-
 }  // namespace
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuInit(unsigned int flags) {

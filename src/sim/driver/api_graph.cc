@@ -65,7 +65,7 @@ CUresult KernelNode(const CUDA_KERNEL_NODE_PARAMS& p, std::unique_ptr<GraphNode>
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphCreate(CUgraph* out, unsigned int flags) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (out == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   auto* g = new Graph();
   Driver::Get().graphs.insert(g);
   *out = reinterpret_cast<CUgraph>(g);
@@ -74,7 +74,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphCreate(CUgraph* out, unsigned int fla
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph handle) {
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Graph* g = nullptr;
   if (CUresult r = ValidGraph(handle, &g); r != CUDA_SUCCESS) return r;
   for (auto& n : g->nodes) drv.graph_nodes.erase(n.get());
@@ -88,7 +88,7 @@ static CUresult AddKernelNode(CUgraphNode* out, CUgraph graph, const CUgraphNode
                               size_t ndeps, const CUDA_KERNEL_NODE_PARAMS* params) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   std::unique_ptr<GraphNode> node;
   if (CUresult r = KernelNode(*params, &node); r != CUDA_SUCCESS) return r;
   return AddNode(out, graph, deps, ndeps, std::move(node));
@@ -115,13 +115,13 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* out, CUgra
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* out, CUgraph graph,
                                                         const CUgraphNode* deps, size_t ndeps) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   return AddNode(out, graph, deps, ndeps, std::make_unique<GraphNode>());
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphGetNodes(CUgraph graph, CUgraphNode* nodes,
                                                     size_t* count) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Graph* g = nullptr;
   if (CUresult r = ValidGraph(graph, &g); r != CUDA_SUCCESS) return r;
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -141,7 +141,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* out
   Context* ctx = nullptr;
   if (CUresult r = CurrentActiveContext(&ctx); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Graph* g = nullptr;
   if (CUresult r = ValidGraph(graph, &g); r != CUDA_SUCCESS) return r;
   if (out == nullptr || (flags & ~0xfull) != 0) return CUDA_ERROR_INVALID_VALUE;
@@ -181,7 +181,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* out, CUgr
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec handle) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   GraphExec* e = reinterpret_cast<GraphExec*>(handle);
   if (e == nullptr || Driver::Get().graph_execs.count(e) == 0) return CUDA_ERROR_INVALID_VALUE;
   Driver::Get().graph_execs.erase(e);
@@ -191,7 +191,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec handle) {
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphUpload(CUgraphExec handle, CUstream stream) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   GraphExec* e = reinterpret_cast<GraphExec*>(handle);
   if (e == nullptr || Driver::Get().graph_execs.count(e) == 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
@@ -201,7 +201,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphUpload(CUgraphExec handle, CUstream s
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuGraphLaunch(CUgraphExec handle, CUstream stream) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   GraphExec* e = reinterpret_cast<GraphExec*>(handle);
   if (e == nullptr || drv.graph_execs.count(e) == 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
@@ -224,7 +224,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream handle,
                                                             CUstreamCaptureMode mode) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
   if (s == s->ctx->null_stream) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -248,7 +248,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamBeginCapture(CUstream handle) {
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream handle, CUgraph* out) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -269,7 +269,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream handle, CUgraph*
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream handle,
                                                         CUstreamCaptureStatus* status) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -15,7 +15,7 @@ CUresult Alloc(CUdeviceptr* dptr, size_t bytes, AllocKind kind) {
   Context* ctx = nullptr;
   if (CUresult r = CurrentActiveContext(&ctx); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   uintptr_t base = 0;
   if (CUresult r = AllocateLocked(ctx, bytes, kind, nullptr, &base); r != CUDA_SUCCESS) return r;
   *dptr = base;
@@ -24,7 +24,7 @@ CUresult Alloc(CUdeviceptr* dptr, size_t bytes, AllocKind kind) {
 
 // Checks that [ptr, ptr + bytes) is device memory of this process.
 CUresult CheckDevice(CUdeviceptr ptr, size_t bytes) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   auto it = FindRangeLocked(ptr, bytes);
   if (it == Driver::Get().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
   return CUDA_SUCCESS;
@@ -47,7 +47,7 @@ CUresult Copy(void* dst, const void* src, size_t bytes, bool dst_dev, bool src_d
   if (!async) return RunSync(action);
   Context* ctx = nullptr;
   if (CUresult r = CurrentActiveContext(&ctx); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(stream, &s); r != CUDA_SUCCESS) return r;
   Work w;
@@ -72,7 +72,7 @@ CUresult Memset(CUdeviceptr dst, T value, size_t count, CUstream stream, bool as
   if (!async) return RunSync(action);
   Context* ctx = nullptr;
   if (CUresult r = CurrentActiveContext(&ctx); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(stream, &s); r != CUDA_SUCCESS) return r;
   Work w;
@@ -112,7 +112,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (dptr == 0) return CUDA_SUCCESS;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   auto it = drv.allocations.find(dptr);
   if (it == drv.allocations.end() || it->second.cached ||
       (it->second.kind != AllocKind::kDevice && it->second.kind != AllocKind::kManaged &&
@@ -140,7 +140,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total)
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size,
                                                             CUdeviceptr dptr) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   auto it = FindRangeLocked(dptr, 1);
   if (it == Driver::Get().allocations.end()) return CUDA_ERROR_NOT_FOUND;
   if (base != nullptr) *base = it->first;

@@ -47,7 +47,7 @@ CUresult LoadModule(CUmodule* out, const void* image, const std::string& text) {
   } else if (IsTextImage(image)) {
     m->entries = PtxEntries(static_cast<const char*>(image));
   }
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Driver::Get().modules.insert(m);
   *out = reinterpret_cast<CUmodule>(m);
   return CUDA_SUCCESS;
@@ -66,7 +66,7 @@ CUresult DoLaunch(CUfunction f, const unsigned grid[3], const unsigned block[3],
   Context* ctx = nullptr;
   if (CUresult r = CurrentActiveContext(&ctx); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Function* fn = nullptr;
   if (CUresult r = ValidFunction(f, &fn); r != CUDA_SUCCESS) return r;
   if (fn->module->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;
@@ -130,7 +130,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* f
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuModuleUnload(CUmodule handle) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Module* m = reinterpret_cast<Module*>(handle);
   if (m == nullptr || drv.modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
   for (auto& [name, f] : m->functions) {
@@ -146,7 +146,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction* out, CUmodul
                                                         const char* name) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Module* m = reinterpret_cast<Module*>(handle);
   if (m == nullptr || drv.modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
   if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -168,7 +168,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction* out, CUmodul
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr*, size_t*, CUmodule handle,
                                                          const char* name) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Module* m = reinterpret_cast<Module*>(handle);
   if (m == nullptr || Driver::Get().modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -177,7 +177,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr*, size_t*, 
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attribute attr,
                                                        CUfunction f) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Function* fn = nullptr;
   if (CUresult r = ValidFunction(f, &fn); r != CUDA_SUCCESS) return r;
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -206,7 +206,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuFuncGetAttribute(int* pi, CUfunction_attri
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_attribute attr,
                                                        int value) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Function* fn = nullptr;
   if (CUresult r = ValidFunction(f, &fn); r != CUDA_SUCCESS) return r;
   if (attr == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
@@ -224,7 +224,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction f, CUfunction_
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction f, CUfunc_cache) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Function* fn = nullptr;
   return ValidFunction(f, &fn);
 }

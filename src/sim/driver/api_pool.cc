@@ -41,7 +41,7 @@ CUresult AllocFromPool(CUdeviceptr* dptr, size_t bytes, MemPool* pool, CUstream 
   if (CUresult r = CurrentActiveContext(&ctx); r != CUDA_SUCCESS) return r;
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(stream, &s); r != CUDA_SUCCESS) return r;
   if (pool == nullptr) pool = DefaultPoolLocked(s->ctx->device)->device->current_pool;
@@ -91,7 +91,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, s
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(stream, &s); r != CUDA_SUCCESS) return r;
   auto it = drv.allocations.find(dptr);
@@ -103,7 +103,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream st
   Work w;
   w.action = [dptr] {
     Driver& d = Driver::Get();
-    std::lock_guard<std::mutex> l(d.mu);
+    std::lock_guard<DriverMutex> l(d.mu);
     auto a = d.allocations.find(dptr);
     if (a == d.allocations.end()) return;  // Its context went away meanwhile.
     MemPool* pool = a->second.pool;
@@ -124,7 +124,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* out,
   Device* d = nullptr;
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   *out = reinterpret_cast<CUmemoryPool>(DefaultPoolLocked(d));
   return CUDA_SUCCESS;
 }
@@ -133,7 +133,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* out, CUdevi
   Device* d = nullptr;
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   DefaultPoolLocked(d);
   *out = reinterpret_cast<CUmemoryPool>(d->current_pool);
   return CUDA_SUCCESS;
@@ -142,7 +142,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* out, CUdevi
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   Device* d = nullptr;
   if (CUresult r = LookupDevice(dev, &d); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   MemPool* p = reinterpret_cast<MemPool*>(pool);
   if (p == nullptr || Driver::Get().pools.count(p) == 0 || p->device != d) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -160,7 +160,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* out,
   }
   Device* d = nullptr;
   if (LookupDevice(props->location.id, &d) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   auto* p = new MemPool();
   p->device = d;
   Driver::Get().pools.insert(p);
@@ -171,7 +171,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* out,
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   MemPool* p = reinterpret_cast<MemPool*>(pool);
   if (p == nullptr || drv.pools.count(p) == 0 || p->is_default) return CUDA_ERROR_INVALID_VALUE;
   TrimLocked(p, 0);
@@ -189,7 +189,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   MemPool* p = reinterpret_cast<MemPool*>(pool);
   if (p == nullptr || Driver::Get().pools.count(p) == 0) return CUDA_ERROR_INVALID_VALUE;
   TrimLocked(p, keep);
@@ -199,7 +199,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t ke
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool,
                                                           CUmemPool_attribute attr, void* value) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   MemPool* p = reinterpret_cast<MemPool*>(pool);
   if (p == nullptr || Driver::Get().pools.count(p) == 0 || value == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -237,7 +237,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool,
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool,
                                                           CUmemPool_attribute attr, void* value) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   MemPool* p = reinterpret_cast<MemPool*>(pool);
   if (p == nullptr || Driver::Get().pools.count(p) == 0 || value == nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -307,7 +307,7 @@ CUresult CreateArray(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
                  elem * desc.NumChannels;
   bytes = (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   if (CUresult r = ToCuResult(drv.model()->ReserveMemory(ctx->device->unit, bytes));
       r != CUDA_SUCCESS) {
     return r;
@@ -356,7 +356,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray* out,
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray handle) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Array* a = reinterpret_cast<Array*>(handle);
   if (a == nullptr || drv.arrays.count(a) == 0) return CUDA_ERROR_INVALID_HANDLE;
   munmap(reinterpret_cast<void*>(a->base), a->bytes);
@@ -369,7 +369,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray handle) {
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* out,
                                                               CUarray handle) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Array* a = reinterpret_cast<Array*>(handle);
   if (a == nullptr || Driver::Get().arrays.count(a) == 0) return CUDA_ERROR_INVALID_HANDLE;
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;

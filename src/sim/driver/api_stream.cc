@@ -11,7 +11,7 @@ CUresult CreateStream(CUstream* out, unsigned flags, int priority) {
   Context* ctx = nullptr;
   if (CUresult r = CurrentActiveContext(&ctx); r != CUDA_SUCCESS) return r;
   if (out == nullptr || (flags & ~CU_STREAM_NON_BLOCKING) != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   auto* s = new Stream();
   s->ctx = ctx;
   s->flags = flags;
@@ -42,7 +42,7 @@ CUresult gpuslice::sim::driver::SynchronizeStream(CUstream handle) {
   Executor* exec;
   uint64_t seq;
   {
-    std::lock_guard<std::mutex> lock(drv.mu);
+    std::lock_guard<DriverMutex> lock(drv.mu);
     Stream* s = nullptr;
     if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
     if (s->capture_graph != nullptr) {
@@ -69,7 +69,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* out, un
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream handle) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Stream* s = reinterpret_cast<Stream*>(handle);
   if (s == nullptr || drv.streams.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
   // Work already queued still runs: it is owned by the executor.
@@ -81,7 +81,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamDestroy_v2(CUstream handle) {
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamQuery(CUstream handle) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
   if (s->capture_graph != nullptr) {
@@ -98,7 +98,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream handle) {
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream handle, int* priority) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = StreamInfo(handle, &s); r != CUDA_SUCCESS) return r;
   if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -107,7 +107,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamGetPriority(CUstream handle, int* pr
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream handle, unsigned int* flags) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = StreamInfo(handle, &s); r != CUDA_SUCCESS) return r;
   if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -116,7 +116,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamGetFlags(CUstream handle, unsigned i
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamGetCtx(CUstream handle, CUcontext* pctx) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = StreamInfo(handle, &s); r != CUDA_SUCCESS) return r;
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -128,7 +128,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream handle, CUevent e
                                                       unsigned int flags) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
   Event* e = nullptr;
@@ -148,7 +148,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamWaitEvent(CUstream handle, CUevent e
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuLaunchHostFunc(CUstream handle, CUhostFn fn, void* data) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
   Work w;
@@ -160,7 +160,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuStreamAddCallback(CUstream handle, CUstrea
                                                         void* data, unsigned int flags) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (cb == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Stream* s = nullptr;
   if (CUresult r = ResolveStreamLocked(handle, &s); r != CUDA_SUCCESS) return r;
   CUstream reported = handle;
@@ -178,7 +178,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int fla
   if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   auto* e = new Event();
   e->ctx = ctx;
   e->flags = flags;
@@ -189,7 +189,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int fla
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Event* e = nullptr;
   if (CUresult r = ValidEvent(handle, &e); r != CUDA_SUCCESS) return r;
   drv.events.erase(e);
@@ -200,7 +200,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventRecordWithFlags(CUevent handle, CUstream stream,
                                                            unsigned int flags) {
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Event* e = nullptr;
   if (CUresult r = ValidEvent(handle, &e); r != CUDA_SUCCESS) return r;
   if (flags != 0 && flags != CU_EVENT_RECORD_EXTERNAL) return CUDA_ERROR_INVALID_VALUE;
@@ -244,7 +244,7 @@ static bool EventCompleteLocked(Event* e) {
 }
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventQuery(CUevent handle) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Event* e = nullptr;
   if (CUresult r = ValidEvent(handle, &e); r != CUDA_SUCCESS) return r;
   return EventCompleteLocked(e) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -254,7 +254,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent handle) {
   Executor* exec = nullptr;
   uint64_t seq = 0;
   {
-    std::lock_guard<std::mutex> lock(Driver::Get().mu);
+    std::lock_guard<DriverMutex> lock(Driver::Get().mu);
     Event* e = nullptr;
     if (CUresult r = ValidEvent(handle, &e); r != CUDA_SUCCESS) return r;
     exec = e->executor;
@@ -266,7 +266,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent handle) {
 
 // cuEventElapsedTime and (CUDA 12.8 on) its _v2 behave the same here.
 static CUresult EventElapsedTime(float* ms, CUevent start, CUevent end) {
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Event* a = nullptr;
   Event* b = nullptr;
   if (CUresult r = ValidEvent(start, &a); r != CUDA_SUCCESS) return r;

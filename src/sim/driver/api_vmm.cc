@@ -14,19 +14,8 @@ namespace {
 
 constexpr size_t kGranularity = 2u << 20;
 
-struct Physical {
-  int fd = -1;
-  size_t size = 0;
-  uint32_t unit = 0;
-  int mappings = 0;
-  bool released = false;  // cuMemRelease called; freed when the last mapping goes.
-};
-
 // Guarded by Driver::mu.
-std::unordered_set<Physical*>& Physicals() {
-  static auto* s = new std::unordered_set<Physical*>();
-  return *s;
-}
+std::unordered_set<Physical*>& Physicals() { return Driver::Get().physicals; }
 std::map<uintptr_t, size_t>& Reservations() {
   static auto* m = new std::map<uintptr_t, size_t>();
   return *m;
@@ -84,7 +73,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* ha
   }
   if (CUresult r = CheckProp(prop, &d); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   if (CUresult r = ToCuResult(drv.model()->ReserveMemory(d->unit, size)); r != CUDA_SUCCESS) {
     return r;
   }
@@ -105,7 +94,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* ha
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Physical* p = reinterpret_cast<Physical*>(handle);
   if (Physicals().count(p) == 0 || p->released) return CUDA_ERROR_INVALID_VALUE;
   p->released = true;
@@ -132,7 +121,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t
   if (start > reinterpret_cast<uintptr_t>(raw))
     munmap(raw, start - reinterpret_cast<uintptr_t>(raw));
   if (raw_end > start + size) munmap(reinterpret_cast<void*>(start + size), raw_end - start - size);
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   Reservations()[start] = size;
   *ptr = start;
   return CUDA_SUCCESS;
@@ -140,7 +129,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t
 
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
-  std::lock_guard<std::mutex> lock(Driver::Get().mu);
+  std::lock_guard<DriverMutex> lock(Driver::Get().mu);
   auto it = Reservations().find(ptr);
   if (it == Reservations().end() || it->second != size) return CUDA_ERROR_INVALID_VALUE;
   auto m = Mappings().lower_bound(ptr);
@@ -156,7 +145,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_
                                              unsigned long long flags) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   Physical* p = reinterpret_cast<Physical*>(handle);
   if (Physicals().count(p) == 0 || p->released) return CUDA_ERROR_INVALID_HANDLE;
   if (flags != 0 || size == 0 || ptr % kGranularity != 0 || size % kGranularity != 0 ||
@@ -182,7 +171,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_
 GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   auto m = Mappings().find(ptr);
   auto a = drv.allocations.find(ptr);
   if (m == Mappings().end() || a == drv.allocations.end() || a->second.size != size) {
@@ -204,7 +193,7 @@ GPUSLICE_CU_EXPORT CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
   if (CUresult r = CheckInit(); r != CUDA_SUCCESS) return r;
   if (desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   // Every page of the range must be mapped.
   for (uintptr_t p = ptr; p < ptr + size;) {
     auto a = drv.allocations.find(p);

@@ -54,7 +54,36 @@ std::vector<uint32_t> VisibleUnits(DeviceModel* model) {
   return out;
 }
 
+// How many DriverMutex locks this thread holds (0 or 1: not recursive).
+thread_local int tls_mu_held = 0;
+
 }  // namespace
+
+void DriverMutex::lock() {
+  mu_.lock();
+  if (gate_closed() && !tls_passes_checkpoint_gate) {
+    std::unique_lock<std::mutex> held(mu_, std::adopt_lock);
+    cv_.wait(held, [this] { return !gate_closed(); });
+    held.release();
+  }
+  ++tls_mu_held;
+}
+
+void DriverMutex::unlock() {
+  --tls_mu_held;
+  mu_.unlock();
+}
+
+void DriverMutex::WaitAtGate() {
+  if (tls_mu_held > 0 || tls_passes_checkpoint_gate) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return !gate_closed(); });
+}
+
+void DriverMutex::OpenGate() {
+  gate_.store(0, std::memory_order_relaxed);
+  cv_.notify_all();
+}
 
 Driver& Driver::Get() {
   static Driver* driver = new Driver();  // Never destroyed: executors may outlive main().
@@ -92,6 +121,7 @@ CUresult Driver::Init() {
     init_result_ = CUDA_ERROR_NO_DEVICE;
     return init_result_;
   }
+  StartCheckpointService();
   initialized_.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
@@ -127,7 +157,10 @@ Context* CurrentContext() {
 }
 
 CUresult CheckInit() {
-  return Driver::Get().initialized() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+  Driver& drv = Driver::Get();
+  if (!drv.initialized()) return CUDA_ERROR_NOT_INITIALIZED;
+  if (drv.mu.gate_closed()) drv.mu.WaitAtGate();  // Locked for a checkpoint.
+  return CUDA_SUCCESS;
 }
 
 CUresult ActivateLocked(Context* ctx) {
@@ -157,7 +190,7 @@ CUresult CurrentActiveContext(Context** out) {
   Context* ctx = CurrentContext();
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   Driver& drv = Driver::Get();
-  std::lock_guard<std::mutex> lock(drv.mu);
+  std::lock_guard<DriverMutex> lock(drv.mu);
   if (drv.contexts.count(ctx) == 0) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   r = ActivateLocked(ctx);
   if (r != CUDA_SUCCESS) return r;
@@ -242,6 +275,22 @@ std::map<uintptr_t, Allocation>::iterator FindRangeLocked(uintptr_t ptr, size_t 
   return it;
 }
 
+// "GPU-3f2a...": the 32 hex digits as 16 bytes.
+void UuidBytes(const std::string& uuid, CUuuid* out) {
+  std::memset(out->bytes, 0, sizeof(out->bytes));
+  int n = 0;
+  for (size_t i = 4; i < uuid.size() && n < 32; ++i) {
+    char c = uuid[i];
+    int v = (c >= '0' && c <= '9')   ? c - '0'
+            : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+            : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                     : -1;
+    if (v < 0) continue;
+    out->bytes[n / 2] = static_cast<char>(out->bytes[n / 2] | (v << ((n % 2) ? 0 : 4)));
+    ++n;
+  }
+}
+
 uint64_t KernelCostNs(const Launch& launch, void** params, void** extra, uint32_t sm_count) {
   if (launch.func->sleep_kernel) {
     unsigned int us = 0;
@@ -296,12 +345,18 @@ CUresult RunSync(const std::function<void()>& action) {
   Context* ctx = nullptr;
   CUresult r = CurrentActiveContext(&ctx);
   if (r != CUDA_SUCCESS) return r;
+  Driver& drv = Driver::Get();
   Executor* exec;
   {
-    std::lock_guard<std::mutex> lock(Driver::Get().mu);
-    exec = Driver::Get().ExecutorFor(ctx->device);
+    std::lock_guard<DriverMutex> lock(drv.mu);
+    exec = drv.ExecutorFor(ctx->device);
+    ++drv.sync_in_flight;  // Past the gate: a lock waits for it.
   }
   exec->RunInOrder(action);
+  {
+    std::lock_guard<std::mutex> lock(drv.mu.native());  // Never waits at the gate.
+    if (--drv.sync_in_flight == 0) drv.mu.cv().notify_all();
+  }
   return CUDA_SUCCESS;
 }
 

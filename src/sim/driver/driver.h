@@ -6,12 +6,15 @@
 // application are pointers to the objects below.
 //
 // Locking: `Driver::mu` guards the object tables and the objects' mutable
-// fields; it is never held while waiting for an executor.
+// fields; it is never held while waiting for an executor. It is also the
+// checkpoint gate (DriverMutex): while the process is locked by
+// cuCheckpointProcessLock, API threads wait for it (checkpoint.h).
 
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -96,6 +99,15 @@ struct Allocation {
   bool no_access = false;  // A VMM mapping before cuMemSetAccess.
 };
 
+// A VMM physical allocation (cuMemCreate): a memfd, charged to its unit.
+struct Physical {
+  int fd = -1;
+  size_t size = 0;
+  uint32_t unit = 0;
+  int mappings = 0;
+  bool released = false;  // cuMemRelease called; freed when the last mapping goes.
+};
+
 struct MemPool {
   Device* device = nullptr;
   bool is_default = false;
@@ -151,6 +163,40 @@ struct GraphExec {
   Context* ctx = nullptr;
 };
 
+// Driver::mu, and the checkpoint gate. While the gate is closed (the process
+// is LOCKED or CHECKPOINTED, or a lock is being taken), a thread that locks
+// the mutex, or enters the API through CheckInit, waits until it opens: on a
+// condition variable, never spinning. Threads that run the GPU's work
+// (executors) and the checkpoint service thread pass
+// (tls_passes_checkpoint_gate), so that work already submitted completes. A
+// thread that holds the mutex already does not wait in CheckInit.
+class DriverMutex {
+ public:
+  void lock();
+  void unlock();
+  // The plain mutex, for the gate's owner and for bookkeeping that must not
+  // wait at the gate (RunSync's in-flight count).
+  std::mutex& native() { return mu_; }
+
+  // The API's fast path: one relaxed load. Relaxed is enough: a thread that
+  // reads "open" late still meets the gate when it locks the mutex, under
+  // which the gate is closed.
+  bool gate_closed() const { return gate_.load(std::memory_order_relaxed) != 0; }
+  // Waits while the gate is closed, unless this thread passes or holds the
+  // mutex (CheckInit's slow path).
+  void WaitAtGate();
+  // Close and Open: caller holds native(). Open wakes the waiters.
+  void CloseGate() { gate_.store(1, std::memory_order_relaxed); }
+  void OpenGate();
+  // Waiters for the gate and for RunSync's in-flight count share it.
+  std::condition_variable& cv() { return cv_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint32_t> gate_{0};
+};
+
 class Driver {
  public:
   static Driver& Get();
@@ -160,7 +206,7 @@ class Driver {
   bool initialized() const { return initialized_.load(std::memory_order_acquire); }
   DeviceModel* model() { return model_.get(); }
 
-  std::mutex mu;
+  DriverMutex mu;
   std::vector<std::unique_ptr<Device>> devices;
   std::unordered_set<Context*> contexts;
   std::unordered_set<Stream*> streams;
@@ -173,6 +219,10 @@ class Driver {
   std::unordered_set<GraphNode*> graph_nodes;
   std::unordered_set<GraphExec*> graph_execs;
   std::map<uintptr_t, Allocation> allocations;  // By base address.
+  std::unordered_set<Physical*> physicals;
+  // Synchronous copies and memsets past the gate and not yet done (they run
+  // outside mu); guarded by mu.native(). A lock waits for them.
+  int sync_in_flight = 0;
 
   // Executor of a device, created on first use.
   Executor* ExecutorFor(Device* d);
@@ -193,6 +243,7 @@ std::vector<Context*>& ContextStack();
 Context* CurrentContext();
 
 // Common entry checks. Each returns CUDA_SUCCESS or the error to return.
+// CheckInit also waits while the process is locked for a checkpoint.
 CUresult CheckInit();
 // The current context (activating an inactive primary), or an error.
 CUresult CurrentActiveContext(Context** out);
@@ -218,8 +269,15 @@ CUresult RunSync(const std::function<void()>& action);
 // Waits for the stream's work. Called without Driver::mu.
 CUresult SynchronizeStream(CUstream handle);
 
+// "GPU-3f2a..." / "MIG-...": the 32 hex digits as cuDeviceGetUuid's 16 bytes.
+void UuidBytes(const std::string& uuid, CUuuid* out);
+
 // Kernel cost model (docs/SIMULATOR.md).
 uint64_t KernelCostNs(const Launch& launch, void** params, void** extra, uint32_t sm_count);
+
+// Starts the thread that serves checkpoint requests of other processes
+// (checkpoint.cc). Called once by Driver::Init after registration.
+void StartCheckpointService();
 
 // Frees what a context owns (streams, events, modules, memory).
 void DestroyContextResourcesLocked(Context* ctx);

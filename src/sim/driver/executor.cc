@@ -3,6 +3,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "sim/sim_clock.h"
 
@@ -74,6 +75,31 @@ void Executor::WaitFor(uint64_t seq) {
   done_cv_.wait(lock, [&] { return completed_ >= seq; });
 }
 
+bool Executor::WaitFor(uint64_t seq, uint64_t deadline_ns) {
+  if (deadline_ns == 0) {
+    WaitFor(seq);
+    return true;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  while (completed_ < seq) {
+    uint64_t now = MonotonicNs();
+    if (now >= deadline_ns) return false;
+    done_cv_.wait_for(lock, std::chrono::nanoseconds(deadline_ns - now));
+  }
+  return true;
+}
+
+void Executor::Rebind(uint32_t unit) {
+  Work w;
+  w.action = [this, unit] {
+    // On the executor's thread, the only user of slicer_.
+    slicer_.Release(cursor_);
+    unit_.store(unit, std::memory_order_relaxed);
+    slicer_ = TimeSlicer(model_, unit);
+  };
+  WaitFor(Submit(std::move(w)));
+}
+
 uint64_t Executor::last_submitted() {
   std::lock_guard<std::mutex> lock(mu_);
   return submitted_;
@@ -89,7 +115,7 @@ void Executor::RunKernel(uint64_t cost_ns) {
     if (step == remaining) kernel_end_ns_.store(cursor_, std::memory_order_release);
     SleepUntilNs(cursor_);
     remaining -= step;
-    model_->AddBusy(unit_, step);
+    model_->AddBusy(unit(), step);
     uint64_t back = 0;
     if (slicer_.MaybeYield(cursor_, &back)) cursor_ = std::max(cursor_, back);
   }
@@ -101,6 +127,7 @@ void Executor::Loop() {
   // this thread saw them end (and completed the events behind them) up to
   // 50 us late, which a GPU does not.
   prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+  tls_passes_checkpoint_gate = true;
   std::unique_lock<std::mutex> lock(mu_);
   bool idle = true;  // Since the last item (or the start).
   while (true) {

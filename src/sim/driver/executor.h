@@ -26,6 +26,11 @@ namespace gpuslice::sim::driver {
 
 class Executor;
 
+// True on threads that must never wait at the checkpoint gate (driver.h,
+// DriverMutex): executors, whose work a lock waits for, and the checkpoint
+// service thread.
+inline thread_local bool tls_passes_checkpoint_gate = false;
+
 struct Work {
   enum class Kind { kKernel, kAction, kWait };
   Kind kind = Kind::kAction;
@@ -60,18 +65,26 @@ class Executor {
   // the kernel's end. `*end_ns`: where the timeline stood (0: done already).
   bool DoneOnTimeline(uint64_t seq, uint64_t now_ns, uint64_t* end_ns);
   void WaitFor(uint64_t seq);
+  // As WaitFor, giving up at `deadline_ns` (CLOCK_MONOTONIC; 0: never).
+  // Returns whether the work is done.
+  bool WaitFor(uint64_t seq, uint64_t deadline_ns);
   uint64_t last_submitted();
+  // Moves this executor to another unit (a checkpoint restored onto another
+  // GPU): lets go of the old unit's arbiter, and from then on runs, slices
+  // and accounts there. Runs in order on the executor's thread; call with
+  // nothing else queued.
+  void Rebind(uint32_t unit);
   // The executor's simulated clock (CLOCK_MONOTONIC ns) when the work in
   // progress started; used to stamp events.
   uint64_t cursor_ns() const { return cursor_; }
-  uint32_t unit() const { return unit_; }
+  uint32_t unit() const { return unit_.load(std::memory_order_relaxed); }
 
  private:
   void Loop();
   void RunKernel(uint64_t cost_ns);
 
   DeviceModel* model_;
-  uint32_t unit_;
+  std::atomic<uint32_t> unit_;  // Written by the executor thread only (Rebind).
   TimeSlicer slicer_;
   std::mutex mu_;
   std::condition_variable work_cv_;
