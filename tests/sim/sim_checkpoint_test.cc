@@ -369,5 +369,31 @@ TEST_F(CheckpointTest, RestoreThreadIdIsTheTargetsServiceThread) {
   EXPECT_EQ(name, "gpuslice-ckpt");
 }
 
+TEST_F(CheckpointTest, ToolTogglesAProcess) {
+  auto target = Target(32 * kMiB);
+  const std::string pid = std::to_string(target->pid());
+  auto tool = [&](std::vector<std::string> args, std::string* out, std::string* err) {
+    Probe p(args, env_, GPUSLICE_SIM_CHECKPOINT_TOOL);
+    return p.Finish(out, err);
+  };
+  std::string out, err;
+  ASSERT_EQ(tool({"--pid", pid, "--get-state"}, &out, &err), 0) << err;
+  EXPECT_EQ(out, "running\n");
+  ASSERT_EQ(tool({"--pid", pid, "--toggle"}, &out, &err), 0) << err;
+  ASSERT_EQ(tool({"--pid", pid, "--get-state"}, &out, &err), 0) << err;
+  EXPECT_EQ(out, "checkpointed\n");
+  EXPECT_EQ(Used(0), 0u);
+  ASSERT_EQ(tool({"--pid", pid, "--toggle"}, &out, &err), 0) << err;
+  ASSERT_EQ(tool({"--pid", pid, "--get-state"}, &out, &err), 0) << err;
+  EXPECT_EQ(out, "running\n");
+  EXPECT_EQ(Ask(*target, "verify"), "diff 0");
+  EXPECT_NE(tool({"--pid", pid, "--action", "unlock"}, &out, &err), 0);
+  EXPECT_NE(err.find("CUDA_ERROR_ILLEGAL_STATE"), std::string::npos) << err;
+  EXPECT_NE(tool({"--pid", "999999999", "--get-state"}, &out, &err), 0);
+  EXPECT_NE(err.find("999999999"), std::string::npos) << err;
+  EXPECT_NE(tool({"--pid", pid, "--action", "fly"}, &out, &err), 0);
+  EXPECT_NE(err.find("fly"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace gpuslice::sim
