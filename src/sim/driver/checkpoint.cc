@@ -88,7 +88,9 @@ void* MapHost(size_t size) {
 // changed then).
 void* SaveRange(void* device, size_t size, Transfer how) {
   if (how == Transfer::kMove) {
-    void* host = mremap(device, size, size, MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
+    // new_address must be given (null: anywhere): with MREMAP_DONTUNMAP the
+    // kernel checks it even without MREMAP_FIXED.
+    void* host = mremap(device, size, size, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, nullptr);
     if (host != MAP_FAILED) return host;
     if (errno != EINVAL) return nullptr;  // EINVAL: no MREMAP_DONTUNMAP here; copy.
   }
