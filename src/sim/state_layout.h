@@ -6,6 +6,11 @@
 // that two builds never silently disagree. Change anything here and bump
 // kStateVersion.
 //
+// Fields added since version 1 went into formerly reserved zero bytes whose
+// zero means "nothing": DeviceRecord::mig_capable, UnitState::last_busy_us,
+// ProcessSlot::pid_ns, Header::health, and the checkpoint fields of
+// ProcessSlot (ckpt_*) and ProcessUnit (remap_to), so the version stays 1.
+//
 // Concurrency: immutable parts (header fields other than `magic`, devices,
 // units) are written once by the creator before `magic` is published with a
 // release store. Counters are std::atomic (lock-free, address-free, so valid
