@@ -748,6 +748,7 @@ bool ParseUuid(const std::string& text, CUuuid* out) {
   return n == 32;
 }
 
+#if CUDA_VERSION >= 12080  // The checkpoint API (older headers lack it).
 // A checkpoint requester, as the node daemon would be (no
 // CUDA_VISIBLE_DEVICES needed). Commands on stdin, answered with the
 // CUresult's name (and a value):
@@ -820,6 +821,7 @@ int CheckpointControl() {
   }
   return 0;
 }
+#endif  // CUDA_VERSION >= 12080
 
 }  // namespace
 
@@ -837,7 +839,9 @@ int main(int argc, char** argv) {
   if (mode == "interposition") return Interposition();
   if (mode == "proc-address") return ProcAddress();
   if (mode == "ckpt-target") return CheckpointTarget();
+#if CUDA_VERSION >= 12080
   if (mode == "ckpt-control") return CheckpointControl();
+#endif
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }

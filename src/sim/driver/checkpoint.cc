@@ -40,20 +40,23 @@ namespace {
 using layout::CheckpointState;
 
 // How the contents of device memory (private anonymous mappings) reach host
-// memory and come back. GPUSLICE_SIM_CHECKPOINT_TRANSFER, for measuring
-// (bench/checkpoint): "move" (default) hands the pages over with
-// mremap(MREMAP_DONTUNMAP), no copy, and the device range stays mapped and
-// empty; "copy" copies into a new mapping and drops the device pages with
-// MADV_DONTNEED; "copy-populate" also pre-faults the device range with
-// MADV_POPULATE_WRITE before copying back. "move" falls back to copying
-// where the kernel lacks MREMAP_DONTUNMAP (before 5.7).
+// memory and come back. GPUSLICE_SIM_CHECKPOINT_TRANSFER:
+// "copy" (default) copies into a new mapping and drops the device pages with
+// MADV_DONTNEED, and copies back on restore: what the real driver does (its
+// device memory is elsewhere), so a checkpoint takes time in proportion to
+// the memory, as on a GPU. "copy-populate" also pre-faults the device range
+// with MADV_POPULATE_WRITE before copying back. "move" hands the pages over
+// with mremap(MREMAP_DONTUNMAP), no copy (the device range stays mapped and
+// empty): about a millisecond whatever the size, for demos that should not
+// wait; it falls back to copying where the kernel lacks MREMAP_DONTUNMAP
+// (before 5.7).
 enum class Transfer { kMove, kCopy, kCopyPopulate };
 
 Transfer TransferFromEnvironment() {
   const char* v = std::getenv("GPUSLICE_SIM_CHECKPOINT_TRANSFER");
-  if (v != nullptr && std::strcmp(v, "copy") == 0) return Transfer::kCopy;
+  if (v != nullptr && std::strcmp(v, "move") == 0) return Transfer::kMove;
   if (v != nullptr && std::strcmp(v, "copy-populate") == 0) return Transfer::kCopyPopulate;
-  return Transfer::kMove;
+  return Transfer::kCopy;
 }
 
 // Device memory backed by a private anonymous mapping: allocations of every
@@ -81,7 +84,11 @@ struct Image {
 void* MapHost(size_t size) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
-  return p == MAP_FAILED ? nullptr : p;
+  if (p == MAP_FAILED) return nullptr;
+  // As device memory (driver.cc): large pages, so the copy is not a page
+  // fault per 4 KiB.
+  if (size >= (size_t{2} << 20)) (void)madvise(p, size, MADV_HUGEPAGE);
+  return p;
 }
 
 // Device range -> host; null when there is no host memory for it (nothing
