@@ -36,6 +36,7 @@ core::UsageTotals TotalsFromJson(const json& j) {
   t.compute_share_hours = j.value("compute_share_hours", 0.0);
   t.idle_hours = j.value("idle_hours", 0.0);
   t.idle_gpu_hours = j.value("idle_gpu_hours", 0.0);
+  t.suspended_hours = j.value("suspended_hours", 0.0);
   return t;
 }
 

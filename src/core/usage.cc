@@ -139,6 +139,7 @@ void Add(UsageTotals* into, const UsageTotals& v) {
   into->compute_share_hours += v.compute_share_hours;
   into->idle_hours += v.idle_hours;
   into->idle_gpu_hours += v.idle_gpu_hours;
+  into->suspended_hours += v.suspended_hours;
 }
 
 // The header of the key columns.
@@ -247,7 +248,12 @@ Result<UsageReport> AggregateUsage(const std::vector<UsageRecord>& records, int6
     // Per job, once: its job count and its idle time inside the window.
     if (jobs_seen.insert(r.job_id).second) {
       g.jobs += 1;
-      g.idle_hours += Overlap(run_start, run_end, lo, hi) / kMsPerHour * idle_frac;
+      const double in_window = Overlap(run_start, run_end, lo, hi) / kMsPerHour;
+      g.idle_hours += in_window * idle_frac;
+      if (run_ms > 0 && r.job_suspended_ms > 0) {
+        g.suspended_hours +=
+            in_window * std::min(1.0, static_cast<double>(r.job_suspended_ms) / run_ms);
+      }
     }
   }
   for (auto& [key, t] : groups) {
@@ -306,14 +312,15 @@ std::string CsvField(std::string_view field) {
 std::string RenderUsageTable(const UsageReport& report) {
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> header = KeyHeader(report.by);
-  for (const char* h : {"JOBS", "GPU-H", "MEM-GiB-H", "COMPUTE-H", "IDLE-H", "IDLE-GPU-H"}) {
+  for (const char* h :
+       {"JOBS", "GPU-H", "MEM-GiB-H", "COMPUTE-H", "IDLE-H", "IDLE-GPU-H", "SUSPENDED-H"}) {
     header.push_back(h);
   }
   auto cells = [&](const UsageTotals& t) {
     std::vector<std::string> c = KeyCells(t, report.by);
     c.push_back(std::to_string(t.jobs));
-    for (double v :
-         {t.gpu_hours, t.memory_gib_hours, t.compute_share_hours, t.idle_hours, t.idle_gpu_hours}) {
+    for (double v : {t.gpu_hours, t.memory_gib_hours, t.compute_share_hours, t.idle_hours,
+                     t.idle_gpu_hours, t.suspended_hours}) {
       c.push_back(Fixed(v, 2));
     }
     return c;
@@ -364,7 +371,7 @@ std::string RenderUsageCsv(const UsageReport& report) {
       break;
   }
   for (const char* h : {"jobs", "gpu_hours", "memory_gib_hours", "compute_share_hours",
-                        "idle_hours", "idle_gpu_hours"}) {
+                        "idle_hours", "idle_gpu_hours", "suspended_hours"}) {
     header.push_back(h);
   }
   auto line = [](const std::vector<std::string>& fields) {
@@ -379,8 +386,8 @@ std::string RenderUsageCsv(const UsageReport& report) {
   for (const UsageTotals& t : report.rows) {
     std::vector<std::string> f = KeyCells(t, report.by);
     f.push_back(std::to_string(t.jobs));
-    for (double v :
-         {t.gpu_hours, t.memory_gib_hours, t.compute_share_hours, t.idle_hours, t.idle_gpu_hours}) {
+    for (double v : {t.gpu_hours, t.memory_gib_hours, t.compute_share_hours, t.idle_hours,
+                     t.idle_gpu_hours, t.suspended_hours}) {
       f.push_back(Fixed(v, 6));
     }
     out += line(f);

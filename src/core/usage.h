@@ -19,6 +19,9 @@
 //                        window by the part of its run time inside it;
 //                        counted once per job, not per GPU.
 //   idle GPU-hours       GPU-hours x the job's idle fraction.
+//   suspended hours      the job's time suspended (docs/SUSPEND.md: it holds
+//                        no GPU then, so no GPU-hours), prorated like idle
+//                        hours; counted once per job.
 //
 // An allocation not yet released counts up to `now` (never past `until`).
 
@@ -54,6 +57,7 @@ struct UsageRecord {
   int64_t job_started_ms = 0;
   int64_t job_ended_ms = 0;
   int64_t job_idle_ms = 0;
+  int64_t job_suspended_ms = 0;  // Time suspended so far.
 };
 
 // Compute slices of a whole GPU in MIG mode (A100/H100: 7).
@@ -78,6 +82,7 @@ struct UsageTotals {
   double compute_share_hours = 0;
   double idle_hours = 0;
   double idle_gpu_hours = 0;
+  double suspended_hours = 0;
 };
 
 struct UsageReport {

@@ -265,8 +265,8 @@ TEST(RenderUsage, CsvHasAHeaderCrlfLinesAndQuotedNames) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(RenderUsageCsv(*r),
             "job,user,name,jobs,gpu_hours,memory_gib_hours,compute_share_hours,idle_hours,"
-            "idle_gpu_hours\r\n"
-            "1,alice,\"a,\"\"b\"\"\",1,1.000000,80.000000,1.000000,0.000000,0.000000\r\n");
+            "idle_gpu_hours,suspended_hours\r\n"
+            "1,alice,\"a,\"\"b\"\"\",1,1.000000,80.000000,1.000000,0.000000,0.000000,0.000000\r\n");
 }
 
 TEST(RenderUsage, TableAlignsFiguresAndEndsWithTheTotal) {
@@ -276,10 +276,32 @@ TEST(RenderUsage, TableAlignsFiguresAndEndsWithTheTotal) {
   std::string t = RenderUsageTable(*r);
   EXPECT_EQ(t,
             "Usage by user from 2023-11-14 22:13 UTC to 2023-11-15 10:13 UTC\n"
-            "USER   JOBS  GPU-H  MEM-GiB-H  COMPUTE-H  IDLE-H  IDLE-GPU-H\n"
-            "alice     1  12.00     960.00      12.00    0.00        0.00\n"
-            "bob       1   0.10       1.00       0.10    0.00        0.00\n"
-            "TOTAL     2  12.10     961.00      12.10    0.00        0.00\n");
+            "USER   JOBS  GPU-H  MEM-GiB-H  COMPUTE-H  IDLE-H  IDLE-GPU-H  SUSPENDED-H\n"
+            "alice     1  12.00     960.00      12.00    0.00        0.00         0.00\n"
+            "bob       1   0.10       1.00       0.10    0.00        0.00         0.00\n"
+            "TOTAL     2  12.10     961.00      12.10    0.00        0.00         0.00\n");
+}
+
+// A job that ran 4 h (00:00-04:00), of which it was suspended 2 h (01:00-03:00,
+// so two allocation rows) and holds nothing meanwhile.
+TEST(AggregateUsage, TimeSuspendedIsItsOwnColumnAndHoldsNoGpuHours) {
+  UsageRecord a = Whole(1, "alice", 0, 1);
+  UsageRecord b = Whole(1, "alice", 3, 4);
+  for (UsageRecord* r : {&a, &b}) {
+    r->job_started_ms = kT0;
+    r->job_ended_ms = kT0 + 4 * kHour;
+    r->job_suspended_ms = 2 * kHour;
+  }
+  auto r = AggregateUsage({a, b}, kT0, kT0 + 4 * kHour, kT0 + 4 * kHour, UsageGroupBy::kUser);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(r->rows[0].gpu_hours, 2.0);
+  EXPECT_DOUBLE_EQ(r->rows[0].suspended_hours, 2.0);
+  EXPECT_EQ(r->rows[0].jobs, 1u);
+  // Half of the run in a window of its first two hours: prorated.
+  r = AggregateUsage({a, b}, kT0, kT0 + 2 * kHour, kT0 + 4 * kHour, UsageGroupBy::kUser);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->total.suspended_hours, 1.0);
 }
 
 }  // namespace

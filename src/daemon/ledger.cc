@@ -552,7 +552,10 @@ Result<std::vector<UsageRow>> Ledger::UsageRows(int64_t since_ms, int64_t until_
   Stmt s(db_,
          "SELECT a.job_id, j.uid, j.gid, j.user, j.name, a.gpu_index, j.kind, a.memory_bytes,"
          " a.compute_milli, a.allocated_ms, coalesce(a.released_ms, 0), j.started_ms,"
-         " j.ended_ms, j.idle_ms, coalesce(json_extract(j.labels, '$.slurm_job'), '')"
+         " j.ended_ms, j.idle_ms, coalesce(json_extract(j.labels, '$.slurm_job'), ''),"
+         // Time suspended, the current suspension up to the window's end.
+         " j.suspended_total_ms + CASE WHEN j.suspended_since_ms > 0"
+         " THEN max(0, ?2 - j.suspended_since_ms) ELSE 0 END"
          " FROM allocations a JOIN jobs j ON j.id = a.job_id"
          " WHERE a.allocated_ms < ?2 AND (a.released_ms IS NULL OR a.released_ms > ?1)"
          " ORDER BY a.job_id, a.gpu_index");
@@ -578,6 +581,7 @@ Result<std::vector<UsageRow>> Ledger::UsageRows(int64_t since_ms, int64_t until_
     r.job_ended_ms = s.Int(12);
     r.job_idle_ms = s.Int(13);
     r.slurm_job = s.Text(14);
+    r.job_suspended_ms = s.Int(15);
     out.push_back(std::move(r));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: usage rows");

@@ -71,6 +71,7 @@ struct UsageRow {
   int64_t job_started_ms = 0;
   int64_t job_ended_ms = 0;    // 0: still running.
   int64_t job_idle_ms = 0;     // The job's idle time so far (jobs.idle_ms).
+  int64_t job_suspended_ms = 0;  // Its time suspended up to the window's end.
 };
 
 class Ledger {

@@ -51,7 +51,8 @@ json TotalsToJson(const core::UsageTotals& t, core::UsageGroupBy by) {
             {"memory_gib_hours", t.memory_gib_hours},
             {"compute_share_hours", t.compute_share_hours},
             {"idle_hours", t.idle_hours},
-            {"idle_gpu_hours", t.idle_gpu_hours}};
+            {"idle_gpu_hours", t.idle_gpu_hours},
+            {"suspended_hours", t.suspended_hours}};
   if (by == core::UsageGroupBy::kJob) {
     j["user"] = t.user;
     j["name"] = t.name;
@@ -139,6 +140,7 @@ std::vector<core::UsageRecord> UsageRecords(const std::vector<UsageRow>& rows,
     u.job_started_ms = r.job_started_ms;
     u.job_ended_ms = r.job_ended_ms;
     u.job_idle_ms = r.job_idle_ms;
+    u.job_suspended_ms = r.job_suspended_ms;
     out.push_back(std::move(u));
   }
   return out;

@@ -357,7 +357,7 @@ TEST_F(UserViews, UsageReportsGpuHoursOfFinishedJobsInEveryFormat) {
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
   EXPECT_EQ(csv.out.substr(0, csv.out.find("\r\n")),
             "job,user,name,jobs,gpu_hours,memory_gib_hours,compute_share_hours,idle_hours,"
-            "idle_gpu_hours");
+            "idle_gpu_hours,suspended_hours");
   std::regex row("\r\n1," + me + ",acct,1,([0-9.]+),([0-9.]+),([0-9.]+),");
   std::smatch m;
   ASSERT_TRUE(std::regex_search(csv.out, m, row)) << csv.out;

@@ -1,0 +1,186 @@
+// End-to-end: suspend and resume (docs/SUSPEND.md) with the real gpusliced,
+// gpuslice, shim and the simulated GPU's checkpoint API. The worker fills its
+// memory with a pattern and checks every byte when it ends
+// (gpuslice-demo-worker --verify): 0 bytes may differ after any round trip.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace gpuslice::e2e {
+namespace {
+
+using nlohmann::json;
+
+bool HasEvent(Daemon& d, const std::string& id, const std::string& kind) {
+  CliResult r = d.Cli({"events", "--job", id, "--json"});
+  json j = json::parse(r.out, nullptr, false);
+  if (!j.is_object()) return false;
+  for (const json& e : j["events"]) {
+    if (e.value("kind", "") == kind) return true;
+  }
+  return false;
+}
+
+std::string Submit(Daemon& d, std::vector<std::string> args) {
+  args.insert(args.begin(), "submit");
+  CliResult r = d.Cli(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return Trim(r.out);
+}
+
+// A job holding `worker_mem` of a `slice_mem` slice, pattern-filled, that
+// launches kernels for `seconds` and then checks its memory.
+std::string SubmitVerifier(Daemon& d, const std::string& slice_mem, const std::string& worker_mem,
+                           int seconds, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--mem", slice_mem, "--compute", "50%"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(),
+              {"--", WorkerPath(), "--name", "verifier", "--mem", worker_mem, "--verify", "--duty",
+               "50%", "--kernel-us", "1000", "--seconds", std::to_string(seconds)});
+  return Submit(d, args);
+}
+
+// The GPU memory NVML shows in use on GPU 0 (`gpuslice gpus --json`).
+uint64_t GpuMemoryUsed(Daemon& d) {
+  CliResult r = d.Cli({"gpus", "--json"});
+  json j = json::parse(r.out, nullptr, false);
+  if (!j.is_object() || !j.contains("gpus") || j["gpus"].empty()) return ~0ull;
+  return j["gpus"][0].value("memory_used", ~0ull);
+}
+
+// Its memory is filled once the shim counts it in the slice.
+bool Holds(Daemon& d, const std::string& id, uint64_t bytes) {
+  json j = Job(d, id);
+  return j.is_object() && j.contains("usage") &&
+         j["usage"].value("memory_used_bytes", uint64_t{0}) >= bytes;
+}
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+class SuspendE2E : public ::testing::Test {
+ protected:
+  void Start(Daemon& d) {
+    d_ = &d;
+    ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  }
+  void TearDown() override {
+    if (HasFailure() && d_) std::cerr << "daemon log:\n" << ReadFile(d_->dir() + "/daemon.log");
+  }
+  // The job ended with exit 0 and its worker found every byte as it left it.
+  void ExpectVerified(Daemon& d, const std::string& id) {
+    ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 120))
+        << Job(d, id).dump();
+    EXPECT_EQ(Job(d, id).value("exit_code", -1), 0) << Job(d, id).dump();
+    std::string out = d.Cli({"logs", id}).out;
+    EXPECT_NE(out.find(": 0 bytes differ"), std::string::npos) << out;
+  }
+  Daemon* d_ = nullptr;
+};
+
+TEST_F(SuspendE2E, ARoundTripFreesTheGpuForAnotherJobAndKeepsEveryByte) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  const uint64_t idle = GpuMemoryUsed(d);
+  std::string a = SubmitVerifier(d, "60GiB", "2GiB", 6);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60)) << Job(d, a).dump();
+
+  CliResult s = d.Cli({"suspend", a});
+  ASSERT_EQ(s.exit_code, 0) << s.out << s.err;
+  EXPECT_NE(s.out.find("suspended"), std::string::npos) << s.out;
+  EXPECT_EQ(State(d, a), "suspended");
+  EXPECT_TRUE(HasEvent(d, a, "suspended"));
+  EXPECT_NE(d.Cli({"ps"}).out.find("suspended"), std::string::npos);
+  // NVML shows the memory free again (the context went too).
+  EXPECT_TRUE(Daemon::WaitFor([&] { return GpuMemoryUsed(d) <= idle; }, 30))
+      << GpuMemoryUsed(d) << " > " << idle;
+
+  // Another job uses the memory, and fills it with its own pattern.
+  std::string b = SubmitVerifier(d, "70GiB", "2GiB", 1);
+  ExpectVerified(d, b);
+
+  CliResult r = d.Cli({"resume", a});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(State(d, a), "running");
+  EXPECT_TRUE(HasEvent(d, a, "resumed"));
+  ExpectVerified(d, a);
+  json j = Job(d, a);
+  EXPECT_GT(j.value("suspended_ms", int64_t{0}), 0) << j.dump();
+}
+
+TEST_F(SuspendE2E, ResumeWaitsForRoomAndAJobWithoutCudaIsNotSuspended) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  std::string sleeper = Submit(d, {"--mem", "1GiB", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, sleeper) == "running"; }));
+  CliResult no = d.Cli({"suspend", sleeper});
+  EXPECT_NE(no.exit_code, 0);
+  EXPECT_NE(no.err.find("no CUDA process"), std::string::npos) << no.err;
+  EXPECT_EQ(State(d, sleeper), "running");
+  ASSERT_EQ(d.Cli({"cancel", sleeper}).exit_code, 0);
+
+  std::string a = SubmitVerifier(d, "60GiB", "1GiB", 4);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, kGiB); }, 60));
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  std::string b = Submit(d, {"--mem", "60GiB", "--", "sleep", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, b) == "running"; }));
+  CliResult r = d.Cli({"resume", a});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("lack room"), std::string::npos) << r.err;
+  EXPECT_EQ(State(d, a), "suspended");
+  ASSERT_EQ(d.Cli({"cancel", b}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, b) == "cancelled"; }));
+  ASSERT_EQ(d.Cli({"resume", a}).exit_code, 0);
+  ExpectVerified(d, a);
+}
+
+TEST_F(SuspendE2E, PreemptionSuspendsTheVictimAndResumesItAfterwards) {
+  Daemon d("1xH100-80GB", {"--set", "preemption=lower", "--set", "preemption_grace=2s"});
+  Start(d);
+  std::string low = SubmitVerifier(d, "60GiB", "2GiB", 6, {"--priority", "low"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, low, 2 * kGiB); }, 60));
+  std::string high = SubmitVerifier(d, "60GiB", "4GiB", 1, {"--priority", "high"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, low) == "suspended"; }, 60))
+      << Job(d, low).dump();
+  ExpectVerified(d, high);
+  // Back by itself once the high-priority job is gone, with nothing lost.
+  ExpectVerified(d, low);
+  EXPECT_TRUE(HasEvent(d, low, "preempted"));
+  EXPECT_TRUE(HasEvent(d, low, "resumed"));
+}
+
+TEST_F(SuspendE2E, ADaemonRestartWhileSuspendedLosesNothing) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  std::string a = SubmitVerifier(d, "40GiB", "2GiB", 4);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60));
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  d.Kill(SIGKILL);
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  EXPECT_EQ(State(d, a), "suspended");
+  ASSERT_EQ(d.Cli({"resume", a}).exit_code, 0);
+  ExpectVerified(d, a);
+}
+
+TEST_F(SuspendE2E, IdleReclaimSuspendsAndACancelledSuspendedJobFreesEverything) {
+  Daemon d("1xH100-80GB", {"--set", "idle_after=2s", "--set", "idle_action=suspend", "--set",
+                           "idle_action_always=true"});
+  Start(d);
+  const uint64_t idle = GpuMemoryUsed(d);
+  // 5% busy: idle by the default 30% threshold.
+  std::string a = Submit(d, {"--mem", "20GiB", "--", WorkerPath(), "--mem", "1GiB", "--verify",
+                             "--duty", "5%", "--seconds", "60"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "suspended"; }, 60)) << Job(d, a).dump();
+  EXPECT_NE(Job(d, a).value("reason", "").find("idle reclaim"), std::string::npos);
+  ASSERT_EQ(d.Cli({"cancel", a}).exit_code, 0);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "cancelled"; }, 60));
+  EXPECT_TRUE(Daemon::WaitFor([&] { return GpuMemoryUsed(d) <= idle; }, 30));
+}
+
+}  // namespace
+}  // namespace gpuslice::e2e
