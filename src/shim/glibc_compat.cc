@@ -13,7 +13,8 @@
 //   - stat/fstat/lstat were inline calls of __xstat & co. before 2.33, which
 //     every glibc still exports;
 //   - what old glibc lacks is done here: _dl_find_object (libgcc's unwinder,
-//     2.35) by dl_iterate_phdr, arc4random/getentropy (libstdc++'s
+//     2.35) by dl_iterate_phdr, pthread_cond_clockwait (libstdc++'s timed
+//     waits, 2.34) by pthread_cond_timedwait, arc4random/getentropy (libstdc++'s
 //     random_device, 2.36/2.25) and memfd_create (2.27) by their system
 //     calls, and
 //     __libc_single_threaded (libstdc++, 2.32) as "not single-threaded",
@@ -32,6 +33,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 constexpr int kStatVersion = GPUSLICE_STAT_VERSION;
@@ -161,6 +163,28 @@ GPUSLICE_HIDDEN int __wrap_fstat64(int fd, struct stat64* st) {
 }
 GPUSLICE_HIDDEN int __wrap_memfd_create(const char* name, unsigned int flags) {
   return static_cast<int>(syscall(SYS_memfd_create, name, flags));
+}
+
+// libstdc++'s condition_variable::wait_for/wait_until on the steady clock
+// (2.34). Old glibc has only pthread_cond_timedwait, on the condition's own
+// clock (CLOCK_REALTIME for a default one, as std::condition_variable's):
+// the deadline becomes "now on that clock + what is left on `clock`". A
+// wall-clock step during the wait moves its end: a wait that may end early
+// or late, which every caller of a timed wait already handles.
+GPUSLICE_HIDDEN int __wrap_pthread_cond_clockwait(pthread_cond_t* cond, pthread_mutex_t* mutex,
+                                                  clockid_t clock, const struct timespec* abstime) {
+  if (clock == CLOCK_REALTIME) return pthread_cond_timedwait(cond, mutex, abstime);
+  struct timespec now, real;
+  clock_gettime(clock, &now);
+  clock_gettime(CLOCK_REALTIME, &real);
+  int64_t left_ns =
+      (abstime->tv_sec - now.tv_sec) * 1000000000LL + (abstime->tv_nsec - now.tv_nsec);
+  if (left_ns < 0) left_ns = 0;
+  int64_t end_ns = real.tv_nsec + left_ns;
+  struct timespec deadline;
+  deadline.tv_sec = real.tv_sec + static_cast<time_t>(end_ns / 1000000000LL);
+  deadline.tv_nsec = static_cast<long>(end_ns % 1000000000LL);
+  return pthread_cond_timedwait(cond, mutex, &deadline);
 }
 
 // libstdc++ skips atomics when this is non-zero; 0 is always correct.
