@@ -240,8 +240,16 @@ void Service::FinishCheckpoints() {
         LogWarn(name + ": cannot close its slice again: " + s.message());
       }
       if (capacity_) capacity_->Release(id);
+      std::string next = "; it stays suspended";
+      if (job.resume_when_fits) {
+        // The daemon's own retries would fail the same way every tick: its
+        // owner resumes it by hand once the cause is gone.
+        job.resume_when_fits = false;
+        Persist(job, job.state);
+        next += " until resumed by hand";
+      }
       RecordEvent("resume_failed", id, job.user,
-                  l.checkpoint_error + " (asked by " + task->by + "); it stays suspended");
+                  l.checkpoint_error + " (asked by " + task->by + ")" + next);
       RequestSchedule();
       continue;
     }

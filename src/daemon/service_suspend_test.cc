@@ -305,6 +305,41 @@ TEST_F(SuspendTest, PreemptionSuspendsTheVictimAndResumesItWhenThereIsRoom) {
   EXPECT_TRUE(HasEvent(low->job.id, "resumed"));
 }
 
+TEST_F(SuspendTest, AVictimWhoseRestoreFailsIsNotRetriedEveryTick) {
+  options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
+  Restart();
+  auto low = Submit("60GiB", "low");
+  ASSERT_TRUE(low.ok());
+  regions_.pids[low->job.region_path] = {static_cast<int32_t>(kCuda)};
+  checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+  auto high = Submit("60GiB", "high");
+  ASSERT_TRUE(high.ok());
+  service_->Tick();
+  Settle(low->job.id);
+  ASSERT_EQ(State(low->job.id), JobState::kSuspended);
+  checkpointer_->Fail("restore", kCuda, core::InternalError("CUDA_ERROR_UNKNOWN"));
+  launcher_.alive.erase(Get(high->job.id).job.pid);
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(2000);
+    service_->Tick();
+    Settle(low->job.id);
+  }
+  EXPECT_EQ(State(low->job.id), JobState::kSuspended);
+  EXPECT_FALSE(Get(low->job.id).job.resume_when_fits);
+  EventQuery q;
+  q.job_id = low->job.id;
+  auto events = service_->Events(q);
+  ASSERT_TRUE(events.ok());
+  int failures = 0;
+  for (const Event& e : *events) failures += e.kind == "resume_failed";
+  EXPECT_EQ(failures, 1);
+  // Its owner can still resume it once the cause is gone.
+  checkpointer_->failures.clear();
+  ASSERT_TRUE(service_->Resume(TestCaller(kUser), low->job.id).ok());
+  Settle(low->job.id);
+  EXPECT_EQ(State(low->job.id), JobState::kRunning);
+}
+
 TEST_F(SuspendTest, APreemptionVictimThatCannotBeCheckpointedIsEndedAsBefore) {
   options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
   Restart();
