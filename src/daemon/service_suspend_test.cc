@@ -87,6 +87,18 @@ class SuspendTest : public ServiceFixture {
       service_->Tick();
     }
   }
+  // With preemption on: a running low-priority job whose CUDA process is
+  // kCuda, as preemption's victim.
+  uint64_t StartVictim() {
+    options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
+    Restart();
+    auto v = Submit("60GiB", "low");
+    EXPECT_TRUE(v.ok()) << v.status().ToString();
+    if (!v.ok()) return 0;
+    regions_.pids[v->job.region_path] = {static_cast<int32_t>(kCuda)};
+    checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+    return v->job.id;
+  }
   const SliceLimits& Limits(uint64_t id) { return regions_.regions.at(Get(id).job.region_path); }
 
   FakeProcessTable procs_;
@@ -278,56 +290,46 @@ TEST_F(SuspendTest, AProcessUsingTheGpuWhileItsJobIsSuspendedIsKilled) {
 }
 
 TEST_F(SuspendTest, PreemptionSuspendsTheVictimAndResumesItWhenThereIsRoom) {
-  options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
-  Restart();
-  auto low = Submit("60GiB", "low");
-  ASSERT_TRUE(low.ok());
-  regions_.pids[low->job.region_path] = {static_cast<int32_t>(kCuda)};
-  checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+  const uint64_t low = StartVictim();
   auto high = Submit("60GiB", "high");
   ASSERT_TRUE(high.ok());
   service_->Tick();
-  Settle(low->job.id);
+  Settle(low);
   service_->Tick();
-  EXPECT_EQ(State(low->job.id), JobState::kSuspended);
-  EXPECT_TRUE(Get(low->job.id).job.resume_when_fits);
+  EXPECT_EQ(State(low), JobState::kSuspended);
+  EXPECT_TRUE(Get(low).job.resume_when_fits);
   EXPECT_EQ(State(high->job.id), JobState::kRunning);
   EXPECT_TRUE(launcher_.signals.empty());  // Nobody was sent SIGTERM.
   // The high-priority job ends: the victim comes back on its own.
   launcher_.alive.erase(Get(high->job.id).job.pid);
-  for (int i = 0; i < 3 && !HasFlag(low->job.id, "resuming"); ++i) {
+  for (int i = 0; i < 3 && !HasFlag(low, "resuming"); ++i) {
     clock_.Advance(5000);
     service_->Tick();
   }
-  Settle(low->job.id);
-  EXPECT_EQ(State(low->job.id), JobState::kRunning);
+  Settle(low);
+  EXPECT_EQ(State(low), JobState::kRunning);
   EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
-  EXPECT_TRUE(HasEvent(low->job.id, "resumed"));
+  EXPECT_TRUE(HasEvent(low, "resumed"));
 }
 
 TEST_F(SuspendTest, AVictimWhoseRestoreFailsIsNotRetriedEveryTick) {
-  options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
-  Restart();
-  auto low = Submit("60GiB", "low");
-  ASSERT_TRUE(low.ok());
-  regions_.pids[low->job.region_path] = {static_cast<int32_t>(kCuda)};
-  checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+  const uint64_t low = StartVictim();
   auto high = Submit("60GiB", "high");
   ASSERT_TRUE(high.ok());
   service_->Tick();
-  Settle(low->job.id);
-  ASSERT_EQ(State(low->job.id), JobState::kSuspended);
+  Settle(low);
+  ASSERT_EQ(State(low), JobState::kSuspended);
   checkpointer_->Fail("restore", kCuda, core::InternalError("CUDA_ERROR_UNKNOWN"));
   launcher_.alive.erase(Get(high->job.id).job.pid);
   for (int i = 0; i < 10; ++i) {
     clock_.Advance(2000);
     service_->Tick();
-    Settle(low->job.id);
+    Settle(low);
   }
-  EXPECT_EQ(State(low->job.id), JobState::kSuspended);
-  EXPECT_FALSE(Get(low->job.id).job.resume_when_fits);
+  EXPECT_EQ(State(low), JobState::kSuspended);
+  EXPECT_FALSE(Get(low).job.resume_when_fits);
   EventQuery q;
-  q.job_id = low->job.id;
+  q.job_id = low;
   auto events = service_->Events(q);
   ASSERT_TRUE(events.ok());
   int failures = 0;
@@ -335,29 +337,24 @@ TEST_F(SuspendTest, AVictimWhoseRestoreFailsIsNotRetriedEveryTick) {
   EXPECT_EQ(failures, 1);
   // Its owner can still resume it once the cause is gone.
   checkpointer_->failures.clear();
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), low->job.id).ok());
-  Settle(low->job.id);
-  EXPECT_EQ(State(low->job.id), JobState::kRunning);
+  ASSERT_TRUE(service_->Resume(TestCaller(kUser), low).ok());
+  Settle(low);
+  EXPECT_EQ(State(low), JobState::kRunning);
 }
 
 TEST_F(SuspendTest, APreemptionVictimThatCannotBeCheckpointedIsEndedAsBefore) {
-  options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
-  Restart();
-  auto low = Submit("60GiB", "low");
-  ASSERT_TRUE(low.ok());
-  regions_.pids[low->job.region_path] = {static_cast<int32_t>(kCuda)};
-  checkpointer_->Set(kCuda, GpuProcessState::kRunning);
+  const uint64_t low = StartVictim();
   checkpointer_->Fail("checkpoint", kCuda, core::InternalError("CUDA_ERROR_UNKNOWN"));
   auto high = Submit("60GiB", "high");
   ASSERT_TRUE(high.ok());
   service_->Tick();
-  Settle(low->job.id);
-  EXPECT_TRUE(HasEvent(low->job.id, "suspend_failed"));
-  EXPECT_TRUE(HasEvent(low->job.id, "preempted"));
-  launcher_.alive.erase(Get(low->job.id).job.pid);
+  Settle(low);
+  EXPECT_TRUE(HasEvent(low, "suspend_failed"));
+  EXPECT_TRUE(HasEvent(low, "preempted"));
+  launcher_.alive.erase(Get(low).job.pid);
   service_->Tick();
   service_->Tick();
-  EXPECT_EQ(State(low->job.id), JobState::kCancelled);
+  EXPECT_EQ(State(low), JobState::kCancelled);
   EXPECT_EQ(State(high->job.id), JobState::kRunning);
 }
 
