@@ -119,6 +119,7 @@ const std::vector<Command>& Commands() {
        "F] [--report F]"},
       {"grep", s::Grep, {}, "--root DIR... --needle S [--report F]"},
       {"alloc", s::Alloc, {}, "--bytes SIZE [--hold S] [--device N] [--out F]"},
+      {"unsuspend", s::Unsuspend, {}, "--pid P [--out F]"},
       {"setsid-hold",
        s::SetsidHold,
        {"unset-preload", "double-fork"},

@@ -52,6 +52,7 @@ int Grep(const Flags& f);      // Reads every file it can, looking for a secret.
 // Subcommands (attacker_gpu.cc).
 int Alloc(const Flags& f);       // Allocates device memory and holds it.
 int SetsidHold(const Flags& f);  // A child leaves the job (setsid) and holds memory.
+int Unsuspend(const Flags& f);   // Restores + unlocks a suspended process itself.
 int Work(const Flags& f);        // Launches kernels and reports its progress.
 
 // Subcommands (attacker_net.cc).

@@ -189,4 +189,23 @@ int Work(const Flags& f) {
   return r == CUDA_SUCCESS ? 0 : 1;
 }
 
+// Undoes the daemon's suspension of one of the user's own processes behind its
+// back: the driver's restore + unlock, which any process of the same uid may
+// call (docs/SECURITY.md). Writes "unsuspend ok at=MS" or what the driver said.
+int Unsuspend(const Flags& f) {
+  const std::string out = f.Get("out");
+  const int pid = static_cast<int>(f.GetDouble("pid", 0));
+#if CUDA_VERSION >= 12080
+  CUresult r = cuInit(0);
+  if (r == CUDA_SUCCESS) r = cuCheckpointProcessRestore(pid, nullptr);
+  if (r == CUDA_SUCCESS) r = cuCheckpointProcessUnlock(pid, nullptr);
+  AppendLine(out, std::string(r == CUDA_SUCCESS ? "unsuspend ok" : "unsuspend " + Name(r)) +
+                      " at=" + std::to_string(NowMs()));
+  return r == CUDA_SUCCESS ? 0 : 1;
+#else
+  AppendLine(out, "unsuspend unsupported pid=" + std::to_string(pid));
+  return 2;
+#endif
+}
+
 }  // namespace gpuslice::security
