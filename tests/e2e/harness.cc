@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -266,6 +267,19 @@ std::string State(Daemon& d, const std::string& id) {
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
+}
+
+bool HasEvent(Daemon& d, const std::string& id, const std::string& kind,
+              const std::string& needle) {
+  CliResult r = d.Cli({"events", "--job", id, "--json"});
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  if (!j.is_object() || !j.contains("events")) return false;
+  for (const nlohmann::json& e : j["events"]) {
+    if (e.value("kind", "") == kind && e.value("message", "").find(needle) != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace gpuslice::e2e

@@ -73,5 +73,8 @@ nlohmann::json Job(Daemon& d, const std::string& id);
 std::string State(Daemon& d, const std::string& id);
 // `s` without trailing newlines and spaces (a CLI's printed id, say).
 std::string Trim(std::string s);
+// Whether job `id` has an event of `kind` whose message contains `needle`.
+bool HasEvent(Daemon& d, const std::string& id, const std::string& kind,
+              const std::string& needle = "");
 
 }  // namespace gpuslice::e2e

@@ -19,29 +19,16 @@ namespace {
 
 using nlohmann::json;
 
-std::string Me() {
-  struct passwd* pw = getpwuid(geteuid());
-  return pw ? pw->pw_name : std::to_string(geteuid());
-}
-
-bool HasEvent(Daemon& d, const std::string& id, const std::string& kind,
-              const std::string& needle = "") {
-  CliResult r = d.Cli({"events", "--job", id, "--json"});
-  json j = json::parse(r.out, nullptr, false);
-  if (!j.is_object()) return false;
-  for (const json& e : j["events"]) {
-    if (e.value("kind", "") == kind && e.value("message", "").find(needle) != std::string::npos) {
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string Submit(Daemon& d, std::vector<std::string> args) {
   args.insert(args.begin(), "submit");
   CliResult r = d.Cli(args);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return Trim(r.out);
+}
+
+std::string Me() {
+  struct passwd* pw = getpwuid(geteuid());
+  return pw ? pw->pw_name : std::to_string(geteuid());
 }
 
 class PolicyE2E : public ::testing::Test {

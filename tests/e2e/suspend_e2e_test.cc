@@ -17,16 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-bool HasEvent(Daemon& d, const std::string& id, const std::string& kind) {
-  CliResult r = d.Cli({"events", "--job", id, "--json"});
-  json j = json::parse(r.out, nullptr, false);
-  if (!j.is_object()) return false;
-  for (const json& e : j["events"]) {
-    if (e.value("kind", "") == kind) return true;
-  }
-  return false;
-}
-
 std::string Submit(Daemon& d, std::vector<std::string> args) {
   args.insert(args.begin(), "submit");
   CliResult r = d.Cli(args);

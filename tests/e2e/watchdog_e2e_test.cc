@@ -19,21 +19,6 @@ namespace {
 
 using nlohmann::json;
 
-bool HasEvent(Daemon& d, const std::string& id, const std::string& kind,
-              const std::string& needle = "") {
-  std::vector<std::string> args = {"events", "--json"};
-  if (!id.empty()) args.insert(args.end(), {"--job", id});
-  CliResult r = d.Cli(args);
-  json j = json::parse(r.out, nullptr, false);
-  if (!j.is_object()) return false;
-  for (const json& e : j["events"]) {
-    if (e.value("kind", "") == kind && e.value("message", "").find(needle) != std::string::npos) {
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string Submit(Daemon& d, std::vector<std::string> args) {
   args.insert(args.begin(), "submit");
   CliResult r = d.Cli(args);
