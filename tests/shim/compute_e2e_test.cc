@@ -304,10 +304,15 @@ TEST_F(ComputeShareTest, ALiveShareChangeTakesEffectWithoutARestart) {
   change.share_milli = 200;
   RunTenants({{"60", "hard", "", kBusy200us}}, 3.0, change);
   const double before = Achieved(0, kFrom, 1.3), after = Achieved(0, 1.8, 2.9);
-  EXPECT_GE(before, 40.0);
+  // On a loaded 2-core machine the tenant cannot always launch fast enough
+  // to fill 60% (CI measured 34%; the new 20% it still fills), so the old
+  // share is checked by what only it allows, well above the new one, and
+  // the change by the drop the same run measured.
+  EXPECT_GE(before, 28.0);
   EXPECT_LE(before, 72.0);
   EXPECT_GE(after, 10.0);
   EXPECT_LE(after, 30.0) << "before the change: " << before;
+  EXPECT_LE(after, 0.75 * before) << "the share went from 60% to 20%";
 }
 
 TEST_F(ComputeShareTest, HighPriorityRequestsKeepTheirPaceBesideALowPriorityHog) {
