@@ -85,6 +85,9 @@ Fns g_fns;
 // board (coord_turns.h). Set once by Start().
 Turns* g_coord = nullptr;
 int g_device = -1;  // Slice device index of the coordination.
+// The limits page's placement counter of g_device that g_coord follows
+// (background thread only after Start).
+uint32_t g_placement = 0;
 // Whether this process has joined its slice's turns (1) or not (-1).
 std::atomic<int32_t> g_member{-1};
 PolicyParams g_params;
@@ -272,11 +275,33 @@ bool Publish(uint64_t now, bool inflight, bool ring = true) {
 
 // Re-reads the slice's share from the region (the daemon may change it
 // live) and joins or leaves the coordination accordingly.
+// The daemon moved the slice to another GPU (a suspended job resumed
+// elsewhere, docs/SUSPEND.md): follow that GPU's board. The process is
+// checkpointed while the page changes, so its first launch after the
+// restore already sees the new board, or the one after the next tick.
+void FollowPlacement(const Region& region) {
+  const uint32_t seq = region.PlacementSeqOf(uint32_t(g_device));
+  if (seq == g_placement) return;
+  std::string uuid;
+  uint32_t placement = 0;
+  if (!region.PlacementOf(uint32_t(g_device), &uuid, &placement)) return;  // Mid-move.
+  const std::string path = BoardPath(Config()->coord_dir, uuid);
+  core::Status moved = g_coord->MoveTo(path);
+  if (!moved.ok()) {
+    GPUSLICE_LOG(kWarn, "the slice moved to %s but its compute turns cannot follow: %s",
+                 uuid.c_str(), moved.message().c_str());
+  } else {
+    GPUSLICE_LOG(kInfo, "the slice moved to %s; compute gate on %s", uuid.c_str(), path.c_str());
+  }
+  g_placement = placement;  // Either way: warned once per move.
+}
+
 void FollowRegion(uint64_t now) {
   // Through the region's accessors: the daemon's limits page when there is
   // one, never a field the job can rewrite. ShareOf is an acquire load, so
   // mode and priority read after it go with it.
   const Region& region = *SliceRegion();
+  FollowPlacement(region);
   const uint32_t share = region.ShareOf(uint32_t(g_device));
   const uint32_t mode = SharedMode(region.ModeOf(uint32_t(g_device)));
   const uint32_t priority = SharedPriority(region.PriorityOf(uint32_t(g_device)));
@@ -363,7 +388,11 @@ std::string CoordDir(const ShimConfig& config, mode_t* mode) {
 // into its slice's members file; a standalone slice uses the cooperative
 // file of its user.
 core::Result<std::unique_ptr<Turns>> OpenTurns(const ShimConfig& config, Region* region, int dev) {
-  const std::string uuid = region->device(uint32_t(dev)).uuid;
+  // Where the daemon says the device is (its limits page; moves rewrite
+  // it), else the region's own UUID.
+  std::string uuid = region->device(uint32_t(dev)).uuid;
+  uint32_t placement = 0;
+  (void)region->PlacementOf(uint32_t(dev), &uuid, &placement);
   if (!config.coord_dir.empty()) {
     const std::string board_path = BoardPath(config.coord_dir, uuid);
     if (access(board_path.c_str(), F_OK) == 0) {
@@ -413,6 +442,7 @@ bool Start() {
   }
   g_coord = turns->release();
   g_device = dev;
+  g_placement = SliceRegion()->PlacementSeqOf(uint32_t(dev));
   FollowRegion(MonotonicNs());
   pthread_t thread;
   pthread_attr_t attr;

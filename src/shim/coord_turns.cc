@@ -125,8 +125,19 @@ bool BoardTurns::Publish(uint32_t flags, uint64_t now_ns, bool ring) {
 
 void BoardTurns::Ring() { members_->Ring(); }
 
+core::Status BoardTurns::MoveTo(const std::string& board_path) {
+  if (board_path == Current().path) return core::Status::Ok();
+  GPUSLICE_ASSIGN_OR_RETURN(std::unique_ptr<BoardView> view, BoardView::Open(board_path));
+  bound_.push_back(std::make_unique<Bound>(Bound{std::move(view), board_path}));
+  hint_.store(-1, std::memory_order_relaxed);
+  current_.store(bound_.back().get(), std::memory_order_release);
+  // The new GPU's arbiter learns at once that this slice has work.
+  members_->Ring();
+  return core::Status::Ok();
+}
+
 int32_t BoardTurns::SliceIndex() const {
-  const int32_t i = board_->FindSlice(members_->job_id(), hint_.load(std::memory_order_relaxed));
+  const int32_t i = board().FindSlice(members_->job_id(), hint_.load(std::memory_order_relaxed));
   hint_.store(i, std::memory_order_relaxed);
   return i;
 }
@@ -134,10 +145,10 @@ int32_t BoardTurns::SliceIndex() const {
 bool BoardTurns::HoldsOpenTurn(uint64_t now_ns) const {
   // No arbiter (the daemon is stopped or restarting), or this slice is not
   // on its board: nothing arbitrates; launches go (docs/COMPUTE.md).
-  if (board_->ArbiterStale(now_ns)) return true;
+  if (board().ArbiterStale(now_ns)) return true;
   const int32_t i = SliceIndex();
   if (i < 0) return true;
-  const board::BoardHeader& h = board_->header();
+  const board::BoardHeader& h = board().header();
   return h.holder.load(std::memory_order_acquire) == i &&
          h.turn_state.load(std::memory_order_relaxed) == board::kTurnOpen;
 }
@@ -145,9 +156,9 @@ bool BoardTurns::HoldsOpenTurn(uint64_t now_ns) const {
 bool BoardTurns::Outranked(uint32_t priority) const {
   const int32_t me = SliceIndex();
   // The daemon's priority for this slice when the board has it.
-  if (me >= 0) priority = board_->slice(uint32_t(me)).priority.load(std::memory_order_relaxed);
+  if (me >= 0) priority = board().slice(uint32_t(me)).priority.load(std::memory_order_relaxed);
   for (uint32_t s = 0; s < board::kBoardSlices; ++s) {
-    const board::BoardSlice& e = board_->slice(s);
+    const board::BoardSlice& e = board().slice(s);
     if (int32_t(s) != me && e.job_id.load(std::memory_order_relaxed) != 0 &&
         e.share_milli.load(std::memory_order_relaxed) != 0 &&
         e.priority.load(std::memory_order_relaxed) > priority) {
@@ -158,11 +169,11 @@ bool BoardTurns::Outranked(uint32_t priority) const {
 }
 
 uint32_t BoardTurns::TurnSeq() const {
-  return board_->header().turn_seq.load(std::memory_order_acquire);
+  return board().header().turn_seq.load(std::memory_order_acquire);
 }
 
 void BoardTurns::WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const {
-  board_->WaitTurnChange(seq, timeout_ns);
+  board().WaitTurnChange(seq, timeout_ns);
 }
 
 void BoardTurns::CountLaunch() {

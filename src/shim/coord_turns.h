@@ -13,9 +13,11 @@
 // and Publish/CountLaunch; Join/Leave/Configure come from one thread at a
 // time (the gate's start-up or its background thread).
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "shim/compute_policy.h"
@@ -56,6 +58,12 @@ class Turns {
   virtual void CountLaunch() = 0;
   virtual void AddGpuNs(uint64_t /*ns*/) {}
   virtual std::string Describe() const = 0;
+  // The slice was moved to another GPU (the daemon's move of a suspended
+  // job): follow that GPU's board at `board_path` from now on. Only the
+  // daemon's boards follow; the background thread calls it.
+  virtual core::Status MoveTo(const std::string& board_path) {
+    return core::UnimplementedError("a standalone slice's turns cannot move to " + board_path);
+  }
 };
 
 class CooperativeTurns : public Turns {
@@ -88,10 +96,10 @@ class BoardTurns : public Turns {
   // device order, which is the daemon's).
   BoardTurns(std::unique_ptr<BoardView> board, std::unique_ptr<MembersFile> members,
              uint32_t device_index, std::string path)
-      : board_(std::move(board)),
-        members_(std::move(members)),
-        device_index_(device_index),
-        path_(std::move(path)) {}
+      : members_(std::move(members)), device_index_(device_index) {
+    bound_.push_back(std::make_unique<Bound>(Bound{std::move(board), std::move(path)}));
+    current_.store(bound_.back().get(), std::memory_order_release);
+  }
   core::Status Join(int32_t pid, uint64_t now_ns) override;
   bool Joined(int32_t pid) const override;
   void Leave(int32_t pid) override;
@@ -105,16 +113,29 @@ class BoardTurns : public Turns {
   void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const override;
   void CountLaunch() override;
   void AddGpuNs(uint64_t ns) override;
-  std::string Describe() const override { return path_; }
+  std::string Describe() const override { return Current().path; }
+  core::Status MoveTo(const std::string& board_path) override;
 
  private:
+  struct Bound {
+    std::unique_ptr<BoardView> view;
+    std::string path;
+  };
+  // The board followed now. Acquire: pairs with MoveTo's release, so a
+  // reader sees the whole mapping it points at.
+  const Bound& Current() const { return *current_.load(std::memory_order_acquire); }
+  const BoardView& board() const { return *Current().view; }
   // This slice's index on the board, -1 when it is not there.
   int32_t SliceIndex() const;
 
-  std::unique_ptr<BoardView> board_;
+  // Every board followed so far, the current one last. A board left behind
+  // stays mapped: a launch thread may still be reading it, and moves are
+  // rare (one mapping of a few KiB each). Only MoveTo, on the background
+  // thread, touches the vector; readers go through current_.
+  std::vector<std::unique_ptr<Bound>> bound_;
+  std::atomic<const Bound*> current_{nullptr};
   std::unique_ptr<MembersFile> members_;
   const uint32_t device_index_;
-  const std::string path_;
   std::atomic<int32_t> slot_{-1};
   mutable std::atomic<int32_t> hint_{-1};
   std::atomic<uint32_t> published_{0};

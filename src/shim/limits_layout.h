@@ -88,8 +88,11 @@ static_assert(offsetof(LimitsHeader, slice_name) == 72);
 static_assert(offsetof(LimitsHeader, shared_gid) == 136);
 static_assert(sizeof(LimitsHeader) == kLimitsHeaderSize);
 
-// One device of the slice: its UUID (line 1, immutable) and the daemon's
-// decisions for it (line 2, read by every process of the slice). The
+// One device of the slice: its UUID (line 1) and the daemon's decisions for
+// it (line 2, read by every process of the slice). The UUID changes only
+// when the daemon moves a suspended slice to another GPU (docs/SUSPEND.md),
+// under the `placement` sequence counter: odd while the UUID is rewritten,
+// +2 per move, so a reader copies the UUID between two equal even loads. The
 // encodings of compute_mode and priority are those of the region's
 // DeviceEntry (shim/config.h: kRegionMode*, kRegionPriorityDefault), so the
 // compute gate reads either the same way.
@@ -100,7 +103,10 @@ struct alignas(64) LimitsEntry {
   std::atomic<uint32_t> priority;             // 0: normal; else core::Priority + 1.
   std::atomic<uint32_t> compute_mode;         // 0: hard; 2: work-conserving.
   std::atomic<uint32_t> launches_paused;      // Non-zero: hold new launches.
-  uint8_t reserved[kLimitsEntrySize - 88];
+  // The UUID's sequence counter (above). Was reserved (zero) space: pages
+  // of older daemons read as never moved, so the version is unchanged.
+  std::atomic<uint32_t> placement;
+  uint8_t reserved[kLimitsEntrySize - 92];
 };
 static_assert(offsetof(LimitsEntry, uuid) == 0);
 static_assert(offsetof(LimitsEntry, limit_bytes) == 64);
@@ -108,6 +114,7 @@ static_assert(offsetof(LimitsEntry, compute_share_milli) == 72);
 static_assert(offsetof(LimitsEntry, priority) == 76);
 static_assert(offsetof(LimitsEntry, compute_mode) == 80);
 static_assert(offsetof(LimitsEntry, launches_paused) == 84);
+static_assert(offsetof(LimitsEntry, placement) == 88);
 static_assert(sizeof(LimitsEntry) == kLimitsEntrySize);
 
 inline constexpr uint64_t kLimitsEntriesOffset = kLimitsHeaderSize;

@@ -298,4 +298,41 @@ Status LimitsPage::SetLaunchesPaused(std::string_view uuid, bool paused) {
   return Status::Ok();
 }
 
+Status LimitsPage::MoveDevice(std::string_view from, std::string_view to) {
+  DeviceControls check;
+  check.uuid = std::string(to);
+  GPUSLICE_RETURN_IF_ERROR(CheckControls(check));
+  GPUSLICE_ASSIGN_OR_RETURN(LimitsEntry * e, Writable(from));
+  if (SameUuid(from, to)) return Status::Ok();
+  if (Find(to) != nullptr) {
+    return core::AlreadyExistsError("device " + std::string(to) + " is part of the slice of " +
+                                    path_ + " already");
+  }
+  // A sequence lock: odd while the bytes change. The fences order the
+  // plain byte stores between the two counter stores for a reader that
+  // pairs them with its own (ReadPlacement).
+  const uint32_t seq = e->placement.load(std::memory_order_relaxed);
+  e->placement.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memset(e->uuid, 0, sizeof(e->uuid));
+  std::memcpy(e->uuid, to.data(), to.size());
+  e->placement.store(seq + 2, std::memory_order_release);
+  header_->generation.fetch_add(1, std::memory_order_release);
+  return Status::Ok();
+}
+
+bool LimitsPage::ReadPlacement(uint32_t index, std::string* uuid, uint32_t* placement) const {
+  if (index >= count_) return false;
+  const LimitsEntry& e = entry(index);
+  const uint32_t before = e.placement.load(std::memory_order_acquire);
+  if (before % 2 != 0) return false;
+  char copy[layout::kUuidBytes];
+  std::memcpy(copy, e.uuid, sizeof(copy));
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (e.placement.load(std::memory_order_relaxed) != before) return false;
+  *uuid = std::string(copy, strnlen(copy, sizeof(copy)));
+  *placement = before;
+  return true;
+}
+
 }  // namespace gpuslice::shim

@@ -92,6 +92,16 @@ class LimitsPage {
   core::Status Set(const DeviceControls& controls);
   core::Status SetLimit(std::string_view uuid, uint64_t limit_bytes);
   core::Status SetLaunchesPaused(std::string_view uuid, bool paused);
+  // Moves the slice's device `from` to the GPU `to` (daemon only): the
+  // entry keeps its index and controls, its UUID becomes `to` under the
+  // entry's placement counter (limits_layout.h). Called while the slice's
+  // processes are checkpointed; their compute gates follow (compute_gate.cc).
+  // NotFound when `from` is not listed, AlreadyExists when `to` is.
+  core::Status MoveDevice(std::string_view from, std::string_view to);
+
+  // Entry `index`'s UUID and placement counter, read consistently against a
+  // concurrent MoveDevice; false when a move was under way (try later).
+  bool ReadPlacement(uint32_t index, std::string* uuid, uint32_t* placement) const;
 
  private:
   LimitsPage(std::string path, void* base, bool writable);

@@ -373,6 +373,100 @@ TEST(RegionWithLimitsPage, TheDaemonsLiveChangesAreFollowed) {
   EXPECT_EQ(region->LimitOf(0), 4 * kGiB);
 }
 
+constexpr char kUuidC[] = "GPU-cccccccc-1111-2222-3333-444444444444";
+
+TEST(LimitsPage, AMoveRenamesTheDeviceKeepsItsControlsAndStepsThePlacementCounter) {
+  TempDir dir;
+  auto daemon = LimitsPage::Create(dir.File("limits"), TwoDevices());
+  ASSERT_TRUE(daemon.ok());
+  auto reader = LimitsPage::OpenReadOnly(dir.File("limits"));
+  ASSERT_TRUE(reader.ok());
+  std::string uuid;
+  uint32_t placement = 99;
+  ASSERT_TRUE((*reader)->ReadPlacement(0, &uuid, &placement));
+  EXPECT_EQ(uuid, kUuidA);
+  EXPECT_EQ(placement, 0u);
+  const uint64_t gen = (*reader)->generation();
+  ASSERT_TRUE((*daemon)->MoveDevice(kUuidA, kUuidC).ok());
+  ASSERT_TRUE((*reader)->ReadPlacement(0, &uuid, &placement));
+  EXPECT_EQ(uuid, kUuidC);
+  EXPECT_EQ(placement, 2u);
+  EXPECT_GT((*reader)->generation(), gen);
+  EXPECT_EQ((*reader)->Find(kUuidA), nullptr);
+  ASSERT_NE((*reader)->Find(kUuidC), nullptr);
+  const DeviceControls moved = (*reader)->Devices()[0];
+  EXPECT_EQ(moved.limit_bytes, 4 * kGiB);
+  EXPECT_EQ(moved.share_milli, 300u);
+  EXPECT_EQ(moved.priority, core::Priority::kHigh);
+  // Refused: a device the slice does not have, one it has already (two
+  // entries would name one GPU), a bad UUID, the read-only mapping.
+  EXPECT_EQ((*daemon)->MoveDevice(kUuidA, kUuidB).code(), core::StatusCode::kNotFound);
+  EXPECT_EQ((*daemon)->MoveDevice(kUuidC, kUuidB).code(), core::StatusCode::kAlreadyExists);
+  EXPECT_EQ((*daemon)->MoveDevice(kUuidC, "").code(), core::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*reader)->MoveDevice(kUuidC, kUuidA).code(), core::StatusCode::kFailedPrecondition);
+  // A reader that catches the entry mid-move (odd counter) is told to wait.
+  const_cast<layout::LimitsEntry&>((*daemon)->entry(1)).placement.store(5);
+  EXPECT_FALSE((*reader)->ReadPlacement(1, &uuid, &placement));
+  EXPECT_FALSE((*reader)->ReadPlacement(7, &uuid, &placement));  // No such entry.
+}
+
+// The slice's processes keep their device index across a move: the
+// region's entry is renamed in place, its counters stay, and the page the
+// process attached at start says where the device is now.
+TEST(RegionWithLimitsPage, AMovedDeviceKeepsItsIndexAndUsageAndThePageSaysWhereItIs) {
+  TempDir dir;
+  auto region = MakeRegion(dir, {{kUuidA, 4 * kGiB}, {kUuidB, kGiB}});
+  ASSERT_NE(region, nullptr);
+  region->AttachLimits(ReadOnlyPage(dir, TwoDevices()));
+  uint32_t slot = *region->ClaimSlot(getpid(), 0);
+  ASSERT_TRUE(Admit(*region, 0, slot, 3 * kGiB));
+  EXPECT_EQ(region->PlacementSeqOf(0), 0u);
+  auto daemon = LimitsPage::OpenForUpdate(dir.File("limits"));
+  ASSERT_TRUE(daemon.ok());
+  auto daemon_region = Region::Open(dir.File("region"));
+  ASSERT_TRUE(daemon_region.ok());
+  ASSERT_TRUE((*daemon)->MoveDevice(kUuidA, kUuidC).ok());
+  ASSERT_TRUE((*daemon_region)->RenameDevice(kUuidA, kUuidC).ok());
+  EXPECT_EQ(region->PlacementSeqOf(0), 2u);
+  std::string uuid;
+  uint32_t placement = 0;
+  ASSERT_TRUE(region->PlacementOf(0, &uuid, &placement));
+  EXPECT_EQ(uuid, kUuidC);
+  EXPECT_EQ(*region->FindDevice(kUuidC), 0u);
+  EXPECT_FALSE(region->FindDevice(kUuidA).ok());
+  EXPECT_EQ(region->Devices()[0].used_bytes, 3 * kGiB);
+  EXPECT_EQ(region->LimitOf(0), 4 * kGiB);  // Same entry, same controls.
+  EXPECT_FALSE(Admit(*region, 0, slot, 2 * kGiB));
+  EXPECT_EQ((*daemon_region)->RenameDevice(kUuidC, kUuidB).code(),
+            core::StatusCode::kAlreadyExists);
+  EXPECT_EQ((*daemon_region)->RenameDevice(kUuidA, kUuidB).code(), core::StatusCode::kNotFound);
+  // Without a page the region's own name is where the device is.
+  auto plain = Region::Open(dir.File("region"));
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE((*plain)->PlacementOf(1, &uuid, &placement));
+  EXPECT_EQ(uuid, kUuidB);
+  EXPECT_EQ(placement, 0u);
+}
+
+// The job owns its region: renaming its device there (to follow another
+// GPU's turns, say) changes nothing about where the shim says it is.
+TEST(RegionWithLimitsPage, AJobThatRenamesItsRegionsDeviceDoesNotMoveIt) {
+  TempDir dir;
+  auto region = MakeRegion(dir, {{kUuidA, 4 * kGiB}, {kUuidB, kGiB}});
+  ASSERT_NE(region, nullptr);
+  region->AttachLimits(ReadOnlyPage(dir, TwoDevices()));
+  auto job = Region::Open(dir.File("region"));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE((*job)->RenameDevice(kUuidA, kUuidC).ok());
+  std::string uuid;
+  uint32_t placement = 0;
+  ASSERT_TRUE(region->PlacementOf(0, &uuid, &placement));
+  EXPECT_EQ(uuid, kUuidA);
+  EXPECT_EQ(placement, 0u);
+  EXPECT_EQ(region->PlacementSeqOf(0), 0u);
+  EXPECT_EQ(region->LimitOf(0), 4 * kGiB);
+}
+
 TEST(RegionWithLimitsPage, ADeviceThePageDoesNotListGetsNoMemory) {
   TempDir dir;
   auto region = MakeRegion(dir, {{kUuidA, 4 * kGiB}, {kUuidB, 4 * kGiB}});

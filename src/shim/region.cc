@@ -123,6 +123,7 @@ Region::Region(std::string path, void* base)
     const DeviceEntry& d = device(i);
     controls_[i] = {&d.limit_bytes, &d.compute_share_milli, &d.compute_mode, &d.priority,
                     &d.launches_paused};
+    page_index_[i] = -1;
   }
 }
 
@@ -130,6 +131,7 @@ void Region::AttachLimits(std::unique_ptr<LimitsPage> page) {
   limits_refused_ = page == nullptr;
   for (uint32_t i = 0; i < layout::kMaxDevices; ++i) {
     const layout::LimitsEntry* e = &kNothingGranted;
+    page_index_[i] = -1;
     const DeviceEntry& d = device(i);
     // Acquire: pairs with the release that made the entry ready, so the
     // UUID we match is the one its claimer wrote. Matched once: a later
@@ -138,7 +140,10 @@ void Region::AttachLimits(std::unique_ptr<LimitsPage> page) {
         layout::OwnerState(d.owner.load(std::memory_order_acquire)) == layout::kEntryReady) {
       const layout::LimitsEntry* listed =
           page->Find(std::string_view(d.uuid, strnlen(d.uuid, sizeof(d.uuid))));
-      if (listed != nullptr) e = listed;
+      if (listed != nullptr) {
+        e = listed;
+        page_index_[i] = int32_t(listed - &page->entry(0));
+      }
     }
     controls_[i] = {&e->limit_bytes, &e->compute_share_milli, &e->compute_mode, &e->priority,
                     &e->launches_paused};
@@ -424,6 +429,39 @@ Status Region::SetLaunchesPaused(std::string_view uuid, bool paused) {
   // the flag, but a gate that sees it cleared must not act on older state.
   device(index).launches_paused.store(paused ? 1u : 0u, std::memory_order_release);
   return Status::Ok();
+}
+
+Status Region::RenameDevice(std::string_view from, std::string_view to) {
+  GPUSLICE_RETURN_IF_ERROR(CheckUuid(to));
+  GPUSLICE_ASSIGN_OR_RETURN(uint32_t index, FindDevice(from));
+  if (SameUuid(from, to)) return Status::Ok();
+  if (FindDevice(to).ok()) {
+    return core::AlreadyExistsError("device " + std::string(to) + " is part of slice " + path_ +
+                                    " already");
+  }
+  // Plain bytes: the job's processes are checkpointed while the daemon
+  // renames, and this copy decides nothing (the limits page does).
+  DeviceEntry& d = device(index);
+  std::memset(d.uuid, 0, sizeof(d.uuid));
+  std::memcpy(d.uuid, to.data(), to.size());
+  header_->limits_generation.fetch_add(1, std::memory_order_release);
+  return Status::Ok();
+}
+
+bool Region::PlacementOf(uint32_t index, std::string* uuid, uint32_t* placement) const {
+  if (index >= layout::kMaxDevices) return false;
+  if (limits_ != nullptr && page_index_[index] >= 0) {
+    return limits_->ReadPlacement(uint32_t(page_index_[index]), uuid, placement);
+  }
+  const DeviceEntry& d = device(index);
+  *uuid = std::string(d.uuid, strnlen(d.uuid, sizeof(d.uuid)));
+  *placement = 0;
+  return true;
+}
+
+uint32_t Region::PlacementSeqOf(uint32_t index) const {
+  if (index >= layout::kMaxDevices || limits_ == nullptr || page_index_[index] < 0) return 0;
+  return limits_->entry(uint32_t(page_index_[index])).placement.load(std::memory_order_acquire);
 }
 
 Result<uint32_t> Region::ClaimSlot(int32_t pid, uint64_t start_time) {

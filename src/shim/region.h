@@ -187,6 +187,19 @@ class Region {
   // (5 ms idle); a launch already waiting resumes when it is released. The
   // daemon's idle reclaim uses it to stop a slice launching new work.
   core::Status SetLaunchesPaused(std::string_view uuid, bool paused);
+  // Renames the slice's device `from` to `to` (the daemon, when it moves a
+  // suspended slice to another GPU; LimitsPage::MoveDevice is the
+  // authoritative half). The entry keeps its index and its counters, which
+  // the job's processes keep charging under the same index.
+  core::Status RenameDevice(std::string_view from, std::string_view to);
+
+  // Where slice device `index` is now: the limits page's UUID and placement
+  // counter when a page is attached (false while the daemon is moving it),
+  // else the region's own UUID with placement 0.
+  bool PlacementOf(uint32_t index, std::string* uuid, uint32_t* placement) const;
+  // Just the placement counter (one acquire load): what the compute gate
+  // checks every tick before it reads the UUID.
+  uint32_t PlacementSeqOf(uint32_t index) const;
 
   // Claims a free process slot for `pid`; sweeps dead processes first if
   // none is free. ResourceExhausted when the slice is full of live ones.
@@ -219,6 +232,8 @@ class Region {
   void* base_;
   layout::RegionHeader* header_;
   std::array<Controls, layout::kMaxDevices> controls_;
+  // The limits page entry each device matched at AttachLimits; -1: none.
+  std::array<int32_t, layout::kMaxDevices> page_index_;
   std::unique_ptr<LimitsPage> limits_;  // Null: the region's own fields.
   bool limits_refused_ = false;         // AttachLimits(nullptr): nothing is granted.
 };
