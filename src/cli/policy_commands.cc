@@ -182,6 +182,7 @@ int Resize(Context& ctx) {
 
 struct CheckpointOptions {
   bool no_wait = false;
+  std::string gpu;  // move
 } g_checkpoint;
 
 void SetupResume(CLI::App* sub, Context* ctx) {
@@ -196,6 +197,14 @@ void SetupSuspend(CLI::App* sub, Context* ctx) {
                 "Return once the daemon accepted it, not when the job is suspended");
 }
 
+void SetupMove(CLI::App* sub, Context* ctx) {
+  sub->add_option("id", ctx->job_id, "Job id")->required();
+  sub->add_option("--gpu", g_checkpoint.gpu, "UUID of the GPU (or MIG instance) to move it to")
+      ->required();
+  sub->add_flag("--no-wait", g_checkpoint.no_wait,
+                "Return once the daemon accepted it, not when the job runs on the new GPU");
+}
+
 bool HasFlag(const json& job, const char* flag) {
   if (!job.contains("flags") || !job["flags"].is_array()) return false;
   for (const json& f : job["flags"]) {
@@ -206,10 +215,11 @@ bool HasFlag(const json& job, const char* flag) {
 
 // Polls the job until the daemon's worker is done with it (the flag
 // `busy_flag` gone); returns the job as it is then.
-core::Result<json> WaitWhile(Context& ctx, json job, const char* busy_flag) {
+core::Result<json> WaitWhile(Context& ctx, json job, const char* busy_flag,
+                             const char* then_flag = nullptr) {
   const std::string path = "/v1/jobs/" + std::to_string(ctx.job_id);
   auto delay = std::chrono::milliseconds(20);
-  while (HasFlag(job, busy_flag)) {
+  while (HasFlag(job, busy_flag) || (then_flag != nullptr && HasFlag(job, then_flag))) {
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(200));
     auto r = ctx.client->Call("GET", path);
@@ -262,6 +272,38 @@ int Checkpoint(Context& ctx, bool resume) {
   return 0;
 }
 
+// A move: suspended, then resumed on the target; by default the CLI waits
+// for both and says where the job runs.
+int Move(Context& ctx) {
+  const std::string id = std::to_string(ctx.job_id);
+  const json body = {{"gpu", g_checkpoint.gpu}};
+  auto r = ctx.client->Call("POST", "/v1/jobs/" + id + "/move", &body);
+  if (!r.ok()) return ReportError(ctx, r.status());
+  json job = std::move(*r);
+  if (!g_checkpoint.no_wait) {
+    auto done = WaitWhile(ctx, std::move(job), "suspending", "resuming");
+    if (!done.ok()) return ReportError(ctx, done.status());
+    job = std::move(*done);
+  }
+  if (ctx.json) {
+    std::cout << job.dump(2) << "\n";
+    return job.contains("checkpoint_error") ? 1 : 0;
+  }
+  if (HasFlag(job, "suspending") || HasFlag(job, "resuming")) {
+    std::cout << "job " << id << ": moving to " << g_checkpoint.gpu << " (see `gpuslice show " << id
+              << "`)\n";
+    return 0;
+  }
+  if (job.contains("checkpoint_error")) {
+    std::cerr << "gpuslice: job " << id << ": " << job["checkpoint_error"].get<std::string>()
+              << " (it is " << job.value("state", "?") << ")\n";
+    return 1;
+  }
+  std::cout << "job " << id << " moved: running on "
+            << (job.contains("allocation") ? job["allocation"]["gpu_uuids"].dump() : "?") << "\n";
+  return 0;
+}
+
 int Resume(Context& ctx) { return Checkpoint(ctx, /*resume=*/true); }
 int Suspend(Context& ctx) { return Checkpoint(ctx, /*resume=*/false); }
 
@@ -276,6 +318,8 @@ std::vector<Command> PolicyCommands() {
        SetupSuspend, Suspend},
       {"resume", "Resume a suspended job, or let a job paused by idle reclaim launch again",
        SetupResume, Resume},
+      {"move", "Move a single-GPU job to another GPU (suspended there, resumed here)", SetupMove,
+       Move},
   };
 }
 

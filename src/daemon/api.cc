@@ -165,6 +165,7 @@ const Api::Route Api::kRoutes[] = {
     {"POST", "/v1/jobs/{id}/resize", RouteScope::kWrite, &Api::ResizeJob},
     {"POST", "/v1/jobs/{id}/resume", RouteScope::kWrite, &Api::ResumeJob},
     {"POST", "/v1/jobs/{id}/suspend", RouteScope::kWrite, &Api::SuspendJob},
+    {"POST", "/v1/jobs/{id}/move", RouteScope::kWrite, &Api::MoveJob},
     {"POST", "/v1/jobs/{id}/labels", RouteScope::kWrite, &Api::LabelJob},
     {"GET", "/v1/jobs/{id}/container", RouteScope::kRead, &Api::JobContainer},
     {"GET", "/v1/quotas", RouteScope::kRead, &Api::ListQuotas},
@@ -514,6 +515,29 @@ ApiResponse Api::SuspendJob(const ApiRequest& req, uint64_t id) {
   if (!v.ok()) return Error(v.status());
   // Accepted: the worker suspends it; the job's flags say "suspending" until
   // it is `suspended` (or has a checkpoint_error).
+  return Json(202, JobToJson(*v));
+}
+
+ApiResponse Api::MoveJob(const ApiRequest& req, uint64_t id) {
+  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Error(core::InvalidArgumentError("body must be a JSON object {\"gpu\": \"GPU-...\"}"));
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != "gpu") {
+      return Error(core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'"));
+    }
+  }
+  if (!j.contains("gpu") || !j["gpu"].is_string() || j["gpu"].get<std::string>().empty()) {
+    return Error(core::InvalidArgumentError("gpu: missing (the UUID of the GPU to move to)"));
+  }
+  if (auto s = service_.Move(req.caller, id, j["gpu"].get<std::string>()); !s.ok()) {
+    return Error(s);
+  }
+  auto v = service_.Get(id);
+  if (!v.ok()) return Error(v.status());
+  // Accepted: suspended, then resumed on the target by the worker (flags
+  // "suspending", then "resuming").
   return Json(202, JobToJson(*v));
 }
 

@@ -98,6 +98,7 @@ class Api {
   ApiResponse ResizeJob(const ApiRequest&, uint64_t id);
   ApiResponse ResumeJob(const ApiRequest&, uint64_t id);
   ApiResponse SuspendJob(const ApiRequest&, uint64_t id);
+  ApiResponse MoveJob(const ApiRequest&, uint64_t id);
   ApiResponse LabelJob(const ApiRequest&, uint64_t id);
   ApiResponse JobContainer(const ApiRequest&, uint64_t id);
   ApiResponse ListQuotas(const ApiRequest&, uint64_t);

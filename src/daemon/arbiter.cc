@@ -633,6 +633,24 @@ core::Status Arbiter::Update(const SliceLimits& limits) {
   return core::Status::Ok();
 }
 
+core::Status Arbiter::Move(const SliceLimits& limits,
+                           const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(std::shared_ptr<MembersHandle> members, Members(limits, true));
+  for (const auto& [from, to] : pairs) {
+    if (auto it = gpus_.find(from); it != gpus_.end()) it->second->Remove(limits.job_id);
+    if (limits.compute_milli == 0) continue;  // Not arbitrated anywhere.
+    const auto at = std::find(limits.uuids.begin(), limits.uuids.end(), to);
+    if (at == limits.uuids.end()) {
+      return core::InvalidArgumentError("move to " + to + ": not one of the slice's devices");
+    }
+    GPUSLICE_ASSIGN_OR_RETURN(GpuArbiter * gpu, Gpu(to));
+    GPUSLICE_RETURN_IF_ERROR(
+        gpu->Upsert(limits.job_id, members, uint32_t(at - limits.uuids.begin()), limits));
+  }
+  return core::Status::Ok();
+}
+
 void Arbiter::Drop(uint64_t job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [uuid, gpu] : gpus_) gpu->Remove(job_id);

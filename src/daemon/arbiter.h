@@ -88,6 +88,12 @@ class Arbiter {
   // A live change (the region store's Update): share, mode, priority and
   // pause of the devices listed in `limits.uuids` (others are unchanged).
   core::Status Update(const SliceLimits& limits);
+  // The slice moved (a suspended job resumed on other GPUs): off the board
+  // of each `from`, onto the board of its `to` under the same device index,
+  // with `limits` (whose uuids are the slice's devices after the move). Its
+  // members file stays: the job's processes keep reporting into it.
+  core::Status Move(const SliceLimits& limits,
+                    const std::vector<std::pair<std::string, std::string>>& pairs);
   // The slice is gone: off every board; its members file removed.
   void Drop(uint64_t job_id);
 

@@ -49,6 +49,16 @@ core::Status ArbiterRegionStore::Update(const std::string& path, const SliceLimi
   return arbiter_.Update(l);
 }
 
+core::Status ArbiterRegionStore::Move(const std::string& path,
+                                      const std::vector<std::pair<std::string, std::string>>& pairs,
+                                      const SliceLimits& after) {
+  GPUSLICE_RETURN_IF_ERROR(inner_.Move(path, pairs, after));
+  SliceLimits l = after;
+  if (l.job_id == 0) l.job_id = JobIdOfSlicePath(path);
+  if (l.job_id == 0) return core::Status::Ok();
+  return arbiter_.Move(l, pairs);
+}
+
 uint64_t ArbiterRegionStore::ContendedNs(const std::string& region_path) {
   const uint64_t job = JobIdOfSlicePath(region_path);
   return job == 0 ? 0 : arbiter_.ContendedNs(job);

@@ -39,6 +39,12 @@ class ArbiterRegionStore : public RegionStore {
     return inner_.Pids(path);
   }
   core::Status Update(const std::string& path, const SliceLimits& limits) override;
+  core::Status Move(const std::string& path,
+                    const std::vector<std::pair<std::string, std::string>>& pairs,
+                    const SliceLimits& after) override;
+  core::Result<std::vector<std::string>> Devices(const std::string& path) override {
+    return inner_.Devices(path);
+  }
   uint64_t ContendedNs(const std::string& region_path) override;
   uint64_t WaitedNs(const std::string& region_path) override;
   std::string LimitsPathOf(const std::string& region_path) const override {

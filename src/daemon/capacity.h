@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -89,6 +90,15 @@ class NodeCapacity : public core::CapacityModel {
   // its pool, by the policy). kFailedPrecondition saying what does not fit
   // when there is no room now; kNotFound for a UUID this machine lacks.
   core::Status PlaceOn(uint64_t id, const std::vector<std::string>& candidates);
+  // A move that would let job `head_id` (which does not fit now) start:
+  // one running single-GPU job, for which `movable` says yes, moved to
+  // another GPU (core::ProposeMove). Whole GPUs and fractions; not MIG.
+  struct MoveHint {
+    uint64_t job_id = 0;
+    std::string to_uuid;
+  };
+  std::optional<MoveHint> ProposeMoveFor(uint64_t head_id,
+                                         const std::function<bool(uint64_t)>& movable);
   std::unique_ptr<core::CapacityModel> Clone() const override;
   core::FitResult TryPlace(uint64_t id) override;
   void Release(uint64_t id) override;

@@ -1,10 +1,13 @@
 // NodeCapacity::PlaceOn: placement now on named GPUs, for external jobs
 // (docs/KUBERNETES.md): a kubelet that admits a pod names the devices, and
-// the slice goes there or is refused with the reason, never queued.
+// the slice goes there or is refused with the reason, never queued; for a
+// job moved to another GPU (docs/SUSPEND.md). And ProposeMoveFor: the move
+// that would let a waiting job start.
 
 #include <algorithm>
 #include <map>
 
+#include "core/move_proposal.h"
 #include "core/strings.h"
 #include "daemon/capacity.h"
 
@@ -107,6 +110,42 @@ Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candid
   }
   return core::FailedPreconditionError("does not fit now on " + names + ": " +
                                        (last.empty() ? WhyNotNow(id) : last));
+}
+
+std::optional<NodeCapacity::MoveHint> NodeCapacity::ProposeMoveFor(
+    uint64_t head_id, const std::function<bool(uint64_t)>& movable) {
+  auto head = demands_->find(head_id);
+  if (head == demands_->end() || held_.count(head_id) ||
+      head->second.request.kind == core::RequestKind::kMig || !head->second.ever_fits) {
+    return std::nullopt;
+  }
+  std::vector<core::PlacedTask> tasks;
+  for (const auto& [id, h] : held_) {
+    if (h.mig >= 0) continue;
+    auto d = demands_->find(id);
+    if (d == demands_->end()) continue;
+    core::PlacedTask t;
+    t.id = id;
+    t.demand = HeldDemand(d->second, h);
+    t.placement = h.placement;
+    // The driver restores a process only onto a GPU of its model, and a job
+    // stays in its pool: both are the GPU's interned "model@pool".
+    if (h.placement.gpu_count == 1) {
+      t.demand.model_mask = 1ull << state_.node(h.placement.node).gpus[h.placement.gpus[0]].model;
+    }
+    t.movable = movable(id);
+    tasks.push_back(t);
+  }
+  core::PlaceOptions options = options_;
+  if (core::InfoOf(options.policy).needs_profile) {
+    EnsureProfile();
+    options.profile = profile_.get();
+  }
+  options.frag_cache = nullptr;
+  auto move = core::ProposeMove(state_, head->second.demand, tasks, options);
+  if (!move.ok() || !*move) return std::nullopt;
+  const core::Placement& to = (*move)->to;
+  return MoveHint{(*move)->task_id, (*node_gpus_)[to.node * kGpusPerNode + to.gpus[0]].uuid};
 }
 
 }  // namespace gpuslice::daemon

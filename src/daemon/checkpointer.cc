@@ -219,7 +219,7 @@ class DriverCheckpointer : public Checkpointer {
   // "GPU-6f1b2c3d-...": 32 hex digits after the prefix, dashes anywhere.
   static Status ParseUuid(const std::string& text, CUuuid* out) {
     std::string_view t = text;
-    if (t.rfind("GPU-", 0) == 0) t.remove_prefix(4);
+    if (t.rfind("GPU-", 0) == 0 || t.rfind("MIG-", 0) == 0) t.remove_prefix(4);
     size_t n = 0;
     auto hex = [](char c) -> int {
       if (c >= '0' && c <= '9') return c - '0';
@@ -336,8 +336,15 @@ CheckpointOutcome ResumeProcesses(Checkpointer& cp, const std::vector<int64_t>& 
     return out;
   }
   std::vector<int64_t> restored;
+  std::vector<GpuRemap> back;
+  for (const GpuRemap& m : remap) back.push_back({m.to_uuid, m.from_uuid});
   auto undo = [&] {
-    for (int64_t pid : restored) (void)cp.Checkpoint(pid);
+    for (int64_t pid : restored) {
+      (void)cp.Checkpoint(pid);
+      // Restored onto other GPUs: back onto its own, where the caller puts
+      // its slice back too.
+      if (!back.empty() && cp.Restore(pid, back).ok()) (void)cp.Checkpoint(pid);
+    }
   };
   std::vector<int64_t> to_unlock;
   for (int64_t pid : pids) {

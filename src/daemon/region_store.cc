@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "daemon/launcher.h"
+#include "daemon/log.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
 
@@ -216,6 +217,54 @@ core::Status ShimRegionStore::Update(const std::string& path, const SliceLimits&
         (*region)->SetLaunchesPaused(uuid, limits.launches_paused).WithContext(path));
   }
   return core::Status::Ok();
+}
+
+core::Status ShimRegionStore::Move(const std::string& path,
+                                   const std::vector<std::pair<std::string, std::string>>& pairs,
+                                   const SliceLimits& after) {
+  (void)after;  // The page keeps each device's controls; Update sets new ones.
+  const std::string limits_path = LimitsPathOf(path);
+  if (limits_path.empty()) {
+    return core::UnimplementedError("slice " + path +
+                                    " was made by an older daemon: it has no limits page to move");
+  }
+  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](shim::LimitsPage& page) {
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      core::Status s = page.MoveDevice(pairs[i].first, pairs[i].second);
+      if (!s.ok()) {
+        // All or nothing: the ones done go back.
+        for (size_t j = i; j-- > 0;) (void)page.MoveDevice(pairs[j].second, pairs[j].first);
+        return s.WithContext(limits_path);
+      }
+    }
+    return core::Status::Ok();
+  }));
+  // The region's copy of the names: what the job's processes match NVML's
+  // answers and their usage reports against. It decides nothing, so a
+  // region the job broke only costs it those reports.
+  auto region = shim::Region::Open(path);
+  core::Status renamed = region.status();
+  for (size_t i = 0; renamed.ok() && i < pairs.size(); ++i) {
+    renamed = (*region)->RenameDevice(pairs[i].first, pairs[i].second);
+  }
+  if (!renamed.ok()) LogWarn("slice " + path + ": moved, but its region: " + renamed.message());
+  return core::Status::Ok();
+}
+
+core::Result<std::vector<std::string>> ShimRegionStore::Devices(const std::string& path) {
+  const std::string limits_path = LimitsPathOf(path);
+  std::vector<std::string> out;
+  if (limits_path.empty()) {
+    auto region = shim::Region::Open(path);
+    if (!region.ok()) return region.status();
+    for (const shim::DeviceUsage& d : (*region)->Devices()) out.push_back(d.uuid);
+    return out;
+  }
+  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](shim::LimitsPage& page) {
+    for (const shim::DeviceControls& c : page.Devices()) out.push_back(c.uuid);
+    return core::Status::Ok();
+  }));
+  return out;
 }
 
 core::Status ShimRegionStore::WithPage(const std::string& limits_path,

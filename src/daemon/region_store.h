@@ -9,6 +9,7 @@
 // pids, counters) comes from its region, which the job owns. Nothing here
 // ever takes a decision back from a region.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -83,6 +84,17 @@ class RegionStore {
   // the limits page only. The devices themselves cannot change (a slice's
   // device list is fixed).
   virtual core::Status Update(const std::string& path, const SliceLimits& limits) = 0;
+  // Moves the slice to other GPUs (a suspended job resumed elsewhere): each
+  // (from, to) renames device `from` to `to`, keeping its index and its
+  // controls, in the limits page (what the job's processes follow) and the
+  // region. Called only while the slice's processes are checkpointed.
+  // Unimplemented for a slice without a limits page (an older daemon's).
+  virtual core::Status Move(const std::string& path,
+                            const std::vector<std::pair<std::string, std::string>>& pairs,
+                            const SliceLimits& after) = 0;
+  // The slice's devices in its order, as its limits page names them now:
+  // the GPUs its processes are on (or were on when they were checkpointed).
+  virtual core::Result<std::vector<std::string>> Devices(const std::string& path) = 0;
   // The limits page of the slice whose region is `region_path` (for
   // GPUSLICE_LIMITS); empty for a slice that has none (one made by an older
   // daemon: its shim reads its limits from the region).
@@ -131,6 +143,10 @@ class ShimRegionStore : public RegionStore {
   core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override;
   core::Result<std::vector<int32_t>> Pids(const std::string& path) override;
   core::Status Update(const std::string& path, const SliceLimits& limits) override;
+  core::Status Move(const std::string& path,
+                    const std::vector<std::pair<std::string, std::string>>& pairs,
+                    const SliceLimits& after) override;
+  core::Result<std::vector<std::string>> Devices(const std::string& path) override;
   std::string LimitsPathOf(const std::string& region_path) const override;
 
  private:
@@ -191,6 +207,26 @@ class FakeRegionStore : public RegionStore {
     it->second = next;
     return core::Status::Ok();
   }
+  core::Status Move(const std::string& path,
+                    const std::vector<std::pair<std::string, std::string>>& pairs,
+                    const SliceLimits& after) override {
+    auto it = regions.find(path);
+    if (it == regions.end()) return core::NotFoundError("no region " + path);
+    if (!move_error.ok()) return move_error;
+    for (const auto& [from, to] : pairs) {
+      auto at = std::find(it->second.uuids.begin(), it->second.uuids.end(), from);
+      if (at == it->second.uuids.end()) return core::NotFoundError("no device " + from);
+      *at = to;
+    }
+    (void)after;
+    moves.emplace_back(path, pairs);
+    return core::Status::Ok();
+  }
+  core::Result<std::vector<std::string>> Devices(const std::string& path) override {
+    auto it = regions.find(path);
+    if (it == regions.end()) return core::NotFoundError("no region " + path);
+    return it->second.uuids;
+  }
   std::string LimitsPathOf(const std::string& region_path) const override {
     const std::string prefix = "/fake/slice-";
     if (region_path.rfind(prefix, 0) != 0) return "";
@@ -212,6 +248,9 @@ class FakeRegionStore : public RegionStore {
   std::map<std::string, uint64_t> waited;  // Likewise, WaitedNs.
   // Every Update, as asked (devices and limits), in order.
   std::vector<std::pair<std::string, SliceLimits>> updates;
+  // Every Move, in order; set move_error to make the next ones fail.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> moves;
+  core::Status move_error;
   // Set by tests: per region, bytes used on each device and the live pids.
   std::map<std::string, uint64_t> used;
   std::map<std::string, std::vector<int32_t>> pids;

@@ -309,6 +309,7 @@ JobView Service::View(const Job& job) {
         } else if (auto n = preempt_note_.find(job.id); n != preempt_note_.end()) {
           v.waiting_for += "; cannot preempt: " + n->second;
         }
+        v.waiting_for += MoveHintFor(job);
         break;
       }
       case core::WaitReason::kBehindHead:

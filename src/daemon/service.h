@@ -265,6 +265,8 @@ struct SuspendCause {
   // Preemption for this job: ended as before when it cannot be suspended;
   // resumed by the daemon once it fits again when it can.
   uint64_t preempted_for = 0;
+  // A move (`gpuslice move`): the GPU to resume on once it is suspended.
+  std::string move_to;
 };
 
 class Service {
@@ -387,6 +389,11 @@ class Service {
   // Returns at once with the flag "suspending"; the job becomes `suspended`,
   // or stays running with JobView::checkpoint_error, when the worker is done.
   core::Status Suspend(const Caller& caller, uint64_t id);
+  // Moves a single-GPU job onto GPU `gpu` (owner or admin; service_move.cc):
+  // a running job is suspended and resumed there (flags "suspending", then
+  // "resuming"), a suspended one resumed there. Refused at once when the
+  // target is not of the job's model and pool, or has no room now.
+  core::Status Move(const Caller& caller, uint64_t id, const std::string& gpu);
   // Replaces a job's labels (owner or admin); the metrics carry them.
   core::Result<JobView> SetLabels(const Caller& caller, uint64_t id,
                                   std::map<std::string, std::string> labels);
@@ -542,7 +549,21 @@ class Service {
   // Restart recovery: processes a suspend or resume left half done (the
   // worker died with the daemon) are put back to what the ledger says.
   void RecoverCheckpoints(core::Job& job);
-  core::Status StartResume(core::Job& job, Live& l, const std::string& by);
+  // Resumes a suspended job: on `onto` (a move) when given, else on its own
+  // GPUs, else on any GPU of its model and pool with room.
+  core::Status StartResume(core::Job& job, Live& l, const std::string& by,
+                           const std::vector<std::string>& onto = {});
+  // Moves (service_move.cc): what cannot move at all (a container, an
+  // elastic job), the GPUs a job may move to, and the capacity a resume
+  // takes (held on return).
+  core::Status CanMove(const core::Job& job) const;
+  std::vector<std::string> MoveCandidates(const core::Job& job) const;
+  core::Result<core::Allocation> PlaceForResume(core::Job& job,
+                                                const std::vector<std::string>& onto);
+  // For the job first in line that does not fit: "; a move would let it
+  // start: gpuslice move 7 --gpu GPU-..." when one running job moved
+  // elsewhere would make room (the placement core's proposal), else "".
+  std::string MoveHintFor(const core::Job& head);
   // What both refuse: no checkpoint API, a worker busy with it, its end.
   core::Status CanCheckpoint(const core::Job& job, const Live& l, const char* verb) const;
   // Runs `work` on a worker thread for `task` (FinishCheckpoints applies it).

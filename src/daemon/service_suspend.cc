@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "core/relocation.h"
 #include "core/strings.h"
 #include "daemon/log.h"
 #include "daemon/service.h"
@@ -34,6 +35,10 @@ struct CheckpointTask {
   std::thread thread;
   std::atomic<bool> done{false};
   CheckpointOutcome outcome;  // Written by the thread before `done`.
+  // Resumes: the allocation before, and the slice devices that changed GPU
+  // (empty: resumed where it was), to put back when the restore fails.
+  core::Allocation before;
+  std::vector<std::pair<std::string, std::string>> moves;
   ~CheckpointTask() {
     if (thread.joinable()) thread.join();
   }
@@ -43,6 +48,13 @@ namespace {
 
 std::string Who(const Caller& caller) {
   return caller.user.empty() ? "uid " + std::to_string(caller.uid) : caller.user;
+}
+
+std::vector<std::pair<std::string, std::string>> Reversed(
+    const std::vector<std::pair<std::string, std::string>>& moves) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [from, to] : moves) out.emplace_back(to, from);
+  return out;
 }
 
 std::string Seconds(int64_t ms) {
@@ -148,33 +160,57 @@ Status Service::StartSuspend(Job& job, Live& l, SuspendCause cause) {
   return Status::Ok();
 }
 
-Status Service::StartResume(Job& job, Live& l, const std::string& by) {
+Status Service::StartResume(Job& job, Live& l, const std::string& by,
+                            const std::vector<std::string>& onto) {
   GPUSLICE_RETURN_IF_ERROR(CanCheckpoint(job, l, "resume"));
   const std::string name = "job " + std::to_string(job.id);
   if (!capacity_) return core::UnavailableError("the GPUs are unknown: " + degraded_reason_);
   // Its room first, so that nothing is placed there while it is restored.
-  if (Status held = capacity_->Hold(job.id, job.allocation); !held.ok()) {
-    std::string why = held.message();
-    if (held.code() == core::StatusCode::kFailedPrecondition ||
-        held.code() == core::StatusCode::kResourceExhausted) {
-      why = capacity_->WhyNotNow(job.id);
-    }
-    return core::FailedPreconditionError(name + " cannot resume now: its GPUs (" +
-                                         core::Join(job.allocation.gpu_uuids, ", ") +
-                                         ") lack room for its slice: " + why);
+  GPUSLICE_ASSIGN_OR_RETURN(core::Allocation target, PlaceForResume(job, onto));
+  // Where its processes are: the GPUs its slice names now (a move renames
+  // them), which the ledger's allocation also says unless a move was cut
+  // short by a restart (RecoverCheckpoints).
+  std::vector<std::string> now = job.allocation.gpu_uuids;
+  if (auto devices = regions_.Devices(job.region_path); devices.ok()) now = *devices;
+  core::Result<core::Relocation> rel = core::Relocate(now, target.gpu_uuids);
+  if (!rel.ok()) {
+    capacity_->Release(job.id);
+    return rel.status().WithContext(name);
   }
-  // The limits come back before the processes do.
+  core::Allocation placed = target;
+  for (size_t i = 0; i < rel->order.size(); ++i) {
+    placed.gpu_indices[i] = target.gpu_indices[rel->order[i]];
+    placed.gpu_uuids[i] = target.gpu_uuids[rel->order[i]];
+  }
   Job running = job;
   running.state = JobState::kRunning;
+  running.allocation = placed;
+  // The slice moves, then its limits come back, before the processes do.
+  if (!rel->moves.empty()) {
+    if (Status s = regions_.Move(job.region_path, rel->moves, SliceLimitsOf(running)); !s.ok()) {
+      capacity_->Release(job.id);
+      return s.WithContext(name + ": moving its slice to " + core::Join(placed.gpu_uuids, ", "));
+    }
+  }
   if (Status s = regions_.Update(job.region_path, SliceLimitsOf(running)); !s.ok()) {
+    if (!rel->moves.empty())
+      (void)regions_.Move(job.region_path, Reversed(rel->moves), SliceLimitsOf(job));
     capacity_->Release(job.id);
     return s.WithContext(name + ": restoring its slice's limits");
   }
   auto task = std::make_shared<CheckpointTask>();
   task->resume = true;
   task->by = by;
-  RunCheckpointTask(job, l, std::move(task), [pids = ProcessesOf(job)](Checkpointer& cp) {
-    return ResumeProcesses(cp, pids, {});
+  task->before = job.allocation;
+  task->moves = rel->moves;
+  job.allocation = placed;
+  // The driver wants every GPU the process is on named once anything moves.
+  std::vector<GpuRemap> remap;
+  if (!rel->moves.empty()) {
+    for (size_t i = 0; i < now.size(); ++i) remap.push_back({now[i], placed.gpu_uuids[i]});
+  }
+  RunCheckpointTask(job, l, std::move(task), [pids = ProcessesOf(job), remap](Checkpointer& cp) {
+    return ResumeProcesses(cp, pids, remap);
   });
   return Status::Ok();
 }
@@ -228,7 +264,20 @@ void Service::FinishCheckpoints() {
       RecordEvent("suspended", id, job.user,
                   "by " + task->by + ": " + std::to_string(out.pids.size()) +
                       " CUDA processes checkpointed to host memory in " + took +
-                      "; its GPUs are free for others");
+                      (cause.move_to.empty() ? "; its GPUs are free for others"
+                                             : "; moving to " + cause.move_to));
+      if (!cause.move_to.empty()) {
+        // Nothing was placed since its capacity went (this loop has not
+        // yielded): the target, else its own GPU, is still free for it.
+        Status moved = StartResume(job, l, task->by, {cause.move_to});
+        if (!moved.ok()) {
+          Status back = StartResume(job, l, task->by);
+          l.checkpoint_error = "move failed: " + moved.message();
+          RecordEvent("move_failed", id, job.user,
+                      moved.message() + (back.ok() ? "; resuming where it was"
+                                                   : "; it stays suspended: " + back.message()));
+        }
+      }
       RequestSchedule();
       continue;
     }
@@ -236,6 +285,14 @@ void Service::FinishCheckpoints() {
       // Still wholly suspended (ResumeProcesses put back what it did): its
       // room goes back to the queue and its slice is closed again.
       l.checkpoint_error = "resume failed: " + out.status.message();
+      job.allocation = task->before;
+      if (!task->moves.empty()) {
+        // ResumeProcesses put its processes back on their old GPUs.
+        if (Status s = regions_.Move(job.region_path, Reversed(task->moves), SliceLimitsOf(job));
+            !s.ok()) {
+          LogWarn(name + ": cannot move its slice back: " + s.message());
+        }
+      }
       if (Status s = regions_.Update(job.region_path, SliceLimitsOf(job)); !s.ok()) {
         LogWarn(name + ": cannot close its slice again: " + s.message());
       }
@@ -266,6 +323,12 @@ void Service::FinishCheckpoints() {
                 "by " + task->by + ": " + std::to_string(out.pids.size()) +
                     " CUDA processes restored onto " + core::Join(job.allocation.gpu_uuids, ", ") +
                     " in " + took);
+    if (!task->moves.empty()) {
+      std::vector<std::string> what;
+      for (const auto& [from, to] : task->moves) what.push_back(from + " -> " + to);
+      RecordEvent("moved", id, job.user, "by " + task->by + ": " + core::Join(what, ", "));
+    }
+    if (task->before.gpu_uuids != job.allocation.gpu_uuids) RequestSchedule();  // Its old room.
   }
 }
 
@@ -273,13 +336,26 @@ void Service::RecoverCheckpoints(Job& job) {
   if (!options_.checkpointer || !options_.checkpointer->Available().ok()) return;
   Checkpointer& cp = *options_.checkpointer;
   const bool suspended = job.state == JobState::kSuspended;
+  const std::string name = "job " + std::to_string(job.id);
+  bool on_slice_gpus = false;  // A process of a suspended job was restored.
+  bool checkpointed = false;
   for (int64_t pid : ProcessesOf(job)) {
     auto st = cp.StateOf(pid);
     if (!st.ok()) continue;
     Status s;
-    if (suspended && *st == GpuProcessState::kLocked) {
+    if (suspended && *st == GpuProcessState::kCheckpointed) {
+      checkpointed = true;
+      continue;
+    } else if (suspended && *st == GpuProcessState::kLocked) {
       // A resume cut short: back to checkpointed, as the ledger says.
+      on_slice_gpus = true;
       s = cp.Checkpoint(pid);
+    } else if (suspended && *st == GpuProcessState::kRunning) {
+      // A resume cut short after its unlock: suspended again, rather than
+      // ended as a process that used the GPU while suspended.
+      on_slice_gpus = true;
+      s = cp.Lock(pid, options_.suspend_lock_timeout_ms);
+      if (s.ok()) s = cp.Checkpoint(pid);
     } else if (!suspended && *st == GpuProcessState::kCheckpointed) {
       // A suspension cut short (running in the ledger, capacity held):
       // restored and running again.
@@ -290,12 +366,33 @@ void Service::RecoverCheckpoints(Job& job) {
     } else {
       continue;
     }
-    LogInfo("job " + std::to_string(job.id) + ": process " + std::to_string(pid) + " was " +
+    LogInfo(name + ": process " + std::to_string(pid) + " was " +
             std::string(GpuProcessStateName(*st)) +
             " by a suspend or resume the daemon's restart "
             "cut short; " +
             (s.ok() ? "put back" : "could not be put back: " + s.message()));
   }
+  if (!suspended) return;
+  // A resume onto other GPUs cut short: the slice names the new GPUs (it is
+  // renamed before the restore), the ledger the old ones. Processes that
+  // were restored are on the new GPUs, so the slice keeps naming them (the
+  // next resume moves them from there); if none was, they never left, and
+  // the slice goes back to the old names.
+  auto devices = regions_.Devices(job.region_path);
+  if (!devices.ok() || *devices == job.allocation.gpu_uuids || on_slice_gpus) {
+    if (on_slice_gpus && checkpointed && devices.ok() && *devices != job.allocation.gpu_uuids) {
+      LogWarn(name + ": a move cut short left some of its processes on " +
+              core::Join(job.allocation.gpu_uuids, ", ") + " and some on " +
+              core::Join(*devices, ", ") + "; resuming it may fail");
+    }
+    return;
+  }
+  auto back = core::Relocate(*devices, job.allocation.gpu_uuids);
+  Status s = back.status();
+  if (s.ok()) s = regions_.Move(job.region_path, back->moves, SliceLimitsOf(job));
+  LogInfo(name + ": a move the daemon's restart cut short; its slice " +
+          (s.ok() ? "names " + core::Join(job.allocation.gpu_uuids, ", ") + " again"
+                  : "could not be put back: " + s.message()));
 }
 
 void Service::ResumeWhenRoom() {

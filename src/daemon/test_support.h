@@ -55,6 +55,7 @@ inline Caller TestCaller(uint32_t uid, bool admin = false) {
 class ServiceFixture : public ::testing::Test {
  protected:
   explicit ServiceFixture(uint32_t gpus = 2) : inventory_(SimulatedGpus(gpus)) {}
+  explicit ServiceFixture(InventorySnapshot gpus) : inventory_(std::move(gpus)) {}
   void SetUp() override {
     char tmpl[] = "/tmp/gpuslice-service-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);

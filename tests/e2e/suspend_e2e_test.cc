@@ -36,12 +36,17 @@ std::string SubmitVerifier(Daemon& d, const std::string& slice_mem, const std::s
   return Submit(d, args);
 }
 
-// The GPU memory NVML shows in use on GPU 0 (`gpuslice gpus --json`).
-uint64_t GpuMemoryUsed(Daemon& d) {
-  CliResult r = d.Cli({"gpus", "--json"});
-  json j = json::parse(r.out, nullptr, false);
-  if (!j.is_object() || !j.contains("gpus") || j["gpus"].empty()) return ~0ull;
-  return j["gpus"][0].value("memory_used", ~0ull);
+// The GPUs as `gpuslice gpus --json` lists them.
+json Gpus(Daemon& d) {
+  json j = json::parse(d.Cli({"gpus", "--json"}).out, nullptr, false);
+  return j.is_object() && j.contains("gpus") ? j["gpus"] : json::array();
+}
+
+// The GPU memory NVML shows in use on GPU `index`.
+uint64_t GpuMemoryUsed(Daemon& d, size_t index = 0) {
+  json gpus = Gpus(d);
+  if (gpus.size() <= index) return ~0ull;
+  return gpus[index].value("memory_used", ~0ull);
 }
 
 // Its memory is filled once the shim counts it in the slice.
@@ -155,6 +160,54 @@ TEST_F(SuspendE2E, ADaemonRestartWhileSuspendedLosesNothing) {
   EXPECT_EQ(State(d, a), "suspended");
   ASSERT_EQ(d.Cli({"resume", a}).exit_code, 0);
   ExpectVerified(d, a);
+}
+
+// `gpuslice move`: the job's memory goes with it to the other GPU, its
+// slice's compute gate follows it to that GPU's board, and it goes on
+// launching and finds every byte as it left it.
+TEST_F(SuspendE2E, AMovedJobRunsOnTheOtherGpuWithEveryByteAndItsShare) {
+  Daemon d("2xH100-80GB");
+  Start(d);
+  const uint64_t idle = GpuMemoryUsed(d, 1);
+  // Its shim says where its compute gate is (info level, on its stderr).
+  CliResult sub = d.CliWithInput(
+      {"submit", "--mem", "60GiB", "--compute", "50%", "--", WorkerPath(), "--name", "verifier",
+       "--mem", "2GiB", "--verify", "--duty", "50%", "--kernel-us", "1000", "--seconds", "8"},
+      "", {"GPUSLICE_LOG_LEVEL=info"});
+  ASSERT_EQ(sub.exit_code, 0) << sub.err;
+  const std::string a = Trim(sub.out);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60)) << Job(d, a).dump();
+  // Its compute gate is on its first GPU's board before it moves.
+  auto logs = [&] {
+    const CliResult r = d.Cli({"logs", a});  // The job's stderr on ours.
+    return r.out + r.err;
+  };
+  ASSERT_TRUE(Daemon::WaitFor([&] { return logs().find("compute gate on") != std::string::npos; }))
+      << logs();
+  const json gpus = Gpus(d);
+  ASSERT_EQ(gpus.size(), 2u);
+  const std::string from = Job(d, a)["allocation"]["gpu_uuids"][0];
+  const size_t to_index = gpus[0]["uuid"] == from ? 1 : 0;
+  const std::string to = gpus[to_index]["uuid"];
+  const uint64_t idle_to = GpuMemoryUsed(d, to_index);
+
+  CliResult m = d.Cli({"move", a, "--gpu", to});
+  ASSERT_EQ(m.exit_code, 0) << m.out << m.err;
+  EXPECT_NE(m.out.find("moved"), std::string::npos) << m.out;
+  EXPECT_EQ(State(d, a), "running");
+  EXPECT_EQ(Job(d, a)["allocation"]["gpu_uuids"][0], to) << Job(d, a).dump();
+  EXPECT_TRUE(HasEvent(d, a, "moved"));
+  // NVML: its memory is on the new GPU, the old one is as before it came.
+  EXPECT_TRUE(
+      Daemon::WaitFor([&] { return GpuMemoryUsed(d, to_index) >= idle_to + 2 * kGiB; }, 30));
+  EXPECT_TRUE(Daemon::WaitFor([&] { return GpuMemoryUsed(d, 1 - to_index) <= idle; }, 30))
+      << GpuMemoryUsed(d, 1 - to_index) << " > " << idle;
+  // Moving it onto the GPU it is on is refused, naming why.
+  CliResult again = d.Cli({"move", a, "--gpu", to});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("already"), std::string::npos) << again.err;
+  ExpectVerified(d, a);
+  EXPECT_NE(logs().find("the slice moved to " + to), std::string::npos) << logs();
 }
 
 TEST_F(SuspendE2E, IdleReclaimSuspendsAndACancelledSuspendedJobFreesEverything) {
