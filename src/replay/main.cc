@@ -82,7 +82,7 @@ int Main(int argc, char** argv) {
   double inflate = 1.3, coverage = 0;
   uint64_t seed = 42;
   int seeds = 1, jobs = 1;
-  bool json = false, no_shuffle = false;
+  bool json = false, no_shuffle = false, moves = false;
   app.add_option("--nodes", nodes_path, "node list (openb_node_list_*.csv)")->required();
   app.add_option("--pods", pods_path, "task list (openb_pod_list_*.csv)")->required();
   app.add_option("--policy", policy_list,
@@ -96,6 +96,9 @@ int Main(int argc, char** argv) {
                  "profile coverage for fgd/frag-aware (default: 0.95 fgd, 1.0 frag-aware)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--no-shuffle", no_shuffle, "keep trace order (inflation draws appended)");
+  app.add_flag("--moves", moves,
+               "when a task does not fit, move one placed single-GPU task if that makes room "
+               "(reports how many tasks a move let in)");
   app.add_flag("--json", json, "print JSON instead of the table");
   app.add_option("--json-out", json_out, "also write the JSON to this file");
   app.add_option("--csv", csv_out, "write per-step CSV to this file");
@@ -123,7 +126,8 @@ int Main(int argc, char** argv) {
   std::vector<ReplayConfig> configs;
   for (core::Policy p : *policies) {
     for (int i = 0; i < seeds; ++i) {
-      configs.push_back({p, inflate, seed + static_cast<uint64_t>(i), !no_shuffle, 0.05, coverage});
+      configs.push_back(
+          {p, inflate, seed + static_cast<uint64_t>(i), !no_shuffle, 0.05, coverage, moves});
     }
   }
   std::vector<core::Result<ReplayResult>> results(configs.size(),

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "core/move_proposal.h"
 #include "core/placement_profile.h"
 #include "core/placement_random.h"
 #include "core/units.h"
@@ -142,13 +144,16 @@ Result<ReplayResult> RunReplay(const ReplayInput& input, const ReplayConfig& con
   const core::PlaceOptions options{config.policy, &profile, &rng, &frag_cache};
 
   ReplayResult result;
+  result.moves = config.moves;
   result.policy = config.policy;
   result.seed = config.seed;
   result.capacity_gpus = static_cast<double>(capacity) / core::kMilliPerGpu;
   const int num_steps = static_cast<int>(std::floor(config.inflate / config.step + 1e-9));
   std::vector<double> window_us, all_us;
   all_us.reserve(seq.size());
-  uint64_t arrived_milli = 0, failed = 0, arrived = 0;
+  uint64_t arrived_milli = 0, failed = 0, arrived = 0, moved_for = 0;
+  // What is placed, by task index (--moves only): the candidates to move.
+  std::vector<core::PlacedTask> placed;
   int next_step = 1;
 
   auto snapshot = [&](double ratio) {
@@ -162,6 +167,7 @@ Result<ReplayResult> RunReplay(const ReplayInput& input, const ReplayConfig& con
     st.fragmented_gpus = FragmentedGpus(all_shapes, state);
     st.arrived_tasks = arrived;
     st.failed_tasks = failed;
+    st.moved_for = moved_for;
     st.decision_p50_us = Percentile(window_us, 50);
     st.decision_p99_us = Percentile(window_us, 99);
     window_us.clear();
@@ -172,19 +178,34 @@ Result<ReplayResult> RunReplay(const ReplayInput& input, const ReplayConfig& con
     arrived_milli += d.TotalGpuMilli();
     ++arrived;
     const auto t0 = std::chrono::steady_clock::now();
-    Result<core::Placement> placed = core::Place(state, d, options);
+    Result<core::Placement> where = core::Place(state, d, options);
     const auto t1 = std::chrono::steady_clock::now();
     const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
     window_us.push_back(us);
     all_us.push_back(us);
-    if (placed.ok()) {
-      Status applied = state.Allocate(d, *placed);
+    if (where.ok()) {
+      Status applied = state.Allocate(d, *where);
       if (!applied.ok()) {
         return core::InternalError("policy " + std::string(core::PolicyName(config.policy)) +
                                    " returned a placement Allocate refused: " + applied.ToString());
       }
-    } else if (placed.status().code() == core::StatusCode::kInvalidArgument) {
-      return placed.status();
+      if (config.moves) placed.push_back({placed.size(), d, *where, true});
+    } else if (where.status().code() == core::StatusCode::kInvalidArgument) {
+      return where.status();
+    } else if (config.moves && where.status().code() == core::StatusCode::kResourceExhausted) {
+      GPUSLICE_ASSIGN_OR_RETURN(std::optional<core::MoveProposal> move,
+                                core::ProposeMove(state, d, placed, options));
+      if (!move) {
+        ++failed;
+      } else {
+        core::PlacedTask& t = placed[move->task_id];
+        GPUSLICE_RETURN_IF_ERROR(state.Release(t.demand, move->from));
+        GPUSLICE_RETURN_IF_ERROR(state.Allocate(t.demand, move->to));
+        t.placement = move->to;
+        GPUSLICE_RETURN_IF_ERROR(state.Allocate(d, move->head));
+        placed.push_back({placed.size(), d, move->head, true});
+        ++moved_for;
+      }
     } else {
       ++failed;
     }

@@ -48,6 +48,10 @@ struct ReplayConfig {
   // weighs shapes by rarity, WorkloadProfile::WithRarity; see
   // docs/PLACEMENT.md).
   double profile_coverage = 0;
+  // When a task does not fit, look for one move of a placed single-GPU task
+  // after which it does (core::ProposeMove), and make it: the replay's
+  // answer to "how often would a move have let the job start".
+  bool moves = false;
 };
 
 // One snapshot, taken when arrived GPU demand first reaches `arrived_ratio`
@@ -61,6 +65,7 @@ struct StepStats {
   double fragmented_gpus = 0;   // Free capacity no task shape could use.
   uint64_t arrived_tasks = 0;
   uint64_t failed_tasks = 0;    // Arrived but not placed (cumulative).
+  uint64_t moved_for = 0;       // Placed after one move (cumulative; --moves).
   double decision_p50_us = 0;   // Over decisions since the previous step.
   double decision_p99_us = 0;
 };
@@ -70,6 +75,7 @@ struct ReplayResult {
   uint64_t seed = 0;
   double capacity_gpus = 0;
   std::vector<StepStats> steps;
+  bool moves = false;  // ReplayConfig::moves.
   uint64_t decisions = 0;
   double decision_p50_us = 0;  // Over the whole run.
   double decision_p99_us = 0;

@@ -15,11 +15,17 @@ std::string Fixed(double v, int decimals) {
 }
 
 nlohmann::json StepJson(const StepStats& s) {
-  return {{"arrived_pct", s.arrived_ratio * 100},   {"arrived_gpus", s.arrived_gpus},
-          {"allocated_gpus", s.allocated_gpus},     {"alloc_ratio", s.alloc_ratio},
-          {"unallocated_gpus", s.unallocated_gpus}, {"fragmented_gpus", s.fragmented_gpus},
-          {"arrived_tasks", s.arrived_tasks},       {"failed_tasks", s.failed_tasks},
-          {"decision_p50_us", s.decision_p50_us},   {"decision_p99_us", s.decision_p99_us}};
+  return {{"arrived_pct", s.arrived_ratio * 100},
+          {"arrived_gpus", s.arrived_gpus},
+          {"allocated_gpus", s.allocated_gpus},
+          {"alloc_ratio", s.alloc_ratio},
+          {"unallocated_gpus", s.unallocated_gpus},
+          {"fragmented_gpus", s.fragmented_gpus},
+          {"arrived_tasks", s.arrived_tasks},
+          {"failed_tasks", s.failed_tasks},
+          {"moved_for", s.moved_for},
+          {"decision_p50_us", s.decision_p50_us},
+          {"decision_p99_us", s.decision_p99_us}};
 }
 
 }  // namespace
@@ -30,7 +36,7 @@ std::vector<PolicySummary> Summarize(const std::vector<ReplayResult>& runs) {
     auto it = std::find_if(out.begin(), out.end(),
                            [&](const PolicySummary& s) { return s.policy == r.policy; });
     if (it == out.end()) {
-      out.push_back({r.policy, 0, {}, 0, 0, 0});
+      out.push_back({r.policy, r.moves, 0, {}, 0, 0, 0});
       it = out.end() - 1;
       it->steps.resize(r.steps.size());
       for (size_t i = 0; i < r.steps.size(); ++i) {
@@ -50,6 +56,7 @@ std::vector<PolicySummary> Summarize(const std::vector<ReplayResult>& runs) {
       s.unallocated_gpus += x.unallocated_gpus;
       s.fragmented_gpus += x.fragmented_gpus;
       s.failed_tasks += static_cast<double>(x.failed_tasks);
+      s.moved_for += static_cast<double>(x.moved_for);
       s.decision_p50_us += x.decision_p50_us;
       s.decision_p99_us += x.decision_p99_us;
     }
@@ -64,6 +71,7 @@ std::vector<PolicySummary> Summarize(const std::vector<ReplayResult>& runs) {
       s.unallocated_gpus /= k;
       s.fragmented_gpus /= k;
       s.failed_tasks /= k;
+      s.moved_for /= k;
       s.decision_p50_us /= k;
       s.decision_p99_us /= k;
     }
@@ -83,7 +91,10 @@ std::string FormatTable(const std::vector<PolicySummary>& summary, int every) {
     if ((i + 1) % every == 0 || i + 1 == steps.size()) cols.push_back(i);
   }
   for (size_t i : cols) out += "  " + Fixed(steps[i].arrived_ratio * 100, 0) + "%";
-  out += "  unalloc@end  frag@end  p50us  p99us\n";
+  const bool moves =
+      std::any_of(summary.begin(), summary.end(), [](const PolicySummary& p) { return p.moves; });
+  out += "  unalloc@end  frag@end  p50us  p99us";
+  out += moves ? "  failed@end  moved-for@end\n" : "\n";
   for (const PolicySummary& p : summary) {
     std::string name(core::PolicyName(p.policy));
     name.resize(16, ' ');
@@ -94,7 +105,9 @@ std::string FormatTable(const std::vector<PolicySummary>& summary, int every) {
     }
     const StepSummary& last = p.steps.back();
     out += "  " + Fixed(last.unallocated_gpus, 1) + "  " + Fixed(last.fragmented_gpus, 1) + "  " +
-           Fixed(p.decision_p50_us, 1) + "  " + Fixed(p.decision_p99_us, 1) + "\n";
+           Fixed(p.decision_p50_us, 1) + "  " + Fixed(p.decision_p99_us, 1);
+    if (moves) out += "  " + Fixed(last.failed_tasks, 1) + "  " + Fixed(last.moved_for, 1);
+    out += "\n";
   }
   return out;
 }
@@ -111,6 +124,7 @@ std::string ToJson(const RunInfo& info, const std::vector<ReplayResult>& runs,
   j["runs"] = nlohmann::json::array();
   for (const ReplayResult& r : runs) {
     nlohmann::json run = {{"policy", core::PolicyName(r.policy)},
+                          {"moves", r.moves},
                           {"seed", r.seed},
                           {"capacity_gpus", r.capacity_gpus},
                           {"decisions", r.decisions},
@@ -124,6 +138,7 @@ std::string ToJson(const RunInfo& info, const std::vector<ReplayResult>& runs,
   j["summary"] = nlohmann::json::array();
   for (const PolicySummary& p : summary) {
     nlohmann::json ps = {{"policy", core::PolicyName(p.policy)},
+                         {"moves", p.moves},
                          {"seeds", p.seeds},
                          {"decision_p50_us", p.decision_p50_us},
                          {"decision_p99_us", p.decision_p99_us},
@@ -137,6 +152,7 @@ std::string ToJson(const RunInfo& info, const std::vector<ReplayResult>& runs,
                              {"unallocated_gpus", s.unallocated_gpus},
                              {"fragmented_gpus", s.fragmented_gpus},
                              {"failed_tasks", s.failed_tasks},
+                             {"moved_for", s.moved_for},
                              {"decision_p50_us", s.decision_p50_us},
                              {"decision_p99_us", s.decision_p99_us}});
     }

@@ -20,12 +20,14 @@ struct StepSummary {
   double unallocated_gpus = 0;
   double fragmented_gpus = 0;
   double failed_tasks = 0;
+  double moved_for = 0;  // Tasks placed after one move (--moves).
   double decision_p50_us = 0;
   double decision_p99_us = 0;
 };
 
 struct PolicySummary {
   core::Policy policy;
+  bool moves = false;  // The runs looked for moves (--moves).
   int seeds = 0;
   std::vector<StepSummary> steps;
   double decision_p50_us = 0;  // Mean over seeds of the whole-run figures.

@@ -81,6 +81,31 @@ TEST(RunReplay, ReportsEveryStepAndKeepsTheBooks) {
   }
 }
 
+// Two tasks of 30% spread over the two GPUs of one node leave no whole GPU
+// for the third; moving one beside the other does.
+TEST(RunReplay, WithMovesATaskThatOneMoveLetsInIsPlacedAndCounted) {
+  std::vector<core::TraceNode> nodes = {{"n0", 32000, 131072, 2, "T4", 2}};
+  std::vector<core::TraceTask> tasks = {{"a", 1000, 1024, 1, 300, "", 2},
+                                        {"b", 1000, 1024, 1, 300, "", 3},
+                                        {"c", 1000, 1024, 1, 1000, "", 4}};
+  ReplayInput in = BuildInput(nodes, tasks).value();
+  ReplayConfig config{core::Policy::kSpread, 0.8, 1, false, 0.05, 0};
+  Result<ReplayResult> without = RunReplay(in, config);
+  ASSERT_TRUE(without.ok()) << without.status().ToString();
+  EXPECT_EQ(without->steps.back().failed_tasks, 1u);
+  EXPECT_EQ(without->steps.back().moved_for, 0u);
+  config.moves = true;
+  Result<ReplayResult> with = RunReplay(in, config);
+  ASSERT_TRUE(with.ok()) << with.status().ToString();
+  EXPECT_TRUE(with->moves);
+  EXPECT_EQ(with->steps.back().failed_tasks, 0u);
+  EXPECT_EQ(with->steps.back().moved_for, 1u);
+  EXPECT_NEAR(with->steps.back().allocated_gpus, 1.6, 1e-9);
+  const std::string table = FormatTable(Summarize({*with}));
+  EXPECT_NE(table.find("moved-for@end"), std::string::npos) << table;
+  EXPECT_EQ(FormatTable(Summarize({*without})).find("moved-for"), std::string::npos);
+}
+
 TEST(RunReplay, RejectsBadConfig) {
   ReplayInput in = SmallInput();
   EXPECT_EQ(RunReplay(in, {core::kDefaultPolicy, 1.3, 1, true, 0, 0.95}).status().code(),
