@@ -9,7 +9,10 @@
 // is <= 1.5) and the bytes that differ afterwards (must be 0).
 //
 //   checkpoint_bench [--sizes-gib 1,4] [--reps 5]
-//                    [--transfers move,copy,copy-populate]
+//                    [--transfers move,copy,copy-populate] [--to-other-gpu]
+//
+// --to-other-gpu: two simulated GPUs, and every restore puts the process on
+// the other one (gpuPairs), as a `gpuslice move` does.
 //
 // A transfer is the child's GPUSLICE_SIM_CHECKPOINT_TRANSFER (how the
 // driver moves contents to host memory and back; src/sim/driver/
@@ -143,7 +146,10 @@ struct ChildProcess {
   }
 };
 
-void StartChild(const char* self, size_t bytes, const std::string& transfer, ChildProcess* c) {
+// `one_gpu`: the child sees only GPU 0 (a job sees its own GPU), so a move
+// renames its one device.
+void StartChild(const char* self, size_t bytes, const std::string& transfer, bool one_gpu,
+                ChildProcess* c) {
   int to[2], from[2];
   if (pipe(to) != 0 || pipe(from) != 0) std::exit(1);
   c->pid = fork();
@@ -152,6 +158,7 @@ void StartChild(const char* self, size_t bytes, const std::string& transfer, Chi
     dup2(from[1], 1);
     for (int fd : {to[0], to[1], from[0], from[1]}) close(fd);
     setenv("GPUSLICE_SIM_CHECKPOINT_TRANSFER", transfer.c_str(), 1);
+    if (one_gpu) setenv("CUDA_VISIBLE_DEVICES", "0", 1);
     std::string n = std::to_string(bytes);
     execl(self, self, "--child", n.c_str(), static_cast<char*>(nullptr));
     _exit(127);
@@ -185,9 +192,16 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> sizes = {"1", "4"}, transfers = {"copy", "copy-populate", "move"};
   int reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool other_gpu = false;
+  for (int i = 1; i < argc; i += 2) {
     std::string a = argv[i];
-    if (a == "--sizes-gib") {
+    if (a == "--to-other-gpu") {
+      other_gpu = true;
+      --i;  // A flag: no value.
+    } else if (i + 1 >= argc) {
+      std::fprintf(stderr, "checkpoint_bench: %s needs a value\n", a.c_str());
+      return 2;
+    } else if (a == "--sizes-gib") {
       sizes = Split(argv[i + 1]);
     } else if (a == "--reps") {
       reps = std::max(1, std::atoi(argv[i + 1]));
@@ -196,7 +210,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: checkpoint_bench [--sizes-gib 1,4] [--reps 5] "
-                   "[--transfers move,copy,copy-populate]\n");
+                   "[--transfers move,copy,copy-populate] [--to-other-gpu]\n");
       return 2;
     }
   }
@@ -205,9 +219,18 @@ int main(int argc, char** argv) {
   if (mkdtemp(dir) == nullptr) return 1;
   const std::string state = std::string(dir) + "/state";
   setenv("GPUSLICE_SIM_STATE", state.c_str(), 1);
-  setenv("GPUSLICE_SIM_GPUS", "1xH200-141GB", 1);
+  setenv("GPUSLICE_SIM_GPUS", other_gpu ? "2xH200-141GB" : "1xH200-141GB", 1);
   unsetenv("CUDA_VISIBLE_DEVICES");
   CU(cuInit(0));
+  // The GPUs a move alternates between (the child starts on device 0).
+  CUuuid uuids[2] = {};
+  if (other_gpu) {
+    for (int d = 0; d < 2; ++d) {
+      CUdevice dev;
+      CU(cuDeviceGet(&dev, d));
+      CU(cuDeviceGetUuid_v2(&uuids[d], dev));
+    }
+  }
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return 1;
@@ -223,7 +246,7 @@ int main(int argc, char** argv) {
     bool have_copies = false;
     for (const std::string& transfer : transfers) {
       ChildProcess child;
-      StartChild(self, bytes, transfer, &child);
+      StartChild(self, bytes, transfer, other_gpu, &child);
       if (!have_copies) {
         // The copies it replaces, in the same child, before any checkpoint.
         std::vector<double> dt, ht, df, hf, st, sf;
@@ -243,13 +266,27 @@ int main(int argc, char** argv) {
         have_copies = true;
       }
       std::vector<double> suspend, resume, total;
+      int on = 0;  // The GPU the child is on (--to-other-gpu).
       for (int r = 0; r < reps; ++r) {
         auto t0 = std::chrono::steady_clock::now();
         CU(cuCheckpointProcessLock(child.pid, nullptr));
         CU(cuCheckpointProcessCheckpoint(child.pid, nullptr));
         double s = MsSince(t0);
         t0 = std::chrono::steady_clock::now();
-        CU(cuCheckpointProcessRestore(child.pid, nullptr));
+        if (other_gpu) {
+          CUcheckpointGpuPair pair;
+          std::memset(&pair, 0, sizeof(pair));
+          pair.oldUuid = uuids[on];
+          pair.newUuid = uuids[1 - on];
+          CUcheckpointRestoreArgs args;
+          std::memset(&args, 0, sizeof(args));
+          args.gpuPairs = &pair;
+          args.gpuPairsCount = 1;
+          CU(cuCheckpointProcessRestore(child.pid, &args));
+          on = 1 - on;
+        } else {
+          CU(cuCheckpointProcessRestore(child.pid, nullptr));
+        }
         CU(cuCheckpointProcessUnlock(child.pid, nullptr));
         double u = MsSince(t0);
         suspend.push_back(s);
@@ -261,8 +298,9 @@ int main(int argc, char** argv) {
       const double t = Median(total);
       std::printf(
           "%-6s %-14s %11.2f %11.2f %11.2f | %11.2f %11.2f %11.2f %11.2f | %8.3f %8.3f | %s\n",
-          (gib + "GiB").c_str(), transfer.c_str(), Median(suspend), Median(resume), t, d2h_t, h2d_t,
-          d2h_f, h2d_f, t / copy_touched, t / copy_fresh, diff.c_str());
+          (gib + "GiB").c_str(), (transfer + (other_gpu ? "+gpu" : "")).c_str(), Median(suspend),
+          Median(resume), t, d2h_t, h2d_t, d2h_f, h2d_f, t / copy_touched, t / copy_fresh,
+          diff.c_str());
       std::fflush(stdout);
     }
   }

@@ -210,6 +210,32 @@ TEST_F(SuspendE2E, AMovedJobRunsOnTheOtherGpuWithEveryByteAndItsShare) {
   EXPECT_NE(logs().find("the slice moved to " + to), std::string::npos) << logs();
 }
 
+// The job's process is killed while its GPU memory is in host memory: the
+// job ends, nothing of it stays on the GPU or in the queue's books.
+TEST_F(SuspendE2E, AJobWhoseProcessIsKilledWhileSuspendedEndsAndLeavesNothing) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  const uint64_t idle = GpuMemoryUsed(d);
+  std::string a = SubmitVerifier(d, "60GiB", "2GiB", 60);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60));
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  const int pid = Job(d, a).value("pid", 0);
+  ASSERT_GT(pid, 1);
+  ASSERT_EQ(kill(-pid, SIGKILL), 0);  // Its process group: the worker.
+  ASSERT_TRUE(Daemon::WaitFor(
+      [&] {
+        const std::string st = State(d, a);
+        return st != "suspended" && st != "running";
+      },
+      60))
+      << Job(d, a).dump();
+  EXPECT_NE(Job(d, a).value("exit_code", 0), 0) << Job(d, a).dump();  // Killed, not done.
+  EXPECT_TRUE(Daemon::WaitFor([&] { return GpuMemoryUsed(d) <= idle; }, 30));
+  // Its room is the queue's again.
+  std::string b = SubmitVerifier(d, "70GiB", "2GiB", 1);
+  ExpectVerified(d, b);
+}
+
 TEST_F(SuspendE2E, IdleReclaimSuspendsAndACancelledSuspendedJobFreesEverything) {
   Daemon d("1xH100-80GB", {"--set", "idle_after=2s", "--set", "idle_action=suspend", "--set",
                            "idle_action_always=true"});
