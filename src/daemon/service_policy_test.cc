@@ -86,14 +86,7 @@ class PolicyTest : public ::testing::Test {
   JobView Get(uint64_t id) { return *service_->Get(id); }
   core::JobState State(uint64_t id) { return Get(id).job.state; }
   bool HasEvent(uint64_t id, const std::string& kind) {
-    EventQuery q;
-    q.job_id = id;
-    auto events = service_->Events(q);
-    if (!events.ok()) return false;
-    for (const Event& e : *events) {
-      if (e.kind == kind) return true;
-    }
-    return false;
+    return daemon::HasEvent(*service_, id, kind);
   }
   // Moves time in one-second steps, ticking (and sampling) each.
   void Run(int seconds) {

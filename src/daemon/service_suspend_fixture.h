@@ -70,14 +70,7 @@ class SuspendTest : public ServiceFixture {
     ASSERT_FALSE(HasFlag(id, "suspending") || HasFlag(id, "resuming")) << "worker never finished";
   }
   bool HasEvent(uint64_t id, const std::string& kind) {
-    EventQuery q;
-    q.job_id = id;
-    auto events = service_->Events(q);
-    if (!events.ok()) return false;
-    for (const Event& e : *events) {
-      if (e.kind == kind) return true;
-    }
-    return false;
+    return daemon::HasEvent(*service_, id, kind);
   }
   // Its process group ends; ticks past the wait for its exit status.
   void EndProcesses(uint64_t id) {

@@ -52,6 +52,18 @@ inline Caller TestCaller(uint32_t uid, bool admin = false) {
 // and regions, with a real ledger in a temp directory; Restart() makes a
 // fresh Service over the same state, as a daemon restart does. Tests adjust
 // `options_` (then Restart()) or the fakes.
+// Whether job `id` has an event of `kind` in the service's event log.
+inline bool HasEvent(Service& service, uint64_t id, const std::string& kind) {
+  EventQuery q;
+  q.job_id = id;
+  auto events = service.Events(q);
+  if (!events.ok()) return false;
+  for (const Event& e : *events) {
+    if (e.kind == kind) return true;
+  }
+  return false;
+}
+
 class ServiceFixture : public ::testing::Test {
  protected:
   explicit ServiceFixture(uint32_t gpus = 2) : inventory_(SimulatedGpus(gpus)) {}
