@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -234,6 +235,39 @@ TEST_F(SuspendE2E, AJobWhoseProcessIsKilledWhileSuspendedEndsAndLeavesNothing) {
   // Its room is the queue's again.
   std::string b = SubmitVerifier(d, "70GiB", "2GiB", 1);
   ExpectVerified(d, b);
+}
+
+// While a job is suspended, a CUDA process it starts gets nothing on the
+// GPU (its slice is closed), and the suspended one loses nothing.
+TEST_F(SuspendE2E, AProcessTheJobStartsWhileSuspendedGetsNoGpuMemory) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  const std::string go = d.dir() + "/go";
+  const std::string w = WorkerPath();
+  const std::string script = w + " --name first --mem 1GiB --verify --duty 50% --kernel-us 1000" +
+                             " --seconds 6 & while [ ! -e " + go + " ]; do sleep 0.1; done; " + w +
+                             " --name second --mem 1GiB --seconds 1; echo second=$?; wait $!";
+  std::string a = Submit(d, {"--mem", "40GiB", "--compute", "50%", "--", "sh", "-c", script});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, kGiB); }, 60)) << Job(d, a).dump();
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  ASSERT_EQ(State(d, a), "suspended");
+  {
+    FILE* f = std::fopen(go.c_str(), "w");  // The second process starts now.
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  auto logs = [&] {
+    const CliResult r = d.Cli({"logs", a});
+    return r.out + r.err;
+  };
+  ASSERT_TRUE(Daemon::WaitFor([&] { return logs().find("second=") != std::string::npos; }, 60))
+      << logs();
+  EXPECT_EQ(logs().find("second=0"), std::string::npos) << logs();
+  // Not even a context: the slice grants no memory while suspended.
+  EXPECT_NE(logs().find("CUDA_ERROR_OUT_OF_MEMORY"), std::string::npos) << logs();
+  EXPECT_EQ(State(d, a), "suspended");
+  ASSERT_EQ(d.Cli({"resume", a}).exit_code, 0);
+  ExpectVerified(d, a);
 }
 
 TEST_F(SuspendE2E, IdleReclaimSuspendsAndACancelledSuspendedJobFreesEverything) {
