@@ -220,8 +220,9 @@ Result<UsageReport> AggregateUsage(const std::vector<UsageRecord>& records, int6
   std::set<uint64_t> jobs_seen;
   for (const UsageRecord& r : records) {
     int64_t end = r.released_ms > 0 ? r.released_ms : now_ms;
-    int64_t ms = Overlap(r.allocated_ms, end, lo, hi);
-    if (ms == 0) continue;
+    const bool suspended_only = r.suspension_only;
+    int64_t ms = suspended_only ? 0 : Overlap(r.allocated_ms, end, lo, hi);
+    if (ms == 0 && !(suspended_only && r.suspended_in_window_ms > 0)) continue;
     if (by == UsageGroupBy::kSlurmJob && r.slurm_job.empty()) continue;
     double hours = ms / kMsPerHour;
     // The job's idle fraction over its whole run so far.
@@ -245,12 +246,15 @@ Result<UsageReport> AggregateUsage(const std::vector<UsageRecord>& records, int6
     g.memory_gib_hours += static_cast<double>(r.memory_bytes) / kGiB * hours;
     g.compute_share_hours += share * hours;
     g.idle_gpu_hours += weight * hours * idle_frac;
-    // Per job, once: its job count and its idle time inside the window.
+    // Per job, once: its job count and its idle and suspended time inside
+    // the window.
     if (jobs_seen.insert(r.job_id).second) {
       g.jobs += 1;
       const double in_window = Overlap(run_start, run_end, lo, hi) / kMsPerHour;
-      g.idle_hours += in_window * idle_frac;
-      if (run_ms > 0 && r.job_suspended_ms > 0) {
+      if (!suspended_only) g.idle_hours += in_window * idle_frac;
+      if (r.suspended_in_window_ms >= 0) {
+        g.suspended_hours += static_cast<double>(r.suspended_in_window_ms) / kMsPerHour;
+      } else if (run_ms > 0 && r.job_suspended_ms > 0) {
         g.suspended_hours +=
             in_window * std::min(1.0, static_cast<double>(r.job_suspended_ms) / run_ms);
       }

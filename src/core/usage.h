@@ -58,6 +58,13 @@ struct UsageRecord {
   int64_t job_ended_ms = 0;
   int64_t job_idle_ms = 0;
   int64_t job_suspended_ms = 0;  // Time suspended so far.
+  // Time the job was suspended inside the report's window, exactly (from
+  // its transitions); -1: not known, then prorated from job_suspended_ms.
+  int64_t suspended_in_window_ms = -1;
+  // The record holds no allocation: it stands for a job suspended in the
+  // window that held no GPU there, and adds the job and its suspended
+  // hours, nothing else.
+  bool suspension_only = false;
 };
 
 // Compute slices of a whole GPU in MIG mode (A100/H100: 7).

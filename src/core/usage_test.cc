@@ -302,6 +302,41 @@ TEST(AggregateUsage, TimeSuspendedIsItsOwnColumnAndHoldsNoGpuHours) {
   r = AggregateUsage({a, b}, kT0, kT0 + 2 * kHour, kT0 + 4 * kHour, UsageGroupBy::kUser);
   ASSERT_TRUE(r.ok());
   EXPECT_DOUBLE_EQ(r->total.suspended_hours, 1.0);
+  // With the exact time from its transitions (1 h of 01:00-03:00 falls in
+  // 00:00-02:00), that figure is used instead.
+  a.suspended_in_window_ms = b.suspended_in_window_ms = kHour;
+  r = AggregateUsage({a, b}, kT0, kT0 + 2 * kHour, kT0 + 4 * kHour, UsageGroupBy::kUser);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->total.suspended_hours, 1.0);
+}
+
+// A job suspended through the whole window holds no GPU in it: it still
+// counts, with its suspended hours and nothing else.
+TEST(AggregateUsage, AJobSuspendedThroughTheWindowCountsWithItsSuspendedHoursOnly) {
+  UsageRecord held = Whole(1, "alice", 0, 1);
+  held.job_started_ms = kT0;
+  UsageRecord s;
+  s.job_id = 2;
+  s.uid = 1000;
+  s.user = "alice";
+  s.job_started_ms = kT0;
+  s.job_idle_ms = 3 * kHour;
+  s.suspension_only = true;
+  s.suspended_in_window_ms = 2 * kHour;
+  auto r = AggregateUsage({held, s}, kT0 + 2 * kHour, kT0 + 4 * kHour, kT0 + 4 * kHour,
+                          UsageGroupBy::kJob);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_EQ(r->rows[0].key, "2");
+  EXPECT_EQ(r->rows[0].jobs, 1u);
+  EXPECT_DOUBLE_EQ(r->rows[0].suspended_hours, 2.0);
+  EXPECT_DOUBLE_EQ(r->rows[0].gpu_hours, 0.0);
+  EXPECT_DOUBLE_EQ(r->rows[0].idle_hours, 0.0);
+  // Without suspended time in the window it is left out like any job.
+  s.suspended_in_window_ms = 0;
+  r = AggregateUsage({s}, kT0 + 2 * kHour, kT0 + 4 * kHour, kT0 + 4 * kHour, UsageGroupBy::kJob);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->rows.empty());
 }
 
 }  // namespace

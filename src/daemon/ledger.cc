@@ -548,46 +548,6 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Ledger::EventCountsByKind(
   return out;
 }
 
-Result<std::vector<UsageRow>> Ledger::UsageRows(int64_t since_ms, int64_t until_ms) {
-  Stmt s(db_,
-         "SELECT a.job_id, j.uid, j.gid, j.user, j.name, a.gpu_index, j.kind, a.memory_bytes,"
-         " a.compute_milli, a.allocated_ms, coalesce(a.released_ms, 0), j.started_ms,"
-         " j.ended_ms, j.idle_ms, coalesce(json_extract(j.labels, '$.slurm_job'), ''),"
-         // Time suspended, the current suspension up to the window's end.
-         " j.suspended_total_ms + CASE WHEN j.suspended_since_ms > 0"
-         " THEN max(0, ?2 - j.suspended_since_ms) ELSE 0 END"
-         " FROM allocations a JOIN jobs j ON j.id = a.job_id"
-         " WHERE a.allocated_ms < ?2 AND (a.released_ms IS NULL OR a.released_ms > ?1)"
-         " ORDER BY a.job_id, a.gpu_index");
-  GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: usage rows"));
-  s.Bind(1, since_ms);
-  s.Bind(2, until_ms);
-  std::vector<UsageRow> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
-    UsageRow r;
-    r.job_id = static_cast<uint64_t>(s.Int(0));
-    r.uid = static_cast<uint32_t>(s.Int(1));
-    r.gid = static_cast<uint32_t>(s.Int(2));
-    r.user = s.Text(3);
-    r.name = s.Text(4);
-    r.gpu_index = static_cast<uint32_t>(s.Int(5));
-    r.whole_gpu = s.Text(6) == "gpus";
-    r.memory_bytes = static_cast<uint64_t>(s.Int(7));
-    r.compute_milli = static_cast<uint32_t>(s.Int(8));
-    r.allocated_ms = s.Int(9);
-    r.released_ms = s.Int(10);
-    r.job_started_ms = s.Int(11);
-    r.job_ended_ms = s.Int(12);
-    r.job_idle_ms = s.Int(13);
-    r.slurm_job = s.Text(14);
-    r.job_suspended_ms = s.Int(15);
-    out.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: usage rows");
-  return out;
-}
-
 Status Ledger::SaveQuota(const core::Principal& who, const core::Quota& q, int64_t now_ms) {
   Stmt s(db_,
          "INSERT OR REPLACE INTO quotas (scope, name, memory_bytes, gpus, compute_milli,"

@@ -14,6 +14,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -72,6 +73,11 @@ struct UsageRow {
   int64_t job_ended_ms = 0;    // 0: still running.
   int64_t job_idle_ms = 0;     // The job's idle time so far (jobs.idle_ms).
   int64_t job_suspended_ms = 0;  // Its time suspended up to the window's end.
+  // Its time suspended inside the window, from its transitions (-1: never
+  // suspended); and whether this row holds no allocation: the job held no
+  // GPU in the window and is reported for its time suspended alone.
+  int64_t suspended_in_window_ms = -1;
+  bool suspension_only = false;
 };
 
 class Ledger {
@@ -107,7 +113,12 @@ class Ledger {
   // Number of events of each kind ever recorded.
   core::Result<std::vector<std::pair<std::string, uint64_t>>> EventCountsByKind();
   // Allocation rows held at any time in [since_ms, until_ms).
+  // The allocation rows overlapping [since, until), plus one row without an
+  // allocation for each job suspended in the window that held no GPU in it.
   core::Result<std::vector<UsageRow>> UsageRows(int64_t since_ms, int64_t until_ms);
+  // Per job suspended at some time in [since, until): how long, from its
+  // transitions (a suspension still open runs to `until`).
+  core::Result<std::map<uint64_t, int64_t>> SuspendedInWindow(int64_t since_ms, int64_t until_ms);
 
   // Quotas (table quotas): one row per user or group.
   core::Status SaveQuota(const core::Principal& who, const core::Quota& quota, int64_t now_ms);

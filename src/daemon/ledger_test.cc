@@ -463,6 +463,49 @@ TEST_F(LedgerTest, EventsAreFilteredAndTheNewestAreReturnedInOrder) {
   EXPECT_EQ((*counts)[1], (std::pair<std::string, uint64_t>{"started", 5}));
 }
 
+// A job runs 1000-2000, is suspended 2000-8000, runs 8000-9000, is
+// suspended again from 9000 on; another is suspended 1000-12000 and
+// cancelled while suspended. The window is 3000-10000.
+TEST_F(LedgerTest, TimeSuspendedInTheWindowComesFromTheTransitions) {
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  auto step = [&](core::Job& j, core::JobState to, int64_t at) {
+    const core::JobState from = j.state;
+    j.state = to;
+    ASSERT_TRUE((*l)->SaveJob(j, from, at).ok());
+  };
+  core::Job a = SampleJob(1);
+  ASSERT_TRUE((*l)->SaveJob(a, std::nullopt, 1000).ok());
+  a.started_ms = 1000;
+  a.allocation = {{1}, {"GPU-1"}, 8 * core::kGiB, 300};
+  step(a, core::JobState::kRunning, 1000);
+  step(a, core::JobState::kSuspended, 2000);
+  step(a, core::JobState::kRunning, 8000);
+  step(a, core::JobState::kSuspended, 9000);
+  core::Job b = SampleJob(2);
+  ASSERT_TRUE((*l)->SaveJob(b, std::nullopt, 500).ok());
+  b.started_ms = 500;
+  b.allocation = {{0}, {"GPU-0"}, 8 * core::kGiB, 300};
+  step(b, core::JobState::kRunning, 500);
+  step(b, core::JobState::kSuspended, 1000);
+  step(b, core::JobState::kCancelled, 12000);
+  auto suspended = (*l)->SuspendedInWindow(3000, 10000);
+  ASSERT_TRUE(suspended.ok()) << suspended.status().ToString();
+  EXPECT_EQ(suspended->at(1), 5000 + 1000);  // 3000-8000 and 9000-10000.
+  EXPECT_EQ(suspended->at(2), 7000);         // 3000-10000.
+  auto rows = (*l)->UsageRows(3000, 10000);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  // Job 1's stretch 8000-9000 overlaps; job 2 held nothing in the window.
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((*rows)[0].job_id, 1u);
+  EXPECT_FALSE((*rows)[0].suspension_only);
+  EXPECT_EQ((*rows)[0].suspended_in_window_ms, 6000);
+  EXPECT_EQ((*rows)[1].job_id, 2u);
+  EXPECT_TRUE((*rows)[1].suspension_only);
+  EXPECT_EQ((*rows)[1].suspended_in_window_ms, 7000);
+  EXPECT_EQ((*rows)[1].user, "alice");
+}
+
 TEST_F(LedgerTest, UsageRowsAreTheAllocationsOverlappingTheWindow) {
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok());

@@ -137,6 +137,8 @@ std::vector<core::UsageRecord> UsageRecords(const std::vector<UsageRow>& rows,
     }
     u.allocated_ms = r.allocated_ms;
     u.released_ms = r.released_ms;
+    u.suspended_in_window_ms = r.suspended_in_window_ms;
+    u.suspension_only = r.suspension_only;
     u.job_started_ms = r.job_started_ms;
     u.job_ended_ms = r.job_ended_ms;
     u.job_idle_ms = r.job_idle_ms;
