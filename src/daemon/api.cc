@@ -519,19 +519,12 @@ ApiResponse Api::SuspendJob(const ApiRequest& req, uint64_t id) {
 }
 
 ApiResponse Api::MoveJob(const ApiRequest& req, uint64_t id) {
-  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Error(core::InvalidArgumentError("body must be a JSON object {\"gpu\": \"GPU-...\"}"));
+  auto gpu = ParseSingleFieldBody(req.body, "gpu", "{\"gpu\": \"GPU-...\"}");
+  if (!gpu.ok()) return Error(gpu.status());
+  if (!gpu->is_string() || gpu->get<std::string>().empty()) {
+    return Error(core::InvalidArgumentError("gpu: must be the UUID of the GPU to move to"));
   }
-  for (const auto& [key, value] : j.items()) {
-    if (key != "gpu") {
-      return Error(core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'"));
-    }
-  }
-  if (!j.contains("gpu") || !j["gpu"].is_string() || j["gpu"].get<std::string>().empty()) {
-    return Error(core::InvalidArgumentError("gpu: missing (the UUID of the GPU to move to)"));
-  }
-  if (auto s = service_.Move(req.caller, id, j["gpu"].get<std::string>()); !s.ok()) {
+  if (auto s = service_.Move(req.caller, id, gpu->get<std::string>()); !s.ok()) {
     return Error(s);
   }
   auto v = service_.Get(id);
@@ -542,17 +535,9 @@ ApiResponse Api::MoveJob(const ApiRequest& req, uint64_t id) {
 }
 
 ApiResponse Api::LabelJob(const ApiRequest& req, uint64_t id) {
-  json j = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Error(core::InvalidArgumentError("body must be a JSON object {\"labels\": {...}}"));
-  }
-  for (const auto& [key, value] : j.items()) {
-    if (key != "labels") {
-      return Error(core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'"));
-    }
-  }
-  if (!j.contains("labels")) return Error(core::InvalidArgumentError("labels: missing"));
-  auto labels = ParseLabels(j.at("labels"));
+  auto given = ParseSingleFieldBody(req.body, "labels", "{\"labels\": {...}}");
+  if (!given.ok()) return Error(given.status());
+  auto labels = ParseLabels(*given);
   if (!labels.ok()) return Error(labels.status());
   auto v = service_.SetLabels(req.caller, id, std::move(*labels));
   if (!v.ok()) return Error(v.status());

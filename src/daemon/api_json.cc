@@ -92,6 +92,20 @@ core::Result<std::map<std::string, std::string>> ParseLabels(const json& v) {
   return labels;
 }
 
+core::Result<json> ParseSingleFieldBody(std::string_view body, const std::string& field,
+                                        const std::string& shape) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return core::InvalidArgumentError("body must be a JSON object " + shape);
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != field)
+      return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) + "'");
+  }
+  if (!j.contains(field)) return core::InvalidArgumentError(field + ": missing");
+  return j.at(field);
+}
+
 core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");

@@ -25,6 +25,10 @@ inline constexpr size_t kMaxGpuUuids = 256;
 core::Result<SubmitSpec> ParseSubmitBody(std::string_view body);
 // {"key": "value", ...} -> labels, validated (core::ValidateLabels).
 core::Result<std::map<std::string, std::string>> ParseLabels(const nlohmann::json& v);
+// A body that is a JSON object holding exactly `field` (e.g. {"gpu": ...}):
+// its value. Errors name the problem; `shape` shows the expected body.
+core::Result<nlohmann::json> ParseSingleFieldBody(std::string_view body, const std::string& field,
+                                                  const std::string& shape);
 
 // A small object body such as {"pid": 123}: the named non-negative integer.
 core::Result<int64_t> ParseIntField(std::string_view body, const char* field, int64_t max);

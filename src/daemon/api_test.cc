@@ -156,6 +156,23 @@ TEST_F(ApiTest, SubmitListGetCancel) {
   EXPECT_EQ(r.status, 200);
 }
 
+// A move's body names the GPU, and nothing else; a bad one changes nothing.
+TEST_F(ApiTest, AMoveBodyThatIsNotJustAGpuIsRefusedNamingWhy) {
+  ApiResponse r = Call("POST", "/v1/jobs", R"({"mem": "8GiB", "argv": ["x"], "cwd": "/"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto message = [&](const std::string& body) {
+    ApiResponse m = Call("POST", "/v1/jobs/1/move", body);
+    EXPECT_EQ(m.status, 400) << body << ": " << m.body;
+    return nlohmann::json::parse(m.body)["error"]["message"].get<std::string>();
+  };
+  EXPECT_NE(message("[1]").find("body must be a JSON object {\"gpu\""), std::string::npos);
+  EXPECT_NE(message(R"({"gpu": "GPU-1", "force": true})").find("unknown field 'force'"),
+            std::string::npos);
+  EXPECT_NE(message("{}").find("gpu: missing"), std::string::npos);
+  EXPECT_NE(message(R"({"gpu": ""})").find("gpu: must be the UUID"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(Call("GET", "/v1/jobs/1").body)["state"], "running");
+}
+
 // Issue 16: external jobs, labels and health through the API, as the
 // Kubernetes device plugin uses them.
 TEST_F(ApiTest, AnExternalJobIsHeldPausedLabelledAndReleased) {
