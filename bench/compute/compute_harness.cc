@@ -511,6 +511,13 @@ std::vector<Scenario> Scenarios() {
   s.push_back({"control: 20 us kernels, no share", 4, {{"a", 0, "hard", "", busy(20)}}});
   s.back().tenants[0].target = 100;
   s[s.size() - 2].tenants[0].target = 100;
+  // Issue 18: a high-priority hard 50% slice beside a low-priority slice
+  // without a share (the daemon gives it 1 per mille, work-conserving).
+  s.push_back({"priority: 50% hard high beside no share (1 ms kernels)",
+               6,
+               {{"high", 50, "hard", "high", busy(1000)},
+                {"low", 0.1, "work-conserving", "low", busy(1000)}}});
+  s.back().tenants[1].target = 50;
   s.push_back({"30/70 coarse kernels (10 ms)",
                12,
                {{"a", 30, "hard", "", busy(10000)}, {"b", 70, "hard", "", busy(10000)}}});

@@ -59,8 +59,24 @@ struct Report {
   bool live = false;
   bool waiting = false;
   bool inflight = false;
+  // Every live member reports the GPU time its work used (issue 19), and
+  // what they added since the previous read.
+  bool gpu_time = true;
+  uint64_t gpu_ns = 0;
   uint32_t doorbell = 0;
 };
+
+// What the previous read saw of each member slot's GPU time counter: the
+// slot's owner word and the counter. A new owner's counter starts at zero
+// (a slot is cleared when claimed).
+struct GpuSeen {
+  uint64_t owner = 0;
+  uint64_t gpu_ns = 0;
+};
+// The most GPU time one member may add between two reads: a counter is the
+// job's to write, and garbage must not overflow the slice's tokens. (A job
+// that over-reports only charges itself.)
+constexpr uint64_t kMaxGpuStepNs = 1'000'000'000;
 
 template <typename T>
 T Field(const unsigned char* buf, size_t offset) {
@@ -69,7 +85,8 @@ T Field(const unsigned char* buf, size_t offset) {
   return v;
 }
 
-Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns) {
+Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns,
+                  GpuSeen (&seen)[bd::kMembersPerSlice]) {
   alignas(64) unsigned char buf[bd::kMembersSize];
   Report r;
   const ssize_t n = pread(m.fd, buf, sizeof(buf), 0);
@@ -77,18 +94,29 @@ Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns
   r.doorbell = Field<uint32_t>(buf, bd::kDoorbellOffset);
   for (uint32_t i = 0; i < bd::kMembersPerSlice; ++i) {
     const size_t at = bd::kMembersSlotsOffset + size_t{i} * bd::kMemberSlotSize;
-    if (at + bd::kMemberSlotSize > size_t(n)) break;
+    GpuSeen& last = seen[i];
+    const GpuSeen before = last;
+    last = GpuSeen{};
+    if (at + bd::kMemberSlotSize > size_t(n)) continue;
     const uint64_t owner = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, owner));
     const uint32_t device = Field<uint32_t>(buf, at + offsetof(bd::MemberSlot, device_index));
     const uint32_t flags = Field<uint32_t>(buf, at + offsetof(bd::MemberSlot, flags));
     const uint64_t beat = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, heartbeat_ns));
+    const uint64_t gpu = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, gpu_ns));
     if ((owner & 0xffffffffull) != 1 || device != device_index) continue;
     // A heartbeat from the future is as dead as an old one.
     if (beat + bd::kMemberTimeoutNs < now_ns || beat > now_ns + bd::kMemberTimeoutNs) continue;
     r.live = true;
     r.waiting |= (flags & bd::kMemberWaiting) != 0;
     r.inflight |= (flags & bd::kMemberInflight) != 0;
+    r.gpu_time &= (flags & bd::kMemberGpuTime) != 0;
+    // A counter that went back (or a slot taken over with a value) adds
+    // nothing; the next read counts from there.
+    const uint64_t from = before.owner == owner ? before.gpu_ns : 0;
+    if (gpu > from) r.gpu_ns += std::min(gpu - from, kMaxGpuStepNs);
+    last = GpuSeen{owner, gpu};
   }
+  r.gpu_time &= r.live;
   return r;
 }
 
@@ -146,6 +174,7 @@ class GpuArbiter {
     uint64_t contended_ns = 0;     // Another slice waited for its turn (ContendedNs).
     bool was_waiting = false;      // Waiting as of the last decision.
     uint64_t waited_ns = 0;        // It waited while another slice held the GPU (WaitedNs).
+    GpuSeen gpu_seen[bd::kMembersPerSlice];  // Its members' GPU time counters, last read.
   };
 
   GpuArbiter(std::string uuid, void* board, const ArbiterOptions& options)
@@ -287,13 +316,15 @@ class GpuArbiter {
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
       Entry& e = entries_[i];
       if (!e.used) continue;
-      const Report r = ReadReport(*e.members, e.device_index, now_ns);
+      const Report r = ReadReport(*e.members, e.device_index, now_ns, e.gpu_seen);
       e.doorbell_seen = r.doorbell;
       shim::SliceView& v = views[i];
       v = e.state;
       v.live = r.live;
       v.waiting = r.waiting && !e.paused;  // A paused slice gets no turns.
       v.inflight = r.inflight;
+      v.gpu_time = r.gpu_time;
+      v.gpu_ns = r.gpu_ns;
       v.share_milli = e.share_milli;
       v.mode = e.mode == bd::kModeWorkConserving ? shim::coord::kModeWorkConserving
                                                  : shim::coord::kModeHard;

@@ -94,6 +94,16 @@ void Honest(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) 
         now);
 }
 
+// Our shim since issue 19: the same, and it reports the GPU time its work
+// used (the model's step while it runs), so it is charged that.
+void HonestGpuTime(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) {
+  Write(m, 0,
+        bd::kMemberGpuTime | (holds_open ? 0 : bd::kMemberWaiting) |
+            (holds_open || draining ? bd::kMemberInflight : 0),
+        now);
+  if (holds_open || draining) m.slot(0).gpu_ns.fetch_add(100 * kUs);
+}
+
 // A discrete model of one GPU under the arbiter: every step the GPU runs the
 // open holder, or drains a closing one for drain_ns; each slice's members
 // file is written by its behaviour; the arbiter decides. Returns GPU ns per
@@ -140,9 +150,10 @@ struct Model {
 
 // Two victims at 40% each (hard) and a third slice at 20% with `attack`:
 // returns the victims' GPU time as fractions of the run.
-std::pair<double, double> Victims(const ArbiterOptions& options,
-                                  const Behaviour& attack, uint32_t attacker_milli = 200,
-                                  core::Priority attacker_priority = core::Priority::kNormal) {
+std::pair<double, double> Victims(const ArbiterOptions& options, const Behaviour& attack,
+                                  uint32_t attacker_milli = 200,
+                                  core::Priority attacker_priority = core::Priority::kNormal,
+                                  const Behaviour& victim = Honest) {
   Arbiter a(options);
   EXPECT_TRUE(a.Register(Limits(1, 400)).ok());
   EXPECT_TRUE(a.Register(Limits(2, 400)).ok());
@@ -157,7 +168,7 @@ std::pair<double, double> Victims(const ArbiterOptions& options,
   m.members.push_back(open(1));
   m.members.push_back(open(2));
   m.members.push_back(open(3));
-  m.behaviours = {Honest, Honest, attack};
+  m.behaviours = {victim, victim, attack};
   auto board = shim::BoardView::Open(a.BoardPath(kGpu));
   EXPECT_TRUE(board.ok());
   m.board = std::move(*board);
@@ -168,6 +179,10 @@ std::pair<double, double> Victims(const ArbiterOptions& options,
 
 TEST_F(ArbiterTest, HonestSlicesGetTheirShares) {
   auto [a, b] = Victims(options_, Honest);
+  EXPECT_NEAR(a, 0.40, 0.02);
+  EXPECT_NEAR(b, 0.40, 0.02);
+  // Issue 19: charged the GPU time they report, with the third slice too.
+  std::tie(a, b) = Victims(options_, HonestGpuTime, 200, core::Priority::kNormal, HonestGpuTime);
   EXPECT_NEAR(a, 0.40, 0.02);
   EXPECT_NEAR(b, 0.40, 0.02);
 }
@@ -191,14 +206,10 @@ TEST_F(ArbiterTest, WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShar
        [&](shim::MembersFile& m, uint64_t now, bool, bool) {
          for (uint32_t s = 0; s < bd::kMembersPerSlice; ++s) Write(m, s, uint32_t(rng()), now);
        }},
-      {"waits forever, never in flight",
-       [](shim::MembersFile& m, uint64_t now, bool, bool) {
-         Write(m, 0, bd::kMemberWaiting, now);
-       }},
-      {"in flight forever: never drains",
-       [](shim::MembersFile& m, uint64_t now, bool, bool) {
-         Write(m, 0, bd::kMemberInflight, now);
-       }},
+      {"waits forever, never in flight", [](shim::MembersFile& m, uint64_t now, bool,
+                                            bool) { Write(m, 0, bd::kMemberWaiting, now); }},
+      {"in flight forever: never drains", [](shim::MembersFile& m, uint64_t now, bool,
+                                             bool) { Write(m, 0, bd::kMemberInflight, now); }},
       {"waits and in flight forever",
        [](shim::MembersFile& m, uint64_t now, bool, bool) {
          Write(m, 0, bd::kMemberWaiting | bd::kMemberInflight, now);
@@ -218,12 +229,33 @@ TEST_F(ArbiterTest, WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShar
                                                         bd::kMembersSlotsOffset);
          h->job_id = 1;  // A victim's.
        }},
+      // Issue 19: a slice that says it reports GPU time is charged what it
+      // reports, so it lies about that too.
+      {"reports no GPU time, waits and in flight forever",
+       [](shim::MembersFile& m, uint64_t now, bool, bool) {
+         Write(m, 0, bd::kMemberGpuTime | bd::kMemberWaiting | bd::kMemberInflight, now);
+       }},
+      {"reports no GPU time and idle as soon as it holds the turn",
+       [](shim::MembersFile& m, uint64_t now, bool open, bool) {
+         Write(m, 0, bd::kMemberGpuTime | (open ? 0 : bd::kMemberWaiting), now);
+       }},
+      {"a GPU time counter of garbage, in every slot",
+       [&](shim::MembersFile& m, uint64_t now, bool, bool) {
+         for (uint32_t s = 0; s < bd::kMembersPerSlice; ++s) {
+           Write(m, s, bd::kMemberGpuTime | bd::kMemberWaiting, now);
+           m.slot(s).gpu_ns.store(rng() >> (rng() % 64));
+         }
+       }},
   };
-  for (const Attack& attack : attacks) {
-    auto [a, b] = Victims(options_, attack.write);
-    std::cerr << attack.name << ": victims " << a << " / " << b << "\n";
-    EXPECT_GE(a, 0.40 - 0.02) << attack.name;
-    EXPECT_GE(b, 0.40 - 0.02) << attack.name;
+  // Against victims of an older shim (charged wall time in flight) and of
+  // ours (charged the GPU time they report).
+  for (const Behaviour& victim : {Behaviour(Honest), Behaviour(HonestGpuTime)}) {
+    for (const Attack& attack : attacks) {
+      auto [a, b] = Victims(options_, attack.write, 200, core::Priority::kNormal, victim);
+      std::cerr << attack.name << ": victims " << a << " / " << b << "\n";
+      EXPECT_GE(a, 0.40 - 0.02) << attack.name;
+      EXPECT_GE(b, 0.40 - 0.02) << attack.name;
+    }
   }
 }
 

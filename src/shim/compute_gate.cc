@@ -73,6 +73,7 @@ struct Marker {
   int64_t launches = 0;
   uint64_t granted_ns = 0;  // When the batch it closes was granted.
   uint64_t recorded_ns = 0;
+  bool contended = false;  // GateCredits::contended of its batch.
 };
 
 // Process-wide state of the gate. Set up once by Start() under g_start_mu;
@@ -129,6 +130,42 @@ std::atomic<int32_t> g_waiters{0};
 // Queue depth while outranked (see kOutrankedMinDepthNs). Guarded by g_mu.
 double g_outranked_depth_ns = kOutrankedStartDepthNs;
 
+// Issue 19: the GPU time a launch takes, timed on the GPU's clock by a
+// bracket, two events around one launch of each batch (its first: the one
+// that took the slow path). The slice is charged the GPU time its batches
+// used: a batch timed between two markers (it queued behind the previous
+// one) at most that span, otherwise its launches x this estimate. The span
+// alone is not enough: it holds the gaps in which the CPU did not keep the
+// queue fed, and a launch-then-synchronise loop never queues behind its own
+// marker; charging the wall time in flight billed those gaps, and a hard 30%
+// slice of 20 us kernels got 0.14 of the GPU. On an idle stream the bracket
+// also holds the time from its first event to the launch reaching the GPU
+// (microseconds), so the estimate errs high, on the side of the cap.
+struct Bracket {
+  CUevent start = nullptr;
+  CUevent end = nullptr;
+};
+constexpr int kMaxBrackets = 8;
+Bracket g_brackets[kMaxBrackets];  // Pending, unordered. Guarded by g_mu.
+int g_bracket_count = 0;           // Guarded by g_mu.
+double g_kernel_ns = 0;            // 0: no bracket timed yet. Guarded by g_mu.
+int g_kernel_samples = 0;          // Guarded by g_mu.
+// A sample beyond this many times the estimate (the thread was descheduled
+// between the first event and the launch) counts as this many, once the
+// estimate has a few samples: a change of kernels still gets through in a
+// few batches.
+constexpr double kKernelSampleClip = 2.0;
+// No bracket in the first moments of a turn: the first launch of a turn may
+// wait on the GPU behind the previous holder's drain (turns overlap it), and
+// a bracket around it timed the wait too. (A 50% high-priority slice of 1 ms
+// kernels beside a slice without a share was charged ~3 ms per 1 ms kernel
+// after every preemption, and got 0.31 of the GPU instead of 0.40.) Longer
+// than the drain of an outranked queue (two batches of <= 0.5 ms, or two
+// kernels); what a longer drain adds is clipped (kKernelSampleClip).
+constexpr uint64_t kBracketSettleNs = 3'000'000;
+// When the gate last opened (a turn of this slice began).
+std::atomic<uint64_t> g_gate_opened_ns{0};
+
 template <typename T>
 void Resolve(T* out, const char* name) {
   *out = reinterpret_cast<T>(gpuslice_real_dlsym(CudaHandle(), name));
@@ -174,13 +211,52 @@ void RefreshGate() {
     // already moved past (reopening credits it had voided).
     if (g_gate.compare_exchange_weak(seen, next, std::memory_order_release,
                                      std::memory_order_relaxed)) {
+      if (ours) g_gate_opened_ns.store(MonotonicNs(), std::memory_order_relaxed);
       return;
     }
   }
 }
 
+// Learns the per-launch GPU time from the brackets that completed. Needs g_mu.
+void PollBracketsLocked() {
+  int kept = 0;
+  for (int i = 0; i < g_bracket_count; ++i) {
+    const Bracket b = g_brackets[i];
+    if (g_fns.event_query(b.end) == CUDA_ERROR_NOT_READY) {
+      g_brackets[kept++] = b;
+      continue;
+    }
+    float ms = 0;
+    if (g_fns.event_elapsed(&ms, b.start, b.end) == CUDA_SUCCESS && ms >= 0) {
+      double sample = double(ms) * 1e6;
+      if (g_kernel_samples == 0) {
+        g_kernel_ns = sample;
+      } else {
+        if (g_kernel_samples >= 4) sample = std::min(sample, kKernelSampleClip * g_kernel_ns);
+        g_kernel_ns = 0.8 * g_kernel_ns + 0.2 * sample;
+      }
+      ++g_kernel_samples;
+    }
+    g_fns.event_destroy(b.start);
+    g_fns.event_destroy(b.end);
+  }
+  g_bracket_count = kept;
+}
+
+// The GPU time a completed batch of `launches` used: what its markers timed
+// (`timed_ns`, 0: not timed), at most its launches at the bracketed
+// per-launch time. Needs g_mu.
+uint64_t BatchGpuNsLocked(int64_t launches, double timed_ns) {
+  if (g_kernel_samples == 0) {
+    return uint64_t(timed_ns > 0 ? timed_ns : double(launches) * g_ns_per_launch);
+  }
+  const double estimate = double(launches) * g_kernel_ns;
+  return uint64_t(timed_ns > 0 ? std::min(timed_ns, estimate) : estimate);
+}
+
 // Pops completed markers and refines the per-launch estimate. Needs g_mu.
 void PollMarkersLocked(uint64_t now) {
+  PollBracketsLocked();
   while (g_marker_count > 0) {
     Marker& mk = g_markers[g_marker_head];
     if (g_fns.event_query(mk.event) == CUDA_ERROR_NOT_READY) break;
@@ -195,11 +271,11 @@ void PollMarkersLocked(uint64_t now) {
     const bool timed = mk.launches > 0 && mk.chain_seq != 0 && mk.chain_seq == g_popped_seq &&
                        g_popped_event != nullptr && g_fns.event_elapsed != nullptr &&
                        g_fns.event_elapsed(&ms, g_popped_event, mk.event) == CUDA_SUCCESS && ms > 0;
+    g_coord->AddGpuNs(BatchGpuNsLocked(mk.launches, timed && !mk.contended ? double(ms) * 1e6 : 0));
     if (timed) {
       const double sample = double(ms) * 1e6 / double(mk.launches);
       g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
       g_markers_since_timed = 0;
-      g_coord->AddGpuNs(uint64_t(double(ms) * 1e6));  // Reported (statistics).
     } else if (++g_markers_since_timed >= kCpuSampleAfter) {
       g_markers_since_timed = kCpuSampleAfter;
       const uint64_t from = std::max(g_last_complete_ns, mk.granted_ns);
@@ -223,16 +299,26 @@ void PollMarkersLocked(uint64_t now) {
 // Records a marker after this thread's launches on `stream`. Needs g_mu.
 void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
   const int64_t launched = t_gate.batch;
+  // Launches the batch really made: a gate that closed under it voided the
+  // rest of its credits.
+  const int64_t used = launched - std::clamp<int64_t>(t_gate.credits, 0, launched);
   const uint64_t granted = t_gate.granted_ns;
+  const bool contended = t_gate.contended;
   const bool chained =
       t_gate.chain_seq != 0 && t_gate.last_stream == stream && t_gate.last_per_thread == per_thread;
   const uint64_t chain_seq = chained ? t_gate.chain_seq : 0;
   t_gate.batch = 0;
   t_gate.credits = 0;
   t_gate.chain_seq = 0;
+  t_gate.mark_at = -1;
+  if (t_gate.bracket != nullptr) {  // Its first launch never came back to close it.
+    g_fns.event_destroy(t_gate.bracket);
+    t_gate.bracket = nullptr;
+  }
   if (launched == 0) return;
   g_unmarked.fetch_sub(launched, std::memory_order_relaxed);
   t_gate.last_seq = 0;
+  if (used == 0) return;                      // Nothing of it was queued.
   if (g_marker_count == kMaxMarkers) return;  // Covered by the next one.
   CUevent ev = nullptr;
   const unsigned flags =
@@ -247,7 +333,7 @@ void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
   }
   const uint64_t seq = g_next_seq++;
   g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] =
-      Marker{ev, seq, chain_seq, launched, granted, now};
+      Marker{ev, seq, chain_seq, used, granted, now, contended};
   ++g_marker_count;
   t_gate.last_seq = seq;
   t_gate.last_stream = stream;
@@ -270,6 +356,8 @@ bool Publish(uint64_t now, bool inflight, bool ring = true) {
   uint32_t flags = 0;
   if (g_waiters.load(std::memory_order_relaxed) > 0) flags |= coord::kMemberWaiting;
   if (inflight) flags |= coord::kMemberInflight;
+  // Every batch's GPU time is added to the slice (PollMarkersLocked).
+  flags |= coord::kMemberGpuTime;
   return g_coord->Publish(flags, now, ring);
 }
 
@@ -488,6 +576,9 @@ void AtForkChild() {
   g_popped_seq = 0;
   g_popped_event = nullptr;  // The parent's context's: not ours to destroy.
   g_markers_since_timed = kCpuSampleAfter;
+  g_bracket_count = 0;  // The parent's events: not ours to destroy.
+  g_kernel_ns = 0;
+  g_kernel_samples = 0;
   g_waiters.store(0, std::memory_order_relaxed);
   t_gate = GateCredits{};  // ring_after_launch too: the child has no arbiter yet.
   g_gate.store(1, std::memory_order_release);
@@ -509,6 +600,64 @@ void MarkBatchEnd(CUstream stream, bool per_thread) {
   if (Capturing(stream, per_thread)) return;
   std::lock_guard<std::mutex> lock(g_mu);
   MarkLocked(stream, per_thread, MonotonicNs());
+}
+
+namespace {
+
+// Records the event that opens a batch's bracket, on the stream of its
+// first launch, as the last thing before that launch. False: no bracket
+// (no timing events, or the driver refused).
+bool OpenBracket(CUstream stream, bool per_thread) {
+  if (g_fns.event_elapsed == nullptr) return false;
+  CUevent ev = nullptr;
+  if (g_fns.event_create(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return false;
+  const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
+                         ? g_fns.event_record_ptsz(ev, stream)
+                         : g_fns.event_record(ev, stream);
+  if (r != CUDA_SUCCESS) {
+    g_fns.event_destroy(ev);
+    return false;
+  }
+  t_gate.bracket = ev;
+  return true;
+}
+
+// Closes this thread's open bracket right behind its launch on `stream`.
+void CloseBracket(CUstream stream, bool per_thread) {
+  CUevent start = t_gate.bracket;
+  t_gate.bracket = nullptr;
+  CUevent end = nullptr;
+  if (!Capturing(stream, per_thread) &&
+      g_fns.event_create(&end, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
+    const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
+                           ? g_fns.event_record_ptsz(end, stream)
+                           : g_fns.event_record(end, stream);
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (r == CUDA_SUCCESS && g_bracket_count < kMaxBrackets) {
+      g_brackets[g_bracket_count++] = Bracket{start, end};
+      return;
+    }
+  }
+  if (end != nullptr) g_fns.event_destroy(end);
+  g_fns.event_destroy(start);
+}
+
+}  // namespace
+
+void MarkAfterLaunch(CUstream stream, bool per_thread) {
+  if (g_coord == nullptr || g_gate.load(std::memory_order_relaxed) == kGateOff) {
+    // The share went away under the batch: nothing to mark any more.
+    if (t_gate.bracket != nullptr) g_fns.event_destroy(t_gate.bracket);
+    t_gate.bracket = nullptr;
+    t_gate.mark_at = -1;
+    return;
+  }
+  if (t_gate.bracket != nullptr) CloseBracket(stream, per_thread);
+  if (t_gate.credits == 0 && t_gate.batch > 0) {
+    MarkBatchEnd(stream, per_thread);
+  } else {
+    t_gate.mark_at = 0;
+  }
 }
 
 namespace {
@@ -664,7 +813,18 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   // Work is about to be queued: say so now rather than at the background
   // thread's next tick, and wake the arbiter once it is queued (the slice
   // is charged from the arbiter's next decision on).
-  if (granted) t_gate.ring_after_launch = Publish(MonotonicNs(), true, /*ring=*/false);
+  if (granted) {
+    t_gate.ring_after_launch = Publish(MonotonicNs(), true, /*ring=*/false);
+    // Last, so that as little as possible lies between the bracket's first
+    // event and the launch.
+    // Not while another slice's work may share the GPU: the bracket would
+    // time its slices of the GPU too (the GPU time-slices between processes).
+    const uint64_t now = MonotonicNs();
+    t_gate.contended = g_coord->OthersInflight();
+    const bool settled = now - g_gate_opened_ns.load(std::memory_order_relaxed) >= kBracketSettleNs;
+    t_gate.mark_at =
+        settled && !t_gate.contended && OpenBracket(stream, per_thread) ? t_gate.batch - 1 : 0;
+  }
 }
 
 void RingAfterLaunch() {

@@ -49,6 +49,16 @@ struct GateCredits {
   // once the launch is queued (GateLaunchDone), so that the slice is charged
   // from when its work reached the GPU, not from before the launch call.
   bool ring_after_launch = false;
+  // GateLaunchDone calls MarkAfterLaunch when `credits` reaches this: after
+  // the batch's first launch while its bracket is open, then after its last
+  // (0); -1 when no batch is out.
+  int32_t mark_at = -1;
+  // Issue 19: an event recorded right before the batch's first launch; with
+  // one recorded right after it, it times one launch on the GPU's clock.
+  CUevent bracket = nullptr;
+  // Another slice had work in flight at the grant: the GPU may time-slice
+  // between the two, so the batch's marker span is not its own GPU time.
+  bool contended = false;
 };
 extern thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
 
@@ -79,6 +89,11 @@ inline void GateLaunch(CUstream stream, bool per_thread) {
 // after the batch's last launch (see GateLaunchDone).
 void MarkBatchEnd(CUstream stream, bool per_thread);
 
+// What GateLaunchDone calls when a launch reached GateCredits::mark_at:
+// closes the batch's bracket after its first launch, records its marker
+// after its last.
+void MarkAfterLaunch(CUstream stream, bool per_thread);
+
 // Wakes the arbiter after a granted launch went to the driver (see
 // GateCredits::ring_after_launch).
 void RingAfterLaunch();
@@ -89,14 +104,12 @@ void RingAfterLaunch();
 // that launches one kernel and synchronises comes back only after the kernel
 // ended, so a marker recorded then completes at once, teaches nothing, and
 // the slice looked idle (uncharged, its turn handed over) while its kernel
-// still ran (2 ms kernels split 30/70 slices about 50/50). One thread-local
+// still ran (2 ms kernels split 30/70 slices about 50/50). After a batch's
+// first launch it closes the batch's bracket (issue 19). One thread-local
 // compare on the fast path.
 inline void GateLaunchDone(CUstream stream, bool per_thread) {
   if (__builtin_expect(t_gate.ring_after_launch, 0)) RingAfterLaunch();
-  if (__builtin_expect(t_gate.credits == 0 && t_gate.batch > 0, 0) &&
-      g_gate.load(std::memory_order_relaxed) != kGateOff) {
-    MarkBatchEnd(stream, per_thread);
-  }
+  if (__builtin_expect(t_gate.credits == t_gate.mark_at, 0)) MarkAfterLaunch(stream, per_thread);
 }
 
 }  // namespace gpuslice::shim

@@ -83,11 +83,35 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     // negative balance) is paid back at the same rate.
     s.tokens_ns = std::min(s.tokens_ns + int64_t(s.share_milli * elapsed / 1000), BucketCap(s, p));
   }
-  // Whether the open turn's holder keeps an eligible slice waiting (see
-  // PolicyParams::charge_blocking_holder).
-  bool blocking = false;
-  if (p.charge_blocking_holder && turn.state == coord::kTurnOpen && turn.holder >= 0) {
-    for (int32_t i = 0; i < n; ++i) blocking |= i != turn.holder && Eligible(slices[size_t(i)]);
+  // Whether the holder keeps an eligible slice waiting (see
+  // PolicyParams::charge_blocking_holder), and the GPU time the slices
+  // charged by it reported since the last decision.
+  bool others_wait = false;
+  if (p.charge_blocking_holder && turn.state != coord::kTurnNone && turn.holder >= 0) {
+    for (int32_t i = 0; i < n; ++i) others_wait |= i != turn.holder && Eligible(slices[size_t(i)]);
+  }
+  const bool blocking = others_wait && turn.state == coord::kTurnOpen;
+  uint64_t reported = 0;
+  for (const SliceView& s : slices) reported += s.live && s.gpu_time ? s.gpu_ns : 0;
+  // The arbiter cannot trust reported GPU time: the time a holder charged by
+  // its reports keeps others waiting must be explained by somebody's
+  // reports (its own or a drain of the others), within a slack for reports
+  // that lag; the rest is charged to the holder (below). The sum runs over
+  // decisions, so a report that comes in after the turn it belongs to still
+  // explains it.
+  int64_t unexplained = 0;
+  if (p.charge_blocking_holder && others_wait && slices[size_t(turn.holder)].gpu_time) {
+    int64_t& u = turn.unexplained_ns;
+    u = std::clamp<int64_t>(u + int64_t(elapsed) - int64_t(std::min<uint64_t>(reported, INT64_MAX)),
+                            0, INT64_MAX / 2);
+    if (u > kUnexplainedSlackNs) {
+      unexplained = u - kUnexplainedSlackNs;
+      u = kUnexplainedSlackNs;
+    }
+  } else if (p.charge_blocking_holder) {
+    turn.unexplained_ns =
+        std::clamp<int64_t>(turn.unexplained_ns - int64_t(std::min<uint64_t>(reported, INT64_MAX)),
+                            0, kUnexplainedSlackNs);
   }
   for (size_t i = 0; i < slices.size(); ++i) {
     SliceView& s = slices[i];
@@ -102,8 +126,18 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     // up) or any more (between its steps): that time is nobody's GPU use,
     // and charging it made hard slices fall short of their shares.
     const bool holds = int32_t(i) == turn.holder && turn.state != coord::kTurnNone;
-    const bool had_work = p.charge_from_previous_report ? s.was_inflight : s.inflight;
-    if (had_work || (blocking && holds)) Charge(s, elapsed);
+    if (s.gpu_time) {
+      // What its processes say their work used, and, holding the GPU while
+      // others wait, the time nobody's reports explain (above): a slice that
+      // under-reports still pays for its turns, and an honest holder whose
+      // turn overlaps the previous holder's drain does not pay for the drain
+      // (that slice reports it, if late).
+      const uint64_t ns = s.gpu_ns + (holds ? uint64_t(unexplained) : 0);
+      if (ns > 0) Charge(s, ns);
+    } else {
+      const bool had_work = p.charge_from_previous_report ? s.was_inflight : s.inflight;
+      if (had_work || (blocking && holds)) Charge(s, elapsed);
+    }
     s.was_inflight = s.inflight;
     if (!s.Active() && !holds) {
       if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
@@ -159,8 +193,11 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
       }
     }
     // Closing: hand over once the holder's work has drained (or was given
-    // up on: a wedged process must not hold the GPU for the others).
-    if (h.inflight && now_ns - turn.end_ns < p.drain_timeout_ns) return out;
+    // up on: a wedged process must not hold the GPU for the others), or at
+    // once when the holder pays for its drain by the GPU time it reports
+    // (PolicyParams::overlap_handover).
+    const bool overlap = p.overlap_handover && h.gpu_time;
+    if (h.inflight && !overlap && now_ns - turn.end_ns < p.drain_timeout_ns) return out;
     if (!h.Active()) h.idle_since_ns = now_ns;
     open(PickNext(slices));
     return out;

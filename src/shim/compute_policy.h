@@ -32,7 +32,7 @@ namespace gpuslice::shim {
 
 struct PolicyParams {
   uint64_t turn_ns = 20'000'000;            // Longest turn.
-  uint64_t min_turn_ns = 1'000'000;         // Shortest turn a hard slice is given.
+  uint64_t min_turn_ns = 4'000'000;         // Shortest turn a hard slice is given.
   uint64_t burst_ns = 100'000'000;          // Token bucket depth, in wall time.
   uint64_t idle_grace_ns = 500'000;         // A holder idle this long gives the GPU up.
   uint64_t drain_timeout_ns = 250'000'000;  // Stop waiting for a drain after this.
@@ -54,6 +54,14 @@ struct PolicyParams {
   // its turn and its first launch, and for the whole interval before a
   // drain: 230 us per turn, 4-6 pp of a lone 50% hard slice.
   bool charge_from_previous_report = false;
+  // Issue 19: when the holder's turn ends and its slice is charged the GPU
+  // time it reports (SliceView::gpu_time), the next slice's turn opens at
+  // once instead of after the holder's queue has drained: its work queues
+  // behind the drain on the GPU, which hands over without an idle gap (the
+  // drain-then-wake-up gap cost a 30/70 pair of 200 us kernels ~10% of the
+  // GPU). Charged by wall time in flight, the two would both pay for the
+  // drain, so slices that do not report GPU time still wait for it.
+  bool overlap_handover = true;
 };
 
 // One slice as the decision sees it.
@@ -71,6 +79,15 @@ struct SliceView {
   // `inflight` as of the previous decision (charge_from_previous_report):
   // kept by the caller from one Advance to the next.
   bool was_inflight = false;
+  // Issue 19: every live process of the slice reports the GPU time its work
+  // used (timed on the GPU's clock, docs/COMPUTE.md), and `gpu_ns` is what
+  // they reported since the previous decision. Such a slice is charged that
+  // GPU time rather than the wall time its work was in flight: a loop of
+  // short kernels with CPU gaps between them (launch, synchronise) paid for
+  // the gaps and got under half its share. Slices whose processes do not
+  // report it (an older shim) keep the wall-time charge.
+  bool gpu_time = false;
+  uint64_t gpu_ns = 0;
 
   bool Active() const { return live && (waiting || inflight); }
 };
@@ -80,6 +97,12 @@ struct TurnView {
   coord::TurnState state = coord::kTurnNone;
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
+  // The arbiter's check on reported GPU time (charge_blocking_holder): the
+  // wall time in which a slice charged by its reports held the GPU while
+  // others waited, less all the GPU time the slices reported, within
+  // [-kUnexplainedSlackNs, kUnexplainedSlackNs]; what goes above is charged
+  // to the holder. Kept by the caller from one Advance to the next.
+  int64_t unexplained_ns = 0;
 };
 
 // What Advance did.
@@ -87,6 +110,12 @@ struct Outcome {
   bool changed = false;    // holder or state changed (wake the waiters).
   bool preempted = false;  // A higher priority slice took the GPU.
 };
+
+// How far the GPU's unexplained time (TurnView::unexplained_ns) may run
+// ahead of, or behind, the reports before a holder pays for it: what a
+// report may lag (a batch counts when it is seen complete, a drain runs on
+// into the next turn).
+inline constexpr int64_t kUnexplainedSlackNs = 1'000'000;
 
 // May `s` be given the GPU now?
 bool Eligible(const SliceView& s);

@@ -197,6 +197,8 @@ core::Result<uint32_t> Coordinator::Join(uint64_t key, int32_t pid, uint64_t now
     // A newcomer starts level with the others (see Rejoin in the policy).
     s.vtime.store(0, std::memory_order_relaxed);
     s.idle_since_ns.store(now_ns, std::memory_order_relaxed);
+    s.gpu_ns.store(0, std::memory_order_relaxed);
+    s.gpu_seen_ns.store(0, std::memory_order_relaxed);
     s.key.store(key, std::memory_order_relaxed);
     found = free_slice;
   }
@@ -250,6 +252,12 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     v.vtime = e.vtime.load(std::memory_order_relaxed);
     v.charged_ns = e.charged_ns.load(std::memory_order_relaxed);
     v.idle_since_ns = e.idle_since_ns.load(std::memory_order_relaxed);
+    // GPU time its members added since the last decision (issue 19).
+    const uint64_t gpu = e.gpu_ns.load(std::memory_order_relaxed);
+    const uint64_t seen = e.gpu_seen_ns.load(std::memory_order_relaxed);
+    v.gpu_ns = gpu > seen ? gpu - seen : 0;
+    e.gpu_seen_ns.store(gpu, std::memory_order_relaxed);
+    v.gpu_time = true;  // Unless a live member does not report it (below).
   }
   for (uint32_t i = 0; i < coord::kMaxMembers; ++i) {
     MemberEntry& m = member(i);
@@ -264,6 +272,7 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     }
     const uint32_t flags = m.flags.load(std::memory_order_relaxed);
     views[s].live = true;
+    views[s].gpu_time &= (flags & coord::kMemberGpuTime) != 0;
     views[s].waiting |= (flags & coord::kMemberWaiting) != 0;
     views[s].inflight |= (flags & coord::kMemberInflight) != 0;
   }

@@ -64,7 +64,10 @@ inline constexpr uint32_t kSlicePaused = 1u << 0;  // Idle reclaim: no turns.
 // MemberSlot::flags (only these bits are read).
 inline constexpr uint32_t kMemberWaiting = 1u << 0;   // A launch waits for the turn.
 inline constexpr uint32_t kMemberInflight = 1u << 1;  // Launched work not known complete.
-inline constexpr uint32_t kMemberFlagMask = kMemberWaiting | kMemberInflight;
+// Issue 19: `gpu_ns` counts the GPU time of all its work (the slice is then
+// charged that rather than wall time in flight).
+inline constexpr uint32_t kMemberGpuTime = 1u << 2;
+inline constexpr uint32_t kMemberFlagMask = kMemberWaiting | kMemberInflight | kMemberGpuTime;
 
 struct BoardHeader {
   std::atomic<uint64_t> magic;  // kBoardMagic, published last.
@@ -162,7 +165,7 @@ struct alignas(64) MemberSlot {
   std::atomic<uint32_t> flags;          // kMemberWaiting | kMemberInflight.
   std::atomic<uint64_t> heartbeat_ns;   // CLOCK_MONOTONIC.
   std::atomic<uint64_t> launches;       // Batches granted (statistics).
-  std::atomic<uint64_t> gpu_ns;         // GPU time timed by its markers (statistics).
+  std::atomic<uint64_t> gpu_ns;         // GPU time its work used (kMemberGpuTime; else statistics).
   uint8_t reserved[kMemberSlotSize - 40];
 };
 static_assert(offsetof(MemberSlot, device_index) == 8);

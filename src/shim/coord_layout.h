@@ -54,6 +54,9 @@ enum Mode : uint32_t { kModeHard = 0, kModeWorkConserving = 1 };
 // MemberEntry::flags.
 inline constexpr uint32_t kMemberWaiting = 1u << 0;   // A launch waits for the turn.
 inline constexpr uint32_t kMemberInflight = 1u << 1;  // Launched work not known complete.
+// The member adds the GPU time its work used to its slice's `gpu_ns`
+// (issue 19; the slice is then charged that rather than wall time in flight).
+inline constexpr uint32_t kMemberGpuTime = 1u << 2;
 
 struct CoordHeader {
   std::atomic<uint64_t> magic;  // kCoordMagic, published last.
@@ -107,12 +110,19 @@ struct alignas(64) SliceEntry {
   std::atomic<uint64_t> vtime;       // Charged ns x 1000 / share: fair-share order.
   std::atomic<uint64_t> charged_ns;  // Total GPU time charged (statistics).
   std::atomic<uint64_t> idle_since_ns;  // When it last stopped wanting the GPU; 0: wants.
-  uint8_t reserved1[kSliceEntrySize - 56];
+  // Issue 19, in bytes that were reserved (zero) before: the GPU time its
+  // members' work used, added by them, and how much of it decisions have
+  // charged so far.
+  std::atomic<uint64_t> gpu_ns;
+  std::atomic<uint64_t> gpu_seen_ns;
+  uint8_t reserved1[kSliceEntrySize - 72];
 };
 static_assert(offsetof(SliceEntry, share_milli) == 8);
 static_assert(offsetof(SliceEntry, tokens_ns) == 24);
 static_assert(offsetof(SliceEntry, vtime) == 32);
 static_assert(offsetof(SliceEntry, idle_since_ns) == 48);
+static_assert(offsetof(SliceEntry, gpu_ns) == 56);
+static_assert(offsetof(SliceEntry, gpu_seen_ns) == 64);
 static_assert(sizeof(SliceEntry) == kSliceEntrySize);
 
 // One process of a slice using the GPU.

@@ -69,6 +69,21 @@ bool CooperativeTurns::Outranked(uint32_t priority) const {
   return false;
 }
 
+bool CooperativeTurns::OthersInflight() const {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  const int32_t mine =
+      m >= 0 ? coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed) : -1;
+  for (uint32_t i = 0; i < coord::kMaxMembers; ++i) {
+    const coord::MemberEntry& e = coord_->member(i);
+    if (e.owner.load(std::memory_order_relaxed) != 0 &&
+        e.slice.load(std::memory_order_relaxed) != mine &&
+        (e.flags.load(std::memory_order_relaxed) & coord::kMemberInflight) != 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 uint32_t CooperativeTurns::TurnSeq() const {
   return coord_->header().turn_seq.load(std::memory_order_acquire);
 }
@@ -80,6 +95,15 @@ void CooperativeTurns::WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const {
 void CooperativeTurns::CountLaunch() {
   const int32_t m = member_.load(std::memory_order_relaxed);
   if (m >= 0) coord_->member(uint32_t(m)).launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void CooperativeTurns::AddGpuNs(uint64_t ns) {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  if (m < 0) return;
+  const int32_t s = coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed);
+  if (s >= 0 && uint32_t(s) < coord::kMaxSlices) {
+    coord_->slice(uint32_t(s)).gpu_ns.fetch_add(ns, std::memory_order_relaxed);
+  }
 }
 
 // --- The daemon's board ---------------------------------------------------
@@ -162,6 +186,18 @@ bool BoardTurns::Outranked(uint32_t priority) const {
     if (int32_t(s) != me && e.job_id.load(std::memory_order_relaxed) != 0 &&
         e.share_milli.load(std::memory_order_relaxed) != 0 &&
         e.priority.load(std::memory_order_relaxed) > priority) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool BoardTurns::OthersInflight() const {
+  const int32_t me = SliceIndex();
+  for (uint32_t s = 0; s < board::kBoardSlices; ++s) {
+    const board::BoardSlice& e = board().slice(s);
+    if (int32_t(s) != me && e.job_id.load(std::memory_order_relaxed) != 0 &&
+        (e.reported.load(std::memory_order_relaxed) & board::kMemberInflight) != 0) {
       return true;
     }
   }

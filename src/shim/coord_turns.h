@@ -53,9 +53,15 @@ class Turns {
   virtual bool HoldsOpenTurn(uint64_t now_ns) const = 0;
   // Another slice on the GPU has a higher priority than this one.
   virtual bool Outranked(uint32_t priority) const = 0;
+  // Another slice on the GPU has (or, as of the last decision, had) work in
+  // flight: the GPU time-slices between processes, so what this process
+  // times on the GPU's clock now may include the other's slices of time.
+  virtual bool OthersInflight() const = 0;
   virtual uint32_t TurnSeq() const = 0;
   virtual void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const = 0;
   virtual void CountLaunch() = 0;
+  // Adds GPU time this process's work used (issue 19: what its slice is
+  // charged when its members publish coord::kMemberGpuTime).
   virtual void AddGpuNs(uint64_t /*ns*/) {}
   virtual std::string Describe() const = 0;
   // The slice was moved to another GPU (the daemon's move of a suspended
@@ -78,9 +84,11 @@ class CooperativeTurns : public Turns {
   bool Decide(uint64_t now_ns, const PolicyParams& params) override;
   bool HoldsOpenTurn(uint64_t now_ns) const override;
   bool Outranked(uint32_t priority) const override;
+  bool OthersInflight() const override;
   uint32_t TurnSeq() const override;
   void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const override;
   void CountLaunch() override;
+  void AddGpuNs(uint64_t ns) override;
   std::string Describe() const override { return path_; }
 
  private:
@@ -109,6 +117,7 @@ class BoardTurns : public Turns {
   bool Decide(uint64_t, const PolicyParams&) override { return true; }
   bool HoldsOpenTurn(uint64_t now_ns) const override;
   bool Outranked(uint32_t priority) const override;
+  bool OthersInflight() const override;
   uint32_t TurnSeq() const override;
   void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const override;
   void CountLaunch() override;
