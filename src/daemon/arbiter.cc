@@ -17,6 +17,7 @@
 #include <functional>
 #include <thread>
 
+#include "daemon/arbiter_members.h"
 #include "daemon/launcher.h"
 #include "daemon/log.h"
 #include "shim/coord.h"
@@ -26,99 +27,9 @@ namespace gpuslice::daemon {
 
 namespace bd = shim::board;
 
-// A slice's members file, held open by the arbiter for as long as the slice
-// is registered (never re-opened by path: the job cannot swap it). The job
-// may write anything into it, or truncate it: it is only ever read with
-// pread(2), and the mapping exists only as the doorbell's futex address
-// (the kernel's futex calls fault with EFAULT, never SIGBUS).
-struct MembersHandle {
-  uint64_t job_id = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::string path;
-  int fd = -1;
-  void* map = MAP_FAILED;
-
-  ~MembersHandle() {
-    if (map != MAP_FAILED) munmap(map, bd::kMembersSize);
-    if (fd >= 0) close(fd);
-  }
-  const void* doorbell() const {
-    return map == MAP_FAILED ? nullptr : static_cast<const char*>(map) + bd::kDoorbellOffset;
-  }
-};
-
 namespace {
 
 uint64_t MonotonicNs() { return shim::MonotonicNs(); }
-
-// What a slice's processes report on one GPU, as far as it can be believed:
-// only the flags of live members on this device count, and each field is
-// checked (the file may hold anything).
-struct Report {
-  bool live = false;
-  bool waiting = false;
-  bool inflight = false;
-  // Every live member reports the GPU time its work used (issue 19), and
-  // what they added since the previous read.
-  bool gpu_time = true;
-  uint64_t gpu_ns = 0;
-  uint32_t doorbell = 0;
-};
-
-// What the previous read saw of each member slot's GPU time counter: the
-// slot's owner word and the counter. A new owner's counter starts at zero
-// (a slot is cleared when claimed).
-struct GpuSeen {
-  uint64_t owner = 0;
-  uint64_t gpu_ns = 0;
-};
-// The most GPU time one member may add between two reads: a counter is the
-// job's to write, and garbage must not overflow the slice's tokens. (A job
-// that over-reports only charges itself.)
-constexpr uint64_t kMaxGpuStepNs = 1'000'000'000;
-
-template <typename T>
-T Field(const unsigned char* buf, size_t offset) {
-  T v;
-  std::memcpy(&v, buf + offset, sizeof(T));
-  return v;
-}
-
-Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns,
-                  GpuSeen (&seen)[bd::kMembersPerSlice]) {
-  alignas(64) unsigned char buf[bd::kMembersSize];
-  Report r;
-  const ssize_t n = pread(m.fd, buf, sizeof(buf), 0);
-  if (n < ssize_t(bd::kMembersSlotsOffset)) return r;  // Truncated: nobody.
-  r.doorbell = Field<uint32_t>(buf, bd::kDoorbellOffset);
-  for (uint32_t i = 0; i < bd::kMembersPerSlice; ++i) {
-    const size_t at = bd::kMembersSlotsOffset + size_t{i} * bd::kMemberSlotSize;
-    GpuSeen& last = seen[i];
-    const GpuSeen before = last;
-    last = GpuSeen{};
-    if (at + bd::kMemberSlotSize > size_t(n)) continue;
-    const uint64_t owner = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, owner));
-    const uint32_t device = Field<uint32_t>(buf, at + offsetof(bd::MemberSlot, device_index));
-    const uint32_t flags = Field<uint32_t>(buf, at + offsetof(bd::MemberSlot, flags));
-    const uint64_t beat = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, heartbeat_ns));
-    const uint64_t gpu = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, gpu_ns));
-    if ((owner & 0xffffffffull) != 1 || device != device_index) continue;
-    // A heartbeat from the future is as dead as an old one.
-    if (beat + bd::kMemberTimeoutNs < now_ns || beat > now_ns + bd::kMemberTimeoutNs) continue;
-    r.live = true;
-    r.waiting |= (flags & bd::kMemberWaiting) != 0;
-    r.inflight |= (flags & bd::kMemberInflight) != 0;
-    r.gpu_time &= (flags & bd::kMemberGpuTime) != 0;
-    // A counter that went back (or a slot taken over with a value) adds
-    // nothing; the next read counts from there.
-    const uint64_t from = before.owner == owner ? before.gpu_ns : 0;
-    if (gpu > from) r.gpu_ns += std::min(gpu - from, kMaxGpuStepNs);
-    last = GpuSeen{owner, gpu};
-  }
-  r.gpu_time &= r.live;
-  return r;
-}
 
 int FutexWaitv(struct futex_waitv* waiters, unsigned n, uint64_t deadline_ns) {
   timespec ts{time_t(deadline_ns / 1000000000ull), long(deadline_ns % 1000000000ull)};
@@ -132,26 +43,6 @@ void SleepNs(uint64_t ns) {
 
 std::string JobDir(const std::string& slices_dir, uint64_t job_id) {
   return slices_dir + "/job-" + std::to_string(job_id);
-}
-
-// The members file a job already has (a daemon restarted under it), or null
-// when it is missing or not that job's user's. O_NONBLOCK: a lease the job
-// put on its file must not hang the daemon.
-std::shared_ptr<MembersHandle> OpenExistingMembers(const std::string& path, uint64_t job, uid_t uid,
-                                                   gid_t gid) {
-  auto h = std::make_shared<MembersHandle>();
-  h->job_id = job;
-  h->uid = uid;
-  h->gid = gid;
-  h->path = path;
-  h->fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  struct stat st {};
-  if (h->fd < 0 || fstat(h->fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      uint64_t(st.st_size) != bd::kMembersSize || (geteuid() == 0 && st.st_uid != uid)) {
-    return nullptr;
-  }
-  h->map = mmap(nullptr, bd::kMembersSize, PROT_READ, MAP_SHARED, h->fd, 0);
-  return h->map == MAP_FAILED ? nullptr : h;
 }
 
 }  // namespace

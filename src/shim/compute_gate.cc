@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "shim/compute_gate_markers.h"
 #include "shim/config.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"
@@ -29,7 +30,24 @@ thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
 
 namespace {
 
-constexpr uint64_t kTargetBatchNs = 500'000;  // GPU time one batch of credits should take.
+// The markers and the GPU time they measure (compute_gate_markers.h).
+using gate::Capturing;
+using gate::CloseBracket;
+using gate::g_coord;
+using gate::g_expected_done_ns;
+using gate::g_fns;
+using gate::g_marker_count;
+using gate::g_mu;
+using gate::g_ns_per_launch;
+using gate::g_popped_seq;
+using gate::g_unmarked;
+using gate::InflightLocked;
+using gate::kTargetBatchNs;
+using gate::MarkLocked;
+using gate::OpenBracket;
+using gate::PollMarkersLocked;
+using gate::ResetMarkersAfterFork;
+
 constexpr int32_t kMaxBatch = 256;
 constexpr uint32_t kMaxPendingMarkers = 2;  // Batches queued on the GPU at most.
 // While a slice of higher priority shares the GPU, a slice keeps its queue
@@ -53,38 +71,13 @@ constexpr uint64_t kActiveTickNs = 200'000;      // Background tick while using 
 constexpr uint64_t kDrainTickNs = 20'000;        // ... while the queue drains after a turn.
 constexpr uint64_t kIdleTickNs = 5'000'000;      // ... while idle or without a share.
 constexpr uint64_t kMaxWaitNs = 30'000'000'000;  // A launch never waits longer (degrade).
-constexpr int kMaxMarkers = 16;
 
-struct Fns {
-  PFN_cuEventCreate_v2000 event_create = nullptr;
-  PFN_cuEventRecord_v2000 event_record = nullptr;
-  PFN_cuEventRecord_v7000_ptsz event_record_ptsz = nullptr;
-  PFN_cuEventQuery_v2000 event_query = nullptr;
-  PFN_cuEventDestroy_v4000 event_destroy = nullptr;
-  PFN_cuEventElapsedTime_v2000 event_elapsed = nullptr;  // Optional: null, no timed samples.
-  PFN_cuStreamIsCapturing_v10000 is_capturing = nullptr;
-  PFN_cuStreamIsCapturing_v10000_ptsz is_capturing_ptsz = nullptr;
-};
-
-struct Marker {
-  CUevent event = nullptr;
-  uint64_t seq = 0;        // Record order, from 1.
-  uint64_t chain_seq = 0;  // The marker its batch queued right behind (same thread, same stream).
-  int64_t launches = 0;
-  uint64_t granted_ns = 0;  // When the batch it closes was granted.
-  uint64_t recorded_ns = 0;
-  bool contended = false;  // GateCredits::contended of its batch.
-};
-
-// Process-wide state of the gate. Set up once by Start() under g_start_mu;
-// markers and estimates are guarded by g_mu (slow path and background
-// thread only).
+// Process-wide state of the gate. Set up once by Start() under g_start_mu
+// (with gate::g_fns and gate::g_coord, the turns this process follows: the
+// cooperative file, or the daemon's board); markers and estimates are
+// guarded by gate::g_mu (slow path and background thread only).
 std::mutex g_start_mu;
 bool g_started = false;  // Guarded by g_start_mu.
-Fns g_fns;
-// The turns this process follows: the cooperative file, or the daemon's
-// board (coord_turns.h). Set once by Start().
-Turns* g_coord = nullptr;
 int g_device = -1;  // Slice device index of the coordination.
 // The limits page's placement counter of g_device that g_coord follows
 // (background thread only after Start).
@@ -99,69 +92,17 @@ std::atomic<bool> g_paused{false};
 // Some other slice on this GPU has a higher priority (FollowRegion).
 std::atomic<bool> g_outranked{false};
 
-std::mutex g_mu;
-Marker g_markers[kMaxMarkers];  // Ring, oldest first. Guarded by g_mu.
-int g_marker_head = 0, g_marker_count = 0;
-uint64_t g_last_complete_ns = 0;
-// Estimated GPU time of one launch. Starts at a whole batch, so the first
-// launches take the slow path one by one (each with a marker) until the
-// markers have taught the real figure: a process of 10 ms kernels never
-// queues a batch of them unseen.
-double g_ns_per_launch = double(kTargetBatchNs);
-// Samples of the per-launch time come from the GPU's own clock when they
-// can: the elapsed time between a marker and the one its batch queued
-// behind (events with timing). Measured on the CPU instead (from the grant,
-// or the previous completion, to the poll that saw the completion), a
-// sample includes the poll's lateness: with short batches on a loaded
-// machine that doubled the estimate, batches shrank to one launch and the
-// queue ran dry between polls. CPU samples are used only while no timed
-// sample came in the last kCpuSampleAfter markers (a thread that launches
-// and synchronises never queues behind its own marker).
-constexpr int kCpuSampleAfter = 8;
-uint64_t g_next_seq = 1;           // Guarded by g_mu.
-uint64_t g_popped_seq = 0;         // Newest marker seen complete. Guarded by g_mu.
-CUevent g_popped_event = nullptr;  // Its event, kept for the next elapsed time. Guarded by g_mu.
-int g_markers_since_timed = kCpuSampleAfter;  // Guarded by g_mu.
-std::atomic<int64_t> g_unmarked{0};           // Launches granted, not yet covered by a marker.
-// When the work granted so far should be done by the estimate: each grant
-// queues behind what is already queued. Guarded by g_mu.
-uint64_t g_expected_done_ns = 0;
 std::atomic<int32_t> g_waiters{0};
 // Queue depth while outranked (see kOutrankedMinDepthNs). Guarded by g_mu.
 double g_outranked_depth_ns = kOutrankedStartDepthNs;
 
-// Issue 19: the GPU time a launch takes, timed on the GPU's clock by a
-// bracket, two events around one launch of each batch (its first: the one
-// that took the slow path). The slice is charged the GPU time its batches
-// used: a batch timed between two markers (it queued behind the previous
-// one) at most that span, otherwise its launches x this estimate. The span
-// alone is not enough: it holds the gaps in which the CPU did not keep the
-// queue fed, and a launch-then-synchronise loop never queues behind its own
-// marker; charging the wall time in flight billed those gaps, and a hard 30%
-// slice of 20 us kernels got 0.14 of the GPU. On an idle stream the bracket
-// also holds the time from its first event to the launch reaching the GPU
-// (microseconds), so the estimate errs high, on the side of the cap.
-struct Bracket {
-  CUevent start = nullptr;
-  CUevent end = nullptr;
-};
-constexpr int kMaxBrackets = 8;
-Bracket g_brackets[kMaxBrackets];  // Pending, unordered. Guarded by g_mu.
-int g_bracket_count = 0;           // Guarded by g_mu.
-double g_kernel_ns = 0;            // 0: no bracket timed yet. Guarded by g_mu.
-int g_kernel_samples = 0;          // Guarded by g_mu.
-// A sample beyond this many times the estimate (the thread was descheduled
-// between the first event and the launch) counts as this many, once the
-// estimate has a few samples: a change of kernels still gets through in a
-// few batches.
-constexpr double kKernelSampleClip = 2.0;
 // No bracket in the first moments of a turn: the first launch of a turn may
 // wait on the GPU behind the previous holder's drain (turns overlap it), and
 // a bracket around it timed the wait too. (A 50% high-priority slice of 1 ms
 // kernels beside a slice without a share was charged ~3 ms per 1 ms kernel
 // after every preemption, and got 0.31 of the GPU instead of 0.40.) Longer
 // than the drain of an outranked queue (two batches of <= 0.5 ms, or two
-// kernels); what a longer drain adds is clipped (kKernelSampleClip).
+// kernels); what a longer drain adds is clipped (compute_gate_markers.cc).
 constexpr uint64_t kBracketSettleNs = 3'000'000;
 // When the gate last opened (a turn of this slice began).
 std::atomic<uint64_t> g_gate_opened_ns{0};
@@ -215,139 +156,6 @@ void RefreshGate() {
       return;
     }
   }
-}
-
-// Learns the per-launch GPU time from the brackets that completed. Needs g_mu.
-void PollBracketsLocked() {
-  int kept = 0;
-  for (int i = 0; i < g_bracket_count; ++i) {
-    const Bracket b = g_brackets[i];
-    if (g_fns.event_query(b.end) == CUDA_ERROR_NOT_READY) {
-      g_brackets[kept++] = b;
-      continue;
-    }
-    float ms = 0;
-    if (g_fns.event_elapsed(&ms, b.start, b.end) == CUDA_SUCCESS && ms >= 0) {
-      double sample = double(ms) * 1e6;
-      if (g_kernel_samples == 0) {
-        g_kernel_ns = sample;
-      } else {
-        if (g_kernel_samples >= 4) sample = std::min(sample, kKernelSampleClip * g_kernel_ns);
-        g_kernel_ns = 0.8 * g_kernel_ns + 0.2 * sample;
-      }
-      ++g_kernel_samples;
-    }
-    g_fns.event_destroy(b.start);
-    g_fns.event_destroy(b.end);
-  }
-  g_bracket_count = kept;
-}
-
-// The GPU time a completed batch of `launches` used: what its markers timed
-// (`timed_ns`, 0: not timed), at most its launches at the bracketed
-// per-launch time. Needs g_mu.
-uint64_t BatchGpuNsLocked(int64_t launches, double timed_ns) {
-  if (g_kernel_samples == 0) {
-    return uint64_t(timed_ns > 0 ? timed_ns : double(launches) * g_ns_per_launch);
-  }
-  const double estimate = double(launches) * g_kernel_ns;
-  return uint64_t(timed_ns > 0 ? std::min(timed_ns, estimate) : estimate);
-}
-
-// Pops completed markers and refines the per-launch estimate. Needs g_mu.
-void PollMarkersLocked(uint64_t now) {
-  PollBracketsLocked();
-  while (g_marker_count > 0) {
-    Marker& mk = g_markers[g_marker_head];
-    if (g_fns.event_query(mk.event) == CUDA_ERROR_NOT_READY) break;
-    // Completed (or an error: the context is gone; either way not queued).
-    // The batch ran from when it was queued, or from when the batch before
-    // it completed if that was later (it waited behind it): measuring from
-    // the marker's recording instead made the estimate too short. A marker
-    // recorded long after its batch was granted (the thread synchronised or
-    // computed in between) may have completed long before this poll: it
-    // teaches nothing.
-    float ms = 0;
-    const bool timed = mk.launches > 0 && mk.chain_seq != 0 && mk.chain_seq == g_popped_seq &&
-                       g_popped_event != nullptr && g_fns.event_elapsed != nullptr &&
-                       g_fns.event_elapsed(&ms, g_popped_event, mk.event) == CUDA_SUCCESS && ms > 0;
-    g_coord->AddGpuNs(BatchGpuNsLocked(mk.launches, timed && !mk.contended ? double(ms) * 1e6 : 0));
-    if (timed) {
-      const double sample = double(ms) * 1e6 / double(mk.launches);
-      g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
-      g_markers_since_timed = 0;
-    } else if (++g_markers_since_timed >= kCpuSampleAfter) {
-      g_markers_since_timed = kCpuSampleAfter;
-      const uint64_t from = std::max(g_last_complete_ns, mk.granted_ns);
-      const double expected = double(mk.launches) * g_ns_per_launch;
-      const bool prompt = double(mk.recorded_ns - mk.granted_ns) <= 2 * expected;
-      if (mk.launches > 0 && now > from && prompt) {
-        const double sample = double(now - from) / double(mk.launches);
-        g_ns_per_launch = 0.7 * g_ns_per_launch + 0.3 * sample;
-      }
-    }
-    g_last_complete_ns = now;
-    if (g_popped_event != nullptr) g_fns.event_destroy(g_popped_event);
-    g_popped_event = mk.event;
-    g_popped_seq = mk.seq;
-    mk = Marker{};
-    g_marker_head = (g_marker_head + 1) % kMaxMarkers;
-    --g_marker_count;
-  }
-}
-
-// Records a marker after this thread's launches on `stream`. Needs g_mu.
-void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
-  const int64_t launched = t_gate.batch;
-  // Launches the batch really made: a gate that closed under it voided the
-  // rest of its credits.
-  const int64_t used = launched - std::clamp<int64_t>(t_gate.credits, 0, launched);
-  const uint64_t granted = t_gate.granted_ns;
-  const bool contended = t_gate.contended;
-  const bool chained =
-      t_gate.chain_seq != 0 && t_gate.last_stream == stream && t_gate.last_per_thread == per_thread;
-  const uint64_t chain_seq = chained ? t_gate.chain_seq : 0;
-  t_gate.batch = 0;
-  t_gate.credits = 0;
-  t_gate.chain_seq = 0;
-  t_gate.mark_at = -1;
-  if (t_gate.bracket != nullptr) {  // Its first launch never came back to close it.
-    g_fns.event_destroy(t_gate.bracket);
-    t_gate.bracket = nullptr;
-  }
-  if (launched == 0) return;
-  g_unmarked.fetch_sub(launched, std::memory_order_relaxed);
-  t_gate.last_seq = 0;
-  if (used == 0) return;                      // Nothing of it was queued.
-  if (g_marker_count == kMaxMarkers) return;  // Covered by the next one.
-  CUevent ev = nullptr;
-  const unsigned flags =
-      g_fns.event_elapsed != nullptr ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
-  if (g_fns.event_create(&ev, flags) != CUDA_SUCCESS) return;
-  const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
-                         ? g_fns.event_record_ptsz(ev, stream)
-                         : g_fns.event_record(ev, stream);
-  if (r != CUDA_SUCCESS) {
-    g_fns.event_destroy(ev);
-    return;
-  }
-  const uint64_t seq = g_next_seq++;
-  g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] =
-      Marker{ev, seq, chain_seq, used, granted, now, contended};
-  ++g_marker_count;
-  t_gate.last_seq = seq;
-  t_gate.last_stream = stream;
-  t_gate.last_per_thread = per_thread;
-}
-
-// Work of this process that may still be queued on the GPU.
-bool InflightLocked(uint64_t now) {
-  if (g_marker_count > 0) return true;
-  if (g_unmarked.load(std::memory_order_relaxed) <= 0) return false;
-  // Launches after the last marker of a thread that has not come back to
-  // the gate (it synchronises, say): assume they run for their estimated
-  // time after what was queued before them.
-  return now < g_expected_done_ns;
 }
 
 // Returns whether the arbiter is due a wake-up that `ring` false held back.
@@ -549,36 +357,17 @@ bool Start() {
   return true;
 }
 
-bool Capturing(CUstream stream, bool per_thread) {
-  auto fn = per_thread && g_fns.is_capturing_ptsz != nullptr ? g_fns.is_capturing_ptsz
-                                                             : g_fns.is_capturing;
-  if (fn == nullptr) return false;
-  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return fn(stream, &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
 void AtForkChild() {
   // The child has no background thread, no member entry and none of the
   // parent's markers: start over at its first launch.
   new (&g_start_mu) std::mutex();
-  new (&g_mu) std::mutex();
   g_started = false;
   g_coord = nullptr;
   g_member.store(-1, std::memory_order_relaxed);
   g_share.store(0, std::memory_order_relaxed);
   g_paused.store(false, std::memory_order_relaxed);
-  g_marker_count = 0;
-  g_marker_head = 0;
-  g_unmarked.store(0, std::memory_order_relaxed);
-  g_expected_done_ns = 0;
+  ResetMarkersAfterFork();
   g_outranked_depth_ns = kOutrankedStartDepthNs;
-  g_next_seq = 1;
-  g_popped_seq = 0;
-  g_popped_event = nullptr;  // The parent's context's: not ours to destroy.
-  g_markers_since_timed = kCpuSampleAfter;
-  g_bracket_count = 0;  // The parent's events: not ours to destroy.
-  g_kernel_ns = 0;
-  g_kernel_samples = 0;
   g_waiters.store(0, std::memory_order_relaxed);
   t_gate = GateCredits{};  // ring_after_launch too: the child has no arbiter yet.
   g_gate.store(1, std::memory_order_release);
@@ -601,48 +390,6 @@ void MarkBatchEnd(CUstream stream, bool per_thread) {
   std::lock_guard<std::mutex> lock(g_mu);
   MarkLocked(stream, per_thread, MonotonicNs());
 }
-
-namespace {
-
-// Records the event that opens a batch's bracket, on the stream of its
-// first launch, as the last thing before that launch. False: no bracket
-// (no timing events, or the driver refused).
-bool OpenBracket(CUstream stream, bool per_thread) {
-  if (g_fns.event_elapsed == nullptr) return false;
-  CUevent ev = nullptr;
-  if (g_fns.event_create(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return false;
-  const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
-                         ? g_fns.event_record_ptsz(ev, stream)
-                         : g_fns.event_record(ev, stream);
-  if (r != CUDA_SUCCESS) {
-    g_fns.event_destroy(ev);
-    return false;
-  }
-  t_gate.bracket = ev;
-  return true;
-}
-
-// Closes this thread's open bracket right behind its launch on `stream`.
-void CloseBracket(CUstream stream, bool per_thread) {
-  CUevent start = t_gate.bracket;
-  t_gate.bracket = nullptr;
-  CUevent end = nullptr;
-  if (!Capturing(stream, per_thread) &&
-      g_fns.event_create(&end, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
-    const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
-                           ? g_fns.event_record_ptsz(end, stream)
-                           : g_fns.event_record(end, stream);
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (r == CUDA_SUCCESS && g_bracket_count < kMaxBrackets) {
-      g_brackets[g_bracket_count++] = Bracket{start, end};
-      return;
-    }
-  }
-  if (end != nullptr) g_fns.event_destroy(end);
-  g_fns.event_destroy(start);
-}
-
-}  // namespace
 
 void MarkAfterLaunch(CUstream stream, bool per_thread) {
   if (g_coord == nullptr || g_gate.load(std::memory_order_relaxed) == kGateOff) {
@@ -705,6 +452,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   // was queued (0: it did not). A wait across a closed gate (another slice's
   // turn, during which the queue drains) says nothing about the depth.
   uint32_t topping_up = 0;
+  bool bracket_due = false;  // Whether the batch granted gets a bracket.
   {
     std::lock_guard<std::mutex> lock(g_mu);
     MarkLocked(stream, per_thread, start);
@@ -762,6 +510,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
             std::max(g_expected_done_ns, now) + uint64_t(double(batch) * g_ns_per_launch);
         g_coord->CountLaunch();
         granted = true;
+        bracket_due = gate::BracketDueLocked();
         break;
       }
     }
@@ -822,8 +571,9 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     const uint64_t now = MonotonicNs();
     t_gate.contended = g_coord->OthersInflight();
     const bool settled = now - g_gate_opened_ns.load(std::memory_order_relaxed) >= kBracketSettleNs;
-    t_gate.mark_at =
-        settled && !t_gate.contended && OpenBracket(stream, per_thread) ? t_gate.batch - 1 : 0;
+    t_gate.mark_at = bracket_due && settled && !t_gate.contended && OpenBracket(stream, per_thread)
+                         ? t_gate.batch - 1
+                         : 0;
   }
 }
 

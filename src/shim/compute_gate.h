@@ -33,33 +33,37 @@ inline constexpr uint32_t kGateOff = 0;
 
 extern std::atomic<uint32_t> g_gate;
 
+// Laid out to stay at 64 bytes: the shim's thread-locals are initial-exec
+// (static TLS), and a program that dlopens the library (shim_bench loads two
+// copies) has only a small surplus of static TLS for it.
 struct GateCredits {
-  uint32_t gen = 0;         // The open gate generation these credits belong to.
-  int32_t credits = 0;      // Launches left in this thread's batch.
-  int32_t batch = 0;        // Size of the batch last granted (for markers).
+  uint32_t gen = 0;     // The open gate generation these credits belong to.
+  int32_t credits = 0;  // Launches left in this thread's batch.
+  int32_t batch = 0;    // Size of the batch last granted (for markers).
+  // GateLaunchDone calls MarkAfterLaunch when `credits` reaches this: after
+  // the batch's first launch while its bracket is open, then after its last
+  // (0); -1 when no batch is out.
+  int32_t mark_at = -1;
   uint64_t granted_ns = 0;  // When it was granted (its work queued from then on).
   // This thread's newest marker: its sequence number (0: none) and stream.
   // A batch granted while that marker is still pending queues right behind
   // it, so the GPU time between the two markers is the batch's own.
   uint64_t last_seq = 0;
   CUstream last_stream = nullptr;
-  bool last_per_thread = false;
   uint64_t chain_seq = 0;  // last_seq at the grant, when it was pending; else 0.
+  // Issue 19: an event recorded right before the batch's first launch; with
+  // one recorded right after it, it times one launch on the GPU's clock.
+  CUevent bracket = nullptr;
+  bool last_per_thread = false;
   // The grant published work in flight without waking the arbiter: wake it
   // once the launch is queued (GateLaunchDone), so that the slice is charged
   // from when its work reached the GPU, not from before the launch call.
   bool ring_after_launch = false;
-  // GateLaunchDone calls MarkAfterLaunch when `credits` reaches this: after
-  // the batch's first launch while its bracket is open, then after its last
-  // (0); -1 when no batch is out.
-  int32_t mark_at = -1;
-  // Issue 19: an event recorded right before the batch's first launch; with
-  // one recorded right after it, it times one launch on the GPU's clock.
-  CUevent bracket = nullptr;
   // Another slice had work in flight at the grant: the GPU may time-slice
   // between the two, so the batch's marker span is not its own GPU time.
   bool contended = false;
 };
+static_assert(sizeof(GateCredits) == 64);
 extern thread_local GateCredits t_gate __attribute__((tls_model("initial-exec")));
 
 // True when a launch may go now without the slow path.

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -258,6 +259,30 @@ TEST_F(ComputeShareTest, LaunchSyncLoopsOfLongKernelsSplitTheGpu30To70) {
   EXPECT_LE(b, 75.0);
   ASSERT_GT(a + b, 55.0);
   EXPECT_NEAR(a / (a + b), 0.30, 0.07) << a << " / " << b;
+}
+
+// Issue 19: a hard 30% slice alone whose loop launches a 20 us kernel and
+// synchronises, over and over (a small-batch inference service), was charged
+// the wall time its batches were in flight, CPU gaps included, and got a
+// third of what it was owed (a fifth under the arbiter). Charged the GPU time
+// its work used it gets nearly all of it. Owed: 30% of the GPU, or what the
+// same loop reaches without a share in the same test if that is less (on a
+// small machine the CPU holds such a loop well below 30%).
+TEST_F(ComputeShareTest, Issue19AHardSliceOfShortSynchronisedKernelsGetsWhatItIsOwed) {
+  const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
+  RunTenants({{"", "hard", "", loop}}, 2.0);
+  const double ceiling = Achieved(0, kFrom, 1.9);
+  ASSERT_GT(ceiling, 2.0) << "the loop hardly ran";
+  // A fresh standalone slice for the second run (a region keeps the share
+  // its first process gave it).
+  std::filesystem::remove(RegionPath(0));
+  RunTenants({{"30", "hard", "", loop}}, 2.0);
+  const double got = Achieved(0, kFrom, 1.9);
+  const double owed = std::min(30.0, ceiling);
+  Note("of what it is owed", got / owed);
+  // Measured 0.82 on a quiet 2-core machine (0.33 before).
+  EXPECT_GE(got, 0.6 * owed) << got << "% of the GPU; without a share " << ceiling << "%";
+  EXPECT_LE(got, 35.0);
 }
 
 TEST_F(ComputeShareTest, AHardShareAloneStaysWellBelowTheWholeGpu) {
