@@ -253,6 +253,7 @@ class GpuArbiter {
       e.state.charged_ns = v.charged_ns;
       e.state.idle_since_ns = v.idle_since_ns;
       e.state.was_inflight = v.was_inflight;
+      e.state.prepaid_ns = v.prepaid_ns;
       bd::BoardSlice& b = board_slice(i);
       b.tokens_ns.store(v.tokens_ns, std::memory_order_relaxed);
       b.vtime.store(v.vtime, std::memory_order_relaxed);

@@ -97,8 +97,8 @@ std::atomic<int32_t> g_waiters{0};
 double g_outranked_depth_ns = kOutrankedStartDepthNs;
 
 // No bracket in the first moments of a turn: the first launch of a turn may
-// wait on the GPU behind the previous holder's drain (turns overlap it), and
-// a bracket around it timed the wait too. (A 50% high-priority slice of 1 ms
+// wait on the GPU behind the previous holder's drain (a preemption opens the
+// turn before it), and a bracket around it timed the wait too. (A 50% high-priority slice of 1 ms
 // kernels beside a slice without a share was charged ~3 ms per 1 ms kernel
 // after every preemption, and got 0.31 of the GPU instead of 0.40.) Longer
 // than the drain of an outranked queue (two batches of <= 0.5 ms, or two

@@ -91,8 +91,16 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     for (int32_t i = 0; i < n; ++i) others_wait |= i != turn.holder && Eligible(slices[size_t(i)]);
   }
   const bool blocking = others_wait && turn.state == coord::kTurnOpen;
+  // A report first pays back what its slice was charged ahead of it (below):
+  // only the rest is charged, and only the rest explains the GPU's time.
   uint64_t reported = 0;
-  for (const SliceView& s : slices) reported += s.live && s.gpu_time ? s.gpu_ns : 0;
+  for (SliceView& s : slices) {
+    if (!s.live || !s.gpu_time) continue;
+    const uint64_t repaid = std::min(s.gpu_ns, s.prepaid_ns);
+    s.prepaid_ns -= repaid;
+    s.gpu_ns -= repaid;
+    reported += s.gpu_ns;
+  }
   // The arbiter cannot trust reported GPU time: the time a holder charged by
   // its reports keeps others waiting must be explained by somebody's
   // reports (its own or a drain of the others), within a slack for reports
@@ -130,9 +138,15 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
       // What its processes say their work used, and, holding the GPU while
       // others wait, the time nobody's reports explain (above): a slice that
       // under-reports still pays for its turns, and an honest holder whose
-      // turn overlaps the previous holder's drain does not pay for the drain
-      // (that slice reports it, if late).
-      const uint64_t ns = s.gpu_ns + (holds ? uint64_t(unexplained) : 0);
+      // turn began while the previous holder still drained (a preemption) does
+      // not pay for the drain (that slice reports it, if late).
+      // The unexplained time it pays now may be its own work that it reports
+      // later (a 10 ms kernel counts when it completes): that much of its
+      // later reports is not charged again (prepaid_ns). Without it a 30/70
+      // pair of 10 ms kernels under the arbiter got 24/63% of the GPU.
+      const uint64_t extra = holds ? uint64_t(unexplained) : 0;
+      s.prepaid_ns = std::min(s.prepaid_ns + extra, kMaxPrepaidNs);
+      const uint64_t ns = s.gpu_ns + extra;
       if (ns > 0) Charge(s, ns);
     } else {
       const bool had_work = p.charge_from_previous_report ? s.was_inflight : s.inflight;
@@ -193,11 +207,11 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
       }
     }
     // Closing: hand over once the holder's work has drained (or was given
-    // up on: a wedged process must not hold the GPU for the others), or at
-    // once when the holder pays for its drain by the GPU time it reports
-    // (PolicyParams::overlap_handover).
-    const bool overlap = p.overlap_handover && h.gpu_time;
-    if (h.inflight && !overlap && now_ns - turn.end_ns < p.drain_timeout_ns) return out;
+    // up on: a wedged process must not hold the GPU for the others). Not
+    // before (issue 19 tried it for slices charged by GPU time): the next
+    // slice's first kernels waited behind the drain, time-sliced with it, and
+    // a 30/70 pair of 10 ms kernels got 16/64% of the GPU.
+    if (h.inflight && now_ns - turn.end_ns < p.drain_timeout_ns) return out;
     if (!h.Active()) h.idle_since_ns = now_ns;
     open(PickNext(slices));
     return out;

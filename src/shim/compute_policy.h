@@ -54,14 +54,6 @@ struct PolicyParams {
   // its turn and its first launch, and for the whole interval before a
   // drain: 230 us per turn, 4-6 pp of a lone 50% hard slice.
   bool charge_from_previous_report = false;
-  // Issue 19: when the holder's turn ends and its slice is charged the GPU
-  // time it reports (SliceView::gpu_time), the next slice's turn opens at
-  // once instead of after the holder's queue has drained: its work queues
-  // behind the drain on the GPU, which hands over without an idle gap (the
-  // drain-then-wake-up gap cost a 30/70 pair of 200 us kernels ~10% of the
-  // GPU). Charged by wall time in flight, the two would both pay for the
-  // drain, so slices that do not report GPU time still wait for it.
-  bool overlap_handover = true;
 };
 
 // One slice as the decision sees it.
@@ -88,6 +80,12 @@ struct SliceView {
   // report it (an older shim) keep the wall-time charge.
   bool gpu_time = false;
   uint64_t gpu_ns = 0;
+  // Unexplained time it was charged as a holder (TurnView::unexplained_ns)
+  // that its own later reports pay back rather than add to: GPU time it
+  // reports late is not charged twice. A report that pays it back explains
+  // nothing more, so a slice that reports late to win its prepayment back
+  // gains nothing. Kept by the caller.
+  uint64_t prepaid_ns = 0;
 
   bool Active() const { return live && (waiting || inflight); }
 };
@@ -116,6 +114,9 @@ struct Outcome {
 // report may lag (a batch counts when it is seen complete, a drain runs on
 // into the next turn).
 inline constexpr int64_t kUnexplainedSlackNs = 1'000'000;
+// The most GPU time a slice may have been charged ahead of its reports
+// (SliceView::prepaid_ns): the token bucket's depth.
+inline constexpr uint64_t kMaxPrepaidNs = 100'000'000;
 
 // May `s` be given the GPU now?
 bool Eligible(const SliceView& s);
