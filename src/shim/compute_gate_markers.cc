@@ -122,6 +122,24 @@ uint64_t BatchGpuNsLocked(int64_t launches, double timed_ns) {
   return uint64_t(timed_ns > 0 ? std::min(timed_ns, estimate) : estimate);
 }
 
+// Creates an event (with timing or without) and records it on `stream`
+// (the per-thread default stream's entry point for a _ptsz launch); null
+// when the driver refuses either.
+CUevent RecordEvent(CUstream stream, bool per_thread, bool timed) {
+  CUevent ev = nullptr;
+  if (g_fns.event_create(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    return nullptr;
+  }
+  const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
+                         ? g_fns.event_record_ptsz(ev, stream)
+                         : g_fns.event_record(ev, stream);
+  if (r != CUDA_SUCCESS) {
+    g_fns.event_destroy(ev);
+    return nullptr;
+  }
+  return ev;
+}
+
 }  // namespace
 
 // Pops completed markers and refines the per-launch estimate. Needs g_mu.
@@ -190,17 +208,8 @@ void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
   t_gate.last_seq = 0;
   if (used == 0) return;                      // Nothing of it was queued.
   if (g_marker_count == kMaxMarkers) return;  // Covered by the next one.
-  CUevent ev = nullptr;
-  const unsigned flags =
-      g_fns.event_elapsed != nullptr ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING;
-  if (g_fns.event_create(&ev, flags) != CUDA_SUCCESS) return;
-  const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
-                         ? g_fns.event_record_ptsz(ev, stream)
-                         : g_fns.event_record(ev, stream);
-  if (r != CUDA_SUCCESS) {
-    g_fns.event_destroy(ev);
-    return;
-  }
+  CUevent ev = RecordEvent(stream, per_thread, g_fns.event_elapsed != nullptr);
+  if (ev == nullptr) return;
   const uint64_t seq = g_next_seq++;
   g_markers[(g_marker_head + g_marker_count) % kMaxMarkers] =
       Marker{ev, seq, chain_seq, used, granted, now, contended};
@@ -210,7 +219,6 @@ void MarkLocked(CUstream stream, bool per_thread, uint64_t now) {
   t_gate.last_per_thread = per_thread;
 }
 
-// Work of this process that may still be queued on the GPU.
 bool BracketDueLocked() {
   return g_kernel_samples < kBracketWarmup || ++g_grants % kBracketEvery == 0;
 }
@@ -237,31 +245,18 @@ bool Capturing(CUstream stream, bool per_thread) {
 // (no timing events, or the driver refused).
 bool OpenBracket(CUstream stream, bool per_thread) {
   if (g_fns.event_elapsed == nullptr) return false;
-  CUevent ev = nullptr;
-  if (g_fns.event_create(&ev, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return false;
-  const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
-                         ? g_fns.event_record_ptsz(ev, stream)
-                         : g_fns.event_record(ev, stream);
-  if (r != CUDA_SUCCESS) {
-    g_fns.event_destroy(ev);
-    return false;
-  }
-  t_gate.bracket = ev;
-  return true;
+  t_gate.bracket = RecordEvent(stream, per_thread, /*timed=*/true);
+  return t_gate.bracket != nullptr;
 }
 
 // Closes this thread's open bracket right behind its launch on `stream`.
 void CloseBracket(CUstream stream, bool per_thread) {
   CUevent start = t_gate.bracket;
   t_gate.bracket = nullptr;
-  CUevent end = nullptr;
-  if (!Capturing(stream, per_thread) &&
-      g_fns.event_create(&end, CU_EVENT_DEFAULT) == CUDA_SUCCESS) {
-    const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
-                           ? g_fns.event_record_ptsz(end, stream)
-                           : g_fns.event_record(end, stream);
+  CUevent end = Capturing(stream, per_thread) ? nullptr : RecordEvent(stream, per_thread, true);
+  if (end != nullptr) {
     std::lock_guard<std::mutex> lock(g_mu);
-    if (r == CUDA_SUCCESS && g_bracket_count < kMaxBrackets) {
+    if (g_bracket_count < kMaxBrackets) {
       g_brackets[g_bracket_count++] = Bracket{start, end};
       return;
     }

@@ -1,0 +1,50 @@
+#pragma once
+
+// The compute-share harness (compute_harness.cc): scenarios of tenants run
+// as real processes under the shim over the simulated GPU. The suites of
+// side-by-side runs (issue 19's short kernels, the priority rounds) are in
+// compute_harness_suites.cc.
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace compute_harness {
+
+struct Tenant {
+  std::string name;
+  double share = 0;  // Percent; 0: no share.
+  std::string mode = "hard";
+  std::string priority;  // Empty: normal.
+  std::vector<std::string> args;
+  double start_s = 0;       // Arrival.
+  double seconds = 0;       // How long it runs (0: the whole scenario).
+  double target = -1;       // Expected share in percent (-1: = share).
+  double change_at_s = -1;  // Live change of its share at this time ...
+  double change_to = 0;     // ... to this.
+};
+
+struct Scenario {
+  std::string name;
+  double seconds;
+  std::vector<Tenant> tenants;
+  double measure_from_s = 1.0;  // Warm-up excluded from the windows.
+  bool latency = false;         // Compare tenant 0's p99 with running alone.
+};
+
+extern bool g_arbiter;  // --arbiter: the daemon's arbiter decides the turns.
+
+// Runs one scenario in a fresh temporary directory; returns its figures
+// (tenant 0's p99 latencies are appended to `p99_out` when not null).
+nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>* p99_out);
+// The fixed list of scenarios.
+std::vector<Scenario> Scenarios();
+
+// Issue 19: 20 us / 200 us / 1 ms kernels, synchronising and free-running,
+// each beside its unshared ceilings in the same run; appends to `all`.
+void RunShortKernels(double scale, nlohmann::json* all);
+// A high-priority inference tenant alone and beside two best-effort ones,
+// rounds side by side; appends to `all`.
+void RunPriority(double scale, nlohmann::json* all);
+
+}  // namespace compute_harness
