@@ -135,6 +135,23 @@ class GpuArbiter {
     return sum;
   }
 
+  // What the job's slice was charged here; nullopt: not registered here.
+  std::optional<uint64_t> Charged(uint64_t job_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::optional<uint64_t> sum;
+    for (const Entry& e : entries_) {
+      if (e.used && e.job_id == job_id) sum = sum.value_or(0) + e.state.charged_ns;
+    }
+    return sum;
+  }
+
+  void Distrust(uint64_t job_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Entry& e : entries_) {
+      if (e.used && e.job_id == job_id) e.state.distrusted = true;
+    }
+  }
+
   std::vector<uint64_t> Jobs() {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<uint64_t> out;
@@ -214,7 +231,7 @@ class GpuArbiter {
       v.live = r.live;
       v.waiting = r.waiting && !e.paused;  // A paused slice gets no turns.
       v.inflight = r.inflight;
-      v.gpu_time = r.gpu_time;
+      v.gpu_time = r.gpu_time && !e.state.distrusted;
       v.gpu_ns = r.gpu_ns;
       v.share_milli = e.share_milli;
       v.mode = e.mode == bd::kModeWorkConserving ? shim::coord::kModeWorkConserving
@@ -552,6 +569,7 @@ core::Status Arbiter::Update(const SliceLimits& limits) {
       continue;
     }
     GPUSLICE_RETURN_IF_ERROR(gpu->Upsert(limits.job_id, members, index, limits));
+    if (distrusted_.count(limits.job_id)) gpu->Distrust(limits.job_id);
   }
   return core::Status::Ok();
 }
@@ -570,6 +588,7 @@ core::Status Arbiter::Move(const SliceLimits& limits,
     GPUSLICE_ASSIGN_OR_RETURN(GpuArbiter * gpu, Gpu(to));
     GPUSLICE_RETURN_IF_ERROR(
         gpu->Upsert(limits.job_id, members, uint32_t(at - limits.uuids.begin()), limits));
+    if (distrusted_.count(limits.job_id)) gpu->Distrust(limits.job_id);
   }
   return core::Status::Ok();
 }
@@ -577,6 +596,7 @@ core::Status Arbiter::Move(const SliceLimits& limits,
 void Arbiter::Drop(uint64_t job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [uuid, gpu] : gpus_) gpu->Remove(job_id);
+  distrusted_.erase(job_id);
   auto it = members_.find(job_id);
   const std::string path = it != members_.end() ? it->second->path : MembersPath(job_id);
   if (it != members_.end()) members_.erase(it);
@@ -604,6 +624,21 @@ uint64_t Arbiter::WaitedNs(uint64_t job_id) const {
   uint64_t sum = 0;
   for (const auto& [uuid, gpu] : gpus_) sum += gpu->Counter(job_id, &GpuArbiter::Entry::waited_ns);
   return sum;
+}
+
+std::optional<uint64_t> Arbiter::ChargedNs(uint64_t job_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<uint64_t> sum;
+  for (const auto& [uuid, gpu] : gpus_) {
+    if (auto c = gpu->Charged(job_id)) sum = sum.value_or(0) + *c;
+  }
+  return sum;
+}
+
+void Arbiter::DistrustReports(uint64_t job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  distrusted_.insert(job_id);
+  for (const auto& [uuid, gpu] : gpus_) gpu->Distrust(job_id);
 }
 
 bool Arbiter::TickForTest(const std::string& uuid, uint64_t now_ns) {

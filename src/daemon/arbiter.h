@@ -32,6 +32,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,6 +107,15 @@ class Arbiter {
   // another held the GPU (summed over its GPUs). See RegionStore::WaitedNs.
   uint64_t WaitedNs(uint64_t job_id) const;
 
+  // GPU time (ns, cumulative) the job's slice was charged, summed over its
+  // GPUs; nullopt when it is on no board. See RegionStore::ChargedNs.
+  std::optional<uint64_t> ChargedNs(uint64_t job_id) const;
+  // From now on the job's reports are ignored and it is charged the wall
+  // time of its turns (shim::SliceView::distrusted), on every GPU it is
+  // registered on, now or after an update or a move, until it is dropped.
+  // See RegionStore::DistrustReports.
+  void DistrustReports(uint64_t job_id);
+
   std::string MembersPath(uint64_t job_id) const;
   std::string BoardPath(const std::string& uuid) const;
   std::vector<uint64_t> Jobs() const;
@@ -123,6 +134,10 @@ class Arbiter {
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<GpuArbiter>> gpus_;     // Guarded by mu_.
   std::map<uint64_t, std::shared_ptr<MembersHandle>> members_;  // Guarded by mu_.
+  // Jobs whose reports are disregarded (DistrustReports), so that an update
+  // or a move onto other GPUs keeps it. Not kept across a daemon restart:
+  // the audit catches the slice again within a window. Guarded by mu_.
+  std::set<uint64_t> distrusted_;
 };
 
 }  // namespace gpuslice::daemon

@@ -69,4 +69,14 @@ uint64_t ArbiterRegionStore::WaitedNs(const std::string& region_path) {
   return job == 0 ? 0 : arbiter_.WaitedNs(job);
 }
 
+std::optional<uint64_t> ArbiterRegionStore::ChargedNs(const std::string& region_path) {
+  const uint64_t job = JobIdOfSlicePath(region_path);
+  if (job == 0) return std::nullopt;
+  return arbiter_.ChargedNs(job);
+}
+
+void ArbiterRegionStore::DistrustReports(const std::string& region_path) {
+  if (const uint64_t job = JobIdOfSlicePath(region_path); job != 0) arbiter_.DistrustReports(job);
+}
+
 }  // namespace gpuslice::daemon

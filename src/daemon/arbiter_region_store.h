@@ -47,6 +47,8 @@ class ArbiterRegionStore : public RegionStore {
   }
   uint64_t ContendedNs(const std::string& region_path) override;
   uint64_t WaitedNs(const std::string& region_path) override;
+  std::optional<uint64_t> ChargedNs(const std::string& region_path) override;
+  void DistrustReports(const std::string& region_path) override;
   std::string LimitsPathOf(const std::string& region_path) const override {
     return inner_.LimitsPathOf(region_path);
   }

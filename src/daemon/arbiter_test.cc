@@ -488,5 +488,39 @@ TEST_F(ArbiterTest, ContendedTimeCountsOnlyWhileAnotherSliceWaits) {
   EXPECT_NEAR(double(a.WaitedNs(2)) / double(1'000 * kMs), 0.5, 0.1);
 }
 
+// Issue 19: a hard slice that says its processes report GPU time and then
+// reports none is charged only while it keeps another waiting, so alone on
+// the GPU it runs far over its share. Once the daemon's audit distrusts it
+// (DistrustReports), it pays the wall time of its turns and is held to its
+// share, also after a live update; ChargedNs says what it was charged.
+TEST_F(ArbiterTest, ADistrustedSliceIsChargedTheWallTimeOfItsTurns) {
+  Arbiter a(options_);
+  ASSERT_TRUE(a.Register(Limits(1, 300)).ok());
+  Model m{a};
+  m.board_index = {1};
+  m.members.push_back(Members(a, 1));
+  m.behaviours = {[](shim::MembersFile& f, uint64_t now, bool open, bool draining) {
+    Write(f, 0,
+          bd::kMemberGpuTime | (open ? 0 : bd::kMemberWaiting) |
+              (open || draining ? bd::kMemberInflight : 0),
+          now);
+  }};
+  m.board = Board(a);
+  constexpr uint64_t kRun = 1'000 * kMs;
+  m.Run(kRun);
+  EXPECT_GT(double(m.gpu_ns[0]) / kRun, 0.6) << "the escape, shown";
+  const uint64_t before = a.ChargedNs(1).value_or(~0ull);
+  EXPECT_LT(double(before) / kRun, 0.2) << "charged little for it";
+  a.DistrustReports(1);
+  m.Run(2 * kRun);
+  EXPECT_NEAR(double(m.gpu_ns[0]) / (2 * kRun), 0.30, 0.03);
+  EXPECT_NEAR(double(a.ChargedNs(1).value_or(0) - before) / (2 * kRun), 0.30, 0.03);
+  // A live change keeps the distrust.
+  ASSERT_TRUE(a.Update(Limits(1, 200)).ok());
+  m.Run(2 * kRun);
+  EXPECT_NEAR(double(m.gpu_ns[0]) / (2 * kRun), 0.20, 0.03);
+  EXPECT_FALSE(a.ChargedNs(2).has_value()) << "no such job";
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon

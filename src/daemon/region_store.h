@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,6 +115,18 @@ class RegionStore {
     (void)region_path;
     return 0;
   }
+  // GPU time (ns, cumulative) the compute arbiter charged the slice, summed
+  // over its GPUs; nullopt when no arbiter decides its turns (no arbiter, or
+  // a slice without a share). The compute watchdog's audit compares it with
+  // the use NVML measures.
+  virtual std::optional<uint64_t> ChargedNs(const std::string& region_path) {
+    (void)region_path;
+    return std::nullopt;
+  }
+  // The audit caught the slice using more than it was charged: the arbiter
+  // disregards what its processes report and charges it the wall time of its
+  // turns from now on. Nothing without an arbiter.
+  virtual void DistrustReports(const std::string& region_path) { (void)region_path; }
 };
 
 // Slices under `dir` (the daemon's <state>/slices, created 0711: jobs of any
@@ -241,11 +254,21 @@ class FakeRegionStore : public RegionStore {
     auto it = waited.find(region_path);
     return it == waited.end() ? 0 : it->second;
   }
+  std::optional<uint64_t> ChargedNs(const std::string& region_path) override {
+    auto it = charged.find(region_path);
+    if (it == charged.end()) return std::nullopt;
+    return it->second;
+  }
+  void DistrustReports(const std::string& region_path) override {
+    distrusted.push_back(region_path);
+  }
 
   std::map<std::string, SliceLimits> regions;
   // Set by tests: per region, the arbiter's contended time (ContendedNs).
   std::map<std::string, uint64_t> contended;
-  std::map<std::string, uint64_t> waited;  // Likewise, WaitedNs.
+  std::map<std::string, uint64_t> waited;   // Likewise, WaitedNs.
+  std::map<std::string, uint64_t> charged;  // Likewise, ChargedNs.
+  std::vector<std::string> distrusted;      // Every DistrustReports, in order.
   // Every Update, as asked (devices and limits), in order.
   std::vector<std::pair<std::string, SliceLimits>> updates;
   // Every Move, in order; set move_error to make the next ones fail.

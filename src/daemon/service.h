@@ -427,6 +427,11 @@ class Service {
     // The arbiter's contended time (RegionStore::ContendedNs) at the same
     // samples: how long others waited for the GPU (work-conserving slices).
     std::deque<uint64_t> contended_window;
+    // The arbiter's charge (RegionStore::ChargedNs) at the same samples.
+    std::deque<std::optional<uint64_t>> charged_window;
+    // The audit saw it use more than it was charged (AuditCharge): the
+    // arbiter disregards its reports.
+    bool under_reported = false;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
     // Suspend or resume in progress on a worker thread (service_suspend.cc).
     std::shared_ptr<CheckpointTask> checkpoint;
@@ -587,6 +592,9 @@ class Service {
   // each returns true when it ended the job.
   bool WatchMemory(core::Job& job, Live& l, const JobUsage& use);
   bool WatchCompute(core::Job& job, Live& l, const JobUsage& use);
+  // The audit of the arbiter's charge against NVML, over WatchCompute's
+  // window (service_watchdog.cc).
+  void AuditCharge(const core::Job& job, Live& l);
   // Foreign GPU use, after each sample: charges it in placement, reports
   // each process once, ends it with `foreign = kill`.
   void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid);

@@ -180,6 +180,7 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   if (l->second.over_limit) flags.push_back("over_limit");
   if (l->second.stopped) flags.push_back("stopped");
   if (l->second.over_share) flags.push_back("over_share");
+  if (l->second.under_reported) flags.push_back("under_reported");
   if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
     flags.push_back("preempted");
   }

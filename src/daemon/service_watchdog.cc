@@ -173,15 +173,18 @@ bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
   if (rules.watchdog_compute == WatchdogAction::kOff || share == 0 || share >= 1000) {
     l.sm_window.clear();
     l.contended_window.clear();
+    l.charged_window.clear();
     return false;
   }
   int64_t now = use.sampled_ms;
   l.sm_window.emplace_back(now, use.sm_pct_by_gpu);
   l.contended_window.push_back(work_conserving ? regions_.ContendedNs(job.region_path) : 0);
+  l.charged_window.push_back(regions_.ChargedNs(job.region_path));
   while (!l.sm_window.empty() &&
          l.sm_window.front().first <= now - rules.watchdog_compute_window_ms) {
     l.sm_window.pop_front();
     l.contended_window.pop_front();
+    l.charged_window.pop_front();
   }
   // A full window only: the arbiter withholds an over-using slice's turns
   // within a few of them; use that stays high for a whole window came
@@ -189,6 +192,7 @@ bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
   int64_t covered = now - l.sm_window.front().first +
                     options_.sample_interval_ms;  // Each sample stands for one interval.
   if (covered < rules.watchdog_compute_window_ms) return false;
+  AuditCharge(job, l);
   std::map<uint32_t, double> sum;
   for (const auto& [at, per_gpu] : l.sm_window) {
     for (const auto& [gpu, pct] : per_gpu) sum[gpu] += std::min(100.0, pct);
@@ -233,6 +237,61 @@ bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
     LogWarn("job " + std::to_string(job.id) + ": " + what);
   }
   return false;
+}
+
+// Issue 19: the arbiter charges a slice the GPU time its processes report,
+// and a job writes those reports (docs/SECURITY.md). Over the watchdog's
+// window, what NVML says its processes used must not exceed what the arbiter
+// charged by more than kAuditRatio and kAuditSlackPct points of the window;
+// a slice that does hid its work (a hard 20% slice that reported none took
+// 43% of a GPU its 50% neighbour left partly idle: the arbiter's check only
+// charges a holder that keeps others waiting). From then on the arbiter
+// disregards its reports and charges it the wall time of its turns. Honest
+// slices are charged at least what they use (docs/COMPUTE.md: the charge
+// errs high), and NVML's per-process samples lag the charge by at most one
+// sample, which the slack covers.
+void Service::AuditCharge(const core::Job& job, Live& l) {
+  constexpr double kAuditRatio = 1.25;
+  constexpr double kAuditSlackPct = 5.0;
+  if (l.under_reported || l.sm_window.size() < 2) return;
+  // Each NVML sample stands for the interval before it, and is counted only
+  // on a GPU where NVML listed the job's processes at the interval's start:
+  // a process that appeared within it has a figure for part of it only
+  // (counted as the whole, an honest job's first second read 555 ms used
+  // against 365 ms charged). Its charge over the intervals counted.
+  double used_ms = 0, charged_ms = 0, span_ms = 0;
+  for (size_t i = 1; i < l.sm_window.size(); ++i) {
+    const auto& [at, now_pct] = l.sm_window[i];
+    const auto& [before_at, before_pct] = l.sm_window[i - 1];
+    const std::optional<uint64_t> c0 = l.charged_window[i - 1], c1 = l.charged_window[i];
+    // Not arbitrated (nothing to audit), or a charge that went back: the
+    // slice moved to other GPUs (a resume), whose boards count from zero.
+    if (!c0 || !c1 || *c1 < *c0) continue;
+    double pct = 0;
+    bool counted = false;
+    for (const auto& [gpu, p] : now_pct) {
+      if (!before_pct.count(gpu)) continue;
+      pct += std::clamp(p, 0.0, 100.0);
+      counted = true;
+    }
+    if (!counted) continue;
+    const double dt = double(at - before_at);
+    used_ms += pct / 100.0 * dt;
+    charged_ms += double(*c1 - *c0) / 1e6;
+    span_ms += dt;
+  }
+  if (span_ms <= 0) return;
+  if (used_ms <= charged_ms * kAuditRatio + kAuditSlackPct / 100.0 * span_ms) return;
+  l.under_reported = true;
+  regions_.DistrustReports(job.region_path);
+  const std::string what =
+      "its processes used " + std::to_string(int64_t(used_ms)) + " ms of GPU time in " +
+      core::FormatDuration(std::chrono::milliseconds(int64_t(span_ms))) +
+      " (NVML), but the arbiter charged it " + std::to_string(int64_t(charged_ms)) +
+      " ms by their reports: from now on it is charged the wall time of its turns";
+  RecordEvent("compute_audit", job.id, job.user, what);
+  AppendToStderr(job, "warning: job " + std::to_string(job.id) + ": " + what);
+  LogWarn("job " + std::to_string(job.id) + ": " + what);
 }
 
 void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid) {

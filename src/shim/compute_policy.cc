@@ -150,7 +150,7 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
       if (ns > 0) Charge(s, ns);
     } else {
       const bool had_work = p.charge_from_previous_report ? s.was_inflight : s.inflight;
-      if (had_work || (blocking && holds)) Charge(s, elapsed);
+      if (had_work || (holds && (blocking || s.distrusted))) Charge(s, elapsed);
     }
     s.was_inflight = s.inflight;
     if (!s.Active() && !holds) {

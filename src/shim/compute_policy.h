@@ -86,6 +86,14 @@ struct SliceView {
   // nothing more, so a slice that reports late to win its prepayment back
   // gains nothing. Kept by the caller.
   uint64_t prepaid_ns = 0;
+  // The daemon's audit found that the slice used more of the GPU than it was
+  // charged (NVML's per-process use against the arbiter's charge, the
+  // compute watchdog's window; docs/SECURITY.md): its reports are ignored
+  // (the caller clears `gpu_time`) and it is charged the wall time of every
+  // decision interval in which it holds the GPU, open or closing, whether
+  // others wait or not. A slice that hides its work then pays for its turns,
+  // and a hard one stays at its share even where nobody else wants the GPU.
+  bool distrusted = false;
 
   bool Active() const { return live && (waiting || inflight); }
 };

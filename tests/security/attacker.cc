@@ -111,10 +111,11 @@ const std::vector<Command>& Commands() {
   static const std::vector<Command> kCommands = {
       {"scribble",
        s::Scribble,
-       {"unpause", "starve", "zero-used", "random-all"},
+       {"unpause", "starve", "zero-used", "random-all", "hide-gpu-time"},
        "--root DIR... [--shared-root DIR...] [--exclude PATH...] [--limit SIZE] [--own-share "
        "MILLI] "
-       "[--unpause] [--starve] [--zero-used] [--subst64 OLD=NEW...] [--subst32 OLD=NEW...] "
+       "[--unpause] [--starve] [--zero-used] [--hide-gpu-time] [--subst64 OLD=NEW...] [--subst32 "
+       "OLD=NEW...] "
        "[--random N] [--random-all] [--seconds S] [--interval-ms MS|--interval-us US] [--wait-file "
        "F] [--report F]"},
       {"grep", s::Grep, {}, "--root DIR... --needle S [--report F]"},

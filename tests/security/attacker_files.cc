@@ -13,9 +13,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -43,6 +45,11 @@ constexpr uint64_t kSliceKey = 0, kSliceShare = 8, kSliceMode = 12, kSlicePriori
                    kSliceTokens = 24, kSliceVtime = 32;
 constexpr uint64_t kCoordMembers = 512 + 32 * 128, kCoordMemberSize = 64, kCoordMaxMembers = 128;
 constexpr uint64_t kMemberFlags = 12, kMemberHeartbeat = 16;
+// Issue 19's members file (a job's reports to the daemon's arbiter).
+constexpr uint64_t kMembersMagic = 0x424d454d53555047ull;  // "GPUSMEMB"
+constexpr uint64_t kMembersSlots = 256, kMembersSlotSize = 64, kMembersMaxSlots = 64;
+constexpr uint64_t kMembersSlotOwner = 0, kMembersSlotFlags = 12, kMembersSlotGpuNs = 32;
+constexpr uint32_t kMembersFlagGpuTime = 1u << 2;
 
 template <typename T>
 bool ReadAt(int fd, uint64_t off, T* v) {
@@ -89,6 +96,7 @@ struct ScribbleOptions {
   std::optional<uint64_t> limit;
   std::optional<uint32_t> own_share;
   bool unpause = false, starve = false, zero_used = false, random_all = false;
+  bool hide_gpu_time = false;
   std::vector<std::pair<uint64_t, uint64_t>> subst64;
   std::vector<std::pair<uint32_t, uint32_t>> subst32;
   int random_writes = 0;
@@ -151,6 +159,9 @@ class Scribbler {
         known = true;
       } else if (magic == kCoordMagic && version == 1) {
         AttackCoordV1(fd, full);
+        known = true;
+      } else if (magic == kMembersMagic && version == 1) {
+        AttackMembersV1(fd);
         known = true;
       }
       if (!full) continue;
@@ -251,6 +262,46 @@ class Scribbler {
     }
   }
 
+  // Claims that every process of the slice reports the GPU time its work
+  // uses, and that it used none: the counter the arbiter charges by is kept
+  // at zero (issue 19). The arbiter reads it every tick and counts any rise
+  // from the last value it saw, so the attacker, which only loses what a read
+  // catches between the shim's add and its own store, keeps storing through
+  // a mapping of the file for a millisecond per pass (with --interval-us 0,
+  // nearly always).
+  void AttackMembersV1(int fd) {
+    if (!o_.hide_gpu_time) return;
+    const size_t size = kMembersSlots + kMembersMaxSlots * kMembersSlotSize;
+    auto it = maps_.find(fd);
+    if (it == maps_.end()) {
+      void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) return;
+      it = maps_.emplace(fd, static_cast<unsigned char*>(p)).first;
+    }
+    unsigned char* base = it->second;
+    const uint64_t until = MonotonicNs() + 1'000'000;
+    do {
+      for (uint64_t m = 0; m < kMembersMaxSlots; ++m) {
+        unsigned char* slot = base + kMembersSlots + m * kMembersSlotSize;
+        if (Load<uint64_t>(slot + kMembersSlotOwner) == 0) continue;
+        const uint32_t flags = Load<uint32_t>(slot + kMembersSlotFlags);
+        if (!(flags & kMembersFlagGpuTime)) {
+          Store<uint32_t>(slot + kMembersSlotFlags, flags | kMembersFlagGpuTime);
+        }
+        Store<uint64_t>(slot + kMembersSlotGpuNs, 0);
+      }
+    } while (MonotonicNs() < until);
+  }
+
+  template <typename T>
+  static T Load(const unsigned char* at) {
+    return reinterpret_cast<const std::atomic<T>*>(at)->load(std::memory_order_relaxed);
+  }
+  template <typename T>
+  static void Store(unsigned char* at, T v) {
+    reinterpret_cast<std::atomic<T>*>(at)->store(v, std::memory_order_relaxed);
+  }
+
   // Every aligned u64/u32 equal to a known value (our limit, our share, the
   // neighbour's share) becomes the value we would like.
   void Substitute(int fd) {
@@ -285,6 +336,7 @@ class Scribbler {
   ScribbleOptions o_;
   std::string report_;
   std::map<std::string, int> fds_;
+  std::map<int, unsigned char*> maps_;  // Members files mapped by AttackMembersV1 (never unmapped).
   std::set<std::string> tried_, dirs_, attacked_;
   std::mt19937_64 rng_{0x5eed};
   int passes_ = 0;
@@ -333,6 +385,7 @@ int Scribble(const Flags& f) {
   o.unpause = f.Has("unpause");
   o.starve = f.Has("starve");
   o.zero_used = f.Has("zero-used");
+  o.hide_gpu_time = f.Has("hide-gpu-time");
   o.random_all = f.Has("random-all");
   o.subst64 = ParsePairs<uint64_t>(f.GetAll("subst64"));
   o.subst32 = ParsePairs<uint32_t>(f.GetAll("subst32"));

@@ -1,7 +1,8 @@
 // Compute shares against the participants (issue 13: escapes 1 and 2 of the
 // list, item 2). A job that rewrites what it can reach must not raise its own
 // share nor clear an idle-reclaim pause; a socket-group member with no job
-// must not starve another user's slice. GPU time is read from each tenant's
+// must not starve another user's slice; a job that hides the GPU time it
+// used (issue 19) must not gain by it. GPU time is read from each tenant's
 // own kernel count (the simulated GPU runs a kernel of N us in N us of its
 // time), over a common window, and compared with a run without the attacker
 // measured in the same test, so a slow machine moves both alike.
@@ -10,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "fixture.h"
@@ -33,10 +35,78 @@ bool Terminal(const std::string& state) {
   return state == "exited" || state == "cancelled" || state == "failed" || state == "timed_out";
 }
 
+// The window both `work` outputs were launching in, trimmed of their start.
+std::pair<int64_t, int64_t> CommonWindow(const std::string& a, const std::string& b,
+                                         double seconds = kWorkSeconds) {
+  auto [a0, a1] = WorkSpan(a);
+  auto [b0, b1] = WorkSpan(b);
+  int64_t from = std::max(a0, b0) + 500;
+  int64_t to = std::min(std::min(a1, b1), std::min(a0, b0) + int64_t(seconds * 1000)) - 100;
+  return {from, to};
+}
+
+// The GPU time a 20% and a 50% slice got side by side.
+struct Split {
+  double a = 0, b = 0;
+  std::string a_work, b_work;  // The slices' `work` outputs.
+  std::string a_id, b_id;      // Their jobs.
+  int64_t from = 0, to = 0;    // The window both launched in (unix ms).
+};
+
 class ComputeShare : public SecurityTest {
  protected:
-  std::string WorkCommand(const std::string& out, const std::string& extra = "") {
-    return Attacker() + " work --seconds " + std::to_string(kWorkSeconds) + " --kernel-us " +
+  // Runs a 20% job (gsattack_a) beside a 50% one (gsattack_b), both busy
+  // for `seconds`; with `attack` flags, the 20% job also runs `scribble`
+  // with them over what it can reach, from half a second before its work
+  // starts. `during` is called with the 20% job's id once both are
+  // submitted.
+  Split SideBySide(const std::string& attack, const std::string& tag, double seconds = kWorkSeconds,
+                   const std::function<void(const std::string&)>& during = nullptr) {
+    const std::string wa = Drop(tag + "-a.work"), wb = Drop(tag + "-b.work");
+    std::string script = attack.empty() ? "exec " + WorkCommand(wa, "", seconds)
+                                        : ScribbleCommand(attack, Drop(tag + "-scribble.out")) +
+                                              " & sleep 0.5; exec " + WorkCommand(wa, "", seconds);
+    std::string ia = Submit(&a_, {"--mem", "2GiB", "--compute", "20%", "--name", tag + "-20", "--",
+                                  "sh", "-c", script});
+    std::string ib = Submit(&b_, {"--mem", "2GiB", "--compute", "50%", "--name", tag + "-50", "--",
+                                  "sh", "-c", "sleep 0.5; exec " + WorkCommand(wb, "", seconds)});
+    if (during) during(ia);
+    Finish({ia, ib}, seconds + 15);
+    auto [from, to] = CommonWindow(wa, wb, seconds);
+    Split s;
+    s.a_work = wa;
+    s.b_work = wb;
+    s.a_id = ia;
+    s.b_id = ib;
+    s.from = from;
+    s.to = to;
+    if (to - from < 1000) {
+      ADD_FAILURE() << tag << ": the two jobs did not run side by side for a second:\n"
+                    << ReadFile(wa).substr(0, 300) << "\n"
+                    << ReadFile(wb).substr(0, 300);
+      return s;
+    }
+    s.a = WorkShare(wa, kKernelUs, from, to);
+    s.b = WorkShare(wb, kKernelUs, from, to);
+    std::cerr << tag << ": 20% slice " << s.a << ", 50% slice " << s.b << " over " << (to - from)
+              << " ms\n";
+    if (!attack.empty()) std::cerr << ReadFile(Drop(tag + "-scribble.out")).substr(0, 1500);
+    return s;
+  }
+  // The attack moved neither slice beyond the tolerance.
+  static void ExpectHeld(const Split& base, const Split& attacked, const std::string& how) {
+    // The measurement itself must work for the comparison to mean anything:
+    // both ran, and the shares ordered them.
+    ASSERT_GT(base.a, 0.03);
+    ASSERT_GT(base.b, base.a) << "the baseline did not give the 50% slice more than the 20% one";
+    EXPECT_LE(attacked.a, base.a + kToleranceShare)
+        << "the 20% slice " << how << ": " << base.a << " -> " << attacked.a;
+    EXPECT_GE(attacked.b, base.b - kToleranceShare)
+        << "the 50% neighbour lost its share to the attacker: " << base.b << " -> " << attacked.b;
+  }
+  std::string WorkCommand(const std::string& out, const std::string& extra = "",
+                          double seconds = kWorkSeconds) {
+    return Attacker() + " work --seconds " + std::to_string(seconds) + " --kernel-us " +
            std::to_string(kKernelUs) + " --batch " + std::to_string(kBatch) + " --out " + out +
            extra;
   }
@@ -60,64 +130,74 @@ class ComputeShare : public SecurityTest {
   }
 };
 
-// The window both `work` outputs were launching in, trimmed of their start.
-std::pair<int64_t, int64_t> CommonWindow(const std::string& a, const std::string& b) {
-  auto [a0, a1] = WorkSpan(a);
-  auto [b0, b1] = WorkSpan(b);
-  int64_t from = std::max(a0, b0) + 500;
-  int64_t to = std::min(std::min(a1, b1), std::min(a0, b0) + int64_t(kWorkSeconds * 1000)) - 100;
-  return {from, to};
-}
-
 // Issue 13, escape 1: "The same write raises its compute share (a 20% slice
 // got 55%, its 50% neighbour fell to 33%)".
 TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNeighbour) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
-  struct Split {
-    double a = 0, b = 0;
-  };
-  auto run = [&](bool attack, const std::string& tag) {
-    const std::string wa = Drop(tag + "-a.work"), wb = Drop(tag + "-b.work");
-    // The attacker raises everything that says "20%" (200 per mille) to the
-    // whole GPU and everything that says "50%" to nothing, in every file it
-    // can write, and the v1 fields it knows.
-    std::string script = attack
-                             ? ScribbleCommand(
-                                   "--own-share 200 --subst32 200=1000 --subst32 500=1 --seconds 8 "
-                                   "--interval-ms 5",
-                                   Drop(tag + "-scribble.out")) +
-                                   " & sleep 0.5; exec " + WorkCommand(wa)
-                             : "exec " + WorkCommand(wa);
-    std::string ia = Submit(&a_, {"--mem", "2GiB", "--compute", "20%", "--name", tag + "-20", "--",
-                                  "sh", "-c", script});
-    std::string ib = Submit(&b_, {"--mem", "2GiB", "--compute", "50%", "--name", tag + "-50", "--",
-                                  "sh", "-c", "sleep 0.5; exec " + WorkCommand(wb)});
-    Finish({ia, ib}, kWorkSeconds + 15);
-    auto [from, to] = CommonWindow(wa, wb);
-    Split s;
-    if (to - from < 1000) {
-      ADD_FAILURE() << tag << ": the two jobs did not run side by side for a second:\n"
-                    << ReadFile(wa).substr(0, 300) << "\n"
-                    << ReadFile(wb).substr(0, 300);
-      return s;
-    }
-    s.a = WorkShare(wa, kKernelUs, from, to);
-    s.b = WorkShare(wb, kKernelUs, from, to);
-    std::cerr << tag << ": 20% slice " << s.a << ", 50% slice " << s.b << " over " << (to - from)
-              << " ms\n";
-    return s;
-  };
-  Split base = run(false, "baseline");
-  Split attacked = run(true, "attack");
-  // The measurement itself must work for the comparison to mean anything:
-  // both ran, and the shares ordered them.
-  ASSERT_GT(base.a, 0.03);
-  ASSERT_GT(base.b, base.a) << "the baseline did not give the 50% slice more than the 20% one";
-  EXPECT_LE(attacked.a, base.a + kToleranceShare)
-      << "the 20% slice raised its own share by rewriting files: " << base.a << " -> "
-      << attacked.a;
-  EXPECT_GE(attacked.b, base.b - kToleranceShare)
-      << "the 50% neighbour lost its share to the attacker: " << base.b << " -> " << attacked.b;
+  // The attacker raises everything that says "20%" (200 per mille) to the
+  // whole GPU and everything that says "50%" to nothing, in every file it
+  // can write, and the v1 fields it knows.
+  Split base = SideBySide("", "baseline");
+  Split attacked = SideBySide(
+      "--own-share 200 --subst32 200=1000 --subst32 500=1 --seconds 8 --interval-ms 5", "attack");
+  ExpectHeld(base, attacked, "raised its own share by rewriting files");
+}
+
+// Issue 19: a slice is charged the GPU time its processes report, and the
+// job writes that number (docs/SECURITY.md). The attacker claims, in its own
+// members file, that every process reports GPU time and that it used none
+// (the counter kept at zero by a loop that stores it). The arbiter's check
+// charges it only while it keeps the 50% slice waiting, so on a GPU that is
+// partly idle it took 43% for its 20%; the daemon's audit (NVML's use against
+// the arbiter's charge, over the compute watchdog's window, 2 s here) must
+// catch it, and from then on it must be back at its share. The neighbour
+// must keep its share throughout.
+TEST_F(ComputeShare, AJobThatHidesItsGpuTimeIsCaughtAndHeldToItsShare) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Set("watchdog_compute_window=2s")));
+  constexpr double kAttackSeconds = 9;
+  Split base = SideBySide("", "baseline");
+  int64_t caught_ms = 0;
+  std::string audit, flags;
+  Split attacked = SideBySide("--hide-gpu-time --seconds 12 --interval-us 0", "attack",
+                              kAttackSeconds, [&](const std::string& id) {
+                                WaitFor(
+                                    [&] {
+                                      auto events = Events(id, "compute_audit");
+                                      if (events.empty()) return false;
+                                      caught_ms = NowMs();
+                                      audit = events[0];
+                                      return true;
+                                    },
+                                    kAttackSeconds);
+                                flags = Job(id).value("flags", nlohmann::json::array()).dump();
+                              });
+  ASSERT_NE(caught_ms, 0) << "the audit never caught the job that hid its GPU time";
+  std::cerr << "caught " << (caught_ms - attacked.from) << " ms into the common window: " << audit
+            << "\n";
+  EXPECT_NE(audit.find("charged the wall time of its turns"), std::string::npos) << audit;
+  EXPECT_NE(flags.find("under_reported"), std::string::npos) << "the job's flags: " << flags;
+  // Caught within the window, a sample and the slack of a busy machine.
+  EXPECT_LE(caught_ms - attacked.from, 6000);
+  const int64_t after = caught_ms + 500;
+  ASSERT_GE(attacked.to - after, 1500) << "too little of the run was left after the audit";
+  const double a_after = WorkShare(attacked.a_work, kKernelUs, after, attacked.to);
+  std::cerr << "after the audit: 20% slice " << a_after << ", 50% slice "
+            << WorkShare(attacked.b_work, kKernelUs, after, attacked.to) << " over "
+            << (attacked.to - after) << " ms\n";
+  for (const std::string& honest : {base.a_id, base.b_id}) {
+    EXPECT_TRUE(Events(honest, "compute_audit").empty())
+        << "an honest slice of the baseline was distrusted: " << Events(honest, "compute_audit")[0];
+  }
+  EXPECT_TRUE(Events(attacked.b_id, "compute_audit").empty())
+      << "the honest neighbour was distrusted too: " << Events(attacked.b_id, "compute_audit")[0];
+  for (int64_t t = attacked.from; t + 1000 <= attacked.to; t += 1000) {
+    std::cerr << "  " << (t - attacked.from)
+              << " ms: " << WorkShare(attacked.a_work, kKernelUs, t, t + 1000) << " / "
+              << WorkShare(attacked.b_work, kKernelUs, t, t + 1000) << "\n";
+  }
+  Split held = attacked;
+  held.a = a_after;
+  ExpectHeld(base, held, "hid the GPU time it used and kept its gain");
 }
 
 // Issue 13, escape 1: "... and clears an idle-reclaim pause".
