@@ -48,7 +48,7 @@ std::string Note(const json& j) {
   std::string note;
   if (state == "queued") return j.value("waiting_for", "");
   if (state == "running") {
-    // Policy flags: idle, paused, over_limit, preempted.
+    // The daemon's policy flags, as it names them (docs/DAEMON.md).
     for (const json& f : j.value("flags", json::array())) {
       note += (note.empty() ? "" : ",") + f.get<std::string>();
     }
