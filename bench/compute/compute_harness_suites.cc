@@ -11,7 +11,7 @@
 
 namespace compute_harness {
 
-void RunShortKernels(double scale, nlohmann::json* all_out) {
+void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_out) {
   nlohmann::json& all = *all_out;
   // Issue 19: what a hard 30% slice gets alone, and what a 30/70 pair of
   // hard slices uses together, with 20 us, 200 us and 1 ms kernels, in a
@@ -35,6 +35,12 @@ void RunShortKernels(double scale, nlohmann::json* all_out) {
       Scenario pair{"short kernels: 30/70 hard, " + tag,
                     4,
                     {{"a", 30, "hard", "", args}, {"b", 70, "hard", "", args}}};
+      if (only.size() > std::string("short kernels").size() &&
+          !std::ranges::any_of(
+              std::vector<const Scenario*>{&ceiling, &ceiling2, &alone, &pair},
+              [&](const Scenario* sc) { return sc->name.find(only) != std::string::npos; })) {
+        continue;
+      }
       nlohmann::json c = RunScenario(ceiling, scale, nullptr);
       nlohmann::json c2 = RunScenario(ceiling2, scale, nullptr);
       nlohmann::json a = RunScenario(alone, scale, nullptr);
