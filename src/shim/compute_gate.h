@@ -111,9 +111,12 @@ void RingAfterLaunch();
 // still ran (2 ms kernels split 30/70 slices about 50/50). After a batch's
 // first launch it closes the batch's bracket (issue 19). One thread-local
 // compare on the fast path.
+// The bracket is closed before the arbiter is rung: the ring (a system
+// call) would otherwise count as part of the launch call that a bracket's
+// sample has taken off (compute_gate_markers.cc, Bracket).
 inline void GateLaunchDone(CUstream stream, bool per_thread) {
-  if (__builtin_expect(t_gate.ring_after_launch, 0)) RingAfterLaunch();
   if (__builtin_expect(t_gate.credits == t_gate.mark_at, 0)) MarkAfterLaunch(stream, per_thread);
+  if (__builtin_expect(t_gate.ring_after_launch, 0)) RingAfterLaunch();
 }
 
 }  // namespace gpuslice::shim
