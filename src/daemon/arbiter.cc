@@ -193,7 +193,7 @@ class GpuArbiter {
     b.share_milli.store(e.share_milli, std::memory_order_relaxed);
     b.mode.store(e.mode, std::memory_order_relaxed);
     b.priority.store(e.priority, std::memory_order_relaxed);
-    b.flags.store(e.paused ? bd::kSlicePaused : 0, std::memory_order_relaxed);
+    b.flags.store(SliceFlags(e), std::memory_order_relaxed);
     b.uid.store(limits.uid, std::memory_order_relaxed);
     b.gid.store(limits.gid, std::memory_order_relaxed);
     b.device_index.store(device_index, std::memory_order_relaxed);
@@ -271,11 +271,16 @@ class GpuArbiter {
       e.state.idle_since_ns = v.idle_since_ns;
       e.state.was_inflight = v.was_inflight;
       e.state.prepaid_ns = v.prepaid_ns;
+      e.state.corun = v.corun;
+      e.state.duty_milli = v.duty_milli;
+      e.state.duty_wall_ns = v.duty_wall_ns;
+      e.state.duty_gpu_ns = v.duty_gpu_ns;
       bd::BoardSlice& b = board_slice(i);
       b.tokens_ns.store(v.tokens_ns, std::memory_order_relaxed);
       b.vtime.store(v.vtime, std::memory_order_relaxed);
       b.charged_ns.store(v.charged_ns, std::memory_order_relaxed);
       b.idle_since_ns.store(v.idle_since_ns, std::memory_order_relaxed);
+      b.flags.store(SliceFlags(e), std::memory_order_relaxed);
       b.reported.store(
           (v.waiting ? bd::kMemberWaiting : 0) | (v.inflight ? bd::kMemberInflight : 0),
           std::memory_order_relaxed);
@@ -283,7 +288,7 @@ class GpuArbiter {
     bd::BoardHeader& h = header();
     h.ticks.fetch_add(1, std::memory_order_relaxed);
     h.arbiter_beat_ns.store(now_ns, std::memory_order_relaxed);
-    PublishTurn(out.changed, out.preempted);
+    PublishTurn(out.changed, out.preempted, out.corun_changed);
     return active;
   }
 
@@ -301,9 +306,14 @@ class GpuArbiter {
     b.reported.store(0, std::memory_order_relaxed);
   }
 
-  // Writes the turn; on a change, moves the sequence and wakes the
-  // launchers that wait on it. Needs mu_.
-  void PublishTurn(bool changed, bool preempted) {
+  // The board's flags of a slice.
+  static uint32_t SliceFlags(const Entry& e) {
+    return (e.paused ? bd::kSlicePaused : 0) | (e.state.corun ? bd::kSliceCoRun : 0);
+  }
+
+  // Writes the turn; on a change (or one of who co-runs, `corun_changed`),
+  // moves the sequence and wakes the launchers that wait on it. Needs mu_.
+  void PublishTurn(bool changed, bool preempted, bool corun_changed = false) {
     bd::BoardHeader& h = header();
     if (changed) {
       h.holder.store(turn_.holder, std::memory_order_relaxed);
@@ -313,7 +323,7 @@ class GpuArbiter {
       if (preempted) h.preemptions.fetch_add(1, std::memory_order_relaxed);
     }
     h.turn_end_ns.store(turn_.end_ns, std::memory_order_relaxed);
-    if (changed) {
+    if (changed || corun_changed) {
       // Release: a launcher that sees the new sequence sees the new turn.
       h.turn_seq.fetch_add(1, std::memory_order_release);
       syscall(SYS_futex, &h.turn_seq, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);

@@ -50,6 +50,7 @@ struct ArbiterOptions {
     shim::PolicyParams p;
     p.charge_blocking_holder = true;
     p.charge_from_previous_report = true;  // The launchers ring on both edges.
+    p.corun = true;  // Slices of low duty launch beside the holder (issue 19).
     // A closing holder that claims work in flight holds the others off for
     // at most this long (charged to it). Below the token bucket's depth
     // (burst_ns), so the waiting slices lose none of their accrual to it:

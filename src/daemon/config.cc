@@ -138,6 +138,10 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     c->kill_grace_ms = d->count();
     return core::Status::Ok();
   }
+  if (key == "compute_corun") {
+    GPUSLICE_ASSIGN_OR_RETURN(c->compute_corun, ParseBool(key, v));
+    return core::Status::Ok();
+  }
   if (key == "cgroups") {
     GPUSLICE_ASSIGN_OR_RETURN(c->cgroups, ParseBool(key, v));
     return core::Status::Ok();

@@ -76,6 +76,9 @@ struct DaemonConfig {
   bool cgroups = true;
   std::string cgroup_base;
   uint64_t max_log_bytes = 1ull << 30;  // Per job log file; 0 = no cap.
+  // Slices whose work leaves the GPU mostly idle launch beside the holder of
+  // the turn (docs/COMPUTE.md, "Co-running"); off: exclusive turns only.
+  bool compute_corun = true;
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.

@@ -38,6 +38,10 @@ TEST(Config, CgroupsAndTheLogCapHaveDefaultsAndCheckedValues) {
                   .ok());
   EXPECT_FALSE(c.cgroups);
   EXPECT_EQ(CgroupBaseFor(c), "ci/run-1");
+  EXPECT_TRUE(c.compute_corun);
+  EXPECT_TRUE(ApplyConfigValue(&c, "compute_corun", "off").ok());
+  EXPECT_FALSE(c.compute_corun);
+  EXPECT_FALSE(ApplyConfigValue(&c, "compute_corun", "sometimes").ok());
   EXPECT_EQ(c.max_log_bytes, 64u * 1024);
   EXPECT_TRUE(ApplyConfigValue(&c, "max_log_size", "0").ok());  // No cap.
   EXPECT_FALSE(ApplyConfigValue(&c, "max_log_size", "1KiB").ok());

@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
   arbiter_options.coord_dir = config.state_dir + "/coord";
   arbiter_options.slices_dir = config.state_dir + "/slices";
   arbiter_options.board_mode = geteuid() == 0 ? 0644 : 0444;
+  arbiter_options.params.corun = config.compute_corun;
   const gpuslice::core::Status coord_dir = gd::PrepareCoordDir(arbiter_options.coord_dir);
   if (!coord_dir.ok()) {
     // Without boards no share can be enforced: jobs that ask for one fail

@@ -84,6 +84,9 @@ int g_device = -1;  // Slice device index of the coordination.
 uint32_t g_placement = 0;
 // Whether this process has joined its slice's turns (1) or not (-1).
 std::atomic<int32_t> g_member{-1};
+// The cooperative file's decisions (set by Start): its members co-run when
+// their loops leave the GPU idle (PolicyParams::corun), as under the
+// daemon's arbiter, unless GPUSLICE_COMPUTE_CORUN=0.
 PolicyParams g_params;
 std::atomic<uint32_t> g_share{0};  // Current share (from the region), 0: none.
 // The region's launches_paused flag as last read: the gate stays closed
@@ -338,6 +341,7 @@ bool Start() {
   }
   g_coord = turns->release();
   g_device = dev;
+  g_params.corun = Config()->compute_corun;
   g_placement = SliceRegion()->PlacementSeqOf(uint32_t(dev));
   FollowRegion(MonotonicNs());
   pthread_t thread;

@@ -26,6 +26,28 @@ void Rejoin(std::span<SliceView> slices, size_t index) {
   }
 }
 
+// Adds `elapsed` of wall time in which `s` could launch, and the GPU time
+// `used` in it, to its duty (SliceView::duty_milli).
+void MeasureDuty(SliceView& s, uint64_t elapsed, uint64_t used) {
+  s.duty_wall_ns += elapsed;
+  s.duty_gpu_ns += used;
+  if (s.duty_wall_ns < kDutyWindowNs) return;
+  const uint32_t now = uint32_t(std::min<uint64_t>(s.duty_gpu_ns * 1000 / s.duty_wall_ns, 1000));
+  // At once upwards: a slice whose work grows must not keep crowding the
+  // holder's kernels for long; by halves downwards: one quiet window does
+  // not make a busy slice a co-runner.
+  s.duty_milli = now >= s.duty_milli ? now : (s.duty_milli + now) / 2;
+  s.duty_wall_ns = 0;
+  s.duty_gpu_ns = 0;
+}
+
+// Whether `s` may share the GPU with others at all: charged by the GPU time
+// it reports (and trusted to), and measured to leave the GPU mostly idle.
+bool CoRunnable(const SliceView& s) {
+  return s.live && s.share_milli > 0 && s.gpu_time && !s.distrusted &&
+         s.duty_milli < kCoRunMaxDutyMilli;
+}
+
 }  // namespace
 
 bool Eligible(const SliceView& s) {
@@ -67,8 +89,10 @@ void Charge(SliceView& s, uint64_t ns) {
   if (s.share_milli > 0) s.vtime += ns * 1000 / s.share_milli;
 }
 
-Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<SliceView> slices,
-                const PolicyParams& p) {
+namespace {
+
+Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<SliceView> slices,
+                    const PolicyParams& p) {
   Outcome out;
   const uint64_t elapsed = now_ns > last_ns ? now_ns - last_ns : 0;
   const int32_t n = int32_t(slices.size());
@@ -88,7 +112,10 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
   // charged by it reported since the last decision.
   bool others_wait = false;
   if (p.charge_blocking_holder && turn.state != coord::kTurnNone && turn.holder >= 0) {
-    for (int32_t i = 0; i < n; ++i) others_wait |= i != turn.holder && Eligible(slices[size_t(i)]);
+    // A co-runner launches beside the holder: it does not wait for it.
+    for (int32_t i = 0; i < n; ++i) {
+      others_wait |= i != turn.holder && Eligible(slices[size_t(i)]) && !slices[size_t(i)].corun;
+    }
   }
   const bool blocking = others_wait && turn.state == coord::kTurnOpen;
   // A report first pays back what its slice was charged ahead of it (below):
@@ -134,6 +161,7 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
     // up) or any more (between its steps): that time is nobody's GPU use,
     // and charging it made hard slices fall short of their shares.
     const bool holds = int32_t(i) == turn.holder && turn.state != coord::kTurnNone;
+    uint64_t used = 0;  // GPU time it used in the interval, as it is charged.
     if (s.gpu_time) {
       // What its processes say their work used, and, holding the GPU while
       // others wait, the time nobody's reports explain (above): a slice that
@@ -148,10 +176,17 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
       s.prepaid_ns = std::min(s.prepaid_ns + extra, kMaxPrepaidNs);
       const uint64_t ns = s.gpu_ns + extra;
       if (ns > 0) Charge(s, ns);
+      // Its duty is what its work used: the unexplained time a holder pays
+      // while others wait is the wall time of its turn, whatever it used.
+      used = s.gpu_ns;
     } else {
       const bool had_work = p.charge_from_previous_report ? s.was_inflight : s.inflight;
-      if (had_work || (holds && (blocking || s.distrusted))) Charge(s, elapsed);
+      if (had_work || (holds && (blocking || s.distrusted))) {
+        Charge(s, elapsed);
+        used = elapsed;
+      }
     }
+    if (holds || s.corun) MeasureDuty(s, elapsed, used);
     s.was_inflight = s.inflight;
     if (!s.Active() && !holds) {
       if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
@@ -194,7 +229,10 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
       if (now_ns >= turn.end_ns || idle || out_of_tokens) {
         // Alone and still entitled: extend instead of paying a hand-over.
         bool others = false;
-        for (int32_t i = 0; i < n; ++i) others |= i != turn.holder && Eligible(slices[size_t(i)]);
+        // Co-runners launch beside it already: no reason to hand over.
+        for (int32_t i = 0; i < n; ++i) {
+          others |= i != turn.holder && Eligible(slices[size_t(i)]) && !slices[size_t(i)].corun;
+        }
         if (!others && !idle && !out_of_tokens) {
           turn.end_ns = now_ns + TurnLength(h, p);
           return out;
@@ -218,6 +256,63 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
   }
   const int32_t next = PickNext(slices);
   if (next >= 0) open(next);
+  return out;
+}
+
+// Who launches beside the holder (SliceView::corun): slices of its
+// priority, each trusted and of low duty, while the duties of the holder and
+// its co-runners add up to at most kCoRunMaxDutyMilli; those co-running
+// already first (a co-runner is not dropped for a newcomer), then by
+// virtual time. A hard slice co-runs while its tokens last (it starts with
+// as many as a turn needs); one gone idle keeps it for the holder's idle
+// grace, so a loop's CPU gaps between kernels do not cost it a decision.
+// Higher priority stays exclusive: a co-runner never has a priority other
+// than the holder's, and a slice that preempts the holder ends theirs.
+void AssignCoRun(uint64_t now_ns, const TurnView& turn, std::span<SliceView> slices,
+                 const PolicyParams& p, Outcome& out) {
+  const int32_t h = turn.holder;
+  const bool any =
+      p.corun && h >= 0 && turn.state != coord::kTurnNone && CoRunnable(slices[size_t(h)]);
+  int64_t budget = any ? int64_t(kCoRunMaxDutyMilli) - slices[size_t(h)].duty_milli : 0;
+  auto candidate = [&](size_t i) {
+    const SliceView& s = slices[i];
+    if (int32_t(i) == h || !CoRunnable(s) || s.priority != slices[size_t(h)].priority) return false;
+    if (s.mode == coord::kModeHard && s.tokens_ns <= 0) return false;
+    if (!s.corun && !Eligible(s)) return false;  // Starts only when it waits, with tokens.
+    return s.Active() || (s.idle_since_ns != 0 && now_ns - s.idle_since_ns < p.idle_grace_ns);
+  };
+  // Slices past the 64th never co-run (the board has 64, the file 32).
+  const size_t count = std::min<size_t>(slices.size(), 64);
+  uint64_t next = 0;
+  auto in = [&](size_t i) { return ((next >> i) & 1) != 0; };
+  if (any) {
+    for (bool kept : {true, false}) {
+      while (true) {
+        int32_t best = -1;
+        for (size_t i = 0; i < count; ++i) {
+          if (in(i) || slices[i].corun != kept || !candidate(i)) continue;
+          if (int64_t(slices[i].duty_milli) > budget) continue;
+          if (best < 0 || slices[i].vtime < slices[size_t(best)].vtime) best = int32_t(i);
+        }
+        if (best < 0) break;
+        next |= uint64_t{1} << best;
+        budget -= slices[size_t(best)].duty_milli;
+      }
+    }
+  }
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const bool corun = i < count && in(i);
+    if (slices[i].corun != corun) out.corun_changed = true;
+    slices[i].corun = corun;
+  }
+}
+
+}  // namespace
+
+Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<SliceView> slices,
+                const PolicyParams& p) {
+  Outcome out = AdvanceTurn(now_ns, last_ns, turn, slices, p);
+  AssignCoRun(now_ns, turn, slices, p, out);
   return out;
 }
 

@@ -54,7 +54,26 @@ struct PolicyParams {
   // its turn and its first launch, and for the whole interval before a
   // drain: 230 us per turn, 4-6 pp of a lone 50% hard slice.
   bool charge_from_previous_report = false;
+  // Issue 19: slices of the holder's priority whose work leaves the GPU
+  // mostly idle (launch-then-synchronise loops, small requests) launch
+  // beside the holder (SliceView::corun) instead of waiting for a turn of
+  // their own: exclusive turns left a pair of such loops at 0.58-0.70 of
+  // what the same two processes reach without gpuslice, since only work of
+  // two slices that overlaps can fill one loop's CPU gaps with the other's
+  // kernels. Only slices charged by the GPU time they report co-run (two
+  // slices in flight at once cannot both be charged the wall time). On for
+  // the daemon's arbiter and for the cooperative file.
+  bool corun = false;
 };
+
+// Co-running (PolicyParams::corun): the duty of the holder and its
+// co-runners together stays at or below this (in 1/1000 of their wall
+// time): the GPU then idles often enough that their work rarely waits
+// behind each other's, and each is charged, and held to, what it used.
+inline constexpr uint32_t kCoRunMaxDutyMilli = 700;
+// A slice's duty is measured over this much of the wall time it may launch
+// (holding the GPU or co-running).
+inline constexpr uint64_t kDutyWindowNs = 20'000'000;
 
 // One slice as the decision sees it.
 struct SliceView {
@@ -94,6 +113,18 @@ struct SliceView {
   // others wait or not. A slice that hides its work then pays for its turns,
   // and a hard one stays at its share even where nobody else wants the GPU.
   bool distrusted = false;
+  // Co-running (PolicyParams::corun): the slice may launch beside the
+  // holder, as decided by the last Advance (kept by the caller, and
+  // published to its processes). Its GPU time is charged from its reports
+  // like anybody's; a hard slice stops co-running when its tokens run out.
+  bool corun = false;
+  // Its duty: the GPU time it was charged per wall time it could launch (as
+  // the holder, or co-running), in 1/1000, measured over kDutyWindowNs
+  // (duty_wall_ns, duty_gpu_ns accumulate the current window); 1000 until
+  // measured. Rises at once, falls by halves. Kept by the caller.
+  uint32_t duty_milli = 1000;
+  uint64_t duty_wall_ns = 0;
+  uint64_t duty_gpu_ns = 0;
 
   bool Active() const { return live && (waiting || inflight); }
 };
@@ -115,6 +146,7 @@ struct TurnView {
 struct Outcome {
   bool changed = false;    // holder or state changed (wake the waiters).
   bool preempted = false;  // A higher priority slice took the GPU.
+  bool corun_changed = false;  // Some slice's SliceView::corun changed (wake the waiters).
 };
 
 // How far the GPU's unexplained time (TurnView::unexplained_ns) may run

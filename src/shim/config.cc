@@ -101,6 +101,14 @@ ShimConfig ReadShimConfig(const std::function<const char*(const char*)>& env) {
       c.coord_dir = dir;
     }
   }
+  if (const char* corun = env(kEnvComputeCorun); corun != nullptr && *corun != '\0') {
+    if (std::strcmp(corun, "0") == 0) {
+      c.compute_corun = false;
+    } else if (std::strcmp(corun, "1") != 0) {
+      c.problems.push_back(std::string(kEnvComputeCorun) + ": bad value '" + corun +
+                           "' (expected 0 or 1); co-running stays on");
+    }
+  }
   // A standalone slice exists only with a valid limit or share; a daemon slice
   // (region made by the daemon) carries its limits in the region.
   return c;

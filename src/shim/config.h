@@ -42,6 +42,7 @@ inline constexpr char kEnvComputeShare[] = "GPUSLICE_COMPUTE_SHARE";
 inline constexpr char kEnvComputeMode[] = "GPUSLICE_COMPUTE_MODE";
 inline constexpr char kEnvPriority[] = "GPUSLICE_PRIORITY";
 inline constexpr char kEnvCoordDir[] = "GPUSLICE_COORD_DIR";
+inline constexpr char kEnvComputeCorun[] = "GPUSLICE_COMPUTE_CORUN";
 
 // Region DeviceEntry::compute_mode and ::priority encodings (0 = default, so
 // that a region whose creator set only the share means hard cap, normal).
@@ -61,6 +62,10 @@ struct ShimConfig {
   uint32_t compute_mode = kRegionModeHard;
   uint32_t priority = kRegionPriorityDefault;
   std::string coord_dir;            // Empty: the standalone slice directory.
+  // Decisions this process takes on the cooperative file let slices of low
+  // duty co-run (docs/COMPUTE.md, "Co-running"); GPUSLICE_COMPUTE_CORUN=0:
+  // exclusive turns. Under the daemon its own setting (compute_corun) rules.
+  bool compute_corun = true;
   std::vector<std::string> problems;
 
   // True when this process roots a standalone slice (a memory limit or a

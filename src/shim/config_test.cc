@@ -82,6 +82,16 @@ TEST(ShimConfig, BadDisableAndLogLevelValuesAreReported) {
   EXPECT_EQ(c.log_level, LogLevel::kWarn);
 }
 
+TEST(ShimConfig, CoRunningIsOnUnlessTurnedOffAndBadValuesAreReported) {
+  EXPECT_TRUE(Read({}).compute_corun);
+  EXPECT_TRUE(Read({{"GPUSLICE_COMPUTE_CORUN", "1"}}).compute_corun);
+  EXPECT_FALSE(Read({{"GPUSLICE_COMPUTE_CORUN", "0"}}).compute_corun);
+  ShimConfig bad = Read({{"GPUSLICE_COMPUTE_CORUN", "off"}});
+  EXPECT_TRUE(bad.compute_corun);
+  ASSERT_EQ(bad.problems.size(), 1u);
+  EXPECT_NE(bad.problems[0].find("GPUSLICE_COMPUTE_CORUN"), std::string::npos) << bad.problems[0];
+}
+
 TEST(ShimConfig, RelativeSlicePathIsRefused) {
   ShimConfig c = Read({{"GPUSLICE_SLICE", "slice.region"}});
   EXPECT_TRUE(c.slice_path.empty());

@@ -199,6 +199,9 @@ core::Result<uint32_t> Coordinator::Join(uint64_t key, int32_t pid, uint64_t now
     s.idle_since_ns.store(now_ns, std::memory_order_relaxed);
     s.gpu_ns.store(0, std::memory_order_relaxed);
     s.gpu_seen_ns.store(0, std::memory_order_relaxed);
+    s.flags.store(0, std::memory_order_relaxed);  // Not co-running; duty not measured.
+    s.duty_wall_ns.store(0, std::memory_order_relaxed);
+    s.duty_gpu_ns.store(0, std::memory_order_relaxed);
     s.key.store(key, std::memory_order_relaxed);
     found = free_slice;
   }
@@ -252,6 +255,13 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     v.vtime = e.vtime.load(std::memory_order_relaxed);
     v.charged_ns = e.charged_ns.load(std::memory_order_relaxed);
     v.idle_since_ns = e.idle_since_ns.load(std::memory_order_relaxed);
+    const uint32_t flags = e.flags.load(std::memory_order_relaxed);
+    v.corun = (flags & coord::kSliceCoRun) != 0;
+    v.duty_milli = (flags & coord::kSliceDutyMeasured) != 0
+                       ? std::min<uint32_t>(e.duty_milli.load(std::memory_order_relaxed), 1000)
+                       : 1000;
+    v.duty_wall_ns = e.duty_wall_ns.load(std::memory_order_relaxed);
+    v.duty_gpu_ns = e.duty_gpu_ns.load(std::memory_order_relaxed);
     // GPU time its members added since the last decision (issue 19).
     const uint64_t gpu = e.gpu_ns.load(std::memory_order_relaxed);
     const uint64_t seen = e.gpu_seen_ns.load(std::memory_order_relaxed);
@@ -295,6 +305,12 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     e.vtime.store(views[i].vtime, std::memory_order_relaxed);
     e.charged_ns.store(views[i].charged_ns, std::memory_order_relaxed);
     e.idle_since_ns.store(views[i].idle_since_ns, std::memory_order_relaxed);
+    e.duty_milli.store(views[i].duty_milli, std::memory_order_relaxed);
+    e.duty_wall_ns.store(views[i].duty_wall_ns, std::memory_order_relaxed);
+    e.duty_gpu_ns.store(views[i].duty_gpu_ns, std::memory_order_relaxed);
+    e.flags.store((views[i].corun ? coord::kSliceCoRun : 0) |
+                      (views[i].duty_milli < 1000 ? coord::kSliceDutyMeasured : 0),
+                  std::memory_order_relaxed);
   }
   if (out.changed) {
     header_->holder.store(turn.holder, std::memory_order_relaxed);
@@ -304,7 +320,7 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     if (out.preempted) header_->preemptions.fetch_add(1, std::memory_order_relaxed);
   }
   header_->turn_end_ns.store(turn.end_ns, std::memory_order_relaxed);
-  if (out.changed) {
+  if (out.changed || out.corun_changed) {
     // Release: a launcher that sees the new sequence sees the new turn.
     header_->turn_seq.fetch_add(1, std::memory_order_release);
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->turn_seq), FUTEX_WAKE, INT32_MAX,

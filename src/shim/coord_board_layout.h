@@ -60,6 +60,10 @@ inline constexpr uint32_t kModeWorkConserving = 1;
 
 // BoardSlice::flags.
 inline constexpr uint32_t kSlicePaused = 1u << 0;  // Idle reclaim: no turns.
+// Issue 19: the slice may launch beside the holder while a turn is open or
+// closing (PolicyParams::corun). Added within version 1: a shim that does
+// not know the bit waits for turns of its own, as before.
+inline constexpr uint32_t kSliceCoRun = 1u << 1;
 
 // MemberSlot::flags (only these bits are read).
 inline constexpr uint32_t kMemberWaiting = 1u << 0;   // A launch waits for the turn.

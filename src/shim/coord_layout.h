@@ -58,6 +58,11 @@ inline constexpr uint32_t kMemberInflight = 1u << 1;  // Launched work not known
 // (issue 19; the slice is then charged that rather than wall time in flight).
 inline constexpr uint32_t kMemberGpuTime = 1u << 2;
 
+// SliceEntry::flags. Zero in a file written before issue 19: no co-running,
+// no duty measured yet.
+inline constexpr uint32_t kSliceCoRun = 1u << 0;         // May launch beside the holder.
+inline constexpr uint32_t kSliceDutyMeasured = 1u << 1;  // duty_milli holds a measurement.
+
 struct CoordHeader {
   std::atomic<uint64_t> magic;  // kCoordMagic, published last.
   uint32_t version;             // kCoordVersion.
@@ -105,7 +110,7 @@ struct alignas(64) SliceEntry {
   std::atomic<uint32_t> share_milli;
   std::atomic<uint32_t> mode;      // Mode.
   std::atomic<uint32_t> priority;  // core::Priority (0 low, 1 normal, 2 high).
-  uint32_t reserved0;
+  std::atomic<uint32_t> flags;     // kSlice* (issue 19; reserved, zero, before).
   std::atomic<int64_t> tokens_ns;    // Hard cap budget; overuse makes it negative.
   std::atomic<uint64_t> vtime;       // Charged ns x 1000 / share: fair-share order.
   std::atomic<uint64_t> charged_ns;  // Total GPU time charged (statistics).
@@ -115,7 +120,13 @@ struct alignas(64) SliceEntry {
   // charged so far.
   std::atomic<uint64_t> gpu_ns;
   std::atomic<uint64_t> gpu_seen_ns;
-  uint8_t reserved1[kSliceEntrySize - 72];
+  // Issue 19, also in bytes reserved before: its duty (SliceView::duty_milli,
+  // valid with kSliceDutyMeasured) and the duty window being measured.
+  std::atomic<uint32_t> duty_milli;
+  uint32_t reserved1;
+  std::atomic<uint64_t> duty_wall_ns;
+  std::atomic<uint64_t> duty_gpu_ns;
+  uint8_t reserved2[kSliceEntrySize - 96];
 };
 static_assert(offsetof(SliceEntry, share_milli) == 8);
 static_assert(offsetof(SliceEntry, tokens_ns) == 24);
@@ -123,6 +134,9 @@ static_assert(offsetof(SliceEntry, vtime) == 32);
 static_assert(offsetof(SliceEntry, idle_since_ns) == 48);
 static_assert(offsetof(SliceEntry, gpu_ns) == 56);
 static_assert(offsetof(SliceEntry, gpu_seen_ns) == 64);
+static_assert(offsetof(SliceEntry, flags) == 20);
+static_assert(offsetof(SliceEntry, duty_milli) == 72);
+static_assert(offsetof(SliceEntry, duty_wall_ns) == 80);
 static_assert(sizeof(SliceEntry) == kSliceEntrySize);
 
 // One process of a slice using the GPU.

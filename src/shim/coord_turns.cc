@@ -50,11 +50,16 @@ bool CooperativeTurns::Decide(uint64_t now_ns, const PolicyParams& params) {
 
 bool CooperativeTurns::HoldsOpenTurn(uint64_t) const {
   const int32_t m = member_.load(std::memory_order_relaxed);
+  if (m < 0) return false;
   const coord::CoordHeader& h = coord_->header();
-  return m >= 0 &&
-         h.holder.load(std::memory_order_acquire) ==
-             coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed) &&
-         h.turn_state.load(std::memory_order_relaxed) == coord::kTurnOpen;
+  const int32_t slice = coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed);
+  const int32_t holder = h.holder.load(std::memory_order_acquire);
+  const uint32_t state = h.turn_state.load(std::memory_order_relaxed);
+  if (holder == slice && state == coord::kTurnOpen) return true;
+  // Co-running beside the holder (issue 19), during its turn or its drain.
+  return state != coord::kTurnNone && slice >= 0 && uint32_t(slice) < coord::kMaxSlices &&
+         (coord_->slice(uint32_t(slice)).flags.load(std::memory_order_relaxed) &
+          coord::kSliceCoRun) != 0;
 }
 
 bool CooperativeTurns::Outranked(uint32_t priority) const {
@@ -173,8 +178,13 @@ bool BoardTurns::HoldsOpenTurn(uint64_t now_ns) const {
   const int32_t i = SliceIndex();
   if (i < 0) return true;
   const board::BoardHeader& h = board().header();
-  return h.holder.load(std::memory_order_acquire) == i &&
-         h.turn_state.load(std::memory_order_relaxed) == board::kTurnOpen;
+  const int32_t holder = h.holder.load(std::memory_order_acquire);
+  const uint32_t state = h.turn_state.load(std::memory_order_relaxed);
+  if (holder == i && state == board::kTurnOpen) return true;
+  // Co-running beside the holder (issue 19), during its turn or its drain.
+  return state != board::kTurnNone &&
+         (board().slice(uint32_t(i)).flags.load(std::memory_order_relaxed) & board::kSliceCoRun) !=
+             0;
 }
 
 bool BoardTurns::Outranked(uint32_t priority) const {

@@ -9,10 +9,15 @@
 
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "fixture.h"
 
@@ -68,8 +73,9 @@ class ComputeShare : public SecurityTest {
                                               " & sleep 0.5; exec " + WorkCommand(wa, "", seconds);
     std::string ia = Submit(&a_, {"--mem", "2GiB", "--compute", "20%", "--name", tag + "-20", "--",
                                   "sh", "-c", script});
-    std::string ib = Submit(&b_, {"--mem", "2GiB", "--compute", "50%", "--name", tag + "-50", "--",
-                                  "sh", "-c", "sleep 0.5; exec " + WorkCommand(wb, "", seconds)});
+    std::string ib =
+        Submit(&b_, {"--mem", "2GiB", "--compute", "50%", "--name", tag + "-50", "--", "sh", "-c",
+                     "sleep 0.5; exec " + WorkCommand(wb, "", seconds, b_kernel_us_, b_batch_)});
     if (during) during(ia);
     Finish({ia, ib}, seconds + 15);
     auto [from, to] = CommonWindow(wa, wb, seconds);
@@ -87,7 +93,7 @@ class ComputeShare : public SecurityTest {
       return s;
     }
     s.a = WorkShare(wa, kKernelUs, from, to);
-    s.b = WorkShare(wb, kKernelUs, from, to);
+    s.b = WorkShare(wb, b_kernel_us_, from, to);
     std::cerr << tag << ": 20% slice " << s.a << ", 50% slice " << s.b << " over " << (to - from)
               << " ms\n";
     if (!attack.empty()) std::cerr << ReadFile(Drop(tag + "-scribble.out")).substr(0, 1500);
@@ -105,15 +111,20 @@ class ComputeShare : public SecurityTest {
         << "the 50% neighbour lost its share to the attacker: " << base.b << " -> " << attacked.b;
   }
   std::string WorkCommand(const std::string& out, const std::string& extra = "",
-                          double seconds = kWorkSeconds) {
+                          double seconds = kWorkSeconds, unsigned kernel_us = kKernelUs,
+                          int batch = kBatch) {
     return Attacker() + " work --seconds " + std::to_string(seconds) + " --kernel-us " +
-           std::to_string(kKernelUs) + " --batch " + std::to_string(kBatch) + " --out " + out +
+           std::to_string(kernel_us) + " --batch " + std::to_string(batch) + " --out " + out +
            extra;
   }
   std::string ScribbleCommand(const std::string& flags, const std::string& report) {
     return Attacker() + " scribble --root " + state_dir() + " --shared-root /dev/shm --exclude " +
            sim_state() + " " + flags + " --report " + report;
   }
+  // The 50% neighbour's loop (SideBySide): its kernels and how many it
+  // launches between two synchronisations.
+  unsigned b_kernel_us_ = kKernelUs;
+  int b_batch_ = kBatch;
   // Waits for the jobs to end (a starved one is cancelled after `timeout_s`).
   void Finish(const std::vector<std::string>& ids, double timeout_s) {
     WaitFor(
@@ -198,6 +209,102 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeIsCaughtAndHeldToItsShare) {
   Split held = attacked;
   held.a = a_after;
   ExpectHeld(base, held, "hid the GPU time it used and kept its gain");
+}
+
+// The board's flags of job `id`'s slice on the (only) GPU, or -1.
+int64_t BoardFlags(const std::string& state_dir, const std::string& id) {
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/coord")) {
+    if (entry.path().extension() != ".board") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string board((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // 64 slices of 128 bytes after a 512-byte header: job_id at 0, flags at 20
+    // (src/shim/coord_board_layout.h).
+    for (size_t at = 512; at + 128 <= board.size(); at += 128) {
+      uint64_t job = 0;
+      uint32_t flags = 0;
+      std::memcpy(&job, board.data() + at, sizeof(job));
+      std::memcpy(&flags, board.data() + at + 20, sizeof(flags));
+      if (job != 0 && std::to_string(job) == id) return flags;
+    }
+  }
+  return -1;
+}
+
+// Issue 19, co-running: slices whose loops leave the GPU mostly idle launch
+// beside the holder, and the check on unexplained time charges nobody for a
+// co-runner. A job that hides its GPU time reports a duty of nothing, so it
+// co-runs beside a 50% neighbour whose loop synchronises after every 20 us
+// kernel, and takes what the GPU's time-slicing gives it, past its 20% cap,
+// until the daemon's audit catches it. From then on it must never co-run
+// again (its slice's co-running bit stays clear on the board), and both
+// slices must be back where the same two jobs are without the attack.
+TEST_F(ComputeShare, AJobThatHidesItsGpuTimeToCoRunIsCaughtAndNeverCoRunsAgain) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Set("watchdog_compute_window=2s")));
+  b_kernel_us_ = 20;
+  b_batch_ = 1;
+  constexpr double kAttackSeconds = 9;
+  Split base = SideBySide("", "baseline");
+  int64_t caught_ms = 0;
+  int corun_samples = 0, corun_after = 0, samples_after = 0;
+  Split attacked = SideBySide(
+      "--hide-gpu-time --seconds 12 --interval-us 0", "attack", kAttackSeconds,
+      [&](const std::string& id) {
+        // Whether it co-runs, sampled every 2 ms until the audit caught it.
+        std::atomic<bool> caught{false};
+        std::thread sampler([&] {
+          while (!caught.load()) {
+            corun_samples +=
+                BoardFlags(state_dir(), id) > 0 && (BoardFlags(state_dir(), id) & 2) ? 1 : 0;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
+        });
+        WaitFor(
+            [&] {
+              if (Events(id, "compute_audit").empty()) return false;
+              caught_ms = NowMs();
+              return true;
+            },
+            kAttackSeconds);
+        caught.store(true);
+        sampler.join();
+        if (caught_ms == 0) return;
+        // The flag is written by the decision after the distrust (one tick).
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        for (int i = 0; i < 200; ++i) {
+          const int64_t flags = BoardFlags(state_dir(), id);
+          if (flags < 0) break;  // The job ended.
+          ++samples_after;
+          corun_after += (flags & 2) != 0 ? 1 : 0;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      });
+  ASSERT_NE(caught_ms, 0) << "the audit never caught the job that hid its GPU time";
+  std::cerr << "caught " << (caught_ms - attacked.from)
+            << " ms into the common window; co-running in " << corun_samples << " samples before, "
+            << corun_after << " of " << samples_after << " after\n";
+  EXPECT_GT(corun_samples, 0) << "the attack never co-ran: this test shows nothing";
+  EXPECT_GT(samples_after, 50);
+  EXPECT_EQ(corun_after, 0) << "a distrusted slice co-ran again";
+  EXPECT_LE(caught_ms - attacked.from, 6000);
+  const int64_t after = caught_ms + 500;
+  ASSERT_GE(attacked.to - after, 1500) << "too little of the run was left after the audit";
+  for (int64_t t = attacked.from; t + 1000 <= attacked.to; t += 1000) {
+    std::cerr << "  " << (t - attacked.from)
+              << " ms: " << WorkShare(attacked.a_work, kKernelUs, t, t + 1000) << " / "
+              << WorkShare(attacked.b_work, b_kernel_us_, t, t + 1000) << "\n";
+  }
+  EXPECT_TRUE(Events(attacked.b_id, "compute_audit").empty())
+      << "the honest neighbour was distrusted too: " << Events(attacked.b_id, "compute_audit")[0];
+  // The neighbour's loop cannot use its 50% (it is CPU-bound): compared with
+  // the baseline, not with its share.
+  const double a_after = WorkShare(attacked.a_work, kKernelUs, after, attacked.to);
+  const double b_after = WorkShare(attacked.b_work, b_kernel_us_, after, attacked.to);
+  std::cerr << "after the audit: 20% slice " << a_after << ", neighbour " << b_after
+            << " (baseline " << base.a << " / " << base.b << ")\n";
+  ASSERT_GT(base.a, 0.03);
+  ASSERT_GT(base.b, 0.03);
+  EXPECT_LE(a_after, base.a + kToleranceShare) << "the liar kept its gain after the audit";
+  EXPECT_GE(b_after, base.b - kToleranceShare) << "the neighbour did not get its time back";
 }
 
 // Issue 13, escape 1: "... and clears an idle-reclaim pause".
