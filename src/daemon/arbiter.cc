@@ -161,8 +161,10 @@ class GpuArbiter {
     return out;
   }
 
+  // `distrusted`: the audit found the job's reports short
+  // (Arbiter::DistrustReports); a new board entry (a move) keeps that.
   core::Status Upsert(uint64_t job_id, std::shared_ptr<MembersHandle> members,
-                      uint32_t device_index, const SliceLimits& limits) {
+                      uint32_t device_index, const SliceLimits& limits, bool distrusted) {
     std::lock_guard<std::mutex> lock(mu_);
     int32_t at = -1, free_at = -1;
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
@@ -189,6 +191,7 @@ class GpuArbiter {
     e.mode = limits.work_conserving ? bd::kModeWorkConserving : bd::kModeHard;
     e.priority = uint32_t(limits.priority);
     e.paused = limits.launches_paused;
+    e.state.distrusted |= distrusted;
     bd::BoardSlice& b = board_slice(uint32_t(at));
     b.share_milli.store(e.share_milli, std::memory_order_relaxed);
     b.mode.store(e.mode, std::memory_order_relaxed);
@@ -231,7 +234,7 @@ class GpuArbiter {
       v.live = r.live;
       v.waiting = r.waiting && !e.paused;  // A paused slice gets no turns.
       v.inflight = r.inflight;
-      v.gpu_time = r.gpu_time && !e.state.distrusted;
+      v.gpu_time = r.gpu_time;  // Disregarded while distrusted (SliceView::ChargedByReports).
       v.gpu_ns = r.gpu_ns;
       v.share_milli = e.share_milli;
       v.mode = e.mode == bd::kModeWorkConserving ? shim::coord::kModeWorkConserving
@@ -554,7 +557,8 @@ core::Status Arbiter::Register(const SliceLimits& limits) {
       gpu->Remove(limits.job_id);  // No share: not arbitrated on this GPU.
       continue;
     }
-    GPUSLICE_RETURN_IF_ERROR(gpu->Upsert(limits.job_id, members, i, limits));
+    GPUSLICE_RETURN_IF_ERROR(
+        gpu->Upsert(limits.job_id, members, i, limits, distrusted_.contains(limits.job_id)));
   }
   return core::Status::Ok();
 }
@@ -578,8 +582,8 @@ core::Status Arbiter::Update(const SliceLimits& limits) {
       gpu->Remove(limits.job_id);
       continue;
     }
-    GPUSLICE_RETURN_IF_ERROR(gpu->Upsert(limits.job_id, members, index, limits));
-    if (distrusted_.count(limits.job_id)) gpu->Distrust(limits.job_id);
+    GPUSLICE_RETURN_IF_ERROR(
+        gpu->Upsert(limits.job_id, members, index, limits, distrusted_.contains(limits.job_id)));
   }
   return core::Status::Ok();
 }
@@ -596,9 +600,9 @@ core::Status Arbiter::Move(const SliceLimits& limits,
       return core::InvalidArgumentError("move to " + to + ": not one of the slice's devices");
     }
     GPUSLICE_ASSIGN_OR_RETURN(GpuArbiter * gpu, Gpu(to));
-    GPUSLICE_RETURN_IF_ERROR(
-        gpu->Upsert(limits.job_id, members, uint32_t(at - limits.uuids.begin()), limits));
-    if (distrusted_.count(limits.job_id)) gpu->Distrust(limits.job_id);
+    GPUSLICE_RETURN_IF_ERROR(gpu->Upsert(limits.job_id, members,
+                                         uint32_t(at - limits.uuids.begin()), limits,
+                                         distrusted_.contains(limits.job_id)));
   }
   return core::Status::Ok();
 }

@@ -522,6 +522,38 @@ TEST_F(ArbiterTest, ADistrustedSliceIsChargedTheWallTimeOfItsTurns) {
   EXPECT_FALSE(a.ChargedNs(2).has_value()) << "no such job";
 }
 
+// The distrust follows a slice that moves to another GPU (the move makes a
+// new board entry): there, a slice that reports work but no GPU time while
+// it holds the GPU alone is charged the wall time of its turn; one that was
+// never distrusted is charged nothing for it (nobody waits).
+TEST_F(ArbiterTest, ADistrustedSliceStaysDistrustedAfterAMove) {
+  const std::string kOther = "GPU-99999999-2222-3333-4444-555555555555";
+  Arbiter a(options_);
+  for (uint64_t job : {1, 2}) {
+    SliceLimits l = Limits(job, 300);
+    ASSERT_TRUE(a.Register(l).ok());
+  }
+  a.DistrustReports(1);
+  uint64_t now = shim::MonotonicNs() + kMs;  // The new GPU's clock, one for both runs.
+  auto charged_after_move = [&](uint64_t job) {
+    SliceLimits l = Limits(job, 300);
+    l.uuids = {kOther};
+    EXPECT_TRUE(a.Move(l, {{kGpu, kOther}}).ok());
+    auto m = Members(a, job);
+    for (int i = 0; i < 100; ++i) {
+      now += 100 * kUs;
+      Write(*m, 0, bd::kMemberGpuTime | bd::kMemberWaiting | bd::kMemberInflight, now);
+      a.TickForTest(kOther, now);
+    }
+    const uint64_t charged = a.ChargedNs(job).value_or(0);
+    a.Drop(job);
+    return charged;
+  };
+  EXPECT_EQ(charged_after_move(2), 0u) << "a trusted slice that reports nothing is charged nothing";
+  const uint64_t distrusted = charged_after_move(1);
+  EXPECT_GT(distrusted, 5 * kMs) << "the distrust was lost in the move";
+}
+
 // Issue 19: slices whose loops leave the GPU mostly idle launch beside the
 // holder (bd::kSliceCoRun on the board, and a turn change wakes them), so
 // that a 30/70 pair of them uses what both loops reach; a slice whose work

@@ -44,8 +44,7 @@ void MeasureDuty(SliceView& s, uint64_t elapsed, uint64_t used) {
 // Whether `s` may share the GPU with others at all: charged by the GPU time
 // it reports (and trusted to), and measured to leave the GPU mostly idle.
 bool CoRunnable(const SliceView& s) {
-  return s.live && s.share_milli > 0 && s.gpu_time && !s.distrusted &&
-         s.duty_milli < kCoRunMaxDutyMilli;
+  return s.live && s.share_milli > 0 && s.ChargedByReports() && s.duty_milli < kCoRunMaxDutyMilli;
 }
 
 }  // namespace
@@ -122,7 +121,7 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
   // only the rest is charged, and only the rest explains the GPU's time.
   uint64_t reported = 0;
   for (SliceView& s : slices) {
-    if (!s.live || !s.gpu_time) continue;
+    if (!s.live || !s.ChargedByReports()) continue;
     const uint64_t repaid = std::min(s.gpu_ns, s.prepaid_ns);
     s.prepaid_ns -= repaid;
     s.gpu_ns -= repaid;
@@ -135,7 +134,7 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
   // decisions, so a report that comes in after the turn it belongs to still
   // explains it.
   int64_t unexplained = 0;
-  if (p.charge_blocking_holder && others_wait && slices[size_t(turn.holder)].gpu_time) {
+  if (p.charge_blocking_holder && others_wait && slices[size_t(turn.holder)].ChargedByReports()) {
     int64_t& u = turn.unexplained_ns;
     u = std::clamp<int64_t>(u + int64_t(elapsed) - int64_t(std::min<uint64_t>(reported, INT64_MAX)),
                             0, INT64_MAX / 2);
@@ -162,7 +161,7 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
     // and charging it made hard slices fall short of their shares.
     const bool holds = int32_t(i) == turn.holder && turn.state != coord::kTurnNone;
     uint64_t used = 0;  // GPU time it used in the interval, as it is charged.
-    if (s.gpu_time) {
+    if (s.ChargedByReports()) {
       // What its processes say their work used, and, holding the GPU while
       // others wait, the time nobody's reports explain (above): a slice that
       // under-reports still pays for its turns, and an honest holder whose

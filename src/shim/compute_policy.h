@@ -108,7 +108,7 @@ struct SliceView {
   // The daemon's audit found that the slice used more of the GPU than it was
   // charged (NVML's per-process use against the arbiter's charge, the
   // compute watchdog's window; docs/SECURITY.md): its reports are ignored
-  // (the caller clears `gpu_time`) and it is charged the wall time of every
+  // (ChargedByReports) and it is charged the wall time of every
   // decision interval in which it holds the GPU, open or closing, whether
   // others wait or not. A slice that hides its work then pays for its turns,
   // and a hard one stays at its share even where nobody else wants the GPU.
@@ -127,6 +127,9 @@ struct SliceView {
   uint64_t duty_gpu_ns = 0;
 
   bool Active() const { return live && (waiting || inflight); }
+  // Charged by the GPU time it reports: its processes report it, and the
+  // audit has not found the reports short.
+  bool ChargedByReports() const { return gpu_time && !distrusted; }
 };
 
 struct TurnView {

@@ -322,7 +322,7 @@ struct QueueModel {
         const bool open = Runs(i);
         SliceView& v = slices[i];
         v.distrusted = distrust_liar && int(i) == liar;
-        v.gpu_time = report && !v.distrusted;  // What the arbiter does with a distrusted slice.
+        v.gpu_time = report;
         v.gpu_ns = int(i) == liar ? 0 : ran[i];
         v.waiting = int(i) == liar || !open;
         // A synchronising loop's batch is in flight while it runs (the shim
