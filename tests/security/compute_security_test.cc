@@ -253,8 +253,8 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeToCoRunIsCaughtAndNeverCoRunsAgain) 
         std::atomic<bool> caught{false};
         std::thread sampler([&] {
           while (!caught.load()) {
-            corun_samples +=
-                BoardFlags(state_dir(), id) > 0 && (BoardFlags(state_dir(), id) & 2) ? 1 : 0;
+            const int64_t flags = BoardFlags(state_dir(), id);  // One read per sample.
+            corun_samples += flags > 0 && (flags & 2) != 0 ? 1 : 0;
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
           }
         });
