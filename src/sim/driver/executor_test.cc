@@ -1,6 +1,7 @@
 #include "sim/driver/executor.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,13 +18,9 @@ class ExecutorTest : public ::testing::Test {
     std::string tmpl = ::testing::TempDir() + "/simexecXXXXXX";
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;
-    ModelOptions options;
-    options.state_path = dir_ + "/state";
-    options.config = *ParseGpuSpec("1xH100-80GB");
-    options.explicit_config = true;
-    // One step per kernel: a kernel's end is known from its start.
-    options.quantum_ns = 10'000'000'000;
-    auto m = DeviceModel::Open(options);
+    // One step per kernel (Options: a 10 s quantum): a kernel's end is
+    // known from its start.
+    auto m = DeviceModel::Open(Options());
     ASSERT_TRUE(m.ok()) << m.status().message();
     model_ = std::move(*m);
     ASSERT_TRUE(model_->Register().ok());
@@ -47,6 +44,14 @@ class ExecutorTest : public ::testing::Test {
   }
   std::string dir_;
   std::unique_ptr<DeviceModel> model_;
+  ModelOptions Options() const {
+    ModelOptions options;
+    options.state_path = dir_ + "/state";
+    options.config = *ParseGpuSpec("1xH100-80GB");
+    options.explicit_config = true;
+    options.quantum_ns = 10'000'000'000;
+    return options;
+  }
 };
 
 // Regression: an event behind a kernel completed when the simulator's thread
@@ -102,6 +107,59 @@ TEST_F(ExecutorTest, AnActionInProgressIsNotCompleteOnTheTimeline) {
   release = true;
   exec.WaitFor(stamp);
   EXPECT_TRUE(exec.DoneOnTimeline(stamp, 0, &at));
+}
+
+// Regression (issue 19): an event recorded on an idle stream while another
+// process's kernel held the unit was stamped when it was submitted, where a
+// GPU stamps it when this context gets the GPU. A bracket of two events
+// around a kernel then also timed the wait behind the other process's
+// kernel, and the shim, which times kernels that way, charged a 30% slice
+// of 200 us kernels 1,222 ms for 919 ms of GPU time beside a 70% one.
+TEST_F(ExecutorTest, AnEventWaitsForTheUnitWhileAnotherProcessHoldsIt) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // Another process: a 300 ms kernel on the same unit; tells the parent
+    // where it ends once it runs.
+    close(ready[0]);
+    auto m = DeviceModel::Open(Options());
+    if (!m.ok() || !(*m)->Register().ok()) _exit(2);
+    {
+      Executor other(m->get(), 0);
+      const uint64_t kernel = other.Submit(Kernel(300'000'000));
+      uint64_t end = 0;
+      while (!other.DoneOnTimeline(kernel, UINT64_MAX, &end)) usleep(100);
+      if (write(ready[1], &end, sizeof end) != sizeof end) _exit(3);
+      other.WaitFor(kernel);
+    }
+    _exit(0);
+  }
+  close(ready[1]);
+  uint64_t other_end = 0;
+  ASSERT_EQ(read(ready[0], &other_end, sizeof other_end), ssize_t(sizeof other_end));
+  close(ready[0]);
+  Executor exec(model_.get(), 0);
+  const uint64_t submitted = MonotonicNs();
+  ASSERT_LT(submitted, other_end) << "the other process's kernel ended before the test went on";
+  std::atomic<uint64_t> stamp{0};
+  Work record;
+  record.instant = true;
+  record.action = [&] { stamp = exec.cursor_ns(); };
+  exec.WaitFor(exec.Submit(std::move(record)));
+  EXPECT_GE(stamp.load(), other_end) << "stamped " << (other_end - stamp.load()) / 1000
+                                     << " us before the other process let go of the unit";
+  // Work of this process alone is stamped where it stands, without waiting.
+  const uint64_t t0 = MonotonicNs();
+  Work again;
+  again.instant = true;
+  again.action = [&] { stamp = exec.cursor_ns(); };
+  exec.WaitFor(exec.Submit(std::move(again)));
+  EXPECT_LE(stamp.load(), MonotonicNs());
+  EXPECT_GE(stamp.load(), t0 > 1'000'000 ? t0 - 1'000'000 : 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace
