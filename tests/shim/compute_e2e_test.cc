@@ -427,12 +427,24 @@ TEST_F(ComputeShareTest, AnOutrankedSliceKeepsTheGpuBusyBetweenRequests) {
                           "high",
                           {"--kernel-us", "100", "--request-us", "2000", "--period-ms", "20"}};
   const TenantSpec best_effort{"70", "work-conserving", "low", {"--kernel-us", "50"}};
-  RunTenants({server, best_effort}, 2.6);
-  const double server_pct = Achieved(0, kFrom, 2.5), be = Achieved(1, kFrom, 2.5);
+  // The server asks for ~10%; the best-effort slice gets most of the rest:
+  // 79-85% beside it against 94-99% alone on a quiet 2-core machine (the
+  // fixed depth: 51.5%). Bounded by the same run's figure alone, and tried
+  // twice: a loaded machine slows the slice's top-ups more than it slows the
+  // slice alone (with two busy loops beside it: 41-49% against 77-87%),
+  // where a shallow queue falls short every time.
+  double alone = 0, be = 0, server_pct = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    RunTenants({best_effort}, 2.6);  // The baseline, in the same run.
+    alone = Achieved(0, kFrom, 2.5);
+    RunTenants({server, best_effort}, 2.6);
+    server_pct = Achieved(0, kFrom, 2.5);
+    be = Achieved(1, kFrom, 2.5);
+    Note("best effort alone", alone);
+    if (be > 0.75 * alone * (1 - server_pct / 100)) break;
+  }
   EXPECT_GT(server_pct, 5.0);
-  // The server asks for ~10%; the best-effort slice gets most of the rest
-  // (84% on a quiet 2-core machine, 62% with four busy loops beside it).
-  EXPECT_GT(be, 55.0) << "server " << server_pct;
+  EXPECT_GT(be, 0.75 * alone * (1 - server_pct / 100)) << "server " << server_pct;
 }
 
 }  // namespace
