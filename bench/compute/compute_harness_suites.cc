@@ -18,7 +18,13 @@ void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_
   // launch-then-synchronise loop (sync) and free-running (a synchronise
   // every ~20 ms of work), each beside the same processes without any
   // share (their ceilings: what one such loop, and two side by side, reach
-  // on this machine), in the same run.
+  // on this machine), in the same run. And the pair's ceiling at the 30/70
+  // split: the same two processes without any share, the first keeping
+  // itself to 30% of the GPU (compute_worker --pace 30). Two loops side by
+  // side without shares split the GPU evenly; at 30/70 the second must fill
+  // the GPU on its own most of the time, which a loop that synchronises
+  // after each kernel cannot: this is what the pair can reach at the split
+  // the shares ask for.
   nlohmann::json rows = nlohmann::json::array();
   for (unsigned us : {20u, 200u, 1000u}) {
     for (bool sync : {true, false}) {
@@ -31,21 +37,29 @@ void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_
                         4,
                         {{"a", 0, "hard", "", args}, {"b", 0, "hard", "", args}}};
       ceiling2.tenants[0].target = ceiling2.tenants[1].target = 50;
+      std::vector<std::string> paced = args;
+      paced.insert(paced.end(), {"--pace", "30"});
+      Scenario split{"short kernels: ceiling at 30/70, " + tag,
+                     4,
+                     {{"a", 0, "hard", "", paced}, {"b", 0, "hard", "", args}}};
+      split.tenants[0].target = 30;
+      split.tenants[1].target = 70;
       Scenario alone{"short kernels: 30% hard alone, " + tag, 4, {{"a", 30, "hard", "", args}}};
       Scenario pair{"short kernels: 30/70 hard, " + tag,
                     4,
                     {{"a", 30, "hard", "", args}, {"b", 70, "hard", "", args}}};
       if (only.size() > std::string("short kernels").size() &&
           !std::ranges::any_of(
-              std::vector<const Scenario*>{&ceiling, &ceiling2, &alone, &pair},
+              std::vector<const Scenario*>{&ceiling, &ceiling2, &split, &alone, &pair},
               [&](const Scenario* sc) { return sc->name.find(only) != std::string::npos; })) {
         continue;
       }
       nlohmann::json c = RunScenario(ceiling, scale, nullptr);
       nlohmann::json c2 = RunScenario(ceiling2, scale, nullptr);
+      nlohmann::json cs = RunScenario(split, scale, nullptr);
       nlohmann::json a = RunScenario(alone, scale, nullptr);
       nlohmann::json p = RunScenario(pair, scale, nullptr);
-      for (const nlohmann::json* j : {&c, &c2, &a, &p}) {
+      for (const nlohmann::json* j : {&c, &c2, &cs, &a, &p}) {
         std::printf("%s\n", j->dump().c_str());
         all.push_back(*j);
       }
@@ -53,6 +67,7 @@ void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_
       const double got = a.value("aggregate_pct", 0.0);
       const double both = p.value("aggregate_pct", 0.0);
       const double top2 = c2.value("aggregate_pct", 0.0);
+      const double top_split = cs.value("aggregate_pct", 0.0);
       // A 30% slice is owed 30% of the GPU, or all the loop can reach if less.
       const double owed = std::min(30.0, top);
       rows.push_back({{"kernel_us", us},
@@ -62,7 +77,10 @@ void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_
                       {"alone_30_of_owed", owed > 0 ? std::round(got / owed * 1000) / 1000 : 0},
                       {"ceiling_of_two_pct", top2},
                       {"pair_total_pct", both},
-                      {"pair_of_ceiling", top2 > 0 ? std::round(both / top2 * 1000) / 1000 : 0}});
+                      {"pair_of_ceiling", top2 > 0 ? std::round(both / top2 * 1000) / 1000 : 0},
+                      {"ceiling_at_split_pct", top_split},
+                      {"pair_of_split_ceiling",
+                       top_split > 0 ? std::round(both / top_split * 1000) / 1000 : 0}});
       std::fflush(stdout);
     }
   }

@@ -5,12 +5,15 @@
 // like an inference service.
 //
 //   compute_worker --seconds S [--kernel-us N] [--graph K | --launch-ex | --cooperative]
-//                  [--sync-every M] [--request-us W --period-ms P]
+//                  [--sync-every M] [--pace PCT] [--request-us W --period-ms P]
 //
 // Busy mode: launches kernels of N us (or graphs of K such kernels; or
 // through cuLaunchKernelEx or cuLaunchCooperativeKernel) back to back, synchronising about every 20
 // ms of work (a training step; --sync-every M: after every M launches, 1 being
-// a launch-then-synchronise loop, as a small-batch inference service runs). Request mode: every P ms, launches W us of kernels and
+// a launch-then-synchronise loop, as a small-batch inference service runs; --pace PCT: it
+// keeps the kernel time it launched at PCT% of the wall time since its start, sleeping
+// before a step that would go over, as a process that keeps itself to a share of the GPU
+// without any gpuslice). Request mode: every P ms, launches W us of kernels and
 // synchronises; the latency of each request (launch of the first kernel to the end of the
 // synchronisation) is recorded; requests that fall behind go back to back.
 // Prints one JSON line: {"pid":..,"launches":..,"requests":..,"p50_us":..,"p99_us":..}.
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   unsigned request_us = 0;
   double period_ms = 0;
   unsigned sync_every = 0;  // 0: about every 20 ms of work.
+  double pace_pct = 0;      // 0: not paced.
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -76,12 +80,15 @@ int main(int argc, char** argv) {
       period_ms = std::atof(next());
     else if (a == "--sync-every")
       sync_every = unsigned(std::atoi(next()));
+    else if (a == "--pace")
+      pace_pct = std::atof(next());
     else {
       std::fprintf(stderr, "compute_worker: unknown argument '%s'\n", a.c_str());
       return 2;
     }
   }
-  if (kernel_us == 0 || seconds <= 0 || (request_us > 0 && period_ms <= 0)) {
+  if (kernel_us == 0 || seconds <= 0 || (request_us > 0 && period_ms <= 0) || pace_pct < 0 ||
+      pace_pct > 100 || (pace_pct > 0 && request_us > 0)) {
     std::fprintf(stderr, "compute_worker: bad arguments\n");
     return 2;
   }
@@ -136,6 +143,18 @@ int main(int argc, char** argv) {
   if (request_us == 0) {
     const unsigned step = sync_every > 0 ? sync_every : std::max(1u, 20000u / per_launch_us);
     while (NowNs() < end) {
+      if (pace_pct > 0) {
+        // When the kernel time launched so far is PCT% of the time since the
+        // start; a step waits for it.
+        const uint64_t due =
+            start + uint64_t(double(launches) * per_launch_us * 1e3 * 100 / pace_pct);
+        const uint64_t now = NowNs();
+        if (due > now) {
+          timespec ts{time_t((due - now) / 1000000000ull), long((due - now) % 1000000000ull)};
+          nanosleep(&ts, nullptr);
+          continue;
+        }
+      }
       for (unsigned k = 0; k < step; ++k, ++launches) launch();
       Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
     }
