@@ -278,6 +278,10 @@ class GpuArbiter {
       e.state.duty_milli = v.duty_milli;
       e.state.duty_wall_ns = v.duty_wall_ns;
       e.state.duty_gpu_ns = v.duty_gpu_ns;
+      e.state.host_duty_milli = v.host_duty_milli;
+      e.state.host_wall_ns = v.host_wall_ns;
+      e.state.host_gpu_ns = v.host_gpu_ns;
+      e.state.host_measured_ns = v.host_measured_ns;
       bd::BoardSlice& b = board_slice(i);
       b.tokens_ns.store(v.tokens_ns, std::memory_order_relaxed);
       b.vtime.store(v.vtime, std::memory_order_relaxed);

@@ -26,25 +26,59 @@ void Rejoin(std::span<SliceView> slices, size_t index) {
   }
 }
 
-// Adds `elapsed` of wall time in which `s` could launch, and the GPU time
-// `used` in it, to its duty (SliceView::duty_milli).
-void MeasureDuty(SliceView& s, uint64_t elapsed, uint64_t used) {
-  s.duty_wall_ns += elapsed;
-  s.duty_gpu_ns += used;
-  if (s.duty_wall_ns < kDutyWindowNs) return;
-  const uint32_t now = uint32_t(std::min<uint64_t>(s.duty_gpu_ns * 1000 / s.duty_wall_ns, 1000));
-  // At once upwards: a slice whose work grows must not keep crowding the
-  // holder's kernels for long; by halves downwards: one quiet window does
-  // not make a busy slice a co-runner.
-  s.duty_milli = now >= s.duty_milli ? now : (s.duty_milli + now) / 2;
-  s.duty_wall_ns = 0;
-  s.duty_gpu_ns = 0;
+// Adds `elapsed` of wall time, `used` of GPU time in it, to a duty measured
+// over kDutyWindowNs windows (`wall`, `gpu` accumulate the window). Rises at
+// once (a slice whose work grows must not keep crowding the holder's kernels
+// for long), falls by halves (one quiet window does not make a busy slice a
+// co-runner).
+// Returns whether a window was completed.
+bool Measure(uint32_t& milli, uint64_t& wall, uint64_t& gpu, uint64_t elapsed, uint64_t used) {
+  wall += elapsed;
+  gpu += used;
+  if (wall < kDutyWindowNs) return false;
+  const uint32_t now = uint32_t(std::min<uint64_t>(gpu * 1000 / wall, 1000));
+  milli = now >= milli ? now : (milli + now) / 2;
+  wall = 0;
+  gpu = 0;
+  return true;
+}
+
+// Adds `elapsed` of wall time in which `s` could launch, the GPU time `used`
+// in it and the GPU time the others reported in it (`others`), to its duty
+// (SliceView::duty_milli): what it used of the time the others left it.
+// Co-running beside a busy slice, a busy slice uses half the GPU: measured
+// against the wall time, its duty fell by half and it went on co-running.
+// A holder with nobody beside it (`alone`) also measures its host duty.
+void MeasureDuty(SliceView& s, uint64_t now_ns, uint64_t elapsed, uint64_t used, uint64_t others,
+                 bool alone) {
+  Measure(s.duty_milli, s.duty_wall_ns, s.duty_gpu_ns, elapsed - std::min(others, elapsed), used);
+  if (alone && Measure(s.host_duty_milli, s.host_wall_ns, s.host_gpu_ns, elapsed, used)) {
+    s.host_measured_ns = now_ns;
+  }
 }
 
 // Whether `s` may share the GPU with others at all: charged by the GPU time
-// it reports (and trusted to), and measured to leave the GPU mostly idle.
-bool CoRunnable(const SliceView& s) {
-  return s.live && s.share_milli > 0 && s.ChargedByReports() && s.duty_milli < kCoRunMaxDutyMilli;
+// it reports (and trusted to), and measured to leave the GPU mostly idle, or
+// where the caps hold the split (`capped`), gaps in it: as the holder
+// (`host`) by a recent host duty, beside one by its duty.
+bool CoRunnable(const SliceView& s, uint64_t now_ns, bool capped, bool host) {
+  if (!s.live || s.share_milli == 0 || !s.ChargedByReports()) return false;
+  if (!capped) return s.duty_milli < kCoRunMaxDutyMilli;
+  if (!host) return s.duty_milli < kCoRunCappedMaxDutyMilli;
+  return s.host_duty_milli < kCoRunCappedMaxHostDutyMilli && s.host_measured_ns != 0 &&
+         now_ns - s.host_measured_ns <= kHostDutyMaxAgeNs;
+}
+
+// Whether the caps alone hold the split (kCoRunCappedMaxDutyMilli): every
+// live slice with a share is hard, and the shares add up to at most 100%.
+bool CapsHoldTheSplit(std::span<const SliceView> slices) {
+  uint64_t shares = 0;
+  for (const SliceView& s : slices) {
+    if (!s.live || s.share_milli == 0) continue;
+    if (s.mode != coord::kModeHard) return false;
+    shares += s.share_milli;
+  }
+  return shares <= 1000;
 }
 
 }  // namespace
@@ -117,11 +151,19 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
     }
   }
   const bool blocking = others_wait && turn.state == coord::kTurnOpen;
+  // Whether anybody co-ran beside the holder in this interval (as the last
+  // decision published it).
+  bool anyone_corun = false;
+  for (const SliceView& s : slices) anyone_corun |= s.live && s.corun;
   // A report first pays back what its slice was charged ahead of it (below):
   // only the rest is charged, and only the rest explains the GPU's time.
   uint64_t reported = 0;
+  uint64_t reported_raw = 0;  // The same before the paying back: what the duties see.
   for (SliceView& s : slices) {
+    s.reported_ns = 0;
     if (!s.live || !s.ChargedByReports()) continue;
+    s.reported_ns = s.gpu_ns;
+    reported_raw += s.gpu_ns;
     const uint64_t repaid = std::min(s.gpu_ns, s.prepaid_ns);
     s.prepaid_ns -= repaid;
     s.gpu_ns -= repaid;
@@ -175,9 +217,11 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
       s.prepaid_ns = std::min(s.prepaid_ns + extra, kMaxPrepaidNs);
       const uint64_t ns = s.gpu_ns + extra;
       if (ns > 0) Charge(s, ns);
-      // Its duty is what its work used: the unexplained time a holder pays
-      // while others wait is the wall time of its turn, whatever it used.
-      used = s.gpu_ns;
+      // Its duty is what its work used, as reported: not the unexplained
+      // time a holder pays while others wait (the wall time of its turn,
+      // whatever it used), nor less the part of a report that pays that
+      // back (a busy slice then measured 0.58).
+      used = s.reported_ns;
     } else {
       const bool had_work = p.charge_from_previous_report ? s.was_inflight : s.inflight;
       if (had_work || (holds && (blocking || s.distrusted))) {
@@ -185,7 +229,9 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
         used = elapsed;
       }
     }
-    if (holds || s.corun) MeasureDuty(s, elapsed, used);
+    if (holds || s.corun) {
+      MeasureDuty(s, now_ns, elapsed, used, reported_raw - s.reported_ns, holds && !anyone_corun);
+    }
     s.was_inflight = s.inflight;
     if (!s.Active() && !holds) {
       if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
@@ -260,7 +306,9 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
 
 // Who launches beside the holder (SliceView::corun): slices of its
 // priority, each trusted and of low duty, while the duties of the holder and
-// its co-runners add up to at most kCoRunMaxDutyMilli; those co-running
+// its co-runners add up to at most kCoRunMaxDutyMilli, or, under caps that
+// hold the split, beside a holder of low recent host duty, every one whose
+// duty is below kCoRunCappedMaxDutyMilli; those co-running
 // already first (a co-runner is not dropped for a newcomer), then by
 // virtual time. A hard slice co-runs while its tokens last (it starts with
 // as many as a turn needs); one gone idle keeps it for the holder's idle
@@ -270,32 +318,52 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
 void AssignCoRun(uint64_t now_ns, const TurnView& turn, std::span<SliceView> slices,
                  const PolicyParams& p, Outcome& out) {
   const int32_t h = turn.holder;
-  const bool any =
-      p.corun && h >= 0 && turn.state != coord::kTurnNone && CoRunnable(slices[size_t(h)]);
-  int64_t budget = any ? int64_t(kCoRunMaxDutyMilli) - slices[size_t(h)].duty_milli : 0;
-  auto candidate = [&](size_t i) {
+  const bool open = p.corun && h >= 0 && turn.state != coord::kTurnNone;
+  // Two ways to launch beside the holder: within the duty budget (the duties
+  // of the holder and its co-runners add up to at most kCoRunMaxDutyMilli),
+  // or, under caps that hold the split, beside a holder of low recent host
+  // duty (each slice's bucket is then its limit: no budget).
+  const bool by_budget = open && CoRunnable(slices[size_t(h)], now_ns, false, /*host=*/true);
+  const bool by_caps = open && CapsHoldTheSplit(slices) &&
+                       CoRunnable(slices[size_t(h)], now_ns, true, /*host=*/true);
+  int64_t budget = by_budget ? int64_t(kCoRunMaxDutyMilli) - slices[size_t(h)].duty_milli : 0;
+  // How slice i may co-run now: 0 not, 1 within the budget, 2 under the caps.
+  auto how = [&](size_t i) {
     const SliceView& s = slices[i];
-    if (int32_t(i) == h || !CoRunnable(s) || s.priority != slices[size_t(h)].priority) return false;
-    if (s.mode == coord::kModeHard && s.tokens_ns <= 0) return false;
-    if (!s.corun && !Eligible(s)) return false;  // Starts only when it waits, with tokens.
-    return s.Active() || (s.idle_since_ns != 0 && now_ns - s.idle_since_ns < p.idle_grace_ns);
+    if (int32_t(i) == h || s.priority != slices[size_t(h)].priority) return 0;
+    if (s.mode == coord::kModeHard && s.tokens_ns <= 0) return 0;
+    if (!s.corun && !Eligible(s)) return 0;  // Starts only when it waits, with tokens.
+    if (!s.Active() && (s.idle_since_ns == 0 || now_ns - s.idle_since_ns >= p.idle_grace_ns)) {
+      return 0;
+    }
+    if (by_caps && CoRunnable(s, now_ns, true, /*host=*/false)) return 2;
+    if (by_budget && CoRunnable(s, now_ns, false, /*host=*/false) &&
+        int64_t(s.duty_milli) <= budget) {
+      return 1;
+    }
+    return 0;
   };
   // Slices past the 64th never co-run (the board has 64, the file 32).
   const size_t count = std::min<size_t>(slices.size(), 64);
   uint64_t next = 0;
   auto in = [&](size_t i) { return ((next >> i) & 1) != 0; };
-  if (any) {
+  if (by_budget || by_caps) {
     for (bool kept : {true, false}) {
       while (true) {
         int32_t best = -1;
+        int best_how = 0;
         for (size_t i = 0; i < count; ++i) {
-          if (in(i) || slices[i].corun != kept || !candidate(i)) continue;
-          if (int64_t(slices[i].duty_milli) > budget) continue;
-          if (best < 0 || slices[i].vtime < slices[size_t(best)].vtime) best = int32_t(i);
+          if (in(i) || slices[i].corun != kept) continue;
+          const int w = how(i);
+          if (w == 0) continue;
+          if (best < 0 || slices[i].vtime < slices[size_t(best)].vtime) {
+            best = int32_t(i);
+            best_how = w;
+          }
         }
         if (best < 0) break;
         next |= uint64_t{1} << best;
-        budget -= slices[size_t(best)].duty_milli;
+        if (best_how == 1) budget -= slices[size_t(best)].duty_milli;
       }
     }
   }

@@ -71,6 +71,26 @@ struct PolicyParams {
 // time): the GPU then idles often enough that their work rarely waits
 // behind each other's, and each is charged, and held to, what it used.
 inline constexpr uint32_t kCoRunMaxDutyMilli = 700;
+// Co-running under caps that hold the split: when every live slice on the
+// GPU with a share is hard and their shares add up to at most 100%, the
+// token buckets keep each at its share whatever the GPU does with their
+// overlapping work, so a holder whose host duty (SliceView::host_duty_milli)
+// is below kCoRunCappedMaxHostDutyMilli has beside it every slice of its
+// priority whose duty is below kCoRunCappedMaxDutyMilli, without the
+// kCoRunMaxDutyMilli budget. A 30/70 pair of 200 us launch-then-synchronise
+// loops (duty ~0.7 each on the simulated GPU) kept exclusive turns and used
+// 0.78-0.91 of what the same two processes reach at that split without
+// gpuslice. Slices that keep the GPU busy (free-running) keep exclusive
+// turns: they leave no gaps to fill. A co-running loop's duty reads higher
+// than its host duty (the GPU time the holder reports leaves it less time
+// to measure against: 0.82-0.89 for the 200 us loop), hence the two limits.
+inline constexpr uint32_t kCoRunCappedMaxHostDutyMilli = 900;
+// A host duty older than this does not count: the holder's co-runners are
+// dropped until it has held the GPU alone for a window again. A co-runner
+// that reports nothing is never out of tokens, so without it a holder whose
+// host duty was once low would have it beside it for good, however busy.
+inline constexpr uint64_t kHostDutyMaxAgeNs = 200'000'000;
+inline constexpr uint32_t kCoRunCappedMaxDutyMilli = 950;
 // A slice's duty is measured over this much of the wall time it may launch
 // (holding the GPU or co-running).
 inline constexpr uint64_t kDutyWindowNs = 20'000'000;
@@ -99,6 +119,9 @@ struct SliceView {
   // report it (an older shim) keep the wall-time charge.
   bool gpu_time = false;
   uint64_t gpu_ns = 0;
+  // Set by Advance: `gpu_ns` as reported, before any of it paid back
+  // `prepaid_ns` (0 for a slice not charged by its reports).
+  uint64_t reported_ns = 0;
   // Unexplained time it was charged as a holder (TurnView::unexplained_ns)
   // that its own later reports pay back rather than add to: GPU time it
   // reports late is not charged twice. A report that pays it back explains
@@ -118,13 +141,25 @@ struct SliceView {
   // published to its processes). Its GPU time is charged from its reports
   // like anybody's; a hard slice stops co-running when its tokens run out.
   bool corun = false;
-  // Its duty: the GPU time it was charged per wall time it could launch (as
-  // the holder, or co-running), in 1/1000, measured over kDutyWindowNs
-  // (duty_wall_ns, duty_gpu_ns accumulate the current window); 1000 until
-  // measured. Rises at once, falls by halves. Kept by the caller.
+  // Its duty: the GPU time it reported per wall time it could launch (as
+  // the holder, or co-running) that the others' reports left it, in 1/1000,
+  // measured over kDutyWindowNs of that time (duty_wall_ns, duty_gpu_ns
+  // accumulate the current window); 1000 until measured. Rises at once,
+  // falls by halves. Kept by the caller.
   uint32_t duty_milli = 1000;
   uint64_t duty_wall_ns = 0;
   uint64_t duty_gpu_ns = 0;
+  // Its host duty: the same, measured only while it held the GPU with
+  // nobody beside it (host_wall_ns, host_gpu_ns accumulate the window). A
+  // co-runner that hides what it uses takes GPU time from the holder and so
+  // lowers the holder's duty: measured with co-runners beside it, a busy
+  // holder looked idle enough to have more of them, and a 20% slice that
+  // reported nothing took the two 40% slices' GPU down to 22% each. Only a
+  // holder of low host duty has co-runners under caps that hold the split.
+  uint32_t host_duty_milli = 1000;
+  uint64_t host_wall_ns = 0;
+  uint64_t host_gpu_ns = 0;
+  uint64_t host_measured_ns = 0;  // When a window of it last completed; 0: never.
 
   bool Active() const { return live && (waiting || inflight); }
   // Charged by the GPU time it reports: its processes report it, and the

@@ -584,6 +584,70 @@ TEST(ComputePolicy, Issue19SlicesThatKeepTheGpuBusyDoNotCoRun) {
   EXPECT_NEAR(double(m.gpu_ns[1] - b0) / kRun, 0.70, 0.02);
 }
 
+// Issue 19: under caps that hold the split (every slice hard, shares adding
+// up to at most 100%), loops that leave gaps co-run even where their duties
+// add up to more than kCoRunMaxDutyMilli: a 30/70 pair of loops that each
+// keep the GPU busy 60% of the time they run used 0.6 of it in exclusive
+// turns. The caps keep the split. Where they do not hold it (a
+// work-conserving slice), the budget applies and the pair takes turns.
+TEST(ComputePolicy, Issue19UnderCapsThatHoldTheSplitLoopsWithGapsCoRun) {
+  double total[2] = {0, 0};  // [capped]
+  for (bool capped : {true, false}) {
+    QueueModel m({Slice(300), Slice(700, capped ? coord::kModeHard : coord::kModeWorkConserving)},
+                 {0.6, 0.6});
+    m.params = ArbiterParams();
+    m.Run(500 * kMs);  // Duties measured.
+    const uint64_t a0 = m.gpu_ns[0], b0 = m.gpu_ns[1], c0 = m.corun_ns;
+    constexpr uint64_t kRun = 5'000 * kMs;
+    m.Run(kRun);
+    const double a = double(m.gpu_ns[0] - a0) / kRun, b = double(m.gpu_ns[1] - b0) / kRun;
+    const double corun = double(m.corun_ns - c0) / kRun;
+    total[capped] = a + b;
+    if (capped) {
+      EXPECT_GT(corun, 0.4);
+      EXPECT_NEAR(a, 0.30, 0.02) << "the hard cap holds";
+    } else {
+      EXPECT_LT(corun, 0.05);
+    }
+  }
+  // In this model (submission order, no time-slicing): 0.75 against 0.60.
+  EXPECT_GT(total[1], 1.15 * total[0]);
+}
+
+// A slice that hides the GPU time it uses cannot get co-running started
+// beside busy slices under caps that hold the split: a holder has others
+// beside it only when its host duty, measured with nobody beside it, is
+// low, and the liar's hidden use cannot lower that. (Measured with the
+// co-runners beside it, the duty of a busy holder fell as the liar took
+// its GPU time, and two 40% slices kept 22% each under the arbiter:
+// ArbiterTest.WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShares.)
+TEST(ComputePolicy, Issue19AHiddenCoRunnerDoesNotGetBusySlicesToHostIt) {
+  for (bool dip : {false, true}) {
+    QueueModel m({Slice(400), Slice(400), Slice(200)}, {1.0, 1.0, 1.0});
+    m.params = ArbiterParams();
+    m.liar = 2;
+    if (dip) {
+      // As if both had just measured a quiet window as the holder (their
+      // loops paused): they may have co-runners at first.
+      m.Run(m.step_ns);
+      for (int i : {0, 1}) {
+        m.slices[size_t(i)].duty_milli = m.slices[size_t(i)].host_duty_milli = 500;
+        m.slices[size_t(i)].host_measured_ns = m.now;
+      }
+    }
+    constexpr uint64_t kRun = 3'000 * kMs;
+    m.Run(kRun);
+    // The liar also waits for turns of its own, and pays for them (the
+    // arbiter charges a holder that keeps others waiting the wall time its
+    // reports do not explain), so it runs out of tokens to co-run with: 1.2%
+    // of the run with the dip. A liar that only co-runs is held by the age of
+    // the host duty (kHostDutyMaxAgeNs) and by the daemon's audit.
+    EXPECT_LT(double(m.corun_ns), dip ? 0.1 * kRun : 0.01 * kRun) << dip;
+    EXPECT_GE(m.Share(0, kRun), 0.38) << dip;
+    EXPECT_GE(m.Share(1, kRun), 0.38) << dip;
+  }
+}
+
 // Priority stays exclusive: a slice never co-runs beside a holder of another
 // priority, and a high-priority slice with work takes the GPU from a
 // co-running pair of normal ones at once (it gets all it asks for).

@@ -202,6 +202,9 @@ core::Result<uint32_t> Coordinator::Join(uint64_t key, int32_t pid, uint64_t now
     s.flags.store(0, std::memory_order_relaxed);  // Not co-running; duty not measured.
     s.duty_wall_ns.store(0, std::memory_order_relaxed);
     s.duty_gpu_ns.store(0, std::memory_order_relaxed);
+    s.host_wall_ns.store(0, std::memory_order_relaxed);
+    s.host_gpu_ns.store(0, std::memory_order_relaxed);
+    s.host_measured_ns.store(0, std::memory_order_relaxed);
     s.key.store(key, std::memory_order_relaxed);
     found = free_slice;
   }
@@ -262,6 +265,13 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
                        : 1000;
     v.duty_wall_ns = e.duty_wall_ns.load(std::memory_order_relaxed);
     v.duty_gpu_ns = e.duty_gpu_ns.load(std::memory_order_relaxed);
+    v.host_duty_milli =
+        (flags & coord::kSliceHostDutyMeasured) != 0
+            ? std::min<uint32_t>(e.host_duty_milli.load(std::memory_order_relaxed), 1000)
+            : 1000;
+    v.host_wall_ns = e.host_wall_ns.load(std::memory_order_relaxed);
+    v.host_gpu_ns = e.host_gpu_ns.load(std::memory_order_relaxed);
+    v.host_measured_ns = e.host_measured_ns.load(std::memory_order_relaxed);
     // GPU time its members added since the last decision (issue 19).
     const uint64_t gpu = e.gpu_ns.load(std::memory_order_relaxed);
     const uint64_t seen = e.gpu_seen_ns.load(std::memory_order_relaxed);
@@ -308,8 +318,13 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     e.duty_milli.store(views[i].duty_milli, std::memory_order_relaxed);
     e.duty_wall_ns.store(views[i].duty_wall_ns, std::memory_order_relaxed);
     e.duty_gpu_ns.store(views[i].duty_gpu_ns, std::memory_order_relaxed);
+    e.host_duty_milli.store(views[i].host_duty_milli, std::memory_order_relaxed);
+    e.host_wall_ns.store(views[i].host_wall_ns, std::memory_order_relaxed);
+    e.host_gpu_ns.store(views[i].host_gpu_ns, std::memory_order_relaxed);
+    e.host_measured_ns.store(views[i].host_measured_ns, std::memory_order_relaxed);
     e.flags.store((views[i].corun ? coord::kSliceCoRun : 0) |
-                      (views[i].duty_milli < 1000 ? coord::kSliceDutyMeasured : 0),
+                      (views[i].duty_milli < 1000 ? coord::kSliceDutyMeasured : 0) |
+                      (views[i].host_duty_milli < 1000 ? coord::kSliceHostDutyMeasured : 0),
                   std::memory_order_relaxed);
   }
   if (out.changed) {

@@ -62,6 +62,7 @@ inline constexpr uint32_t kMemberGpuTime = 1u << 2;
 // no duty measured yet.
 inline constexpr uint32_t kSliceCoRun = 1u << 0;         // May launch beside the holder.
 inline constexpr uint32_t kSliceDutyMeasured = 1u << 1;  // duty_milli holds a measurement.
+inline constexpr uint32_t kSliceHostDutyMeasured = 1u << 2;  // host_duty_milli holds one.
 
 struct CoordHeader {
   std::atomic<uint64_t> magic;  // kCoordMagic, published last.
@@ -121,12 +122,16 @@ struct alignas(64) SliceEntry {
   std::atomic<uint64_t> gpu_ns;
   std::atomic<uint64_t> gpu_seen_ns;
   // Issue 19, also in bytes reserved before: its duty (SliceView::duty_milli,
-  // valid with kSliceDutyMeasured) and the duty window being measured.
+  // valid with kSliceDutyMeasured) and host duty (host_duty_milli, valid with
+  // kSliceHostDutyMeasured), and the windows being measured.
   std::atomic<uint32_t> duty_milli;
-  uint32_t reserved1;
+  std::atomic<uint32_t> host_duty_milli;
   std::atomic<uint64_t> duty_wall_ns;
   std::atomic<uint64_t> duty_gpu_ns;
-  uint8_t reserved2[kSliceEntrySize - 96];
+  std::atomic<uint64_t> host_wall_ns;
+  std::atomic<uint64_t> host_gpu_ns;
+  std::atomic<uint64_t> host_measured_ns;  // When a host duty window last completed.
+  uint8_t reserved2[kSliceEntrySize - 120];
 };
 static_assert(offsetof(SliceEntry, share_milli) == 8);
 static_assert(offsetof(SliceEntry, tokens_ns) == 24);
@@ -136,7 +141,11 @@ static_assert(offsetof(SliceEntry, gpu_ns) == 56);
 static_assert(offsetof(SliceEntry, gpu_seen_ns) == 64);
 static_assert(offsetof(SliceEntry, flags) == 20);
 static_assert(offsetof(SliceEntry, duty_milli) == 72);
+static_assert(offsetof(SliceEntry, host_duty_milli) == 76);
 static_assert(offsetof(SliceEntry, duty_wall_ns) == 80);
+static_assert(offsetof(SliceEntry, host_wall_ns) == 96);
+static_assert(offsetof(SliceEntry, host_gpu_ns) == 104);
+static_assert(offsetof(SliceEntry, host_measured_ns) == 112);
 static_assert(sizeof(SliceEntry) == kSliceEntrySize);
 
 // One process of a slice using the GPU.
