@@ -179,19 +179,26 @@ class Pty {
   // Waits for the exit and returns the exit status (128+signal if killed).
   int Wait(int timeout_s = 30) {
     int status = 0;
+    auto drain = [&] {
+      char buf[4096];
+      struct pollfd p = {master_, POLLIN, 0};
+      while (poll(&p, 1, 0) > 0) {
+        ssize_t n = read(master_, buf, sizeof buf);
+        if (n <= 0) break;
+        out_.append(buf, static_cast<size_t>(n));
+      }
+    };
     bool done = Daemon::WaitFor(
         [&] {
-          char buf[4096];
-          struct pollfd p = {master_, POLLIN, 0};
-          while (poll(&p, 1, 0) > 0) {
-            ssize_t n = read(master_, buf, sizeof buf);
-            if (n <= 0) break;
-            out_.append(buf, static_cast<size_t>(n));
-          }
+          drain();
           return waitpid(pid_, &status, WNOHANG) == pid_;
         },
         timeout_s);
     if (!done) return -1;
+    // What it wrote between the last read and its exit (the terminal's
+    // restore sequence, say) is still in the master's buffer: without this,
+    // TopRestoresTheTerminalOnCtrlCAndSigterm once missed it.
+    drain();
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
