@@ -96,6 +96,10 @@ struct Running {
 
 pid_t Spawn(const std::string& dir, const Tenant& t, const std::string& region, double seconds,
             const std::string& out, const std::string& limits) {
+  // The child's freopen below flushes what the parent's stdout held
+  // unwritten into the parent's output: every scenario printed since the
+  // last flush came out once more per tenant spawned.
+  std::fflush(stdout);
   pid_t pid = fork();
   if (pid != 0) return pid;
   setenv("LD_PRELOAD", GPUSLICE_SHIM_PATH, 1);

@@ -78,6 +78,7 @@ void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_
       auto print = [&](nlohmann::json j, int round) {
         j["round"] = round;
         std::printf("%s\n", j.dump().c_str());
+        std::fflush(stdout);
         all.push_back(j);
         return j.value("aggregate_pct", 0.0);
       };
