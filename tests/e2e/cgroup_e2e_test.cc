@@ -4,11 +4,15 @@
 // and the capped log. The cgroup tests need a root daemon on a machine that
 // offers cgroups, and skip (saying why) otherwise.
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -111,19 +115,28 @@ TEST_F(CgroupE2E, Issue13JobEndsWhenItsLastEscapeeEnds) {
   EXPECT_EQ(d.Cli({"logs", id}).out, "late\n") << "output written after the leader ended is kept";
 }
 
+// The escapee blocks opening a FIFO, so the job is exactly one process once
+// its leader ends. (A loop polling a marker file with `sleep 0.05` was two
+// processes nearly all the time, and the wait for one timed out in CI.)
 TEST_F(CgroupE2E, Issue13RestartedDaemonKeepsTrackingAnEscapedChild) {
-  std::string marker = d.dir() + "/marker";
-  CliResult s =
-      d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
-             "setsid sh -c 'while [ ! -e " + marker + " ]; do sleep 0.05; done' & exit 0"});
+  const std::string fifo = d.dir() + "/go";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
+                       "setsid sh -c 'read x < " + fifo + "' & exit 0"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   std::string id = Trim(s.out);
-  ASSERT_TRUE(Daemon::WaitFor([&] { return CgroupPids(id).size() == 1; }));
+  ASSERT_TRUE(Daemon::WaitFor([&] { return CgroupPids(id).size() == 1; }))
+      << CgroupPids(id).size() << " processes in the job";
   d.Kill(SIGKILL);
   ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log.2");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(State(d, id), "running") << "re-adopted through its cgroup";
-  std::ofstream(marker) << "go";
+  // Non-blocking: if the escapee is gone, this fails (ENXIO) instead of
+  // waiting for a reader forever.
+  const int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+  ASSERT_GE(fd, 0) << "the escapee is not reading its FIFO: " << std::strerror(errno);
+  ASSERT_EQ(write(fd, "go\n", 3), 3);
+  close(fd);
   ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 30));
   EXPECT_EQ(Job(d, id)["exit_code"], 0);
 }

@@ -66,7 +66,10 @@ struct Sample {
 // `kernel_us` kernel, with co-running off and then on: the GPU each got,
 // and, for the second run, what the two were charged per GPU time used.
 struct CoRunPair {
-  double a_exclusive = 0, b_exclusive = 0, a = 0, b = 0, charged_per_used = 0;
+  // % of the GPU each of the 30% and 70% slices reached: without shares,
+  // with hard shares taking exclusive turns, and with hard shares co-running.
+  double a_unshared = 0, b_unshared = 0, a_exclusive = 0, b_exclusive = 0, a = 0, b = 0;
+  double charged_per_used = 0;
 };
 
 class ComputeShareTest : public ::testing::Test {
@@ -298,33 +301,35 @@ TEST_F(ComputeShareTest, Issue19AHardSliceOfShortSynchronisedKernelsGetsWhatItIs
 }
 
 // Issue 19: a 30/70 pair of hard slices whose loops synchronise after every
-// 20 us kernel leave the GPU idle most of the time; with exclusive turns
-// neither could fill the other's gaps (0.51-0.70 of what the two reach
-// without shares). Co-running, they launch side by side: the pair must get
-// more than the same pair with co-running off in the same test (its 30%
-// slice clearly more), and
-// each slice must be charged close to the GPU time it used (the simulator's
-// own figure): a bracket that timed the launch call too charged such loops
-// 25-48% more than they used, and one that timed a co-runner's kernel too
-// 30-40% more (measured 1.1 now).
+// kernel, run three times in the same test: without shares (the ceiling),
+// with exclusive turns, and co-running (launching side by side). Each slice
+// of the co-running run must be charged close to the GPU time it used (the
+// simulator's own figure): a bracket that timed the launch call too charged
+// such loops 25-48% more than they used, and one that timed a co-runner's
+// kernel too 30-40% more (measured 1.0-1.1 now).
 CoRunPair ComputeShareTest::RunCoRunPair(unsigned kernel_us) {
   const std::vector<std::string> loop = {"--kernel-us", std::to_string(kernel_us), "--sync-every",
                                          "1"};
   CoRunPair r;
-  for (bool corun : {false, true}) {
-    tenant_env_ = {std::string("GPUSLICE_COMPUTE_CORUN=") + (corun ? "1" : "0")};
+  enum Run { kUnshared, kExclusive, kCoRun };
+  for (Run run : {kUnshared, kExclusive, kCoRun}) {
+    tenant_env_ = {std::string("GPUSLICE_COMPUTE_CORUN=") + (run == kCoRun ? "1" : "0")};
     // Fresh slices, and a fresh coordination file, for each run.
     for (const auto& e : std::filesystem::directory_iterator(dir_)) {
       const std::string name = e.path().filename();
       if (name.ends_with(".region") || name.ends_with(".coord")) std::filesystem::remove(e.path());
     }
-    RunTenants({{"30", "hard", "", loop}, {"70", "hard", "", loop}}, 2.6);
-    (corun ? r.a : r.a_exclusive) = Achieved(0, kFrom, 2.5);
-    (corun ? r.b : r.b_exclusive) = Achieved(1, kFrom, 2.5);
+    const std::string a_share = run == kUnshared ? "" : "30",
+                      b_share = run == kUnshared ? "" : "70";
+    RunTenants({{a_share, "hard", "", loop}, {b_share, "hard", "", loop}}, 2.6);
+    double& a = run == kUnshared ? r.a_unshared : run == kExclusive ? r.a_exclusive : r.a;
+    double& b = run == kUnshared ? r.b_unshared : run == kExclusive ? r.b_exclusive : r.b;
+    a = Achieved(0, kFrom, 2.5);
+    b = Achieved(1, kFrom, 2.5);
   }
-  // What each slice was charged (the coordination file's slice entries:
-  // charged_ns at offset 40) against what it used (the simulator's count
-  // since its process started).
+  // What each slice was charged in the co-running run (the coordination
+  // file's slice entries: charged_ns at offset 40) against what it used (the
+  // simulator's count since its process started).
   std::vector<uint64_t> charged;
   for (const auto& e : std::filesystem::directory_iterator(dir_)) {
     if (e.path().extension() != ".coord") continue;
@@ -340,20 +345,35 @@ CoRunPair ComputeShareTest::RunCoRunPair(unsigned kernel_us) {
   if (charged.size() == 2 && used > 0) {
     r.charged_per_used = double(charged[0] + charged[1]) / double(used);
   }
+  Note("pair co-running / unshared", (r.a + r.b) / (r.a_unshared + r.b_unshared));
   Note("pair co-running / exclusive", (r.a + r.b) / (r.a_exclusive + r.b_exclusive));
   Note("charged per GPU time used", r.charged_per_used);
   return r;
 }
 
+// Issue 19: loops that synchronise after every 20 us kernel are held by
+// their CPU well below their shares (two such loops reach ~30% of the GPU
+// together on a 2-core machine, ~15% each). Taking exclusive turns, the
+// 30% slice got only ~10% (its turns were the shorter, and it idled through
+// the other's). Co-running, each gets what its loop reaches without shares,
+// and the pair what the two reach together. Bounds are against the unshared
+// run of the same test; the 0.97 target is the harness's median
+// (bench/compute, docs/PERFORMANCE.md).
 TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
   const CoRunPair r = RunCoRunPair(20);
-  const double exclusive = r.a_exclusive + r.b_exclusive, corun = r.a + r.b;
-  ASSERT_GT(r.a_exclusive, 1.0) << "the loops hardly ran";
-  // Measured 1.1-1.3 on a quiet 2-core machine (27.8-33.5 against 24.9-25.4%
-  // of the GPU); the 30% slice, whose turns were the shorter, 1.6-2.0.
-  EXPECT_GE(corun, 1.05 * exclusive) << corun << "% against " << exclusive << "% of the GPU";
-  EXPECT_GE(r.a, 1.3 * r.a_exclusive)
-      << "the 30% slice: " << r.a << "% against " << r.a_exclusive << "%";
+  const double unshared = r.a_unshared + r.b_unshared, corun = r.a + r.b;
+  ASSERT_GT(r.a_unshared, 1.0) << "the loops hardly ran";
+  // Measured on a quiet 2-core machine: the pair 1.0-1.2 of the unshared
+  // pair, the 30% slice 1.0-1.2 of its unshared figure and 1.6-1.8 times what
+  // it got in exclusive turns. An earlier bound, the pair at 1.05 times its
+  // exclusive figure, failed in CI and 2 of 5 runs here: the exclusive pair
+  // sometimes reaches the co-running figure (30-35% of the GPU against 24-27%
+  // in most runs), since the 70% slice's turns fill the GPU as well as its
+  // loop can.
+  EXPECT_GE(corun, 0.85 * unshared) << corun << "% against " << unshared << "% of the GPU";
+  EXPECT_GE(r.a, 0.8 * std::min(30.0, r.a_unshared))
+      << "the 30% slice: " << r.a << "% against " << r.a_unshared << "% unshared";
+  EXPECT_GT(r.a, r.a_exclusive) << "the 30% slice co-running against its exclusive turns";
   EXPECT_GT(r.charged_per_used, 0.8);
   EXPECT_LT(r.charged_per_used, 1.2);
 }
