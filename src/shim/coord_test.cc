@@ -4,8 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
+
+#include "shim/coord_turns.h"
 
 namespace gpuslice::shim {
 namespace {
@@ -103,6 +107,40 @@ TEST_F(CoordTest, AStaleLeaseIsBroken) {
   EXPECT_FALSE(co.Tick(now + 1000, PolicyParams{}));
   EXPECT_TRUE(co.Tick(now + coord::kLeaseNs + 1, PolicyParams{}));
   EXPECT_EQ(co.header().lock.load(), 0u);
+}
+
+// A slice alone on its GPU may decide less often (the gate's quiet tick)
+// for as long as its cap is away; another slice on the GPU, or a cap that
+// has run out, brings the usual pace back.
+TEST_F(CoordTest, ASliceAloneIsQuietForAsLongAsItsTokensLast) {
+  const std::string path = CoordPath(dir_, "GPU-1");
+  auto a = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  auto b = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Coordinator& co = **a;
+  CooperativeTurns mine(std::move(*a), 100, path);
+  CooperativeTurns other(std::move(*b), 101, path);
+  EXPECT_EQ(mine.QuietNs(), 0u) << "not a member yet";
+  const uint64_t now = MonotonicNs();
+  ASSERT_TRUE(mine.Join(11, now).ok());
+  mine.Configure(300, coord::kModeHard, 1);
+  const int32_t s = co.member(0).slice.load();
+  ASSERT_GE(s, 0);
+  co.slice(uint32_t(s)).tokens_ns.store(7'000'000);
+  EXPECT_EQ(mine.QuietNs(), 7'000'000u);
+  co.slice(uint32_t(s)).tokens_ns.store(-5);
+  EXPECT_EQ(mine.QuietNs(), 0u) << "out of tokens";
+  mine.Configure(300, coord::kModeWorkConserving, 1);
+  EXPECT_EQ(mine.QuietNs(), UINT64_MAX) << "no cap to close its turn";
+  ASSERT_TRUE(other.Join(22, now).ok());
+  other.Configure(700, coord::kModeHard, 1);
+  EXPECT_EQ(mine.QuietNs(), 0u) << "another slice is on the GPU";
+  other.Leave(22);
+  // Its slice entry stays until a decision frees it (no process left).
+  EXPECT_EQ(mine.QuietNs(), 0u);
+  co.member(0).heartbeat_ns.store(now);
+  ASSERT_TRUE(mine.Decide(now, PolicyParams{}));
+  EXPECT_EQ(mine.QuietNs(), UINT64_MAX) << "alone again";
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "shim/coord_turns.h"
 
+#include <algorithm>
+
 #include "shim/region_layout.h"
 
 namespace gpuslice::shim {
@@ -87,6 +89,21 @@ bool CooperativeTurns::OthersInflight() const {
     }
   }
   return false;
+}
+
+uint64_t CooperativeTurns::QuietNs() const {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  if (m < 0) return 0;
+  const int32_t mine = coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed);
+  if (mine < 0 || uint32_t(mine) >= coord::kMaxSlices) return 0;
+  for (uint32_t s = 0; s < coord::kMaxSlices; ++s) {
+    if (s != uint32_t(mine) && coord_->slice(s).key.load(std::memory_order_relaxed) != 0) return 0;
+  }
+  const coord::SliceEntry& e = coord_->slice(uint32_t(mine));
+  if (e.mode.load(std::memory_order_relaxed) != coord::kModeHard) return UINT64_MAX;
+  // As of the last decision; the caller leaves a margin for what was used
+  // since.
+  return uint64_t(std::max<int64_t>(e.tokens_ns.load(std::memory_order_relaxed), 0));
 }
 
 uint32_t CooperativeTurns::TurnSeq() const {
