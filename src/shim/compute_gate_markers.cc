@@ -76,10 +76,23 @@ namespace {
 // of the bracket before the launch) is taken off the sample. When it was
 // not (work queued before it), the bracket starts when that work ends,
 // after the launch was queued: nothing to take off.
+//
+// That holds only if the kernel started after the launch call returned. A
+// thread descheduled after its launch reached the GPU (on the simulated GPU,
+// the launcher preempted by the engine thread its launch woke) returns
+// late, and the gap then holds kernel time too: on a 2-core machine with
+// another process busy, idle brackets held launch calls of ~13 us against
+// 0.3-0.7 us for the others, their samples read 13.5 us for 20 us kernels,
+// the estimate fell to 13-16 us, and a hard 30% slice got 35-37% of the GPU.
+// So a sample whose launch call took much longer than the fastest calls
+// seen (`call_ns` against g_min_call_ns) is uncertain: the kernel took
+// between the sample with the gap taken off and without it, and such a
+// sample only moves the estimate into that interval.
 struct Bracket {
   CUevent start = nullptr;
   CUevent end = nullptr;
   uint64_t cpu_gap_ns = 0;
+  uint64_t call_ns = 0;  // From the first event's record to the launch call's return.
 };
 // When this thread's open bracket's first event was recorded (MonotonicNs).
 thread_local uint64_t t_bracket_opened_ns __attribute__((tls_model("initial-exec"))) = 0;
@@ -93,6 +106,12 @@ int g_kernel_samples = 0;          // Guarded by g_mu.
 // estimate has a few samples: a change of kernels still gets through in a
 // few batches.
 constexpr double kKernelSampleClip = 2.0;
+// The fastest launch calls seen (a minimum that drifts up by 1/256 of the
+// difference per call, so that it follows a machine that got slower), and
+// how much longer than it a call may take and still give a certain sample.
+double g_min_call_ns = 0;  // 0: none seen yet. Guarded by g_mu.
+constexpr double kCertainCallFactor = 2.0;
+constexpr double kCertainCallSlackNs = 2000;
 // Once the estimate has kBracketWarmup samples, one batch in kBracketEvery is
 // bracketed: a bracket costs two more events per batch, and the estimate is
 // an average that moves slowly.
@@ -111,7 +130,21 @@ void PollBracketsLocked() {
     }
     float ms = 0;
     if (g_fns.event_elapsed(&ms, b.start, b.end) == CUDA_SUCCESS && ms >= 0) {
-      double sample = std::max(double(ms) * 1e6 - double(b.cpu_gap_ns), 0.0);
+      const double call = double(b.call_ns);
+      g_min_call_ns = g_min_call_ns == 0 || call < g_min_call_ns
+                          ? call
+                          : g_min_call_ns + (call - g_min_call_ns) / 256;
+      const double raw = double(ms) * 1e6;
+      double sample = std::max(raw - double(b.cpu_gap_ns), 0.0);
+      const bool certain =
+          b.cpu_gap_ns == 0 || call <= kCertainCallFactor * g_min_call_ns + kCertainCallSlackNs;
+      if (!certain && g_kernel_samples > 0) {
+        // Only into [sample, raw] (see Bracket), at the usual pace.
+        g_kernel_ns = 0.8 * g_kernel_ns + 0.2 * std::clamp(g_kernel_ns, sample, raw);
+        g_fns.event_destroy(b.start);
+        g_fns.event_destroy(b.end);
+        continue;
+      }
       if (g_kernel_samples == 0) {
         g_kernel_ns = sample;
       } else {
@@ -282,7 +315,7 @@ void CloseBracket(CUstream stream, bool per_thread) {
   if (end != nullptr) {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_bracket_count < kMaxBrackets) {
-      g_brackets[g_bracket_count++] = Bracket{start, end, idle ? gap : 0};
+      g_brackets[g_bracket_count++] = Bracket{start, end, idle ? gap : 0, gap};
       return;
     }
   }
@@ -303,6 +336,7 @@ void ResetMarkersAfterFork() {
   g_bracket_count = 0;  // The parent's events: not ours to destroy.
   g_kernel_ns = 0;
   g_kernel_samples = 0;
+  g_min_call_ns = 0;
   g_grants = 0;
 }
 
