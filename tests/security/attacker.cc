@@ -128,7 +128,8 @@ const std::vector<Command>& Commands() {
       {"work",
        s::Work,
        {},
-       "[--seconds S] [--kernel-us US] [--batch N] [--mem SIZE] [--wait-file F] [--delay-ms MS] "
+       "[--seconds S] [--kernel-us US] [--batch N] [--think-us US] [--mem SIZE] [--wait-file F] "
+       "[--delay-ms MS] "
        "--out F"},
       {"http",
        s::Http,

@@ -170,7 +170,16 @@ int Work(const Flags& f) {
   // Batches of kernels between synchronisations keep the GPU fed even when
   // this process waits for a CPU on a loaded machine.
   const int batch = std::max(1, static_cast<int>(f.GetDouble("batch", 1)));
+  // Host work after each synchronisation (a request's pre- and
+  // post-processing), spent on the CPU: the GPU idles meanwhile whatever the
+  // machine's speed.
+  const auto think = std::chrono::duration<double, std::micro>(f.GetDouble("think-us", 0));
   while (std::chrono::steady_clock::now() < deadline) {
+    if (think.count() > 0) {
+      const auto until = std::chrono::steady_clock::now() + think;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
     for (int i = 0; i < batch && r == CUDA_SUCCESS; ++i) {
       r = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
     }
