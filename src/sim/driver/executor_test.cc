@@ -162,5 +162,68 @@ TEST_F(ExecutorTest, AnEventWaitsForTheUnitWhileAnotherProcessHoldsIt) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// Regression (issue 19): an item submitted after the previous one had ended
+// on the timeline, while this executor's thread was still busy (here: a
+// blocking action that takes no GPU time, as the thread's own wake-up does),
+// started where the previous item ended, before it had been submitted. An
+// event recorded right after a synchronisation was stamped that way, and the
+// shim's brackets timed 20 us kernels at 22.6-25.3 us.
+TEST_F(ExecutorTest, WorkNeverStartsBeforeItWasSubmitted) {
+  Executor exec(model_.get(), 0);
+  exec.WaitFor(exec.Submit(Kernel(1'000'000)));
+  std::atomic<bool> release{false};
+  Work busy;
+  busy.action = [&] {
+    while (!release.load()) usleep(100);
+  };
+  exec.Submit(std::move(busy));
+  usleep(2'000);  // The timeline stands at the kernel's end, a while ago.
+  std::atomic<uint64_t> stamp{0};
+  Work record;
+  record.instant = true;
+  record.action = [&] { stamp = exec.cursor_ns(); };
+  const uint64_t before = MonotonicNs();
+  const uint64_t seq = exec.Submit(std::move(record));
+  release = true;
+  exec.WaitFor(seq);
+  EXPECT_GE(stamp.load(), before) << "stamped " << (before - stamp.load()) / 1000
+                                  << " us before it was recorded";
+  EXPECT_LE(stamp.load(), MonotonicNs());
+}
+
+// Issue 19: an event recorded on an idle stream is complete on the timeline
+// at once, stamped where it was recorded, as a GPU processes it within
+// microseconds; not when the executor's thread gets to it. Left to that
+// thread, the shim's bracket found its first event pending when the launch
+// call returned, and could not take the call's time off the kernel's.
+TEST_F(ExecutorTest, AnEventOnAnIdleStreamIsCompleteAtOnce) {
+  Executor exec(model_.get(), 0);
+  exec.WaitFor(exec.Submit(Kernel(1'000'000)));
+  // The executor's thread is kept busy without GPU time, so only the
+  // timeline can say the record is complete.
+  std::atomic<bool> release{false};
+  Work busy;
+  busy.instant = true;
+  busy.action = [&] {
+    while (!release.load()) usleep(100);
+  };
+  const uint64_t busy_seq = exec.Submit(std::move(busy));
+  Work record = Action(/*instant=*/true);
+  const uint64_t before = MonotonicNs();
+  const uint64_t seq = exec.Submit(std::move(record));
+  uint64_t at = 0;
+  EXPECT_TRUE(exec.DoneOnTimeline(seq, MonotonicNs(), &at));
+  EXPECT_GE(at, before);
+  EXPECT_LE(at, MonotonicNs());
+  // Work that takes GPU time before it keeps it pending.
+  const uint64_t kernel = exec.Submit(Kernel(1'000'000));
+  const uint64_t behind = exec.Submit(Action(/*instant=*/true));
+  EXPECT_FALSE(exec.DoneOnTimeline(behind, MonotonicNs(), &at));
+  release = true;
+  exec.WaitFor(behind);
+  EXPECT_TRUE(exec.DoneOnTimeline(busy_seq, MonotonicNs(), &at));
+  EXPECT_TRUE(exec.DoneOnTimeline(kernel, MonotonicNs(), &at));
+}
+
 }  // namespace
 }  // namespace gpuslice::sim::driver
