@@ -173,14 +173,11 @@ uint64_t BatchGpuNsLocked(int64_t launches, double timed_ns) {
 // Creates an event (with timing or without) and records it on `stream`
 // (the per-thread default stream's entry point for a _ptsz launch); null
 // when the driver refuses either.
-// `*recording_ns`, if given, is when the record call began.
-CUevent RecordEvent(CUstream stream, bool per_thread, bool timed,
-                    uint64_t* recording_ns = nullptr) {
+CUevent RecordEvent(CUstream stream, bool per_thread, bool timed) {
   CUevent ev = nullptr;
   if (g_fns.event_create(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     return nullptr;
   }
-  if (recording_ns != nullptr) *recording_ns = MonotonicNs();
   const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
                          ? g_fns.event_record_ptsz(ev, stream)
                          : g_fns.event_record(ev, stream);
@@ -296,12 +293,8 @@ bool Capturing(CUstream stream, bool per_thread) {
 // (no timing events, or the driver refused).
 bool OpenBracket(CUstream stream, bool per_thread) {
   if (g_fns.event_elapsed == nullptr) return false;
-  // From before the record call: the event may be stamped anywhere in it,
-  // and the call may take long (on the simulated GPU of a 2-core machine,
-  // the executor thread it wakes preempted the caller for ~6 us after the
-  // stamp); timed from the call's return, that part stayed in the sample and
-  // 20 us kernels read 26-27 us.
-  t_gate.bracket = RecordEvent(stream, per_thread, /*timed=*/true, &t_bracket_opened_ns);
+  t_gate.bracket = RecordEvent(stream, per_thread, /*timed=*/true);
+  t_bracket_opened_ns = MonotonicNs();
   return t_gate.bracket != nullptr;
 }
 
