@@ -139,12 +139,6 @@ bool TimeSlicer::MaybeYield(uint64_t cursor_ns, uint64_t* resume_ns) {
   return true;
 }
 
-bool TimeSlicer::FreeOrOurs(uint64_t* free_since_ns) const {
-  const uint32_t h = arbiter_->holder.load(std::memory_order_acquire);
-  *free_since_ns = h == 0 ? arbiter_->holder_since_ns.load(std::memory_order_relaxed) : 0;
-  return h == 0 || h == static_cast<uint32_t>(slot_) + 1;
-}
-
 void TimeSlicer::Release(uint64_t cursor_ns) {
   if (!holding_) return;
   SetWaiting(false);

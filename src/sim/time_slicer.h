@@ -42,10 +42,6 @@ class TimeSlicer {
   // The holder has no more kernels: passes the unit on (or frees it).
   void Release(uint64_t cursor_ns);
   bool holding() const { return holding_; }
-  // Whether no other process holds the unit: it is free (`*free_since_ns`:
-  // when it was released) or this process's (`*free_since_ns` = 0). Reads
-  // the shared arbiter only, so any thread may ask.
-  bool FreeOrOurs(uint64_t* free_since_ns) const;
   uint32_t unit() const { return unit_; }
 
  private:

@@ -59,25 +59,6 @@ bool Executor::DoneOnTimeline(uint64_t seq, uint64_t now_ns, uint64_t* end_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   *end_ns = 0;
   if (completed_ >= seq) return true;
-  if (!running_ || running_instant_since_ns_ != 0) {
-    // Nothing runs but instant items: they complete when they are submitted
-    // (or when the timeline or the unit gets there), as a GPU processes an
-    // event recorded on an idle stream at once. Left to this thread's
-    // wake-up, a bracket of two events around a launch found its first event
-    // pending when the launch call returned, so the launch call's time (5-7
-    // us on a busy 2-core machine) could not be told from the kernel's
-    // (issue 19).
-    uint64_t submitted = running_ ? running_instant_since_ns_ : 0;  // Of the item `seq`.
-    for (const auto& [s, w] : queue_) {
-      if (s > seq) break;
-      if (!w.instant) return false;
-      submitted = w.submitted_ns;
-    }
-    uint64_t free_since = 0;
-    if (submitted == 0 || !slicer_.FreeOrOurs(&free_since)) return false;
-    *end_ns = std::max({submitted, last_end_ns_, free_since});
-    return *end_ns <= now_ns;
-  }
   const uint64_t end = kernel_end_ns_.load(std::memory_order_acquire);
   if (!running_ || end == 0 || now_ns < end) return false;
   // The running kernel is due; what follows it up to `seq` must be instant.
@@ -111,10 +92,9 @@ bool Executor::WaitFor(uint64_t seq, uint64_t deadline_ns) {
 void Executor::Rebind(uint32_t unit) {
   Work w;
   w.action = [this, unit] {
-    // On the executor's thread, the only one that acquires and releases.
+    // On the executor's thread, the only user of slicer_.
     slicer_.Release(cursor_);
     unit_.store(unit, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(mu_);
     slicer_ = TimeSlicer(model_, unit);
   };
   WaitFor(Submit(std::move(w)));
@@ -149,6 +129,7 @@ void Executor::Loop() {
   prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
   tls_passes_checkpoint_gate = true;
   std::unique_lock<std::mutex> lock(mu_);
+  bool idle = true;  // Since the last item (or the start).
   while (true) {
     if (queue_.empty()) {
       // Idle: let other processes have the unit while we wait.
@@ -157,22 +138,20 @@ void Executor::Loop() {
       lock.lock();
       work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // Stopped and drained.
+      idle = true;
     }
-    // Work starts on the timeline where the previous work ended or when it
-    // was submitted, whichever is later: not when this thread woke up (a GPU
-    // starts queued work within microseconds, and this thread's wake-up,
-    // tens of us and more on a busy machine, is not GPU time: counted from
-    // it, every burst of work finished that much late), and never before it
-    // was submitted. For every item, not only after this thread waited idle:
-    // an event recorded after the previous kernel ended but before this
-    // thread got back to an empty queue was stamped at that kernel's end, up
-    // to the launcher's whole wake-up earlier than its record, and the shim's
-    // brackets timed 20 us kernels at 22.6-25.3 us (issue 19).
-    cursor_ = std::max(cursor_, std::min(queue_.front().second.submitted_ns, MonotonicNs()));
+    if (idle) {
+      // The timeline resumes when the work came, not where it stopped, nor
+      // when this thread woke up: a GPU starts queued work within
+      // microseconds, and this thread's wake-up (tens of us, more on a busy
+      // machine) is not GPU time. Counted from the wake-up, every burst of
+      // work finished that much late and its completion was seen late.
+      cursor_ = std::max(cursor_, std::min(queue_.front().second.submitted_ns, MonotonicNs()));
+      idle = false;
+    }
     auto [seq, work] = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
-    running_instant_since_ns_ = work.instant ? std::max(work.submitted_ns, uint64_t(1)) : 0;
     kernel_end_ns_.store(0, std::memory_order_relaxed);
     lock.unlock();
     switch (work.kind) {
@@ -202,9 +181,7 @@ void Executor::Loop() {
     }
     lock.lock();
     running_ = false;
-    running_instant_since_ns_ = 0;
     kernel_end_ns_.store(0, std::memory_order_relaxed);
-    last_end_ns_ = cursor_;
     completed_ = seq;
     done_cv_.notify_all();
   }

@@ -59,13 +59,10 @@ class Executor {
   bool Done(uint64_t seq);
   // Whether work up to `seq` is complete on the GPU's timeline at `now_ns`:
   // done, or all that is left of it is the end of the kernel in progress
-  // (due by now) and instant items behind it, or only instant items while
-  // nothing runs and no other process holds the unit. The executor thread
-  // wakes at the kernel's end, or for work that reaches it idle, only when
-  // the CPU lets it (tens of microseconds late on a busy machine,
-  // milliseconds at worst); a GPU's event is complete at the kernel's end,
-  // and an event recorded on an idle stream within microseconds of its
-  // record. `*end_ns`: where the timeline stood (0: done already).
+  // (due by now) and instant items behind it. The executor thread wakes at
+  // the kernel's end only when the CPU lets it (tens of microseconds late
+  // on a busy machine, milliseconds at worst); a GPU's event is complete at
+  // the kernel's end. `*end_ns`: where the timeline stood (0: done already).
   bool DoneOnTimeline(uint64_t seq, uint64_t now_ns, uint64_t* end_ns);
   void WaitFor(uint64_t seq);
   // As WaitFor, giving up at `deadline_ns` (CLOCK_MONOTONIC; 0: never).
@@ -88,7 +85,7 @@ class Executor {
 
   DeviceModel* model_;
   std::atomic<uint32_t> unit_;  // Written by the executor thread only (Rebind).
-  TimeSlicer slicer_;           // Replaced (Rebind) under mu_, so DoneOnTimeline may ask it.
+  TimeSlicer slicer_;
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
@@ -99,11 +96,6 @@ class Executor {
   // The end of the running kernel once its last step is under way (0:
   // not yet, or no kernel runs).
   std::atomic<uint64_t> kernel_end_ns_{0};
-  // Where the timeline stood when the last item ended. Guarded by mu_.
-  uint64_t last_end_ns_ = 0;
-  // The running item is instant: when it was submitted (0: it is not, or
-  // nothing runs). Guarded by mu_.
-  uint64_t running_instant_since_ns_ = 0;
   bool stop_ = false;    // Guarded by mu_.
   uint64_t cursor_ = 0;  // Executor thread only.
   std::thread thread_;
