@@ -445,9 +445,8 @@ CoRunPair ComputeShareTest::RunCoRunPair(unsigned kernel_us, int rounds) {
   enum Run { kUnshared, kExclusive, kCoRun };
   // With more than one round, the three runs are interleaved and each keeps
   // its round with the most GPU used by the pair: the loops are held by the
-  // CPU, and a test running beside this one in CI can slow any single run
-  // (in one CI run the co-running pair read 39.4% of the GPU against 46.9%
-  // unshared, 0.84, where quiet runs read 1.0-1.2).
+  // CPU, and anything else the machine does (the test itself runs alone,
+  // RUN_SERIAL) can slow any single run.
   for (int round = 0; round < rounds; ++round) {
     for (Run run : {kUnshared, kExclusive, kCoRun}) {
       tenant_env_ = {std::string("GPUSLICE_COMPUTE_CORUN=") + (run == kCoRun ? "1" : "0")};
