@@ -234,7 +234,7 @@ class ComputeShareTest : public ::testing::Test {
 
   // Says what was measured (in the test's output, for the record).
   static void Note(const std::string& what, double value) {
-    std::printf("[ measured ] %s = %.1f\n", what.c_str(), value);
+    std::printf("[ measured ] %s = %.2f\n", what.c_str(), value);
   }
 
   // What `path` holds, or as much as could be read. With read(2), not an
@@ -512,19 +512,30 @@ TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
   // sometimes reaches the co-running figure (30-35% of the GPU against 24-27%
   // in most runs), since the 70% slice's turns fill the GPU as well as its
   // loop can.
-  // On a faster 2-core VM (the loops alone at 34-41% of the GPU, not
-  // 23-26%) the pair co-runs at 0.80-0.90 of its unshared figure (two
-  // clean-clone CI runs: 0.84 and 0.84 in their better rounds): the shim's
-  // per-batch work weighs more on loops that make more launches, and
-  // issue 19's 0.97 is not met there (docs/PERFORMANCE.md, eighth session).
-  // The bound guards against what co-running fixed: exclusive turns held
-  // such a pair to 0.58-0.66 of its unshared figure.
-  EXPECT_GE(corun, 0.75 * unshared) << corun << "% against " << unshared << "% of the GPU";
-  EXPECT_GE(r.a, 0.8 * std::min(30.0, r.a_unshared))
+  // Against the unshared pair the figure moves with the CPU, not only with
+  // the shim: on a faster 2-core VM (the loops alone at 34-41% of the GPU)
+  // the pair co-ran at 0.80-0.90 of it, clean-clone CI runs read 0.84, 0.84
+  // and 0.79 (the 30% slice 0.79: 18.7% against 23.6%), and with one
+  // busy-looping process beside the test on a machine where it reads 1.0
+  // when quiet, 0.60-0.72 in six runs: the busy CPU lifts the unshared loops (its
+  // cores never idle) and holds the co-running ones back (in part their gate
+  // threads' 200 us ticks: with 1 ms ticks, 61-65 k launches in 3 s beside
+  // the hog against 50-58 k, and 80 k unshared). Issue 19's 0.97 is not met
+  // there (docs/PERFORMANCE.md, ninth session). So the unshared figure only
+  // bounds gross losses, and what co-running fixed is checked against the
+  // exclusive turns of the same test: they held such a pair to 0.58-0.66 of
+  // its unshared figure and the 30% slice to about half of what it gets
+  // co-running (9.0-11.4% against 13.5-22.3%, busy CPU and CI included).
+  EXPECT_GE(corun, 0.5 * unshared) << corun << "% against " << unshared << "% of the GPU";
+  EXPECT_GE(r.a, 0.5 * std::min(30.0, r.a_unshared))
       << "the 30% slice: " << r.a << "% against " << r.a_unshared << "% unshared";
-  EXPECT_GT(r.a, r.a_exclusive) << "the 30% slice co-running against its exclusive turns";
+  EXPECT_GE(r.a, 1.2 * r.a_exclusive)
+      << "the 30% slice co-running: " << r.a << "% against " << r.a_exclusive
+      << "% in exclusive turns";
+  // Charged per GPU time used: 1.0-1.1 on a quiet machine, 1.07-1.2 beside
+  // the busy-looping process; the faults it guards against charged 1.25-1.48.
   EXPECT_GT(r.charged_per_used, 0.8);
-  EXPECT_LT(r.charged_per_used, 1.2);
+  EXPECT_LT(r.charged_per_used, 1.25);
 }
 
 // Loops of 200 us kernels keep the GPU busy ~70% of the time each: too busy
