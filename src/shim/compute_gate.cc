@@ -67,9 +67,9 @@ constexpr double kOutrankedMinDepthNs = 100'000;
 constexpr double kOutrankedMaxDepthNs = 1'000'000;
 constexpr double kOutrankedStartDepthNs = 500'000;
 constexpr double kOutrankedDepthStepNs = 3000;
-constexpr uint64_t kActiveTickNs = 200'000;      // Background tick while using the GPU.
-constexpr uint64_t kDrainTickNs = 20'000;        // ... while the queue drains after a turn.
-constexpr uint64_t kIdleTickNs = 5'000'000;      // ... while idle or without a share.
+constexpr uint64_t kActiveTickNs = 200'000;  // Background tick while using the GPU.
+constexpr uint64_t kDrainTickNs = 20'000;    // ... while the queue drains after a turn.
+constexpr uint64_t kIdleTickNs = 5'000'000;  // ... while idle or without a share.
 // ... while its slice holds the GPU alone, far from its cap (Turns::QuietNs).
 // Each tick of the cooperative file decides (a scan of every slice and
 // member, and the policy): at 200 us, a 20 us launch-then-synchronise loop
@@ -87,7 +87,7 @@ constexpr uint64_t kMaxWaitNs = 30'000'000'000;  // A launch never waits longer 
 // guarded by gate::g_mu (slow path and background thread only).
 std::mutex g_start_mu;
 bool g_started = false;  // Guarded by g_start_mu.
-int g_device = -1;  // Slice device index of the coordination.
+int g_device = -1;       // Slice device index of the coordination.
 // The limits page's placement counter of g_device that g_coord follows
 // (background thread only after Start).
 uint32_t g_placement = 0;
@@ -476,6 +476,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   // turn, during which the queue drains) says nothing about the depth.
   uint32_t topping_up = 0;
   bool bracket_due = false;  // Whether the batch granted gets a bracket.
+  bool behind_own = false;   // Whether work of ours may be queued before the batch.
   {
     std::lock_guard<std::mutex> lock(g_mu);
     MarkLocked(stream, per_thread, start);
@@ -528,6 +529,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
         // Queues right behind this thread's previous marker if that is still
         // pending (markers complete in record order as far as the ring knows).
         t_gate.chain_seq = t_gate.last_seq > g_popped_seq ? t_gate.last_seq : 0;
+        behind_own = InflightLocked(now);
         g_unmarked.fetch_add(batch, std::memory_order_relaxed);
         g_expected_done_ns =
             std::max(g_expected_done_ns, now) + uint64_t(double(batch) * g_ns_per_launch);
@@ -594,9 +596,10 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     const uint64_t now = MonotonicNs();
     t_gate.contended = g_coord->OthersInflight();
     const bool settled = now - g_gate_opened_ns.load(std::memory_order_relaxed) >= kBracketSettleNs;
-    t_gate.mark_at = bracket_due && settled && !t_gate.contended && OpenBracket(stream, per_thread)
-                         ? t_gate.batch - 1
-                         : 0;
+    t_gate.mark_at =
+        bracket_due && settled && !t_gate.contended && OpenBracket(stream, per_thread, behind_own)
+            ? t_gate.batch - 1
+            : 0;
   }
 }
 

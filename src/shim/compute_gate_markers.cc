@@ -88,14 +88,30 @@ namespace {
 // seen (`call_ns` against g_min_call_ns) is uncertain: the kernel took
 // between the sample with the gap taken off and without it, and such a
 // sample only moves the estimate into that interval.
+//
+// Nor does a first event still pending at the launch call's return always
+// mean work of this process queued before it. Nothing of the process was
+// queued when the bracket opened, the event waits for the GPU itself: behind
+// another process's work that ended just then (a GPU switches contexts when
+// it ends; the simulated GPU, when that process's engine thread gets the CPU
+// back), or behind the engine's own wake-up. It is then stamped anywhere
+// between its record and the launch's arrival, and the kernel took between
+// the sample with the whole call taken off and the sample as it is: such a
+// sample is uncertain too. Counted as certain, co-running pairs of 20 us
+// loops were charged 1.30 x the GPU time they used (1.01-1.02 now) once the
+// simulated GPU stopped starting work before it was submitted.
 struct Bracket {
   CUevent start = nullptr;
   CUevent end = nullptr;
   uint64_t cpu_gap_ns = 0;
-  uint64_t call_ns = 0;  // From the first event's record to the launch call's return.
+  uint64_t call_ns = 0;    // From the first event's record to the launch call's return.
+  bool uncertain = false;  // Pending first event, nothing of ours before it.
 };
 // When this thread's open bracket's first event was recorded (MonotonicNs).
 thread_local uint64_t t_bracket_opened_ns __attribute__((tls_model("initial-exec"))) = 0;
+// Whether work of this process may have been queued on the GPU when this
+// thread's open bracket was opened (see Bracket).
+thread_local bool t_bracket_behind_own __attribute__((tls_model("initial-exec"))) = false;
 constexpr int kMaxBrackets = 8;
 Bracket g_brackets[kMaxBrackets];  // Pending, unordered. Guarded by g_mu.
 int g_bracket_count = 0;           // Guarded by g_mu.
@@ -137,7 +153,8 @@ void PollBracketsLocked() {
       const double raw = double(ms) * 1e6;
       double sample = std::max(raw - double(b.cpu_gap_ns), 0.0);
       const bool certain =
-          b.cpu_gap_ns == 0 || call <= kCertainCallFactor * g_min_call_ns + kCertainCallSlackNs;
+          !b.uncertain &&
+          (b.cpu_gap_ns == 0 || call <= kCertainCallFactor * g_min_call_ns + kCertainCallSlackNs);
       if (!certain && g_kernel_samples > 0) {
         // Only into [sample, raw] (see Bracket), at the usual pace.
         g_kernel_ns = 0.8 * g_kernel_ns + 0.2 * std::clamp(g_kernel_ns, sample, raw);
@@ -173,11 +190,14 @@ uint64_t BatchGpuNsLocked(int64_t launches, double timed_ns) {
 // Creates an event (with timing or without) and records it on `stream`
 // (the per-thread default stream's entry point for a _ptsz launch); null
 // when the driver refuses either.
-CUevent RecordEvent(CUstream stream, bool per_thread, bool timed) {
+// `*recording_ns`, if given, is when the record call began.
+CUevent RecordEvent(CUstream stream, bool per_thread, bool timed,
+                    uint64_t* recording_ns = nullptr) {
   CUevent ev = nullptr;
   if (g_fns.event_create(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     return nullptr;
   }
+  if (recording_ns != nullptr) *recording_ns = MonotonicNs();
   const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
                          ? g_fns.event_record_ptsz(ev, stream)
                          : g_fns.event_record(ev, stream);
@@ -291,10 +311,15 @@ bool Capturing(CUstream stream, bool per_thread) {
 // Records the event that opens a batch's bracket, on the stream of its
 // first launch, as the last thing before that launch. False: no bracket
 // (no timing events, or the driver refused).
-bool OpenBracket(CUstream stream, bool per_thread) {
+bool OpenBracket(CUstream stream, bool per_thread, bool behind_own) {
   if (g_fns.event_elapsed == nullptr) return false;
-  t_gate.bracket = RecordEvent(stream, per_thread, /*timed=*/true);
-  t_bracket_opened_ns = MonotonicNs();
+  t_bracket_behind_own = behind_own;
+  // From before the record call: the event may be stamped anywhere in it,
+  // and the call may take long (on the simulated GPU of a 2-core machine,
+  // the executor thread it wakes preempted the caller for ~6 us after the
+  // stamp); timed from the call's return, that part stayed in the sample and
+  // 20 us kernels read 26-27 us.
+  t_gate.bracket = RecordEvent(stream, per_thread, /*timed=*/true, &t_bracket_opened_ns);
   return t_gate.bracket != nullptr;
 }
 
@@ -305,6 +330,8 @@ void CloseBracket(CUstream stream, bool per_thread) {
   // See Bracket: was the stream idle when the bracket opened?
   const uint64_t gap = MonotonicNs() - t_bracket_opened_ns;
   const bool idle = g_fns.event_query(start) == CUDA_SUCCESS;
+  // Pending with nothing of ours before it: waiting for the GPU, not for us.
+  const bool uncertain = !idle && !t_bracket_behind_own;
   // Another slice's work may have reached the GPU since the grant (a
   // co-runner's next batch): the bracket would time its slices of the GPU
   // too. Co-running pairs of 20 us loops learnt 31-38 us kernels without
@@ -315,7 +342,8 @@ void CloseBracket(CUstream stream, bool per_thread) {
   if (end != nullptr) {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_bracket_count < kMaxBrackets) {
-      g_brackets[g_bracket_count++] = Bracket{start, end, idle ? gap : 0, gap};
+      g_brackets[g_bracket_count++] =
+          Bracket{start, end, idle || uncertain ? gap : 0, gap, uncertain};
       return;
     }
   }

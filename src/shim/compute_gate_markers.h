@@ -63,8 +63,10 @@ bool Capturing(CUstream stream, bool per_thread);
 // events; the estimate is an average that moves slowly). Needs g_mu.
 bool BracketDueLocked();
 // Records the event that opens this thread's batch bracket on `stream`, as
-// the last thing before the batch's first launch. False: no bracket.
-bool OpenBracket(CUstream stream, bool per_thread);
+// the last thing before the batch's first launch. `behind_own`: work of
+// this process may be queued before it (InflightLocked before the grant).
+// False: no bracket.
+bool OpenBracket(CUstream stream, bool per_thread, bool behind_own);
 // Closes this thread's open bracket right behind its launch on `stream`.
 void CloseBracket(CUstream stream, bool per_thread);
 // A forked child starts over: none of the parent's markers, brackets or

@@ -162,5 +162,34 @@ TEST_F(ExecutorTest, AnEventWaitsForTheUnitWhileAnotherProcessHoldsIt) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// Regression (issue 19): an item submitted after the previous one had ended
+// on the timeline, while this executor's thread was still busy (here with a
+// blocking action that takes no GPU time, as the thread's own wake-up does),
+// started where the previous item ended, before it had been submitted. An
+// event recorded right after a synchronisation was stamped that way, and the
+// shim's brackets timed 20 us kernels at 22.6-25.3 us.
+TEST_F(ExecutorTest, WorkNeverStartsBeforeItWasSubmitted) {
+  Executor exec(model_.get(), 0);
+  exec.WaitFor(exec.Submit(Kernel(1'000'000)));
+  std::atomic<bool> release{false};
+  Work busy;
+  busy.action = [&] {
+    while (!release.load()) usleep(100);
+  };
+  exec.Submit(std::move(busy));
+  usleep(2'000);  // The timeline stands at the kernel's end, 2 ms ago.
+  std::atomic<uint64_t> stamp{0};
+  Work record;
+  record.instant = true;
+  record.action = [&] { stamp = exec.cursor_ns(); };
+  const uint64_t before = MonotonicNs();
+  const uint64_t seq = exec.Submit(std::move(record));
+  release = true;
+  exec.WaitFor(seq);
+  EXPECT_GE(stamp.load(), before) << "stamped " << (before - stamp.load()) / 1000
+                                  << " us before it was recorded";
+  EXPECT_LE(stamp.load(), MonotonicNs());
+}
+
 }  // namespace
 }  // namespace gpuslice::sim::driver
