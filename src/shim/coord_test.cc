@@ -143,5 +143,54 @@ TEST_F(CoordTest, ASliceAloneIsQuietForAsLongAsItsTokensLast) {
   EXPECT_EQ(mine.QuietNs(), UINT64_MAX) << "alone again";
 }
 
+// Issue 19: slices that all launch at once (the holder in its open turn and
+// co-runners beside it) are as quiet as a slice alone, while nobody waits
+// for a turn; a slice that takes turns, a waiting member or a closing turn
+// brings the usual pace back.
+TEST_F(CoordTest, CoRunningSlicesAreQuietWhileNobodyWaits) {
+  const std::string path = CoordPath(dir_, "GPU-1");
+  auto a = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  auto b = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  auto c = Coordinator::OpenOrCreate(path, "GPU-1", 0600);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  Coordinator& co = **a;
+  CooperativeTurns mine(std::move(*a), 100, path);
+  CooperativeTurns other(std::move(*b), 101, path);
+  CooperativeTurns third(std::move(*c), 102, path);
+  const uint64_t now = MonotonicNs();
+  ASSERT_TRUE(mine.Join(11, now).ok());
+  ASSERT_TRUE(other.Join(22, now).ok());
+  mine.Configure(300, coord::kModeHard, 1);
+  other.Configure(700, coord::kModeHard, 1);
+  const int32_t ms = co.member(0).slice.load(), os = co.member(1).slice.load();
+  ASSERT_GE(ms, 0);
+  ASSERT_GE(os, 0);
+  ASSERT_NE(ms, os);
+  co.slice(uint32_t(ms)).tokens_ns.store(7'000'000);
+  // The other slice holds an open turn and this one co-runs beside it.
+  co.header().holder.store(os);
+  co.header().turn_state.store(coord::kTurnOpen);
+  co.slice(uint32_t(ms)).flags.store(coord::kSliceCoRun);
+  EXPECT_EQ(mine.QuietNs(), 7'000'000u) << "co-running beside the holder";
+  co.member(1).flags.store(coord::kMemberWaiting);
+  EXPECT_EQ(mine.QuietNs(), 0u) << "a member waits";
+  co.member(1).flags.store(coord::kMemberInflight);
+  EXPECT_EQ(mine.QuietNs(), 7'000'000u);
+  co.header().turn_state.store(coord::kTurnClosing);
+  EXPECT_EQ(mine.QuietNs(), 0u) << "the turn closes: its drain is reported";
+  co.header().turn_state.store(coord::kTurnOpen);
+  // This slice holds the turn and the other co-runs.
+  co.header().holder.store(ms);
+  co.slice(uint32_t(ms)).flags.store(0);
+  co.slice(uint32_t(os)).flags.store(coord::kSliceCoRun);
+  EXPECT_EQ(mine.QuietNs(), 7'000'000u) << "holding, the other co-running";
+  co.slice(uint32_t(os)).flags.store(0);
+  EXPECT_EQ(mine.QuietNs(), 0u) << "the other slice takes turns";
+  co.slice(uint32_t(os)).flags.store(coord::kSliceCoRun);
+  ASSERT_TRUE(third.Join(33, now).ok());
+  third.Configure(200, coord::kModeHard, 1);
+  EXPECT_EQ(mine.QuietNs(), 0u) << "a third slice neither holds the turn nor co-runs";
+}
+
 }  // namespace
 }  // namespace gpuslice::shim
