@@ -58,11 +58,13 @@ class Turns {
   // times on the GPU's clock now may include the other's slices of time.
   virtual bool OthersInflight() const = 0;
   // How long the schedule can do without this process's decisions, in ns:
-  // no other slice is on the GPU (so nobody waits for this one's reports or
-  // for a hand-off it would decide), and this slice's hard cap, if any, has
-  // that much GPU time left before it closes the turn. 0: decide at the
-  // usual pace. Only the cooperative file, where members decide; the
-  // daemon's arbiter decides on its own clock from the members' reports.
+  // no other slice is on the GPU, or every slice launches at once (the
+  // holder's open turn and its co-runners) with nobody waiting for a turn
+  // (so nobody waits for this one's reports or for a hand-off it would
+  // decide), and this slice's hard cap, if any, has that much GPU time left
+  // before it closes the turn. 0: decide at the usual pace. Only the
+  // cooperative file, where members decide; the daemon's arbiter decides on
+  // its own clock from the members' reports.
   virtual uint64_t QuietNs() const { return 0; }
   virtual uint32_t TurnSeq() const = 0;
   virtual void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const = 0;
