@@ -91,21 +91,27 @@ namespace {
 //
 // Nor does a first event still pending at the launch call's return always
 // mean work of this process queued before it. Nothing of the process was
-// queued when the bracket opened, the event waits for the GPU itself: behind
-// another process's work that ended just then (a GPU switches contexts when
-// it ends; the simulated GPU, when that process's engine thread gets the CPU
-// back), or behind the engine's own wake-up. It is then stamped anywhere
-// between its record and the launch's arrival, and the kernel took between
-// the sample with the whole call taken off and the sample as it is: such a
-// sample is uncertain too. Counted as certain, co-running pairs of 20 us
+// queued when the bracket opened, the event waits for the GPU itself. With
+// no other slice on the GPU that is only the GPU (or the simulated GPU's
+// engine thread) not having got to it yet: it was stamped at its record, as
+// on an idle stream, and the call is taken off. With another slice on the
+// GPU it may wait behind that slice's work, which ended just then (a GPU
+// switches contexts when it ends; the simulated GPU, when that process's
+// engine thread gets the CPU back), and be stamped anywhere between its
+// record and the launch's arrival: the kernel took between the sample with
+// the whole call taken off and the sample as it is, so such a sample is
+// uncertain. Counted as certain (as it is), co-running pairs of 20 us
 // loops were charged 1.30 x the GPU time they used (1.01-1.02 now) once the
-// simulated GPU stopped starting work before it was submitted.
+// simulated GPU stopped starting work before it was submitted. Counted as
+// uncertain alone on the GPU too, nearly every sample of a lone 20 us loop
+// was, the estimate stayed where its first sample put it (22-23 us in some
+// runs), and a hard 30% slice under the arbiter got 0.87-0.91 of its share.
 struct Bracket {
   CUevent start = nullptr;
   CUevent end = nullptr;
   uint64_t cpu_gap_ns = 0;
   uint64_t call_ns = 0;    // From the first event's record to the launch call's return.
-  bool uncertain = false;  // Pending first event, nothing of ours before it.
+  bool uncertain = false;  // Pending first event, nothing of ours before it, others on the GPU.
 };
 // When this thread's open bracket's first event was recorded (MonotonicNs).
 thread_local uint64_t t_bracket_opened_ns __attribute__((tls_model("initial-exec"))) = 0;
@@ -330,8 +336,10 @@ void CloseBracket(CUstream stream, bool per_thread) {
   // See Bracket: was the stream idle when the bracket opened?
   const uint64_t gap = MonotonicNs() - t_bracket_opened_ns;
   const bool idle = g_fns.event_query(start) == CUDA_SUCCESS;
-  // Pending with nothing of ours before it: waiting for the GPU, not for us.
-  const bool uncertain = !idle && !t_bracket_behind_own;
+  // Pending with nothing of ours before it: waiting for the GPU, not for us;
+  // stamped at its record unless another slice's context held the GPU.
+  const bool waited_for_gpu = !idle && !t_bracket_behind_own;
+  const bool uncertain = waited_for_gpu && g_coord->OthersOnGpu();
   // Another slice's work may have reached the GPU since the grant (a
   // co-runner's next batch): the bracket would time its slices of the GPU
   // too. Co-running pairs of 20 us loops learnt 31-38 us kernels without
@@ -343,7 +351,7 @@ void CloseBracket(CUstream stream, bool per_thread) {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_bracket_count < kMaxBrackets) {
       g_brackets[g_bracket_count++] =
-          Bracket{start, end, idle || uncertain ? gap : 0, gap, uncertain};
+          Bracket{start, end, idle || waited_for_gpu ? gap : 0, gap, uncertain};
       return;
     }
   }

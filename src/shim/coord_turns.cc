@@ -76,6 +76,18 @@ bool CooperativeTurns::Outranked(uint32_t priority) const {
   return false;
 }
 
+bool CooperativeTurns::OthersOnGpu() const {
+  const int32_t m = member_.load(std::memory_order_relaxed);
+  const int32_t mine =
+      m >= 0 ? coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed) : -1;
+  for (uint32_t s = 0; s < coord::kMaxSlices; ++s) {
+    if (int32_t(s) != mine && coord_->slice(s).key.load(std::memory_order_relaxed) != 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool CooperativeTurns::OthersInflight() const {
   const int32_t m = member_.load(std::memory_order_relaxed);
   const int32_t mine =
@@ -240,6 +252,16 @@ bool BoardTurns::Outranked(uint32_t priority) const {
     if (int32_t(s) != me && e.job_id.load(std::memory_order_relaxed) != 0 &&
         e.share_milli.load(std::memory_order_relaxed) != 0 &&
         e.priority.load(std::memory_order_relaxed) > priority) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool BoardTurns::OthersOnGpu() const {
+  const int32_t me = SliceIndex();
+  for (uint32_t s = 0; s < board::kBoardSlices; ++s) {
+    if (int32_t(s) != me && board().slice(s).job_id.load(std::memory_order_relaxed) != 0) {
       return true;
     }
   }

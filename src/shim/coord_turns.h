@@ -57,6 +57,11 @@ class Turns {
   // flight: the GPU time-slices between processes, so what this process
   // times on the GPU's clock now may include the other's slices of time.
   virtual bool OthersInflight() const = 0;
+  // Another slice is on the GPU at all, with work in flight or not: its
+  // context may still hold the GPU after its work ended (a GPU switches
+  // contexts then; the simulated GPU when that process's engine thread runs
+  // again), whatever it reports.
+  virtual bool OthersOnGpu() const = 0;
   // How long the schedule can do without this process's decisions, in ns:
   // no other slice is on the GPU, or every slice launches at once (the
   // holder's open turn and its co-runners) with nobody waiting for a turn
@@ -94,6 +99,7 @@ class CooperativeTurns : public Turns {
   bool HoldsOpenTurn(uint64_t now_ns) const override;
   bool Outranked(uint32_t priority) const override;
   bool OthersInflight() const override;
+  bool OthersOnGpu() const override;
   uint64_t QuietNs() const override;
   uint32_t TurnSeq() const override;
   void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const override;
@@ -128,6 +134,7 @@ class BoardTurns : public Turns {
   bool HoldsOpenTurn(uint64_t now_ns) const override;
   bool Outranked(uint32_t priority) const override;
   bool OthersInflight() const override;
+  bool OthersOnGpu() const override;
   uint32_t TurnSeq() const override;
   void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const override;
   void CountLaunch() override;
