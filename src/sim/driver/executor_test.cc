@@ -162,6 +162,68 @@ TEST_F(ExecutorTest, AnEventWaitsForTheUnitWhileAnotherProcessHoldsIt) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// Regression (issue 19): a kernel that ended with its quantum used up while
+// another process waited for the unit handed the unit over and then waited
+// for it back before completing, so its synchronisation returned a whole
+// quantum of the other process late. A GPU signals a kernel's end before it
+// switches contexts. Two co-running loops of 1 ms kernels (the quantum)
+// each saw every synchronisation return a kernel of the other late, looked
+// idle to the compute arbiter meanwhile and lost their turns.
+TEST_F(ExecutorTest, AKernelCompletesWithoutWaitingForAnotherProcessesQuantum) {
+  constexpr uint64_t kQuantumNs = 400'000'000;
+  constexpr uint64_t kKernelNs = kQuantumNs;  // Ends as its quantum is used up.
+  ModelOptions options = Options();
+  options.state_path = dir_ + "/state-quantum";
+  options.quantum_ns = kQuantumNs;
+  int go[2], queued[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(queued), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // Another process: once told, queues a kernel on the same unit, which
+    // waits for the parent's kernel to let go of it.
+    close(go[1]);
+    close(queued[0]);
+    auto m = DeviceModel::Open(options);
+    if (!m.ok() || !(*m)->Register().ok()) _exit(2);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(3);
+    {
+      Executor other(m->get(), 0);
+      const uint64_t kernel = other.Submit(Kernel(kKernelNs));
+      if (write(queued[1], &c, 1) != 1) _exit(4);
+      other.WaitFor(kernel);
+    }
+    _exit(0);
+  }
+  close(go[0]);
+  close(queued[1]);
+  auto m = DeviceModel::Open(options);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_TRUE((*m)->Register().ok());
+  {
+    Executor exec(m->get(), 0);
+    const uint64_t submitted = MonotonicNs();
+    const uint64_t kernel = exec.Submit(Kernel(kKernelNs));
+    // Our kernel holds the unit; then the other process queues behind it.
+    usleep(50'000);
+    ASSERT_EQ(write(go[1], "g", 1), 1);
+    char c;
+    ASSERT_EQ(read(queued[0], &c, 1), 1);
+    usleep(50'000);
+    exec.WaitFor(kernel);
+    const uint64_t done = MonotonicNs();
+    // Held back, it completed a quantum (400 ms) after its end, at ~800 ms.
+    EXPECT_LT(done - submitted, kKernelNs + kQuantumNs / 2)
+        << "completed " << (done - submitted - kKernelNs) / 1'000'000 << " ms after its end";
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  m->reset();
+  unlink(options.state_path.c_str());
+}
+
 // Regression (issue 19): an item submitted after the previous one had ended
 // on the timeline, while this executor's thread was still busy (here with a
 // blocking action that takes no GPU time, as the thread's own wake-up does),
