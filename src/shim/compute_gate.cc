@@ -361,6 +361,9 @@ bool Start() {
   g_coord = turns->release();
   g_device = dev;
   g_params.corun = Config()->compute_corun;
+  // Only the cooperative file decides with these (the daemon's arbiter has
+  // its own): one user's own slices (PolicyParams).
+  g_params.corun_capped_max_host_duty_milli = kCoRunOwnSlicesMaxHostDutyMilli;
   g_placement = SliceRegion()->PlacementSeqOf(uint32_t(dev));
   FollowRegion(MonotonicNs());
   pthread_t thread;

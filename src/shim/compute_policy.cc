@@ -61,11 +61,12 @@ void MeasureDuty(SliceView& s, uint64_t now_ns, uint64_t elapsed, uint64_t used,
 // it reports (and trusted to), and measured to leave the GPU mostly idle, or
 // where the caps hold the split (`capped`), gaps in it: as the holder
 // (`host`) by a recent host duty, beside one by its duty.
-bool CoRunnable(const SliceView& s, uint64_t now_ns, bool capped, bool host) {
+bool CoRunnable(const SliceView& s, uint64_t now_ns, bool capped, bool host,
+                const PolicyParams& p) {
   if (!s.live || s.share_milli == 0 || !s.ChargedByReports()) return false;
   if (!capped) return s.duty_milli < kCoRunMaxDutyMilli;
   if (!host) return s.duty_milli < kCoRunCappedMaxDutyMilli;
-  return s.host_duty_milli < kCoRunCappedMaxHostDutyMilli && s.host_measured_ns != 0 &&
+  return s.host_duty_milli < p.corun_capped_max_host_duty_milli && s.host_measured_ns != 0 &&
          now_ns - s.host_measured_ns <= kHostDutyMaxAgeNs;
 }
 
@@ -346,9 +347,9 @@ void AssignCoRun(uint64_t now_ns, const TurnView& turn, std::span<SliceView> sli
   // of the holder and its co-runners add up to at most kCoRunMaxDutyMilli),
   // or, under caps that hold the split, beside a holder of low recent host
   // duty (each slice's bucket is then its limit: no budget).
-  const bool by_budget = open && CoRunnable(slices[size_t(h)], now_ns, false, /*host=*/true);
+  const bool by_budget = open && CoRunnable(slices[size_t(h)], now_ns, false, /*host=*/true, p);
   const bool by_caps = open && CapsHoldTheSplit(slices) &&
-                       CoRunnable(slices[size_t(h)], now_ns, true, /*host=*/true);
+                       CoRunnable(slices[size_t(h)], now_ns, true, /*host=*/true, p);
   int64_t budget = by_budget ? int64_t(kCoRunMaxDutyMilli) - slices[size_t(h)].duty_milli : 0;
   // How slice i may co-run now: 0 not, 1 within the budget, 2 under the caps.
   auto how = [&](size_t i) {
@@ -359,8 +360,8 @@ void AssignCoRun(uint64_t now_ns, const TurnView& turn, std::span<SliceView> sli
     if (!s.Active() && (s.idle_since_ns == 0 || now_ns - s.idle_since_ns >= p.idle_grace_ns)) {
       return 0;
     }
-    if (by_caps && CoRunnable(s, now_ns, true, /*host=*/false)) return 2;
-    if (by_budget && CoRunnable(s, now_ns, false, /*host=*/false) &&
+    if (by_caps && CoRunnable(s, now_ns, true, /*host=*/false, p)) return 2;
+    if (by_budget && CoRunnable(s, now_ns, false, /*host=*/false, p) &&
         int64_t(s.duty_milli) <= budget) {
       return 1;
     }

@@ -64,6 +64,15 @@ struct PolicyParams {
   // slices in flight at once cannot both be charged the wall time). On for
   // the daemon's arbiter and for the cooperative file.
   bool corun = false;
+  // The host duty below which a holder has co-runners under caps that hold
+  // the split (kCoRunCappedMaxHostDutyMilli, where it is explained). The
+  // daemon's arbiter keeps that limit: its slices are different users'
+  // jobs, and above it a co-runner that hides its GPU time was hosted by
+  // busy slices and took their GPU. The cooperative file raises it
+  // (kCoRunOwnSlicesMaxHostDutyMilli): all its slices are one user's own
+  // processes (the file is that user's, 0600), so a slice that hides its
+  // GPU time only takes its own user's.
+  uint32_t corun_capped_max_host_duty_milli = 900;
 };
 
 // Co-running (PolicyParams::corun): the duty of the holder and its
@@ -85,6 +94,17 @@ inline constexpr uint32_t kCoRunMaxDutyMilli = 700;
 // than its host duty (the GPU time the holder reports leaves it less time
 // to measure against: 0.82-0.89 for the 200 us loop), hence the two limits.
 inline constexpr uint32_t kCoRunCappedMaxHostDutyMilli = 900;
+static_assert(PolicyParams{}.corun_capped_max_host_duty_milli == kCoRunCappedMaxHostDutyMilli);
+// The cooperative file's limit (PolicyParams::corun_capped_max_host_duty_milli).
+// A 30/70 pair of 1 ms launch-then-synchronise loops reads host duties of
+// 0.87-1.0, below 0.9 only now and then, so it kept exclusive turns most of
+// the time, and exclusive turns cannot beat one loop's ceiling (90.7-94.5%
+// of the GPU) where the two loops reach 95.0-97.2% at that split without
+// gpuslice: the pair used 94.2-95.6% with 0.9, 94.8-96.4% with 0.95. At 0.97
+// free-running loops of 20 us kernels co-ran now and then and lost (their
+// pair 92.2-97.2% against 94.8-97.5%); at 0.95 they did not (93.5-97.0%
+// against 93.0-97.2%).
+inline constexpr uint32_t kCoRunOwnSlicesMaxHostDutyMilli = 950;
 // A host duty older than this does not count: the holder's co-runners are
 // dropped until it has held the GPU alone for a window again. A co-runner
 // that reports nothing is never out of tokens, so without it a holder whose

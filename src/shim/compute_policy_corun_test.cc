@@ -149,6 +149,49 @@ TEST(ComputePolicy, Issue19AHiddenCoRunnerDoesNotGetBusySlicesToHostIt) {
   }
 }
 
+// Issue 19: the cooperative file (one user's own slices) lets a holder of
+// higher host duty have co-runners under caps that hold the split
+// (kCoRunOwnSlicesMaxHostDutyMilli) than the daemon's arbiter does (its
+// slices are different users' jobs): a 30/70 pair of loops that keep the GPU
+// busy 94% of the time they run (1 ms kernels, a synchronise after each)
+// co-runs in the file and takes turns under the arbiter. Either way the
+// hard caps keep the split; loops that keep the GPU busy take turns in both.
+TEST(ComputePolicy, Issue19ACooperativeFileCoRunsLoopsOfHigherHostDuty) {
+  PolicyParams file;
+  file.corun = true;
+  file.corun_capped_max_host_duty_milli = kCoRunOwnSlicesMaxHostDutyMilli;
+  for (double duty : {0.94, 1.0}) {
+    double corun[2] = {0, 0}, total[2] = {0, 0};  // [in the file]
+    for (bool in_file : {false, true}) {
+      QueueModel m({Slice(300), Slice(700)}, {duty, duty});
+      m.params = in_file ? file : ArbiterParams();
+      m.Run(500 * kMs);  // Duties measured.
+      const uint64_t a0 = m.gpu_ns[0], b0 = m.gpu_ns[1], c0 = m.corun_ns;
+      constexpr uint64_t kRun = 5'000 * kMs;
+      m.Run(kRun);
+      corun[in_file] = double(m.corun_ns - c0) / kRun;
+      const double a = double(m.gpu_ns[0] - a0) / kRun, b = double(m.gpu_ns[1] - b0) / kRun;
+      total[in_file] = a + b;
+      // The caps hold the split (this model charges a holder under the
+      // arbiter for its whole turn: its loop gets its share of the time
+      // it runs, 0.30 x duty).
+      EXPECT_GE(a, 0.30 * duty - 0.02) << duty << " " << in_file;
+      EXPECT_LE(a, 0.32) << duty << " " << in_file;
+      EXPECT_GE(b, 0.70 * duty - 0.03) << duty << " " << in_file;
+      EXPECT_LE(b, 0.72) << duty << " " << in_file;
+    }
+    if (duty < 1.0) {
+      // 0.31 of the run co-running, the pair at 0.956 against 0.935 here.
+      EXPECT_GT(corun[true], 0.2);
+      EXPECT_LT(corun[false], 0.02);
+      EXPECT_GT(total[true], total[false]);
+    } else {
+      EXPECT_LT(corun[true], 0.05);
+      EXPECT_LT(corun[false], 0.05);
+    }
+  }
+}
+
 // Priority stays exclusive: a slice never co-runs beside a holder of another
 // priority, and a high-priority slice with work takes the GPU from a
 // co-running pair of normal ones at once (it gets all it asks for).
