@@ -258,27 +258,21 @@ bool BoardTurns::Outranked(uint32_t priority) const {
   return false;
 }
 
-bool BoardTurns::OthersOnGpu() const {
+bool BoardTurns::AnyOtherSlice(uint32_t reported) const {
   const int32_t me = SliceIndex();
   for (uint32_t s = 0; s < board::kBoardSlices; ++s) {
-    if (int32_t(s) != me && board().slice(s).job_id.load(std::memory_order_relaxed) != 0) {
+    const board::BoardSlice& e = board().slice(s);
+    if (int32_t(s) != me && e.job_id.load(std::memory_order_relaxed) != 0 &&
+        (e.reported.load(std::memory_order_relaxed) & reported) == reported) {
       return true;
     }
   }
   return false;
 }
 
-bool BoardTurns::OthersInflight() const {
-  const int32_t me = SliceIndex();
-  for (uint32_t s = 0; s < board::kBoardSlices; ++s) {
-    const board::BoardSlice& e = board().slice(s);
-    if (int32_t(s) != me && e.job_id.load(std::memory_order_relaxed) != 0 &&
-        (e.reported.load(std::memory_order_relaxed) & board::kMemberInflight) != 0) {
-      return true;
-    }
-  }
-  return false;
-}
+bool BoardTurns::OthersOnGpu() const { return AnyOtherSlice(0); }
+
+bool BoardTurns::OthersInflight() const { return AnyOtherSlice(board::kMemberInflight); }
 
 uint32_t BoardTurns::TurnSeq() const {
   return board().header().turn_seq.load(std::memory_order_acquire);

@@ -153,6 +153,9 @@ class BoardTurns : public Turns {
   const BoardView& board() const { return *Current().view; }
   // This slice's index on the board, -1 when it is not there.
   int32_t SliceIndex() const;
+  // Another slice on the board reports every flag of `reported` (0: any
+  // other slice at all).
+  bool AnyOtherSlice(uint32_t reported) const;
 
   // Every board followed so far, the current one last. A board left behind
   // stays mapped: a launch thread may still be reading it, and moves are

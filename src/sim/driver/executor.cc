@@ -113,7 +113,7 @@ void Executor::RunKernel(uint64_t cost_ns) {
   // behind the other process's quantum: two co-running loops of 1 ms
   // kernels each saw its synchronisations return a whole kernel of the
   // other late, looked idle to the compute arbiter meanwhile, and lost its
-  // turns (a hard 30% slice got 18-28% beside a 70% one, issue 19).
+  // turns (a hard 30% slice got 23-28% beside a 70% one, issue 19).
   uint64_t back = 0;
   if (!slicer_.holding()) {
     cursor_ = std::max(cursor_, slicer_.Acquire(cursor_));
