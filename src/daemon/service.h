@@ -495,6 +495,9 @@ class Service {
   core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
   void WatchRunning();
+  // A shell job (or run -i) whose processes are gone before its client
+  // reported their exit status: true while the daemon still waits for it.
+  bool AwaitShellExitReport(Live& l, int64_t now);
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
   void Dequeue(uint64_t id);

@@ -300,6 +300,62 @@ TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
   EXPECT_EQ(State(v->job.id), core::JobState::kExited);
 }
 
+// Regression (CI, stop 32): the shell ended, the daemon saw it gone before
+// the client's report arrived, and the job kept exit code -1 ("the shell
+// ended") while the client said 4.
+TEST_F(ServiceTest, ShellJobKeepsTheExitStatusReportedJustAfterItsProcessEnded) {
+  for (bool cgroups : {false, true}) {
+    SCOPED_TRACE(cgroups ? "in a cgroup" : "the process alone");
+    launcher_.cgroups = cgroups;
+    SubmitSpec s;
+    s.fields.mem = "4GiB";
+    s.mode = core::JobMode::kShell;
+    s.cwd = "/";
+    Caller c;
+    c.uid = getuid();
+    c.pid = getppid();
+    c.user = "me";
+    c.local = true;
+    auto v = service_->Submit(c, s);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
+    // The fake launcher says whether the attached process (group) lives.
+    launcher_.alive.insert(getpid());
+    service_->Tick();
+    EXPECT_EQ(State(v->job.id), core::JobState::kRunning);
+    launcher_.alive.erase(getpid());
+    service_->Tick();  // Gone, not reported yet: the daemon waits...
+    clock_.Advance(300);
+    service_->Tick();
+    EXPECT_EQ(State(v->job.id), core::JobState::kRunning);
+    ASSERT_TRUE(service_->ReportExit(c, v->job.id, 4).ok());  // ...for this.
+    EXPECT_EQ(State(v->job.id), core::JobState::kExited);
+    EXPECT_EQ(service_->Get(v->job.id)->job.exit_code, 4);
+  }
+}
+
+TEST_F(ServiceTest, ShellJobWhoseClientNeverReportsEndsWithoutAStatusAfterTheGrace) {
+  SubmitSpec s;
+  s.fields.mem = "4GiB";
+  s.mode = core::JobMode::kShell;
+  s.cwd = "/";
+  Caller c;
+  c.uid = getuid();
+  c.pid = getppid();
+  c.user = "me";
+  c.local = true;
+  auto v = service_->Submit(c, s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
+  service_->Tick();  // Not in the fake's live set: gone at once.
+  EXPECT_EQ(State(v->job.id), core::JobState::kRunning);
+  clock_.Advance(2'500);
+  service_->Tick();
+  ASSERT_EQ(State(v->job.id), core::JobState::kExited);
+  EXPECT_EQ(service_->Get(v->job.id)->job.exit_code, -1);
+  EXPECT_EQ(service_->Get(v->job.id)->job.reason, "the shell ended");
+}
+
 TEST_F(ServiceTest, SubmissionsStartsAndEndsAreEvents) {
   auto v = Submit("8GiB", std::nullopt);
   ASSERT_TRUE(v.ok());
