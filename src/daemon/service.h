@@ -432,6 +432,9 @@ class Service {
     // The audit saw it use more than it was charged (AuditCharge): the
     // arbiter disregards its reports.
     bool under_reported = false;
+    // The last audit found it short; the next one confirms it (a report
+    // that arrives a sample late, at the start of a burst, is not a lie).
+    bool audit_suspect = false;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
     // Suspend or resume in progress on a worker thread (service_suspend.cc).
     std::shared_ptr<CheckpointTask> checkpoint;

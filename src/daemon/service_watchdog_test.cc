@@ -438,14 +438,16 @@ TEST_F(WatchdogTest, ASliceUsingMoreThanItWasChargedIsDistrustedOnce) {
 }
 
 // The audit's bounds: a slice charged what NVML sees it use (honest; the
-// charge errs high), or a little less (a report that lags by a sample), or a
-// slice whose charge went back (it moved to other GPUs, whose boards count
-// from zero), is left alone; and without the compute watchdog, or without an
-// arbiter, there is no audit.
+// charge errs high), or a little less (a report that lags by a sample), or
+// one whose whole second of use at the start of a burst is charged a sample
+// late (its publishing thread starved of CPU; CI, stop 32, with a 2 s
+// window), or a slice whose charge went back (it moved to other GPUs, whose
+// boards count from zero), is left alone; and without the compute watchdog,
+// or without an arbiter, there is no audit.
 TEST_F(WatchdogTest, AnHonestSliceIsNotDistrusted) {
-  for (const char* kase : {"honest", "lagging", "moved", "off", "unarbitrated"}) {
+  for (const char* kase : {"honest", "lagging", "burst", "moved", "off", "unarbitrated"}) {
     PolicyConfig rules;
-    rules.watchdog_compute_window_ms = 3000;
+    rules.watchdog_compute_window_ms = std::string(kase) == "burst" ? 2000 : 3000;
     if (std::string(kase) == "off") rules.watchdog_compute = WatchdogAction::kOff;
     Start(rules);
     JobView v = StartJob("4GiB", "25%");
@@ -456,7 +458,13 @@ TEST_F(WatchdogTest, AnHonestSliceIsNotDistrusted) {
         continue;
       }
       uint64_t& charged = regions_.charged[v.job.region_path];
-      if (std::string(kase) == "lagging") {
+      if (std::string(kase) == "burst") {
+        // Idle, then 40% from second 6 on, each second's use charged at the
+        // next sample (NVML samples the interval before its time).
+        auto& processes = inventory_.usage[v.job.allocation.gpu_indices[0]].processes;
+        processes.back().sm_util_pct = i < 6 ? 0 : 40;
+        if (i > 6) charged += 400'000'000;
+      } else if (std::string(kase) == "lagging") {
         charged += i % 2 == 0 ? 250'000'000 : 450'000'000;  // 35% on average, unevenly.
       } else if (std::string(kase) == "moved") {
         charged = i == 10 ? 0 : charged + 420'000'000;
