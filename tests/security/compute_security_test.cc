@@ -7,7 +7,11 @@
 // time), over a common window, and compared with a run without the attacker
 // measured in the same test, so a slow machine moves both alike.
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +20,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -212,24 +217,58 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeIsCaughtAndHeldToItsShare) {
   ExpectHeld(base, held, "hid the GPU time it used and kept its gain");
 }
 
-// The board's flags of job `id`'s slice on the (only) GPU, or -1.
-int64_t BoardFlags(const std::string& state_dir, const std::string& id) {
-  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/coord")) {
-    if (entry.path().extension() != ".board") continue;
-    std::ifstream in(entry.path(), std::ios::binary);
-    std::string board((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // 64 slices of 128 bytes after a 512-byte header: job_id at 0, flags at 20
-    // (src/shim/coord_board_layout.h).
-    for (size_t at = 512; at + 128 <= board.size(); at += 128) {
+// The (only) GPU's board mapped read-only, as a job's shim maps it, to read
+// one slice's flags as often as the arbiter may change them: reading the
+// whole file every 2 ms missed a slice that co-ran in short bursts on a
+// loaded 2-core machine (0 samples co-running in 1 of 5 runs with four busy
+// loops beside the test, though the attacker took 43% of the GPU).
+class BoardWatch {
+ public:
+  BoardWatch(const std::string& state_dir, const std::string& id) {
+    for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/coord")) {
+      if (entry.path().extension() != ".board") continue;
+      const int fd = open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;
+      struct stat st {};
+      // 64 slices of 128 bytes after a 512-byte header: job_id at 0, flags
+      // at 20 (src/shim/coord_board_layout.h).
+      if (fstat(fd, &st) == 0 && st.st_size >= 512 + 64 * 128) {
+        void* m = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) {
+          map_ = static_cast<const uint8_t*>(m);
+          size_ = size_t(st.st_size);
+        }
+      }
+      close(fd);
+      break;
+    }
+    if (map_ == nullptr) return;
+    for (size_t at = 512; at + 128 <= size_; at += 128) {
       uint64_t job = 0;
-      uint32_t flags = 0;
-      std::memcpy(&job, board.data() + at, sizeof(job));
-      std::memcpy(&flags, board.data() + at + 20, sizeof(flags));
-      if (job != 0 && std::to_string(job) == id) return flags;
+      std::memcpy(&job, map_ + at, sizeof(job));
+      if (job != 0 && std::to_string(job) == id) slot_ = at;
     }
   }
-  return -1;
-}
+  ~BoardWatch() {
+    if (map_ != nullptr) munmap(const_cast<uint8_t*>(map_), size_);
+  }
+  BoardWatch(const BoardWatch&) = delete;
+  BoardWatch& operator=(const BoardWatch&) = delete;
+  // The job's slice is on the board.
+  bool ok() const { return slot_ != 0; }
+  // The slice's flags, or -1 once its entry names another job (it ended).
+  int64_t Flags(const std::string& id) const {
+    const auto* job = reinterpret_cast<const std::atomic<uint64_t>*>(map_ + slot_);
+    const auto* flags = reinterpret_cast<const std::atomic<uint32_t>*>(map_ + slot_ + 20);
+    if (std::to_string(job->load(std::memory_order_acquire)) != id) return -1;
+    return flags->load(std::memory_order_acquire);
+  }
+
+ private:
+  const uint8_t* map_ = nullptr;
+  size_t size_ = 0;
+  size_t slot_ = 0;
+};
 
 // Issue 19, co-running: slices whose loops leave the GPU mostly idle launch
 // beside the holder, and the check on unexplained time charges nobody for a
@@ -251,45 +290,67 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeToCoRunIsCaughtAndNeverCoRunsAgain) 
   constexpr double kAttackSeconds = 9;
   Split base = SideBySide("", "baseline");
   int64_t caught_ms = 0;
-  int corun_samples = 0, corun_after = 0, samples_after = 0;
-  Split attacked = SideBySide(
-      "--hide-gpu-time --seconds 12 --interval-us 0", "attack", kAttackSeconds,
-      [&](const std::string& id) {
-        // Whether it co-runs, sampled every 2 ms until the audit caught it.
-        std::atomic<bool> caught{false};
-        std::thread sampler([&] {
-          while (!caught.load()) {
-            const int64_t flags = BoardFlags(state_dir(), id);  // One read per sample.
-            corun_samples += flags > 0 && (flags & 2) != 0 ? 1 : 0;
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));
-          }
-        });
-        WaitFor(
-            [&] {
-              if (Events(id, "compute_audit").empty()) return false;
-              caught_ms = NowMs();
-              return true;
-            },
-            kAttackSeconds);
-        caught.store(true);
-        sampler.join();
-        if (caught_ms == 0) return;
-        // The flag is written by the decision after the distrust (one tick).
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        for (int i = 0; i < 200; ++i) {
-          const int64_t flags = BoardFlags(state_dir(), id);
-          if (flags < 0) break;  // The job ended.
-          ++samples_after;
-          corun_after += (flags & 2) != 0 ? 1 : 0;
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  int samples_before = 0, corun_samples = 0, corun_after = 0, samples_after = 0;
+  auto watch = [&](const std::string& id) {
+    // Whether it co-runs, sampled every 0.2 ms until the audit caught it.
+    std::atomic<bool> caught{false};
+    std::unique_ptr<BoardWatch> board;
+    std::thread sampler([&] {
+      while (!caught.load()) {
+        // The slice is on the board once its first process registered.
+        if (board == nullptr || !board->ok()) {
+          board = std::make_unique<BoardWatch>(state_dir(), id);
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          continue;
         }
-      });
-  ASSERT_NE(caught_ms, 0) << "the audit never caught the job that hid its GPU time";
-  std::cerr << "caught " << (caught_ms - attacked.from)
-            << " ms into the common window; co-running in " << corun_samples << " samples before, "
-            << corun_after << " of " << samples_after << " after\n";
-  EXPECT_GT(corun_samples, 0) << "the attack never co-ran: this test shows nothing";
-  EXPECT_GT(samples_after, 50);
+        const int64_t flags = board->Flags(id);
+        ++samples_before;
+        corun_samples += flags > 0 && (flags & 2) != 0 ? 1 : 0;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    });
+    WaitFor(
+        [&] {
+          if (Events(id, "compute_audit").empty()) return false;
+          caught_ms = NowMs();
+          return true;
+        },
+        kAttackSeconds);
+    caught.store(true);
+    sampler.join();
+    if (caught_ms == 0 || board == nullptr || !board->ok()) return;
+    // The flag is written by the decision after the distrust (one tick).
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 2000; ++i) {
+      const int64_t flags = board->Flags(id);
+      if (flags < 0) break;  // The job ended.
+      ++samples_after;
+      corun_after += (flags & 2) != 0 ? 1 : 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  // Whether the attack gets to co-run before the audit catches it depends
+  // on the neighbour's duty at that moment; the audit catches it either way
+  // (on a loaded 2-core machine, within 0.2 s and no co-running in 2 of 10
+  // runs). Such a run shows nothing of what follows co-running, so the
+  // attack is tried again, as a new job.
+  Split attacked;
+  constexpr int kAttempts = 3;
+  for (int attempt = 1; attempt <= kAttempts; ++attempt) {
+    caught_ms = 0;
+    samples_before = corun_samples = corun_after = samples_after = 0;
+    attacked = SideBySide("--hide-gpu-time --seconds 12 --interval-us 0",
+                          "attack" + std::to_string(attempt), kAttackSeconds, watch);
+    ASSERT_NE(caught_ms, 0) << "the audit never caught the job that hid its GPU time";
+    std::cerr << "attempt " << attempt << ": caught " << (caught_ms - attacked.from)
+              << " ms into the common window; co-running in " << corun_samples << " of "
+              << samples_before << " samples before, " << corun_after << " of " << samples_after
+              << " after\n";
+    if (corun_samples > 0) break;
+  }
+  ASSERT_GT(corun_samples, 0) << "the attack never co-ran in " << kAttempts
+                              << " attempts: this test shows nothing";
+  EXPECT_GT(samples_after, 100);
   EXPECT_EQ(corun_after, 0) << "a distrusted slice co-ran again";
   EXPECT_LE(caught_ms - attacked.from, 6000);
   const int64_t after = caught_ms + 500;
