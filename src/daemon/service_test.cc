@@ -62,6 +62,24 @@ class ServiceTest : public ::testing::Test {
   }
   core::JobState State(uint64_t id) { return service_->Get(id)->job.state; }
   int64_t Pid(uint64_t id) { return service_->Get(id)->job.pid; }
+  // The caller of shell jobs: this process's parent, as if this process were
+  // the client's held shell (the attached process is the caller's child).
+  static Caller ShellCaller() {
+    Caller c;
+    c.uid = getuid();
+    c.pid = getppid();
+    c.user = "me";
+    c.local = true;
+    return c;
+  }
+  // A 4 GiB shell job of ShellCaller(), running and waiting for its client.
+  core::Result<JobView> SubmitShell() {
+    SubmitSpec s;
+    s.fields.mem = "4GiB";
+    s.mode = core::JobMode::kShell;
+    s.cwd = "/";
+    return service_->Submit(ShellCaller(), s);
+  }
 
   std::string dir_;
   FakeClock clock_;
@@ -282,16 +300,8 @@ TEST_F(ServiceTest, UnreadableLedgerMakesTheServiceDegradedButReadable) {
 }
 
 TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
-  SubmitSpec s;
-  s.fields.mem = "4GiB";
-  s.mode = core::JobMode::kShell;
-  s.cwd = "/";
-  Caller c;
-  c.uid = getuid();
-  c.pid = getppid();  // The calling process: the attached one is its child.
-  c.user = "me";
-  c.local = true;
-  auto v = service_->Submit(c, s);
+  const Caller c = ShellCaller();
+  auto v = SubmitShell();
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->job.state, core::JobState::kRunning);
   EXPECT_TRUE(launcher_.launches.empty());  // The client starts the shell.
@@ -307,16 +317,8 @@ TEST_F(ServiceTest, ShellJobKeepsTheExitStatusReportedJustAfterItsProcessEnded) 
   for (bool cgroups : {false, true}) {
     SCOPED_TRACE(cgroups ? "in a cgroup" : "the process alone");
     launcher_.cgroups = cgroups;
-    SubmitSpec s;
-    s.fields.mem = "4GiB";
-    s.mode = core::JobMode::kShell;
-    s.cwd = "/";
-    Caller c;
-    c.uid = getuid();
-    c.pid = getppid();
-    c.user = "me";
-    c.local = true;
-    auto v = service_->Submit(c, s);
+    const Caller c = ShellCaller();
+    auto v = SubmitShell();
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
     // The fake launcher says whether the attached process (group) lives.
@@ -335,16 +337,8 @@ TEST_F(ServiceTest, ShellJobKeepsTheExitStatusReportedJustAfterItsProcessEnded) 
 }
 
 TEST_F(ServiceTest, ShellJobWhoseClientNeverReportsEndsWithoutAStatusAfterTheGrace) {
-  SubmitSpec s;
-  s.fields.mem = "4GiB";
-  s.mode = core::JobMode::kShell;
-  s.cwd = "/";
-  Caller c;
-  c.uid = getuid();
-  c.pid = getppid();
-  c.user = "me";
-  c.local = true;
-  auto v = service_->Submit(c, s);
+  const Caller c = ShellCaller();
+  auto v = SubmitShell();
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
   service_->Tick();  // Not in the fake's live set: gone at once.
