@@ -1,139 +1,16 @@
 // The enforcement watchdog and foreign GPU use (issue 13, items 4 and 5),
-// with fakes and a hand-moved clock: NVML's per-process figures come from
-// FakeInventory, process owners and groups from FakeProcessTable.
+// over the fixture of service_watchdog_fixture.h; the audit of the arbiter's
+// charge is in service_audit_test.cc.
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "daemon/launcher_fake.h"
-#include "daemon/service.h"
-#include "daemon/test_support.h"
+#include "daemon/service_watchdog_fixture.h"
 
 namespace gpuslice::daemon {
 namespace {
-
-namespace fs = std::filesystem;
-
-class WatchdogTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gpuslice-watchdog-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  void Start(PolicyConfig rules = {},
-             InventorySnapshot gpus = SimulatedGpus(2, "A100", 40 * core::kGiB)) {
-    inventory_ = FakeInventory(gpus);
-    ServiceOptions o;
-    o.state_dir = dir_;
-    o.kill_grace_ms = 1000;
-    o.rules = rules;
-    o.processes = &processes_;
-    o.groups_of = [](const std::string&, uint32_t) { return std::vector<std::string>{}; };
-    service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
-    ASSERT_TRUE(service_->Start().ok());
-    inventory_.usage = *FakeInventory(gpus).Usage();
-  }
-
-  // A running 4 GiB / 25% slice of user 1000; its log file exists, as the
-  // real launcher makes it.
-  JobView StartJob(const std::string& mem = "4GiB", const std::string& compute = "25%") {
-    SubmitSpec s;
-    s.fields.mem = mem;
-    s.fields.compute = compute;
-    s.argv = {"train"};
-    s.cwd = "/home/u";
-    auto v = service_->Submit(TestCaller(1000), s);
-    EXPECT_TRUE(v.ok()) << v.status().ToString();
-    JobView job = *service_->Get(v->job.id);
-    EXPECT_EQ(job.job.state, core::JobState::kRunning);
-    std::ofstream(launcher_.launches[job.job.pid].stderr_path);
-    return job;
-  }
-  // A GPU process of user `uid`, in process group `pgid` (0: its own).
-  void Process(uint32_t gpu, uint32_t pid, uint64_t bytes, uint32_t sm_pct, uint32_t uid,
-               int64_t pgid = 0, std::vector<std::string> groups = {}) {
-    inventory_.usage[gpu].processes.push_back({pid, bytes, sm_pct});
-    ProcessOwner o;
-    o.uid = o.gid = uid;
-    o.user = uid == 0 ? "root" : "u" + std::to_string(uid);
-    o.groups = std::move(groups);
-    processes_.owners[pid] = o;
-    processes_.groups[pid] = pgid ? pgid : pid;
-  }
-  // A process on a GPU in MIG mode, in the MIG device with these ids (as
-  // NVML lists it on the GPU).
-  void MigProcess(uint32_t gpu, uint32_t pid, uint64_t bytes, uint32_t uid, uint32_t gpu_instance,
-                  uint32_t compute_instance = 0) {
-    Process(gpu, pid, bytes, 0, uid);
-    inventory_.usage[gpu].processes.back().gpu_instance_id = gpu_instance;
-    inventory_.usage[gpu].processes.back().compute_instance_id = compute_instance;
-  }
-  core::Result<JobView> SubmitMig(const std::string& profile) {
-    SubmitSpec s;
-    s.fields.mig = profile;
-    s.argv = {"train"};
-    s.cwd = "/home/u";
-    return service_->Submit(TestCaller(1000), s);
-  }
-  // A Slurm step's 4 GiB slice of user 1000, bound to its slurmstepd (pid
-  // 4242, root, alive).
-  core::Result<JobView> SubmitBoundStep() {
-    launcher_.alive.insert(4242);
-    processes_.owners[4242] = {0, 0, "root", {}};
-    Caller stepd = TestCaller(1000);
-    stepd.pid = 4242;
-    SubmitSpec s;
-    s.mode = core::JobMode::kExternal;
-    s.fields.mem = "4GiB";
-    s.bound_to_caller = true;
-    return service_->Submit(stepd, s);
-  }
-  JobView Get(uint64_t id) { return *service_->Get(id); }
-  std::vector<Event> EventsOf(uint64_t job_id, const std::string& kind) {
-    EventQuery q;
-    q.job_id = job_id;
-    std::vector<Event> out;
-    auto events = service_->Events(q);
-    if (!events.ok()) return out;
-    for (const Event& e : *events) {
-      if (e.kind == kind) out.push_back(e);
-    }
-    return out;
-  }
-  std::string Log(const JobView& v) {
-    std::ifstream in(launcher_.launches[v.job.pid].stderr_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  bool HasFlag(uint64_t id, const std::string& flag) {
-    auto flags = Get(id).flags;
-    return std::find(flags.begin(), flags.end(), flag) != flags.end();
-  }
-  void Run(int seconds) {
-    for (int i = 0; i < seconds; ++i) {
-      clock_.Advance(1000);
-      service_->Tick();
-    }
-  }
-
-  std::string dir_;
-  FakeClock clock_;
-  FakeInventory inventory_{SimulatedGpus(2, "A100", 40 * core::kGiB)};
-  FakeLauncher launcher_;
-  FakeRegionStore regions_;
-  FakeProcessTable processes_;
-  std::unique_ptr<Service> service_;
-};
 
 // Issue 13: a job rewrote its region's limit to unlimited, and its process
 // that skipped the shim held 20 GiB in a 4 GiB slice; the watchdog read the
@@ -400,84 +277,6 @@ TEST_F(WatchdogTest, ComputeKillWhenConfigured) {
   EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kCancelled);
   EXPECT_EQ(EventsOf(v.job.id, "watchdog_compute").size(), 1u);
   EXPECT_NE(Log(v).find("bypasses its turns"), std::string::npos);
-}
-
-// Issue 19: the arbiter charges a slice the GPU time its processes report.
-// A slice whose processes NVML sees use far more than it was charged over the
-// compute window hid its work: the daemon tells the arbiter to disregard its
-// reports (the slice is then charged the wall time of its turns), once, with
-// an event, a warning in the job's log and a flag.
-TEST_F(WatchdogTest, ASliceUsingMoreThanItWasChargedIsDistrustedOnce) {
-  PolicyConfig rules;
-  rules.watchdog_compute_window_ms = 5000;
-  Start(rules);
-  JobView v = StartJob("4GiB", "25%");
-  Process(v.job.allocation.gpu_indices[0], 777, 1 * core::kGiB, 40, 1000, v.job.pid);
-  // Charged 10% of the wall time while NVML sees 40%.
-  auto run = [&](int seconds, uint64_t charged_per_s) {
-    for (int i = 0; i < seconds; ++i) {
-      regions_.charged[v.job.region_path] += charged_per_s;
-      Run(1);
-    }
-  };
-  run(4, 100'000'000);
-  EXPECT_TRUE(regions_.distrusted.empty()) << "not before a whole window";
-  run(2, 100'000'000);
-  ASSERT_EQ(regions_.distrusted, std::vector<std::string>{v.job.region_path});
-  auto events = EventsOf(v.job.id, "compute_audit");
-  ASSERT_EQ(events.size(), 1u);
-  EXPECT_NE(events[0].message.find("charged the wall time of its turns"), std::string::npos)
-      << events[0].message;
-  EXPECT_TRUE(HasFlag(v.job.id, "under_reported"));
-  EXPECT_NE(Log(v).find("(NVML), but the arbiter charged it"), std::string::npos) << Log(v);
-  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning) << "neither killed nor stopped";
-  run(10, 100'000'000);
-  EXPECT_EQ(regions_.distrusted.size(), 1u) << "once";
-  EXPECT_EQ(EventsOf(v.job.id, "compute_audit").size(), 1u);
-  EXPECT_TRUE(EventsOf(v.job.id, "watchdog_compute").empty()) << "40% < 25% + 25% margin";
-}
-
-// The audit's bounds: a slice charged what NVML sees it use (honest; the
-// charge errs high), or a little less (a report that lags by a sample), or
-// one whose whole second of use at the start of a burst is charged a sample
-// late (its publishing thread starved of CPU; CI, stop 32, with a 2 s
-// window), or a slice whose charge went back (it moved to other GPUs, whose
-// boards count from zero), is left alone; and without the compute watchdog,
-// or without an arbiter, there is no audit.
-TEST_F(WatchdogTest, AnHonestSliceIsNotDistrusted) {
-  for (const char* kase : {"honest", "lagging", "burst", "moved", "off", "unarbitrated"}) {
-    PolicyConfig rules;
-    rules.watchdog_compute_window_ms = std::string(kase) == "burst" ? 2000 : 3000;
-    if (std::string(kase) == "off") rules.watchdog_compute = WatchdogAction::kOff;
-    Start(rules);
-    JobView v = StartJob("4GiB", "25%");
-    Process(v.job.allocation.gpu_indices[0], 777, 1 * core::kGiB, 40, 1000, v.job.pid);
-    for (int i = 0; i < 20; ++i) {
-      if (std::string(kase) == "unarbitrated") {  // No arbiter decides its turns: nothing to audit.
-        Run(1);
-        continue;
-      }
-      uint64_t& charged = regions_.charged[v.job.region_path];
-      if (std::string(kase) == "burst") {
-        // Idle, then 40% from second 6 on, each second's use charged at the
-        // next sample (NVML samples the interval before its time).
-        auto& processes = inventory_.usage[v.job.allocation.gpu_indices[0]].processes;
-        processes.back().sm_util_pct = i < 6 ? 0 : 40;
-        if (i > 6) charged += 400'000'000;
-      } else if (std::string(kase) == "lagging") {
-        charged += i % 2 == 0 ? 250'000'000 : 450'000'000;  // 35% on average, unevenly.
-      } else if (std::string(kase) == "moved") {
-        charged = i == 10 ? 0 : charged + 420'000'000;
-      } else {
-        charged += 420'000'000;
-      }
-      Run(1);
-    }
-    EXPECT_TRUE(regions_.distrusted.empty()) << kase;
-    EXPECT_TRUE(EventsOf(v.job.id, "compute_audit").empty()) << kase;
-    regions_.distrusted.clear();
-    regions_.charged.clear();
-  }
 }
 
 // Issue 13 item 4: a work-conserving slice may use what others leave, so it
