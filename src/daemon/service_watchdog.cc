@@ -283,11 +283,7 @@ void Service::AuditCharge(const core::Job& job, Live& l) {
     charged_ms += double(*c1 - *c0) / 1e6;
     span_ms += dt;
   }
-  if (span_ms <= 0) {
-    l.audit_suspect = false;
-    return;
-  }
-  if (used_ms <= charged_ms * kAuditRatio + kAuditSlackPct / 100.0 * span_ms) {
+  if (span_ms <= 0 || used_ms <= charged_ms * kAuditRatio + kAuditSlackPct / 100.0 * span_ms) {
     l.audit_suspect = false;
     return;
   }

@@ -224,7 +224,7 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeIsCaughtAndHeldToItsShare) {
 // loops beside the test, though the attacker took 43% of the GPU).
 class BoardWatch {
  public:
-  BoardWatch(const std::string& state_dir, const std::string& id) {
+  BoardWatch(const std::string& state_dir, const std::string& id) : job_(std::stoull(id)) {
     for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/coord")) {
       if (entry.path().extension() != ".board") continue;
       const int fd = open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
@@ -246,7 +246,7 @@ class BoardWatch {
     for (size_t at = 512; at + 128 <= size_; at += 128) {
       uint64_t job = 0;
       std::memcpy(&job, map_ + at, sizeof(job));
-      if (job != 0 && std::to_string(job) == id) slot_ = at;
+      if (job == job_) slot_ = at;
     }
   }
   ~BoardWatch() {
@@ -257,14 +257,15 @@ class BoardWatch {
   // The job's slice is on the board.
   bool ok() const { return slot_ != 0; }
   // The slice's flags, or -1 once its entry names another job (it ended).
-  int64_t Flags(const std::string& id) const {
+  int64_t Flags() const {
     const auto* job = reinterpret_cast<const std::atomic<uint64_t>*>(map_ + slot_);
     const auto* flags = reinterpret_cast<const std::atomic<uint32_t>*>(map_ + slot_ + 20);
-    if (std::to_string(job->load(std::memory_order_acquire)) != id) return -1;
+    if (job->load(std::memory_order_acquire) != job_) return -1;
     return flags->load(std::memory_order_acquire);
   }
 
  private:
+  const uint64_t job_;
   const uint8_t* map_ = nullptr;
   size_t size_ = 0;
   size_t slot_ = 0;
@@ -303,7 +304,7 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeToCoRunIsCaughtAndNeverCoRunsAgain) 
           std::this_thread::sleep_for(std::chrono::milliseconds(2));
           continue;
         }
-        const int64_t flags = board->Flags(id);
+        const int64_t flags = board->Flags();
         ++samples_before;
         corun_samples += flags > 0 && (flags & 2) != 0 ? 1 : 0;
         std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -322,7 +323,7 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeToCoRunIsCaughtAndNeverCoRunsAgain) 
     // The flag is written by the decision after the distrust (one tick).
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     for (int i = 0; i < 2000; ++i) {
-      const int64_t flags = board->Flags(id);
+      const int64_t flags = board->Flags();
       if (flags < 0) break;  // The job ended.
       ++samples_after;
       corun_after += (flags & 2) != 0 ? 1 : 0;
