@@ -79,6 +79,7 @@ class ComputeShareTest : public ::testing::Test {
  protected:
   // The pair of Issue19...CoRuns tests (below).
   CoRunPair RunCoRunPair(unsigned kernel_us, int rounds = 1);
+  void KeepFartherCharge(double* kept);
   void SetUp() override {
     char tmpl[] = "/tmp/gpuslice-compute-e2e-XXXXXX";
     dir_ = mkdtemp(tmpl);
@@ -462,6 +463,31 @@ TEST_F(ComputeShareTest, Issue19ACoRunningPairDecidesLessOften) {
   EXPECT_GT(wakeups[1], 0.0);
 }
 
+// What the slices of the run just ended were charged (the coordination
+// file's slice entries: charged_ns at offset 40) per GPU time they used (the
+// simulator's count since their processes started). Over several rounds the
+// figure farthest from 1 is kept: a fault may show in one round only (another
+// slice's kernels timed in a bracket now and then charged 1.08-1.21 in one
+// round in three, and 1.265 in clean-clone CI).
+void ComputeShareTest::KeepFartherCharge(double* kept) {
+  std::vector<uint64_t> charged;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    if (e.path().extension() != ".coord") continue;
+    const std::string file = Slurp(e.path());
+    for (size_t at = 512; at + 128 <= 512 + 32 * 128 && at + 128 <= file.size(); at += 128) {
+      uint64_t ns = 0;
+      std::memcpy(&ns, file.data() + at + 40, sizeof(ns));
+      if (ns > 0) charged.push_back(ns);
+    }
+  }
+  EXPECT_EQ(charged.size(), 2u);
+  const uint64_t used = samples_.back().busy[0] + samples_.back().busy[1];
+  if (charged.size() != 2 || used == 0) return;
+  const double now = double(charged[0] + charged[1]) / double(used);
+  Note("charged per GPU time used, this round", now);
+  if (*kept == 0 || std::abs(std::log(now)) > std::abs(std::log(*kept))) *kept = now;
+}
+
 // Issue 19: a 30/70 pair of hard slices whose loops synchronise after every
 // kernel, run three times in the same test: without shares (the ceiling),
 // with exclusive turns, and co-running (launching side by side). Each slice
@@ -498,25 +524,8 @@ CoRunPair ComputeShareTest::RunCoRunPair(unsigned kernel_us, int rounds) {
         a = a_now;
         b = b_now;
       }
+      if (run == kCoRun) KeepFartherCharge(&r.charged_per_used);
     }
-  }
-  // What each slice was charged in the co-running run (the coordination
-  // file's slice entries: charged_ns at offset 40) against what it used (the
-  // simulator's count since its process started).
-  std::vector<uint64_t> charged;
-  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
-    if (e.path().extension() != ".coord") continue;
-    const std::string file = Slurp(e.path());
-    for (size_t at = 512; at + 128 <= 512 + 32 * 128 && at + 128 <= file.size(); at += 128) {
-      uint64_t ns = 0;
-      std::memcpy(&ns, file.data() + at + 40, sizeof(ns));
-      if (ns > 0) charged.push_back(ns);
-    }
-  }
-  EXPECT_EQ(charged.size(), 2u);
-  const uint64_t used = samples_.back().busy[0] + samples_.back().busy[1];
-  if (charged.size() == 2 && used > 0) {
-    r.charged_per_used = double(charged[0] + charged[1]) / double(used);
   }
   Note("pair co-running / unshared", (r.a + r.b) / (r.a_unshared + r.b_unshared));
   Note("pair co-running / exclusive", (r.a + r.b) / (r.a_exclusive + r.b_exclusive));
@@ -538,36 +547,27 @@ TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
   ASSERT_GT(r.a_unshared, 1.0) << "the loops hardly ran";
   // Measured on a quiet 2-core machine: the pair 1.0-1.2 of the unshared
   // pair, the 30% slice 1.0-1.2 of its unshared figure and 1.6-1.8 times what
-  // it got in exclusive turns. An earlier bound, the pair at 1.05 times its
-  // exclusive figure, failed in CI and 2 of 5 runs here: the exclusive pair
-  // sometimes reaches the co-running figure (30-35% of the GPU against 24-27%
-  // in most runs), since the 70% slice's turns fill the GPU as well as its
-  // loop can.
-  // Against the unshared pair the figure moves with the CPU, not only with
-  // the shim: on a faster 2-core VM (the loops alone at 34-41% of the GPU)
-  // the pair co-ran at 0.80-0.90 of it, clean-clone CI runs read 0.84, 0.84
-  // and 0.79 (the 30% slice 0.79: 18.7% against 23.6%), and with one
-  // busy-looping process beside the test on a machine where it reads 1.0
-  // when quiet, 0.60-0.72 in six runs: the busy CPU lifts the unshared loops (its
-  // cores never idle) and holds the co-running ones back (in part their gate
-  // threads' 200 us ticks: with 1 ms ticks, 57-64 k launches in 3 s beside
-  // the busy process against 51-57 k, and 79-81 k unshared). Issue 19's 0.97 is not met
-  // there (docs/PERFORMANCE.md, ninth session). So the unshared figure only
-  // bounds gross losses, and what co-running fixed is checked against the
-  // exclusive turns of the same test: they held such a pair to 0.58-0.66 of
-  // its unshared figure and the 30% slice to about half of what it gets
-  // co-running (9.0-11.4% against 13.5-22.3%, busy CPU and CI included).
+  // it got in exclusive turns (the pair's exclusive turns alone sometimes
+  // reach the co-running figure: the 70% slice's turns fill the GPU as well
+  // as its loop can, so the pair is not bounded against them). Against the
+  // unshared pair the figure moves with the CPU: clean-clone CI read
+  // 0.79-0.84, and one busy-looping process beside the test 0.60-0.72 (it
+  // lifts the unshared loops, whose cores never idle, and holds back the
+  // co-running ones; docs/PERFORMANCE.md, ninth session). So the unshared
+  // figure only bounds gross losses; what co-running fixed is checked
+  // against the exclusive turns, which held the 30% slice to about half of
+  // what it gets co-running (9.0-11.4% against 13.5-22.3%, CI included).
   EXPECT_GE(corun, 0.5 * unshared) << corun << "% against " << unshared << "% of the GPU";
   EXPECT_GE(r.a, 0.5 * std::min(30.0, r.a_unshared))
       << "the 30% slice: " << r.a << "% against " << r.a_unshared << "% unshared";
   EXPECT_GE(r.a, 1.2 * r.a_exclusive) << "the 30% slice co-running: " << r.a << "% against "
                                       << r.a_exclusive << "% in exclusive turns";
-  // Charged per GPU time used: 1.01-1.02 on a quiet machine, 1.01-1.10
-  // beside the busy-looping process; the faults it guards against charged
-  // 1.25-1.48 (a bracket whose first event waited for the GPU, counted as
-  // certain: 1.30).
-  EXPECT_GT(r.charged_per_used, 0.8);
-  EXPECT_LT(r.charged_per_used, 1.25);
+  // Charged per GPU time used, the worse of two rounds: 1.00-1.01 on a quiet
+  // machine, 0.99-1.03 beside 1-3 busy-looping processes (12 rounds each);
+  // the faults it guards against charged 1.08-1.48 (compute_gate_markers.cc:
+  // a bracket that timed the launch call, or another slice's kernels).
+  EXPECT_GT(r.charged_per_used, 0.9);
+  EXPECT_LT(r.charged_per_used, 1.1);
 }
 
 // Loops of 200 us kernels keep the GPU busy ~70% of the time each: too busy
