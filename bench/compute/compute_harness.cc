@@ -3,9 +3,10 @@
 // time is the ground truth. Each scenario runs in a fresh temporary
 // directory (own simulator state, own coordination files, own regions).
 //
-//   compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter]
+//   compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter] [--rounds N]
 //   (NAME: part of a scenario's name; "short kernels: 30/70 hard, 20 us, sync"
-//   runs that scenario's group of the short-kernel suite)
+//   runs that scenario's group of the short-kernel suite; N: rounds of each
+//   such group, 3 unless given)
 //
 // --arbiter runs the tenants as the daemon runs jobs: the daemon's compute
 // arbiter (src/daemon/arbiter.h), in this process, decides their turns from
@@ -540,6 +541,7 @@ std::vector<Scenario> Scenarios() {
 int main(int argc, char** argv) {
   std::string only, json_path;
   double scale = 1.0;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--only" && i + 1 < argc)
@@ -550,9 +552,12 @@ int main(int argc, char** argv) {
       json_path = argv[++i];
     else if (a == "--arbiter")
       compute_harness::g_arbiter = true;
+    else if (a == "--rounds" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
+      rounds = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
-                   "usage: compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter]\n");
+                   "usage: compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter] "
+                   "[--rounds N (> 0)]\n");
       return 2;
     }
   }
@@ -567,7 +572,7 @@ int main(int argc, char** argv) {
   // The short-kernel suite runs whole, or only the groups (one kernel
   // length and loop, with their ceilings) whose scenarios `only` names.
   if (only.empty() || only.starts_with("short kernels")) {
-    compute_harness::RunShortKernels(scale, only, &all);
+    compute_harness::RunShortKernels(scale, only, rounds, &all);
   }
   if (only.empty() || std::string("priority").find(only) != std::string::npos) {
     compute_harness::RunPriority(scale, &all);

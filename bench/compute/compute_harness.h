@@ -43,8 +43,8 @@ std::vector<Scenario> Scenarios();
 // Issue 19: 20 us / 200 us / 1 ms kernels, synchronising and free-running,
 // each beside its unshared ceilings in the same run; appends to `all`.
 // `only`: empty or "short kernels" for the whole suite, else the groups
-// with a scenario whose name contains it.
-void RunShortKernels(double scale, const std::string& only, nlohmann::json* all);
+// with a scenario whose name contains it. `rounds` of each group's runs.
+void RunShortKernels(double scale, const std::string& only, int rounds, nlohmann::json* all);
 // A high-priority inference tenant alone and beside two best-effort ones,
 // rounds side by side; appends to `all`.
 void RunPriority(double scale, nlohmann::json* all);

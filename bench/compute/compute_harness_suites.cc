@@ -13,10 +13,6 @@ namespace compute_harness {
 
 namespace {
 
-// Rounds of (ceiling, 30% alone, ceiling at 30/70, 30/70 pair) per case of
-// the short-kernel suite.
-constexpr int kShortKernelRounds = 3;
-
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::ranges::sort(v);
@@ -25,7 +21,7 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_out) {
+void RunShortKernels(double scale, const std::string& only, int rounds, nlohmann::json* all_out) {
   nlohmann::json& all = *all_out;
   // Issue 19: what a hard 30% slice gets alone, and what a 30/70 pair of
   // hard slices uses together, with 20 us, 200 us and 1 ms kernels, in a
@@ -74,7 +70,8 @@ void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_
       // 16-25% of the GPU in six runs of one hour), so a single couple's
       // ratio read 0.62-1.25. The medians of the rounds' ratios, and
       // their range.
-      std::vector<double> tops, gots, tops_split, boths, alone_of_owed, pair_of_split;
+      std::vector<double> tops, gots, tops2, tops_split, boths, alone_of_owed, pair_of_two,
+          pair_of_split;
       auto print = [&](nlohmann::json j, int round) {
         j["round"] = round;
         std::printf("%s\n", j.dump().c_str());
@@ -82,38 +79,50 @@ void RunShortKernels(double scale, const std::string& only, nlohmann::json* all_
         all.push_back(j);
         return j.value("aggregate_pct", 0.0);
       };
-      const double top2 = print(RunScenario(ceiling2, scale, nullptr), 1);
-      for (int round = 1; round <= kShortKernelRounds; ++round) {
-        const double top = print(RunScenario(ceiling, scale, nullptr), round);
-        const double got = print(RunScenario(alone, scale, nullptr), round);
-        const double top_split = print(RunScenario(split, scale, nullptr), round);
-        const double both = print(RunScenario(pair, scale, nullptr), round);
+      // Each round runs the pair between its two ceilings (the same two
+      // processes without shares, and at the split), and every other round
+      // runs in reverse order: the machine's speed drifts over seconds to
+      // minutes (the ceiling of two 20 us loops read 37.8% and 59.1% in
+      // consecutive rounds), and a drift then moves both sides of a ratio
+      // alike, or cancels across rounds.
+      for (int round = 1; round <= rounds; ++round) {
+        double top = 0, got = 0, top2 = 0, both = 0, top_split = 0;
+        std::vector<std::pair<const Scenario*, double*>> order = {{&ceiling, &top},
+                                                                  {&alone, &got},
+                                                                  {&ceiling2, &top2},
+                                                                  {&pair, &both},
+                                                                  {&split, &top_split}};
+        if (round % 2 == 0) std::ranges::reverse(order);
+        for (auto& [scenario, result] : order) {
+          *result = print(RunScenario(*scenario, scale, nullptr), round);
+        }
         tops.push_back(top);
         gots.push_back(got);
+        tops2.push_back(top2);
         tops_split.push_back(top_split);
         boths.push_back(both);
         // A 30% slice is owed 30% of the GPU, or all the loop can reach if less.
         const double owed = std::min(30.0, top);
         alone_of_owed.push_back(owed > 0 ? got / owed : 0);
+        pair_of_two.push_back(top2 > 0 ? both / top2 : 0);
         pair_of_split.push_back(top_split > 0 ? both / top_split : 0);
-        std::fflush(stdout);
       }
       auto r3 = [](double x) { return std::round(x * 1000) / 1000; };
       auto range = [&](std::vector<double> v) {
         std::ranges::sort(v);
         return nlohmann::json::array({r3(v.front()), r3(v.back())});
       };
-      const double both = Median(boths);
       rows.push_back({{"kernel_us", us},
                       {"loop", sync ? "sync" : "free"},
-                      {"rounds", kShortKernelRounds},
+                      {"rounds", rounds},
                       {"ceiling_pct", Median(tops)},
                       {"alone_30_pct", Median(gots)},
                       {"alone_30_of_owed", r3(Median(alone_of_owed))},
                       {"alone_30_of_owed_range", range(alone_of_owed)},
-                      {"ceiling_of_two_pct", top2},
-                      {"pair_total_pct", both},
-                      {"pair_of_ceiling", top2 > 0 ? r3(both / top2) : 0},
+                      {"ceiling_of_two_pct", Median(tops2)},
+                      {"pair_total_pct", Median(boths)},
+                      {"pair_of_ceiling", r3(Median(pair_of_two))},
+                      {"pair_of_ceiling_range", range(pair_of_two)},
                       {"ceiling_at_split_pct", Median(tops_split)},
                       {"pair_of_split_ceiling", r3(Median(pair_of_split))},
                       {"pair_of_split_ceiling_range", range(pair_of_split)}});
