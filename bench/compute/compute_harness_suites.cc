@@ -82,7 +82,7 @@ void RunShortKernels(double scale, const std::string& only, int rounds, nlohmann
       // Each round runs the pair between its two ceilings (the same two
       // processes without shares, and at the split), and every other round
       // runs in reverse order: the machine's speed drifts over seconds to
-      // minutes (the ceiling of two 20 us loops read 37.8% and 59.1% in
+      // minutes (the split ceiling of two 20 us loops read 59.1% and 37.8% in
       // consecutive rounds), and a drift then moves both sides of a ratio
       // alike, or cancels across rounds.
       for (int round = 1; round <= rounds; ++round) {
