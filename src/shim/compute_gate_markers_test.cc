@@ -11,14 +11,18 @@ namespace {
 
 // Events on a fake GPU whose stream is idle: an event recorded before a
 // launch is stamped at its record; one recorded right after the launch
-// completes `kernel_ns` later (the kernel starts at the launch). Whether an
-// event is complete is up to the test (the GPU may not have got to it yet).
+// completes `kernel_ns` after the launch call returned (g_launch_end_ns),
+// whenever its own record call runs: a test thread preempted in between on
+// a loaded machine lengthened the kernel by the preemption, and a bound
+// 1 us above the kernel failed under ctest -j2. Whether an event is
+// complete is up to the test (the GPU may not have got to it yet).
 struct FakeEvent {
   uint64_t stamp_ns = 0;
   bool done = false;
 };
 std::deque<FakeEvent> g_events;  // Stable addresses.
 uint64_t g_kernel_ns = 0;        // The next event recorded closes a kernel of this length.
+uint64_t g_launch_end_ns = 0;    // ... launched by a call that returned then.
 
 CUresult CUDAAPI Create(CUevent* ev, unsigned int) {
   g_events.emplace_back();
@@ -26,7 +30,8 @@ CUresult CUDAAPI Create(CUevent* ev, unsigned int) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI Record(CUevent ev, CUstream) {
-  reinterpret_cast<FakeEvent*>(ev)->stamp_ns = MonotonicNs() + g_kernel_ns;
+  reinterpret_cast<FakeEvent*>(ev)->stamp_ns =
+      (g_kernel_ns > 0 ? g_launch_end_ns : MonotonicNs()) + g_kernel_ns;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI Query(CUevent ev) {
@@ -93,6 +98,7 @@ class GateMarkersTest : public ::testing::Test {
     start->done = !pending;
     timespec call{0, 200'000};
     nanosleep(&call, nullptr);
+    g_launch_end_ns = MonotonicNs();
     g_kernel_ns = kernel_ns;
     CloseBracket(nullptr, false);
     g_kernel_ns = 0;
