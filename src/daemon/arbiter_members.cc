@@ -46,8 +46,16 @@ Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns
     const uint64_t beat = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, heartbeat_ns));
     const uint64_t gpu = Field<uint64_t>(buf, at + offsetof(bd::MemberSlot, gpu_ns));
     if ((owner & 0xffffffffull) != 1 || device != device_index) continue;
-    // A heartbeat from the future is as dead as an old one.
-    if (beat + bd::kMemberTimeoutNs < now_ns || beat > now_ns + bd::kMemberTimeoutNs) continue;
+    // A heartbeat from the future is as dead as an old one. The counter last
+    // read stays with its owner: a process that was only descheduled for a
+    // while (an overloaded machine) is charged what it adds from there when
+    // it beats again. Forgotten, its whole counter counted as new, and an
+    // honest slice was charged up to kMaxGpuStepNs it had paid for already,
+    // and waited seconds for its turn (issue 19).
+    if (beat + bd::kMemberTimeoutNs < now_ns || beat > now_ns + bd::kMemberTimeoutNs) {
+      if (before.owner == owner) last = before;
+      continue;
+    }
     r.live = true;
     r.waiting |= (flags & bd::kMemberWaiting) != 0;
     r.inflight |= (flags & bd::kMemberInflight) != 0;

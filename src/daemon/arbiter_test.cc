@@ -15,82 +15,33 @@
 #include <random>
 #include <thread>
 
+#include "daemon/arbiter_test_fixture.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"
 
 namespace gpuslice::daemon {
 namespace {
 
+using arbiter_testing::ArbiterTest;
+using arbiter_testing::BoardMode;
+using arbiter_testing::kGpu;
+using arbiter_testing::kMs;
+using arbiter_testing::kUs;
+using arbiter_testing::Limits;
+using arbiter_testing::Write;
 namespace bd = shim::board;
 namespace fs = std::filesystem;
-
-constexpr uint64_t kUs = 1'000;
-constexpr uint64_t kMs = 1'000'000;
-const std::string kGpu = "GPU-11111111-2222-3333-4444-555555555555";
-
-mode_t BoardMode() { return geteuid() == 0 ? 0644 : 0444; }
-
-SliceLimits Limits(uint64_t job, uint32_t milli, bool wc = false,
-                   core::Priority priority = core::Priority::kNormal) {
-  SliceLimits l;
-  l.job_id = job;
-  l.uid = geteuid();
-  l.gid = getegid();
-  l.uuids = {kGpu};
-  l.compute_milli = milli;
-  l.work_conserving = wc;
-  l.priority = priority;
-  return l;
-}
-
-class ArbiterTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gpuslice-arbiter-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    chmod(dir_.c_str(), 0755);
-    ASSERT_EQ(mkdir((dir_ + "/coord").c_str(), 0755), 0);
-    options_.coord_dir = dir_ + "/coord";
-    options_.slices_dir = dir_ + "/slices";
-    options_.board_mode = BoardMode();
-    options_.threads = false;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::unique_ptr<shim::MembersFile> Members(Arbiter& a, uint64_t job) {
-    auto m = shim::MembersFile::Open(a.MembersPath(job));
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return m.ok() ? std::move(*m) : nullptr;
-  }
-  std::unique_ptr<shim::BoardView> Board(Arbiter& a) {
-    auto b = shim::BoardView::Open(a.BoardPath(kGpu));
-    EXPECT_TRUE(b.ok()) << b.status().ToString();
-    return b.ok() ? std::move(*b) : nullptr;
-  }
-
-  std::string dir_;
-  ArbiterOptions options_;
-};
 
 // What one slice's processes write, step by step: honest (as our shim), or
 // an attack. `holds_open`: the board says this slice holds an open turn;
 // `draining`: its turn closes and its queued work still runs.
-using Behaviour = std::function<void(shim::MembersFile& m, uint64_t now, bool holds_open,
-                                     bool draining)>;
-
-void Write(shim::MembersFile& m, uint32_t slot, uint32_t flags, uint64_t now) {
-  bd::MemberSlot& s = m.slot(slot);
-  s.owner.store((uint64_t{uint32_t(getpid())} << 32) | 1);
-  s.device_index.store(0);
-  s.flags.store(flags);
-  s.heartbeat_ns.store(now);
-}
+using Behaviour =
+    std::function<void(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining)>;
 
 void Honest(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) {
   // Always has work: waits unless its turn is open; in flight while it runs.
-  Write(m, 0, (holds_open ? 0 : bd::kMemberWaiting) |
-                  (holds_open || draining ? bd::kMemberInflight : 0),
+  Write(m, 0,
+        (holds_open ? 0 : bd::kMemberWaiting) | (holds_open || draining ? bd::kMemberInflight : 0),
         now);
 }
 
@@ -450,8 +401,7 @@ TEST_F(ArbiterTest, TheDoorbellWakesTheArbiterAndIsRateLimited) {
   const uint64_t ticks = board->header().ticks.load() - ticks0;
   EXPECT_LE(double(ticks), seconds * 1e9 / double(options_.min_tick_gap_ns) * 1.1 + 10)
       << ticks << " decisions in " << seconds << " s";
-  EXPECT_EQ(board->header().holder.load(), board->FindSlice(1, -1))
-      << "the rings changed nothing";
+  EXPECT_EQ(board->header().holder.load(), board->FindSlice(1, -1)) << "the rings changed nothing";
 }
 
 }  // namespace
