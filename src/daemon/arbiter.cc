@@ -219,9 +219,11 @@ class GpuArbiter {
     return found;
   }
 
-  // One decision at `now_ns`. Returns whether any slice is active (the
-  // thread then keeps the active cadence).
-  bool Tick(uint64_t now_ns) {
+  // One decision at `now_ns`. Returns how long the thread may sleep until
+  // the next one unless a doorbell rings: the beat while no slice is
+  // active, the quiet tick while the turn is quiet (QuietTurn), else the
+  // active tick.
+  uint64_t Tick(uint64_t now_ns) {
     std::lock_guard<std::mutex> lock(mu_);
     shim::SliceView views[bd::kBoardSlices];
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
@@ -296,7 +298,8 @@ class GpuArbiter {
     h.ticks.fetch_add(1, std::memory_order_relaxed);
     h.arbiter_beat_ns.store(now_ns, std::memory_order_relaxed);
     PublishTurn(out.changed, out.preempted, out.corun_changed);
-    return active;
+    if (!active) return bd::kArbiterBeatNs;
+    return QuietTurn(views) ? options_.quiet_tick_ns : options_.active_tick_ns;
   }
 
   void NoteBell() { header().bells.fetch_add(1, std::memory_order_relaxed); }
@@ -311,6 +314,35 @@ class GpuArbiter {
     b.vtime.store(0, std::memory_order_relaxed);
     b.charged_ns.store(0, std::memory_order_relaxed);
     b.reported.store(0, std::memory_order_relaxed);
+  }
+
+  // Whether the open turn needs no decision before the quiet tick (issue
+  // 19), as shim::CooperativeTurns::QuietNs judges it for the cooperative
+  // file: the slices that launch (the holder, its co-runners) are trusted,
+  // every hard one among them has tokens for two quiet ticks and an active
+  // one (its reports may lag by a quiet tick of its own processes), the
+  // others have nothing waiting or in flight, and, unless the holder is
+  // alone, no process waits. Whatever would change the turn rings a
+  // doorbell or pokes first: an idle slice that starts to launch, a launch
+  // that starts to wait (shim::BoardTurns::Publish), Register, Update and
+  // Drop. Needs mu_.
+  bool QuietTurn(const shim::SliceView* views) const {
+    if (turn_.state != shim::coord::kTurnOpen || turn_.holder < 0) return false;
+    const int64_t margin = int64_t(2 * options_.quiet_tick_ns + options_.active_tick_ns);
+    bool alone = true, waiting = false;
+    for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
+      if (!entries_[i].used) continue;
+      const shim::SliceView& v = views[i];
+      waiting |= v.live && v.waiting;
+      if (int32_t(i) != turn_.holder) alone = false;
+      if (int32_t(i) != turn_.holder && !v.corun) {
+        if (v.live && (v.waiting || v.inflight)) return false;
+        continue;
+      }
+      if (v.distrusted) return false;
+      if (v.mode == shim::coord::kModeHard && v.tokens_ns < margin) return false;
+    }
+    return alone || !waiting;
   }
 
   // The board's flags of a slice.
@@ -361,9 +393,8 @@ class GpuArbiter {
         now = MonotonicNs();
       }
       const uint32_t control = control_.load(std::memory_order_acquire);
-      const bool active = Tick(now);
+      const uint64_t deadline = now + Tick(now);
       last = now;
-      const uint64_t deadline = now + (active ? options_.active_tick_ns : bd::kArbiterBeatNs);
       struct futex_waitv waiters[1 + bd::kBoardSlices] = {};
       unsigned n = 0;
       waiters[n].val = control;
@@ -484,10 +515,9 @@ core::Result<std::shared_ptr<MembersHandle>> Arbiter::Members(const SliceLimits&
   handle->gid = limits.gid;
   handle->path = dir + "/members";
   GPUSLICE_ASSIGN_OR_RETURN(
-      handle->fd,
-      shim::CreateMembersFile(handle->path, limits.job_id, limits.uid,
-                              limits.shared_gid != 0 ? limits.shared_gid : limits.gid,
-                              limits.shared_gid != 0 ? 0660 : 0600));
+      handle->fd, shim::CreateMembersFile(handle->path, limits.job_id, limits.uid,
+                                          limits.shared_gid != 0 ? limits.shared_gid : limits.gid,
+                                          limits.shared_gid != 0 ? 0660 : 0600));
   handle->map = mmap(nullptr, bd::kMembersSize, PROT_READ, MAP_SHARED, handle->fd, 0);
   if (handle->map == MAP_FAILED) return ErrnoError(errno, "map " + handle->path);
   members_[limits.job_id] = handle;
@@ -659,12 +689,11 @@ void Arbiter::DistrustReports(uint64_t job_id) {
   for (const auto& [uuid, gpu] : gpus_) gpu->Distrust(job_id);
 }
 
-bool Arbiter::TickForTest(const std::string& uuid, uint64_t now_ns) {
+uint64_t Arbiter::TickForTest(const std::string& uuid, uint64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = gpus_.find(uuid);
-  if (it == gpus_.end()) return false;
-  it->second->Tick(now_ns);
-  return true;
+  if (it == gpus_.end()) return 0;
+  return it->second->Tick(now_ns);
 }
 
 }  // namespace gpuslice::daemon

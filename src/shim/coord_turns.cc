@@ -7,6 +7,11 @@
 namespace gpuslice::shim {
 namespace {
 
+// A slice whose turn is quiet with this much of its cap left (QuietNs) rings
+// the arbiter for none of its edges: above the arbiter's own margin for a
+// quiet turn (two quiet ticks and an active one, 2.2 ms by default).
+constexpr uint64_t kQuietRingNs = 3'000'000;
+
 constexpr uint64_t MemberOwner(int32_t pid) { return (uint64_t{uint32_t(pid)} << 32) | 1; }
 
 }  // namespace
@@ -203,6 +208,10 @@ bool BoardTurns::Publish(uint32_t flags, uint64_t now_ns, bool ring) {
       (flags & board::kMemberWaiting) != 0 && (before & board::kMemberWaiting) == 0;
   const bool edge = ((before ^ flags) & board::kMemberInflight) != 0;
   if (!started_waiting && !edge) return false;
+  // In a quiet turn the arbiter decides at its quiet tick whatever this
+  // slice reports (daemon::GpuArbiter::QuietTurn): a ring would only wake it
+  // for nothing, on the cores the slice's own loop needs.
+  if (QuietNs() >= kQuietRingNs) return false;
   if (!ring) return true;
   members_->Ring();
   return false;
@@ -241,6 +250,39 @@ bool BoardTurns::HoldsOpenTurn(uint64_t now_ns) const {
   return state != board::kTurnNone &&
          (board().slice(uint32_t(i)).flags.load(std::memory_order_relaxed) & board::kSliceCoRun) !=
              0;
+}
+
+uint64_t BoardTurns::QuietNs() const {
+  const int32_t mine = SliceIndex();
+  if (mine < 0) return 0;
+  // As the arbiter judges a quiet turn, from what it last published: the
+  // turn is open; the slices that launch (the holder, its co-runners) wait
+  // for nothing unless the holder is alone; the others report nothing
+  // waiting or in flight. Any change of the turn or of who co-runs wakes
+  // the caller's wait at once.
+  const board::BoardHeader& h = board().header();
+  if (h.turn_state.load(std::memory_order_relaxed) != board::kTurnOpen) return 0;
+  const int32_t holder = h.holder.load(std::memory_order_relaxed);
+  bool alone = true, waiting = false, launching_self = false;
+  for (uint32_t s = 0; s < board::kBoardSlices; ++s) {
+    const board::BoardSlice& e = board().slice(s);
+    if (e.job_id.load(std::memory_order_relaxed) == 0) continue;
+    const uint32_t reported = e.reported.load(std::memory_order_relaxed);
+    const bool launching =
+        int32_t(s) == holder || (e.flags.load(std::memory_order_relaxed) & board::kSliceCoRun) != 0;
+    waiting |= (reported & board::kMemberWaiting) != 0;
+    if (int32_t(s) != holder) alone = false;
+    if (int32_t(s) == mine) launching_self = launching;
+    if (!launching && (reported & (board::kMemberWaiting | board::kMemberInflight)) != 0) {
+      return 0;
+    }
+  }
+  if (!launching_self || (!alone && waiting)) return 0;
+  const board::BoardSlice& e = board().slice(uint32_t(mine));
+  if (e.mode.load(std::memory_order_relaxed) != board::kModeHard) return UINT64_MAX;
+  // As of the arbiter's last decision; the caller leaves a margin for what
+  // was used since.
+  return uint64_t(std::max<int64_t>(e.tokens_ns.load(std::memory_order_relaxed), 0));
 }
 
 bool BoardTurns::Outranked(uint32_t priority) const {

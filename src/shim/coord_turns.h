@@ -67,9 +67,9 @@ class Turns {
   // holder's open turn and its co-runners) with nobody waiting for a turn
   // (so nobody waits for this one's reports or for a hand-off it would
   // decide), and this slice's hard cap, if any, has that much GPU time left
-  // before it closes the turn. 0: decide at the usual pace. Only the
-  // cooperative file, where members decide; the daemon's arbiter decides on
-  // its own clock from the members' reports.
+  // before it closes the turn. 0: decide (or, on the daemon's board,
+  // report) at the usual pace. The daemon's arbiter keeps to the same rule
+  // for its own cadence (daemon::GpuArbiter::QuietTurn).
   virtual uint64_t QuietNs() const { return 0; }
   virtual uint32_t TurnSeq() const = 0;
   virtual void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const = 0;
@@ -132,6 +132,7 @@ class BoardTurns : public Turns {
   void Ring() override;
   bool Decide(uint64_t, const PolicyParams&) override { return true; }
   bool HoldsOpenTurn(uint64_t now_ns) const override;
+  uint64_t QuietNs() const override;
   bool Outranked(uint32_t priority) const override;
   bool OthersInflight() const override;
   bool OthersOnGpu() const override;
