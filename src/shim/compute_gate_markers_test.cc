@@ -150,7 +150,10 @@ TEST_F(GateMarkersTest, APendingBracketBesideAnotherSliceIsUncertain) {
   turns_.others_on_gpu = true;
   Bracket(25'000, /*pending=*/false);
   for (int i = 0; i < 30; ++i) Bracket(20'000, /*pending=*/true);
-  EXPECT_GT(ChargedPerLaunchNs(), 24'500);
+  // Near the first sample (25 us less the test's own gaps around the launch
+  // call, under 1 us on a quiet machine); counted as certain, 30 samples
+  // would have brought it to ~20 us.
+  EXPECT_GT(ChargedPerLaunchNs(), 23'000);
 }
 
 // A fresh gate whose estimate learnt 20 us kernels from 11 samples, certain
