@@ -70,17 +70,18 @@ constexpr double kOutrankedDepthStepNs = 3000;
 constexpr uint64_t kActiveTickNs = 200'000;  // Background tick while using the GPU.
 constexpr uint64_t kDrainTickNs = 20'000;    // ... while the queue drains after a turn.
 constexpr uint64_t kIdleTickNs = 5'000'000;  // ... while idle or without a share.
-// ... while its slice holds the GPU alone, far from its cap (Turns::QuietNs).
-// Each tick of the cooperative file decides (a scan of every slice and
-// member, and the policy): at 200 us, a 20 us launch-then-synchronise loop
-// pinned to one core with a 30% hard share made 0.90 of the launches it made
-// without one (the tick's wake-ups shared its core); at 1 ms, 0.97-1.0.
-// Nobody else on the GPU reads what it reports, and another slice's arrival
-// either changes the turn (which wakes this thread at once) or is seen at
-// the next tick. Under the daemon's arbiter, which then decides every 1 ms
-// too, each tick publishes the slice's reports: at 200 us for both, a 20 us
-// loop alone reached 0.82-0.87 of its unshared speed; 0.87-0.97 at 1 ms.
-constexpr uint64_t kQuietTickNs = 1'000'000;
+// The quiet tick (Turns::QuietTickNs: 1 ms on the daemon's board, 4 ms in
+// the cooperative file) while its slice holds the GPU alone, or co-runs
+// with nobody waiting, far from its cap (Turns::QuietNs). Each tick of the
+// cooperative file decides (a scan of every slice and member, and the
+// policy): at 200 us, a 20 us launch-then-synchronise loop pinned to one
+// core with a 30% hard share made 0.90 of the launches it made without one
+// (the tick's wake-ups shared its core); at 1 ms, 0.97-1.0. Nobody else on
+// the GPU reads what it reports, and another slice's arrival either changes
+// the turn (which wakes this thread at once) or is seen at the next tick.
+// Under the daemon's arbiter, which then decides every 1 ms too, each tick
+// publishes the slice's reports: at 200 us for both, a 20 us loop alone
+// reached 0.82-0.87 of its unshared speed; 0.87-0.97 at 1 ms.
 constexpr uint64_t kMaxWaitNs = 30'000'000'000;  // A launch never waits longer (degrade).
 
 // Process-wide state of the gate. Set up once by Start() under g_start_mu
@@ -268,12 +269,13 @@ void* BackgroundMain(void*) {
     const bool open = (g_gate.load(std::memory_order_relaxed) & 1) == 0;
     const bool active =
         member && (inflight || g_waiters.load(std::memory_order_relaxed) > 0 || open);
-    if (active && open && g_coord->QuietNs() >= queued_ns + kQuietTickNs + kActiveTickNs) {
+    const uint64_t quiet_tick = g_coord->QuietTickNs();
+    if (active && open && g_coord->QuietNs() >= queued_ns + quiet_tick + kActiveTickNs) {
       // Alone on the GPU with the cap (if any) far off: even if the slice
       // used the GPU all the time, its tokens would still outlast this wait
       // by one usual tick. A turn change (another slice's decision) ends the
       // wait at once.
-      g_coord->WaitTurnChange(seq, kQuietTickNs);
+      g_coord->WaitTurnChange(seq, quiet_tick);
     } else if (active) {
       // Draining (work in flight, the turn gone): the slice is charged until
       // it reports the drain, so look often enough that the report is
