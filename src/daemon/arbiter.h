@@ -41,6 +41,7 @@
 #include "core/status.h"
 #include "daemon/region_store.h"
 #include "shim/compute_policy.h"
+#include "shim/coord_board_layout.h"
 
 namespace gpuslice::daemon {
 
@@ -66,7 +67,7 @@ struct ArbiterOptions {
   // launch-then-synchronise loop alone shares 2 cores with this thread and
   // its own gate thread: at the active cadence it reached 0.82-0.87 of what
   // it reaches without gpuslice, 0.87-0.97 with both at 1 ms.
-  uint64_t quiet_tick_ns = 1'000'000;
+  uint64_t quiet_tick_ns = shim::board::kQuietTickNs;
   uint64_t min_tick_gap_ns = 25'000;  // Doorbell rate limit.
   // Board mode: 0644 when the daemon is root; 0444 otherwise (its jobs run
   // as itself and must not find the board writable by them).

@@ -48,6 +48,10 @@ inline constexpr uint64_t kMemberTimeoutNs = 300'000'000;
 inline constexpr uint64_t kArbiterStaleNs = 2'000'000'000;
 // The arbiter beats at least this often.
 inline constexpr uint64_t kArbiterBeatNs = 100'000'000;
+// In a quiet turn (issue 19) the arbiter decides, and its slices' processes
+// report, this often. Both sides rely on it: the arbiter's margin on a hard
+// cap allows for reports one such tick late. Not part of the files' format.
+inline constexpr uint64_t kQuietTickNs = 1'000'000;
 
 // BoardHeader::turn_state (same values as coord::TurnState).
 inline constexpr uint32_t kTurnNone = 0;
@@ -164,12 +168,12 @@ static_assert(sizeof(MembersHeader) == kMembersHeaderSize);
 
 // One process of the slice. Written only by that process (atomics).
 struct alignas(64) MemberSlot {
-  std::atomic<uint64_t> owner;          // (pid << 32) | 1; 0: free.
-  std::atomic<uint32_t> device_index;   // Which of the slice's devices it launches on.
-  std::atomic<uint32_t> flags;          // kMemberWaiting | kMemberInflight.
-  std::atomic<uint64_t> heartbeat_ns;   // CLOCK_MONOTONIC.
-  std::atomic<uint64_t> launches;       // Batches granted (statistics).
-  std::atomic<uint64_t> gpu_ns;         // GPU time its work used (kMemberGpuTime; else statistics).
+  std::atomic<uint64_t> owner;         // (pid << 32) | 1; 0: free.
+  std::atomic<uint32_t> device_index;  // Which of the slice's devices it launches on.
+  std::atomic<uint32_t> flags;         // kMemberWaiting | kMemberInflight.
+  std::atomic<uint64_t> heartbeat_ns;  // CLOCK_MONOTONIC.
+  std::atomic<uint64_t> launches;      // Batches granted (statistics).
+  std::atomic<uint64_t> gpu_ns;        // GPU time its work used (kMemberGpuTime; else statistics).
   uint8_t reserved[kMemberSlotSize - 40];
 };
 static_assert(offsetof(MemberSlot, device_index) == 8);
@@ -179,7 +183,8 @@ static_assert(offsetof(MemberSlot, gpu_ns) == 32);
 static_assert(sizeof(MemberSlot) == kMemberSlotSize);
 
 inline constexpr uint64_t kBoardSlicesOffset = kBoardHeaderSize;
-inline constexpr uint64_t kBoardSize = kBoardSlicesOffset + uint64_t{kBoardSliceSize} * kBoardSlices;
+inline constexpr uint64_t kBoardSize =
+    kBoardSlicesOffset + uint64_t{kBoardSliceSize} * kBoardSlices;
 static_assert(kBoardSize == 512 + 8192);
 inline constexpr uint64_t kMembersSlotsOffset = kMembersHeaderSize;
 inline constexpr uint64_t kMembersSize =

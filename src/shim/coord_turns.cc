@@ -10,7 +10,7 @@ namespace {
 // A slice whose turn is quiet with this much of its cap left (QuietNs) rings
 // the arbiter for none of its edges: above the arbiter's own margin for a
 // quiet turn (two quiet ticks and an active one, 2.2 ms by default).
-constexpr uint64_t kQuietRingNs = 3'000'000;
+constexpr uint64_t kQuietRingNs = 3 * board::kQuietTickNs;
 
 constexpr uint64_t MemberOwner(int32_t pid) { return (uint64_t{uint32_t(pid)} << 32) | 1; }
 

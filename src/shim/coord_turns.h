@@ -143,6 +143,8 @@ class BoardTurns : public Turns {
   bool Decide(uint64_t, const PolicyParams&) override { return true; }
   bool HoldsOpenTurn(uint64_t now_ns) const override;
   uint64_t QuietNs() const override;
+  // The arbiter's own quiet tick, which its cap margin assumes.
+  uint64_t QuietTickNs() const override { return board::kQuietTickNs; }
   bool Outranked(uint32_t priority) const override;
   bool OthersInflight() const override;
   bool OthersOnGpu() const override;
