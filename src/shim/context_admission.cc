@@ -63,8 +63,12 @@ PrimaryState StateOfPrimary(CUdevice ordinal) {
 }
 
 // NVML's figure for this process on slice device `dev`, less what the shim
-// charged for allocations: the driver memory the process holds there.
-bool DriverMemoryLocked(int dev, uint64_t* driver) {
+// charged for allocations: the driver memory the process holds there. False
+// when NVML cannot tell: no NVML, no per-process figure for this process
+// (NVML_VALUE_NOT_AVAILABLE, as under MIG), or, with `listed`, this process
+// not in the list at all (a PID namespace NVML does not see: the figure
+// would read 0 whatever the process holds).
+bool DriverMemoryLocked(int dev, bool listed, uint64_t* driver) {
   const NvmlFunctions* nvml = NvmlForOwnUse();
   if (nvml == nullptr) return false;
   nvmlDevice_t handle = nullptr;
@@ -78,9 +82,14 @@ bool DriverMemoryLocked(int dev, uint64_t* driver) {
   }
   const unsigned int me = unsigned(getpid());
   uint64_t used = 0;
+  bool found = false;
   for (unsigned int i = 0; i < count && i < 256; ++i) {
-    if (infos[i].pid == me && infos[i].usedGpuMemory != ~0ull) used += infos[i].usedGpuMemory;
+    if (infos[i].pid != me) continue;
+    if (infos[i].usedGpuMemory == ~0ull) return false;
+    used += infos[i].usedGpuMemory;
+    found = true;
   }
+  if (listed && !found) return false;
   const layout::ProcessSlot& slot = OwnSlot();
   *driver = DriverMemoryTarget(used, slot.used_bytes[dev].load(std::memory_order_relaxed),
                                slot.overhead_bytes[dev].load(std::memory_order_relaxed), 0);
@@ -105,7 +114,7 @@ uint64_t UnseenLocked(int dev) {
 bool ResyncLocked(int dev) {
   if (!HaveSlot() || dev < 0) return false;
   uint64_t driver = 0;
-  if (!DriverMemoryLocked(dev, &driver)) return false;
+  if (!DriverMemoryLocked(dev, /*listed=*/false, &driver)) return false;
   SetDriverMemory(SliceDevice(dev), OwnSlot(), uint32_t(dev), driver + UnseenLocked(dev));
   return true;
 }
@@ -177,7 +186,7 @@ CUresult Reserve(int dev, ContextTicket* t) {
       t->measure = true;
       t_learning = true;
       Guard guard;
-      t->measured_before = DriverMemoryLocked(dev, &t->driver_before);
+      t->measured_before = DriverMemoryLocked(dev, /*listed=*/false, &t->driver_before);
       // The context's size is unknown: hold all the room left, so that
       // nothing else of the slice is admitted beside it whatever it takes.
       t->reserved = limit == layout::kUnlimited ? 0 : ReserveHeadroom(entry, slot, d, limit);
@@ -210,7 +219,8 @@ uint64_t SettleLocked(const ContextTicket& t, bool* grew) {
   *grew = false;
   if (t.learner) {
     uint64_t after = 0;
-    if (!t.measured_before || !DriverMemoryLocked(t.dev, &after)) {
+    // The process must be listed now: it holds a context.
+    if (!t.measured_before || !DriverMemoryLocked(t.dev, /*listed=*/true, &after)) {
       // NVML cannot tell: the context is not counted (docs/SHIM.md) and
       // the size stays unknown, for the next creator to learn.
       SettleContext(entry, slot, d, t.reserved, 0);
