@@ -49,6 +49,14 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   sub->add_option("--name", r.name, "A name to show in ps");
   sub->add_option("--max-runtime", r.max_runtime, "End the job after this long, e.g. 2h");
   sub->add_option("--pool", r.pool, "Run on this pool's GPUs (default: the default pool)");
+  sub->add_option("--gpu-model", r.gpu_model,
+                  "Only GPUs of this model, or of one of a list: a100, h100-80gb, a100,h100 (see "
+                  "`gpuslice gpus`)");
+  sub->add_option("--gres", r.gres,
+                  "Slurm's form: gpu:TYPE:COUNT (gpu:a100:2 = --gpus 2 --gpu-model a100), "
+                  "gpu:COUNT or gpu:TYPE");
+  sub->add_flag("--no-idle-reclaim", r.no_idle_reclaim,
+                "Idle reclaim leaves this job alone (a service idle between requests)");
   if (with_command) {
     sub->add_option("--cpus", r.cpus,
                     "Host CPU time the job may use, in CPUs (0.5, 2), like docker run --cpus");
@@ -349,6 +357,30 @@ int UsageError(const Context& ctx, const core::Status& status) {
   return kExitUsage;
 }
 
+namespace {
+
+// `--gres` as `--gpus` and `--gpu-model` (which it may not be given with).
+core::Status ApplyGres(const RequestOptions& r, core::RequestFields* f) {
+  if (!r.gres) return core::Status::Ok();
+  if (r.gpus || r.mem || r.mig) {
+    return core::InvalidArgumentError(
+        "--gres asks for whole GPUs: not with --gpus, --mem or --mig");
+  }
+  auto g = core::ParseGres(*r.gres);
+  if (!g.ok()) return g.status().WithContext("--gres");
+  f->gpus = g->gpus;
+  if (g->model) {
+    if (r.gpu_model) {
+      return core::InvalidArgumentError("--gres " + *r.gres +
+                                        " names a GPU model already: not with --gpu-model");
+    }
+    f->gpu_model = g->model;
+  }
+  return core::Status::Ok();
+}
+
+}  // namespace
+
 core::Status CheckRequest(const RequestOptions& r) {
   core::RequestFields f;
   f.gpus = r.gpus;
@@ -360,6 +392,8 @@ core::Status CheckRequest(const RequestOptions& r) {
   f.name = r.name;
   f.max_runtime = r.max_runtime;
   f.pool = r.pool;
+  f.gpu_model = r.gpu_model;
+  GPUSLICE_RETURN_IF_ERROR(ApplyGres(r, &f));
   GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(f));
   if (r.grow && (request.kind != core::RequestKind::kWholeGpus ||
                  request.gpus_max == request.gpus_min)) {
@@ -393,7 +427,13 @@ json SubmitBody(const RequestOptions& r, const std::string& mode) {
   put("host_mem", r.host_mem);
   put("image", r.image);
   put("engine", r.engine);
+  put("gpu_model", r.gpu_model);
+  if (core::RequestFields gres; r.gres && ApplyGres(r, &gres).ok()) {
+    put("gpus", gres.gpus);
+    put("gpu_model", gres.gpu_model);
+  }
   if (r.restartable) body["restartable"] = true;
+  if (r.no_idle_reclaim) body["no_idle_reclaim"] = true;
   body["argv"] = r.command;
   char cwd[4096];
   body["cwd"] = getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string("/");

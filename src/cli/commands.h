@@ -20,6 +20,11 @@ namespace gpuslice::cli {
 struct RequestOptions {
   std::optional<std::string> gpus, mem, compute, compute_mode, mig, priority, name, max_runtime,
       pool, cpus, host_mem;
+  // GPU models (`--gpu-model a100,h100`), or Slurm's `--gres gpu:a100:2`
+  // (a count of whole GPUs and a model).
+  std::optional<std::string> gpu_model, gres;
+  // Idle reclaim leaves the job alone.
+  bool no_idle_reclaim = false;
   // A container job: its image and engine (podman when unset).
   std::optional<std::string> image, engine;
   bool restartable = false;

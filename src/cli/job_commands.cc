@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <iostream>
 
@@ -141,11 +142,18 @@ int Show(Context& ctx) {
   add("request", req.value("describe", ""));
   add("priority", req.value("priority", ""));
   add("pool", req.value("pool", ""));
+  add("GPU model", req.value("gpu_model", ""));
   if (req.contains("max_runtime_ms")) {
     add("max runtime",
         core::FormatDuration(std::chrono::milliseconds(req["max_runtime_ms"].get<int64_t>())));
   }
   add("restartable", j.value("restartable", false) ? "yes" : "");
+  add("idle reclaim", j.value("no_idle_reclaim", false) ? "exempt (--no-idle-reclaim)" : "");
+  if (j.contains("fair_share") && j["fair_share"].is_number()) {
+    char fs[32];
+    std::snprintf(fs, sizeof fs, "%.2f", j["fair_share"].get<double>());
+    add("fair share", std::string(fs) + " (1: used nothing lately; 0.5: used its share)");
+  }
   if (j.contains("image")) {
     add("image", j.value("image", "") + " (" + j.value("engine", "") + ")");
   }
@@ -172,6 +180,9 @@ int Show(Context& ctx) {
   }
   add("after", DependenciesText(j));
   add("waiting for", j.value("waiting_for", ""));
+  if (j.contains("expected_start_ms")) {
+    add("expected start", LocalTime(j["expected_start_ms"].get<int64_t>()));
+  }
   if (j.contains("allocation")) {
     add("GPUs", Joined(j["allocation"]["gpu_indices"], ","));
     add("GPU UUIDs", Joined(j["allocation"]["gpu_uuids"], ","));

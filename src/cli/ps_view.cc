@@ -46,7 +46,16 @@ namespace {
 std::string Note(const json& j) {
   std::string state = j["state"];
   std::string note;
-  if (state == "queued") return j.value("waiting_for", "");
+  if (state == "queued") {
+    // Its fair-share factor (0-1, the queue's order within a priority) when
+    // the daemon ranks by it (docs/DAEMON.md, "Fair share").
+    if (j.contains("fair_share") && j["fair_share"].is_number()) {
+      char fs[32];
+      std::snprintf(fs, sizeof fs, "fair share %.2f; ", j["fair_share"].get<double>());
+      return fs + j.value("waiting_for", "");
+    }
+    return j.value("waiting_for", "");
+  }
   if (state == "running") {
     // The daemon's policy flags, as it names them (docs/DAEMON.md).
     for (const json& f : j.value("flags", json::array())) {

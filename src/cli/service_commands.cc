@@ -63,6 +63,11 @@ void SetupService(CLI::App* sub, Context* ctx) {
   c->add_option("--priority", r.priority, "low, normal (default) or high");
   c->add_option("--max-runtime", r.max_runtime, "End (and replace) a replica after this long");
   c->add_option("--pool", r.pool, "Run the replicas on this pool's GPUs");
+  c->add_option("--gpu-model", r.gpu_model,
+                "Run the replicas only on GPUs of this model (or of one of a list: a100,h100)");
+  c->add_option("--gres", r.gres, "Slurm's form: gpu:TYPE:COUNT, gpu:COUNT or gpu:TYPE");
+  c->add_flag("--no-idle-reclaim", r.no_idle_reclaim,
+              "Idle reclaim leaves the replicas alone (they wait for requests)");
   c->add_flag("--restartable", r.restartable,
               "A preempted replica waits in the queue again instead of ending");
   c->add_option("command", r.command, "The command every replica runs, after --")->required();

@@ -201,6 +201,11 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
     if (!cpus.ok()) return cpus.status().WithContext("--cpus");
     r.host_cpu_milli = *cpus;
   }
+  if (f.gpu_model) {
+    auto models = ParseGpuModels(*f.gpu_model);
+    if (!models.ok()) return models.status().WithContext("--gpu-model");
+    r.gpu_models = std::move(*models);
+  }
   if (f.host_mem) {
     auto mem = ParseBytes(*f.host_mem);
     if (!mem.ok()) return mem.status().WithContext("--host-mem");

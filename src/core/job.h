@@ -109,6 +109,9 @@ struct Job {
   // Preemption may end it and queue it again (`--restartable`); otherwise a
   // preempted job ends cancelled.
   bool restartable = false;
+  // Idle reclaim leaves it alone (`--no-idle-reclaim`: a latency-sensitive
+  // service that is idle between requests; docs/DAEMON.md, "Idle reclaim").
+  bool no_idle_reclaim = false;
   // Time its GPU use stayed below the daemon's idle threshold while it ran
   // (sampled once a second; accounting's "idle hours").
   int64_t idle_ms = 0;
@@ -163,6 +166,7 @@ struct RequestFields {
   std::optional<std::string> pool;         // "inference"; unset: the default pool
   std::optional<std::string> cpus;         // "0.5": host CPU limit (cgroup)
   std::optional<std::string> host_mem;     // "64MiB": host memory limit (cgroup)
+  std::optional<std::string> gpu_model;    // "a100" or "a100,h100": the GPU models it may use
 };
 
 // Builds and validates a ResourceRequest. Errors name the field ("--mem") and

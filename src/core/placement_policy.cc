@@ -502,7 +502,14 @@ Placement PlacementOf(uint32_t node, const Option& opt) {
 }  // namespace
 
 Result<Placement> Place(const ClusterState& state, const Demand& demand,
-                        const PlaceOptions& options) {
+                        const PlaceOptions& given) {
+  const bool pack = given.pack_fractions && demand.IsFraction() && given.policy != Policy::kBinpack;
+  PlaceOptions packing;
+  if (pack) {
+    packing = given;
+    packing.policy = Policy::kBinpack;
+  }
+  const PlaceOptions& options = pack ? packing : given;
   Decision dec;
   GPUSLICE_RETURN_IF_ERROR(Prepare(state, demand, options, &dec));
   const Ctx ctx{

@@ -65,6 +65,10 @@ struct PlaceOptions {
   // FragmentationCache), about halving their cost. Same placements with or
   // without it.
   FragmentationCache* frag_cache = nullptr;
+  // Parts of a GPU go where the most is used already (binpack), whatever the
+  // policy: the queue sets it while jobs of whole GPUs wait, so that
+  // fractions keep together and leave GPUs idle for them (issue 40).
+  bool pack_fractions = false;
 };
 
 // Chooses a node and GPUs for `demand`. Errors:

@@ -86,6 +86,22 @@ Result<PreemptionPlan> PlanPreemption(uint64_t request_id, Priority request_prio
     return FailedPreconditionError("no running job has a priority below " +
                                    std::string(PriorityName(request_priority)));
   }
+  std::vector<PreemptCandidate> chosen;
+  for (const PreemptCandidate* c : eligible) chosen.push_back(*c);
+  auto plan = ChooseVictims(request_id, chosen, now_ms, model);
+  if (!plan.ok()) {
+    return FailedPreconditionError("even ending all " + std::to_string(eligible.size()) +
+                                   " lower-priority job(s) would not make room");
+  }
+  return plan;
+}
+
+Result<PreemptionPlan> ChooseVictims(uint64_t request_id,
+                                     const std::vector<PreemptCandidate>& candidates,
+                                     int64_t now_ms, const CapacityModel& model) {
+  std::vector<const PreemptCandidate*> eligible;
+  for (const PreemptCandidate& c : candidates) eligible.push_back(&c);
+  if (eligible.empty()) return FailedPreconditionError("no candidate to end");
   auto cost_less = [&](const PreemptCandidate* a, const PreemptCandidate* b) {
     if (a->priority != b->priority) return a->priority < b->priority;
     double la = LostGpuSeconds(*a, now_ms), lb = LostGpuSeconds(*b, now_ms);
@@ -100,7 +116,7 @@ Result<PreemptionPlan> PlanPreemption(uint64_t request_id, Priority request_prio
   // so a binary search over the prefix length finds the shortest prefix.
   if (!FitsWithout(model, request_id, eligible)) {
     return FailedPreconditionError("even ending all " + std::to_string(eligible.size()) +
-                                   " lower-priority job(s) would not make room");
+                                   " candidate(s) would not make room");
   }
   size_t lo = 1, hi = eligible.size();
   while (lo < hi) {

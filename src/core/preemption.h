@@ -67,4 +67,13 @@ Result<PreemptionPlan> PlanPreemption(uint64_t request_id, Priority request_prio
                                       const PreemptionPolicy& policy, int64_t now_ms,
                                       const CapacityModel& model);
 
+// The victim search behind PlanPreemption, without its rules about who may
+// be a victim: the cheapest minimal set of `candidates` (cheapest first, as
+// above) whose end makes job `request_id` fit `model`. Over-quota
+// borrowing reclaims capacity with it (quota.h). kFailedPrecondition when
+// there is no candidate or even all of them would not make room.
+Result<PreemptionPlan> ChooseVictims(uint64_t request_id,
+                                     const std::vector<PreemptCandidate>& candidates,
+                                     int64_t now_ms, const CapacityModel& model);
+
 }  // namespace gpuslice::core

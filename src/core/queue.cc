@@ -7,29 +7,39 @@ namespace {
 
 constexpr int64_t kNever = INT64_MAX;
 
-int64_t EndOrNever(const RunningJob& r) { return r.ends_at_ms.value_or(kNever); }
+// When a running job is expected to end: its deadline, else its estimate,
+// else never.
+int64_t EndOrNever(const RunningJob& r) {
+  if (r.ends_at_ms) return *r.ends_at_ms;
+  return r.expected_end_ms.value_or(kNever);
+}
 
-// The head's reservation: the smallest end time T such that, with every
-// running job ending by T released, the head fits. kNever when that needs a
-// job with no known end (or never happens). Only jobs with a known end can
-// give a finite answer, so only they are searched; fitting is monotone in the
-// set released, so a binary search over them (sorted by end) finds it.
-int64_t ReservationTime(const CapacityModel& model, const std::vector<RunningJob>& all,
-                        uint64_t head) {
+struct Reservation {
+  int64_t at = kNever;
+  bool estimated = false;  // A job released by then ends by an estimate.
+};
+
+// The head's reservation: the smallest expected end T such that, with every
+// running job expected to end by T released, the head fits. kNever when that
+// needs a job with no expected end (or never happens). Only jobs with an
+// expected end can give a finite answer, so only they are searched; fitting
+// is monotone in the set released, so a binary search over them (sorted by
+// end) finds it.
+Reservation ReservationTime(const CapacityModel& model, const std::vector<RunningJob>& all,
+                            uint64_t head) {
   std::vector<RunningJob> running;
   for (const RunningJob& r : all) {
-    if (r.ends_at_ms) running.push_back(r);
+    if (EndOrNever(r) != kNever) running.push_back(r);
   }
-  std::sort(running.begin(), running.end(), [](const RunningJob& a, const RunningJob& b) {
-    return *a.ends_at_ms < *b.ends_at_ms;
-  });
+  std::sort(running.begin(), running.end(),
+            [](const RunningJob& a, const RunningJob& b) { return EndOrNever(a) < EndOrNever(b); });
   auto fits_after = [&](size_t released) {
     auto probe = model.Clone();
     for (size_t i = 0; i < released; ++i) probe->Release(running[i].id);
     return probe->TryPlace(head) == FitResult::kPlaced;
   };
   size_t lo = 1, hi = running.size();
-  if (running.empty() || !fits_after(hi)) return kNever;
+  if (running.empty() || !fits_after(hi)) return {};
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     if (fits_after(mid)) {
@@ -38,13 +48,16 @@ int64_t ReservationTime(const CapacityModel& model, const std::vector<RunningJob
       lo = mid + 1;
     }
   }
-  return *running[lo - 1].ends_at_ms;
+  Reservation r{EndOrNever(running[lo - 1]), false};
+  for (size_t i = 0; i < lo; ++i) r.estimated = r.estimated || !running[i].ends_at_ms;
+  return r;
 }
 
 }  // namespace
 
 bool QueueBefore(const QueuedJob& a, const QueuedJob& b) {
   if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.rank != b.rank) return a.rank > b.rank;
   return a.seq < b.seq;
 }
 
@@ -56,6 +69,7 @@ std::string_view WaitReasonName(WaitReason reason) {
     case WaitReason::kNotConsidered: return "not_considered";
     case WaitReason::kNeverFits: return "never_fits";
     case WaitReason::kHeld: return "held";
+    case WaitReason::kBorrowWait: return "borrow_wait";
   }
   return "head";
 }
@@ -90,9 +104,10 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
 
   auto start = [&](const QueuedJob& job) {
     plan.start.push_back(job.id);
-    std::optional<int64_t> end;
-    if (job.max_runtime) end = now_ms + job.max_runtime->count();
-    started.push_back({job.id, end});
+    RunningJob r{job.id, std::nullopt, std::nullopt};
+    if (job.max_runtime) r.ends_at_ms = now_ms + job.max_runtime->count();
+    if (job.estimate) r.expected_end_ms = now_ms + job.estimate->count();
+    started.push_back(r);
     if (options.started) options.started(job.id);
   };
 
@@ -101,6 +116,7 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
       wait(job, WaitReason::kHeld);
       continue;
     }
+    const bool opportunistic = options.opportunistic && options.opportunistic(job.id);
     if (head == nullptr) {
       FitResult fit = (++plan.placements_tried, model.TryPlace(job.id));
       if (fit == FitResult::kPlaced) {
@@ -111,12 +127,24 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
         plan.never_fit.push_back(job.id);
         continue;
       }
+      if (opportunistic) {
+        // Borrowing is for idle capacity only: it reserves nothing.
+        remember_failure(job.shape);
+        wait(job, WaitReason::kBorrowWait);
+        continue;
+      }
       head = &job;
       plan.head = job.id;
       std::vector<RunningJob> all = running;
       all.insert(all.end(), started.begin(), started.end());
-      reservation = ReservationTime(model, all, job.id);
+      if (options.use_estimates && !options.use_estimates(job.id)) {
+        // Its reservation rests on deadlines alone, as without estimates.
+        for (RunningJob& r : all) r.expected_end_ms.reset();
+      }
+      const Reservation found = ReservationTime(model, all, job.id);
+      reservation = found.at;
       if (reservation != kNever) plan.head_reservation_ms = reservation;
+      plan.reservation_estimated = found.estimated;
       at_reservation = model.Clone();
       for (const RunningJob& r : all) {
         // With an unknown (infinite) reservation everything running now
@@ -127,8 +155,9 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
       wait(job, WaitReason::kHead);
       continue;
     }
+    const WaitReason behind = opportunistic ? WaitReason::kBorrowWait : WaitReason::kBehindHead;
     if (!options.backfill || known_not_to_fit(job.shape)) {
-      wait(job, WaitReason::kBehindHead);
+      wait(job, behind);
       continue;
     }
     // Rule (a) needs no probe: a job that ends before the reservation cannot
@@ -148,7 +177,7 @@ QueuePlan PlanQueue(const std::vector<QueuedJob>& queued, const std::vector<Runn
     }
     if (fit == FitResult::kNotNow) {
       remember_failure(job.shape);
-      wait(job, WaitReason::kBehindHead);
+      wait(job, behind);
       continue;
     }
     if (!ends_in_time) {

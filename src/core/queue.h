@@ -5,18 +5,28 @@
 // have a maximum run time) and a model of the free capacity, decide which
 // waiting jobs start now and why each of the others waits.
 //
-// Order: priority (high first), then arrival. The first job that does not
-// fit is the head; it is never delayed by what starts after it. A later,
-// smaller job may start before it ("backfill") only if either
+// Order: priority (high first), then rank (higher first: the caller's
+// fair-share and age factors, fair_share.h), then arrival. The first job that
+// does not fit is the head; it is never delayed by what starts after it. A
+// later, smaller job may start before it ("backfill") only if either
 //   (a) it will have ended (by its maximum run time) before the head's
 //       reservation time: the earliest time at which, as running jobs reach
-//       their ends, the head fits; or
+//       their expected ends, the head fits; or
 //   (b) the head would still fit at that time with the candidate running: it
 //       uses only capacity the head does not need.
-// Jobs without a maximum run time have no known end. When the head's
-// reservation depends on such a job, its time is unknown (treated as
-// infinite) and only rule (b) can admit a candidate, where every job that
-// runs now counts as ended by then, but nothing started in this pass does.
+// A running job's expected end is its deadline (maximum run time) when it
+// has one, else its estimated end (the daemon's default run-time estimates,
+// runtime_estimate.h), else unknown. Rule (a) trusts deadlines only: an
+// estimate is not enforced, so a candidate without a maximum run time is
+// admitted by rule (b) alone. When the head's reservation depends on a job
+// with no expected end, its time is unknown (treated as infinite) and only
+// rule (b) can admit a candidate, where every job that runs now counts as
+// ended by then, but nothing started in this pass does.
+//
+// Opportunistic jobs (PlanOptions::opportunistic: jobs borrowing capacity
+// over their group's quota) start only when they fit now and rule (b) (or
+// (a)) lets them; one that does not fit waits without becoming the head, so
+// it never holds back a job within its guarantee.
 //
 // The planner does not place anything itself: the daemon's CapacityModel
 // (over the placement core) answers "does it fit", so this file holds no
@@ -55,7 +65,14 @@ struct QueuedJob {
   Priority priority = Priority::kNormal;
   uint64_t seq = 0;  // Arrival order; unique.
   std::optional<std::chrono::milliseconds> max_runtime;
+  // Its expected run time when it has no maximum run time (a default
+  // estimate): a job started in a pass is expected to end after this, for
+  // the reservation of the head behind it. Never used for rule (a).
+  std::optional<std::chrono::milliseconds> estimate = std::nullopt;
   QueueShape shape;
+  // Order within a priority: higher first (fair_share.h, QueueRank). Equal
+  // ranks keep arrival order.
+  double rank = 0;
 };
 
 // True when `a` goes before `b` in the queue.
@@ -64,6 +81,9 @@ bool QueueBefore(const QueuedJob& a, const QueuedJob& b);
 struct RunningJob {
   uint64_t id = 0;
   std::optional<int64_t> ends_at_ms;  // Start + maximum run time, if any.
+  // When it is expected to end without a maximum run time (an estimate,
+  // runtime_estimate.h); ignored when ends_at_ms is set.
+  std::optional<int64_t> expected_end_ms = std::nullopt;
 };
 
 enum class FitResult { kPlaced, kNotNow, kNever };
@@ -91,6 +111,7 @@ enum class WaitReason {
   kNotConsidered,    // Past the per-pass backfill limit; looked at next pass.
   kNeverFits,        // No GPU here could ever hold it (the daemon fails it).
   kHeld,             // Held back by PlanOptions::held (e.g. its owner's quota).
+  kBorrowWait,       // Opportunistic: does not fit now, and is never the head.
 };
 std::string_view WaitReasonName(WaitReason reason);
 
@@ -105,8 +126,10 @@ struct QueuePlan {
   std::vector<WaitingJob> waiting;   // In queue order; excludes never_fit.
   std::vector<uint64_t> never_fit;
   uint64_t head = 0;                 // 0 when nothing waits.
-  // The head's reservation time, when known.
+  // The head's reservation time, when known, and whether it rests on a
+  // run-time estimate (some job it waits for has no maximum run time).
   std::optional<int64_t> head_reservation_ms;
+  bool reservation_estimated = false;
   // TryPlace calls on the caller's model (the cost driver of a pass).
   int placements_tried = 0;
 };
@@ -122,6 +145,14 @@ struct PlanOptions {
   // one user may each fit the quota alone but not together).
   std::function<bool(uint64_t id)> held;
   std::function<void(uint64_t id)> started;
+  // Asked of each job that is not held: true makes it opportunistic (see
+  // the top of this file). Unset: none is.
+  std::function<bool(uint64_t id)> opportunistic;
+  // Asked of the head: false makes its reservation rest on deadlines alone
+  // (the running jobs' estimated ends are ignored), so that backfill is as
+  // free as without estimates. Unset: estimates always count. The daemon
+  // answers from how long the head has waited (`reserve_after`).
+  std::function<bool(uint64_t id)> use_estimates;
 };
 
 // `queued` must be sorted by QueueBefore (the daemon keeps it so; sorting

@@ -254,5 +254,88 @@ TEST(PlanQueue, NoBackfillWhenDisabled) {
   EXPECT_EQ(p.waiting[1].reason, WaitReason::kBehindHead);
 }
 
+// The issue-40 starvation: two half-full GPUs, a head that needs one of them
+// whole, and a stream of small jobs without run times.
+TEST(PlanQueue, AnEstimatedEndGivesTheHeadAReservationBackfillRespects) {
+  std::map<uint64_t, int> demand = {{100, 6}, {101, 6}, {1, 8}, {2, 4}};
+  auto plan = [&](std::optional<int64_t> estimate) {
+    ToyModel m({10, 10}, demand);
+    m.Run(100, 0);
+    m.Run(101, 1);
+    RunningJob a{100, std::nullopt, estimate};
+    RunningJob b{101, std::nullopt, std::nullopt};
+    return PlanQueue({Q(1, 8), Q(2, 4)}, {a, b}, 0, m);
+  };
+  // Without an estimate nothing has an end: the head's reservation is
+  // unknown and the small job starts where the head will need room.
+  QueuePlan blind = plan(std::nullopt);
+  EXPECT_EQ(blind.start, (std::vector<uint64_t>{2}));
+  EXPECT_FALSE(blind.head_reservation_ms.has_value());
+  // With job 100 expected to end at t=1000, the head is due on GPU 0 then;
+  // job 2 would take room there and waits.
+  QueuePlan seen = plan(1000);
+  EXPECT_TRUE(seen.start.empty());
+  ASSERT_TRUE(seen.head_reservation_ms.has_value());
+  EXPECT_EQ(*seen.head_reservation_ms, 1000);
+  EXPECT_TRUE(seen.reservation_estimated);
+  ASSERT_EQ(seen.waiting.size(), 2u);
+  EXPECT_EQ(seen.waiting[1].reason, WaitReason::kWouldDelayHead);
+}
+
+TEST(PlanQueue, AnEstimateNeverAdmitsACandidateByItsOwnEnd) {
+  // Job 2 is expected to take 10 ms and the head is due at 1000, but an
+  // estimate is not a deadline: only rule (b) may admit it, and it fails.
+  ToyModel m({10}, {{100, 6}, {1, 8}, {2, 4}});
+  m.Run(100, 0);
+  QueuedJob small = Q(2, 4);
+  small.estimate = std::chrono::milliseconds(10);
+  QueuePlan p = PlanQueue({Q(1, 8), small}, {{100, 1000, std::nullopt}}, 0, m);
+  EXPECT_TRUE(p.start.empty());
+  EXPECT_FALSE(p.reservation_estimated);
+  // With a deadline as short, rule (a) admits it.
+  ToyModel m2({10}, {{100, 6}, {1, 8}, {2, 4}});
+  m2.Run(100, 0);
+  QueuePlan q =
+      PlanQueue({Q(1, 8), Q(2, 4, Priority::kNormal, 10)}, {{100, 1000, std::nullopt}}, 0, m2);
+  EXPECT_EQ(q.start, (std::vector<uint64_t>{2}));
+}
+
+TEST(QueueBefore, RankOrdersWithinAPriorityAndNeverAcrossOne) {
+  QueuedJob early = Q(1, 1), late = Q(2, 1), urgent = Q(3, 1, Priority::kHigh);
+  late.rank = 0.9;
+  early.rank = 0.2;
+  urgent.rank = 0.0;
+  EXPECT_TRUE(QueueBefore(late, early));
+  EXPECT_TRUE(QueueBefore(urgent, late));
+  early.rank = late.rank;  // Equal ranks: arrival.
+  EXPECT_TRUE(QueueBefore(early, late));
+}
+
+TEST(PlanQueue, AnOpportunisticJobThatDoesNotFitIsNeverTheHead) {
+  ToyModel m({10}, {{100, 6}, {1, 8}, {2, 4}});
+  m.Run(100, 0);
+  PlanOptions opt;
+  opt.opportunistic = [](uint64_t id) { return id == 1; };
+  QueuePlan p = PlanQueue({Q(1, 8), Q(2, 4)}, {{100, std::nullopt}}, 0, m, opt);
+  EXPECT_EQ(p.head, 0u);
+  EXPECT_EQ(p.start, (std::vector<uint64_t>{2}));
+  ASSERT_EQ(p.waiting.size(), 1u);
+  EXPECT_EQ(p.waiting[0].reason, WaitReason::kBorrowWait);
+}
+
+TEST(PlanQueue, AnOpportunisticJobBehindTheHeadDelaysItNoMoreThanBackfill) {
+  ToyModel m({10, 10}, {{100, 6}, {101, 6}, {1, 8}, {2, 4}});
+  m.Run(100, 0);
+  m.Run(101, 1);
+  PlanOptions opt;
+  opt.opportunistic = [](uint64_t id) { return id == 2; };
+  QueuePlan p =
+      PlanQueue({Q(1, 8), Q(2, 4)}, {{100, std::nullopt, 1000}, {101, std::nullopt, std::nullopt}},
+                0, m, opt);
+  EXPECT_TRUE(p.start.empty());
+  EXPECT_EQ(p.head, 1u);
+  EXPECT_EQ(p.waiting[1].reason, WaitReason::kWouldDelayHead);
+}
+
 }  // namespace
 }  // namespace gpuslice::core

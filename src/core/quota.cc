@@ -248,4 +248,58 @@ QuotaDecision QuotaBook::Decide(const QuotaOwner& owner, const QuotaCharge& ask,
   return DecideQuota(ask, Applicable(owner, usage));
 }
 
+QuotaUsage QuotaBook::UsageWithBorrowers(const std::vector<RunningCharge>& running,
+                                         const std::set<uint64_t>& borrowers) const {
+  QuotaUsage usage;
+  for (const RunningCharge& r : running) {
+    if (!borrowers.count(r.id)) {
+      AddCharge(r.owner, r.charge, &usage);
+      continue;
+    }
+    QuotaOwner user_only{r.owner.user, {}};
+    AddCharge(user_only, r.charge, &usage);
+  }
+  return usage;
+}
+
+QuotaDecision QuotaBook::DecideBorrowing(const QuotaOwner& owner, const QuotaCharge& ask,
+                                         const QuotaUsage& usage, bool* borrows,
+                                         std::string* why) const {
+  *borrows = false;
+  why->clear();
+  if (quotas_.empty()) return {};
+  std::vector<AppliedQuota> users, groups;
+  for (AppliedQuota& a : Applicable(owner, usage)) {
+    (a.who.kind == PrincipalKind::kUser ? users : groups).push_back(std::move(a));
+  }
+  QuotaDecision d = DecideQuota(ask, users);
+  if (d.verdict != QuotaVerdict::kFits) return d;
+  QuotaDecision g = DecideQuota(ask, groups);
+  if (g.verdict != QuotaVerdict::kFits) {
+    *borrows = true;
+    *why = g.reason;
+  }
+  return {};
+}
+
+std::set<uint64_t> Borrowers(const QuotaBook& book, std::vector<RunningCharge> running) {
+  std::set<uint64_t> out;
+  std::sort(running.begin(), running.end(), [](const RunningCharge& a, const RunningCharge& b) {
+    return a.started_ms != b.started_ms ? a.started_ms < b.started_ms : a.id < b.id;
+  });
+  for (const auto& [who, quota] : book.all()) {
+    if (who.kind != PrincipalKind::kGroup) continue;
+    QuotaCharge used;
+    for (const RunningCharge& r : running) {
+      if (!r.owner.IsCharged(who)) continue;
+      if (Exceeds(who, quota, used, r.charge, /*alone=*/false)) {
+        out.insert(r.id);
+        continue;
+      }
+      used += r.charge;
+    }
+  }
+  return out;
+}
+
 }  // namespace gpuslice::core

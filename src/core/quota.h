@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -115,6 +116,31 @@ QuotaDecision DecideQuota(const QuotaCharge& ask, const std::vector<AppliedQuota
 // What each principal holds now (only principals that have a quota).
 using QuotaUsage = std::map<Principal, QuotaCharge>;
 
+// A running job, for over-quota borrowing (below).
+struct RunningCharge {
+  uint64_t id = 0;
+  QuotaOwner owner;
+  QuotaCharge charge;
+  int64_t started_ms = 0;
+};
+
+// Over-quota borrowing (issue 40; docs/DAEMON.md, "Quotas"). With it on, a
+// group's quota is what its members are guaranteed, not a ceiling: a job
+// that would take a group past its quota may still start on capacity that
+// is idle, as a *borrower*, if it can give the capacity back (it is
+// restartable or can be suspended), and it is suspended (else requeued)
+// when a job within its own group's guarantee needs that capacity. User
+// quotas stay ceilings.
+//
+// Which running jobs borrow: for each group with a quota, its members' jobs
+// in the order they started (then by id), each counted against the quota
+// while it has room; a job that does not fit the room left is a borrower
+// (and counts nothing against that group). A job is a borrower if it is one
+// for any of its groups. Recomputed from what runs, so nothing about it is
+// stored.
+class QuotaBook;
+std::set<uint64_t> Borrowers(const QuotaBook& book, std::vector<RunningCharge> running);
+
 // The quotas of a machine.
 class QuotaBook {
  public:
@@ -131,6 +157,17 @@ class QuotaBook {
   // DecideQuota over Applicable.
   QuotaDecision Decide(const QuotaOwner& owner, const QuotaCharge& ask,
                        const QuotaUsage& usage) const;
+
+  // With borrowing: what each principal holds, a borrower counted against
+  // its user's quota only (a group's quota guarantees what is within it).
+  QuotaUsage UsageWithBorrowers(const std::vector<RunningCharge>& running,
+                                const std::set<uint64_t>& borrowers) const;
+  // Decide with borrowing: the user's quota decides as before (kWaits,
+  // kNever); a group quota without room (now, or ever) instead makes
+  // `*borrows` true and `*why` its reason ("group ml: ..."), and the verdict
+  // is kFits: the caller lets the job start only as a borrower.
+  QuotaDecision DecideBorrowing(const QuotaOwner& owner, const QuotaCharge& ask,
+                                const QuotaUsage& usage, bool* borrows, std::string* why) const;
 
  private:
   std::map<Principal, Quota> quotas_;

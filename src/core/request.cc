@@ -1,5 +1,6 @@
 #include "core/request.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -143,7 +144,127 @@ Status ResourceRequest::Validate() const {
   if (host_memory_bytes != 0 && host_memory_bytes < kMinHostMemoryBytes) {
     return InvalidArgumentError("host_mem: must be at least 4 MiB");
   }
+  if (!gpu_models.empty()) {
+    GPUSLICE_RETURN_IF_ERROR(ParseGpuModels(FormatGpuModels(gpu_models)).status());
+  }
   return Status::Ok();
+}
+
+namespace {
+
+char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+std::vector<std::string> Words(std::string_view text) {
+  std::vector<std::string> out;
+  std::string word;
+  for (char c : text) {
+    if (c == ' ' || c == '-' || c == '_') {
+      if (!word.empty()) out.push_back(std::move(word));
+      word.clear();
+    } else {
+      word.push_back(Lower(c));
+    }
+  }
+  if (!word.empty()) out.push_back(std::move(word));
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> ParseGpuModels(std::string_view text) {
+  std::vector<std::string> out;
+  std::string_view rest = text;
+  while (true) {
+    const size_t sep = rest.find_first_of(",|");
+    std::string_view item = rest.substr(0, sep);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    const std::string shown(text.substr(0, 64));
+    if (item.empty()) {
+      return InvalidArgumentError("'" + shown +
+                                  "': expected GPU model names such as a100 or "
+                                  "a100,h100 (see `gpuslice gpus`)");
+    }
+    if (item.size() > 64) {
+      return InvalidArgumentError("'" + std::string(item.substr(0, 32)) +
+                                  "...': a GPU model name is at most 64 characters");
+    }
+    for (char c : item) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.' || c == ' ';
+      if (!ok) {
+        return InvalidArgumentError("'" + std::string(item) +
+                                    "': a GPU model name has letters, digits, spaces, '-', '_' "
+                                    "and '.' only");
+      }
+    }
+    out.emplace_back(item);
+    if (out.size() > kMaxGpuModelNames) {
+      return InvalidArgumentError("'" + shown + "': at most " + std::to_string(kMaxGpuModelNames) +
+                                  " GPU models");
+    }
+    if (sep == std::string_view::npos) break;
+    rest = rest.substr(sep + 1);
+  }
+  return out;
+}
+
+std::string FormatGpuModels(const std::vector<std::string>& models) {
+  std::string out;
+  for (const std::string& m : models) out += (out.empty() ? "" : "|") + m;
+  return out;
+}
+
+bool GpuModelMatches(std::string_view wanted, std::string_view model) {
+  if (wanted.size() == model.size()) {
+    bool same = true;
+    for (size_t i = 0; i < wanted.size() && same; ++i) same = Lower(wanted[i]) == Lower(model[i]);
+    if (same) return true;
+  }
+  const std::vector<std::string> want = Words(wanted), have = Words(model);
+  if (want.empty()) return false;
+  for (const std::string& w : want) {
+    if (std::find(have.begin(), have.end(), w) == have.end()) return false;
+  }
+  return true;
+}
+
+Result<Gres> ParseGres(std::string_view text) {
+  const std::string shown(text.substr(0, 64));
+  auto bad = [&] {
+    return InvalidArgumentError("'" + shown +
+                                "': expected gpu[:TYPE][:COUNT], e.g. gpu:a100:2 or gpu:2");
+  };
+  if (text.substr(0, 3) != "gpu" || (text.size() > 3 && text[3] != ':')) return bad();
+  std::vector<std::string_view> parts;
+  std::string_view rest = text.size() > 3 ? text.substr(4) : std::string_view();
+  while (!rest.empty()) {
+    const size_t colon = rest.find(':');
+    parts.push_back(rest.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view() : rest.substr(colon + 1);
+  }
+  if (text.size() > 3 && parts.empty()) return bad();
+  if (parts.size() > 2) return bad();
+  auto is_count = [](std::string_view p) {
+    return !p.empty() && p.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  Gres g{"1", std::nullopt};
+  if (parts.size() == 2) {
+    if (!is_count(parts[1]) || parts[0].empty()) return bad();
+    g.model = std::string(parts[0]);
+    g.gpus = std::string(parts[1]);
+  } else if (parts.size() == 1) {
+    if (parts[0].empty()) return bad();
+    if (is_count(parts[0])) {
+      g.gpus = std::string(parts[0]);
+    } else {
+      g.model = std::string(parts[0]);
+    }
+  }
+  if (g.model) GPUSLICE_RETURN_IF_ERROR(ParseGpuModels(*g.model).status().WithContext("--gres"));
+  uint32_t min = 0, max = 0;
+  GPUSLICE_RETURN_IF_ERROR(ParseGpuCount(g.gpus, &min, &max).WithContext("--gres"));
+  return g;
 }
 
 Result<uint32_t> ParseCpuMilli(std::string_view text) {
@@ -180,19 +301,33 @@ std::string FormatCpuMilli(uint32_t milli) {
   return out + "." + f;
 }
 
+namespace {
+
+std::string ModelsNote(const std::vector<std::string>& models) {
+  if (models.empty()) return "";
+  std::string out;
+  for (const std::string& m : models) out += (out.empty() ? "" : " or ") + m;
+  return " (" + out + ")";
+}
+
+}  // namespace
+
 std::string ResourceRequest::Describe() const {
   switch (kind) {
     case RequestKind::kWholeGpus:
       if (gpus_min == gpus_max) {
-        return std::to_string(gpus_min) + (gpus_min == 1 ? " GPU" : " GPUs");
+        return std::to_string(gpus_min) + (gpus_min == 1 ? " GPU" : " GPUs") +
+               ModelsNote(gpu_models);
       }
-      return std::to_string(gpus_min) + "-" + std::to_string(gpus_max) + " GPUs";
+      return std::to_string(gpus_min) + "-" + std::to_string(gpus_max) + " GPUs" +
+             ModelsNote(gpu_models);
     case RequestKind::kFraction:
       return FormatBytes(memory_bytes) +
              (compute_milli ? " + " + FormatShareMilli(compute_milli) : std::string()) +
-             (compute_mode == ComputeMode::kWorkConserving ? " (work-conserving)" : "");
+             (compute_mode == ComputeMode::kWorkConserving ? " (work-conserving)" : "") +
+             ModelsNote(gpu_models);
     case RequestKind::kMig:
-      return "MIG " + mig.ToString();
+      return "MIG " + mig.ToString() + ModelsNote(gpu_models);
   }
   return "";
 }

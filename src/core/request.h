@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/status.h"
 #include "core/units.h"
@@ -67,6 +68,9 @@ struct ResourceRequest {
   // 0.5` = 500) and memory in bytes (`--host-mem`); 0 = no limit.
   uint32_t host_cpu_milli = 0;
   uint64_t host_memory_bytes = 0;
+  // GPU models the job may run on (`--gpu-model a100,h100`; GpuModelMatches
+  // says which GPUs each name means); empty: any.
+  std::vector<std::string> gpu_models;
 
   // Checks internal consistency (not whether any GPU could hold it: that is
   // the placement core's job). Errors name the offending field.
@@ -89,5 +93,27 @@ std::string FormatCpuMilli(uint32_t milli);
 
 // Parses the GPU count syntax of `--gpus`: "2" or "1-4".
 Status ParseGpuCount(std::string_view text, uint32_t* min, uint32_t* max);
+
+// `--gpu-model`: one name or a list separated by ',' or '|' ("a100",
+// "a100,h100", "H100-80GB"), at most kMaxGpuModelNames names of 1-64
+// letters, digits, spaces, '-', '_' or '.'. Errors name the token.
+inline constexpr size_t kMaxGpuModelNames = 8;
+Result<std::vector<std::string>> ParseGpuModels(std::string_view text);
+// "a100|h100" (the form the ledger keeps and ParseGpuModels reads back).
+std::string FormatGpuModels(const std::vector<std::string>& models);
+// Whether a GPU whose model NVML names `model` ("NVIDIA A100-SXM4-40GB") is
+// what `wanted` asks for: equal, ignoring case, or every word of `wanted`
+// (words split at spaces, '-' and '_') a word of `model`: "a100",
+// "A100-40GB" and "nvidia a100" all match that GPU, "a100-80gb" does not.
+bool GpuModelMatches(std::string_view wanted, std::string_view model);
+
+// Slurm's `--gres=gpu[:TYPE][:COUNT]` ("gpu:a100:2", "gpu:2", "gpu:a100";
+// a count of 1 when none is given): the `--gpus` count and the model it
+// names (none when no type). Errors name the token.
+struct Gres {
+  std::string gpus;                  // "2"
+  std::optional<std::string> model;  // "a100"
+};
+Result<Gres> ParseGres(std::string_view text);
 
 }  // namespace gpuslice::core

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/job.h"
+
 namespace gpuslice::core {
 namespace {
 
@@ -127,6 +129,64 @@ TEST(HostLimits, ValidateBoundsBothLimits) {
   EXPECT_FALSE(r.Validate().ok());
   r.host_memory_bytes = 64 * kMiB;
   EXPECT_TRUE(r.Validate().ok());
+}
+
+TEST(GpuModels, ParseAListAndRefuseBadNames) {
+  auto m = ParseGpuModels("a100, H100-80GB|l4");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(*m, (std::vector<std::string>{"a100", "H100-80GB", "l4"}));
+  EXPECT_EQ(FormatGpuModels(*m), "a100|H100-80GB|l4");
+  EXPECT_FALSE(ParseGpuModels("").ok());
+  EXPECT_FALSE(ParseGpuModels("a100,,h100").ok());
+  auto bad = ParseGpuModels("a100;rm");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("a100;rm"), std::string::npos);
+  EXPECT_FALSE(ParseGpuModels("a,b,c,d,e,f,g,h,i").ok());
+}
+
+TEST(GpuModels, ANameMatchesTheModelsWhoseWordsItHas) {
+  EXPECT_TRUE(GpuModelMatches("a100", "NVIDIA A100-SXM4-40GB"));
+  EXPECT_TRUE(GpuModelMatches("A100-40GB", "NVIDIA A100-SXM4-40GB"));
+  EXPECT_TRUE(GpuModelMatches("h100", "NVIDIA H100 80GB HBM3"));
+  EXPECT_TRUE(GpuModelMatches("nvidia h100 80gb hbm3", "NVIDIA H100 80GB HBM3"));
+  EXPECT_FALSE(GpuModelMatches("a100-80gb", "NVIDIA A100-SXM4-40GB"));
+  EXPECT_FALSE(GpuModelMatches("a10", "NVIDIA A100-SXM4-40GB"));
+  EXPECT_FALSE(GpuModelMatches("h100", "NVIDIA L4"));
+}
+
+TEST(GpuModels, BuildRequestCarriesThemAndDescribeSaysSo) {
+  RequestFields f;
+  f.gpus = "2";
+  f.gpu_model = "a100,h100";
+  auto r = BuildRequest(f);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->gpu_models, (std::vector<std::string>{"a100", "h100"}));
+  EXPECT_EQ(r->Describe(), "2 GPUs (a100 or h100)");
+  f.gpu_model = "a|";
+  auto bad = BuildRequest(f);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--gpu-model"), std::string::npos);
+}
+
+TEST(Gres, SlurmsGpuTypeAndCountMapToGpusAndAModel) {
+  auto g = ParseGres("gpu:a100:2");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->gpus, "2");
+  EXPECT_EQ(g->model, "a100");
+  g = ParseGres("gpu:3");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->gpus, "3");
+  EXPECT_FALSE(g->model.has_value());
+  g = ParseGres("gpu:h100");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->gpus, "1");
+  EXPECT_EQ(g->model, "h100");
+  g = ParseGres("gpu");
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->gpus, "1");
+  for (const char* bad : {"mps:2", "gpu:", "gpu:a100:two", "gpu:a:b:1", "gpus:2", "gpu:a100:0"}) {
+    EXPECT_FALSE(ParseGres(bad).ok()) << bad;
+  }
 }
 
 }  // namespace

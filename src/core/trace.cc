@@ -18,6 +18,10 @@ constexpr std::string_view kNodeColumns[] = {"sn", "cpu_milli", "memory_mib", "g
 constexpr std::string_view kTaskColumns[] = {"name", "cpu_milli", "memory_mib", "num_gpu",
                                              "gpu_milli"};
 constexpr std::string_view kTaskSpecColumn = "gpu_spec";
+// Optional, for the queue replay: when the task was created and deleted
+// (seconds from the trace's start). Empty fields mean unknown.
+constexpr std::string_view kTaskCreatedColumn = "creation_time";
+constexpr std::string_view kTaskDeletedColumn = "deletion_time";
 
 // Splits one CSV line on commas. Quoting is not part of the format.
 std::vector<std::string_view> SplitFields(std::string_view line) {
@@ -192,6 +196,8 @@ Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view text, std::strin
   const size_t name_col = col.Index("name"), num_gpu_col = col.Index("num_gpu"),
                milli_col = col.Index("gpu_milli");
   const std::optional<size_t> spec_col = col.Find(kTaskSpecColumn);
+  const std::optional<size_t> created_col = col.Find(kTaskCreatedColumn);
+  const std::optional<size_t> deleted_col = col.Find(kTaskDeletedColumn);
   const size_t header_columns = col.size();
   std::vector<TraceTask> tasks;
   std::set<std::string, std::less<>> names;
@@ -239,6 +245,18 @@ Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view text, std::strin
       if (t.num_gpu == 0 && !t.gpu_spec.empty()) {
         return err.At(*spec_col, kTaskSpecColumn, "a GPU model constraint on a task without GPUs");
       }
+    }
+    if (created_col && deleted_col && !f[*created_col].empty() && !f[*deleted_col].empty()) {
+      uint64_t created = 0, deleted = 0;
+      GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, kTaskCreatedColumn, &created));
+      GPUSLICE_RETURN_IF_ERROR(ParseUint(err, f, col, kTaskDeletedColumn, &deleted));
+      if (deleted < created) {
+        return err.At(
+            *deleted_col, kTaskDeletedColumn,
+            std::to_string(deleted) + " is before the creation time " + std::to_string(created));
+      }
+      t.creation_s = static_cast<int64_t>(created);
+      t.deletion_s = static_cast<int64_t>(deleted);
     }
     names.insert(t.name);
     tasks.push_back(std::move(t));

@@ -7,9 +7,9 @@
 //
 // Node list:  sn,cpu_milli,memory_mib,gpu,model
 // Task list:  name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]
-//             (the full files also carry qos, pod_phase, creation_time,
-//             deletion_time, scheduled_time; some of the same release only
-//             the first five)
+//             [,creation_time,deletion_time]
+//             (the full files also carry qos, pod_phase and scheduled_time;
+//             some of the same release only the first five)
 // The header row must be present; columns are found by their header name,
 // in any order. The node list needs all five; a task list needs the first
 // five and takes gpu_spec when present (absent: any model). Other columns are
@@ -43,6 +43,11 @@ struct TraceTask {
   uint32_t gpu_milli = 0;
   // Allowed GPU models, '|'-separated ("V100M16|V100M32"); empty = any.
   std::string gpu_spec;
+  // Seconds from the trace's start when it was created and deleted (the
+  // queue replay's arrival and run time); -1 when the file has no such
+  // columns or the row leaves them empty.
+  int64_t creation_s = -1;
+  int64_t deletion_s = -1;
   int line = 0;
 };
 
@@ -52,7 +57,8 @@ struct TraceTask {
 Result<std::vector<TraceNode>> ParseTraceNodes(std::string_view text, std::string_view file);
 
 // Parses a task list; same error rules, plus: gpu_milli outside the range
-// its num_gpu allows, and a gpu_spec with an empty model name.
+// its num_gpu allows, a gpu_spec with an empty model name, and a deletion
+// time before the creation time.
 Result<std::vector<TraceTask>> ParseTraceTasks(std::string_view text, std::string_view file);
 
 }  // namespace gpuslice::core

@@ -78,6 +78,11 @@ TEST(ParseTraceTasks, ParsesTheThreeKindsOfTask) {
   EXPECT_EQ((*r)[1].gpu_spec, "V100M16|V100M32");
   EXPECT_EQ((*r)[2].num_gpu, 8u);
   EXPECT_EQ((*r)[3].num_gpu, 0u);
+  // Creation and deletion times, for the queue replay; empty: unknown.
+  EXPECT_EQ((*r)[0].creation_s, 0);
+  EXPECT_EQ((*r)[0].deletion_s, 12537496);
+  EXPECT_EQ((*r)[1].deletion_s, 2);
+  EXPECT_EQ((*r)[2].creation_s, -1);
 }
 
 class BadTaskRows : public testing::TestWithParam<BadRow> {};
@@ -105,6 +110,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadRow{Tasks("p,1,1,1,300,T4||P100,LS,Running,0,0,0\n"),
                "column 6 (gpu_spec): empty GPU model name"},
         BadRow{Tasks("p,1,1,0,0,T4,LS,Running,0,0,0\n"), "column 6 (gpu_spec)"},
+        BadRow{Tasks("p,1,1,1,300,,LS,Running,9,8,0\n"),
+               "column 10 (deletion_time): 8 is before the creation time 9"},
         BadRow{Tasks("p,1,1,1,300,,LS,Running,0,0,0\np,1,1,1,300,,LS,Running,0,0,0\n"),
                "pods.csv:3: column 1 (name): duplicate task name 'p'"},
         BadRow{"name,cpu_milli,memory_mib,num_gpu\np,1,1,0\n",

@@ -110,12 +110,31 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
   if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
-  static const char* const kKnown[] = {
-      "gpus",     "mem",         "compute",        "mig",          "priority",
-      "name",     "max_runtime", "mode",           "argv",         "cwd",
-      "env",      "pool",        "restartable",    "compute_mode", "cpus",
-      "host_mem", "after",       "image",          "engine",       "labels",
-      "paused",   "gpu_uuids",   "bound_to_caller"};
+  static const char* const kKnown[] = {"gpus",
+                                       "mem",
+                                       "compute",
+                                       "mig",
+                                       "priority",
+                                       "name",
+                                       "max_runtime",
+                                       "mode",
+                                       "argv",
+                                       "cwd",
+                                       "env",
+                                       "pool",
+                                       "restartable",
+                                       "compute_mode",
+                                       "cpus",
+                                       "host_mem",
+                                       "after",
+                                       "image",
+                                       "engine",
+                                       "labels",
+                                       "paused",
+                                       "gpu_uuids",
+                                       "bound_to_caller",
+                                       "gpu_model",
+                                       "no_idle_reclaim"};
   for (const auto& [key, value] : j.items()) {
     bool known = false;
     for (const char* k : kKnown) known = known || key == k;
@@ -134,6 +153,7 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "pool", false, &f.pool));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "cpus", true, &f.cpus));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "host_mem", true, &f.host_mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "gpu_model", false, &f.gpu_model));
   std::optional<std::string> after;  // "12,13:ok", or one job id as an integer.
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "after", true, &after));
   if (after) {
@@ -146,6 +166,12 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
       return core::InvalidArgumentError("restartable: must be true or false");
     }
     spec.restartable = j["restartable"].get<bool>();
+  }
+  if (j.contains("no_idle_reclaim")) {
+    if (!j["no_idle_reclaim"].is_boolean()) {
+      return core::InvalidArgumentError("no_idle_reclaim: must be true or false");
+    }
+    spec.no_idle_reclaim = j["no_idle_reclaim"].get<bool>();
   }
   if (j.contains("mode")) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string mode, GetString(j, "mode"));
@@ -220,6 +246,7 @@ json JobToJson(const JobView& v) {
   if (!r.pool.empty()) request["pool"] = r.pool;
   if (r.host_cpu_milli) request["host_cpu_milli"] = r.host_cpu_milli;
   if (r.host_memory_bytes) request["host_memory_bytes"] = r.host_memory_bytes;
+  if (!r.gpu_models.empty()) request["gpu_model"] = core::FormatGpuModels(r.gpu_models);
   json out = {{"id", j.id},
               {"name", r.name},
               {"user", j.user},
@@ -254,6 +281,9 @@ json JobToJson(const JobView& v) {
   }
   if (v.usage) out["usage"] = UsageToJson(*v.usage);
   out["restartable"] = j.restartable;
+  if (j.no_idle_reclaim) out["no_idle_reclaim"] = true;
+  if (v.fair_share >= 0) out["fair_share"] = v.fair_share;
+  if (v.expected_start_ms) out["expected_start_ms"] = *v.expected_start_ms;
   if (j.state == core::JobState::kRunning || j.state == core::JobState::kSuspended) {
     out["flags"] = v.flags;
   }

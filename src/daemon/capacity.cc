@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/strings.h"
 #include "core/units.h"
 
 namespace gpuslice::daemon {
@@ -57,7 +58,9 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
     std::string pool = pool_of.empty() ? std::string() : pool_of[i];
     if (!pool.empty()) c->pool_masks_.emplace(pool, 0);
     if (g.mig_enabled) {
-      for (const MigInstance& m : g.mig) c->mig_.push_back({g.index, m, false, pool, "", 0});
+      for (const MigInstance& m : g.mig) {
+        c->mig_.push_back({g.index, g.model, m, false, pool, "", 0});
+      }
       continue;
     }
     core::GpuState s;
@@ -75,14 +78,37 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
   return c;
 }
 
-int NodeCapacity::FindMig(const core::MigProfile& profile, const std::string& pool,
+int NodeCapacity::FindMig(const core::ResourceRequest& request, const std::string& pool,
                           bool free_only) const {
   for (size_t i = 0; i < mig_.size(); ++i) {
     if (free_only && !mig_[i].Free()) continue;
     if (!pool.empty() && mig_[i].pool != pool) continue;
-    if (IsOfProfile(mig_[i].instance, profile)) return static_cast<int>(i);
+    if (!MigModelAllowed(mig_[i], request)) continue;
+    if (IsOfProfile(mig_[i].instance, request.mig)) return static_cast<int>(i);
   }
   return -1;
+}
+
+bool NodeCapacity::MigModelAllowed(const MigUnit& m, const core::ResourceRequest& request) {
+  if (request.gpu_models.empty()) return true;
+  return std::any_of(request.gpu_models.begin(), request.gpu_models.end(),
+                     [&](const std::string& w) { return core::GpuModelMatches(w, m.model); });
+}
+
+uint64_t NodeCapacity::ModelMaskFor(const core::ResourceRequest& request,
+                                    const std::string& pool) const {
+  uint64_t mask = pool.empty() ? 0 : pool_masks_.at(pool);
+  if (request.gpu_models.empty()) return mask;
+  // Models are interned as "model@pool": the name NVML gives is before '@'.
+  uint64_t models = 0;
+  const std::vector<std::string>& names = state_.models();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string base = names[i].substr(0, names[i].rfind('@'));
+    for (const std::string& w : request.gpu_models) {
+      if (core::GpuModelMatches(w, base)) models |= 1ull << i;
+    }
+  }
+  return pool.empty() ? models : (mask & models);
 }
 
 std::vector<std::string> NodeCapacity::Pools() const {
@@ -116,10 +142,12 @@ Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request
     core::ResourceRequest r = request;
     if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
     GPUSLICE_ASSIGN_OR_RETURN(e.demand, core::DemandFromRequest(r));
-    uint64_t mask = e.pool.empty() ? 0 : pool_masks_.at(e.pool);
+    uint64_t mask = ModelMaskFor(request, e.pool);
     e.demand.model_mask = mask;
-    // A pool of MIG GPUs only has no mask bit; 0 would mean "any GPU".
-    e.ever_fits = state_.TotalGpus() > 0 && (e.pool.empty() || mask != 0) &&
+    // A pool of MIG GPUs only (or no GPU of the models asked) has no mask
+    // bit; 0 would mean "any GPU".
+    const bool restricted = !e.pool.empty() || !request.gpu_models.empty();
+    e.ever_fits = state_.TotalGpus() > 0 && (!restricted || mask != 0) &&
                   core::CouldEverFit(state_, e.demand).ok();
   }
   if (e.request.kind != core::RequestKind::kMig) ++profile_changes_;
@@ -172,12 +200,42 @@ void NodeCapacity::EnsureProfile() {
 Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
   GPUSLICE_ASSIGN_OR_RETURN(std::string pool, PoolOf(request));
   std::string in_pool = pool.empty() ? "" : " in pool '" + pool + "'";
+  if (!request.gpu_models.empty()) {
+    // The models of the GPUs it could use (MIG instances for a MIG request,
+    // the GPUs outside MIG mode otherwise), and whether one is asked for.
+    std::vector<std::string> have;
+    bool any = false;
+    auto consider = [&](const std::string& model) {
+      if (std::find(have.begin(), have.end(), model) == have.end()) have.push_back(model);
+      for (const std::string& w : request.gpu_models) any = any || core::GpuModelMatches(w, model);
+    };
+    if (request.kind == core::RequestKind::kMig) {
+      for (const MigUnit& m : mig_) {
+        if (pool.empty() || m.pool == pool) consider(m.model);
+      }
+    } else {
+      for (size_t i = 0; i < node_gpus_->size(); ++i) {
+        const core::GpuState& g =
+            state_.node(static_cast<uint32_t>(i / kGpusPerNode)).gpus[i % kGpusPerNode];
+        const std::string& interned = state_.models()[g.model];
+        if (pool.empty() || interned.substr(interned.rfind('@') + 1) == pool) {
+          consider((*node_gpus_)[i].model);
+        }
+      }
+    }
+    if (!any) {
+      return core::OutOfRangeError(
+          "--gpu-model " + core::FormatGpuModels(request.gpu_models) + ": no GPU of that model" +
+          (pool.empty() ? " on this machine" : in_pool) + " (" +
+          (have.empty() ? std::string("none there") : "here: " + core::Join(have, ", ")) + ")");
+    }
+  }
   if (request.kind == core::RequestKind::kMig) {
     if (mig_.empty()) {
       return core::OutOfRangeError("--mig " + request.mig.ToString() +
                                    ": no GPU on this machine is in MIG mode");
     }
-    if (FindMig(request.mig, pool, /*free_only=*/false) < 0) {
+    if (FindMig(request, pool, /*free_only=*/false) < 0) {
       std::string have;
       for (const MigUnit& m : mig_) {
         if (!pool.empty() && m.pool != pool) continue;
@@ -349,10 +407,10 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
   if (it == demands_->end() || held_.count(id)) return core::FitResult::kNever;
   const DemandEntry& e = it->second;
   if (e.request.kind == core::RequestKind::kMig) {
-    int i = FindMig(e.request.mig, e.pool, /*free_only=*/true);
+    int i = FindMig(e.request, e.pool, /*free_only=*/true);
     if (i < 0) {
-      return FindMig(e.request.mig, e.pool, false) < 0 ? core::FitResult::kNever
-                                                       : core::FitResult::kNotNow;
+      return FindMig(e.request, e.pool, false) < 0 ? core::FitResult::kNever
+                                                   : core::FitResult::kNotNow;
     }
     mig_[i].taken = true;
     held_[id] = {core::Placement{}, i};

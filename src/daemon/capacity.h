@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/job.h"
+#include "core/move_proposal.h"
 #include "core/placement_model.h"
 #include "core/placement_policy.h"
 #include "core/placement_profile.h"
@@ -99,6 +100,16 @@ class NodeCapacity : public core::CapacityModel {
   };
   std::optional<MoveHint> ProposeMoveFor(uint64_t head_id,
                                          const std::function<bool(uint64_t)>& movable);
+  // Automatic defragmentation (core::PlanDefrag): at most `max_moves`
+  // moves of running single-GPU jobs for which `movable` says yes, each to
+  // another GPU of its model and pool, after which job `head_id` fits;
+  // empty when there are none. Whole GPUs and fractions; not MIG.
+  std::vector<MoveHint> PlanDefragFor(uint64_t head_id, uint32_t max_moves,
+                                      const std::function<bool(uint64_t)>& movable);
+  // While jobs of whole GPUs wait, fractions are packed (binpack) so that
+  // they keep GPUs idle for them (core::PlaceOptions::pack_fractions).
+  void set_pack_fractions(bool pack) { options_.pack_fractions = pack; }
+  bool pack_fractions() const { return options_.pack_fractions; }
   std::unique_ptr<core::CapacityModel> Clone() const override;
   core::FitResult TryPlace(uint64_t id) override;
   void Release(uint64_t id) override;
@@ -151,6 +162,7 @@ class NodeCapacity : public core::CapacityModel {
   };
   struct MigUnit {
     uint32_t gpu_index;
+    std::string model;  // Of its GPU (--gpu-model).
     MigInstance instance;
     bool taken = false;  // By a job.
     std::string pool;
@@ -165,6 +177,11 @@ class NodeCapacity : public core::CapacityModel {
     bool ever_fits = true;  // CouldEverFit, decided once at SetDemand.
     std::string pool;       // "" when the machine has one pool.
   };
+  // The model mask of `request`'s pool ("" = all) and GPU models (all when
+  // it names none). 0 when no GPU of the pool is of those models.
+  uint64_t ModelMaskFor(const core::ResourceRequest& request, const std::string& pool) const;
+  // Whether a MIG instance is of a model `request` may use.
+  static bool MigModelAllowed(const MigUnit& m, const core::ResourceRequest& request);
   // Upper bounds of what one placement could get now, so most requests that
   // cannot fit a busy machine are turned away without running a placement.
   // Recomputed lazily after any change.
@@ -178,7 +195,7 @@ class NodeCapacity : public core::CapacityModel {
 
   NodeCapacity() = default;
   // A MIG instance of `profile` in `pool` ("": any pool).
-  int FindMig(const core::MigProfile& profile, const std::string& pool, bool free_only) const;
+  int FindMig(const core::ResourceRequest& request, const std::string& pool, bool free_only) const;
   // What a held job's placement holds: its demand, with an elastic job's
   // current GPU count.
   static core::Demand HeldDemand(const DemandEntry& e, const Held& h);
@@ -199,6 +216,10 @@ class NodeCapacity : public core::CapacityModel {
   void ChargeForeign(size_t flat);
   // After memory was given back: charges what foreign use still lacks.
   void RechargeForeign();
+  // Running single-GPU-or-more jobs as the move planners see them, by id.
+  std::vector<core::PlacedTask> PlacedTasks(const std::function<bool(uint64_t)>& movable) const;
+  // The placement options moves are planned with (no fragmentation cache).
+  core::PlaceOptions MoveOptions();
   // Rebuilds profile_ when it is missing or stale; keeps the old one (or
   // none) when no GPU demand is known.
   void EnsureProfile();

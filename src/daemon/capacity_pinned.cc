@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/defrag.h"
 #include "core/move_proposal.h"
 #include "core/strings.h"
 #include "daemon/capacity.h"
@@ -43,7 +44,7 @@ Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candid
     for (size_t i = 0; i < mig_.size(); ++i) {
       const MigUnit& m = mig_[i];
       if (!m.Free() || (!e.pool.empty() && m.pool != e.pool)) continue;
-      if (!IsOfProfile(m.instance, e.request.mig)) continue;
+      if (!IsOfProfile(m.instance, e.request.mig) || !MigModelAllowed(m, e.request)) continue;
       if (!named(m.instance.uuid) && !named((*node_gpus_)[m.gpu_index].uuid)) continue;
       mig_[i].taken = true;
       held_[id] = {core::Placement{}, static_cast<int>(i)};
@@ -112,13 +113,8 @@ Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candid
                                        (last.empty() ? WhyNotNow(id) : last));
 }
 
-std::optional<NodeCapacity::MoveHint> NodeCapacity::ProposeMoveFor(
-    uint64_t head_id, const std::function<bool(uint64_t)>& movable) {
-  auto head = demands_->find(head_id);
-  if (head == demands_->end() || held_.count(head_id) ||
-      head->second.request.kind == core::RequestKind::kMig || !head->second.ever_fits) {
-    return std::nullopt;
-  }
+std::vector<core::PlacedTask> NodeCapacity::PlacedTasks(
+    const std::function<bool(uint64_t)>& movable) const {
   std::vector<core::PlacedTask> tasks;
   for (const auto& [id, h] : held_) {
     if (h.mig >= 0) continue;
@@ -136,16 +132,53 @@ std::optional<NodeCapacity::MoveHint> NodeCapacity::ProposeMoveFor(
     t.movable = movable(id);
     tasks.push_back(t);
   }
+  // By id: the plan must not depend on hash order.
+  std::sort(tasks.begin(), tasks.end(),
+            [](const core::PlacedTask& a, const core::PlacedTask& b) { return a.id < b.id; });
+  return tasks;
+}
+
+core::PlaceOptions NodeCapacity::MoveOptions() {
   core::PlaceOptions options = options_;
   if (core::InfoOf(options.policy).needs_profile) {
     EnsureProfile();
     options.profile = profile_.get();
+    if (options.profile == nullptr) options.policy = core::Policy::kBinpack;
   }
   options.frag_cache = nullptr;
-  auto move = core::ProposeMove(state_, head->second.demand, tasks, options);
+  return options;
+}
+
+std::optional<NodeCapacity::MoveHint> NodeCapacity::ProposeMoveFor(
+    uint64_t head_id, const std::function<bool(uint64_t)>& movable) {
+  auto head = demands_->find(head_id);
+  if (head == demands_->end() || held_.count(head_id) ||
+      head->second.request.kind == core::RequestKind::kMig || !head->second.ever_fits) {
+    return std::nullopt;
+  }
+  auto move = core::ProposeMove(state_, head->second.demand, PlacedTasks(movable), MoveOptions());
   if (!move.ok() || !*move) return std::nullopt;
   const core::Placement& to = (*move)->to;
   return MoveHint{(*move)->task_id, (*node_gpus_)[to.node * kGpusPerNode + to.gpus[0]].uuid};
+}
+
+std::vector<NodeCapacity::MoveHint> NodeCapacity::PlanDefragFor(
+    uint64_t head_id, uint32_t max_moves, const std::function<bool(uint64_t)>& movable) {
+  auto head = demands_->find(head_id);
+  if (head == demands_->end() || held_.count(head_id) ||
+      head->second.request.kind == core::RequestKind::kMig || !head->second.ever_fits) {
+    return {};
+  }
+  core::DefragOptions opt;
+  opt.max_moves = max_moves;
+  auto plan =
+      core::PlanDefrag(state_, head->second.demand, PlacedTasks(movable), MoveOptions(), opt);
+  if (!plan.ok() || !*plan) return {};
+  std::vector<MoveHint> out;
+  for (const core::MoveProposal& m : (*plan)->moves) {
+    out.push_back({m.task_id, (*node_gpus_)[m.to.node * kGpusPerNode + m.to.gpus[0]].uuid});
+  }
+  return out;
 }
 
 }  // namespace gpuslice::daemon

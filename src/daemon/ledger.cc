@@ -58,7 +58,7 @@ constexpr const char* kJobColumns =
     "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, "
     "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine, labels, "
     "holder_pid, holder_start_time, suspended_since_ms, suspended_total_ms, "
-    "resume_when_fits";
+    "resume_when_fits, gpu_models, no_idle_reclaim";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -123,6 +123,15 @@ Result<Job> ReadJob(const Stmt& s) {
   j.suspended_since_ms = s.Int(38);
   j.suspended_total_ms = s.Int(39);
   j.resume_when_fits = s.Int(40) != 0;
+  if (std::string models = s.Text(41); !models.empty()) {
+    auto parsed = core::ParseGpuModels(models);
+    if (!parsed.ok()) {
+      return core::InternalError("ledger: job " + std::to_string(j.id) + " has gpu_models '" +
+                                 models.substr(0, 64) + "': " + parsed.status().message());
+    }
+    r.gpu_models = std::move(*parsed);
+  }
+  j.no_idle_reclaim = s.Int(42) != 0;
   return j;
 }
 
@@ -327,7 +336,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
         std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
         ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
         "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38,?39,"
-        "?40,?41)";
+        "?40,?41,?42,?43)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -376,6 +385,8 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(39, job.suspended_since_ms);
     s.Bind(40, job.suspended_total_ms);
     s.Bind(41, int64_t{job.resume_when_fits});
+    s.Bind(42, core::FormatGpuModels(r.gpu_models));
+    s.Bind(43, int64_t{job.no_idle_reclaim});
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 

@@ -170,6 +170,13 @@ ALTER TABLE jobs ADD COLUMN resume_when_fits INTEGER NOT NULL DEFAULT 0;
 DROP INDEX jobs_live;
 CREATE INDEX jobs_live ON jobs(state) WHERE state IN ('queued', 'running', 'suspended');
 )sql",
+    // 11: scheduling (issue 40): the GPU models a job may run on
+    // (--gpu-model, core::FormatGpuModels: "a100|h100"; '' = any) and its
+    // exemption from idle reclaim (--no-idle-reclaim).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN gpu_models TEXT NOT NULL DEFAULT '';
+ALTER TABLE jobs ADD COLUMN no_idle_reclaim INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 
 }  // namespace

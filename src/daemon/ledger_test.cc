@@ -136,6 +136,27 @@ TEST_F(LedgerTest, JobRoundTripsWithAllocationAndTransitions) {
   EXPECT_EQ((*tr)[1].at_ms, 2000);
 }
 
+TEST_F(LedgerTest, GpuModelsAndTheIdleReclaimExemptionSurviveAReopen) {
+  {
+    auto l = Ledger::Open(path_);
+    ASSERT_TRUE(l.ok());
+    core::Job j = SampleJob(3);
+    j.request.gpu_models = {"a100", "H100-80GB"};
+    j.no_idle_reclaim = true;
+    ASSERT_TRUE((*l)->SaveJob(j, std::nullopt, 1000).ok());
+    ASSERT_TRUE((*l)->SaveJob(SampleJob(4), std::nullopt, 1000).ok());
+  }
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  auto jobs = (*l)->LoadJobs(/*live_only=*/true);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].request.gpu_models, (std::vector<std::string>{"a100", "H100-80GB"}));
+  EXPECT_TRUE((*jobs)[0].no_idle_reclaim);
+  EXPECT_TRUE((*jobs)[1].request.gpu_models.empty());
+  EXPECT_FALSE((*jobs)[1].no_idle_reclaim);
+}
+
 TEST_F(LedgerTest, TerminalJobReleasesItsAllocationOnce) {
   auto l = Ledger::Open(path_);
   ASSERT_TRUE(l.ok());

@@ -1,5 +1,7 @@
 #include "daemon/policy_config.h"
 
+#include <charconv>
+
 #include "core/units.h"
 
 namespace gpuslice::daemon {
@@ -34,6 +36,18 @@ std::string_view WatchdogActionName(WatchdogAction a) {
       return "kill";
   }
   return "report";
+}
+
+std::string_view DefragModeName(DefragMode m) {
+  switch (m) {
+    case DefragMode::kOff:
+      return "off";
+    case DefragMode::kSuggest:
+      return "suggest";
+    case DefragMode::kAuto:
+      return "auto";
+  }
+  return "auto";
 }
 
 std::string_view ForeignActionName(ForeignAction a) {
@@ -185,10 +199,45 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
     }
     return Bad(key, value, "warn, pause or end");
   }
+  if (key == "defragment") {
+    for (DefragMode m : {DefragMode::kOff, DefragMode::kSuggest, DefragMode::kAuto}) {
+      if (v == DefragModeName(m)) {
+        c->defragment = m;
+        return core::Status::Ok();
+      }
+    }
+    return Bad(key, value, "auto, suggest or off");
+  }
+  if (key == "defragment_max_moves" || key == "defragment_moves_per_hour") {
+    uint32_t n = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size() || n < 1 || n > 64) {
+      return Bad(key, value, "a number from 1 to 64");
+    }
+    (key == "defragment_max_moves" ? c->defragment_max_moves : c->defragment_moves_per_hour) = n;
+    return core::Status::Ok();
+  }
+  if (key == "idle_exempt_priority") {
+    if (v == "none") {
+      c->idle_exempt_priority.reset();
+      return core::Status::Ok();
+    }
+    auto p = core::ParsePriority(v);
+    if (!p.ok()) return Bad(key, value, "low, normal, high or none");
+    c->idle_exempt_priority = *p;
+    return core::Status::Ok();
+  }
+  {
+    bool mine = false;
+    GPUSLICE_RETURN_IF_ERROR(c->runtime_estimates.Apply(key, value, &mine));
+    if (!mine) GPUSLICE_RETURN_IF_ERROR(c->fair_share.Apply(key, value, &mine));
+    if (mine) return core::Status::Ok();
+  }
   if (key == "idle_action_always" || key == "suspended_counts_in_quota" ||
-      key == "preempt_by_suspend") {
+      key == "preempt_by_suspend" || key == "quota_borrowing") {
     bool* flag = key == "idle_action_always"          ? &c->idle_action_always
                  : key == "suspended_counts_in_quota" ? &c->suspended_counts_in_quota
+                 : key == "quota_borrowing"           ? &c->quota_borrowing
                                                       : &c->preempt_by_suspend;
     if (v == "true" || v == "yes" || v == "on" || v == "1") {
       *flag = true;

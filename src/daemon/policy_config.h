@@ -9,11 +9,14 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/fair_share.h"
 #include "core/preemption.h"
+#include "core/runtime_estimate.h"
 #include "daemon/access.h"
 #include "core/status.h"
 
@@ -34,6 +37,11 @@ enum class IdleAction { kWarn, kPause, kEnd, kSuspend };
 // GPU processes that belong to no job: always charged in placement and
 // reported; `kill` also ends them (unless root's or an allowed group's).
 enum class ForeignAction { kReport, kKill };
+// Automatic defragmentation (issue 40): `auto` moves running single-GPU
+// jobs (suspend, resume elsewhere) when that lets the job first in line
+// start; `suggest` only says which moves would (`gpuslice ps`); `off`.
+enum class DefragMode { kOff, kSuggest, kAuto };
+std::string_view DefragModeName(DefragMode m);
 std::string_view WatchdogActionName(WatchdogAction a);
 std::string_view IdleActionName(IdleAction a);
 std::string_view ForeignActionName(ForeignAction a);
@@ -85,6 +93,25 @@ struct PolicyConfig {
   int64_t elastic_cooldown_ms = 30'000;
   // Who may use which pool, and the priority each may ask (access.h).
   AccessConfig access;
+
+  // Scheduling a team can trust (issue 40; docs/DAEMON.md, "Placement and
+  // the queue"). Run-time estimates for jobs without --max-runtime, so the
+  // head of the queue gets a reservation backfill respects.
+  core::RuntimeEstimates runtime_estimates;
+  // Fair share (decayed usage per user and group) and aging in the queue
+  // order.
+  core::FairShareConfig fair_share;
+  DefragMode defragment = DefragMode::kAuto;
+  // Jobs moved for one waiting job, at most; and moves of one job per hour.
+  uint32_t defragment_max_moves = 2;
+  uint32_t defragment_moves_per_hour = 2;
+  // A group's quota is a guarantee: jobs that can give capacity back
+  // (restartable or suspendable) may borrow idle capacity beyond it, and
+  // are suspended (else requeued) when the group's own jobs need it.
+  bool quota_borrowing = true;
+  // Idle reclaim leaves jobs of this priority and above alone (none: no
+  // priority is exempt); `--no-idle-reclaim` exempts one job.
+  std::optional<core::Priority> idle_exempt_priority = core::Priority::kHigh;
 };
 
 // Applies one `key = value` if `key` is a policy setting; *known = false

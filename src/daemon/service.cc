@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "core/strings.h"
 #include "daemon/job_log.h"
 #include "daemon/log.h"
 
@@ -74,6 +75,14 @@ int64_t ParentOf(int64_t pid) {
     if (line.rfind("PPid:", 0) == 0) return std::atoll(line.c_str() + 5);
   }
   return -1;
+}
+
+// "40s", "25m", "2h5m": rounded up to the second under a minute, else to
+// the minute (a reason is read by people, not parsed).
+std::string RoughDuration(int64_t ms) {
+  ms = std::max<int64_t>(ms, 1000);
+  const int64_t unit = ms < 60'000 ? 1000 : 60'000;
+  return core::FormatDuration(std::chrono::milliseconds((ms + unit - 1) / unit * unit));
 }
 
 uint64_t TotalBytes(const std::vector<std::string>& v) {
@@ -181,6 +190,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   job.cwd = std::move(spec.cwd);
   job.env = std::move(spec.env);
   job.restartable = spec.restartable;
+  job.no_idle_reclaim = spec.no_idle_reclaim;
   job.after = std::move(spec.after);
   job.labels = std::move(spec.labels);
   if (Status c = CheckContainerSpec(spec, &job); !c.ok()) {
@@ -212,7 +222,12 @@ void Service::Enqueue(const Job& job) {
   q.priority = job.request.priority;
   q.seq = job.id;
   q.max_runtime = job.request.max_runtime;
+  q.estimate = EstimateOf(job);
   q.shape = capacity_->ShapeOf(job.id);
+  // Its rank from the factors of the last ranking (the queue is ranked
+  // again within a second); its group named now, for that ranking.
+  (void)GroupNameOf(job.gid);
+  q.rank = RankOf(job, clock_.NowMs());
   auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
   queue_.insert(pos, q);
   ++queued_by_uid_[job.uid];
@@ -287,6 +302,11 @@ JobView Service::View(const Job& job) {
     if (auto l = live_.find(job.id); l != live_.end())
       v.checkpoint_error = l->second.checkpoint_error;
   }
+  if (job.IsLive() && options_.rules.fair_share.enabled && !fair_factors_.empty()) {
+    auto group = group_names_.find(job.gid);
+    v.fair_share = core::JobFairShare(fair_factors_, job.user,
+                                      group == group_names_.end() ? "" : group->second);
+  }
   if (job.state != JobState::kQueued) return v;
   if (waiting_index_stale_) {
     waiting_index_.clear();
@@ -309,7 +329,26 @@ JobView Service::View(const Job& job) {
         } else if (auto n = preempt_note_.find(job.id); n != preempt_note_.end()) {
           v.waiting_for += "; cannot preempt: " + n->second;
         }
-        v.waiting_for += MoveHintFor(job);
+        if (auto r = reclaiming_.find(job.id); r != reclaiming_.end()) {
+          std::vector<std::string> ids;
+          for (uint64_t id : r->second) ids.push_back(std::to_string(id));
+          v.waiting_for += "; taking its group's quota back from job(s) " + core::Join(ids, ", ");
+        }
+        if (job.id == plan_head_ && head_expected_start_ms_) {
+          v.expected_start_ms = head_expected_start_ms_;
+          v.waiting_for +=
+              "; expected to start in about " +
+              RoughDuration(*head_expected_start_ms_ - clock_.NowMs()) +
+              (head_estimated_ ? " (by run-time estimates)" : " (by maximum run times)");
+        }
+        // Last, so that the command a hint names ends the line.
+        if (!defrag_moving_.empty()) {
+          std::vector<std::string> ids;
+          for (uint64_t id : defrag_moving_) ids.push_back(std::to_string(id));
+          v.waiting_for += "; moving job(s) " + core::Join(ids, ", ") + " to make room";
+        } else {
+          v.waiting_for += MoveHintFor(job);
+        }
         break;
       }
       case core::WaitReason::kBehindHead:
@@ -324,6 +363,13 @@ JobView Service::View(const Job& job) {
       case core::WaitReason::kNeverFits:
         v.waiting_for = "can never fit";
         break;
+      case core::WaitReason::kBorrowWait: {
+        auto b = borrow_why_.find(job.id);
+        v.waiting_for = "borrowing over its group's quota (" +
+                        (b == borrow_why_.end() ? std::string("over quota") : b->second) +
+                        "): waits for idle capacity: " + capacity_->WhyNotNow(job.id);
+        break;
+      }
       case core::WaitReason::kHeld: {
         if (waiting_on_.count(job.id) > 0) {
           v.waiting_for = WaitingForDependencies(job);

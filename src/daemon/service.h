@@ -13,6 +13,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "core/dependency.h"
+#include "core/fair_share.h"
 #include "core/job.h"
 #include "core/placement_policy.h"
 #include "core/preemption.h"
@@ -64,7 +66,8 @@ struct SubmitSpec {
   std::vector<std::string> argv;
   std::string cwd;
   std::vector<std::string> env;
-  bool restartable = false;  // Preemption requeues it instead of ending it.
+  bool restartable = false;      // Preemption requeues it instead of ending it.
+  bool no_idle_reclaim = false;  // Idle reclaim leaves it alone.
   // --after: jobs that must end (or exit 0) first (core/dependency.h).
   std::vector<core::Dependency> after;
   // --image, --engine: a container job (container_job.h).
@@ -183,6 +186,12 @@ struct SuspendCause {
   uint64_t preempted_for = 0;
   // A move (`gpuslice move`): the GPU to resume on once it is suspended.
   std::string move_to;
+  // Automatic defragmentation: the job whose start the move is for.
+  uint64_t defrag_for = 0;
+  // Over-quota borrowing: the job within its group's quota that reclaims
+  // this borrower's capacity (requeued instead when it cannot be
+  // suspended and is restartable; else it runs on).
+  uint64_t reclaimed_for = 0;
 };
 
 class Service {
@@ -487,9 +496,10 @@ class Service {
   std::vector<std::string> MoveCandidates(const core::Job& job) const;
   core::Result<core::Allocation> PlaceForResume(core::Job& job,
                                                 const std::vector<std::string>& onto);
-  // For the job first in line that does not fit: "; a move would let it
-  // start: gpuslice move 7 --gpu GPU-..." when one running job moved
-  // elsewhere would make room (the placement core's proposal), else "".
+  // For the job first in line that does not fit, with defragment =
+  // suggest: "; a move would let it start: gpuslice move 7 --gpu GPU-..."
+  // (or "moves would ...: ..., then ...") when moving running jobs would
+  // make room (the placement core's plan, service_schedule.cc), else "".
   std::string MoveHintFor(const core::Job& head);
   // What both refuse: no checkpoint API, a worker busy with it, its end.
   core::Status CanCheckpoint(const core::Job& job, const Live& l, const char* verb) const;
@@ -545,6 +555,40 @@ class Service {
   void WriteGpusFile(const core::Job& job);
   // An elastic job about to start gives back what its owner's quotas forbid.
   void FitElasticToQuotas(core::Job& job);
+
+  // Scheduling a team can trust (service_schedule.cc; issue 40).
+  // Fair share: the running jobs' use charged to their users and groups
+  // (decayed usage), the ledger's history read back at start, and the
+  // queue's ranks (fair share + age) recomputed at most once a second
+  // (`force`: now), the queue sorted again by them.
+  void SeedFairShare();
+  void ChargeFairShare(int64_t now);
+  void Rerank(bool force);
+  // The rank a job entering the queue gets, from the factors of the last
+  // ranking.
+  double RankOf(const core::Job& job, int64_t now) const;
+  // The job's primary group by name (its gid when the system has none).
+  const std::string& GroupNameOf(uint32_t gid);
+  // Run-time estimates: what a job without --max-runtime is expected to
+  // run, and a running job as the planner sees it (deadline, expected end).
+  std::optional<std::chrono::milliseconds> EstimateOf(const core::Job& job) const;
+  core::RunningJob PlanEntryOf(const core::Job& job, int64_t now) const;
+  // Fractions are packed while a job of whole GPUs waits (not held).
+  void UpdatePacking();
+  // Automatic defragmentation: moves for the head (defragment = auto), or
+  // the moves it would take, for its reason (suggest). True when moves
+  // were started.
+  bool Defragment(uint64_t head_id);
+  bool Movable(const core::Job& job, int64_t now) const;
+  // Over-quota borrowing: whether a job can give capacity back, what each
+  // running job charges, and the reclaim for a head within its group's
+  // guarantee.
+  bool Borrowable(const core::Job& job) const;
+  std::vector<core::RunningCharge> RunningCharges();
+  void ReclaimBorrowed(uint64_t head_id);
+  void RequeueForReclaim(core::Job& job, Live& l, uint64_t head_id);
+  // Idle reclaim leaves it alone (--no-idle-reclaim, idle_exempt_priority).
+  bool IdleExempt(const core::Job& job) const;
 
   ServiceOptions options_;
   Clock& clock_;
@@ -614,6 +658,26 @@ class Service {
   std::unordered_map<uint64_t, std::vector<uint64_t>> dependents_;
   std::deque<uint64_t> ended_to_release_;  // ReleaseDependents' work list.
   bool releasing_ = false;
+
+  // Scheduling (service_schedule.cc).
+  std::unique_ptr<core::DecayedUsage> fair_usage_;
+  std::unordered_map<uint64_t, int64_t> fair_charged_ms_;  // Running job -> charged up to.
+  std::map<core::Principal, double> fair_factors_;         // As of the last ranking.
+  int64_t fair_ranked_ms_ = 0;
+  std::unordered_map<uint32_t, std::string> group_names_;
+  std::optional<int64_t> head_expected_start_ms_;  // The last plan's reservation.
+  bool head_estimated_ = false;
+  std::set<uint64_t> defrag_moving_;  // Jobs the daemon is moving for the head.
+  std::unordered_map<uint64_t, std::deque<int64_t>> defrag_moves_at_;  // Per job, last hour.
+  std::unordered_map<uint64_t, int64_t> defrag_refused_until_;         // A move that failed.
+  std::unordered_map<uint64_t, std::string> defrag_hint_;              // suggest: head -> text.
+  uint64_t defrag_checked_head_ = 0;
+  int64_t defrag_checked_ms_ = 0;
+  std::set<uint64_t> opportunistic_now_;                    // Queued borrowers of this pass.
+  std::unordered_map<uint64_t, std::string> borrow_why_;    // Queued borrower -> which quota.
+  std::set<uint64_t> borrowers_now_;                        // Running borrowers as of this pass.
+  std::map<uint64_t, std::vector<uint64_t>> reclaiming_;    // Head -> borrowers it reclaims from.
+  std::unordered_map<uint64_t, std::string> reclaim_note_;  // Head -> why it cannot.
 };
 
 }  // namespace gpuslice::daemon

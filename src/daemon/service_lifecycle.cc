@@ -211,15 +211,23 @@ void Service::Schedule() {
   waiting_index_stale_ = true;
   if (queue_.empty() || !capacity_) {
     last_waiting_.clear();
+    head_expected_start_ms_.reset();
+    if (capacity_) capacity_->set_pack_fractions(false);
     return;
   }
+  // Fair share and age (at most once a second), then the queue in order.
+  Rerank(false);
+  UpdatePacking();
+  const int64_t now = clock_.NowMs();
   std::vector<core::RunningJob> running;
   for (const auto& [id, l] : live_) {
     if (IsSuspended(id)) continue;  // Holds nothing to free.
-    running.push_back({id, jobs_[id].DeadlineMs()});
+    running.push_back(PlanEntryOf(jobs_[id], now));
   }
   core::PlanOptions opt;
-  opt.backfill = options_.backfill;
+  // While the daemon moves jobs to make room for the head, nothing else
+  // starts: the room a move frees is the head's (issue 40).
+  opt.backfill = options_.backfill && defrag_moving_.empty();
   core::QuotaUsage quota_usage;
   HoldForQuotas(&opt, &quota_usage);
   if (!waiting_on_.empty()) {
@@ -230,7 +238,7 @@ void Service::Schedule() {
       return waiting_on_.count(id) > 0 || (quota && quota(id));
     };
   }
-  core::QueuePlan plan = core::PlanQueue(queue_, running, clock_.NowMs(), *capacity_, opt);
+  core::QueuePlan plan = core::PlanQueue(queue_, running, now, *capacity_, opt);
   RecordQuotaWaits();
   for (uint64_t id : plan.never_fit) {
     Dequeue(id);
@@ -243,8 +251,18 @@ void Service::Schedule() {
   }
   last_waiting_ = std::move(plan.waiting);
   plan_head_ = plan.head;
+  head_expected_start_ms_ = plan.head_reservation_ms;
+  head_estimated_ = plan.reservation_estimated;
   ForgetPreemptions();
-  if (plan.head != 0 && jobs_.count(plan.head)) MaybePreempt(plan.head);
+  if (plan.head != 0 && jobs_.count(plan.head)) {
+    // Moves lose no work: tried (and waited for) before ending or
+    // suspending anyone.
+    const bool moving = Defragment(plan.head) || !defrag_moving_.empty();
+    if (!moving) {
+      MaybePreempt(plan.head);
+      ReclaimBorrowed(plan.head);
+    }
+  }
 }
 
 SliceLimits Service::SliceLimitsOf(const Job& job) const {

@@ -159,17 +159,10 @@ Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) 
 }
 
 std::string Service::MoveHintFor(const Job& head) {
-  if (!capacity_ || !options_.checkpointer || !options_.checkpointer->Available().ok()) return "";
-  auto hint = capacity_->ProposeMoveFor(head.id, [this](uint64_t id) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second.state != JobState::kRunning) return false;
-    const Job& job = it->second;
-    return job.mode != core::JobMode::kExternal && job.allocation.gpu_uuids.size() == 1 &&
-           CanMove(job).ok();
-  });
-  if (!hint) return "";
-  return "; a move would let it start: gpuslice move " + std::to_string(hint->job_id) + " --gpu " +
-         hint->to_uuid;
+  // With defragment = suggest, the moves Defragment planned for the head
+  // (with auto it makes them itself; with off it plans none).
+  auto hint = defrag_hint_.find(head.id);
+  return hint == defrag_hint_.end() ? "" : hint->second;
 }
 
 }  // namespace gpuslice::daemon

@@ -148,6 +148,7 @@ TEST_F(MoveTest, AResumeWhoseOwnGpuIsTakenGoesToAnotherOfItsModel) {
 // would let it start, and that move does.
 TEST_F(MoveTest, TheJobFirstInLineSaysWhichMoveWouldLetItStart) {
   options_.policy = core::Policy::kSpread;
+  options_.rules.defragment = DefragMode::kSuggest;  // It only says (auto makes the move).
   Restart();
   std::vector<uint64_t> small;
   for (int i = 0; i < 3; ++i) {

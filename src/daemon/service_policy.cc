@@ -93,6 +93,27 @@ Status Service::CheckQuotaAtSubmit(const Job& job) {
         CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool, job.request.priority));
   }
   if (quotas_.empty()) return Status::Ok();
+  if (options_.rules.quota_borrowing) {
+    // A group's quota is a guarantee: a job bigger than it may still run
+    // as a borrower, if it can give the capacity back.
+    bool borrows = false;
+    std::string why;
+    core::QuotaDecision d =
+        quotas_.DecideBorrowing(OwnerOf(job), RequestCharge(job), {}, &borrows, &why);
+    if (d.verdict == core::QuotaVerdict::kNever) {
+      return core::OutOfRangeError("over quota, can never run: " + d.reason);
+    }
+    if (borrows && !Borrowable(job)) {
+      core::QuotaDecision g = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
+      if (g.verdict == core::QuotaVerdict::kNever) {
+        return core::OutOfRangeError(
+            "over quota, can never run: " + g.reason +
+            " (beyond a group's quota a job runs only as a borrower, which must be able to give "
+            "the capacity back: submit it with --restartable)");
+      }
+    }
+    return Status::Ok();
+  }
   core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
   if (d.verdict == core::QuotaVerdict::kNever) {
     return core::OutOfRangeError("over quota, can never run: " + d.reason);
@@ -101,24 +122,63 @@ Status Service::CheckQuotaAtSubmit(const Job& job) {
 }
 
 void Service::HoldForQuotas(core::PlanOptions* opt, core::QuotaUsage* usage) {
+  opportunistic_now_.clear();
+  borrow_why_.clear();
+  borrowers_now_.clear();
   if (quotas_.empty()) {
     quota_wait_.clear();
     return;
   }
-  *usage = RunningUsage();
+  const bool borrowing = options_.rules.quota_borrowing;
+  if (borrowing) {
+    const std::vector<core::RunningCharge> running = RunningCharges();
+    borrowers_now_ = core::Borrowers(quotas_, running);
+    *usage = quotas_.UsageWithBorrowers(running, borrowers_now_);
+  } else {
+    *usage = RunningUsage();
+  }
   held_now_.clear();
-  opt->held = [this, usage](uint64_t id) {
+  opt->held = [this, usage, borrowing](uint64_t id) {
     const Job& job = jobs_[id];
-    core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), *usage);
-    if (d.verdict == core::QuotaVerdict::kFits) return false;
-    held_now_[id] = d.reason;
-    return true;
+    if (!borrowing) {
+      core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), *usage);
+      if (d.verdict == core::QuotaVerdict::kFits) return false;
+      held_now_[id] = d.reason;
+      return true;
+    }
+    bool borrows = false;
+    std::string why;
+    core::QuotaDecision d =
+        quotas_.DecideBorrowing(OwnerOf(job), RequestCharge(job), *usage, &borrows, &why);
+    if (d.verdict != core::QuotaVerdict::kFits) {
+      held_now_[id] = d.reason;
+      return true;
+    }
+    if (borrows) {
+      if (!Borrowable(job)) {
+        held_now_[id] = why +
+                        " (beyond its group's quota only a job that can give the capacity back "
+                        "borrows: restartable, or one the daemon can suspend)";
+        return true;
+      }
+      opportunistic_now_.insert(id);
+      borrow_why_[id] = why;
+    }
+    return false;
   };
+  opt->opportunistic = [this](uint64_t id) { return opportunistic_now_.count(id) > 0; };
   opt->started = [this, usage](uint64_t id) {
     const Job& job = jobs_[id];
     auto a = capacity_->AllocationOf(id);
-    quotas_.AddCharge(OwnerOf(job),
-                      a ? core::ChargeOfAllocation(job.request, *a) : RequestCharge(job), usage);
+    const core::QuotaCharge charge =
+        a ? core::ChargeOfAllocation(job.request, *a) : RequestCharge(job);
+    if (opportunistic_now_.count(id)) {
+      // A borrower counts against its user's quota only.
+      quotas_.AddCharge(core::QuotaOwner{job.user, {}}, charge, usage);
+      borrowers_now_.insert(id);
+      return;
+    }
+    quotas_.AddCharge(OwnerOf(job), charge, usage);
   };
 }
 
@@ -441,14 +501,17 @@ void Service::EndForPreemption(Job& job, Live& l, uint64_t head_id) {
 }
 
 void Service::ForgetPreemptions() {
-  // A head's preemption is over once none of its victims still runs (a
-  // suspended victim holds nothing; one being suspended still does).
-  for (auto it = preempting_.begin(); it != preempting_.end();) {
-    bool running = std::any_of(it->second.begin(), it->second.end(), [&](uint64_t v) {
-      auto l = live_.find(v);
-      return l != live_.end() && (!IsSuspended(v) || l->second.checkpoint);
-    });
-    it = running ? std::next(it) : preempting_.erase(it);
+  // A head's preemption (or reclaim of borrowed capacity) is over once none
+  // of its victims still runs (a suspended victim holds nothing; one being
+  // suspended still does).
+  for (auto* victims_of : {&preempting_, &reclaiming_}) {
+    for (auto it = victims_of->begin(); it != victims_of->end();) {
+      bool running = std::any_of(it->second.begin(), it->second.end(), [&](uint64_t v) {
+        auto l = live_.find(v);
+        return l != live_.end() && (!IsSuspended(v) || l->second.checkpoint);
+      });
+      it = running ? std::next(it) : victims_of->erase(it);
+    }
   }
 }
 

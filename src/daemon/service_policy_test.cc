@@ -145,8 +145,12 @@ TEST_F(PolicyTest, GroupQuotaCountsJobsStartedInTheSamePass) {
   service_->Tick();
   EXPECT_EQ(State(x->job.id), core::JobState::kRunning);
   EXPECT_EQ(State(y->job.id), core::JobState::kQueued);
+  // It could borrow beyond the group's quota only if it could give the
+  // capacity back (quota_borrowing): this daemon cannot suspend.
   EXPECT_EQ(Get(y->job.id).waiting_for,
-            "quota: group students: 1 of 1 running jobs in use, asks 1 more");
+            "quota: group students: 1 of 1 running jobs in use, asks 1 more (beyond its group's "
+            "quota only a job that can give the capacity back borrows: restartable, or one the "
+            "daemon can suspend)");
 }
 
 TEST_F(PolicyTest, QuotaThatCanNeverFitRefusesAtSubmit) {

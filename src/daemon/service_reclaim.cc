@@ -71,10 +71,20 @@ void Service::Reclaim() {
         "GPU use under " +
         core::FormatShareMilli(static_cast<uint32_t>(rules.idle_threshold_pct * 10)) + " for " +
         Minutes(low);
+    const bool exempt = IdleExempt(job);
     if (!l.idle_flagged) {
       l.idle_flagged = true;
-      RecordEvent("idle_flagged", id, job.user, idle);
+      RecordEvent("idle_flagged", id, job.user,
+                  idle + (!exempt ? ""
+                          : job.no_idle_reclaim
+                              ? "; exempt from idle reclaim (--no-idle-reclaim)"
+                              : "; exempt from idle reclaim (priority " +
+                                    std::string(core::PriorityName(job.request.priority)) +
+                                    ", idle_exempt_priority)"));
     }
+    // An exempt job (a latency-sensitive service idle between requests) is
+    // only flagged: acting on it would make its next request wait.
+    if (exempt) continue;
     if (l.idle_acted || (!someone_waits && !rules.idle_action_always)) continue;
     l.idle_acted = true;
     std::string because = someone_waits ? " while jobs wait" : "";
@@ -181,6 +191,7 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   if (l->second.stopped) flags.push_back("stopped");
   if (l->second.over_share) flags.push_back("over_share");
   if (l->second.under_reported) flags.push_back("under_reported");
+  if (borrowers_now_.count(id)) flags.push_back("borrowing");
   if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
     flags.push_back("preempted");
   }

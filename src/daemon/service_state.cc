@@ -178,6 +178,8 @@ Status Service::Start() {
     for (auto& [kind, n] : *counts) event_counts_[kind] = n;
   }
   Recover(std::move(*live));
+  SeedFairShare();
+  Rerank(/*force=*/true);
   Schedule();
   SyncCdi();
   return Status::Ok();

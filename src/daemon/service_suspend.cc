@@ -234,10 +234,12 @@ void Service::FinishCheckpoints() {
       const SuspendCause& cause = task->cause;
       if (!out.status.ok()) {
         l.checkpoint_error = "suspend failed: " + out.status.message();
+        const bool requeue = cause.reclaimed_for != 0 && job.restartable;
         std::string instead =
             cause.idle_fallback
                 ? "; " + std::string(IdleActionName(*cause.idle_fallback)) + " instead"
             : cause.preempted_for != 0 ? "; ended instead"
+            : requeue                  ? "; requeued instead"
                                        : "; it runs on";
         RecordEvent("suspend_failed", id, job.user,
                     l.checkpoint_error + " (asked by " + task->by + ")" + instead);
@@ -245,13 +247,24 @@ void Service::FinishCheckpoints() {
           ActOnIdle(job, l, *cause.idle_fallback, cause.idle_text);
         } else if (cause.preempted_for != 0 && jobs_.count(cause.preempted_for)) {
           EndForPreemption(job, l, cause.preempted_for);
+        } else if (requeue) {
+          RequeueForReclaim(job, l, cause.reclaimed_for);
+        }
+        if (cause.defrag_for != 0) {
+          // Not planned again for a while: it would fail the same way.
+          defrag_refused_until_[id] = now + 3600 * 1000;
         }
         continue;
       }
       JobState from = job.state;
       job.state = JobState::kSuspended;
       job.suspended_since_ms = now;
-      job.resume_when_fits = cause.preempted_for != 0;
+      // The daemon resumes it by itself once it fits: a preemption victim, a
+      // borrower whose capacity was reclaimed, and a job being moved (should
+      // the resume on its new GPU never happen, say the daemon restarts in
+      // between, it comes back wherever it fits rather than stay suspended).
+      job.resume_when_fits =
+          cause.preempted_for != 0 || cause.reclaimed_for != 0 || !cause.move_to.empty();
       job.reason = "suspended by " + task->by;
       // Closed before its capacity goes: a process the suspension missed
       // (or a new one) may allocate nothing and launch nothing meanwhile.
@@ -418,6 +431,15 @@ void Service::ResumeWhenRoom() {
       return q.priority > job.request.priority;
     });
     if (outranked) continue;
+    // A job that would borrow over its group's quota again takes only idle
+    // capacity, as when it started: not while a job waits first in line.
+    if (plan_head_ != 0 && !queue_.empty() && options_.rules.quota_borrowing && !quotas_.empty()) {
+      std::vector<core::RunningCharge> running = RunningCharges();
+      std::erase_if(running, [&](const core::RunningCharge& r) { return r.id == id; });
+      running.push_back({id, OwnerOf(job), core::ChargeOfAllocation(job.request, job.allocation),
+                         clock_.NowMs()});
+      if (core::Borrowers(quotas_, running).count(id)) continue;
+    }
     // Quiet when there is no room yet: it is tried again every tick.
     if (Status s = StartResume(job, live_[id], "the daemon (room again)"); !s.ok()) continue;
   }

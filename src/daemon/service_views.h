@@ -91,6 +91,12 @@ struct JobView {
   std::vector<DependencyView> after;  // One per job.after entry.
   // Why the last suspend or resume of this job failed ("" if it did not).
   std::string checkpoint_error;
+  // Its fair-share factor (0-1, core/fair_share.h) as of the last ranking,
+  // for live jobs while fair share is on; -1 otherwise.
+  double fair_share = -1;
+  // The job first in line: when it is expected to start (its reservation),
+  // when known.
+  std::optional<int64_t> expected_start_ms = std::nullopt;
 };
 
 struct LogChunk {

@@ -3,12 +3,16 @@
 //   gpuslice-replay --nodes NODES.csv --pods PODS.csv [--policy a,b,...]
 //                   [--inflate 1.3] [--seed 42] [--seeds 10] [--jobs 2]
 //                   [--json] [--json-out F] [--csv F] [--plot F.png]
+//   gpuslice-replay --queue --nodes NODES.csv --pods PODS.csv [--arrival-scale 2]
+//                   [--user-mix 40,30,20,10] [--variants today,issue-40,...] [--jobs 2]
+//                   [--json] [--json-out F]
 //
 // Prints a table (or JSON with --json) of allocation ratio per 5% step of
 // arrived demand, mean over the seeds seed, seed+1, ..., seed+seeds-1.
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -22,7 +26,9 @@
 
 #include "core/placement_policy.h"
 #include "core/trace.h"
+#include "core/units.h"
 #include "core/version.h"
+#include "replay/queue_replay.h"
 #include "replay/replay.h"
 #include "replay/replay_report.h"
 
@@ -103,6 +109,35 @@ int Main(int argc, char** argv) {
   app.add_option("--json-out", json_out, "also write the JSON to this file");
   app.add_option("--csv", csv_out, "write per-step CSV to this file");
   app.add_option("--plot", plot_out, "draw allocation ratio vs arrived demand into this PNG");
+  bool queue = false;
+  double arrival_scale = 1.0;
+  std::string user_mix = "40,30,20,10", variants = "all", half_life = "7d", max_age = "1d",
+              default_runtime = "1h", from = "0s", task_max_runtime = "0s",
+              reserve_after = "0s";
+  uint32_t max_moves = 2;
+  app.add_flag(
+      "--queue", queue,
+      "replay arrivals and departures (creation and deletion times) through the "
+      "daemon's queue: waits, allocation over time, moves, fair share (docs/PLACEMENT.md)");
+  app.add_option("--arrival-scale", arrival_scale,
+                 "--queue: arrivals at creation time / this (above 1: more load)")
+      ->check(CLI::Range(0.01, 1000.0));
+  app.add_option("--user-mix", user_mix,
+                 "--queue: how the tasks are shared out among users, as weights (40,30,20,10)");
+  app.add_option("--variants", variants,
+                 "--queue: today, issue-40, no-defragment, no-fair-share, no-estimates, no-packing, or all");
+  app.add_option("--half-life", half_life, "--queue: fair share's half-life (7d)");
+  app.add_option("--max-age", max_age, "--queue: the wait at which aging stops growing (1d)");
+  app.add_option("--default-runtime", default_runtime, "--queue: the run-time estimate (1h)");
+  app.add_option("--reserve-after", reserve_after,
+                 "--queue: the head's reservation counts estimates once it waited this long (0s)");
+  app.add_option("--from", from,
+                 "--queue: start the replay this far into the trace (e.g. 115d), empty; earlier "
+                 "tasks are left out");
+  app.add_option("--task-max-runtime", task_max_runtime,
+                 "--queue: a task runs at most this long (e.g. 12h; default: its whole lifetime)");
+  app.add_option("--max-moves", max_moves, "--queue: moves for one waiting task, at most (2)")
+      ->check(CLI::Range(1, 64));
   app.set_version_flag("--version", "gpuslice-replay " + std::string(core::Version()));
   CLI11_PARSE(app, argc, argv);
 
@@ -122,6 +157,72 @@ int Main(int argc, char** argv) {
   if (!tasks.ok()) return fail(tasks.status());
   core::Result<ReplayInput> input = BuildInput(*nodes, *tasks);
   if (!input.ok()) return fail(input.status());
+  if (queue) {
+    QueueReplayConfig base;
+    base.policy = policies->front();
+    base.seed = seed;
+    base.arrival_scale = arrival_scale;
+    base.max_moves = max_moves;
+    base.user_mix.clear();
+    for (size_t at = 0; at <= user_mix.size();) {
+      const size_t comma = std::min(user_mix.find(',', at), user_mix.size());
+      double w = 0;
+      auto [end, ec] = std::from_chars(user_mix.data() + at, user_mix.data() + comma, w);
+      if (comma == at || ec != std::errc() || end != user_mix.data() + comma || !(w > 0)) {
+        return fail(core::InvalidArgumentError("--user-mix '" + user_mix +
+                                               "': expected positive weights such as 40,30,20,10"));
+      }
+      base.user_mix.push_back(w);
+      at = comma + 1;
+    }
+    int64_t from_ms = 0;
+    for (auto [text, out] :
+         {std::pair{&half_life, &base.half_life_ms}, std::pair{&max_age, &base.max_age_ms},
+          std::pair{&default_runtime, &base.default_runtime_ms}, std::pair{&from, &from_ms},
+          std::pair{&task_max_runtime, &base.max_runtime_ms},
+          std::pair{&reserve_after, &base.reserve_after_ms}}) {
+      auto d = core::ParseDuration(*text);
+      if (!d.ok()) return fail(d.status());
+      *out = d->count();
+    }
+    base.from_s = from_ms / 1000;
+    std::vector<QueueReplayConfig> runs;
+    for (const QueueReplayConfig& v : QueueReplayVariants(base)) {
+      if (variants == "all" ||
+          ("," + variants + ",").find("," + v.label + ",") != std::string::npos) {
+        runs.push_back(v);
+      }
+    }
+    if (runs.empty())
+      return fail(core::InvalidArgumentError("--variants '" + variants +
+                                             "': none of today, issue-40, "
+                                             "no-defragment, no-fair-share, "
+                                             "no-estimates"));
+    std::vector<core::Result<QueueReplayResult>> out(runs.size(), core::InternalError("not run"));
+    std::atomic<size_t> next_run{0};
+    auto run_one = [&] {
+      for (size_t i = next_run++; i < runs.size(); i = next_run++) {
+        out[i] = RunQueueReplay(*input, *tasks, runs[i]);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int i = 0; i < jobs; ++i) threads.emplace_back(run_one);
+    for (std::thread& t : threads) t.join();
+    std::vector<QueueReplayResult> done;
+    for (auto& r : out) {
+      if (!r.ok()) return fail(r.status());
+      done.push_back(std::move(r).value());
+    }
+    std::string command;
+    for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+    const std::string json_text = QueueResultsJson(done, command);
+    std::cout << (json ? json_text : FormatQueueTable(done));
+    if (!json_out.empty()) {
+      core::Status s = WriteFile(json_out, json_text);
+      if (!s.ok()) return fail(s);
+    }
+    return 0;
+  }
 
   std::vector<ReplayConfig> configs;
   for (core::Policy p : *policies) {
