@@ -186,9 +186,10 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
     return Bad(key, value, "warn, pause or end");
   }
   if (key == "idle_action_always" || key == "suspended_counts_in_quota" ||
-      key == "preempt_by_suspend") {
+      key == "preempt_by_suspend" || key == "resume_on_demand") {
     bool* flag = key == "idle_action_always"          ? &c->idle_action_always
                  : key == "suspended_counts_in_quota" ? &c->suspended_counts_in_quota
+                 : key == "resume_on_demand"          ? &c->resume_on_demand
                                                       : &c->preempt_by_suspend;
     if (v == "true" || v == "yes" || v == "on" || v == "1") {
       *flag = true;

@@ -79,6 +79,7 @@ void Service::Tick() {
   }
   FinishCheckpoints();
   ResumeWhenRoom();
+  WatchResumeRequests();
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
@@ -222,6 +223,13 @@ void Service::Schedule() {
   opt.backfill = options_.backfill;
   core::QuotaUsage quota_usage;
   HoldForQuotas(&opt, &quota_usage);
+  if (opt.held) {
+    // A suspended job's resume demand is not held for quotas (nor is a
+    // resume by hand): it had its slice already.
+    opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
+      return !IsSuspended(id) && quota(id);
+    };
+  }
   if (!waiting_on_.empty()) {
     // A job waiting for its dependencies is held like a quota wait: it takes
     // nothing and is never the head, so it delays no one (and it is not
@@ -234,17 +242,26 @@ void Service::Schedule() {
   RecordQuotaWaits();
   for (uint64_t id : plan.never_fit) {
     Dequeue(id);
+    if (IsSuspended(id)) continue;  // A resume demand is never failed (TryResume).
     FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
   }
   for (uint64_t id : plan.start) {
     Dequeue(id);
+    if (IsSuspended(id)) {
+      ResumeOnDemand(id);  // Placed where its processes can be restored.
+      continue;
+    }
     FitElasticToQuotas(jobs_[id]);
     StartJob(jobs_[id]);
   }
   last_waiting_ = std::move(plan.waiting);
   plan_head_ = plan.head;
   ForgetPreemptions();
-  if (plan.head != 0 && jobs_.count(plan.head)) MaybePreempt(plan.head);
+  // Preemption acts for a job that waits to start, not for a suspended job
+  // that waits to resume: that one gave its room up already.
+  if (plan.head != 0 && jobs_.count(plan.head) && !IsSuspended(plan.head)) {
+    MaybePreempt(plan.head);
+  }
 }
 
 SliceLimits Service::SliceLimitsOf(const Job& job) const {
@@ -266,6 +283,9 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
     // or a new one, may allocate nothing and launch nothing there.
     limits.memory_bytes_per_device = 0;
     limits.launches_paused = true;
+    // And a process that makes a CUDA call asks for a resume rather than
+    // fail (or block in the driver) until its owner types one.
+    if (options_.rules.resume_on_demand) limits.suspension = SuspensionId(job);
   }
   limits.shared_gid = SharedGidOf(job);
   TakeTurnsWithoutAShare(job, &limits);
@@ -384,7 +404,8 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
              std::string(core::JobStateName(state)));
     return;
   }
-  if (from == JobState::kQueued) Dequeue(job.id);
+  // A queued job, or a suspended one waiting in the queue to resume.
+  if (from == JobState::kQueued || from == JobState::kSuspended) Dequeue(job.id);
   if (capacity_) {
     capacity_->Release(job.id);
     capacity_->ForgetDemand(job.id);
