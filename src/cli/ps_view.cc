@@ -56,6 +56,17 @@ std::string Note(const json& j) {
     }
     return j.value("waiting_for", "");
   }
+  if (state == "suspended") {
+    // Why (who suspended it), its flags, and, once its processes asked to
+    // be resumed, what it waits for in the queue.
+    note = j.value("reason", "");
+    for (const json& f : j.value("flags", json::array())) {
+      note += (note.empty() ? "" : ",") + f.get<std::string>();
+    }
+    const std::string waiting = j.value("waiting_for", "");
+    if (!waiting.empty()) note += (note.empty() ? "" : "; ") + waiting;
+    return note;
+  }
   if (state == "running") {
     // The daemon's policy flags, as it names them (docs/DAEMON.md).
     for (const json& f : j.value("flags", json::array())) {
@@ -100,7 +111,9 @@ std::string RenderPs(const json& list, int64_t now_ms) {
   Table t(header);
   for (const json& j : jobs) {
     std::string state = j["state"];
-    std::string pos = state == "queued" ? std::to_string(j.value("queue_position", 0)) : "-";
+    // Queued jobs, and suspended ones waiting in the queue to resume.
+    const int position = j.value("queue_position", 0);
+    std::string pos = state == "queued" || position > 0 ? std::to_string(position) : "-";
     std::vector<std::string> row = {std::to_string(j["id"].get<uint64_t>()),
                                     j.value("user", ""),
                                     j.value("name", ""),

@@ -81,6 +81,25 @@ TEST(RenderPs, AnEndBySignalNamesTheSignal) {
   EXPECT_EQ(SignalName(128), nullptr);
 }
 
+TEST(RenderPs, ASuspendedJobWaitingToResumeShowsItsPositionAndWhatItWaitsFor) {
+  json asleep = JobJson(5, "suspended", kNow - 10 * kMin, kNow - 9 * kMin, 0);
+  asleep["reason"] = "suspended by idle reclaim";
+  json waiting = JobJson(6, "suspended", kNow - 10 * kMin, kNow - 9 * kMin, 0);
+  waiting["reason"] = "suspended by alice";
+  waiting["flags"] = {"resume_asked"};
+  waiting["queue_position"] = 2;
+  waiting["waiting_for"] = "waiting for GPU memory to resume on demand: behind job 7";
+  auto lines = Lines(RenderPs({{"jobs", {asleep, waiting}}}, kNow));
+  ASSERT_EQ(lines.size(), 3u);
+  // POS, then NOTE.
+  EXPECT_NE(lines[1].find("9m00s    -    suspended by idle reclaim"), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find("9m00s    2    suspended by alice,resume_asked; waiting for GPU memory "
+                          "to resume on demand: behind job 7"),
+            std::string::npos)
+      << lines[2];
+}
+
 TEST(DependenciesText, EachJobWithItsConditionStateAndStatus) {
   json job = JobJson(5, "queued", kNow, 0, 0);
   EXPECT_EQ(DependenciesText(job), "") << "none";

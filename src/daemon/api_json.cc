@@ -275,7 +275,8 @@ json JobToJson(const JobView& v) {
     out["image"] = j.image;
     out["engine"] = j.engine;
   }
-  if (j.state == core::JobState::kQueued) {
+  // Queued, or suspended and waiting in the queue to resume on demand.
+  if (j.state == core::JobState::kQueued || v.queue_position > 0) {
     out["queue_position"] = v.queue_position;
     out["waiting_for"] = v.waiting_for;
   }

@@ -42,6 +42,9 @@ class ArbiterRegionStore : public RegionStore {
   core::Status Move(const std::string& path,
                     const std::vector<std::pair<std::string, std::string>>& pairs,
                     const SliceLimits& after) override;
+  core::Result<uint64_t> ResumeRequest(const std::string& path) override {
+    return inner_.ResumeRequest(path);
+  }
   core::Result<std::vector<std::string>> Devices(const std::string& path) override {
     return inner_.Devices(path);
   }

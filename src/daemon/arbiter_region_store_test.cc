@@ -87,6 +87,25 @@ TEST_F(ArbiterRegionStoreTest, CreateUpdateAndRemoveReachTheArbiter) {
   EXPECT_FALSE(fs::exists(arbiter.MembersPath(5)));
 }
 
+// Resume on demand was off in the daemon (which stacks this store on the
+// shim's) while every test over the shim's store passed: the request of a
+// suspended job's process never reached the daemon through this one.
+TEST_F(ArbiterRegionStoreTest, AResumeRequestAndTheSuspensionPassThrough) {
+  FakeRegionStore inner;
+  Arbiter arbiter(options_);
+  ArbiterRegionStore store(inner, arbiter);
+  auto path = store.Create(Limits(6, 300));
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  SliceLimits suspended = Limits(6, 300);
+  suspended.suspension = 1'700'000'000'000;
+  ASSERT_TRUE(store.Update(*path, suspended).ok());
+  EXPECT_EQ(inner.regions.at(*path).suspension, 1'700'000'000'000u);
+  inner.resume_requests[*path] = 1'700'000'000'000;
+  auto asked = store.ResumeRequest(*path);
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  EXPECT_EQ(*asked, 1'700'000'000'000u);
+}
+
 TEST_F(ArbiterRegionStoreTest, RemoveOfARealSlicePathDropsItsJob) {
   FakeRegionStore inner;
   Arbiter arbiter(options_);

@@ -156,6 +156,7 @@ Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request
 }
 
 void NodeCapacity::ForgetDemand(uint64_t id) {
+  resume_.erase(id);
   auto it = demands_->find(id);
   if (it == demands_->end()) return;
   if (it->second.request.kind != core::RequestKind::kMig) {
@@ -403,6 +404,7 @@ std::unique_ptr<core::CapacityModel> NodeCapacity::Clone() const {
 }
 
 core::FitResult NodeCapacity::TryPlace(uint64_t id) {
+  if (auto r = resume_.find(id); r != resume_.end()) return TryResume(id, r->second);
   auto it = demands_->find(id);
   if (it == demands_->end() || held_.count(id)) return core::FitResult::kNever;
   const DemandEntry& e = it->second;

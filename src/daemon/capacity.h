@@ -91,6 +91,17 @@ class NodeCapacity : public core::CapacityModel {
   // its pool, by the policy). kFailedPrecondition saying what does not fit
   // when there is no room now; kNotFound for a UUID this machine lacks.
   core::Status PlaceOn(uint64_t id, const std::vector<std::string>& candidates);
+  // A suspended job that asked to be resumed (resume on demand,
+  // docs/SUSPEND.md), a waiting demand of the queue like any other: TryPlace
+  // puts it back where it was (`own`, its allocation when it was
+  // suspended), else on one of `elsewhere` (GPUs of its model and pool the
+  // driver can restore it onto; empty: nowhere else), and answers kNotNow,
+  // never kNever, when neither has room (a suspended job is not failed for
+  // want of room). Its demand must be registered (SetDemand). Forgotten
+  // with ForgetResumeTarget or ForgetDemand.
+  void SetResumeTarget(uint64_t id, core::Allocation own, std::vector<std::string> elsewhere);
+  void ForgetResumeTarget(uint64_t id) { resume_.erase(id); }
+  bool HasResumeTarget(uint64_t id) const { return resume_.count(id) > 0; }
   // A move that would let job `head_id` (which does not fit now) start:
   // one running single-GPU job, for which `movable` says yes, moved to
   // another GPU (core::ProposeMove). Whole GPUs and fractions; not MIG.
@@ -241,6 +252,13 @@ class NodeCapacity : public core::CapacityModel {
   bool bounds_dirty_ = true;
   // The learnt workload profile (shared with clones, immutable).
   std::shared_ptr<const core::WorkloadProfile> profile_;
+  // Resume demands (SetResumeTarget), copied into clones with the rest.
+  struct ResumeTarget {
+    core::Allocation own;
+    std::vector<std::string> elsewhere;
+  };
+  core::FitResult TryResume(uint64_t id, const ResumeTarget& target);
+  std::unordered_map<uint64_t, ResumeTarget> resume_;
   std::map<size_t, Foreign> foreign_;  // By flat GPU position.
   std::deque<core::Demand> recent_;    // Demands that ended, newest last.
   size_t profile_changes_ = 0;         // Demands added or ended since the build.

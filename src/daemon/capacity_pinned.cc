@@ -1,8 +1,9 @@
 // NodeCapacity::PlaceOn: placement now on named GPUs, for external jobs
 // (docs/KUBERNETES.md): a kubelet that admits a pod names the devices, and
 // the slice goes there or is refused with the reason, never queued; for a
-// job moved to another GPU (docs/SUSPEND.md). And ProposeMoveFor: the move
-// that would let a waiting job start.
+// job moved to another GPU (docs/SUSPEND.md), and for a suspended job that
+// asked to resume (TryResume: where it was, else where it can move). And
+// ProposeMoveFor: the move that would let a waiting job start.
 
 #include <algorithm>
 #include <map>
@@ -17,6 +18,21 @@ namespace gpuslice::daemon {
 using capacity_detail::IsOfProfile;
 using capacity_detail::kGpusPerNode;
 using core::Status;
+
+void NodeCapacity::SetResumeTarget(uint64_t id, core::Allocation own,
+                                   std::vector<std::string> elsewhere) {
+  resume_[id] = {std::move(own), std::move(elsewhere)};
+}
+
+core::FitResult NodeCapacity::TryResume(uint64_t id, const ResumeTarget& target) {
+  if (held_.count(id) || !demands_->count(id)) return core::FitResult::kNotNow;
+  // Where it was first: its processes' memory goes back without a move.
+  if (Hold(id, target.own).ok()) return core::FitResult::kPlaced;
+  if (!target.elsewhere.empty() && PlaceOn(id, target.elsewhere).ok()) {
+    return core::FitResult::kPlaced;
+  }
+  return core::FitResult::kNotNow;
+}
 
 Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candidates) {
   auto it = demands_->find(id);

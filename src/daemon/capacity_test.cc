@@ -85,6 +85,47 @@ TEST(NodeCapacity, HoldRestoresAnAllocationAndRefusesADoubleOne) {
   EXPECT_EQ((*c)->Hold(2, a).code(), core::StatusCode::kNotFound);
 }
 
+// Resume on demand: a suspended job's demand goes back where it was, else
+// only onto the GPUs it may move to, and is never "never fits".
+TEST(NodeCapacity, AResumeTargetGoesBackWhereItWasElseOnlyWhereItMayMove) {
+  GpuInfo other_model = Gpu(2);
+  other_model.model = "H100";
+  auto c = NodeCapacity::Create({Gpu(0), Gpu(1), other_model}, core::Policy::kBinpack);
+  ASSERT_TRUE(c.ok());
+  NodeCapacity& cap = **c;
+  ASSERT_TRUE(cap.SetDemand(1, Fraction(30, 500)).ok());
+  ASSERT_EQ(cap.TryPlace(1), core::FitResult::kPlaced);
+  const core::Allocation own = *cap.AllocationOf(1);
+  cap.Release(1);  // Suspended: it holds nothing.
+  cap.SetResumeTarget(1, own, {"GPU-0", "GPU-1"});
+  EXPECT_TRUE(cap.HasResumeTarget(1));
+  EXPECT_EQ(cap.TryPlace(1), core::FitResult::kPlaced);
+  EXPECT_EQ(cap.AllocationOf(1)->gpu_uuids, own.gpu_uuids) << "where it was";
+  cap.Release(1);
+  // Its GPU taken: the other A100, never the H100.
+  ASSERT_TRUE(cap.SetDemand(2, Fraction(30, 500)).ok());
+  ASSERT_TRUE(cap.Hold(2, own).ok());
+  EXPECT_EQ(cap.TryPlace(1), core::FitResult::kPlaced);
+  const std::string other = own.gpu_uuids[0] == "GPU-0" ? "GPU-1" : "GPU-0";
+  EXPECT_EQ(cap.AllocationOf(1)->gpu_uuids, std::vector<std::string>({other}));
+  cap.Release(1);
+  ASSERT_TRUE(cap.SetDemand(3, Fraction(30, 500)).ok());
+  ASSERT_TRUE(cap.PlaceOn(3, {other}).ok());
+  EXPECT_EQ(cap.TryPlace(1), core::FitResult::kNotNow) << "the H100 is free, but another model";
+  // Only where it was (a container job): not elsewhere either.
+  cap.SetResumeTarget(1, own, {});
+  cap.Release(3);
+  EXPECT_EQ(cap.TryPlace(1), core::FitResult::kNotNow);
+  // On a copy, as the queue planner probes.
+  cap.Release(2);
+  auto probe = cap.Clone();
+  EXPECT_EQ(probe->TryPlace(1), core::FitResult::kPlaced);
+  EXPECT_FALSE(cap.AllocationOf(1).has_value());
+  cap.ForgetResumeTarget(1);
+  EXPECT_FALSE(cap.HasResumeTarget(1));
+  EXPECT_EQ(cap.TryPlace(1), core::FitResult::kPlaced) << "an ordinary demand again";
+}
+
 TEST(NodeCapacity, MigInstancesAreAllocatableUnits) {
   GpuInfo g = Gpu(0);
   g.mig_enabled = true;

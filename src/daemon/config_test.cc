@@ -81,6 +81,7 @@ TEST(Config, ErrorsNameTheLineAndTheValue) {
 
 TEST(Config, PolicySettings) {
   DaemonConfig c;
+  EXPECT_TRUE(c.rules.resume_on_demand) << "on by default";
   auto s = ParseConfigText(
       "pool.inference = 0\n"
       "pool.shared = 1, GPU-abc\n"
@@ -98,6 +99,7 @@ TEST(Config, PolicySettings) {
       "idle_after = 5m\n"
       "idle_action = pause\n"
       "idle_action_always = yes\n"
+      "resume_on_demand = off\n"
       "elastic_signal = SIGUSR2\n"
       "elastic_cooldown = 10s\n",
       "test.conf", &c);
@@ -120,6 +122,7 @@ TEST(Config, PolicySettings) {
   EXPECT_EQ(r.idle_after_ms, 300000);
   EXPECT_EQ(r.idle_action, IdleAction::kPause);
   EXPECT_TRUE(r.idle_action_always);
+  EXPECT_FALSE(r.resume_on_demand);
   EXPECT_EQ(r.elastic_signal, SIGUSR2);
   EXPECT_EQ(r.elastic_cooldown_ms, 10000);
 }
@@ -139,6 +142,7 @@ TEST(Config, PolicyErrorsNameTheSetting) {
       {"idle_suspend_fallback = suspend\n", "idle_suspend_fallback: expected warn, pause or end"},
       {"suspended_counts_in_quota = maybe\n", "suspended_counts_in_quota: expected true or false"},
       {"preempt_by_suspend = 2\n", "preempt_by_suspend: expected true or false"},
+      {"resume_on_demand = later\n", "resume_on_demand: expected true or false"},
       {"idle_threshold = 120%\n", "idle_threshold"},
       {"elastic_signal = KILL\n", "elastic_signal: expected USR1"},
   };

@@ -328,12 +328,16 @@ int main(int argc, char** argv) {
     });
   };
   on_timer();
-  // Queue plans that submissions deferred (Service::RequestSchedule).
+  // Queue plans that submissions deferred (Service::RequestSchedule), and
+  // suspended jobs that ask to be resumed (resume on demand: a CUDA call
+  // waits for it, so it is noticed within 10 ms rather than at the next
+  // 100 ms tick).
   boost::asio::steady_timer flush_timer(io);
   std::function<void()> on_flush = [&]() {
     flush_timer.expires_after(std::chrono::milliseconds(10));
     flush_timer.async_wait([&](const boost::system::error_code& e) {
       if (e) return;
+      service.WatchResumeRequests();
       service.Flush();
       on_flush();
     });

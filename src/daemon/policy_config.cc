@@ -234,10 +234,11 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
     if (mine) return core::Status::Ok();
   }
   if (key == "idle_action_always" || key == "suspended_counts_in_quota" ||
-      key == "preempt_by_suspend" || key == "quota_borrowing") {
+      key == "preempt_by_suspend" || key == "quota_borrowing" || key == "resume_on_demand") {
     bool* flag = key == "idle_action_always"          ? &c->idle_action_always
                  : key == "suspended_counts_in_quota" ? &c->suspended_counts_in_quota
                  : key == "quota_borrowing"           ? &c->quota_borrowing
+                 : key == "resume_on_demand"          ? &c->resume_on_demand
                                                       : &c->preempt_by_suspend;
     if (v == "true" || v == "yes" || v == "on" || v == "1") {
       *flag = true;

@@ -86,6 +86,11 @@ struct PolicyConfig {
   // Whether a suspended job's slice still counts against its owner's quotas
   // (it holds no GPU, but will take its slice back when resumed).
   bool suspended_counts_in_quota = false;
+  // Resume on demand (docs/SUSPEND.md): a suspended job one of whose
+  // processes makes a CUDA call is resumed, in queue order, when it fits.
+  // Off: it stays suspended until resumed by hand (or, a preemption victim,
+  // by the daemon once it fits).
+  bool resume_on_demand = true;
 
   // Elastic jobs: the signal that tells one its GPU set changed, and the
   // least time between two changes of one job (rescaling restarts workers).

@@ -1,9 +1,12 @@
 #include "daemon/region_store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -11,6 +14,7 @@
 #include "daemon/log.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
+#include "shim/region_layout.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -198,7 +202,8 @@ core::Status ShimRegionStore::Update(const std::string& path, const SliceLimits&
       for (const std::string& uuid : limits.uuids) {
         GPUSLICE_RETURN_IF_ERROR(page.Set(ControlsOf(limits, uuid)).WithContext(limits_path));
       }
-      return core::Status::Ok();
+      // Last: a process that sees the suspension end sees the limits back.
+      return page.SetSuspension(limits.suspension).WithContext(limits_path);
     });
   }
   // An older daemon's slice: its processes have no limits page and follow
@@ -265,6 +270,32 @@ core::Result<std::vector<std::string>> ShimRegionStore::Devices(const std::strin
     return core::Status::Ok();
   }));
   return out;
+}
+
+core::Result<uint64_t> ShimRegionStore::ResumeRequest(const std::string& region_path) {
+  if (SliceDirOf(region_path).empty()) return uint64_t{0};  // An older daemon's slice file.
+  // The job's file in the daemon's directory (it cannot replace it, only
+  // rewrite or truncate it): its header is read with pread and checked
+  // like any report of the job's.
+  const int fd = open(region_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return ErrnoError(errno, "open slice region " + region_path);
+  using shim::layout::RegionHeader;
+  unsigned char header[sizeof(RegionHeader)];
+  const ssize_t n = pread(fd, header, sizeof(header), 0);
+  const int err = errno;
+  close(fd);
+  if (n < 0) return ErrnoError(err, "read slice region " + region_path);
+  uint64_t magic = 0, request = 0;
+  uint32_t version = 0;
+  std::memcpy(&magic, header + offsetof(RegionHeader, magic), sizeof(magic));
+  std::memcpy(&version, header + offsetof(RegionHeader, version), sizeof(version));
+  std::memcpy(&request, header + offsetof(RegionHeader, resume_request), sizeof(request));
+  if (n != static_cast<ssize_t>(sizeof(header)) || magic != shim::layout::kRegionMagic ||
+      version != shim::layout::kRegionVersion) {
+    return core::FailedPreconditionError("slice region " + region_path +
+                                         " is not a version-1 region (rewritten by its job?)");
+  }
+  return request;
 }
 
 core::Status ShimRegionStore::WithPage(const std::string& limits_path,

@@ -46,6 +46,10 @@ struct SliceLimits {
   // Idle reclaim's "stop launching new work": while set, the shim holds the
   // slice's new kernel launches (memory stays allocated).
   bool launches_paused = false;
+  // Non-zero while the job is suspended and resumed on demand: the
+  // suspension's id, which a process that wants the GPU asks with
+  // (ResumeRequest; docs/SUSPEND.md). Written after the devices' controls.
+  uint64_t suspension = 0;
   // The slice's own group (external jobs, whose processes run as a uid
   // nobody knows in advance): the region and the members file are then
   // root's, of this group, mode 0660, and the limits page names the group
@@ -123,6 +127,13 @@ class RegionStore {
     (void)region_path;
     return std::nullopt;
   }
+  // Resume on demand: the suspension id a process of the slice last asked
+  // to be resumed with (RegionHeader::resume_request), 0 when none. The
+  // job's own report, read as untrusted input: the caller honours it only
+  // when it equals the slice's current suspension. 0 without a region of
+  // ours (an older daemon's slice file). Every store implements it (a
+  // wrapper that forgot would silently turn the feature off).
+  virtual core::Result<uint64_t> ResumeRequest(const std::string& region_path) = 0;
   // The audit caught the slice using more than it was charged: the arbiter
   // disregards what its processes report and charges it the wall time of its
   // turns from now on. Nothing without an arbiter.
@@ -161,6 +172,9 @@ class ShimRegionStore : public RegionStore {
                     const SliceLimits& after) override;
   core::Result<std::vector<std::string>> Devices(const std::string& path) override;
   std::string LimitsPathOf(const std::string& region_path) const override;
+  // With pread, never through a mapping: the job owns the file and may
+  // truncate it under a reader.
+  core::Result<uint64_t> ResumeRequest(const std::string& region_path) override;
 
  private:
   // The slice directory `region_path` lives in, when it is one of ours
@@ -262,6 +276,12 @@ class FakeRegionStore : public RegionStore {
   void DistrustReports(const std::string& region_path) override {
     distrusted.push_back(region_path);
   }
+  core::Result<uint64_t> ResumeRequest(const std::string& region_path) override {
+    if (!regions.count(region_path)) return core::NotFoundError("no region " + region_path);
+    ++resume_reads;
+    auto it = resume_requests.find(region_path);
+    return it == resume_requests.end() ? uint64_t{0} : it->second;
+  }
 
   std::map<std::string, SliceLimits> regions;
   // Set by tests: per region, the arbiter's contended time (ContendedNs).
@@ -269,6 +289,10 @@ class FakeRegionStore : public RegionStore {
   std::map<std::string, uint64_t> waited;   // Likewise, WaitedNs.
   std::map<std::string, uint64_t> charged;  // Likewise, ChargedNs.
   std::vector<std::string> distrusted;      // Every DistrustReports, in order.
+  // Set by tests: what a slice's processes wrote as their resume request;
+  // and how often the daemon read one.
+  std::map<std::string, uint64_t> resume_requests;
+  uint64_t resume_reads = 0;
   // Every Update, as asked (devices and limits), in order.
   std::vector<std::pair<std::string, SliceLimits>> updates;
   // Every Move, in order; set move_error to make the next ones fail.

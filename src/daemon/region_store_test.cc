@@ -153,6 +153,48 @@ TEST_F(ShimRegionStoreTest, LaunchesPausedIsSetAtCreateAndFollowsUpdates) {
   for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_FALSE(d.launches_paused);
 }
 
+// Resume on demand: the daemon says "suspended" in its page, the job asks
+// in its region, and the daemon reads the request with pread whatever the
+// job did to its file.
+TEST_F(ShimRegionStoreTest, TheSuspensionGoesToThePageAndTheRequestIsReadFromTheRegion) {
+  ShimRegionStore store(dir_ + "/slices");
+  SliceLimits l = Limits(4, {"GPU-aaaa"});
+  auto path = store.Create(l);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  auto page = shim::LimitsPage::OpenReadOnly(store.LimitsPathOf(*path));
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_EQ((*page)->suspension(), 0u);
+  l.memory_bytes_per_device = 0;
+  l.suspension = 1'700'000'123'456;
+  ASSERT_TRUE(store.Update(*path, l).ok());
+  EXPECT_EQ((*page)->suspension(), 1'700'000'123'456u);
+  EXPECT_EQ((*page)->Devices()[0].limit_bytes, 0u);
+  EXPECT_EQ(*store.ResumeRequest(*path), 0u) << "nobody asked yet";
+
+  // The job's process asks, through its own mapping of its region.
+  auto job = shim::Region::Open(*path);
+  ASSERT_TRUE(job.ok());
+  (*job)->header().resume_request.store(1'700'000'123'456);
+  auto asked = store.ResumeRequest(*path);
+  ASSERT_TRUE(asked.ok()) << asked.status().ToString();
+  EXPECT_EQ(*asked, 1'700'000'123'456u);
+
+  l.suspension = 0;
+  l.memory_bytes_per_device = 4 * core::kGiB;
+  ASSERT_TRUE(store.Update(*path, l).ok());
+  EXPECT_EQ((*page)->suspension(), 0u);
+
+  // A region the job truncated or rewrote is an error, never a crash.
+  job->reset();
+  ASSERT_EQ(truncate(path->c_str(), 100), 0);
+  auto cut = store.ResumeRequest(*path);
+  EXPECT_EQ(cut.status().code(), core::StatusCode::kFailedPrecondition) << cut.status().ToString();
+  ASSERT_EQ(truncate(path->c_str(), 0), 0);
+  EXPECT_FALSE(store.ResumeRequest(*path).ok());
+  ASSERT_EQ(unlink(path->c_str()), 0);
+  EXPECT_EQ(store.ResumeRequest(*path).status().code(), core::StatusCode::kNotFound);
+}
+
 TEST_F(ShimRegionStoreTest, AnUpdateOfSomeDevicesLeavesTheOthersAlone) {
   // An elastic job's shrink closes only the given-back GPU (limit 0) in the
   // region its running processes keep.

@@ -307,7 +307,12 @@ JobView Service::View(const Job& job) {
     v.fair_share = core::JobFairShare(fair_factors_, job.user,
                                       group == group_names_.end() ? "" : group->second);
   }
-  if (job.state != JobState::kQueued) return v;
+  // A suspended job waits in the queue too once its processes asked to be
+  // resumed (resume on demand).
+  auto l = live_.find(job.id);
+  const bool resume_demand =
+      job.state == JobState::kSuspended && l != live_.end() && l->second.resume_asked_ms != 0;
+  if (job.state != JobState::kQueued && !resume_demand) return v;
   if (waiting_index_stale_) {
     waiting_index_.clear();
     waiting_index_.reserve(last_waiting_.size());
@@ -381,6 +386,10 @@ JobView Service::View(const Job& job) {
         break;
       }
     }
+  }
+  if (resume_demand) {
+    v.waiting_for = "waiting for GPU memory to resume on demand" +
+                    (v.waiting_for.empty() ? std::string() : ": " + v.waiting_for);
   }
   return v;
 }

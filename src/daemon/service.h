@@ -227,6 +227,12 @@ class Service {
   // Runs a queue plan that submissions deferred (see RequestSchedule). The
   // event loop calls it every few milliseconds; cheap when nothing waits.
   void Flush();
+  // Resume on demand (service_suspend.cc; docs/SUSPEND.md): reads the
+  // resume request of each suspended job's slice (one pread) and queues, as
+  // a waiting demand, each job whose processes asked during this
+  // suspension. The event loop calls it every 10 ms (and Tick does);
+  // nothing to do for a job already waiting.
+  void WatchResumeRequests();
 
   // Events: every decision worth telling a user (docs/DAEMON.md lists the
   // kinds). Stored in the ledger; counted per kind for the metrics.
@@ -367,6 +373,11 @@ class Service {
     std::string checkpoint_error;  // Why the last one failed.
     // Processes that used the GPU while the job was suspended, and ended.
     std::set<int64_t> escaped;
+    // Resume on demand: when its processes' request put it in the queue (0:
+    // not waiting), and the suspension whose on-demand resume failed (its
+    // requests are not honoured again: its owner resumes it by hand).
+    int64_t resume_asked_ms = 0;
+    uint64_t resume_refused = 0;
   };
 
   void Degrade(const std::string& reason);
@@ -486,9 +497,19 @@ class Service {
   // worker died with the daemon) are put back to what the ledger says.
   void RecoverCheckpoints(core::Job& job);
   // Resumes a suspended job: on `onto` (a move) when given, else on its own
-  // GPUs, else on any GPU of its model and pool with room.
+  // GPUs, else on any GPU of its model and pool with room; `placed`: where
+  // the queue plan placed it (the capacity it holds now), given back on
+  // failure.
   core::Status StartResume(core::Job& job, Live& l, const std::string& by,
-                           const std::vector<std::string>& onto = {});
+                           const std::vector<std::string>& onto = {}, bool placed = false);
+  // Resume on demand: what identifies the job's current suspension in its
+  // limits page (SliceLimits::suspension); its queued demand (AskResume),
+  // and what the queue plan does when it starts (ResumeOnDemand) or any
+  // resume makes it moot (DropResumeDemand).
+  static uint64_t SuspensionId(const core::Job& job);
+  void AskResume(core::Job& job, Live& l);
+  void ResumeOnDemand(uint64_t id);
+  void DropResumeDemand(uint64_t id, Live& l);
   // Moves (service_move.cc): what cannot move at all (a container, an
   // elastic job), the GPUs a job may move to, and the capacity a resume
   // takes (held on return).

@@ -79,6 +79,7 @@ void Service::Tick() {
   }
   FinishCheckpoints();
   ResumeWhenRoom();
+  WatchResumeRequests();
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
@@ -230,6 +231,13 @@ void Service::Schedule() {
   opt.backfill = options_.backfill && defrag_moving_.empty();
   core::QuotaUsage quota_usage;
   HoldForQuotas(&opt, &quota_usage);
+  if (opt.held) {
+    // A suspended job's resume demand is not held for quotas (nor is a
+    // resume by hand): it had its slice already.
+    opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
+      return !IsSuspended(id) && quota(id);
+    };
+  }
   if (!waiting_on_.empty()) {
     // A job waiting for its dependencies is held like a quota wait: it takes
     // nothing and is never the head, so it delays no one (and it is not
@@ -242,10 +250,15 @@ void Service::Schedule() {
   RecordQuotaWaits();
   for (uint64_t id : plan.never_fit) {
     Dequeue(id);
+    if (IsSuspended(id)) continue;  // A resume demand is never failed (TryResume).
     FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
   }
   for (uint64_t id : plan.start) {
     Dequeue(id);
+    if (IsSuspended(id)) {
+      ResumeOnDemand(id);  // Placed where its processes can be restored.
+      continue;
+    }
     FitElasticToQuotas(jobs_[id]);
     StartJob(jobs_[id]);
   }
@@ -254,7 +267,9 @@ void Service::Schedule() {
   head_expected_start_ms_ = plan.head_reservation_ms;
   head_estimated_ = plan.reservation_estimated;
   ForgetPreemptions();
-  if (plan.head != 0 && jobs_.count(plan.head)) {
+  // Preemption, moves and reclaim act for a job that waits to start, not for
+  // a suspended job that waits to resume: that one gave its room up already.
+  if (plan.head != 0 && jobs_.count(plan.head) && !IsSuspended(plan.head)) {
     // Moves lose no work: tried (and waited for) before ending or
     // suspending anyone.
     const bool moving = Defragment(plan.head) || !defrag_moving_.empty();
@@ -284,6 +299,9 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
     // or a new one, may allocate nothing and launch nothing there.
     limits.memory_bytes_per_device = 0;
     limits.launches_paused = true;
+    // And a process that makes a CUDA call asks for a resume rather than
+    // fail (or block in the driver) until its owner types one.
+    if (options_.rules.resume_on_demand) limits.suspension = SuspensionId(job);
   }
   limits.shared_gid = SharedGidOf(job);
   TakeTurnsWithoutAShare(job, &limits);
@@ -402,7 +420,8 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
              std::string(core::JobStateName(state)));
     return;
   }
-  if (from == JobState::kQueued) Dequeue(job.id);
+  // A queued job, or a suspended one waiting in the queue to resume.
+  if (from == JobState::kQueued || from == JobState::kSuspended) Dequeue(job.id);
   if (capacity_) {
     capacity_->Release(job.id);
     capacity_->ForgetDemand(job.id);

@@ -185,6 +185,7 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   auto l = live_.find(id);
   if (l == live_.end()) return flags;
   if (l->second.checkpoint) flags.push_back(l->second.resuming ? "resuming" : "suspending");
+  if (l->second.resume_asked_ms != 0) flags.push_back("resume_asked");
   if (l->second.idle_flagged) flags.push_back("idle");
   if (l->second.paused) flags.push_back("paused");
   if (l->second.over_limit) flags.push_back("over_limit");

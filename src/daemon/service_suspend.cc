@@ -29,6 +29,7 @@ using core::Status;
 
 struct CheckpointTask {
   bool resume = false;
+  bool on_demand = false;  // A resume its own processes asked for.
   SuspendCause cause;  // Suspensions.
   std::string by;
   int64_t started_ms = 0;
@@ -161,12 +162,22 @@ Status Service::StartSuspend(Job& job, Live& l, SuspendCause cause) {
 }
 
 Status Service::StartResume(Job& job, Live& l, const std::string& by,
-                            const std::vector<std::string>& onto) {
-  GPUSLICE_RETURN_IF_ERROR(CanCheckpoint(job, l, "resume"));
+                            const std::vector<std::string>& onto, bool placed) {
+  if (Status s = CanCheckpoint(job, l, "resume"); !s.ok()) {
+    if (placed && capacity_) capacity_->Release(job.id);
+    return s;
+  }
   const std::string name = "job " + std::to_string(job.id);
   if (!capacity_) return core::UnavailableError("the GPUs are unknown: " + degraded_reason_);
   // Its room first, so that nothing is placed there while it is restored.
-  GPUSLICE_ASSIGN_OR_RETURN(core::Allocation target, PlaceForResume(job, onto));
+  core::Allocation target;
+  if (placed) {
+    std::optional<core::Allocation> a = capacity_->AllocationOf(job.id);
+    if (!a) return core::InternalError(name + ": placed to resume, but its allocation is unknown");
+    target = *a;
+  } else {
+    GPUSLICE_ASSIGN_OR_RETURN(target, PlaceForResume(job, onto));
+  }
   // Where its processes are: the GPUs its slice names now (a move renames
   // them), which the ledger's allocation also says unless a move was cut
   // short by a restart (RecoverCheckpoints).
@@ -177,19 +188,19 @@ Status Service::StartResume(Job& job, Live& l, const std::string& by,
     capacity_->Release(job.id);
     return rel.status().WithContext(name);
   }
-  core::Allocation placed = target;
+  core::Allocation placed_on = target;
   for (size_t i = 0; i < rel->order.size(); ++i) {
-    placed.gpu_indices[i] = target.gpu_indices[rel->order[i]];
-    placed.gpu_uuids[i] = target.gpu_uuids[rel->order[i]];
+    placed_on.gpu_indices[i] = target.gpu_indices[rel->order[i]];
+    placed_on.gpu_uuids[i] = target.gpu_uuids[rel->order[i]];
   }
   Job running = job;
   running.state = JobState::kRunning;
-  running.allocation = placed;
+  running.allocation = placed_on;
   // The slice moves, then its limits come back, before the processes do.
   if (!rel->moves.empty()) {
     if (Status s = regions_.Move(job.region_path, rel->moves, SliceLimitsOf(running)); !s.ok()) {
       capacity_->Release(job.id);
-      return s.WithContext(name + ": moving its slice to " + core::Join(placed.gpu_uuids, ", "));
+      return s.WithContext(name + ": moving its slice to " + core::Join(placed_on.gpu_uuids, ", "));
     }
   }
   if (Status s = regions_.Update(job.region_path, SliceLimitsOf(running)); !s.ok()) {
@@ -203,11 +214,13 @@ Status Service::StartResume(Job& job, Live& l, const std::string& by,
   task->by = by;
   task->before = job.allocation;
   task->moves = rel->moves;
-  job.allocation = placed;
+  job.allocation = placed_on;
+  // Whoever resumes it, a demand it had in the queue is moot now.
+  DropResumeDemand(job.id, l);
   // The driver wants every GPU the process is on named once anything moves.
   std::vector<GpuRemap> remap;
   if (!rel->moves.empty()) {
-    for (size_t i = 0; i < now.size(); ++i) remap.push_back({now[i], placed.gpu_uuids[i]});
+    for (size_t i = 0; i < now.size(); ++i) remap.push_back({now[i], placed_on.gpu_uuids[i]});
   }
   RunCheckpointTask(job, l, std::move(task), [pids = ProcessesOf(job), remap](Checkpointer& cp) {
     return ResumeProcesses(cp, pids, remap);
@@ -311,11 +324,16 @@ void Service::FinishCheckpoints() {
       }
       if (capacity_) capacity_->Release(id);
       std::string next = "; it stays suspended";
-      if (job.resume_when_fits) {
+      if (job.resume_when_fits || task->on_demand) {
         // The daemon's own retries would fail the same way every tick: its
-        // owner resumes it by hand once the cause is gone.
-        job.resume_when_fits = false;
-        Persist(job, job.state);
+        // owner resumes it by hand once the cause is gone. Its processes'
+        // request stays in their region; it is not honoured again for this
+        // suspension.
+        if (job.resume_when_fits) {
+          job.resume_when_fits = false;
+          Persist(job, job.state);
+        }
+        if (task->on_demand) l.resume_refused = SuspensionId(job);
         next += " until resumed by hand";
       }
       RecordEvent("resume_failed", id, job.user,
@@ -443,6 +461,95 @@ void Service::ResumeWhenRoom() {
     // Quiet when there is no room yet: it is tried again every tick.
     if (Status s = StartResume(job, live_[id], "the daemon (room again)"); !s.ok()) continue;
   }
+}
+
+uint64_t Service::SuspensionId(const Job& job) {
+  // When it was suspended: a new value for every suspension (one takes far
+  // longer than a millisecond), kept in the ledger, so a request made
+  // before a daemon restart still names the suspension it was made in, and
+  // one left from an earlier suspension never matches.
+  return job.suspended_since_ms > 0 ? static_cast<uint64_t>(job.suspended_since_ms) : 1;
+}
+
+void Service::WatchResumeRequests() {
+  if (!options_.rules.resume_on_demand || !capacity_ || degraded()) return;
+  std::vector<uint64_t> asked;
+  for (const auto& [id, l] : live_) {
+    const Job& job = jobs_[id];
+    if (job.state != JobState::kSuspended || l.checkpoint || l.ending || l.resume_asked_ms != 0) {
+      continue;
+    }
+    const uint64_t suspension = SuspensionId(job);
+    if (l.resume_refused == suspension) continue;
+    // The job's own report, which only its processes can write: it decides
+    // nothing but "this job, this suspension, wants its GPU back". Any other
+    // value (a stale request, a job's scribbles) is ignored.
+    core::Result<uint64_t> request = regions_.ResumeRequest(job.region_path);
+    if (request.ok() && *request == suspension) asked.push_back(id);
+  }
+  for (uint64_t id : asked) AskResume(jobs_[id], live_[id]);
+  if (!asked.empty()) RequestSchedule();
+}
+
+void Service::AskResume(Job& job, Live& l) {
+  // Back where it was if that has room, else where the driver can move it
+  // (a GPU of its model and pool), as a resume by hand.
+  std::vector<std::string> elsewhere;
+  if (CanMove(job).ok()) elsewhere = MoveCandidates(job);
+  capacity_->SetResumeTarget(job.id, job.allocation, std::move(elsewhere));
+  core::QueuedJob q;
+  q.id = job.id;
+  q.priority = job.request.priority;
+  // It arrives now, behind every job submitted so far: it takes the newest
+  // one's sequence number and goes in after it (upper_bound), so that asking
+  // never jumps the queue, whatever the job's id.
+  q.seq = next_id_ > 1 ? next_id_ - 1 : 0;
+  q.shape = capacity_->ShapeOf(job.id);
+  // Pinned to its own GPUs first: its failure to fit says nothing about
+  // another job's shape, nor theirs about it.
+  q.shape.constraint = (uint64_t{1} << 63) | job.id;
+  queue_.insert(std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore), q);
+  ++queued_by_uid_[job.uid];
+  l.resume_asked_ms = clock_.NowMs();
+  RecordEvent("resume_asked", job.id, job.user,
+              "a CUDA call of one of its processes asked to resume it; it waits in the queue "
+              "for room on " +
+                  core::Join(job.allocation.gpu_uuids, ", ") +
+                  (CanMove(job).ok() ? " or another GPU of its model" : ""));
+}
+
+void Service::ResumeOnDemand(uint64_t id) {
+  Job& job = jobs_[id];
+  Live& l = live_[id];
+  capacity_->ForgetResumeTarget(id);
+  if (l.ending) {
+    // Cancelled while it waited: its room goes back, it is not resumed.
+    capacity_->Release(id);
+    l.resume_asked_ms = 0;
+    return;
+  }
+  const std::string by = "its own CUDA call (on demand, after " +
+                         Seconds(clock_.NowMs() - l.resume_asked_ms) + " in the queue)";
+  if (Status s = StartResume(job, l, by, {}, /*placed=*/true); !s.ok()) {
+    // Its room went back (StartResume); the request is not honoured again
+    // for this suspension.
+    l.resume_asked_ms = 0;
+    l.resume_refused = SuspensionId(job);
+    l.checkpoint_error = "resume failed: " + s.message();
+    RecordEvent(
+        "resume_failed", id, job.user,
+        l.checkpoint_error + " (asked by " + by + "); it stays suspended until resumed by hand");
+    return;
+  }
+  l.checkpoint->on_demand = true;
+}
+
+void Service::DropResumeDemand(uint64_t id, Live& l) {
+  if (l.resume_asked_ms == 0) return;
+  Dequeue(id);
+  if (capacity_) capacity_->ForgetResumeTarget(id);
+  l.resume_asked_ms = 0;
+  waiting_index_stale_ = true;
 }
 
 void Service::WatchSuspended(Job& job, Live& l, const JobUsage& use) {

@@ -83,8 +83,10 @@ struct DependencyView {
 // A job plus what only the live daemon knows.
 struct JobView {
   core::Job job;
-  int queue_position = 0;         // 1-based; 0 when not queued.
-  std::string waiting_for;        // Why a queued job waits.
+  // 1-based; 0 when not waiting in the queue (a queued job, or a suspended
+  // one whose processes asked to be resumed).
+  int queue_position = 0;
+  std::string waiting_for;        // Why it waits.
   std::optional<JobUsage> usage;  // Running jobs, once sampled.
   // Policy flags of a running job: "idle", "paused", "over_limit", "preempted".
   std::vector<std::string> flags;

@@ -4,16 +4,21 @@
 // share is set): no lock, no system call, no allocation, no logging.
 
 #include "shim/compute_gate.h"
+#include "shim/resume_on_demand.h"
 #include "shim/wrapper_util.h"
 
 namespace gpuslice::shim {
 namespace {
 
 // Initialise on first use (also after fork); afterwards one load and branch.
+// Then, as every entry point that uses the GPU does, ask for a resume if the
+// job is suspended (resume_on_demand.h), before the gate: the gate's slow
+// path records events, which a checkpointed process's driver holds.
 inline void EnsureStarted() {
   // Acquire: pairs with the release that published the phase (and g_real).
   const int phase = g_phase.load(std::memory_order_acquire);
   if (__builtin_expect(phase < kPhasePassThrough || phase == kPhaseReattach, 0)) StartSlow();
+  ResumeIfSuspended();
 }
 
 }  // namespace

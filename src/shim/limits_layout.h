@@ -70,7 +70,18 @@ struct LimitsHeader {
   // one (CDI additionalGids), and the shim accepts a region writable by this
   // group and no other (docs/SLICE_REGION.md, docs/SECURITY.md).
   uint32_t shared_gid;
-  uint8_t reserved[kLimitsHeaderSize - 140];
+  uint32_t reserved0;
+  // Non-zero while the daemon holds the slice suspended and honours a
+  // request to resume it (docs/SUSPEND.md, "Resume on demand"): the
+  // suspension's id, which a process that wants the GPU copies into its
+  // region's RegionHeader::resume_request. 0 while it runs, and when the
+  // daemon does not resume on demand. Stored (release) after the device
+  // entries when the slice is suspended and when its limits come back, so
+  // a process that sees 0 after a resume sees the limits restored. Formerly
+  // reserved zero bytes: pages of older daemons read as "never resumes on
+  // demand", so the version is unchanged.
+  std::atomic<uint64_t> suspension;
+  uint8_t reserved[kLimitsHeaderSize - 152];
 };
 static_assert(offsetof(LimitsHeader, magic) == 0);
 static_assert(offsetof(LimitsHeader, version) == 8);
@@ -86,6 +97,7 @@ static_assert(offsetof(LimitsHeader, job_id) == 56);
 static_assert(offsetof(LimitsHeader, generation) == 64);
 static_assert(offsetof(LimitsHeader, slice_name) == 72);
 static_assert(offsetof(LimitsHeader, shared_gid) == 136);
+static_assert(offsetof(LimitsHeader, suspension) == 144);
 static_assert(sizeof(LimitsHeader) == kLimitsHeaderSize);
 
 // One device of the slice: its UUID (line 1) and the daemon's decisions for

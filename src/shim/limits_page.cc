@@ -298,6 +298,16 @@ Status LimitsPage::SetLaunchesPaused(std::string_view uuid, bool paused) {
   return Status::Ok();
 }
 
+Status LimitsPage::SetSuspension(uint64_t id) {
+  if (!writable_) {
+    return core::FailedPreconditionError("limits page " + path_ + " is mapped read-only");
+  }
+  if (header_->suspension.load(std::memory_order_relaxed) == id) return Status::Ok();
+  header_->suspension.store(id, std::memory_order_release);
+  header_->generation.fetch_add(1, std::memory_order_release);
+  return Status::Ok();
+}
+
 Status LimitsPage::MoveDevice(std::string_view from, std::string_view to) {
   DeviceControls check;
   check.uuid = std::string(to);

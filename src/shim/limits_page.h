@@ -92,6 +92,11 @@ class LimitsPage {
   core::Status Set(const DeviceControls& controls);
   core::Status SetLimit(std::string_view uuid, uint64_t limit_bytes);
   core::Status SetLaunchesPaused(std::string_view uuid, bool paused);
+  // The slice's suspension id (LimitsHeader::suspension; 0: not suspended,
+  // or not resumed on demand). Stored with release order, so a process
+  // that reads it after the device controls were set sees them.
+  core::Status SetSuspension(uint64_t id);
+  uint64_t suspension() const { return header_->suspension.load(std::memory_order_acquire); }
   // Moves the slice's device `from` to the GPU `to` (daemon only): the
   // entry keeps its index and controls, its UUID becomes `to` under the
   // entry's placement counter (limits_layout.h). Called while the slice's

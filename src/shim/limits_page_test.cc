@@ -499,6 +499,32 @@ TEST(RegionWithLimitsPage, WithoutAUsablePageNothingIsGranted) {
   EXPECT_FALSE(Admit(*region, 0, slot, 1));
 }
 
+TEST(RegionWithLimitsPage, ASuspensionIsSeenThroughTheRegionAndOnlyTheDaemonSetsIt) {
+  TempDir dir;
+  auto region = MakeRegion(dir, {{kUuidA, 4 * kGiB}});
+  ASSERT_NE(region, nullptr);
+  region->AttachLimits(ReadOnlyPage(dir, TwoDevices()));
+  const std::atomic<uint64_t>* word = region->SuspensionWord();
+  ASSERT_NE(word, nullptr);
+  EXPECT_EQ(word->load(), 0u) << "a new page says: not suspended";
+  auto daemon = LimitsPage::OpenForUpdate(dir.File("limits"));
+  ASSERT_TRUE(daemon.ok());
+  const uint64_t gen = (*daemon)->generation();
+  ASSERT_TRUE((*daemon)->SetSuspension(1'700'000'000'123).ok());
+  EXPECT_EQ(word->load(), 1'700'000'000'123u);
+  EXPECT_GT((*daemon)->generation(), gen);
+  ASSERT_TRUE((*daemon)->SetSuspension(0).ok());
+  EXPECT_EQ(word->load(), 0u);
+  auto reader = LimitsPage::OpenReadOnly(dir.File("limits"));
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->SetSuspension(1).code(), core::StatusCode::kFailedPrecondition);
+  // A standalone slice (no page) is never suspended.
+  TempDir other;
+  auto standalone = MakeRegion(other, {{kUuidA, 4 * kGiB}});
+  ASSERT_NE(standalone, nullptr);
+  EXPECT_EQ(standalone->SuspensionWord(), nullptr);
+}
+
 TEST(RegionWithLimitsPage, WithoutAPageTheRegionsOwnFieldsDecide) {
   TempDir dir;
   auto region = MakeRegion(dir, {{kUuidA, 4 * kGiB}});

@@ -56,7 +56,7 @@ using namespace gpuslice::shim;
 
 GPUSLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
                                           cuuint64_t flags) {
-  GPUSLICE_PROLOGUE(cuGetProcAddress);
+  GPUSLICE_LOOKUP_PROLOGUE(cuGetProcAddress);
   CUresult r = real(symbol, pfn, cuda_version, flags);
   if (r != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr) return r;
   *pfn = RedirectProc(symbol, *pfn, cuda_version, flags, enforcing);
@@ -68,7 +68,7 @@ GPUSLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cu
 GPUSLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
                                              cuuint64_t flags,
                                              CUdriverProcAddressQueryResult* status) {
-  GPUSLICE_PROLOGUE(cuGetProcAddress_v2);
+  GPUSLICE_LOOKUP_PROLOGUE(cuGetProcAddress_v2);
   CUresult r = real(symbol, pfn, cuda_version, flags, status);
   if (r != CUDA_SUCCESS || pfn == nullptr || *pfn == nullptr) return r;
   if (status != nullptr && *status != CU_GET_PROC_ADDRESS_SUCCESS) return r;

@@ -59,7 +59,7 @@ GPUSLICE_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 }
 
 GPUSLICE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice device) {
-  GPUSLICE_PROLOGUE(cuDeviceTotalMem_v2);
+  GPUSLICE_LOOKUP_PROLOGUE(cuDeviceTotalMem_v2);
   CUresult r = real(bytes, device);
   if (!enforcing || r != CUDA_SUCCESS || bytes == nullptr) return r;
   int dev = SliceDeviceForOrdinal(device);

@@ -151,6 +151,10 @@ void Region::AttachLimits(std::unique_ptr<LimitsPage> page) {
   limits_ = std::move(page);
 }
 
+const std::atomic<uint64_t>* Region::SuspensionWord() const {
+  return limits_ == nullptr ? nullptr : &limits_->header().suspension;
+}
+
 Region::~Region() { munmap(base_, layout::kRegionSize); }
 
 DeviceEntry& Region::device(uint32_t index) const {

@@ -137,6 +137,10 @@ class Region {
   // threads.
   void AttachLimits(std::unique_ptr<LimitsPage> page);
   bool has_limits_page() const { return limits_ != nullptr; }
+  // The limits page's suspension word (LimitsHeader::suspension: non-zero
+  // while the daemon holds the slice suspended and resumes it on demand),
+  // or null without a page: a standalone slice is never suspended.
+  const std::atomic<uint64_t>* SuspensionWord() const;
 
   // The controls of slice device `index` (< kMaxDevices), from wherever they
   // live (see the top of this file). One pointer load and one atomic load

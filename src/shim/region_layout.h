@@ -93,7 +93,16 @@ struct RegionHeader {
   // a process joined while it was looking at an empty slice.
   std::atomic<uint64_t> slot_claims;
   char slice_name[kNameBytes];  // NUL-terminated, informational.
-  uint8_t reserved[kHeaderSize - 160];
+  uint8_t reserved1[32];
+  // A process of a suspended daemon slice that makes a CUDA call stores
+  // here the suspension id it read from the limits page
+  // (LimitsHeader::suspension): "resume this job". The daemon reads it as
+  // untrusted input (pread) and honours it only when it equals the current
+  // suspension's id; it never writes it. On a cache line of its own, apart
+  // from the counters the processes update. Formerly reserved zero bytes:
+  // the version is unchanged.
+  std::atomic<uint64_t> resume_request;
+  uint8_t reserved[kHeaderSize - 200];
 };
 static_assert(offsetof(RegionHeader, magic) == 0);
 static_assert(offsetof(RegionHeader, version) == 8);
@@ -105,6 +114,7 @@ static_assert(offsetof(RegionHeader, created_unix_ns) == 64);
 static_assert(offsetof(RegionHeader, limits_generation) == 80);
 static_assert(offsetof(RegionHeader, slot_claims) == 88);
 static_assert(offsetof(RegionHeader, slice_name) == 96);
+static_assert(offsetof(RegionHeader, resume_request) == 192);
 static_assert(sizeof(RegionHeader) == kHeaderSize);
 
 // One device of the slice, keyed by UUID. Limit and usage sit on separate

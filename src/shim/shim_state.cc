@@ -18,6 +18,7 @@
 #include "shim/log.h"
 #include "shim/pool_tracker.h"
 #include "shim/region.h"
+#include "shim/resume_on_demand.h"
 
 namespace gpuslice::shim {
 
@@ -155,8 +156,10 @@ int Initialize() {
       options.name = "standalone";
       region = Region::OpenOrCreate(config.slice_path, options);
     }
+    bool private_region = false;
     if (!region.ok() && !config.limits_path.empty()) {
       core::Result<std::unique_ptr<Region>> own = PrivateRegion(config.limits_path);
+      private_region = own.ok();
       if (own.ok()) {
         GPUSLICE_LOG(kError, "%s: %s; this process alone is held to the slice's limits", kEnvSlice,
                      region.status().message().c_str());
@@ -181,6 +184,12 @@ int Initialize() {
     // Standalone regions are open (no closed flag); those are ours to remove.
     g_standalone = !(*region)->closed();
     g_region = region->release();
+    // Published with the phase (resume_on_demand.h); null without a page,
+    // and in a private region, whose requests nobody reads: such a process
+    // goes to the driver as before (its calls wait there for a resume).
+    if (!private_region) {
+      SetResumeWords(g_region->SuspensionWord(), &g_region->header().resume_request);
+    }
     if (!g_pointers.Init(20) || !g_vmm_handles.Init(16) || !g_arrays.Init(14)) {
       GPUSLICE_LOG(kError, "cannot reserve the allocation tables; running without a limit");
       return kPhasePassThrough;

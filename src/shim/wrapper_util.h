@@ -5,6 +5,7 @@
 
 #include "shim/alloc_table.h"
 #include "shim/hooks.h"
+#include "shim/resume_on_demand.h"
 #include "shim/shim_state.h"
 
 namespace gpuslice::shim {
@@ -58,9 +59,19 @@ CUresult UnchargeAround(AllocTable& table, uint64_t key, Call call) {
 
 }  // namespace gpuslice::shim
 
-// Every wrapper starts with this: initialise on first use, fetch the real
-// function, and know whether to count.
-#define GPUSLICE_PROLOGUE(symbol)                                      \
-  const bool enforcing = ::gpuslice::shim::Enforcing();                \
-  const auto real = REAL(symbol);                                      \
+// Every wrapper of an entry point that uses the GPU starts with this:
+// initialise on first use, ask for a resume if the job is suspended (and
+// wait for it: resume_on_demand.h), fetch the real function, and know
+// whether to count.
+#define GPUSLICE_PROLOGUE(symbol)                       \
+  const bool enforcing = ::gpuslice::shim::Enforcing(); \
+  if (enforcing) ::gpuslice::shim::ResumeIfSuspended(); \
+  const auto real = REAL(symbol);                       \
+  if (real == nullptr) return ::gpuslice::shim::kMissingInDriver
+
+// The same for lookups and device properties, which use no GPU and so do
+// not resume a suspended job (cuGetProcAddress, cuDeviceTotalMem).
+#define GPUSLICE_LOOKUP_PROLOGUE(symbol)                \
+  const bool enforcing = ::gpuslice::shim::Enforcing(); \
+  const auto real = REAL(symbol);                       \
   if (real == nullptr) return ::gpuslice::shim::kMissingInDriver

@@ -59,15 +59,29 @@ bool Holds(Daemon& d, const std::string& id, uint64_t bytes) {
 
 constexpr uint64_t kGiB = 1ull << 30;
 
+// Prints the daemon's log at a test's first failure, while the daemon (a
+// local of the test, whose directory goes with it) still exists: a TearDown
+// that read it through a pointer to that local read freed memory.
+class DaemonLogOnFailure : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed() || d_ == nullptr) return;
+    std::cerr << "daemon log:\n" << ReadFile(d_->dir() + "/daemon.log");
+    d_ = nullptr;  // Once per test.
+  }
+  Daemon* d_ = nullptr;
+};
+
 class SuspendE2E : public ::testing::Test {
  protected:
+  void SetUp() override {
+    ::testing::UnitTest::GetInstance()->listeners().Append(log_ = new DaemonLogOnFailure);
+  }
   void Start(Daemon& d) {
-    d_ = &d;
+    log_->d_ = &d;
     ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
   }
-  void TearDown() override {
-    if (HasFailure() && d_) std::cerr << "daemon log:\n" << ReadFile(d_->dir() + "/daemon.log");
-  }
+  void TearDown() override { delete ::testing::UnitTest::GetInstance()->listeners().Release(log_); }
   // The job ended with exit 0 and its worker found every byte as it left it.
   void ExpectVerified(Daemon& d, const std::string& id) {
     ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "exited"; }, 120))
@@ -76,11 +90,15 @@ class SuspendE2E : public ::testing::Test {
     std::string out = d.Cli({"logs", id}).out;
     EXPECT_NE(out.find(": 0 bytes differ"), std::string::npos) << out;
   }
-  Daemon* d_ = nullptr;
+  DaemonLogOnFailure* log_ = nullptr;
 };
 
+// The tests of a resume by hand turn resume on demand off: their workers
+// keep launching, and would ask for theirs at once.
+const std::vector<std::string> kByHand = {"--set", "resume_on_demand=false"};
+
 TEST_F(SuspendE2E, ARoundTripFreesTheGpuForAnotherJobAndKeepsEveryByte) {
-  Daemon d("1xH100-80GB");
+  Daemon d("1xH100-80GB", kByHand);
   Start(d);
   const uint64_t idle = GpuMemoryUsed(d);
   std::string a = SubmitVerifier(d, "60GiB", "2GiB", 6);
@@ -110,7 +128,7 @@ TEST_F(SuspendE2E, ARoundTripFreesTheGpuForAnotherJobAndKeepsEveryByte) {
 }
 
 TEST_F(SuspendE2E, ResumeWaitsForRoomAndAJobWithoutCudaIsNotSuspended) {
-  Daemon d("1xH100-80GB");
+  Daemon d("1xH100-80GB", kByHand);
   Start(d);
   std::string sleeper = Submit(d, {"--mem", "1GiB", "--", "sleep", "60"});
   ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, sleeper) == "running"; }));
@@ -151,7 +169,7 @@ TEST_F(SuspendE2E, PreemptionSuspendsTheVictimAndResumesItAfterwards) {
 }
 
 TEST_F(SuspendE2E, ADaemonRestartWhileSuspendedLosesNothing) {
-  Daemon d("1xH100-80GB");
+  Daemon d("1xH100-80GB", kByHand);
   Start(d);
   std::string a = SubmitVerifier(d, "40GiB", "2GiB", 4);
   ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60));
@@ -214,7 +232,7 @@ TEST_F(SuspendE2E, AMovedJobRunsOnTheOtherGpuWithEveryByteAndItsShare) {
 // The job's process is killed while its GPU memory is in host memory: the
 // job ends, nothing of it stays on the GPU or in the queue's books.
 TEST_F(SuspendE2E, AJobWhoseProcessIsKilledWhileSuspendedEndsAndLeavesNothing) {
-  Daemon d("1xH100-80GB");
+  Daemon d("1xH100-80GB", kByHand);
   Start(d);
   const uint64_t idle = GpuMemoryUsed(d);
   std::string a = SubmitVerifier(d, "60GiB", "2GiB", 60);
@@ -237,10 +255,11 @@ TEST_F(SuspendE2E, AJobWhoseProcessIsKilledWhileSuspendedEndsAndLeavesNothing) {
   ExpectVerified(d, b);
 }
 
-// While a job is suspended, a CUDA process it starts gets nothing on the
-// GPU (its slice is closed), and the suspended one loses nothing.
+// While a job is suspended (and not resumed on demand), a CUDA process it
+// starts gets nothing on the GPU (its slice is closed), and the suspended
+// one loses nothing.
 TEST_F(SuspendE2E, AProcessTheJobStartsWhileSuspendedGetsNoGpuMemory) {
-  Daemon d("1xH100-80GB");
+  Daemon d("1xH100-80GB", kByHand);
   Start(d);
   const std::string go = d.dir() + "/go";
   const std::string w = WorkerPath();
@@ -271,8 +290,9 @@ TEST_F(SuspendE2E, AProcessTheJobStartsWhileSuspendedGetsNoGpuMemory) {
 }
 
 TEST_F(SuspendE2E, IdleReclaimSuspendsAndACancelledSuspendedJobFreesEverything) {
+  // Its 5% worker would ask for a resume at its next launch.
   Daemon d("1xH100-80GB", {"--set", "idle_after=2s", "--set", "idle_action=suspend", "--set",
-                           "idle_action_always=true"});
+                           "idle_action_always=true", "--set", "resume_on_demand=false"});
   Start(d);
   const uint64_t idle = GpuMemoryUsed(d);
   // 5% busy: idle by the default 30% threshold.
@@ -283,6 +303,166 @@ TEST_F(SuspendE2E, IdleReclaimSuspendsAndACancelledSuspendedJobFreesEverything) 
   ASSERT_EQ(d.Cli({"cancel", a}).exit_code, 0);
   ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "cancelled"; }, 60));
   EXPECT_TRUE(Daemon::WaitFor([&] { return GpuMemoryUsed(d) <= idle; }, 30));
+}
+
+// Resume on demand (docs/SUSPEND.md): a worker that holds 2 GiB, waits
+// without any CUDA call for `go`, then makes `first_call`, then launches for
+// a second and checks every byte.
+std::string SubmitSleeper(Daemon& d, const std::string& slice_mem, const std::string& go,
+                          const std::string& first_call, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"--mem", slice_mem, "--compute", "50%"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--", WorkerPath(), "--name", "sleeper", "--mem", "2GiB", "--verify",
+                           "--wait-file", go, "--first-call", first_call, "--duty", "50%",
+                           "--kernel-us", "1000", "--seconds", "1"});
+  return Submit(d, args);
+}
+
+void Touch(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr) << path;
+  std::fclose(f);
+}
+
+std::string Logs(Daemon& d, const std::string& id) {
+  const CliResult r = d.Cli({"logs", id});
+  return r.out + r.err;
+}
+
+int CountEvents(Daemon& d, const std::string& id, const std::string& kind) {
+  json j = json::parse(d.Cli({"events", "--job", id, "--json"}).out, nullptr, false);
+  int n = 0;
+  if (!j.is_object() || !j.contains("events")) return -1;
+  for (const json& e : j["events"]) n += e.value("kind", "") == kind;
+  return n;
+}
+
+class ResumeOnDemandE2E : public SuspendE2E, public ::testing::WithParamInterface<std::string> {};
+
+// "A suspended notebook's first CUDA call resumes it": a kernel launch or an
+// allocation, each the first driver call since the job went idle.
+TEST_P(ResumeOnDemandE2E, ACudaCallOfASuspendedJobResumesItAndReturnsWithEveryByte) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  const uint64_t idle = GpuMemoryUsed(d);
+  const std::string go = d.dir() + "/go";
+  std::string a = SubmitSleeper(d, "60GiB", go, GetParam());
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60)) << Job(d, a).dump();
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Logs(d, a).find("waiting for") != std::string::npos; }));
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  ASSERT_EQ(State(d, a), "suspended");
+  EXPECT_TRUE(Daemon::WaitFor([&] { return GpuMemoryUsed(d) <= idle; }, 30));
+  // Idle and suspended, it stays so.
+  EXPECT_FALSE(Daemon::WaitFor([&] { return State(d, a) != "suspended"; }, 1));
+
+  Touch(go);
+  ASSERT_TRUE(
+      Daemon::WaitFor([&] { return Logs(d, a).find("first call after") != std::string::npos; }, 60))
+      << Logs(d, a) << Job(d, a).dump();
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) != "suspended"; }, 30));
+  EXPECT_TRUE(HasEvent(d, a, "resume_asked"));
+  EXPECT_TRUE(HasEvent(d, a, "resumed", "on demand"));
+  ExpectVerified(d, a);
+  EXPECT_EQ(CountEvents(d, a, "resumed"), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(FirstCall, ResumeOnDemandE2E, ::testing::Values("launch", "alloc"));
+
+// Its GPU taken by another job: it waits in the queue, which ps says, while
+// its CUDA call waits; a daemon restart meanwhile loses the request no more
+// than the job; once there is room it resumes, once, and has every byte.
+TEST_F(SuspendE2E, WithItsGpuTakenItWaitsInTheQueueThroughARestartAndResumesOnce) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  const std::string go = d.dir() + "/go";
+  std::string a = SubmitSleeper(d, "60GiB", go, "launch");
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60)) << Job(d, a).dump();
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Logs(d, a).find("waiting for") != std::string::npos; }));
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  std::string b = Submit(d, {"--mem", "60GiB", "--", "sleep", "600"});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, b) == "running"; }));
+
+  Touch(go);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return HasEvent(d, a, "resume_asked"); }, 30))
+      << Job(d, a).dump();
+  json j = Job(d, a);
+  EXPECT_EQ(j.value("state", ""), "suspended");
+  EXPECT_EQ(j.value("queue_position", 0), 1) << j.dump();
+  EXPECT_NE(j.value("waiting_for", "").find("waiting for GPU memory to resume on demand"),
+            std::string::npos)
+      << j.dump();
+  const std::string ps = d.Cli({"ps"}).out;
+  EXPECT_NE(ps.find("resume on demand"), std::string::npos) << ps;
+  EXPECT_NE(d.Cli({"show", a}).out.find("resume on demand"), std::string::npos);
+  // The call waits meanwhile.
+  EXPECT_EQ(Logs(d, a).find("first call after"), std::string::npos) << Logs(d, a);
+
+  d.Kill(SIGKILL);
+  ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
+  EXPECT_EQ(State(d, a), "suspended");
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Job(d, a).value("queue_position", 0) == 1; }, 30))
+      << Job(d, a).dump();
+  ASSERT_EQ(d.Cli({"cancel", b}).exit_code, 0);
+  ASSERT_TRUE(
+      Daemon::WaitFor([&] { return Logs(d, a).find("first call after") != std::string::npos; }, 60))
+      << Logs(d, a) << Job(d, a).dump();
+  ExpectVerified(d, a);
+  EXPECT_EQ(CountEvents(d, a, "resumed"), 1);
+}
+
+// Its GPU taken and another of its model free: it resumes there (a move).
+TEST_F(SuspendE2E, WithItsGpuTakenItResumesOnAnotherGpuOfItsModel) {
+  Daemon d("2xH100-80GB");
+  Start(d);
+  const std::string go = d.dir() + "/go";
+  std::string a = SubmitSleeper(d, "60GiB", go, "alloc");
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, 2 * kGiB); }, 60)) << Job(d, a).dump();
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Logs(d, a).find("waiting for") != std::string::npos; }));
+  const std::string from = Job(d, a)["allocation"]["gpu_uuids"][0];
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  // Both GPUs taken; then the one it was not on frees up.
+  std::string b = Submit(d, {"--mem", "70GiB", "--", "sleep", "600"});
+  std::string c = Submit(d, {"--mem", "70GiB", "--", "sleep", "600"});
+  ASSERT_TRUE(
+      Daemon::WaitFor([&] { return State(d, b) == "running" && State(d, c) == "running"; }));
+  const std::string other = Job(d, b)["allocation"]["gpu_uuids"][0] == from ? c : b;
+  Touch(go);
+  ASSERT_TRUE(Daemon::WaitFor([&] { return HasEvent(d, a, "resume_asked"); }, 30));
+  ASSERT_EQ(d.Cli({"cancel", other}).exit_code, 0);
+  ASSERT_TRUE(
+      Daemon::WaitFor([&] { return Logs(d, a).find("first call after") != std::string::npos; }, 60))
+      << Logs(d, a) << Job(d, a).dump();
+  ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, a) == "running" || State(d, a) == "exited"; }));
+  EXPECT_NE(Job(d, a)["allocation"]["gpu_uuids"][0], from) << Job(d, a).dump();
+  EXPECT_TRUE(HasEvent(d, a, "moved"));
+  ExpectVerified(d, a);
+}
+
+// A process the job starts while it is suspended resumes it too, and gets
+// its memory; the suspended one loses nothing.
+TEST_F(SuspendE2E, AProcessTheJobStartsWhileSuspendedResumesItOnDemand) {
+  Daemon d("1xH100-80GB");
+  Start(d);
+  const std::string go = d.dir() + "/go";
+  const std::string first_go = d.dir() + "/first-go";
+  const std::string w = WorkerPath();
+  const std::string script = w + " --name first --mem 1GiB --verify --wait-file " + first_go +
+                             " --seconds 1 & while [ ! -e " + go + " ]; do sleep 0.1; done; " + w +
+                             " --name second --mem 1GiB --seconds 1; echo second=$?; wait $!";
+  std::string a = Submit(d, {"--mem", "40GiB", "--compute", "50%", "--", "sh", "-c", script});
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Holds(d, a, kGiB); }, 60)) << Job(d, a).dump();
+  ASSERT_EQ(d.Cli({"suspend", a}).exit_code, 0);
+  ASSERT_EQ(State(d, a), "suspended");
+  Touch(go);  // The second process starts now.
+  ASSERT_TRUE(Daemon::WaitFor([&] { return Logs(d, a).find("second=") != std::string::npos; }, 60))
+      << Logs(d, a);
+  EXPECT_NE(Logs(d, a).find("second=0"), std::string::npos) << Logs(d, a);
+  // Recorded once the restore of the first process is done (the second one
+  // got the limits back before that).
+  EXPECT_TRUE(Daemon::WaitFor([&] { return HasEvent(d, a, "resumed", "on demand"); }, 60))
+      << d.Cli({"events", "--job", a}).out;
+  Touch(first_go);
+  ExpectVerified(d, a);
 }
 
 }  // namespace

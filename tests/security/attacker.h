@@ -55,6 +55,9 @@ int SetsidHold(const Flags& f);  // A child leaves the job (setsid) and holds me
 int Unsuspend(const Flags& f);   // Restores + unlocks a suspended process itself.
 int Work(const Flags& f);        // Launches kernels and reports its progress.
 
+// Subcommands (attacker_resume.cc).
+int AskResume(const Flags& f);  // Asks for resumes: its own, others', a flood of them.
+
 // Subcommands (attacker_net.cc).
 int Http(const Flags& f);     // One request; prints the status and the body.
 int Submit(const Flags& f);   // Submits N jobs over the API; counts refusals.

@@ -71,6 +71,18 @@ int Alloc(const Flags& f) {
     return r == CUDA_ERROR_OUT_OF_MEMORY ? 3 : 1;
   }
   AppendLine(out, "alloc ok bytes=" + std::to_string(bytes) + " at=" + std::to_string(NowMs()));
+  if (f.Has("then-wait-file")) {
+    // Its next CUDA call once the test says so (after the daemon suspended
+    // it: resume on demand), timed.
+    AppendLine(out, "waiting at=" + std::to_string(NowMs()));
+    if (!WaitForFile(f.Get("then-wait-file"), 600)) Die("no " + f.Get("then-wait-file"));
+    const int64_t t0 = NowMs();
+    CUdeviceptr q = 0;
+    r = cuMemAlloc(&q, f.GetBytes("then-bytes", 1ull << 20));
+    AppendLine(out, std::string(r == CUDA_SUCCESS ? "again ok" : "again refused " + Name(r)) +
+                        " waited_ms=" + std::to_string(NowMs() - t0) +
+                        " at=" + std::to_string(NowMs()));
+  }
   Hold(f.GetDouble("hold", 10), out);
   cuMemFree(p);
   AppendLine(out, "done at=" + std::to_string(NowMs()));

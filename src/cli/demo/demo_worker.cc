@@ -40,6 +40,14 @@ struct Options {
   // Fill all of the memory with a pattern first and check every byte of it
   // at the end (suspend/resume tests: nothing may change in between).
   bool verify = false;
+  // Resume on demand (tests and bench/checkpoint): after the fill, for each
+  // file in turn, wait (no CUDA call, as an idle notebook) until it exists,
+  // then make `first_call` and say how long it took.
+  std::vector<std::string> wait_files;
+  std::string first_call = "launch";  // launch | alloc
+  // At the end: time a host-to-device copy of --mem into fresh device
+  // memory, then into the same memory again (what a resume has to copy).
+  bool time_copy = false;
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -94,6 +102,7 @@ void LoadDriver() {
 constexpr char kUsage[] =
     "usage: gpuslice-demo-worker [--name NAME] [--mem SIZE] [--duty PCT] [--seconds S]\n"
     "                            [--kernel-us US] [--device N] [--verify]\n"
+    "                            [--wait-file F]... [--first-call launch|alloc] [--time-copy]\n"
     "Holds SIZE of GPU memory (default 1GiB) and keeps the GPU busy PCT of the time\n"
     "(default 50%) for S seconds (default 3) with kernels of US microseconds (default\n"
     "2000) on device N (default 0), then prints what it did:\n"
@@ -101,7 +110,14 @@ constexpr char kUsage[] =
     "G is the kernels' own time (K x US); X is the time launches spent waiting before\n"
     "their kernels ran (under a compute share: for their turn).\n"
     "--verify fills all of SIZE with a pattern first and checks every byte at the end:\n"
-    "  [NAME] verified SIZE: D bytes differ     (exit status 4 when D > 0)\n";
+    "  [NAME] verified SIZE: D bytes differ     (exit status 4 when D > 0)\n"
+    "--wait-file F: after filling SIZE, wait without any CUDA call until F exists, then\n"
+    "make one launch (or, --first-call alloc, a 1 MiB cuMemAlloc) and print\n"
+    "  [NAME] first call after F (launch): T ms\n"
+    "(a suspended job resumes on demand meanwhile); repeatable, in order.\n"
+    "--time-copy: at the end, a host-to-device copy of SIZE into fresh device memory\n"
+    "and again into the same memory:\n"
+    "  [NAME] copy of SIZE to the device: fresh T1 ms, touched T2 ms\n";
 
 void Check(CUresult r, const char* call, const Options& o) {
   if (r == CUDA_SUCCESS) return;
@@ -161,6 +177,15 @@ Options Parse(int argc, char** argv) {
       o.verify = true;
     } else if (a == "--device") {
       o.device = std::atoi(value().c_str());
+    } else if (a == "--wait-file") {
+      o.wait_files.push_back(value());
+    } else if (a == "--first-call") {
+      o.first_call = value();
+      if (o.first_call != "launch" && o.first_call != "alloc") {
+        Die("--first-call: expected launch or alloc, not " + o.first_call);
+      }
+    } else if (a == "--time-copy") {
+      o.time_copy = true;
     } else {
       Die("unknown option " + a + " (see --help)");
     }
@@ -205,9 +230,34 @@ int main(int argc, char** argv) {
   Check(g_cu.cuEventCreate_(&start, CU_EVENT_DEFAULT), "cuEventCreate", o);
   Check(g_cu.cuEventCreate_(&stop, CU_EVENT_DEFAULT), "cuEventCreate", o);
 
+  using Clock = std::chrono::steady_clock;
+  for (const std::string& file : o.wait_files) {
+    std::printf("[%s] waiting for %s\n", o.name.c_str(), file.c_str());
+    std::fflush(stdout);
+    while (access(file.c_str(), F_OK) != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    // The call itself is the first of the driver API since the wait: no
+    // event, no synchronisation before it.
+    auto c0 = Clock::now();
+    if (o.first_call == "alloc") {
+      CUdeviceptr one = 0;
+      Check(g_cu.cuMemAlloc_(&one, 1u << 20), "cuMemAlloc", o);
+      Check(g_cu.cuMemFree_(one), "cuMemFree", o);
+    } else {
+      unsigned us0 = 1;
+      void* args0[] = {&us0};
+      Check(g_cu.cuLaunchKernel_(fn, 1, 1, 1, 32, 1, 1, 0, stream, args0, nullptr),
+            "cuLaunchKernel", o);
+    }
+    double call_ms = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
+    std::printf("[%s] first call after %s (%s): %.1f ms\n", o.name.c_str(), file.c_str(),
+                o.first_call.c_str(), call_ms);
+    std::fflush(stdout);
+  }
+
   // Keep the GPU busy `duty` of the time: launch one kernel of kernel_us,
   // wait for it, then idle so that busy / (busy + idle) == duty.
-  using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
   auto deadline = t0 + std::chrono::duration<double>(o.seconds);
   double gpu_ms = 0;
@@ -261,6 +311,23 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
   if (buf) Check(g_cu.cuMemFree_(buf), "cuMemFree", o);
+  if (o.time_copy && o.mem > 0) {
+    // The host buffer is touched before (as a checkpoint's host copy is);
+    // the device memory is new the first time, as a restore's is.
+    std::vector<unsigned char> host(o.mem, 1);
+    CUdeviceptr fresh = 0;
+    Check(g_cu.cuMemAlloc_(&fresh, o.mem), "cuMemAlloc", o);
+    double ms[2];
+    for (double& m : ms) {
+      auto c0 = Clock::now();
+      Check(g_cu.cuMemcpyHtoD_(fresh, host.data(), o.mem), "cuMemcpyHtoD", o);
+      m = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
+    }
+    std::printf("[%s] copy of %s to the device: fresh %.1f ms, touched %.1f ms\n", o.name.c_str(),
+                gpuslice::core::FormatBytes(o.mem).c_str(), ms[0], ms[1]);
+    std::fflush(stdout);
+    Check(g_cu.cuMemFree_(fresh), "cuMemFree", o);
+  }
   Check(g_cu.cuDevicePrimaryCtxRelease_(dev), "cuDevicePrimaryCtxRelease", o);
   return differ > 0 ? 4 : 0;
 }
