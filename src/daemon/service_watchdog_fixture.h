@@ -39,6 +39,7 @@ class WatchdogTest : public ::testing::Test {
     o.kill_grace_ms = 1000;
     o.rules = rules;
     o.processes = &processes_;
+    o.admin_gid = admin_gid_;
     o.groups_of = [](const std::string&, uint32_t) { return std::vector<std::string>{}; };
     service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
     ASSERT_TRUE(service_->Start().ok());
@@ -135,6 +136,7 @@ class WatchdogTest : public ::testing::Test {
   FakeRegionStore regions_;
   FakeProcessTable processes_;
   std::unique_ptr<Service> service_;
+  std::optional<uint32_t> admin_gid_;  // ServiceOptions::admin_gid at Start.
 };
 
 }  // namespace gpuslice::daemon

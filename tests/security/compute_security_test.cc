@@ -170,7 +170,11 @@ TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNei
 // catch it, and from then on it must be back at its share. The neighbour
 // must keep its share throughout.
 TEST_F(ComputeShare, AJobThatHidesItsGpuTimeIsCaughtAndHeldToItsShare) {
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Set("watchdog_compute_window=2s")));
+  // The audit on its own: the compute watchdog only reports (by default it
+  // may end the liar once its use is far over its share, before what the
+  // audit does to it can be measured).
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      DaemonOptions().Set("watchdog_compute_window=2s").Set("watchdog_compute=report")));
   constexpr double kAttackSeconds = 9;
   Split base = SideBySide("", "baseline");
   int64_t caught_ms = 0;
@@ -280,7 +284,10 @@ class BoardWatch {
 // again (its slice's co-running bit stays clear on the board), and both
 // slices must be back where the same two jobs are without the attack.
 TEST_F(ComputeShare, AJobThatHidesItsGpuTimeToCoRunIsCaughtAndNeverCoRunsAgain) {
-  ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Set("watchdog_compute_window=2s")));
+  // The audit on its own, as above: co-running, the liar took up to 85% of
+  // the GPU, which the default compute watchdog ends.
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(
+      DaemonOptions().Set("watchdog_compute_window=2s").Set("watchdog_compute=report")));
   b_kernel_us_ = 20;
   b_batch_ = 1;
   // Host work between its requests keeps the neighbour's duty low enough to
