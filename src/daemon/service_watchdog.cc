@@ -336,6 +336,18 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
   std::vector<ForeignProcess> now;
   std::unordered_map<int64_t, int> seen;
   std::unordered_map<int64_t, std::string> spared_as;  // Why `foreign` leaves it.
+  // The processes a root-owned external job's slice names (a pod's
+  // containers, docs/KUBERNETES.md): they run as uids nobody knows in
+  // advance, so their claim does not make them the job's, but only holders
+  // of the slice's own group can write those slots. Charged, never ended.
+  std::unordered_map<int64_t, uint64_t> container_of;
+  for (const auto& [id, l] : live_) {
+    const Job& job = jobs_[id];
+    if (SharedGidOf(job) == 0 || job.region_path.empty()) continue;
+    if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
+      for (int32_t pid : *pids) container_of.emplace(pid, id);
+    }
+  }
   // Foreign use of one GPU, or of one MIG instance: bytes, and who (the
   // largest process, "and N more").
   struct Use {
@@ -383,6 +395,9 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
               !spared_as.count(p.pid)) {
             spared_as[p.pid] = "an allowed group";
           }
+        }
+        if (auto c = container_of.find(p.pid); c != container_of.end()) {
+          spared_as[p.pid] = "a container of external job " + std::to_string(c->second);
         }
         if (o->uid == 0) spared_as[p.pid] = "root";
         f.spared = spared_as.count(p.pid) > 0;

@@ -628,6 +628,32 @@ TEST_F(WatchdogTest, ProtectSparesRootTheAdminGroupAndAllowedGroups) {
   EXPECT_EQ(Get(a.job.id).job.state, core::JobState::kRunning);
 }
 
+// A pod's containers run as uids nobody knows in advance, so the processes
+// a root-owned external job's slice names are not the job's (foreign, and
+// charged), but only the slice's own group can write those slots: protect
+// must not end a pod's process for using the slice it was given.
+TEST_F(WatchdogTest, ProtectNeverEndsTheProcessesAnExternalSliceNames) {
+  external_gid_base_ = 2'000'000'000;
+  Start({}, SimulatedGpus(1, "A100", 40 * core::kGiB));
+  JobView a = StartJob("10GiB", "50%");
+  SubmitSpec s;
+  s.mode = core::JobMode::kExternal;
+  s.fields.mem = "30GiB";
+  auto pod = service_->Submit(TestCaller(0, /*admin=*/true), s);
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
+  regions_.pids[pod->job.region_path] = {888};
+  Process(0, 888, 25 * core::kGiB, 0, 1000);  // The container, as uid 1000.
+  Run(3);
+  EXPECT_TRUE(processes_.signals.empty());
+  std::vector<Event> events = EventsOf(0, "foreign_process");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].message.find("spared (a container of external job " +
+                                   std::to_string(pod->job.id) + ")"),
+            std::string::npos)
+      << events[0].message;
+  EXPECT_EQ(Get(a.job.id).job.state, core::JobState::kRunning);
+}
+
 TEST_F(WatchdogTest, AJobsOwnProcessesAreNotForeign) {
   PolicyConfig rules;
   rules.foreign = ForeignAction::kKill;
