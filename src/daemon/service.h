@@ -38,6 +38,7 @@
 #include "daemon/inventory.h"
 #include "daemon/launcher.h"
 #include "daemon/ledger.h"
+#include "daemon/memory_allowance.h"
 #include "daemon/policy_config.h"
 #include "daemon/process_table.h"
 #include "daemon/region_store.h"
@@ -338,8 +339,12 @@ class Service {
     bool over_limit = false;    // The watchdog saw it over its limit.
     bool stopped = false;       // Stopped by the watchdog (watchdog = stop).
     bool over_share = false;    // The compute watchdog saw it far over its share.
-    // SM use per GPU of the last samples within the compute window.
+    // SM use per GPU of the last samples within the compute window, and the
+    // share and mode they were taken under (a live change starts a new one:
+    // use within the old share is no breach of the new).
     std::deque<std::pair<int64_t, std::map<uint32_t, double>>> sm_window;
+    uint32_t sm_window_share = 0;
+    bool sm_window_work_conserving = false;
     // The arbiter's contended time (RegionStore::ContendedNs) at the same
     // samples: how long others waited for the GPU (work-conserving slices).
     std::deque<uint64_t> contended_window;
@@ -513,13 +518,20 @@ class Service {
   // The watchdog (service_watchdog.cc), per running job after each sample;
   // each returns true when it ended the job.
   bool WatchMemory(core::Job& job, Live& l, const JobUsage& use);
+  // The daemon's memory limit for `job` on GPU `gpu` (inventory index): its
+  // allocation there; 0 on a GPU it was not given, and while suspended.
+  static uint64_t MemoryLimitOn(const core::Job& job, uint32_t gpu);
   bool WatchCompute(core::Job& job, Live& l, const JobUsage& use);
   // The audit of the arbiter's charge against NVML, over WatchCompute's
   // window (service_watchdog.cc).
   void AuditCharge(const core::Job& job, Live& l);
-  // Foreign GPU use, after each sample: charges it in placement, reports
-  // each process once, ends it with `foreign = kill`.
-  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid);
+  // Foreign GPU use, after each sample: charges it in placement, with the
+  // memory jobs hold over their limits (`over_limit`: bytes and "job N" per
+  // GPU, issue 36), reports each process once, and ends those that
+  // `foreign` says to (protect: those that take memory jobs were promised).
+  using OverLimit = std::map<uint32_t, std::pair<uint64_t, std::string>>;
+  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid,
+                    const OverLimit& over_limit);
   // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
   // none. The one place that decides membership: the job's process group,
   // else a slice's process slots when the process is the job user's.
@@ -592,6 +604,10 @@ class Service {
   // next update is not called foreign), and those already reported.
   std::unordered_map<int64_t, int> foreign_seen_;
   std::set<int64_t> foreign_reported_;
+  std::set<int64_t> foreign_ended_;  // Signalled by `foreign`; forgotten once gone.
+  // The size of a fresh context per GPU, from NVML (the memory watchdog's
+  // allowance, memory_allowance.h).
+  ContextSizes context_sizes_;
   int64_t last_sample_ms_ = 0;
   int64_t last_idle_persist_ms_ = 0;
   bool usage_error_logged_ = false;

@@ -125,11 +125,12 @@ const std::vector<Command>& Commands() {
        s::SetsidHold,
        {"unset-preload", "double-fork"},
        "--bytes SIZE [--hold S] --out F [--unset-preload] [--double-fork]"},
+      {"swarm", s::Swarm, {}, "--procs N --bytes SIZE [--hold S] [--device N] --out F"},
       {"work",
        s::Work,
-       {},
+       {"private-driver"},
        "[--seconds S] [--kernel-us US] [--batch N] [--think-us US] [--mem SIZE] [--wait-file F] "
-       "[--delay-ms MS] "
+       "[--delay-ms MS] [--private-driver] "
        "--out F"},
       {"http",
        s::Http,

@@ -54,6 +54,7 @@ int Alloc(const Flags& f);       // Allocates device memory and holds it.
 int SetsidHold(const Flags& f);  // A child leaves the job (setsid) and holds memory.
 int Unsuspend(const Flags& f);   // Restores + unlocks a suspended process itself.
 int Work(const Flags& f);        // Launches kernels and reports its progress.
+int Swarm(const Flags& f);       // N processes, each with a context and memory.
 
 // Subcommands (attacker_net.cc).
 int Http(const Flags& f);     // One request; prints the status and the body.
