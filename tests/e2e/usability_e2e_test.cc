@@ -101,6 +101,43 @@ TEST(Usability, DemoWorkerHelpsRunsWithoutLdLibraryPathAndReportsKernelTime) {
   EXPECT_GE(waited_ms, 0);
 }
 
+// Issue 37: --duty is an open loop. Requests of --kernel-us arrive on a
+// schedule fixed from the start (2 ms every 6.67 ms for 30%), however long
+// each one waits for the GPU: beside a neighbour running kernels flat out on
+// the same simulated GPU (no shim: the GPU time-slices the two processes),
+// the worker still offers exactly 300 requests in 2 s and is served nearly
+// all of them. It once idled in proportion to how long its last kernel
+// took, so every wait for the GPU lowered what it asked for.
+TEST(Usability, DemoWorkerOffersRequestsOnAFixedScheduleWhateverItsKernelsWait) {
+  Daemon d;  // Only for its temp dir: a simulated GPU of this test's own.
+  const std::string env = "env -u LD_LIBRARY_PATH -u LD_PRELOAD GPUSLICE_SIM_STATE=" + d.dir() +
+                          "/sim-state GPUSLICE_SIM_GPUS=1xH100-80GB ";
+  CliResult r = Shell(env + GPUSLICE_E2E_WORKER +
+                      " --name busy --mem 64MiB --duty 100% --seconds 3 --kernel-us 2000 & " + env +
+                      GPUSLICE_E2E_WORKER +
+                      " --name open --mem 64MiB --duty 30% --seconds 2 --kernel-us 2000; wait");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const size_t at = r.out.find("[open] requests: ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  unsigned kernel_us = 0;
+  double period_ms = 0, delivered = 0, p50 = 0, p99 = 0;
+  unsigned long offered = 0, served = 0;
+  ASSERT_EQ(std::sscanf(r.out.c_str() + at,
+                        "[open] requests: demand 30%% (%u us every %lf ms), offered %lu, served "
+                        "%lu, delivered %lf%% of the offered GPU time; latency p50 %lf ms, p99 "
+                        "%lf ms",
+                        &kernel_us, &period_ms, &offered, &served, &delivered, &p50, &p99),
+            7)
+      << r.out;
+  EXPECT_EQ(kernel_us, 2000u);
+  EXPECT_NEAR(period_ms, 6.67, 0.01);
+  EXPECT_EQ(offered, 300u) << r.out;
+  EXPECT_GE(served, 270u) << r.out;
+  EXPECT_NEAR(delivered, 100.0 * served / offered, 0.1) << r.out;
+  EXPECT_GE(p50, 2.0) << "a request's latency includes its 2 ms kernel: " << r.out;
+  EXPECT_GE(p99, p50) << r.out;
+}
+
 class UsabilityDaemon : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log"); }
