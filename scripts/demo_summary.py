@@ -113,8 +113,9 @@ def main(argv):
     print()
     print("   share: the part of the GPU's time the job is guaranteed (--compute); demand: what its")
     print("   requests ask for; got: the part of the run's time its kernels ran, by its own count")
-    print("   and by NVML (mean of the daemon's per-process samples); delivered: requests completed")
-    print("   of those offered; p50/p99: from a request's arrival to its completion.")
+    print("   and by NVML (the mean of the daemon's once-a-second per-process samples, which lag a")
+    print("   short job); delivered: requests completed of those offered; p50/p99: from a request's")
+    print("   arrival to its completion.")
     for n in notes:
         print("   " + n)
     return 0
