@@ -58,7 +58,8 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   }
   if (with_command) {
     sub->add_option("--image", r.image,
-                    "Run the command in a container of this image (pulled or built beforehand), "
+                    "Run the command in a container of this image, a plain reference "
+                    "(name[:tag][@digest]) of one already in the engine's store (never pulled), "
                     "as you, with this directory mounted at the same path "
                     "(docs/CONTAINERS.md)");
     sub->add_option("--engine", r.engine, "With --image: podman (default) or docker");
