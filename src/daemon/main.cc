@@ -169,14 +169,16 @@ int main(int argc, char** argv) {
 
   signal(SIGPIPE, SIG_IGN);
   {
-    // Room for the connections the caps allow and the daemon's own files.
+    // Room for the connections the caps allow and the daemon's own files:
+    // two descriptors a connection (a unix-socket caller's process is held
+    // by a pidfd, peer_process.h).
     const rlim_t files = RaiseFileLimit();
     const rlim_t headroom = 256;
-    if (files < config.max_connections + headroom) {
-      const uint32_t fit = files > 2 * headroom ? static_cast<uint32_t>(files - headroom) : 16;
-      gd::LogWarn("open-file limit " + std::to_string(files) + " is below max_connections + " +
-                  std::to_string(headroom) + ": max_connections lowered to " +
-                  std::to_string(fit));
+    if (files < 2 * rlim_t{config.max_connections} + headroom) {
+      const uint32_t fit =
+          files > 2 * headroom ? static_cast<uint32_t>((files - headroom) / 2) : 16;
+      gd::LogWarn("open-file limit " + std::to_string(files) + " is below 2 x max_connections + " +
+                  std::to_string(headroom) + ": max_connections lowered to " + std::to_string(fit));
       config.max_connections = fit;
     }
   }

@@ -39,6 +39,7 @@
 #include "daemon/launcher.h"
 #include "daemon/ledger.h"
 #include "daemon/memory_allowance.h"
+#include "daemon/peer_process.h"
 #include "daemon/policy_config.h"
 #include "daemon/process_table.h"
 #include "daemon/region_store.h"
@@ -50,7 +51,11 @@ namespace gpuslice::daemon {
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
-  int32_t pid = 0;
+  // The process that opened the connection, pinned at accept (unix socket
+  // only; null over TCP, for the daemon's own submissions, and when the
+  // peer's pid is not visible here). Whatever is decided from the caller's
+  // pid uses it, never a pid looked up later (peer_process.h).
+  std::shared_ptr<const PeerProcess> process;
   std::string user;
   bool admin = false;  // root, the admin group, or the TCP token holder.
   bool local = true;   // Came over the unix socket (can own jobs).

@@ -143,6 +143,10 @@ const std::vector<Command>& Commands() {
        "--to EP [--count N] [--mem SIZE] [--gpus N] [--env K=V...] "
        "[--env-bytes N] [--mode submit|shell] [--argv A...] [--cwd DIR]"},
       {"flood", s::Flood, {}, "--to EP --count N [--hold S] [--half-sent-every K] [--out F]"},
+      {"hand-over",
+       s::HandOver,
+       {},
+       "--to EP --go F --out F [--method M] [--path P] [--body S] [--wait S]"},
       {"latency",
        s::Latency,
        {},

@@ -61,5 +61,6 @@ int Http(const Flags& f);     // One request; prints the status and the body.
 int Submit(const Flags& f);   // Submits N jobs over the API; counts refusals.
 int Flood(const Flags& f);    // Holds N idle (or half-sent) connections.
 int Latency(const Flags& f);  // N sequential requests; prints p50/p99.
+int HandOver(const Flags& f);  // A connection used after its process ended.
 
 }  // namespace gpuslice::security
