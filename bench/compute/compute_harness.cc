@@ -4,6 +4,10 @@
 // directory (own simulator state, own coordination files, own regions).
 //
 //   compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter] [--rounds N]
+//                   [--no-handoff] [--cpu-hogs N] [--trace FILE]
+//   (--cpu-hogs: N processes spinning on the CPU beside every scenario;
+//   --no-handoff: the arbiter without hand-off on demand, a baseline;
+//   --trace: with --arbiter, the board every 0.5 ms into FILE.<ns>)
 //   (NAME: part of a scenario's name; "short kernels: 30/70 hard, 20 us, sync"
 //   runs that scenario's group of the short-kernel suite; N: rounds of each
 //   such group, 3 unless given)
@@ -63,6 +67,7 @@ constexpr size_t kWin = 8;          // Samples in a 200 ms window.
 constexpr size_t kGiveBackWin = 2;  // Samples in a 50 ms window.
 bool g_arbiter = false;             // --arbiter.
 bool g_no_handoff = false;          // --no-handoff.
+int g_cpu_hogs = 0;                 // --cpu-hogs N.
 std::string g_trace_path;           // --trace FILE.
 
 uint64_t NowNs() {
@@ -183,7 +188,6 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     options.slices_dir = dir + "/slices";
     options.board_mode = geteuid() == 0 ? 0644 : 0444;
     options.params.handoff = !g_no_handoff;
-    if (getenv("XX_NOBLOCK")) options.params.charge_blocking_holder = false;
     mkdir(options.coord_dir.c_str(), 0755);
     arbiter = std::make_unique<gpuslice::daemon::Arbiter>(options);
   }
@@ -224,7 +228,7 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     });
   }
   std::vector<pid_t> hogs;
-  for (int k = 0; k < sc.cpu_hogs; ++k) {
+  for (int k = 0; k < std::max(sc.cpu_hogs, g_cpu_hogs); ++k) {
     std::fflush(stdout);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -626,6 +630,8 @@ int main(int argc, char** argv) {
       compute_harness::g_arbiter = true;
     else if (a == "--no-handoff")
       compute_harness::g_no_handoff = true;
+    else if (a == "--cpu-hogs" && i + 1 < argc && std::atoi(argv[i + 1]) >= 0)
+      compute_harness::g_cpu_hogs = std::atoi(argv[++i]);
     else if (a == "--trace" && i + 1 < argc)
       compute_harness::g_trace_path = argv[++i];
     else if (a == "--rounds" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
@@ -633,7 +639,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter] "
-                   "[--no-handoff] [--trace FILE] [--rounds N (> 0)]\n");
+                   "[--no-handoff] [--cpu-hogs N] [--trace FILE] [--rounds N (> 0)]\n");
       return 2;
     }
   }

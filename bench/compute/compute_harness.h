@@ -43,6 +43,7 @@ struct Scenario {
 
 extern bool g_arbiter;            // --arbiter: the daemon's arbiter decides the turns.
 extern bool g_no_handoff;         // --no-handoff: PolicyParams::handoff off (a baseline).
+extern int g_cpu_hogs;            // --cpu-hogs N: spinning processes beside every scenario.
 extern std::string g_trace_path;  // --trace FILE: the board every 0.5 ms (--arbiter).
 
 // Runs one scenario in a fresh temporary directory; returns its figures
