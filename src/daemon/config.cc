@@ -142,6 +142,21 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     GPUSLICE_ASSIGN_OR_RETURN(c->compute_corun, ParseBool(key, v));
     return core::Status::Ok();
   }
+  if (key == "compute_handoff") {
+    GPUSLICE_ASSIGN_OR_RETURN(c->compute_handoff, ParseBool(key, v));
+    return core::Status::Ok();
+  }
+  if (key == "compute_quantum") {
+    auto d = core::ParseDuration(v);
+    if (!d.ok()) return d.status().WithContext("compute_quantum");
+    // Below a millisecond a hand-over costs more than the turn it serves;
+    // above the longest turn (20 ms) there is no hand-off left.
+    if (d->count() < 1 || d->count() > 20) {
+      return core::InvalidArgumentError("compute_quantum: from 1ms to 20ms, got '" + v + "'");
+    }
+    c->compute_quantum_ms = d->count();
+    return core::Status::Ok();
+  }
   if (key == "cgroups") {
     GPUSLICE_ASSIGN_OR_RETURN(c->cgroups, ParseBool(key, v));
     return core::Status::Ok();

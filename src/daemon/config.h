@@ -79,6 +79,11 @@ struct DaemonConfig {
   // Slices whose work leaves the GPU mostly idle launch beside the holder of
   // the turn (docs/COMPUTE.md, "Co-running"); off: exclusive turns only.
   bool compute_corun = true;
+  // Hand-off on demand (docs/COMPUTE.md, "What a share guarantees"): a
+  // slice back from idle within its share takes the GPU from a busy holder
+  // of its priority once the holder has had `compute_quantum_ms`.
+  bool compute_handoff = true;
+  int64_t compute_quantum_ms = 1;
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.

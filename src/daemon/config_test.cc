@@ -50,6 +50,22 @@ TEST(Config, CgroupsAndTheLogCapHaveDefaultsAndCheckedValues) {
   }
 }
 
+TEST(Config, ComputeHandOffIsOnWithAMillisecondQuantumAndTakesCheckedValues) {
+  DaemonConfig c;
+  EXPECT_TRUE(c.compute_handoff);
+  EXPECT_EQ(c.compute_quantum_ms, 1);
+  EXPECT_TRUE(ApplyConfigValue(&c, "compute_handoff", "off").ok());
+  EXPECT_FALSE(c.compute_handoff);
+  EXPECT_TRUE(ApplyConfigValue(&c, "compute_quantum", "5ms").ok());
+  EXPECT_EQ(c.compute_quantum_ms, 5);
+  for (const char* bad : {"0", "500us", "21ms", "1s", "soon"}) {
+    core::Status s = ApplyConfigValue(&c, "compute_quantum", bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("compute_quantum"), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(c.compute_quantum_ms, 5);
+}
+
 TEST(Config, MetricsListenIsOffByDefaultAndTakesHostPort) {
   DaemonConfig config;
   EXPECT_EQ(config.metrics_listen, "");

@@ -205,6 +205,8 @@ int main(int argc, char** argv) {
   arbiter_options.slices_dir = config.state_dir + "/slices";
   arbiter_options.board_mode = geteuid() == 0 ? 0644 : 0444;
   arbiter_options.params.corun = config.compute_corun;
+  arbiter_options.params.handoff = config.compute_handoff;
+  arbiter_options.params.quantum_ns = uint64_t(config.compute_quantum_ms) * 1'000'000;
   const gpuslice::core::Status coord_dir = gd::PrepareCoordDir(arbiter_options.coord_dir);
   if (!coord_dir.ok()) {
     // Without boards no share can be enforced: jobs that ask for one fail

@@ -51,6 +51,10 @@ struct SliceLimits {
   // root's, of this group, mode 0660, and the limits page names the group
   // so the shim accepts them (limits_layout.h). 0: none.
   uint32_t shared_gid = 0;
+  // A part of a GPU asked for without a compute share: it takes turns at
+  // the smallest share (compute_milli), work-conserving, and any slice with
+  // a share takes the GPU from it on demand (shim::SliceView::shareless).
+  bool no_share = false;
 };
 
 // One device of a slice: what the job's processes report, plus the limit

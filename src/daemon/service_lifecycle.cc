@@ -282,6 +282,7 @@ void Service::TakeTurnsWithoutAShare(const Job& job, SliceLimits* limits) {
   if (job.request.kind == core::RequestKind::kFraction && limits->compute_milli == 0) {
     limits->compute_milli = kShareOfNoShareMilli;
     limits->work_conserving = true;
+    limits->no_share = true;
   }
 }
 

@@ -272,6 +272,7 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     v.host_wall_ns = e.host_wall_ns.load(std::memory_order_relaxed);
     v.host_gpu_ns = e.host_gpu_ns.load(std::memory_order_relaxed);
     v.host_measured_ns = e.host_measured_ns.load(std::memory_order_relaxed);
+    v.woke_ns = e.woke_ns.load(std::memory_order_relaxed);
     // GPU time its members added since the last decision (issue 19).
     const uint64_t gpu = e.gpu_ns.load(std::memory_order_relaxed);
     const uint64_t seen = e.gpu_seen_ns.load(std::memory_order_relaxed);
@@ -301,6 +302,8 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
   turn.state = coord::TurnState(header_->turn_state.load(std::memory_order_relaxed));
   turn.start_ns = header_->turn_start_ns.load(std::memory_order_relaxed);
   turn.end_ns = header_->turn_end_ns.load(std::memory_order_relaxed);
+  turn.handed_off =
+      (header_->turn_flags.load(std::memory_order_relaxed) & coord::kTurnHandedOff) != 0;
   const uint64_t last = header_->last_tick_ns.load(std::memory_order_relaxed);
   Outcome out = Advance(now_ns, last, turn, views, params);
   header_->last_tick_ns.store(std::max(now_ns, last), std::memory_order_relaxed);
@@ -322,6 +325,7 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     e.host_wall_ns.store(views[i].host_wall_ns, std::memory_order_relaxed);
     e.host_gpu_ns.store(views[i].host_gpu_ns, std::memory_order_relaxed);
     e.host_measured_ns.store(views[i].host_measured_ns, std::memory_order_relaxed);
+    e.woke_ns.store(views[i].woke_ns, std::memory_order_relaxed);
     e.flags.store((views[i].corun ? coord::kSliceCoRun : 0) |
                       (views[i].duty_milli < 1000 ? coord::kSliceDutyMeasured : 0) |
                       (views[i].host_duty_milli < 1000 ? coord::kSliceHostDutyMeasured : 0),
@@ -331,6 +335,8 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     header_->holder.store(turn.holder, std::memory_order_relaxed);
     header_->turn_state.store(turn.state, std::memory_order_relaxed);
     header_->turn_start_ns.store(turn.start_ns, std::memory_order_relaxed);
+    header_->turn_flags.store(turn.handed_off ? coord::kTurnHandedOff : 0,
+                              std::memory_order_relaxed);
     if (turn.state == coord::kTurnOpen) header_->turns.fetch_add(1, std::memory_order_relaxed);
     if (out.preempted) header_->preemptions.fetch_add(1, std::memory_order_relaxed);
   }
