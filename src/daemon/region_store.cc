@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -12,6 +13,8 @@
 
 #include "daemon/launcher.h"
 #include "daemon/log.h"
+#include "shim/allocate_file.h"
+#include "shim/coord_board_layout.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
 #include "shim/region_snapshot.h"
@@ -148,6 +151,11 @@ core::Status RenameRegionDevices(const std::string& path,
   }
   return core::Status::Ok();
 }
+
+// What one slice takes on the state disk, all of it allocated at creation:
+// the region, the limits page, the members file (the compute arbiter's).
+constexpr uint64_t kSliceBytes =
+    shim::layout::kRegionSize + shim::layout::kLimitsPageSize + shim::board::kMembersSize;
 
 }  // namespace
 
@@ -353,6 +361,27 @@ core::Result<std::vector<std::string>> ShimRegionStore::Devices(const std::strin
     return core::Status::Ok();
   }));
   return out;
+}
+
+core::Status ShimRegionStore::CheckRoom() {
+  // Cheap while the disk stays full (one statvfs, nothing written); the
+  // probe then proves the room the way a slice takes it.
+  if (mkdir(dir_.c_str(), 0711) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "create slice directory " + dir_);
+  }
+  struct statvfs fs {};
+  if (statvfs(dir_.c_str(), &fs) == 0 && uint64_t(fs.f_bavail) * fs.f_frsize < kSliceBytes) {
+    return ErrnoError(ENOSPC, "no room for a slice in " + dir_);
+  }
+  const std::string probe = dir_ + "/.room-probe";
+  unlink(probe.c_str());
+  int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return ErrnoError(errno, "probe room for a slice in " + dir_);
+  const int err = shim::AllocateFile(fd, kSliceBytes);
+  close(fd);
+  unlink(probe.c_str());
+  if (err != 0) return ErrnoError(err, "no room for a slice in " + dir_);
+  return core::Status::Ok();
 }
 
 core::Status ShimRegionStore::WithPage(const std::string& limits_path,

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -431,6 +432,38 @@ TEST_F(ShimRegionStoreTest, AJobThatTruncatesItsRegionInALoopNeverFaultsTheDaemo
       << "the attacker itself stopped early (exit " << WEXITSTATUS(attacker_status) << ")";
   ASSERT_TRUE(WIFEXITED(status)) << "the daemon's side died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "no report, or no failure, was ever seen";
+}
+
+// Issue 36, item 3: where the state disk has no room, Create says so and
+// leaves nothing behind, and CheckRoom tells when there is room again.
+TEST_F(ShimRegionStoreTest,
+       OnAFullStateDiskCreateIsResourceExhaustedAndCheckRoomSeesTheRoomReturn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const std::string disk = dir_ + "/disk";
+  ASSERT_EQ(mkdir(disk.c_str(), 0755), 0);
+  ASSERT_EQ(mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=4m"), 0) << strerror(errno);
+  struct Unmount {
+    std::string at;
+    ~Unmount() { umount2(at.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  ShimRegionStore store(disk + "/slices");
+  EXPECT_TRUE(store.CheckRoom().ok());
+  {
+    std::ofstream fill(disk + "/fill");
+    std::string block(64 << 10, 'x');
+    while (fill.write(block.data(), std::streamsize(block.size()))) {
+    }
+  }
+  core::Status room = store.CheckRoom();
+  EXPECT_EQ(room.code(), core::StatusCode::kResourceExhausted) << room.ToString();
+  auto path = store.Create(Limits(3, {"GPU-aaaa"}));
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), core::StatusCode::kResourceExhausted) << path.status().ToString();
+  EXPECT_NE(path.status().message().find(strerror(ENOSPC)), std::string::npos);
+  EXPECT_FALSE(fs::exists(disk + "/slices/job-3"));
+  ASSERT_TRUE(fs::remove(disk + "/fill"));
+  EXPECT_TRUE(store.CheckRoom().ok());
+  EXPECT_TRUE(store.Create(Limits(3, {"GPU-aaaa"})).ok());
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ void Service::Degrade(const std::string& reason) {
   if (write_failed && !ledger_write_failed_) {
     // Recoverable: MaintainLedger retries and leaves degraded mode.
     ledger_write_failed_ = true;
+    ledger_write_reason_ = reason;
     ledger_failed_ms_ = clock_.NowMs();
     ledger_retry_at_ms_ = ledger_failed_ms_ + options_.ledger_retry_ms;
   }
@@ -57,7 +58,35 @@ bool Service::Persist(const Job& job, std::optional<JobState> from) {
   return true;
 }
 
+void Service::NoRoomForSlices(const std::string& reason) {
+  const bool first = no_room_reason_.empty();
+  no_room_reason_ = reason;
+  if (!first) return;
+  no_room_since_ms_ = clock_.NowMs();
+  Degrade(reason);
+  RecordEvent("degraded", 0, "", reason + "; new jobs wait, running jobs go on");
+}
+
+void Service::RetrySliceRoom() {
+  if (no_room_reason_.empty()) return;
+  if (Status room = regions_.CheckRoom(); !room.ok()) return;
+  const std::string down =
+      core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - no_room_since_ms_));
+  if (degraded_reason_ == no_room_reason_) {
+    // The ledger may still fail to write: then that is the reason again.
+    degraded_reason_ = ledger_write_failed_ ? ledger_write_reason_ : std::string();
+  }
+  no_room_reason_.clear();
+  LogInfo("room for slices on the state disk again after " + down +
+          (degraded() ? "" : "; accepting new work"));
+  RecordEvent("recovered", 0, "",
+              "room for slices on the state disk again after " + down +
+                  (degraded() ? "; still degraded: " + degraded_reason_ : "; accepting new work"));
+  RequestSchedule();
+}
+
 void Service::MaintainLedger() {
+  RetrySliceRoom();
   if (!ledger_write_failed_ || !ledger_ || clock_.NowMs() < ledger_retry_at_ms_) return;
   ledger_retry_at_ms_ = clock_.NowMs() + options_.ledger_retry_ms;
   // Jobs first (they are the truth after a crash), oldest id first; stop at
@@ -76,7 +105,9 @@ void Service::MaintainLedger() {
     unsaved_events_.erase(unsaved_events_.begin());
   }
   ledger_write_failed_ = false;
-  if (degraded_reason_.rfind("ledger write failed", 0) == 0) degraded_reason_.clear();
+  ledger_write_reason_.clear();
+  // Slices may still not fit: then that is the reason again.
+  if (degraded_reason_.rfind("ledger write failed", 0) == 0) degraded_reason_ = no_room_reason_;
   const std::string down =
       core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - ledger_failed_ms_));
   LogInfo("ledger writable again after " + down + (degraded() ? "" : "; accepting new work"));
