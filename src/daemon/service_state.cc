@@ -59,9 +59,8 @@ bool Service::Persist(const Job& job, std::optional<JobState> from) {
 }
 
 void Service::NoRoomForSlices(const std::string& reason) {
-  const bool first = no_room_reason_.empty();
+  if (!no_room_reason_.empty()) return;  // The first reason stands until there is room.
   no_room_reason_ = reason;
-  if (!first) return;
   no_room_since_ms_ = clock_.NowMs();
   Degrade(reason);
   RecordEvent("degraded", 0, "", reason + "; new jobs wait, running jobs go on");
