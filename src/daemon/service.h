@@ -236,7 +236,8 @@ class Service {
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
 
-  // After a failed ledger write (disk full...): every ledger_retry_ms, writes
+  // After a failed ledger write (disk full...): every ledger_retry_ms, and at
+  // once when the state disk has 1 MiB more room than at the failure, writes
   // what could not be written; when that succeeds, leaves degraded mode and
   // says so in an event. Likewise, once a slice could not be made for lack
   // of room, it checks the room on each call (a statvfs while the disk stays
@@ -585,6 +586,7 @@ class Service {
   std::map<uint64_t, std::optional<core::JobState>> unsaved_jobs_;
   bool ledger_write_failed_ = false;  // Degraded by a write, so recoverable.
   std::string ledger_write_reason_;   // Its reason while it lasts.
+  uint64_t ledger_failed_free_bytes_ = 0;  // Free on the state disk when it failed.
   int64_t ledger_failed_ms_ = 0;
   int64_t ledger_retry_at_ms_ = 0;
   // No room on the state disk for a slice: why (empty: there is), and since.

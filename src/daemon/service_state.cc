@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,12 +27,29 @@ using core::JobState;
 using core::Result;
 using core::Status;
 
+namespace {
+
+// Free bytes on the file system of `dir` (the blocks root may use: the
+// daemon's ledger may use them too); 0 when it cannot be told.
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) != 0) return 0;
+  return uint64_t(fs.f_bfree) * fs.f_frsize;
+}
+
+// How much more room than at a failed ledger write makes the next retry come
+// at once instead of at its interval: someone freed space.
+constexpr uint64_t kRoomReturnedBytes = 1 << 20;
+
+}  // namespace
+
 void Service::Degrade(const std::string& reason) {
   const bool write_failed = reason.rfind("ledger write failed", 0) == 0;
   if (write_failed && !ledger_write_failed_) {
     // Recoverable: MaintainLedger retries and leaves degraded mode.
     ledger_write_failed_ = true;
     ledger_write_reason_ = reason;
+    ledger_failed_free_bytes_ = FreeBytes(options_.state_dir);
     ledger_failed_ms_ = clock_.NowMs();
     ledger_retry_at_ms_ = ledger_failed_ms_ + options_.ledger_retry_ms;
   }
@@ -86,7 +104,13 @@ void Service::RetrySliceRoom() {
 
 void Service::MaintainLedger() {
   RetrySliceRoom();
-  if (!ledger_write_failed_ || !ledger_ || clock_.NowMs() < ledger_retry_at_ms_) return;
+  if (!ledger_write_failed_ || !ledger_) return;
+  // Every ledger_retry_ms, and at once when the state disk has room again
+  // (a statvfs per call while the write fails).
+  if (clock_.NowMs() < ledger_retry_at_ms_ &&
+      FreeBytes(options_.state_dir) < ledger_failed_free_bytes_ + kRoomReturnedBytes) {
+    return;
+  }
   ledger_retry_at_ms_ = clock_.NowMs() + options_.ledger_retry_ms;
   // Jobs first (they are the truth after a crash), oldest id first; stop at
   // the first failure and try again later.
