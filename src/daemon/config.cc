@@ -235,6 +235,7 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (key == "body_timeout") return duration(&c->body_timeout_ms);
   if (key == "idle_timeout") return duration(&c->idle_timeout_ms);
   if (key == "ledger_retry") return duration(&c->ledger_retry_ms);
+  if (key == "sample_interval") return duration(&c->sample_interval_ms);
   bool policy_key = false;
   GPUSLICE_RETURN_IF_ERROR(ApplyPolicyValue(&c->rules, key, value, &policy_key));
   if (policy_key) return core::Status::Ok();

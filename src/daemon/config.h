@@ -70,6 +70,9 @@ struct DaemonConfig {
   // A failed ledger write (disk full) is retried this often; the daemon leaves
   // degraded mode when one succeeds.
   int64_t ledger_retry_ms = 2'000;
+  // How often usage is sampled (NVML, every slice's reports) and the
+  // watchdog, idle reclaim and audit act on it.
+  int64_t sample_interval_ms = 1'000;
   // Job cgroups (docs/DAEMON.md): on unless turned off; `<hierarchy
   // root>/<cgroup_base>/job-<id>`. One daemon per base: "" = "gpuslice" for
   // the default state_dir, else "gpuslice-<hash of state_dir>".

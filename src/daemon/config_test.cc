@@ -210,7 +210,7 @@ TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
                               "max_argv_bytes = 8KiB\nmax_queued_jobs_per_user = 20\n"
                               "header_timeout = 2s\nbody_timeout = 5s\nidle_timeout = 1m\n"
                               "max_connections = 100\nmax_connections_per_peer = 10\n"
-                              "ledger_retry = 500ms\n",
+                              "ledger_retry = 500ms\nsample_interval = 100ms\n",
                               "f", &c)
                   .ok());
   EXPECT_EQ(c.max_request_bytes, 2u << 20);
@@ -222,6 +222,8 @@ TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
   EXPECT_EQ(c.max_connections, 100u);
   EXPECT_EQ(c.max_connections_per_peer, 10u);
   EXPECT_EQ(c.ledger_retry_ms, 500);
+  EXPECT_EQ(c.sample_interval_ms, 100);
+  EXPECT_EQ(DaemonConfig().sample_interval_ms, 1000);
   for (const char* bad : {"max_request_bytes = 1", "max_queued_jobs_per_user = 0",
                           "header_timeout = 0s", "max_connections = lots"}) {
     core::Status s = ParseConfigText(bad, "f", &c);

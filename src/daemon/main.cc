@@ -241,6 +241,7 @@ int main(int argc, char** argv) {
   options.max_env_bytes = config.max_env_bytes;
   options.max_argv_bytes = config.max_argv_bytes;
   options.ledger_retry_ms = config.ledger_retry_ms;
+  options.sample_interval_ms = config.sample_interval_ms;
   // Suspend and resume: the CUDA driver jobs use (the simulated one on
   // simulated GPUs), loaded on first use, once the GPUs are known.
   gd::Service* service_ptr = nullptr;

@@ -242,10 +242,13 @@ class Service {
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
 
-  // After a failed ledger write (disk full...): every ledger_retry_ms, writes
+  // After a failed ledger write (disk full...): every ledger_retry_ms, and at
+  // once when the state disk has 1 MiB more room than at the failure, writes
   // what could not be written; when that succeeds, leaves degraded mode and
-  // says so in an event. The event loop calls it on its timer; cheap when
-  // the ledger is fine.
+  // says so in an event. Likewise, once a slice could not be made for lack
+  // of room, it checks the room on each call (a statvfs while the disk stays
+  // full) and leaves that state when a slice fits. The event loop calls it
+  // on its timer; cheap when the ledger and the disk are fine.
   void MaintainLedger();
 
   bool degraded() const { return !degraded_reason_.empty(); }
@@ -371,6 +374,11 @@ class Service {
   };
 
   void Degrade(const std::string& reason);
+  // A slice could not be made for lack of room on the state disk (issue 36):
+  // degraded until RetrySliceRoom finds room; no job starts meanwhile.
+  void NoRoomForSlices(const std::string& reason);
+  // Called by MaintainLedger: leaves that state once a slice fits again.
+  void RetrySliceRoom();
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
   // older install left (state dir, job dirs, ledger files).
   core::Status SecureStateDir();
@@ -594,8 +602,13 @@ class Service {
   // written again by MaintainLedger.
   std::map<uint64_t, std::optional<core::JobState>> unsaved_jobs_;
   bool ledger_write_failed_ = false;  // Degraded by a write, so recoverable.
+  std::string ledger_write_reason_;   // Its reason while it lasts.
+  uint64_t ledger_failed_free_bytes_ = 0;  // Free on the state disk when it failed.
   int64_t ledger_failed_ms_ = 0;
   int64_t ledger_retry_at_ms_ = 0;
+  // No room on the state disk for a slice: why (empty: there is), and since.
+  std::string no_room_reason_;
+  int64_t no_room_since_ms_ = 0;
 
   // Events (in memory only when the ledger is unavailable).
   std::map<std::string, uint64_t> event_counts_;

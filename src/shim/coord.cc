@@ -14,6 +14,9 @@
 #include <cstring>
 #include <new>
 
+#include "shim/allocate_file.h"
+#include "shim/posix_error.h"
+
 namespace gpuslice::shim {
 namespace {
 
@@ -76,10 +79,11 @@ core::Result<std::unique_ptr<Coordinator>> Coordinator::OpenOrCreate(const std::
       int t = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
       if (t < 0) return Errno("cannot create", tmp);
       fchmod(t, mode);  // Not subject to the umask.
-      if (ftruncate(t, off_t(coord::kCoordSize)) != 0) {
+      // Allocated, not sparse: a store to a hole of a full disk is SIGBUS.
+      if (int e = AllocateFile(t, coord::kCoordSize); e != 0) {
         close(t);
         unlink(tmp.c_str());
-        return Errno("cannot size", tmp);
+        return PosixError("cannot allocate " + tmp, e);
       }
       void* base = mmap(nullptr, coord::kCoordSize, PROT_READ | PROT_WRITE, MAP_SHARED, t, 0);
       if (base == MAP_FAILED) {

@@ -119,6 +119,7 @@ const std::vector<Command>& Commands() {
        "[--random N] [--random-all] [--seconds S] [--interval-ms MS|--interval-us US] [--wait-file "
        "F] [--report F]"},
       {"grep", s::Grep, {}, "--root DIR... --needle S [--report F]"},
+      {"truncate-loop", s::TruncateLoop, {}, "[--file F] [--seconds S] [--report F]"},
       {"alloc", s::Alloc, {}, "--bytes SIZE [--hold S] [--device N] [--out F]"},
       {"unsuspend", s::Unsuspend, {}, "--pid P [--out F]"},
       {"setsid-hold",

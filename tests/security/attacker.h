@@ -48,6 +48,7 @@ bool WaitForFile(const std::string& path, double timeout_s);
 // Subcommands (attacker_files.cc).
 int Scribble(const Flags& f);  // Writes into every file it can open.
 int Grep(const Flags& f);      // Reads every file it can, looking for a secret.
+int TruncateLoop(const Flags& f);  // Shrinks and regrows a file (its region) in a loop.
 
 // Subcommands (attacker_gpu.cc).
 int Alloc(const Flags& f);       // Allocates device memory and holds it.
