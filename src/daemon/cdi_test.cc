@@ -197,6 +197,46 @@ TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
   EXPECT_NE(ended.status().message().find("only a running job"), std::string::npos);
 }
 
+// A daemon in a container loads the driver under its driver root; the spec
+// names the driver's libraries where the host has them, which is where the
+// container engine looks.
+TEST_F(CdiTest, DriverLibrariesAreNamedByTheirHostPaths) {
+  const std::string lib_dir = dir_ + "/driver-root/usr/lib/x86_64-linux-gnu";
+  fs::create_directories(lib_dir);
+  std::ofstream(lib_dir + "/libcuda.so.1") << "";
+  std::ofstream(lib_dir + "/libnvidia-ml.so.1") << "";
+  InventorySnapshot gpus = SimulatedGpus(1);
+  gpus.source = "nvml";
+  gpus.library = lib_dir + "/libnvidia-ml.so.1";
+  gpus.host_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  FakeClock clock;
+  FakeInventory inventory(gpus);
+  FakeLauncher launcher;
+  FakeRegionStore regions;
+  ServiceOptions o;
+  o.state_dir = dir_ + "/state";
+  o.shim_path = "/usr/local/gpuslice/libgpuslice.so";
+  o.cdi_dir = dir_ + "/cdi";
+  fs::create_directories(o.state_dir);
+  Service service(o, clock, inventory, launcher, regions);
+  ASSERT_TRUE(service.Start().ok());
+  SubmitSpec s;
+  s.fields.mem = "4GiB";
+  s.argv = {"sleep", "1"};
+  s.cwd = "/";
+  auto v = service.Submit(TestCaller(1000), s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  auto slice = service.ContainerOf(TestCaller(1000), v->job.id);
+  ASSERT_TRUE(slice.ok()) << slice.status().ToString();
+  std::map<std::string, std::string> mounts;
+  for (const CdiMount& m : slice->mounts) mounts[m.container_path] = m.host_path;
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/driver/libcuda.so.1"],
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/driver/libnvidia-ml.so.1"],
+            "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/libgpuslice.so"], "/usr/local/gpuslice/libgpuslice.so");
+}
+
 // A MIG job on a real GPU needs its instance's capability nodes: the GPU
 // instance's and the compute instance's "access" minors, from the driver's
 // /proc/driver/nvidia-caps/mig-minors (format as the driver writes it).
