@@ -104,14 +104,10 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
   c.env.push_back(std::string("LD_LIBRARY_PATH=") + kCdiDriverDir);
   for (const std::string& forced : options_.job_env) {
     c.env.push_back(forced);
-    // The simulated GPU's state file's folder, read-write: the simulator
-    // replaces a stale state file (a new inode, which a mount of the file
-    // would not follow: a CI run failed so). Its folder should hold nothing
-    // else (docs/CONTAINERS.md); the e2e harness gives it its own.
+    // The simulated GPU's state, read-write, its folder only when it holds
+    // nothing else (SimStateMount).
     if (forced.rfind("GPUSLICE_SIM_STATE=", 0) == 0) {
-      const std::string state = forced.substr(19);
-      const std::string dir = state.substr(0, state.rfind('/'));
-      if (!dir.empty()) c.mounts.push_back({dir, dir, false});
+      if (auto m = SimStateMount(forced.substr(19)); m) c.mounts.push_back(*m);
     }
   }
   return c;
