@@ -29,10 +29,20 @@ constexpr auto kIdleTimeout = std::chrono::milliseconds(120000);
 
 std::string ErrorBody(const std::string& message) { return json{{"error", message}}.dump(); }
 
+// Nodes first seen in this request are polled before it is answered (one
+// round, each node bounded by the poller's timeout): otherwise they would
+// fail as unknown, and kube-scheduler would leave the pod unschedulable
+// for up to a minute, as the first pods after the extender starts were.
+void LearnNodes(NodePoller* poller, const ExtenderArgs& args) {
+  if (poller != nullptr && args.node_list && poller->Learn(args.node_names, args.internal_ips)) {
+    poller->PollOnce();
+  }
+}
+
 HttpAnswer Filter(Extender& ex, NodePoller* poller, const std::string& body) {
   auto args = ParseExtenderArgs(body);
   if (!args.ok()) return {400, RenderFilterError(args.status().message())};
-  if (poller != nullptr && args->node_list) poller->Learn(args->node_names, args->internal_ips);
+  LearnNodes(poller, *args);
   auto pod = ParsePod(args->pod);
   if (!pod.ok()) return {400, RenderFilterError(pod.status().message())};
   return {200, RenderFilterResult(*args, ex.Filter(*pod, args->node_names))};
@@ -41,7 +51,7 @@ HttpAnswer Filter(Extender& ex, NodePoller* poller, const std::string& body) {
 HttpAnswer Prioritize(Extender& ex, NodePoller* poller, const std::string& body) {
   auto args = ParseExtenderArgs(body);
   if (!args.ok()) return {400, ErrorBody(args.status().message())};
-  if (poller != nullptr && args->node_list) poller->Learn(args->node_names, args->internal_ips);
+  LearnNodes(poller, *args);
   auto pod = ParsePod(args->pod);
   if (!pod.ok()) return {400, ErrorBody(pod.status().message())};
   std::vector<int64_t> scores = ex.Prioritize(*pod, args->node_names);

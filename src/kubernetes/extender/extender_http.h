@@ -27,10 +27,10 @@ struct HttpAnswer {
 };
 
 // Answers one request. `poller` (may be null) learns nodes' addresses from
-// NodeList bodies. Malformed bodies get 400 with the verb's own error shape
-// (ExtenderFilterResult.Error, ExtenderBindingResult.Error, {"error"} for
-// prioritize, whose answer has no error field); unknown paths 404, a known
-// path with another method 405.
+// NodeList bodies, and polls the nodes it did not know before answering. Malformed bodies get 400
+// with the verb's own error shape (ExtenderFilterResult.Error, ExtenderBindingResult.Error,
+// {"error"} for prioritize, whose answer has no error field); unknown paths 404, a known path with
+// another method 405.
 HttpAnswer HandleExtenderRequest(Extender& extender, NodePoller* poller, const std::string& method,
                                  const std::string& path, const std::string& body);
 
