@@ -83,7 +83,13 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
   grpc::Status GetPreferredAllocation(grpc::ServerContext*,
                                       const v1beta1::PreferredAllocationRequest* req,
                                       v1beta1::PreferredAllocationResponse* out) override {
+    // What the daemon holds now: the table's list is up to a poll interval
+    // old, and a GPU given away since (whole, or its memory) must not look
+    // free. The table's list when the daemon does not answer.
     Inventory inv = deps_.table->inventory();
+    if (deps_.daemon != nullptr) {
+      if (auto fresh = deps_.daemon->Gpus(); fresh.ok()) inv = std::move(*fresh);
+    }
     for (const auto& c : req->container_requests()) {
       PreferenceRequest pr;
       pr.available = Strings(c.available_deviceids());
