@@ -267,6 +267,21 @@ TEST_F(DevicePluginE2e, PreferredAllocationAvoidsAGpuJustGivenAway) {
   std::vector<std::string> got(resp.container_responses(0).deviceids().begin(),
                                resp.container_responses(0).deviceids().end());
   EXPECT_EQ(got, MemIds(2, 0, 4));
+  // A share too (it asks for no memory: the whole GPU's compute is taken).
+  auto share_stub = kubelet_->Dial(kShare);
+  ASSERT_NE(share_stub, nullptr);
+  v1beta1::PreferredAllocationRequest share_req;
+  auto* sc = share_req.add_container_requests();
+  for (const std::string& id : ShareIds(1, 0, 100)) sc->add_available_deviceids(id);
+  for (const std::string& id : ShareIds(2, 0, 100)) sc->add_available_deviceids(id);
+  sc->set_allocation_size(70);
+  grpc::ClientContext share_ctx;
+  v1beta1::PreferredAllocationResponse share_resp;
+  ASSERT_TRUE(share_stub->GetPreferredAllocation(&share_ctx, share_req, &share_resp).ok());
+  ASSERT_EQ(share_resp.container_responses_size(), 1);
+  std::vector<std::string> shares(share_resp.container_responses(0).deviceids().begin(),
+                                  share_resp.container_responses(0).deviceids().end());
+  EXPECT_EQ(shares, ShareIds(2, 0, 70));
 }
 
 TEST_F(DevicePluginE2e, MemoryAndShareOfAPodBecomeOneSliceReleasedWhenThePodGoes) {

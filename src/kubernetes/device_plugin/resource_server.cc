@@ -95,12 +95,17 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
       pr.available = Strings(c.available_deviceids());
       pr.must_include = Strings(c.must_include_deviceids());
       pr.size = c.allocation_size();
-      auto ids =
-          PreferredIds(resource_, inv, pr,
-                       deps_.book->PairingGpus(resource_.kind, Clock::now(), deps_.pairing_window));
+      const std::vector<std::string> pairing =
+          deps_.book->PairingGpus(resource_.kind, Clock::now(), deps_.pairing_window);
+      auto ids = PreferredIds(resource_, inv, pr, pairing);
       if (!ids.ok()) return ToGrpc(ids.status());
       auto* r = out->add_container_responses();
       for (const std::string& id : *ids) r->add_deviceids(id);
+      // Which GPU, and why: what the kubelet then allocates is this choice.
+      LogInfo(resource_.Name() + ": preferred " + std::to_string(ids->size()) + " of " +
+              std::to_string(pr.available.size()) + " offered" +
+              (ids->empty() ? std::string() : ", first " + ids->front()) +
+              (pairing.empty() ? std::string() : " (paired with " + pairing.front() + ")"));
     }
     return grpc::Status::OK;
   }
