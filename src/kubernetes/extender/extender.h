@@ -66,6 +66,13 @@ struct Assumed {
   uint64_t base_memory = 0;
   uint32_t base_milli = 0;
   uint32_t base_mig_free = 0;
+  // The node's whole-GPU count and allocated totals a report must reach
+  // to show this part (and the same bind's parts before it) on any of the
+  // node's GPUs: the device plugin may give the pod another GPU than the
+  // one the extender chose, which the GPU's own line would never show.
+  uint32_t node_whole_needed = 0;
+  uint64_t node_memory_needed = 0;
+  uint64_t node_milli_needed = 0;
 };
 
 class Extender {

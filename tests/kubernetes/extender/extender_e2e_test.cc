@@ -266,10 +266,10 @@ TEST_F(ExtenderE2e, APodLandsWhereItsFractionFitsAndFullNodesSayWhy) {
   EXPECT_EQ(Passed(r), std::vector<std::string>{"node-b"}) << r.dump();
   EXPECT_EQ(r["Error"], "");
   const std::string why_a = r["FailedNodes"]["node-a"];
-  EXPECT_NE(why_a.find("needs 60 GiB + 60% on one GPU"), std::string::npos) << why_a;
-  EXPECT_NE(why_a.find("most free on one GPU: 40 GiB + 50%"), std::string::npos) << why_a;
+  EXPECT_NE(why_a.find("needs 60 GiB + 60 percent on one GPU"), std::string::npos) << why_a;
+  EXPECT_NE(why_a.find("most free on one GPU: 40 GiB + 50 percent"), std::string::npos) << why_a;
   const std::string why_c = r["FailedNodes"]["node-c"];
-  EXPECT_NE(why_c.find("most free on one GPU: 10 GiB + 20%"), std::string::npos) << why_c;
+  EXPECT_NE(why_c.find("most free on one GPU: 10 GiB + 20 percent"), std::string::npos) << why_c;
 }
 
 TEST_F(ExtenderE2e, TheNodeListFormIsAnsweredWithTheNodesThatPassed) {
