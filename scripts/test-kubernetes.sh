@@ -27,10 +27,6 @@ fi
 if [ "${1:-}" != --force ] && have_all; then
   exit 0
 fi
-if [ ! -x "$go" ]; then
-  echo "test-kubernetes: $go is missing (Debian package golang-1.19-go; scripts/setup.sh)" >&2
-  exit 1
-fi
 
 echo "test-kubernetes: building Kubernetes $version from Debian's source package into $cache" \
   "(once; about 12 min on two cores; log: /tmp/gpuslice-kubernetes-build.log)"
@@ -47,11 +43,14 @@ fail() {
   exit 1
 }
 
+[ -x "$go" ] || fail "$go is missing (Debian package golang-1.19-go; scripts/setup.sh installs it)"
+
 # The source package, through a private source list with a deb-src line.
 mkdir -p "$tmp/apt/lists/partial"
 echo "deb-src http://deb.debian.org/debian bookworm main" >"$tmp/apt/sources.list"
+# An unreachable archive fails within minutes rather than hanging CI.
 apt_opts=(-o Dir::Etc::sourcelist="$tmp/apt/sources.list" -o Dir::Etc::sourceparts=-
-          -o Dir::State::Lists="$tmp/apt/lists")
+          -o Dir::State::Lists="$tmp/apt/lists" -o Acquire::http::Timeout=60 -o Acquire::Retries=2)
 apt-get "${apt_opts[@]}" update -qq || fail "apt-get update (deb-src) failed"
 (cd "$tmp/apt" && apt-get "${apt_opts[@]}" source --download-only "kubernetes=1.20.5+really$version-1.1+deb12u1") ||
   (cd "$tmp/apt" && apt-get "${apt_opts[@]}" source --download-only kubernetes) ||
