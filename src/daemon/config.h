@@ -76,6 +76,9 @@ struct DaemonConfig {
   // A failed ledger write (disk full) is retried this often; the daemon leaves
   // degraded mode when one succeeds.
   int64_t ledger_retry_ms = 2'000;
+  // How often usage is sampled (NVML, every slice's reports) and the
+  // watchdog, idle reclaim and audit act on it.
+  int64_t sample_interval_ms = 1'000;
   // Job cgroups (docs/DAEMON.md): on unless turned off; `<hierarchy
   // root>/<cgroup_base>/job-<id>`. One daemon per base: "" = "gpuslice" for
   // the default state_dir, else "gpuslice-<hash of state_dir>".
@@ -85,6 +88,11 @@ struct DaemonConfig {
   // Slices whose work leaves the GPU mostly idle launch beside the holder of
   // the turn (docs/COMPUTE.md, "Co-running"); off: exclusive turns only.
   bool compute_corun = true;
+  // Hand-off on demand (docs/COMPUTE.md, "What a share guarantees"): a
+  // slice back from idle within its share takes the GPU from a busy holder
+  // of its priority once the holder has had `compute_quantum_ms`.
+  bool compute_handoff = true;
+  int64_t compute_quantum_ms = 1;
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.

@@ -171,6 +171,9 @@ core::Status Service::CheckContainerSpec(const SubmitSpec& spec, Job* job) const
 }
 
 core::Result<std::vector<std::string>> Service::ContainerArgv(const Job& job) const {
+  // Again at every start: a job queued by a daemon that took more names
+  // (or a requeued one) must not hand root's engine a path or a transport.
+  GPUSLICE_RETURN_IF_ERROR(ValidateImageName(job.image));
   ContainerRun run;
   GPUSLICE_ASSIGN_OR_RETURN(run.engine, ParseContainerEngine(job.engine));
   const bool docker = run.engine == ContainerEngine::kDocker;

@@ -1,12 +1,20 @@
 // Memory the driver takes for itself: each context (a few hundred MiB on a
-// real GPU) and each loaded module. It never passes through an allocation
-// call, so it is learnt after the fact from NVML's per-process usage
-// (ResyncDriverMemory) whenever a context or module comes or goes.
+// real GPU) and each loaded module. No allocation call shows it.
 //
-// A context whose memory does not fit in the slice is undone and its
-// creation fails with CUDA_ERROR_OUT_OF_MEMORY. Module memory is counted
-// (later allocations see it) but a module load is never refused.
+// A context is admitted before the driver creates it, on every route that
+// creates one (cuCtxCreate_v2/v3/v4, cuDevicePrimaryCtxRetain: the CUDA
+// runtime's implicit context; the same wrappers answer dlsym and
+// cuGetProcAddress): its expected size is reserved in the slice region, the
+// creation is refused with CUDA_ERROR_OUT_OF_MEMORY when it does not fit,
+// and a destroy or release returns exactly what was charged
+// (context_admission.h). A context that proves larger than reserved and
+// takes the slice over its limit is undone and refused.
+//
+// Module memory is learnt after the fact from NVML's per-process usage
+// (ResyncDriverMemory) and counted (later allocations see it), but a module
+// load is never refused.
 
+#include "shim/context_admission.h"
 #include "shim/region_layout.h"
 #include "shim/wrapper_util.h"
 
@@ -15,30 +23,26 @@ namespace {
 
 constexpr int kMaxOrdinals = 64;
 
-// Called after a context on `ordinal` was created (or a primary context
-// retained). Learns its memory; if the slice is now over its limit because
-// of it, calls `undo` and refuses.
-template <typename Undo>
-CUresult AfterContext(CUdevice ordinal, Undo undo) {
-  int dev = SliceDeviceForOrdinal(ordinal);
-  if (dev < 0) return CUDA_SUCCESS;
-  uint64_t before = OwnSlot().overhead_bytes[dev].load(std::memory_order_relaxed);
-  // A first context costs what the slice's first one did: charge the cached
-  // size and skip NVML's initialisation (the start-up cost of every process).
-  // Growth beyond it (lazy loading, modules) is learnt at the next module or
-  // context event, which asks NVML as before.
-  if (!ChargeCachedContext(dev)) {
-    if (!ResyncDriverMemory(dev)) return CUDA_SUCCESS;
-    if (before == 0) LearnContextSize(dev);
+// A cuCtxCreate* on `device` through `create`, admitted before it runs.
+template <typename Create>
+CUresult CreateAdmitted(CUdevice device, CUcontext* ctx, Create create) {
+  ContextTicket ticket;
+  CUresult r = ReserveCreatedContext(device, &ticket);
+  if (r != CUDA_SUCCESS) return r;
+  r = create();
+  if (r != CUDA_SUCCESS) {
+    CancelContext(ticket);
+    return r;
   }
-  uint64_t after = OwnSlot().overhead_bytes[dev].load(std::memory_order_relaxed);
-  uint64_t limit = SliceLimit(dev);
-  if (after > before && limit != layout::kUnlimited && SliceUsed(dev) > limit) {
-    undo();
-    ResyncDriverMemory(dev);
+  if (!SettleCreatedContext(ticket, *ctx)) {
+    const ContextRecord record = TakeCreatedContext(*ctx);
+    (void)REAL(cuCtxDestroy_v2)(*ctx);
+    ReturnCreatedContext(record);
+    ResyncDriverMemory(ticket.dev);
+    *ctx = nullptr;
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  return CUDA_SUCCESS;
+  return r;
 }
 
 // After a context or module went away: re-learn every device we know.
@@ -62,17 +66,15 @@ using namespace gpuslice::shim;
 
 GPUSLICE_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int flags, CUdevice device) {
   GPUSLICE_PROLOGUE(cuCtxCreate_v2);
-  CUresult r = real(ctx, flags, device);
-  if (!enforcing || r != CUDA_SUCCESS) return r;
-  return AfterContext(device, [&] { REAL(cuCtxDestroy_v2)(*ctx); });
+  if (!enforcing) return real(ctx, flags, device);
+  return CreateAdmitted(device, ctx, [&] { return real(ctx, flags, device); });
 }
 
-GPUSLICE_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* params,
-                                        int num_params, unsigned int flags, CUdevice device) {
+GPUSLICE_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* params, int num_params,
+                                        unsigned int flags, CUdevice device) {
   GPUSLICE_PROLOGUE(cuCtxCreate_v3);
-  CUresult r = real(ctx, params, num_params, flags, device);
-  if (!enforcing || r != CUDA_SUCCESS) return r;
-  return AfterContext(device, [&] { REAL(cuCtxDestroy_v2)(*ctx); });
+  if (!enforcing) return real(ctx, params, num_params, flags, device);
+  return CreateAdmitted(device, ctx, [&] { return real(ctx, params, num_params, flags, device); });
 }
 
 // Guarded as its entry in hooks.def: older headers lack CUctxCreateParams.
@@ -80,43 +82,58 @@ GPUSLICE_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* par
 GPUSLICE_EXPORT CUresult cuCtxCreate_v4(CUcontext* ctx, CUctxCreateParams* params,
                                         unsigned int flags, CUdevice device) {
   GPUSLICE_PROLOGUE(cuCtxCreate_v4);
-  CUresult r = real(ctx, params, flags, device);
-  if (!enforcing || r != CUDA_SUCCESS) return r;
-  return AfterContext(device, [&] { REAL(cuCtxDestroy_v2)(*ctx); });
+  if (!enforcing) return real(ctx, params, flags, device);
+  return CreateAdmitted(device, ctx, [&] { return real(ctx, params, flags, device); });
 }
 #endif
 
 GPUSLICE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   GPUSLICE_PROLOGUE(cuCtxDestroy_v2);
+  if (!enforcing) return real(ctx);
+  // Taken out first: once the driver has destroyed it, another thread's
+  // creation may get the same handle.
+  const ContextRecord record = TakeCreatedContext(ctx);
   CUresult r = real(ctx);
-  if (enforcing && r == CUDA_SUCCESS) ResyncAll();
+  if (r != CUDA_SUCCESS) {
+    RestoreCreatedContext(ctx, record);
+    return r;
+  }
+  ReturnCreatedContext(record);
+  ResyncAll();
   return r;
 }
 
 GPUSLICE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* ctx, CUdevice device) {
   GPUSLICE_PROLOGUE(cuDevicePrimaryCtxRetain);
-  CUresult r = real(ctx, device);
-  if (!enforcing || r != CUDA_SUCCESS) return r;
-  return AfterContext(device, [&] { REAL(cuDevicePrimaryCtxRelease_v2)(device); });
+  if (!enforcing) return real(ctx, device);
+  ContextTicket ticket;
+  CUresult r = ReservePrimaryContext(device, &ticket);
+  if (r != CUDA_SUCCESS) return r;
+  r = real(ctx, device);
+  if (r != CUDA_SUCCESS) {
+    CancelContext(ticket);
+    return r;
+  }
+  if (!SettlePrimaryContext(ticket, device)) {
+    (void)REAL(cuDevicePrimaryCtxRelease_v2)(device);
+    PrimaryContextReleased(device);
+    *ctx = nullptr;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return r;
 }
 
 GPUSLICE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
   GPUSLICE_PROLOGUE(cuDevicePrimaryCtxRelease_v2);
   CUresult r = real(device);
-  if (enforcing && r == CUDA_SUCCESS) {
-    int dev = SliceDeviceForOrdinal(device);
-    if (dev >= 0) ResyncDriverMemory(dev);
-  }
+  if (enforcing && r == CUDA_SUCCESS) PrimaryContextReleased(device);
   return r;
 }
 
 GPUSLICE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice device) {
   GPUSLICE_PROLOGUE(cuDevicePrimaryCtxReset_v2);
   CUresult r = real(device);
-  if (enforcing && r == CUDA_SUCCESS) {
-    int dev = SliceDeviceForOrdinal(device);
-    if (dev >= 0) ResyncDriverMemory(dev);
-  }
+  if (enforcing && r == CUDA_SUCCESS) PrimaryContextReset(device);
   return r;
 }
 

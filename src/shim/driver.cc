@@ -204,6 +204,8 @@ bool LoadCuda() {
         reinterpret_cast<PFN_cuDeviceGetMemPool_v11020>(Sym(g_cuda_handle, "cuDeviceGetMemPool"));
     g_extras.cuCtxGetCurrent =
         reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(Sym(g_cuda_handle, "cuCtxGetCurrent"));
+    g_extras.cuDevicePrimaryCtxGetState = reinterpret_cast<PFN_cuDevicePrimaryCtxGetState_v7000>(
+        Sym(g_cuda_handle, "cuDevicePrimaryCtxGetState"));
     return true;
   });
 }

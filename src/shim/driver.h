@@ -29,6 +29,8 @@ struct DriverExtras {
   PFN_cuMemPoolGetAttribute_v11020 cuMemPoolGetAttribute = nullptr;
   PFN_cuDeviceGetMemPool_v11020 cuDeviceGetMemPool = nullptr;
   PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent = nullptr;
+  // Whether a retain will create the primary context (context_admission.cc).
+  PFN_cuDevicePrimaryCtxGetState_v7000 cuDevicePrimaryCtxGetState = nullptr;
 };
 
 // Loads the driver and fills g_real for every CUDA hook. Idempotent and

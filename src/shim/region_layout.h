@@ -117,7 +117,13 @@ struct alignas(64) DeviceEntry {
   // charge it for their first context instead of initialising NVML (about
   // 0.1-0.4 ms each). Was reserved (zero) space: version unchanged.
   std::atomic<uint64_t> context_bytes;
-  uint8_t reserved0[48];
+  // Who learns context_bytes: 0 nobody yet; kContextLearnt once
+  // context_bytes holds the learnt size (0 included); else the learner's
+  // LearnerWord (context_charge.h) while it creates the slice's first
+  // context on this device, holding all the room left under the limit.
+  // Was reserved (zero) space: version unchanged.
+  std::atomic<uint64_t> context_learner;
+  uint8_t reserved0[40];
   // Line 2: the limit, written by the daemon (live resize) or the creator.
   std::atomic<uint64_t> limit_bytes;  // kUnlimited or a byte count.
   uint8_t reserved1[56];
@@ -146,6 +152,7 @@ struct alignas(64) DeviceEntry {
 };
 static_assert(offsetof(DeviceEntry, uuid) == 8);
 static_assert(offsetof(DeviceEntry, context_bytes) == 72);
+static_assert(offsetof(DeviceEntry, context_learner) == 80);
 static_assert(offsetof(DeviceEntry, limit_bytes) == 128);
 static_assert(offsetof(DeviceEntry, used_bytes) == 192);
 static_assert(offsetof(DeviceEntry, peak_bytes) == 200);
@@ -156,8 +163,9 @@ static_assert(offsetof(DeviceEntry, throttled_ns) == 320);
 static_assert(sizeof(DeviceEntry) == kDeviceEntrySize);
 
 // One process of the slice. `used_bytes[d]` is what this process holds on
-// the slice's device d (allocations plus learnt context/module memory);
-// `overhead_bytes[d]` is the part of it that is context/module memory.
+// the slice's device d (allocations plus context/module memory);
+// `overhead_bytes[d]` is the part of it that is context/module memory,
+// including what is reserved for a context from before its creation.
 struct alignas(64) ProcessSlot {
   std::atomic<uint64_t> owner;  // MakeOwner(pid, EntryState).
   uint64_t start_time;          // Process start, clock ticks since boot (0: unknown).

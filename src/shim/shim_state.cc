@@ -12,6 +12,7 @@
 #include <string>
 
 #include "shim/config.h"
+#include "shim/context_admission.h"
 #include "shim/driver.h"
 #include "shim/limits_page.h"
 #include "shim/log.h"
@@ -50,7 +51,6 @@ AllocTable g_arrays;
 // computes it computes the same.
 std::atomic<int> g_ordinal_map[kMaxOrdinals];
 
-std::atomic<bool> g_resync_busy{false};
 thread_local bool t_initializing __attribute__((tls_model("initial-exec"))) = false;
 
 uint64_t UnixNanos() {
@@ -91,8 +91,7 @@ void AtForkChild() {
     g_vmm_handles.Clear();
     g_arrays.Clear();
     ForgetPools();
-    // A resync running in another thread of the parent does not exist here.
-    g_resync_busy.store(false, std::memory_order_relaxed);
+    ForgetContexts();
     g_phase.store(kPhaseReattach, std::memory_order_release);
   }
 }
@@ -256,6 +255,8 @@ bool DriverReady() { return LoadCuda(); }
 
 layout::DeviceEntry& SliceDevice(int index) { return g_region->device(uint32_t(index)); }
 layout::ProcessSlot& OwnSlot() { return *g_slot; }
+bool HaveSlot() { return g_have_slot; }
+uint32_t OwnSlotIndex() { return g_slot_index; }
 AllocTable& Pointers() { return g_pointers; }
 Region* SliceRegion() { return g_region; }
 const ShimConfig* Config() { return g_config; }
@@ -328,6 +329,10 @@ bool Admit(int dev, uint64_t bytes) {
   if (TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
     return true;
   }
+  if (WaitForContextLearner(dev) &&
+      TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
+    return true;
+  }
   CountRefusal(device);
   return false;
 }
@@ -348,78 +353,6 @@ int SliceDeviceForUuid(const char* uuid) {
   if (g_region->closed() || !g_config->has_limit || all == g_config->limits.end()) return -1;
   index = g_region->FindOrAddDevice(uuid, all->second);
   return index.ok() ? int(*index) : -1;
-}
-
-bool ResyncDriverMemory(int dev) {
-  if (!g_have_slot || dev < 0) return false;
-  const NvmlFunctions* nvml = NvmlForOwnUse();
-  if (nvml == nullptr) return false;
-  bool expected = false;
-  // Acquire/release: one resync at a time per process; the next one sees
-  // this one's overhead update.
-  if (!g_resync_busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
-    return false;
-  }
-  bool ok = false;
-  nvmlDevice_t handle = nullptr;
-  if (nvml->nvmlDeviceGetHandleByUUID(SliceDevice(dev).uuid, &handle) == NVML_SUCCESS) {
-    static nvmlProcessInfo_t infos[256];  // Guarded by g_resync_busy.
-    unsigned int count = 256;
-    if (nvml->nvmlDeviceGetComputeRunningProcesses_v3(handle, &count, infos) == NVML_SUCCESS) {
-      const unsigned int me = unsigned(getpid());
-      uint64_t used = 0;
-      for (unsigned int i = 0; i < count && i < 256; ++i) {
-        if (infos[i].pid == me && infos[i].usedGpuMemory != ~0ull) used += infos[i].usedGpuMemory;
-      }
-      layout::ProcessSlot& slot = *g_slot;
-      uint64_t charged = slot.used_bytes[dev].load(std::memory_order_relaxed);
-      uint64_t overhead = slot.overhead_bytes[dev].load(std::memory_order_relaxed);
-      uint64_t allocations = charged > overhead ? charged - overhead : 0;
-      // Allocations are charged before the driver makes them and uncharged
-      // after it frees them, so `allocations` is never below what the
-      // driver holds for them: the difference can only under-estimate.
-      uint64_t want = used > allocations ? used - allocations : 0;
-      if (want > overhead) {
-        Force(dev, want - overhead);
-      } else if (want < overhead) {
-        Unadmit(dev, overhead - want);
-      }
-      slot.overhead_bytes[dev].store(want, std::memory_order_relaxed);
-      ok = true;
-    }
-  }
-  g_resync_busy.store(false, std::memory_order_release);
-  return ok;
-}
-
-bool ChargeCachedContext(int dev) {
-  if (!g_have_slot || dev < 0) return false;
-  const uint64_t cached = SliceDevice(dev).context_bytes.load(std::memory_order_relaxed);
-  if (cached == 0) return false;
-  bool expected = false;
-  // The same guard as ResyncDriverMemory: overhead_bytes has one writer.
-  if (!g_resync_busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
-    return false;
-  }
-  bool charged = false;
-  layout::ProcessSlot& slot = *g_slot;
-  if (slot.overhead_bytes[dev].load(std::memory_order_relaxed) == 0) {
-    Force(dev, cached);
-    slot.overhead_bytes[dev].store(cached, std::memory_order_relaxed);
-    charged = true;
-  }
-  g_resync_busy.store(false, std::memory_order_release);
-  return charged;
-}
-
-void LearnContextSize(int dev) {
-  if (!g_have_slot || dev < 0) return;
-  const uint64_t learnt = g_slot->overhead_bytes[dev].load(std::memory_order_relaxed);
-  if (learnt == 0) return;
-  uint64_t none = 0;
-  // Relaxed: a plain number; a process that misses it just asks NVML. The
-  // first to learn wins; the others measured the same kind of context.
-  SliceDevice(dev).context_bytes.compare_exchange_strong(none, learnt, std::memory_order_relaxed);
 }
 
 }  // namespace gpuslice::shim

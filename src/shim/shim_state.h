@@ -62,9 +62,15 @@ int SliceDeviceForOrdinal(CUdevice ordinal);
 
 layout::DeviceEntry& SliceDevice(int index);
 layout::ProcessSlot& OwnSlot();
+// Whether this process holds a slot of the slice (else OwnSlot() is a slot
+// of no region and nothing may be charged), and which.
+bool HaveSlot();
+uint32_t OwnSlotIndex();
 
 // Charges `bytes` on slice device `dev`; before refusing, sweeps dead
-// processes and resyncs pool and context memory, then tries once more.
+// processes and re-reads pool memory, then tries once more, and once more
+// after waiting for the slice's first context on the device if one is being
+// created (context_admission.h: it holds the room meanwhile).
 bool Admit(int dev, uint64_t bytes);
 inline void Unadmit(int dev, uint64_t bytes) {
   Uncharge(SliceDevice(dev), OwnSlot(), uint32_t(dev), bytes);
@@ -87,21 +93,5 @@ const struct ShimConfig* Config();
 AllocTable& Pointers();
 AllocTable& VmmHandles();
 AllocTable& Arrays();
-
-// Re-learns the memory the driver holds for this process on slice device
-// `dev` beyond what the shim charged (contexts, modules), from NVML, and
-// charges the difference. Best effort, never blocks: a concurrent resync
-// makes this one a no-op. Returns false when NVML cannot tell.
-bool ResyncDriverMemory(int dev);
-
-// For the first context of this process on `dev` (no driver memory charged
-// here yet): charges the slice's cached size of a fresh context
-// (DeviceEntry::context_bytes) and returns true, sparing NVML; false when the
-// cache is empty or this process already holds driver memory on `dev` (the
-// caller then resyncs, and LearnContextSize fills the cache).
-bool ChargeCachedContext(int dev);
-// After a resync that followed this process's first context on `dev`:
-// publishes what it learnt as the slice's context size, if none is cached.
-void LearnContextSize(int dev);
 
 }  // namespace gpuslice::shim

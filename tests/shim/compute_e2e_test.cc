@@ -662,6 +662,42 @@ TEST_F(ComputeShareTest, HighPriorityRequestsKeepTheirPaceBesideALowPriorityHog)
   EXPECT_GT(Achieved(1, kFrom, 1.9), 35.0);
 }
 
+TEST_F(ComputeShareTest, ARequestSliceWithinItsShareIsServedPromptlyBesideABusySlice) {
+  // A 30% slice that serves an open-loop client (2 ms of 200 us kernels
+  // every 6.67 ms: exactly its share) beside a busy 70% slice of the same
+  // priority. It claims the GPU when a request arrives (hand-off on
+  // demand) rather than waiting for the busy slice's turn to end: before,
+  // its median latency was 13-80 ms against 2.2 ms alone, and requests
+  // fell behind. Compared with the same slice alone in the same run, and
+  // tried twice (a machine under ctest -j2 delays the slice's own threads).
+  const TenantSpec server{
+      "30",
+      "hard",
+      "",
+      {"--kernel-us", "200", "--request-us", "2000", "--period-ms", "6.667", "--open-loop"}};
+  const TenantSpec busy{"70", "hard", "", kBusy200us};
+  double alone_p50 = 0, p50 = 0, delivered = 0, busy_pct = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    RunTenants({server}, 2.5);
+    alone_p50 = reports_[0]["p50_us"].get<double>();
+    RunTenants({server, busy}, 2.5);
+    p50 = reports_[0]["p50_us"].get<double>();
+    delivered = reports_[0]["delivered"].get<double>();
+    busy_pct = Achieved(1, kFrom, 2.4);
+    Note("p50 alone, us", alone_p50);
+    Note("p50 beside the busy slice, us", p50);
+    Note("p99 beside the busy slice, us", reports_[0]["p99_us"].get<double>());
+    Note("delivered beside the busy slice", delivered);
+    if (delivered >= 0.9 && p50 <= alone_p50 + 3000) break;
+  }
+  EXPECT_GE(delivered, 0.9);
+  // Within a few quanta (1 ms each) of alone: the busy slice's quantum, its
+  // queue's drain (about 1 ms) and a decision or two on a loaded machine.
+  EXPECT_LE(p50, alone_p50 + 3000);
+  // The busy slice runs on the rest, near its share.
+  EXPECT_GT(busy_pct, 45.0);
+}
+
 TEST_F(ComputeShareTest, AnOutrankedSliceKeepsTheGpuBusyBetweenRequests) {
   // A slice outranked by a high-priority one keeps only a shallow queue on
   // the GPU, so that a request waits little behind it; the depth adapts to

@@ -216,6 +216,7 @@ TEST_F(ShimTest, LaterProcessesChargeTheCachedContextSize) {
 
   // Proves the check can fail: with no cache and no NVML nothing is charged.
   region->device(0).context_bytes.store(0);
+  region->device(0).context_learner.store(0);
   Output uncached = Probe({"fill", "alloc", std::to_string(64 * kMiB)}, env);
   ASSERT_EQ(uncached.exit_code, 0) << uncached.out << uncached.err;
   EXPECT_EQ(uint64_t(uncached.Int("allocated")), kGiB) << uncached.out;

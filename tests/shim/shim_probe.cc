@@ -16,8 +16,20 @@
 //   shim_probe forkalloc N BYTES          N forked children allocate at once
 //   shim_probe spawn BYTES                exec two children; the second
 //                                         allocates while the first holds
+//   shim_probe ctx CTXROUTE BYTES         after cuInit, on "go": a context on
+//                                         device 0 by CTXROUTE and one
+//                                         allocation of BYTES in it; held
+//                                         until "quit"
+//   shim_probe ctxserve                   read context commands on stdin
+//                                         (retain, release, reset, create
+//                                         CTXROUTE, destroy, badcreate,
+//                                         alloc N, free, quit), answer each
 //
 // ROUTE: alloc, pitch, managed, async, pool, vmm, array, array3d.
+// CTXROUTE: primary (cuDevicePrimaryCtxRetain), runtime (the same through
+// cuGetProcAddress, as CUDA 12+ runtimes reach it), v2 and v3 (cuCtxCreate
+// through cuGetProcAddress at 3020 and 11040), v4 (cuCtxCreate_v4, where the
+// header has it; else v3), dlsym (cuCtxCreate_v2 through dlopen + dlsym).
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -466,6 +478,129 @@ int Spawn(const char* self, size_t bytes) {
   return 0;
 }
 
+using CtxCreateV2 = CUresult (*)(CUcontext*, unsigned int, CUdevice);
+using CtxCreateV3 = CUresult (*)(CUcontext*, CUexecAffinityParam*, int, unsigned int, CUdevice);
+using PrimaryRetain = CUresult (*)(CUcontext*, CUdevice);
+
+bool IsPrimaryRoute(const std::string& route) { return route == "primary" || route == "runtime"; }
+
+// A context on device 0 by `route` (see the top of the file).
+CUresult MakeContext(const std::string& route, CUcontext* ctx) {
+  void* fn = nullptr;
+  CUresult r = CUDA_SUCCESS;
+  if (route == "primary") return cuDevicePrimaryCtxRetain(ctx, 0);
+  if (route == "runtime") {
+    r = GetProc("cuDevicePrimaryCtxRetain", &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+    return r != CUDA_SUCCESS ? r : reinterpret_cast<PrimaryRetain>(fn)(ctx, 0);
+  }
+  if (route == "v2") {
+    r = GetProc("cuCtxCreate", &fn, 3020, CU_GET_PROC_ADDRESS_DEFAULT);
+    return r != CUDA_SUCCESS ? r : reinterpret_cast<CtxCreateV2>(fn)(ctx, 0, 0);
+  }
+#if CUDA_VERSION >= 12050
+  if (route == "v4") return cuCtxCreate_v4(ctx, nullptr, 0, 0);
+#endif
+  if (route == "v3" || route == "v4") {
+    r = GetProc("cuCtxCreate", &fn, 11040, CU_GET_PROC_ADDRESS_DEFAULT);
+    return r != CUDA_SUCCESS ? r : reinterpret_cast<CtxCreateV3>(fn)(ctx, nullptr, 0, 0, 0);
+  }
+  if (route == "dlsym") {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    fn = lib != nullptr ? dlsym(lib, "cuCtxCreate_v2") : nullptr;
+    return fn == nullptr ? CUDA_ERROR_NOT_FOUND : reinterpret_cast<CtxCreateV2>(fn)(ctx, 0, 0);
+  }
+  std::printf("fatal=unknown context route %s\n", route.c_str());
+  std::exit(2);
+}
+
+CUresult DropContext(const std::string& route, CUcontext ctx) {
+  return IsPrimaryRoute(route) ? cuDevicePrimaryCtxRelease(0) : cuCtxDestroy(ctx);
+}
+
+// One process of the context race: ready after cuInit, creates its context
+// and allocates in it when told "go", holds both until "quit".
+int ContextRace(const std::string& route, size_t bytes) {
+  Check(cuInit(0), "cuInit");
+  std::printf("ready=1\n");
+  std::fflush(stdout);
+  std::string word;
+  if (!(std::cin >> word) || word != "go") return 2;
+  CUcontext ctx = nullptr;
+  CUresult made = MakeContext(route, &ctx);
+  CUresult alloc = CUDA_ERROR_INVALID_CONTEXT;
+  CUdeviceptr p = 0;
+  if (made == CUDA_SUCCESS) {
+    Check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    alloc = cuMemAlloc(&p, bytes);
+  }
+  std::printf("ctx=%d\nalloc=%d\n", int(made), int(alloc));
+  std::fflush(stdout);
+  if (!(std::cin >> word) || word != "quit") return 2;
+  if (alloc == CUDA_SUCCESS) Check(cuMemFree(p), "cuMemFree");
+  if (made == CUDA_SUCCESS) Check(DropContext(route, ctx), "drop");
+  return 0;
+}
+
+// Context operations one at a time, for checks between them.
+int ContextServe() {
+  Check(cuInit(0), "cuInit");
+  std::vector<std::pair<std::string, CUcontext>> created;
+  std::vector<CUdeviceptr> held;
+  std::printf("ready=1\n");
+  std::fflush(stdout);
+  std::string cmd;
+  while (std::cin >> cmd) {
+    CUresult r = CUDA_SUCCESS;
+    if (cmd == "retain") {
+      CUcontext ctx = nullptr;
+      r = cuDevicePrimaryCtxRetain(&ctx, 0);
+      if (r == CUDA_SUCCESS) r = cuCtxSetCurrent(ctx);
+    } else if (cmd == "release") {
+      r = cuDevicePrimaryCtxRelease(0);
+    } else if (cmd == "reset") {
+      r = cuDevicePrimaryCtxReset(0);
+    } else if (cmd == "create") {
+      std::string route;
+      std::cin >> route;
+      CUcontext ctx = nullptr;
+      r = MakeContext(route, &ctx);
+      if (r == CUDA_SUCCESS) created.emplace_back(route, ctx);
+    } else if (cmd == "destroy") {
+      r = CUDA_ERROR_INVALID_CONTEXT;
+      if (!created.empty()) {
+        r = DropContext(created.back().first, created.back().second);
+        created.pop_back();
+      }
+    } else if (cmd == "badcreate") {
+      // Execution affinity the simulated driver does not support: the
+      // creation fails after the shim has reserved for it.
+      void* fn = nullptr;
+      r = GetProc("cuCtxCreate", &fn, 11040, CU_GET_PROC_ADDRESS_DEFAULT);
+      if (r == CUDA_SUCCESS) {
+        CUexecAffinityParam param{};
+        param.type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+        param.param.smCount.val = 1;
+        CUcontext ctx = nullptr;
+        r = reinterpret_cast<CtxCreateV3>(fn)(&ctx, &param, 1, 0, 0);
+      }
+    } else if (cmd == "alloc") {
+      size_t bytes = 0;
+      std::cin >> bytes;
+      CUdeviceptr p = 0;
+      r = cuMemAlloc(&p, bytes);
+      if (r == CUDA_SUCCESS) held.push_back(p);
+    } else if (cmd == "free") {
+      for (CUdeviceptr p : held) Check(cuMemFree(p), "cuMemFree");
+      held.clear();
+    } else {
+      break;
+    }
+    std::printf("result=%d\n", int(r));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -483,6 +618,8 @@ int main(int argc, char** argv) {
   if (cmd == "dlsym" && argc == 3) return Dlsym(num(2));
   if (cmd == "forkalloc" && argc == 4) return ForkAlloc(int(num(2)), num(3));
   if (cmd == "spawn" && argc == 3) return Spawn(argv[0], num(2));
+  if (cmd == "ctx" && argc == 4) return ContextRace(argv[2], num(3));
+  if (cmd == "ctxserve") return ContextServe();
   std::fprintf(stderr, "usage: see the comment at the top of shim_probe.cc\n");
   return 2;
 }

@@ -144,9 +144,13 @@ std::string Session::WaitFor(const std::string& key) {
 }
 
 std::string Session::Ask(const std::string& line, const std::string& key) {
-  std::string l = line + "\n";
-  if (write(to_, l.data(), l.size()) != ssize_t(l.size())) return "";
+  if (!Send(line)) return "";
   return WaitFor(key);
+}
+
+bool Session::Send(const std::string& line) {
+  std::string l = line + "\n";
+  return write(to_, l.data(), l.size()) == ssize_t(l.size());
 }
 
 void Session::Kill(int signal) {

@@ -33,6 +33,8 @@ class Session {
   // Sends one line and returns the next "key=value" line's value for `key`
   // (skipping others); "" on EOF.
   std::string Ask(const std::string& line, const std::string& key);
+  // Sends one line without waiting for an answer; false if it could not.
+  bool Send(const std::string& line);
   std::string WaitFor(const std::string& key);
   pid_t pid() const { return pid_; }
   void Kill(int signal);
