@@ -42,6 +42,9 @@ fail() {
   echo "$* (log: /tmp/gpuslice-kubernetes-build.log)" >"$cache.failed"
   exit 1
 }
+# Any other step that fails (a source edit below no longer applying...) is
+# recorded too.
+trap 'fail "the step at line $LINENO of scripts/test-kubernetes.sh failed"' ERR
 
 [ -x "$go" ] || fail "$go is missing (Debian package golang-1.19-go; scripts/setup.sh installs it)"
 
