@@ -217,10 +217,25 @@ void Extender::ApplyAssumed(View& v, const Assumed& a) {
   }
   auto g = std::find(nv.gpu_uuids.begin(), nv.gpu_uuids.end(), a.gpu_uuid);
   if (g == nv.gpu_uuids.end()) return;
+  const size_t i = static_cast<size_t>(g - nv.gpu_uuids.begin());
+  core::Demand d = a.demand;
+  if (d.IsFraction()) {
+    // What the report already shows of the pod on this GPU is counted
+    // there: gpusliced makes a pod's slice in two steps (memory, then its
+    // share a moment later), and a report between them plus the whole
+    // hold would make the GPU look fuller than it is; kube-scheduler then
+    // parks a pod that fits for up to a minute.
+    const uint64_t mem_shown =
+        nv.reported_memory[i] > a.base_memory ? nv.reported_memory[i] - a.base_memory : 0;
+    const uint32_t milli_shown =
+        nv.reported_milli[i] > a.base_milli ? nv.reported_milli[i] - a.base_milli : 0;
+    d.gpu_mem -= std::min(d.gpu_mem, mem_shown);
+    // A fraction holds at least one per-mille in the model.
+    d.gpu_milli = std::max<uint32_t>(1, d.gpu_milli - std::min(d.gpu_milli, milli_shown));
+  }
   // Fails only when the node's report shows the GPU fuller than when the
   // pod was bound (someone else came first); the report then counts it.
-  (void)v.state.Allocate(a.demand,
-                         OneGpu(it->second, static_cast<uint8_t>(g - nv.gpu_uuids.begin())));
+  (void)v.state.Allocate(d, OneGpu(it->second, static_cast<uint8_t>(i)));
 }
 
 std::unique_ptr<Extender::View> Extender::BuildView(const Snapshot& snap,
@@ -264,6 +279,8 @@ std::unique_ptr<Extender::View> Extender::BuildView(const Snapshot& snap,
       gs.model = *model;
       n.gpus.push_back(gs);
       nv.gpu_uuids.push_back(g.uuid);
+      nv.reported_memory.push_back(g.memory_allocated);
+      nv.reported_milli.push_back(g.compute_allocated_milli);
       plain.push_back(&g);
     }
     auto idx = v->state.AddNode(std::move(n));

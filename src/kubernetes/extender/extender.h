@@ -104,7 +104,11 @@ class Extender {
  private:
   struct NodeView {
     std::string name;
-    std::vector<std::string> gpu_uuids;          // Per core GPU index.
+    std::vector<std::string> gpu_uuids;  // Per core GPU index.
+    // What the report shows held on each GPU (same index): a hold counts
+    // only the part of its pod the report does not show yet.
+    std::vector<uint64_t> reported_memory;
+    std::vector<uint32_t> reported_milli;
     std::map<std::string, uint32_t> mig_free;    // After assumptions.
     std::map<std::string, std::string> mig_gpu;  // Profile -> a GPU with one free.
     int64_t received_ms = 0;                     // Of its report: staleness without the snapshot.

@@ -227,6 +227,24 @@ TEST_F(ExtenderTest, ReasonsHoldNoPercentSignWhichTheSchedulersEventsWouldReadAs
   EXPECT_EQ(why.find('%'), std::string::npos) << why;
 }
 
+TEST_F(ExtenderTest, AHoldCountsOnlyWhatTheReportDoesNotShowOfItsPodYet) {
+  // gpusliced makes a pod's slice with its memory first and its share a
+  // moment later: a report between the two plus the whole hold must not
+  // refuse a pod that fits beside it.
+  SetNode("n", {Gpu("GPU-0")});
+  Publish();
+  PodRequest first = Pod("first", {Fraction(4, 30)});
+  ASSERT_EQ(Passing(first, {"n"}).size(), 1u);
+  ASSERT_TRUE(Bind(first, "n").ok());
+  now_ += 1000;
+  SetNode("n", {Gpu("GPU-0", 4, 10)});  // 4 GiB, the no-share placeholder.
+  Publish();
+  ASSERT_EQ(ex_.AssumedNow().size(), 1u) << "the report does not show the pod's share yet";
+  EXPECT_EQ(Passing(Pod("second", {Fraction(4, 70)}), {"n"}).size(), 1u)
+      << "70% is free beside the first pod";
+  EXPECT_TRUE(Passing(Pod("third", {Fraction(4, 71)}), {"n"}).empty());
+}
+
 TEST_F(ExtenderTest, AnAssumptionEndsWhenTheReportShowsThePodOnAnotherGpuOfItsNode) {
   // The device plugin chooses the GPU among those the kubelet offers, which
   // need not be the one the extender chose: the node's totals show the pod.

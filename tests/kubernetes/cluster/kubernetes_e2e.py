@@ -394,10 +394,14 @@ def host_state(c):
         with open(f"/proc/sys/{key}") as f:
             state["sysctl " + key] = f.read().strip()
     for path in ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/var/lib/gpuslice",
-                 "/var/lib/gpuslice-sim", "/run/gpuslice", "/run/containerd", "/var/run/cdi",
+                 "/var/lib/gpuslice-sim", "/run/gpuslice", "/run/containerd",
                  "/usr/local/gpuslice", "/var/lib/cni", "/etc/cni/net.d"):
         state["exists " + path] = os.path.lexists(path) and sorted(os.listdir(path)) if \
             os.path.isdir(path) else os.path.lexists(path)
+    # The host's CDI folder is shared with the tests of the daemon's container
+    # jobs, which may run beside this one and add or remove specs: only
+    # whether it exists (the nodes' daemons write theirs in /run's overlay).
+    state["exists /var/run/cdi"] = os.path.isdir("/var/run/cdi")
     ours = [c.node_subnet, c.service_subnet, *c.pod_subnets]
     state["iptables"] = [line for line in subprocess.run(["iptables-save"], capture_output=True,
                                                          text=True).stdout.splitlines()
