@@ -41,6 +41,11 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (key == "state_dir") return path(&c->state_dir);
   if (key == "shim") return path(&c->shim);
   if (key == "sim_lib_dir") return path(&c->sim_lib_dir);
+  if (key == "driver_root") {
+    GPUSLICE_RETURN_IF_ERROR(path(&c->driver_root));
+    while (c->driver_root.size() > 1 && c->driver_root.back() == '/') c->driver_root.pop_back();
+    return core::Status::Ok();
+  }
   if (key == "cdi_dir") {
     if (v.empty()) {  // No CDI specs.
       c->cdi_dir.clear();

@@ -38,6 +38,12 @@ struct DaemonConfig {
   GpuSourceMode gpu_source = GpuSourceMode::kAuto;
   std::string shim;                // "" = <bindir>/../lib/libgpuslice.so
   std::string sim_lib_dir;         // "" = <bindir>/../lib/sim
+  // The host's NVIDIA driver root as the daemon sees it: "/" on the host; a
+  // daemon in a container mounts the host's root (or a driver container's)
+  // read-only elsewhere and names that here. NVML and the CUDA driver are
+  // loaded from the library folders under it, and CDI specs name the
+  // driver's libraries by their paths below it (the host's).
+  std::string driver_root = "/";
   // Where CDI specs of running jobs are written for container engines
   // (docs/CONTAINERS.md); "" writes none.
   std::string cdi_dir = "/var/run/cdi";

@@ -73,6 +73,18 @@ TEST(Config, MetricsListenIsOffByDefaultAndTakesHostPort) {
   EXPECT_EQ(config.metrics_listen, "127.0.0.1:0");
 }
 
+TEST(Config, TheDriverRootIsTheHostsRootByDefaultAndAnAbsolutePath) {
+  DaemonConfig c;
+  EXPECT_EQ(c.driver_root, "/");
+  ASSERT_TRUE(ParseConfigText("driver_root = /driver-root/\n", "t.conf", &c).ok());
+  EXPECT_EQ(c.driver_root, "/driver-root");
+  EXPECT_TRUE(ApplyConfigValue(&c, "driver_root", "/").ok());
+  EXPECT_EQ(c.driver_root, "/");
+  auto s = ApplyConfigValue(&c, "driver_root", "driver-root");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("driver_root"), std::string::npos) << s.message();
+}
+
 TEST(Config, ErrorsNameTheLineAndTheValue) {
   struct Case {
     const char* text;

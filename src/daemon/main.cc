@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
   fs::create_directories(config.state_dir, ec);
 
   gd::RealClock clock;
-  gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir);
+  gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir, config.driver_root);
   // Jobs are tracked by cgroup when the machine lets us (docs/DAEMON.md).
   gd::SysCgroups cgroups({gd::CgroupBaseFor(config), "/proc/self/mountinfo", config.cgroups});
   gd::RealLauncher launcher({&cgroups, config.max_log_bytes});
@@ -248,8 +248,13 @@ int main(int argc, char** argv) {
   options.checkpointer =
       gd::MakeDriverCheckpointer([&service_ptr, sim_lib_dir = config.sim_lib_dir] {
         bool simulated = service_ptr != nullptr && service_ptr->inventory().simulated();
-        return simulated && !sim_lib_dir.empty() ? sim_lib_dir + "/libcuda.so.1"
-                                                 : std::string("libcuda.so.1");
+        if (simulated && !sim_lib_dir.empty()) return sim_lib_dir + "/libcuda.so.1";
+        // Under a driver root: the CUDA driver beside the NVML that was found.
+        if (service_ptr != nullptr && !service_ptr->inventory().host_library.empty()) {
+          const std::string& nvml = service_ptr->inventory().library;
+          return nvml.substr(0, nvml.rfind('/')) + "/libcuda.so.1";
+        }
+        return std::string("libcuda.so.1");
       });
   gd::Service service(options, clock, inventory, launcher, regions);
   service_ptr = &service;
