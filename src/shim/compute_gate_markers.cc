@@ -106,32 +106,13 @@ namespace {
 // uncertain alone on the GPU too, nearly every sample of a lone 20 us loop
 // was, the estimate stayed where its first sample put it (22-23 us in some
 // runs), and a hard 30% slice under the arbiter got 0.87-0.91 of its share.
-//
-// A kernel that is over before the bracket's second event is recorded (an
-// empty or tiny kernel: its launch reached the GPU during the launch call)
-// leaves that event to be stamped at its record: the sample then held the
-// CPU time from the launch call's return to that record (the gate's checks
-// and the record call itself, ~1 us), and a 30% slice of empty kernels was
-// charged ~1 us per launch and throttled to a third of its unshared launch
-// rate while it used almost no GPU time. So a sample on an idle stream that
-// is no longer than the CPU time from the first event's record to just
-// before the second's (`end_gap_ns`, and a little for the record call to
-// reach the GPU) was stamped at its record: that time is taken off instead,
-// and the kernel counts as what is left (0 for an empty kernel). A kernel
-// that outlasts the gate's checks is timed as before.
 struct Bracket {
   CUevent start = nullptr;
   CUevent end = nullptr;
   uint64_t cpu_gap_ns = 0;
   uint64_t call_ns = 0;    // From the first event's record to the launch call's return.
   bool uncertain = false;  // Pending first event, nothing of ours before it, others on the GPU.
-  // From the first event's record to just before the second's (0 when
-  // cpu_gap_ns is 0: not an idle stream).
-  uint64_t end_gap_ns = 0;
 };
-// How long a record call may take to reach the GPU (to be stamped there):
-// a sample at most end_gap_ns + this was stamped at its record.
-constexpr double kRecordReachNs = 500;
 // When this thread's open bracket's first event was recorded (MonotonicNs).
 thread_local uint64_t t_bracket_opened_ns __attribute__((tls_model("initial-exec"))) = 0;
 // Whether work of this process may have been queued on the GPU when this
@@ -147,9 +128,6 @@ int g_kernel_samples = 0;          // Guarded by g_mu.
 // estimate has a few samples: a change of kernels still gets through in a
 // few batches.
 constexpr double kKernelSampleClip = 2.0;
-// ... but never below this: an estimate near nothing (empty kernels) would
-// otherwise follow a switch to real kernels only 1.2 x per sample.
-constexpr double kKernelClipFloorNs = 20'000;
 // The lower end of the last sample (its time less the part that may not
 // have been the kernel's; see Bracket). A sample moves the estimate up only
 // as far as this one went too: another slice's work can get onto the GPU
@@ -192,14 +170,10 @@ void PollBracketsLocked() {
                           ? call
                           : g_min_call_ns + (call - g_min_call_ns) / 256;
       const double raw = double(ms) * 1e6;
-      // Stamped at its record: the kernel was over by then (see Bracket).
-      const bool over_before_end =
-          b.end_gap_ns != 0 && raw <= double(b.end_gap_ns) + kRecordReachNs;
-      double sample = std::max(raw - double(over_before_end ? b.end_gap_ns : b.cpu_gap_ns), 0.0);
+      double sample = std::max(raw - double(b.cpu_gap_ns), 0.0);
       const bool certain =
-          over_before_end ||
-          (!b.uncertain &&
-           (b.cpu_gap_ns == 0 || call <= kCertainCallFactor * g_min_call_ns + kCertainCallSlackNs));
+          !b.uncertain &&
+          (b.cpu_gap_ns == 0 || call <= kCertainCallFactor * g_min_call_ns + kCertainCallSlackNs);
       // Up only as far as the sample before went too (see g_last_low).
       const double up_to = std::max(g_last_low, g_kernel_ns);
       g_last_low = sample;
@@ -214,9 +188,7 @@ void PollBracketsLocked() {
       if (g_kernel_samples == 0) {
         g_kernel_ns = sample;
       } else {
-        if (g_kernel_samples >= 4) {
-          sample = std::min(sample, std::max(kKernelSampleClip * g_kernel_ns, kKernelClipFloorNs));
-        }
+        if (g_kernel_samples >= 4) sample = std::min(sample, kKernelSampleClip * g_kernel_ns);
         g_kernel_ns = 0.8 * g_kernel_ns + 0.2 * std::min(sample, up_to);
       }
       ++g_kernel_samples;
@@ -389,14 +361,14 @@ void CloseBracket(CUstream stream, bool per_thread) {
   // co-runner's next batch): the bracket would time its slices of the GPU
   // too. Co-running pairs of 20 us loops learnt 31-38 us kernels without
   // this second look.
-  const bool skip = Capturing(stream, per_thread) || g_coord->OthersInflight();
-  const uint64_t end_gap = MonotonicNs() - t_bracket_opened_ns;
-  CUevent end = skip ? nullptr : RecordEvent(stream, per_thread, true);
+  CUevent end = Capturing(stream, per_thread) || g_coord->OthersInflight()
+                    ? nullptr
+                    : RecordEvent(stream, per_thread, true);
   if (end != nullptr) {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_bracket_count < kMaxBrackets) {
       g_brackets[g_bracket_count++] =
-          Bracket{start, end, idle || waited_for_gpu ? gap : 0, gap, uncertain, idle ? end_gap : 0};
+          Bracket{start, end, idle || waited_for_gpu ? gap : 0, gap, uncertain};
       return;
     }
   }
