@@ -64,6 +64,13 @@ struct DaemonOptions {
     metrics = true;
     return *this;
   }
+  // The state directory on a tmpfs of this size ("16m"), mounted before the
+  // daemon starts and unmounted in TearDown, even on failure. "": none.
+  std::string state_tmpfs;
+  DaemonOptions& StateOnTmpfs(std::string size) {
+    state_tmpfs = std::move(size);
+    return *this;
+  }
 };
 
 class SecurityTest : public ::testing::Test {
@@ -137,6 +144,7 @@ class SecurityTest : public ::testing::Test {
   std::string cgroup_base_;  // Empty: the daemon does not know cgroup_base.
   int tcp_port_ = 0;
   pid_t daemon_ = -1;
+  bool state_mounted_ = false;  // DaemonOptions::state_tmpfs.
   std::vector<pid_t> spawned_;
   std::vector<std::string> cgroups_;
   int counter_ = 0;
