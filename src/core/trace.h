@@ -43,12 +43,14 @@ struct TraceTask {
   uint32_t gpu_milli = 0;
   // Allowed GPU models, '|'-separated ("V100M16|V100M32"); empty = any.
   std::string gpu_spec;
+  int line = 0;
   // Seconds from the trace's start when it was created and deleted (the
   // queue replay's arrival and run time); -1 when the file has no such
-  // columns or the row leaves them empty.
+  // columns or the row leaves them empty. After `line`, so that a task
+  // written as {name, cpu, memory, gpus, milli, spec, line} means what it
+  // did before these existed.
   int64_t creation_s = -1;
   int64_t deletion_s = -1;
-  int line = 0;
 };
 
 // Parses a node list. `file` only labels errors. Errors (kInvalidArgument):
