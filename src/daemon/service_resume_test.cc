@@ -163,6 +163,31 @@ TEST_F(ResumeOnDemandTest, ItWaitsInQueueOrderBehindJobsThatCameFirstAndSaysWhy)
   EXPECT_EQ(Count(a, "resumed"), 1);
 }
 
+TEST_F(ResumeOnDemandTest, ItsAgeInTheQueueCountsFromWhenItAskedNotFromItsSubmission) {
+  // Submitted an hour before the jobs it then waits behind: aging (fair
+  // share's queue rank) must not put it first once the queue is re-ranked.
+  uint64_t a = StartJob();
+  clock_.Advance(3'600'000);
+  SuspendNow(a);
+  auto b = Submit("60GiB");
+  auto c = Submit("60GiB");
+  ASSERT_TRUE(b.ok() && c.ok());
+  service_->Tick();
+  ASSERT_EQ(State(b->job.id), JobState::kRunning);
+  clock_.Advance(60'000);
+  Ask(a);
+  service_->WatchResumeRequests();
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(2'000);  // Past the re-ranking interval.
+    service_->Tick();
+    EXPECT_EQ(Get(c->job.id).queue_position, 1) << "c waited first, pass " << i;
+    EXPECT_EQ(Get(a).queue_position, 2) << "pass " << i;
+  }
+  CancelAndEnd(b->job.id);
+  EXPECT_EQ(State(c->job.id), JobState::kRunning);
+  EXPECT_EQ(State(a), JobState::kSuspended);
+}
+
 TEST_F(ResumeOnDemandTest, PreemptionNeverActsForAResume) {
   options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
   Restart();

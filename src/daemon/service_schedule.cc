@@ -101,7 +101,16 @@ double Service::RankOf(const Job& job, int64_t now) const {
   auto group = group_names_.find(job.gid);
   const double fs =
       core::JobFairShare(fair_factors_, job.user, group == group_names_.end() ? "" : group->second);
-  return core::QueueRank(fs, now - job.submitted_ms, config);
+  // Its age counts from when it entered the queue: a suspended job waiting
+  // to resume on demand entered it when its processes asked, not when it
+  // was submitted (that would put it before everyone who waited since).
+  int64_t queued_since = job.submitted_ms;
+  if (job.state == JobState::kSuspended) {
+    if (auto l = live_.find(job.id); l != live_.end() && l->second.resume_asked_ms != 0) {
+      queued_since = l->second.resume_asked_ms;
+    }
+  }
+  return core::QueueRank(fs, now - queued_since, config);
 }
 
 void Service::Rerank(bool force) {

@@ -30,7 +30,7 @@ using core::Status;
 struct CheckpointTask {
   bool resume = false;
   bool on_demand = false;  // A resume its own processes asked for.
-  SuspendCause cause;  // Suspensions.
+  SuspendCause cause;      // Suspensions.
   std::string by;
   int64_t started_ms = 0;
   std::thread thread;
@@ -508,9 +508,12 @@ void Service::AskResume(Job& job, Live& l) {
   // Pinned to its own GPUs first: its failure to fit says nothing about
   // another job's shape, nor theirs about it.
   q.shape.constraint = (uint64_t{1} << 63) | job.id;
+  // Ranked like a job submitted now (fair share, no age yet), so that it
+  // neither jumps ahead of nor falls behind jobs already ranked.
+  l.resume_asked_ms = clock_.NowMs();
+  q.rank = RankOf(job, l.resume_asked_ms);
   queue_.insert(std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore), q);
   ++queued_by_uid_[job.uid];
-  l.resume_asked_ms = clock_.NowMs();
   RecordEvent("resume_asked", job.id, job.user,
               "a CUDA call of one of its processes asked to resume it; it waits in the queue "
               "for room on " +
