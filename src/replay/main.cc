@@ -10,6 +10,7 @@
 // Prints a table (or JSON with --json) of allocation ratio per 5% step of
 // arrived demand, mean over the seeds seed, seed+1, ..., seed+seeds-1.
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cerrno>
 #include <charconv>
@@ -21,8 +22,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "core/placement_policy.h"
 #include "core/trace.h"
@@ -47,7 +46,8 @@ core::Status WriteFile(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   out.close();
-  if (!out) return core::PermissionDeniedError("cannot write '" + path + "': " + std::strerror(errno));
+  if (!out)
+    return core::PermissionDeniedError("cannot write '" + path + "': " + std::strerror(errno));
   return core::Status::Ok();
 }
 
@@ -96,7 +96,8 @@ int Main(int argc, char** argv) {
   app.add_option("--inflate", inflate, "arrived GPU demand at the end, x capacity")
       ->check(CLI::Range(0.05, 10.0));
   app.add_option("--seed", seed, "first seed");
-  app.add_option("--seeds", seeds, "number of seeds (seed, seed+1, ...)")->check(CLI::Range(1, 1000));
+  app.add_option("--seeds", seeds, "number of seeds (seed, seed+1, ...)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--jobs", jobs, "replays to run in parallel")->check(CLI::Range(1, 256));
   app.add_option("--coverage", coverage,
                  "profile coverage for fgd/frag-aware (default: 0.95 fgd, 1.0 frag-aware)")
@@ -112,8 +113,7 @@ int Main(int argc, char** argv) {
   bool queue = false;
   double arrival_scale = 1.0;
   std::string user_mix = "40,30,20,10", variants = "all", half_life = "7d", max_age = "1d",
-              default_runtime = "1h", from = "0s", task_max_runtime = "0s",
-              reserve_after = "0s";
+              default_runtime = "1h", from = "0s", task_max_runtime = "0s", reserve_after = "0s";
   uint32_t max_moves = 2;
   app.add_flag(
       "--queue", queue,
@@ -124,8 +124,9 @@ int Main(int argc, char** argv) {
       ->check(CLI::Range(0.01, 1000.0));
   app.add_option("--user-mix", user_mix,
                  "--queue: how the tasks are shared out among users, as weights (40,30,20,10)");
-  app.add_option("--variants", variants,
-                 "--queue: today, issue-40, no-defragment, no-fair-share, no-estimates, no-packing, or all");
+  app.add_option(
+      "--variants", variants,
+      "--queue: today, issue-40, no-defragment, no-fair-share, no-estimates, no-packing, or all");
   app.add_option("--half-life", half_life, "--queue: fair share's half-life (7d)");
   app.add_option("--max-age", max_age, "--queue: the wait at which aging stops growing (1d)");
   app.add_option("--default-runtime", default_runtime, "--queue: the run-time estimate (1h)");
@@ -181,8 +182,14 @@ int Main(int argc, char** argv) {
           std::pair{&default_runtime, &base.default_runtime_ms}, std::pair{&from, &from_ms},
           std::pair{&task_max_runtime, &base.max_runtime_ms},
           std::pair{&reserve_after, &base.reserve_after_ms}}) {
+      // 0 is these options' "off" (their defaults), which ParseDuration,
+      // made for settings that must be positive, refuses.
+      if (*text == "0" || *text == "0s") {
+        *out = 0;
+        continue;
+      }
       auto d = core::ParseDuration(*text);
-      if (!d.ok()) return fail(d.status());
+      if (!d.ok()) return fail(d.status().WithContext("--queue"));
       *out = d->count();
     }
     base.from_s = from_ms / 1000;
@@ -231,8 +238,7 @@ int Main(int argc, char** argv) {
           {p, inflate, seed + static_cast<uint64_t>(i), !no_shuffle, 0.05, coverage, moves});
     }
   }
-  std::vector<core::Result<ReplayResult>> results(configs.size(),
-                                                  core::InternalError("not run"));
+  std::vector<core::Result<ReplayResult>> results(configs.size(), core::InternalError("not run"));
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next++; i < configs.size(); i = next++) {

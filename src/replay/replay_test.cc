@@ -6,10 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "replay/replay_report.h"
 
@@ -25,10 +24,11 @@ ReplayInput SmallInput() {
   for (int i = 0; i < 4; ++i) {
     nodes.push_back({"n" + std::to_string(i), 32000, 131072, 2, "T4", i + 2});
   }
-  std::vector<core::TraceTask> tasks = {
-      {"a", 4000, 8192, 1, 600, "", 2}, {"b", 4000, 8192, 1, 300, "", 3},
-      {"c", 8000, 8192, 1, 1000, "", 4}, {"d", 2000, 4096, 0, 0, "", 5},
-      {"e", 8000, 16384, 2, 1000, "", 6}};
+  std::vector<core::TraceTask> tasks = {{"a", 4000, 8192, 1, 600, "", 2},
+                                        {"b", 4000, 8192, 1, 300, "", 3},
+                                        {"c", 8000, 8192, 1, 1000, "", 4},
+                                        {"d", 2000, 4096, 0, 0, "", 5},
+                                        {"e", 8000, 16384, 2, 1000, "", 6}};
   return BuildInput(nodes, tasks).value();
 }
 
@@ -132,7 +132,8 @@ TEST(Report, JsonCsvAndPlotCarryEveryPolicy) {
   std::vector<PolicySummary> summary = Summarize(runs);
   ASSERT_EQ(summary.size(), 2u);
   EXPECT_EQ(summary[0].seeds, 2);
-  nlohmann::json j = nlohmann::json::parse(ToJson({"cmd", "n", "p", 1.0, true, {1, 2}}, runs, summary));
+  nlohmann::json j =
+      nlohmann::json::parse(ToJson({"cmd", "n", "p", 1.0, true, {1, 2}}, runs, summary));
   EXPECT_EQ(j["runs"].size(), 4u);
   EXPECT_EQ(j["summary"][1]["policy"], "frag-aware");
   EXPECT_EQ(j["summary"][0]["steps"].size(), 20u);
@@ -166,11 +167,29 @@ TEST(ReplayTool, ReportsABadRowWithFileAndLine) {
   std::ofstream(dir / "nodes.csv") << "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,1024,two,T4\n";
   std::ofstream(dir / "pods.csv") << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n";
   int status = 0;
-  std::string out = RunTool("--nodes " + (dir / "nodes.csv").string() + " --pods " +
-                                (dir / "pods.csv").string(),
-                            &status);
+  std::string out =
+      RunTool("--nodes " + (dir / "nodes.csv").string() + " --pods " + (dir / "pods.csv").string(),
+              &status);
   EXPECT_NE(status, 0);
   EXPECT_NE(out.find("nodes.csv:2: column 4 (gpu)"), std::string::npos) << out;
+}
+
+TEST(ReplayTool, AQueueReplayRunsWithTheDefaultOptions) {
+  std::filesystem::path dir = testing::TempDir();
+  std::ofstream(dir / "qnodes.csv") << "sn,cpu_milli,memory_mib,gpu,model\n"
+                                       "n0,64000,262144,2,V100M32\n";
+  std::ofstream(dir / "qpods.csv")
+      << "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n"
+         "a,1000,1024,1,500,,0,3600\nb,1000,1024,2,1000,,60,7200\nc,1000,1024,1,300,,120,"
+         "1800\n";
+  int status = 0;
+  std::string out = RunTool("--queue --nodes " + (dir / "qnodes.csv").string() + " --pods " +
+                                (dir / "qpods.csv").string() + " --variants today --json",
+                            &status);
+  ASSERT_EQ(status, 0) << out;
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_NE(out.find("\"today\""), std::string::npos) << out;
 }
 
 // The one run of the real trace in the suite: a 30% replay, a few seconds.
