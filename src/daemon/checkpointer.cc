@@ -301,9 +301,16 @@ CheckpointOutcome SuspendProcesses(Checkpointer& cp, const std::vector<int64_t>&
       return out;
     }
     if (Status s = cp.Lock(pid, lock_timeout_ms); !s.ok()) {
-      undo();
-      out.status = s;
-      return out;
+      // Locked all the same: a lock asked for before a daemon restart (the
+      // driver carries out a lock whose requester died) landed between the
+      // state read and this lock. Taken as this suspension's, so that it is
+      // unlocked if the suspension fails rather than left locked for good.
+      Result<GpuProcessState> now = cp.StateOf(pid);
+      if (!now.ok() || *now != GpuProcessState::kLocked) {
+        undo();
+        out.status = s;
+        return out;
+      }
     }
     locked.push_back(pid);
   }

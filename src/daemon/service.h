@@ -514,6 +514,11 @@ class Service {
   // Restart recovery: processes a suspend or resume left half done (the
   // worker died with the daemon) are put back to what the ledger says.
   void RecoverCheckpoints(core::Job& job);
+  // RecoverCheckpoints again for the jobs re-adopted at start, once a lock
+  // their processes were asked for before the restart has had its time to
+  // land (the driver carries out a lock whose requester died).
+  void RecheckRecoveredCheckpoints();
+  std::map<uint64_t, int64_t> recheck_checkpoints_at_;  // Job id -> when.
   // Resumes a suspended job: on `onto` (a move) when given, else on its own
   // GPUs, else on any GPU of its model and pool with room; `placed`: where
   // the queue plan placed it (the capacity it holds now), given back on

@@ -78,6 +78,7 @@ void Service::Tick() {
     Reclaim();
   }
   FinishCheckpoints();
+  if (!recheck_checkpoints_at_.empty()) RecheckRecoveredCheckpoints();
   ResumeWhenRoom();
   WatchResumeRequests();
   WatchRunning();

@@ -311,7 +311,10 @@ void Service::Recover(std::vector<Job> all) {
               " is gone; its processes keep their mapping");
     }
     live_[id] = l;
-    if (!external) RecoverCheckpoints(job);
+    if (!external) {
+      RecoverCheckpoints(job);
+      recheck_checkpoints_at_[id] = clock_.NowMs() + options_.suspend_lock_timeout_ms + 2000;
+    }
     ++adopted;
   }
   // Processes in the cgroup of a job that is not running now (started by a

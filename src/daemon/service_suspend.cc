@@ -426,6 +426,22 @@ void Service::RecoverCheckpoints(Job& job) {
                   : "could not be put back: " + s.message()));
 }
 
+void Service::RecheckRecoveredCheckpoints() {
+  const int64_t now = clock_.NowMs();
+  for (auto it = recheck_checkpoints_at_.begin(); it != recheck_checkpoints_at_.end();) {
+    if (now < it->second) {
+      ++it;
+      continue;
+    }
+    const uint64_t id = it->first;
+    it = recheck_checkpoints_at_.erase(it);
+    auto l = live_.find(id);
+    // A suspend or resume this daemon began since owns the processes now.
+    if (l == live_.end() || l->second.checkpoint || l->second.ending) continue;
+    RecoverCheckpoints(jobs_[id]);
+  }
+}
+
 void Service::ResumeWhenRoom() {
   if (!capacity_ || degraded()) return;
   std::vector<uint64_t> ids;

@@ -158,6 +158,21 @@ TEST_F(SuspendTest, ARestartPutsBackWhatAnInterruptedSuspensionLeftLocked) {
   EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
 }
 
+TEST_F(SuspendTest, ALockThatLandsAfterTheRestartIsPutBackOnceItHadItsTime) {
+  uint64_t a = StartJob();
+  // The daemon died with a lock asked for and not yet carried out: the
+  // restarted daemon finds the process running, then the lock lands.
+  Restart();
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
+  checkpointer_->Set(kCuda, GpuProcessState::kLocked);
+  service_->Tick();
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kLocked) << "too early to tell";
+  clock_.Advance(options_.suspend_lock_timeout_ms + 2000);
+  service_->Tick();
+  EXPECT_EQ(State(a), JobState::kRunning);
+  EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
+}
+
 TEST_F(SuspendTest, EndsWhenItsProcessesEndWhileSuspended) {
   uint64_t a = StartJob();
   ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
@@ -363,6 +378,41 @@ TEST(SuspendProcesses, RefusesAProcessThatIsNotRunning) {
   EXPECT_EQ(out.status.code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(out.status.message().find("process 2 is locked"), std::string::npos);
   EXPECT_EQ(cp.Get(1), GpuProcessState::kRunning);
+}
+
+TEST(SuspendProcesses, ALockThatLandsFromADeadRequesterIsTakenAndUndoneOnFailure) {
+  FakeCheckpointer cp;
+  cp.Set(1, GpuProcessState::kRunning);
+  cp.Set(2, GpuProcessState::kLocked);  // Its lock landed after the state read.
+  cp.Fail("lock", 2, core::FailedPreconditionError("illegal state"));
+  CheckpointOutcome out = SuspendProcesses(cp, {1, 2}, 1000);
+  // Refused as not running when seen locked before the lock...
+  EXPECT_EQ(out.status.code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(cp.Get(1), GpuProcessState::kRunning);
+  // ...taken when the lock fails and the process is locked then.
+  struct LandsOnLock : FakeCheckpointer {
+    core::Result<GpuProcessState> StateOf(int64_t pid) override {
+      auto st = FakeCheckpointer::StateOf(pid);
+      if (pid == 2 && reads++ == 0) return GpuProcessState::kRunning;
+      return st;
+    }
+    int reads = 0;
+  } race;
+  race.Set(1, GpuProcessState::kRunning);
+  race.Set(2, GpuProcessState::kLocked);
+  race.Fail("lock", 2, core::FailedPreconditionError("illegal state"));
+  out = SuspendProcesses(race, {1, 2}, 1000);
+  ASSERT_TRUE(out.status.ok()) << out.status.ToString();
+  EXPECT_EQ(race.Get(2), GpuProcessState::kCheckpointed);
+  // A checkpoint that fails then unlocks it: nothing stays locked.
+  race.Set(1, GpuProcessState::kRunning);
+  race.Set(2, GpuProcessState::kLocked);
+  race.reads = 0;
+  race.Fail("checkpoint", 1, core::ResourceExhaustedError("no host memory"));
+  out = SuspendProcesses(race, {1, 2}, 1000);
+  EXPECT_EQ(out.status.code(), core::StatusCode::kResourceExhausted);
+  EXPECT_EQ(race.Get(1), GpuProcessState::kRunning);
+  EXPECT_EQ(race.Get(2), GpuProcessState::kRunning);
 }
 
 TEST(ResumeProcesses, AFailedRestoreLeavesTheJobWhollySuspended) {
