@@ -172,7 +172,8 @@ Figures OneRun(uint64_t gib) {
   f.by_hand_ms = resume.ms;
   Touch(second);
   log = AwaitLog(d, id, "copy of ");
-  f.differ = static_cast<long>(After(log, "verified " + mem + ": "));
+  // The worker prints sizes as core::FormatBytes does ("1 GiB").
+  f.differ = static_cast<long>(After(log, "verified " + std::to_string(gib) + " GiB: "));
   f.copy_fresh_ms = After(log, "to the device: fresh ");
   f.copy_touched_ms = After(log, " ms, touched ");
   return f;
