@@ -66,6 +66,31 @@ TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
   }
 }
 
+TEST(ExternalJobJson, ParsesModeLabelsPausedAndGpus) {
+  auto spec =
+      ParseSubmitBody(R"({"mode":"external","mem":"8GiB","gpu_uuids":["GPU-1"],"paused":true,)"
+                      R"("labels":{"namespace":"ml","pod":"p"}})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->mode, core::JobMode::kExternal);
+  EXPECT_TRUE(spec->paused);
+  EXPECT_EQ(spec->gpu_uuids, std::vector<std::string>{"GPU-1"});
+  EXPECT_EQ(spec->labels.at("pod"), "p");
+  // Other modes still need a working directory.
+  EXPECT_FALSE(ParseSubmitBody(R"({"mem":"8GiB","argv":["x"]})").ok());
+  EXPECT_FALSE(ParseSubmitBody(R"({"mode":"external","mem":"8GiB","labels":{"a":1}})").ok());
+  EXPECT_FALSE(ParseSubmitBody(R"({"mode":"external","mem":"8GiB","paused":"yes"})").ok());
+}
+
+// A Slurm step's request (service_bound_test.cc for what the Service does
+// with it).
+TEST(ParseSubmitBody, BoundToCallerIsABoolean) {
+  auto spec = ParseSubmitBody(R"({"mode":"external","mem":"1GiB","bound_to_caller":"yes"})");
+  EXPECT_FALSE(spec.ok());
+  spec = ParseSubmitBody(R"({"mode":"external","mem":"1GiB","bound_to_caller":true})");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(spec->bound_to_caller);
+}
+
 TEST(ParseTarget, SplitsAndDecodesTheQuery) {
   std::string path;
   std::map<std::string, std::string> q;

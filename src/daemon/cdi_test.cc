@@ -1,6 +1,6 @@
-// CDI specs (issue 14 item 2): their content, their files, and the
-// service keeping one per running job. tests/e2e/cdi_podman_e2e_test.cc
-// runs a real podman against them.
+// CDI specs (issue 14 item 2): their content and their files (the service
+// keeping one per running job: service_container_test.cc).
+// tests/e2e/cdi_podman_e2e_test.cc runs a real podman against them.
 
 #include "daemon/cdi.h"
 
@@ -11,9 +11,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/launcher_fake.h"
-#include "daemon/service.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -125,76 +122,6 @@ TEST_F(CdiTest, TheFolderIsNeverWritableByOthers) {
   EXPECT_EQ(s.code(), core::StatusCode::kPermissionDenied);
   EXPECT_NE(s.message().find(open), std::string::npos) << s.message();
   EXPECT_FALSE(fs::exists(open + "/gpuslice-2.json"));
-}
-
-// The service: a spec from the moment a job starts (before its first
-// process) to its end, with the slice's paths and environment.
-TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
-  FakeClock clock;
-  FakeInventory inventory(SimulatedGpus(1));
-  FakeLauncher launcher;
-  FakeRegionStore regions;
-  ServiceOptions o;
-  o.state_dir = dir_ + "/state";
-  o.shim_path = "/lib/libgpuslice.so";
-  o.sim_lib_dir = "/lib/sim";
-  o.coord_dir = "/state/coord";
-  o.cdi_dir = dir_ + "/cdi";
-  o.job_env = {"GPUSLICE_SIM_STATE=/run/sim/state"};
-  fs::create_directories(o.state_dir);
-  Service service(o, clock, inventory, launcher, regions);
-  ASSERT_TRUE(service.Start().ok());
-  SubmitSpec s;
-  s.fields.mem = "4GiB";
-  s.argv = {"podman", "run"};
-  s.cwd = "/home/u";
-  auto v = service.Submit(TestCaller(1000), s);
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  const JobView job = *service.Get(v->job.id);
-  ASSERT_EQ(job.job.state, core::JobState::kRunning);
-  const std::string path = o.cdi_dir + "/" + CdiSpecFileName(job.job.id);
-  ASSERT_TRUE(fs::exists(path));
-  json spec = json::parse(Slurp(path));
-  const json& e = spec["devices"][0]["containerEdits"];
-  EXPECT_EQ(spec["devices"][0]["name"], std::to_string(job.job.id));
-  auto has_env = [&](const std::string& kv) {
-    return std::find(e["env"].begin(), e["env"].end(), kv) != e["env"].end();
-  };
-  EXPECT_TRUE(has_env("GPUSLICE_SLICE=" + job.job.region_path)) << e.dump();
-  EXPECT_TRUE(has_env("GPUSLICE_LIMITS=" + regions.LimitsPathOf(job.job.region_path)));
-  EXPECT_TRUE(has_env("CUDA_VISIBLE_DEVICES=GPU-0"));
-  EXPECT_TRUE(has_env("LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"));
-  EXPECT_TRUE(has_env("GPUSLICE_SIM_STATE=/run/sim/state"));
-  bool limits_ro = false, region_rw = false, sim_dir = false;
-  for (const json& m : e["mounts"]) {
-    if (m["hostPath"] == regions.LimitsPathOf(job.job.region_path)) {
-      limits_ro = m["options"][0] == "ro";
-    }
-    if (m["hostPath"] == job.job.region_path) region_rw = m["options"][0] == "rw";
-    sim_dir = sim_dir || m["hostPath"] == "/run/sim";
-  }
-  EXPECT_TRUE(limits_ro) << e.dump();
-  EXPECT_TRUE(region_rw) << e.dump();
-  EXPECT_TRUE(sim_dir) << e.dump();
-  EXPECT_FALSE(e.contains("deviceNodes")) << "the simulated GPU has no device nodes";
-  // `container-args`: the same for its owner, not for another user.
-  auto mine = service.ContainerOf(TestCaller(1000), job.job.id);
-  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
-  EXPECT_EQ(CdiSpec(*mine), spec);
-  EXPECT_EQ(service.ContainerOf(TestCaller(1001), job.job.id).status().code(),
-            core::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(service.ContainerOf(TestCaller(0, true), job.job.id).ok()) << "an admin";
-  EXPECT_EQ(service.ContainerOf(TestCaller(1000), 999).status().code(),
-            core::StatusCode::kNotFound);
-  // It ends: the spec goes, and there is no slice to join.
-  ASSERT_TRUE(service.Cancel(TestCaller(1000), job.job.id).ok());
-  launcher.Exit(job.job.pid, 143);
-  clock.Advance(1000);
-  service.Tick();
-  EXPECT_FALSE(fs::exists(path));
-  auto ended = service.ContainerOf(TestCaller(1000), job.job.id);
-  EXPECT_EQ(ended.status().code(), core::StatusCode::kFailedPrecondition);
-  EXPECT_NE(ended.status().message().find("only a running job"), std::string::npos);
 }
 
 // A MIG job on a real GPU needs its instance's capability nodes: the GPU

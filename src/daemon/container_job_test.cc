@@ -1,5 +1,5 @@
-// Container jobs (`--image`): the engine command, the checks at submission,
-// and what the Service launches and cleans up, over the fake launcher.
+// Container jobs (`--image`): the engine command and the checks at
+// submission (what the Service launches and cleans up: service_container_test.cc).
 
 #include "daemon/container_job.h"
 
@@ -7,7 +7,6 @@
 
 #include <algorithm>
 
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -88,76 +87,6 @@ TEST(ContainerJob, NamesComeFromTheJobsCgroupSoTwoDaemonsNeverShareOne) {
   EXPECT_EQ(ContainerName("/gpuslice/job-12"), "gpuslice-job-12");
   EXPECT_EQ(ContainerName("/gpuslice-e2e-x1/job-12"), "gpuslice-e2e-x1-job-12");
   EXPECT_EQ(ContainerName("/a b/job-1"), "a-b-job-1");
-}
-
-class ContainerService : public ServiceFixture {
- protected:
-  void SetUp() override {
-    launcher_.cgroups = true;
-    options_.podman = "/opt/podman";
-    options_.podman_args = {"--runtime", "runc"};
-    ServiceFixture::SetUp();
-  }
-  core::Result<JobView> Submit(std::optional<std::string> image,
-                               std::optional<std::string> engine = std::nullopt,
-                               core::JobMode mode = core::JobMode::kSubmit) {
-    SubmitSpec s;
-    s.fields.mem = "1GiB";
-    s.argv = {"python", "train.py"};
-    s.cwd = "/home/u";
-    s.env = {"PATH=/home/u/bin", "DOCKER_HOST=tcp://evil"};
-    s.mode = mode;
-    s.image = std::move(image);
-    s.engine = std::move(engine);
-    return service_->Submit(TestCaller(1000), s);
-  }
-};
-
-TEST_F(ContainerService, ItsLeaderIsTheEnginesRunAsRootWithACleanEnvironment) {
-  auto v = Submit("localhost/train:1");
-  ASSERT_TRUE(v.ok()) << v.status().ToString();
-  const uint64_t id = v->job.id;
-  ASSERT_EQ(State(id), core::JobState::kRunning);
-  EXPECT_EQ(Get(id).job.image, "localhost/train:1");
-  EXPECT_EQ(Get(id).job.engine, "podman");
-  const LaunchSpec& spec = launcher_.launches.at(Get(id).job.pid);
-  EXPECT_TRUE(spec.engine_as_root);
-  EXPECT_EQ(spec.cwd, "/home/u");  // Entered with the caller's rights.
-  ASSERT_FALSE(spec.argv.empty());
-  EXPECT_EQ(spec.argv[0], "/opt/podman");
-  EXPECT_TRUE(Has(spec.argv, {"--user", "1000:1000"}));
-  EXPECT_TRUE(Has(spec.argv, {"--runtime", "runc"}));
-  EXPECT_TRUE(Has(spec.argv, {"localhost/train:1", "python", "train.py"}));
-  EXPECT_TRUE(Has(spec.argv, {"-e", "GPUSLICE_JOB_ID=" + std::to_string(id)}));
-  // Nothing of the caller's environment reaches root's engine client.
-  for (const std::string& e : spec.env) {
-    EXPECT_EQ(e.find("DOCKER_HOST"), std::string::npos);
-    EXPECT_NE(e, "PATH=/home/u/bin");
-  }
-  // Its end removes the container from the engine's store.
-  launcher_.Exit(Get(id).job.pid, 0);
-  service_->Tick();
-  EXPECT_EQ(State(id), core::JobState::kExited);
-  ASSERT_EQ(launcher_.helpers.size(), 1u);
-  EXPECT_EQ(launcher_.helpers[0], (std::vector<std::string>{"/opt/podman", "rm", "-f", "--ignore",
-                                                            "gpuslice-job-" + std::to_string(id)}));
-  // The ledger keeps the image across a restart.
-  Restart();
-  EXPECT_EQ(Get(id).job.image, "localhost/train:1");
-}
-
-TEST_F(ContainerService, BadRequestsAreRefusedWithTheReasonAndNothingIsQueued) {
-  EXPECT_EQ(Submit("--privileged").status().message(),
-            "--image: '--privileged' is not an image name (it starts with '-')");
-  EXPECT_EQ(Submit("x", "lxc").status().message(), "--engine: expected podman or docker, got 'lxc'");
-  EXPECT_EQ(Submit(std::nullopt, "docker").status().message(), "--engine goes with --image");
-  EXPECT_FALSE(Submit("x", std::nullopt, core::JobMode::kShell).ok());
-  launcher_.cgroups = false;
-  auto no_cgroups = Submit("x");
-  ASSERT_FALSE(no_cgroups.ok());
-  EXPECT_NE(no_cgroups.status().message().find("need the daemon to track jobs by cgroup"),
-            std::string::npos);
-  EXPECT_EQ(service_->queued_count() + service_->running_count(), 0u);
 }
 
 }  // namespace

@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/api_json.h"
 #include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
@@ -196,21 +195,6 @@ TEST_F(ExternalJobTest, PriorityChangesLive) {
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   r.priority = "low";
   EXPECT_TRUE(service_->Resize(root_, w->job.id, r).ok());
-}
-
-TEST(ExternalJobJson, ParsesModeLabelsPausedAndGpus) {
-  auto spec =
-      ParseSubmitBody(R"({"mode":"external","mem":"8GiB","gpu_uuids":["GPU-1"],"paused":true,)"
-                      R"("labels":{"namespace":"ml","pod":"p"}})");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(spec->mode, core::JobMode::kExternal);
-  EXPECT_TRUE(spec->paused);
-  EXPECT_EQ(spec->gpu_uuids, std::vector<std::string>{"GPU-1"});
-  EXPECT_EQ(spec->labels.at("pod"), "p");
-  // Other modes still need a working directory.
-  EXPECT_FALSE(ParseSubmitBody(R"({"mem":"8GiB","argv":["x"]})").ok());
-  EXPECT_FALSE(ParseSubmitBody(R"({"mode":"external","mem":"8GiB","labels":{"a":1}})").ok());
-  EXPECT_FALSE(ParseSubmitBody(R"({"mode":"external","mem":"8GiB","paused":"yes"})").ok());
 }
 
 }  // namespace
