@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "daemon/arbiter_members.h"
+#include "daemon/base/log.h"
 #include "daemon/launcher.h"
-#include "daemon/log.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"
 

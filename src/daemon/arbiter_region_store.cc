@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 
 namespace gpuslice::daemon {
 

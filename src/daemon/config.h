@@ -13,7 +13,7 @@
 
 #include "core/placement_policy.h"
 #include "core/status.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/nvml_inventory.h"
 #include "daemon/policy_config.h"
 

@@ -15,7 +15,7 @@
 #include <boost/beast/http.hpp>
 
 #include "daemon/api_json.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 
 namespace gpuslice::daemon {
 

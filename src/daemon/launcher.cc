@@ -21,8 +21,8 @@
 #include <sstream>
 
 #include "core/units.h"
+#include "daemon/base/log.h"
 #include "daemon/job_log.h"
-#include "daemon/log.h"
 
 namespace gpuslice::daemon {
 namespace {

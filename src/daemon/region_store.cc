@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "daemon/base/log.h"
 #include "daemon/launcher.h"
-#include "daemon/log.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
 

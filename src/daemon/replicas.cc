@@ -8,7 +8,7 @@
 
 #include "core/units.h"
 #include "daemon/api_json.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 
 namespace gpuslice::daemon {
 

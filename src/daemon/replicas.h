@@ -26,7 +26,7 @@
 
 #include "core/autoscale.h"
 #include "core/status.h"
-#include "daemon/clock.h"
+#include "daemon/base/clock.h"
 #include "daemon/replica_table.h"
 #include "daemon/service.h"
 #include "daemon/service_body.h"

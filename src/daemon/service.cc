@@ -17,8 +17,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "daemon/base/log.h"
 #include "daemon/job_log.h"
-#include "daemon/log.h"
 
 namespace gpuslice::daemon {
 

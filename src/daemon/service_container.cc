@@ -8,9 +8,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "daemon/container_job.h"
 #include "core/strings.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
+#include "daemon/container_job.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

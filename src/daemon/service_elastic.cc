@@ -19,7 +19,7 @@
 #include <cstring>
 
 #include "core/elastic.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

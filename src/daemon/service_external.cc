@@ -14,8 +14,8 @@
 #include <algorithm>
 
 #include "core/strings.h"
+#include "daemon/base/log.h"
 #include "daemon/launcher.h"
-#include "daemon/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -9,7 +9,7 @@
 #include <climits>
 
 #include "core/strings.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -5,7 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

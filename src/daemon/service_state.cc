@@ -15,8 +15,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "daemon/base/log.h"
 #include "daemon/job_finder.h"
-#include "daemon/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

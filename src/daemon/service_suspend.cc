@@ -18,7 +18,7 @@
 
 #include "core/relocation.h"
 #include "core/strings.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "daemon/log.h"
+#include "daemon/base/log.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/units.h"
-#include "daemon/clock.h"
+#include "daemon/base/clock.h"
 #include "daemon/inventory.h"
 #include "daemon/launcher_fake.h"
 #include "daemon/region_store.h"
