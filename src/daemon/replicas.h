@@ -27,9 +27,9 @@
 #include "core/autoscale.h"
 #include "core/status.h"
 #include "daemon/base/clock.h"
-#include "daemon/replica_table.h"
 #include "daemon/service.h"
 #include "daemon/service_body.h"
+#include "daemon/store/replica_table.h"
 
 namespace gpuslice::daemon {
 

@@ -37,12 +37,12 @@
 #include "daemon/checkpointer.h"
 #include "daemon/inventory.h"
 #include "daemon/launcher.h"
-#include "daemon/ledger.h"
 #include "daemon/memory_allowance.h"
 #include "daemon/policy_config.h"
 #include "daemon/process_table.h"
 #include "daemon/region_store.h"
 #include "daemon/service_views.h"
+#include "daemon/store/ledger.h"
 
 namespace gpuslice::daemon {
 

@@ -22,7 +22,7 @@
 #include "core/usage.h"
 #include "daemon/api.h"
 #include "daemon/inventory.h"
-#include "daemon/ledger.h"
+#include "daemon/store/ledger.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/ledger_schema.h"
+#include "daemon/store/ledger_schema.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -1,4 +1,4 @@
-#include "daemon/ledger.h"
+#include "daemon/store/ledger.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "daemon/ledger_schema.h"
+#include "daemon/store/ledger_schema.h"
 
 namespace gpuslice::daemon {
 namespace {

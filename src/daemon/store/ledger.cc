@@ -1,4 +1,4 @@
-#include "daemon/ledger.h"
+#include "daemon/store/ledger.h"
 
 #include <errno.h>
 #include <string.h>
@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dependency.h"
-#include "daemon/ledger_schema.h"
-#include "daemon/sqlite_stmt.h"
+#include "daemon/store/ledger_schema.h"
+#include "daemon/store/sqlite_stmt.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "daemon/ledger.h"
+#include "daemon/store/ledger.h"
 
 namespace gpuslice::daemon {
 

@@ -1,10 +1,10 @@
-#include "daemon/replica_table.h"
+#include "daemon/store/replica_table.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "daemon/ledger.h"
-#include "daemon/sqlite_stmt.h"
+#include "daemon/store/ledger.h"
+#include "daemon/store/sqlite_stmt.h"
 
 namespace gpuslice::daemon {
 namespace {

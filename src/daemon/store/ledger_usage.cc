@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "daemon/ledger.h"
-#include "daemon/sqlite_stmt.h"
+#include "daemon/store/ledger.h"
+#include "daemon/store/sqlite_stmt.h"
 
 namespace gpuslice::daemon {
 
