@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "daemon/doctor.h"
+#include "daemon/node/doctor.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

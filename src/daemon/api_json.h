@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "core/status.h"
-#include "daemon/inventory.h"
+#include "daemon/node/inventory.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

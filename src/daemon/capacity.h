@@ -37,7 +37,7 @@
 #include "core/placement_policy.h"
 #include "core/placement_profile.h"
 #include "core/queue.h"
-#include "daemon/inventory.h"
+#include "daemon/node/inventory.h"
 
 namespace gpuslice::daemon {
 

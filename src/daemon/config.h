@@ -14,7 +14,7 @@
 #include "core/placement_policy.h"
 #include "core/status.h"
 #include "daemon/base/log.h"
-#include "daemon/nvml_inventory.h"
+#include "daemon/node/nvml_inventory.h"
 #include "daemon/policy_config.h"
 
 namespace gpuslice::daemon {

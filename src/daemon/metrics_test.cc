@@ -10,9 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "daemon/doctor.h"
 #include "daemon/launcher_fake.h"
 #include "daemon/metrics_text.h"
+#include "daemon/node/doctor.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -14,8 +14,8 @@
 
 #include "core/units.h"
 #include "daemon/base/clock.h"
-#include "daemon/inventory.h"
 #include "daemon/launcher_fake.h"
+#include "daemon/node/inventory.h"
 #include "daemon/region_store.h"
 #include "daemon/service.h"
 

@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "core/usage.h"
 #include "daemon/api.h"
-#include "daemon/inventory.h"
+#include "daemon/node/inventory.h"
 #include "daemon/store/ledger.h"
 
 namespace gpuslice::daemon {

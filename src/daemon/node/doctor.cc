@@ -1,6 +1,6 @@
-#include "daemon/doctor.h"
+#include "daemon/node/doctor.h"
 
-#include "daemon/child_probe.h"
+#include "daemon/node/child_probe.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

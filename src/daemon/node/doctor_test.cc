@@ -1,4 +1,4 @@
-#include "daemon/doctor.h"
+#include "daemon/node/doctor.h"
 
 #include <gtest/gtest.h>
 

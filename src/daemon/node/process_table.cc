@@ -1,4 +1,4 @@
-#include "daemon/process_table.h"
+#include "daemon/node/process_table.h"
 
 #include <dirent.h>
 #include <grp.h>

@@ -1,4 +1,4 @@
-#include "daemon/nvml_inventory.h"
+#include "daemon/node/nvml_inventory.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -14,7 +14,7 @@
 #include <optional>
 
 #include "core/nvml_abi.h"
-#include "daemon/child_probe.h"
+#include "daemon/node/child_probe.h"
 
 namespace gpuslice::daemon {
 namespace {

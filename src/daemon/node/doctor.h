@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/inventory.h"
+#include "daemon/node/inventory.h"
 
 namespace gpuslice::daemon {
 

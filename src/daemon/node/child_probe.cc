@@ -1,4 +1,4 @@
-#include "daemon/child_probe.h"
+#include "daemon/node/child_probe.h"
 
 #include <poll.h>
 #include <signal.h>

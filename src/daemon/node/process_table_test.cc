@@ -1,4 +1,4 @@
-#include "daemon/process_table.h"
+#include "daemon/node/process_table.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

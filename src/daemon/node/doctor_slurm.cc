@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/doctor.h"
+#include "daemon/node/doctor.h"
 #include "slurm/slurm_conf.h"
 
 namespace gpuslice::daemon {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/nvml_abi.h"
-#include "daemon/inventory.h"
+#include "daemon/node/inventory.h"
 
 namespace gpuslice::daemon {
 
