@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/metrics.h"
 #include "daemon/service.h"
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "daemon/api_json.h"
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 
 namespace gpuslice::daemon {
 namespace {

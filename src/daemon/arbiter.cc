@@ -19,7 +19,7 @@
 
 #include "daemon/arbiter_members.h"
 #include "daemon/base/log.h"
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"
 

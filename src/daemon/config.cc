@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "core/units.h"
-#include "daemon/job_log.h"
+#include "daemon/launch/job_log.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 
 namespace gpuslice::daemon {
 

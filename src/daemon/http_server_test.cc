@@ -23,7 +23,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/test_support.h"
 
 namespace gpuslice::daemon {

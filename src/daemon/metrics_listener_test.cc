@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "daemon/http_server.h"
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_text.h"
 

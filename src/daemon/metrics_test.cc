@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/metrics_text.h"
 #include "daemon/node/doctor.h"
 

@@ -8,7 +8,7 @@
 #include <system_error>
 
 #include "daemon/base/log.h"
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/replicas_api.h"
 #include "daemon/test_support.h"
 

@@ -18,7 +18,7 @@
 #include <fstream>
 
 #include "daemon/base/log.h"
-#include "daemon/job_log.h"
+#include "daemon/launch/job_log.h"
 
 namespace gpuslice::daemon {
 

@@ -10,7 +10,7 @@
 
 #include "core/strings.h"
 #include "daemon/base/log.h"
-#include "daemon/container_job.h"
+#include "daemon/launch/container_job.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/cdi.h"
-#include "daemon/container_job.h"
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/cdi.h"
+#include "daemon/launch/container_job.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/service.h"
 #include "daemon/test_support.h"
 

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/service.h"
 #include "daemon/test_support.h"
 

@@ -15,7 +15,7 @@
 
 #include "core/strings.h"
 #include "daemon/base/log.h"
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

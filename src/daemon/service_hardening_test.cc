@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/service.h"
 #include "daemon/test_support.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/metrics.h"
 #include "daemon/service.h"
 #include "daemon/test_support.h"

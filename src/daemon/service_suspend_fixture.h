@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/checkpointer_fake.h"
+#include "daemon/launch/checkpointer_fake.h"
 #include "daemon/test_support.h"
 
 namespace gpuslice::daemon {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/test_support.h"
 
 namespace gpuslice::daemon {

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/service.h"
 #include "daemon/test_support.h"
 

@@ -14,7 +14,7 @@
 
 #include "core/units.h"
 #include "daemon/base/clock.h"
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/node/inventory.h"
 #include "daemon/region_store.h"
 #include "daemon/service.h"

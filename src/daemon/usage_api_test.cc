@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "core/units.h"
-#include "daemon/launcher_fake.h"
+#include "daemon/launch/launcher_fake.h"
 #include "daemon/test_support.h"
 
 namespace gpuslice::daemon {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "daemon/cdi.h"
+#include "daemon/launch/cdi.h"
 
 namespace gpuslice::daemon {
 

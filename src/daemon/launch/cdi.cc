@@ -1,4 +1,4 @@
-#include "daemon/cdi.h"
+#include "daemon/launch/cdi.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/checkpointer.h"
+#include "daemon/launch/checkpointer.h"
 
 namespace gpuslice::daemon {
 

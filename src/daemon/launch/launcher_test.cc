@@ -2,7 +2,7 @@
 // writes the exit status; with the machine's real cgroups (root only, else
 // skipped) a job's setsid children stay in the job and die with it.
 
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -17,8 +17,8 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon/cgroup_fake.h"
-#include "daemon/job_log.h"
+#include "daemon/launch/cgroup_fake.h"
+#include "daemon/launch/job_log.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/cgroup.h"
+#include "daemon/launch/cgroup.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/cgroup.h"
+#include "daemon/launch/cgroup.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -1,4 +1,4 @@
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +22,7 @@
 
 #include "core/units.h"
 #include "daemon/base/log.h"
-#include "daemon/job_log.h"
+#include "daemon/launch/job_log.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -1,4 +1,4 @@
-#include "daemon/checkpointer.h"
+#include "daemon/launch/checkpointer.h"
 
 #include <dlfcn.h>
 

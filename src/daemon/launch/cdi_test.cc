@@ -2,7 +2,7 @@
 // keeping one per running job: service_container_test.cc).
 // tests/e2e/cdi_podman_e2e_test.cc runs a real podman against them.
 
-#include "daemon/cdi.h"
+#include "daemon/launch/cdi.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

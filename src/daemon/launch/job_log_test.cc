@@ -1,7 +1,7 @@
 // The job log cap: LogWriter trims, ReadJobLog keeps offsets meaning bytes
 // of output since the job started, so followers stream across a trim.
 
-#include "daemon/job_log.h"
+#include "daemon/launch/job_log.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

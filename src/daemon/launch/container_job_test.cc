@@ -1,7 +1,7 @@
 // Container jobs (`--image`): the engine command and the checks at
 // submission (what the Service launches and cleans up: service_container_test.cc).
 
-#include "daemon/container_job.h"
+#include "daemon/launch/container_job.h"
 
 #include <gtest/gtest.h>
 

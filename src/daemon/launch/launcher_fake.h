@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/container_job.h"
+#include "daemon/launch/container_job.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/job_log.h"
+#include "daemon/launch/job_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "daemon/launcher.h"
+#include "daemon/launch/launcher.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -2,7 +2,7 @@
 // mountinfo file that points into the tree, directories standing for the
 // hierarchies, and the control files the kernel would show.
 
-#include "daemon/cgroup.h"
+#include "daemon/launch/cgroup.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

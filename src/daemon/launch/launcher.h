@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "daemon/cgroup.h"
+#include "daemon/launch/cgroup.h"
 
 namespace gpuslice::daemon {
 
