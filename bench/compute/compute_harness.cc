@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/arbiter.h"
+#include "daemon/compute/arbiter.h"
 #include "shim/coord_board.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"

@@ -14,9 +14,9 @@
 
 #include "core/units.h"
 #include "daemon/base/clock.h"
+#include "daemon/compute/region_store.h"
 #include "daemon/launch/launcher_fake.h"
 #include "daemon/node/inventory.h"
-#include "daemon/region_store.h"
 #include "daemon/service.h"
 
 namespace gpuslice::daemon {

@@ -1,4 +1,4 @@
-#include "daemon/region_store.h"
+#include "daemon/compute/region_store.h"
 
 #include <errno.h>
 #include <sys/stat.h>

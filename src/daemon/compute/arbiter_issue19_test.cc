@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "daemon/arbiter.h"
-#include "daemon/arbiter_test_fixture.h"
+#include "daemon/compute/arbiter.h"
+#include "daemon/compute/arbiter_test_fixture.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"
 #include "shim/coord_turns.h"

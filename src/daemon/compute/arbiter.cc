@@ -1,4 +1,4 @@
-#include "daemon/arbiter.h"
+#include "daemon/compute/arbiter.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,8 +17,8 @@
 #include <functional>
 #include <thread>
 
-#include "daemon/arbiter_members.h"
 #include "daemon/base/log.h"
+#include "daemon/compute/arbiter_members.h"
 #include "daemon/launch/launcher.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"

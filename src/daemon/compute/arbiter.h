@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "daemon/region_store.h"
+#include "daemon/compute/region_store.h"
 #include "shim/compute_policy.h"
 #include "shim/coord_board_layout.h"
 

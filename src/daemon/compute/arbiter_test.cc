@@ -1,4 +1,4 @@
-#include "daemon/arbiter.h"
+#include "daemon/compute/arbiter.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "daemon/arbiter_test_fixture.h"
+#include "daemon/compute/arbiter_test_fixture.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"
 

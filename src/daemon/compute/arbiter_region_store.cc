@@ -1,4 +1,4 @@
-#include "daemon/arbiter_region_store.h"
+#include "daemon/compute/arbiter_region_store.h"
 
 #include <cctype>
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/arbiter.h"
-#include "daemon/region_store.h"
+#include "daemon/compute/arbiter.h"
+#include "daemon/compute/region_store.h"
 
 namespace gpuslice::daemon {
 

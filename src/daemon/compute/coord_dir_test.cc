@@ -1,4 +1,4 @@
-#include "daemon/coord_dir.h"
+#include "daemon/compute/coord_dir.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "daemon/arbiter_members.h"
+#include "daemon/compute/arbiter_members.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

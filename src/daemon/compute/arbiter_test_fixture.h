@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/arbiter.h"
+#include "daemon/compute/arbiter.h"
 #include "shim/coord_board.h"
 
 namespace gpuslice::daemon::arbiter_testing {
