@@ -44,7 +44,7 @@
 #include "bench_daemon.h"
 #include "cli/client.h"
 #include "core/queue.h"
-#include "daemon/capacity.h"
+#include "daemon/placement/capacity.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "daemon/capacity.h"
+#include "daemon/placement/capacity.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 
 #include "core/move_proposal.h"
 #include "core/strings.h"
-#include "daemon/capacity.h"
+#include "daemon/placement/capacity.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/memory_allowance.h"
+#include "daemon/placement/memory_allowance.h"
 
 #include <gtest/gtest.h>
 
