@@ -22,7 +22,7 @@
 #include "daemon/compute/arbiter_region_store.h"
 #include "daemon/compute/coord_dir.h"
 #include "daemon/compute/region_store.h"
-#include "daemon/config.h"
+#include "daemon/config/config.h"
 #include "daemon/http_server.h"
 #include "daemon/launch/cgroup.h"
 #include "daemon/metrics.h"

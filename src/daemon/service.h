@@ -33,6 +33,7 @@
 #include "core/quota.h"
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
+#include "daemon/config/policy_config.h"
 #include "daemon/launch/cdi.h"
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
@@ -40,7 +41,6 @@
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
-#include "daemon/policy_config.h"
 #include "daemon/service_views.h"
 #include "daemon/store/ledger.h"
 

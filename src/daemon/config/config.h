@@ -14,8 +14,8 @@
 #include "core/placement_policy.h"
 #include "core/status.h"
 #include "daemon/base/log.h"
+#include "daemon/config/policy_config.h"
 #include "daemon/node/nvml_inventory.h"
-#include "daemon/policy_config.h"
 
 namespace gpuslice::daemon {
 

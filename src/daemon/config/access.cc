@@ -1,4 +1,4 @@
-#include "daemon/access.h"
+#include "daemon/config/access.h"
 
 #include <algorithm>
 

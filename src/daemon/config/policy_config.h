@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/preemption.h"
-#include "daemon/access.h"
 #include "core/status.h"
+#include "daemon/config/access.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/policy_config.h"
+#include "daemon/config/policy_config.h"
 
 #include "core/units.h"
 
