@@ -16,9 +16,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "daemon/jobs/service.h"
 #include "daemon/launch/launcher_fake.h"
 #include "daemon/metrics.h"
-#include "daemon/service.h"
 
 namespace gd = gpuslice::daemon;
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "daemon/jobs/service.h"
 #include "daemon/node/doctor.h"
-#include "daemon/service.h"
 
 namespace gpuslice::daemon {
 

@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "core/status.h"
+#include "daemon/jobs/service.h"
 #include "daemon/node/inventory.h"
-#include "daemon/service.h"
 
 namespace gpuslice::daemon {
 

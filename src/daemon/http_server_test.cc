@@ -23,8 +23,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -24,6 +24,7 @@
 #include "daemon/compute/region_store.h"
 #include "daemon/config/config.h"
 #include "daemon/http_server.h"
+#include "daemon/jobs/service.h"
 #include "daemon/launch/cgroup.h"
 #include "daemon/metrics.h"
 #include "daemon/node/doctor.h"
@@ -31,7 +32,6 @@
 #include "daemon/node_state_route.h"
 #include "daemon/replicas.h"
 #include "daemon/replicas_api.h"
-#include "daemon/service.h"
 #include "daemon/status_page.h"
 #include "daemon/usage_api.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "daemon/api.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

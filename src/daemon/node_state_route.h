@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/api.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

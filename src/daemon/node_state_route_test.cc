@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "core/units.h"
-#include "daemon/test_support.h"
+#include "daemon/jobs/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -27,7 +27,7 @@
 #include "core/autoscale.h"
 #include "core/status.h"
 #include "daemon/base/clock.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 #include "daemon/service_body.h"
 #include "daemon/store/replica_table.h"
 

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
 #include "daemon/replicas_api.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

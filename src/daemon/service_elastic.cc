@@ -20,7 +20,7 @@
 
 #include "core/elastic.h"
 #include "daemon/base/log.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

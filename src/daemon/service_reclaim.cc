@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "daemon/base/log.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

@@ -12,7 +12,7 @@
 #include <cstdio>
 
 #include "daemon/base/log.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

@@ -23,7 +23,7 @@
 #include <string_view>
 
 #include "daemon/api.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "core/units.h"
+#include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -34,6 +34,7 @@
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
+#include "daemon/jobs/service_views.h"
 #include "daemon/launch/cdi.h"
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
@@ -41,7 +42,6 @@
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
-#include "daemon/service_views.h"
 #include "daemon/store/ledger.h"
 
 namespace gpuslice::daemon {

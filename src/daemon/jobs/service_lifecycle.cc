@@ -10,7 +10,7 @@
 
 #include "core/strings.h"
 #include "daemon/base/log.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

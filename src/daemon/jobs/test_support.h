@@ -15,9 +15,9 @@
 #include "core/units.h"
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
+#include "daemon/jobs/service.h"
 #include "daemon/launch/launcher_fake.h"
 #include "daemon/node/inventory.h"
-#include "daemon/service.h"
 
 namespace gpuslice::daemon {
 

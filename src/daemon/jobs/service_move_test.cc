@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "daemon/service_suspend_fixture.h"
+#include "daemon/jobs/service_suspend_fixture.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -12,7 +12,7 @@
 
 #include "core/relocation.h"
 #include "core/strings.h"
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

@@ -10,8 +10,8 @@
 
 #include "core/strings.h"
 #include "daemon/base/log.h"
+#include "daemon/jobs/service.h"
 #include "daemon/launch/container_job.h"
-#include "daemon/service.h"
 
 namespace gpuslice::daemon {
 

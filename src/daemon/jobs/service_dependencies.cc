@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/job_finder.h"
+#include "daemon/jobs/job_finder.h"
 
 #include <dirent.h>
 #include <fcntl.h>

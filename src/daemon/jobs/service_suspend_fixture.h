@@ -10,8 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "daemon/jobs/test_support.h"
 #include "daemon/launch/checkpointer_fake.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 

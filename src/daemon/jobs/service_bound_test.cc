@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "daemon/test_support.h"
+#include "daemon/jobs/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -3,7 +3,7 @@
 // its exit. Starting, recovery and the ledger are in service_state.cc; moving
 // jobs along in service_lifecycle.cc. See service.h.
 
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 #include <errno.h>
 #include <fcntl.h>

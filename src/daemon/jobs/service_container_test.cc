@@ -10,11 +10,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "daemon/jobs/service.h"
+#include "daemon/jobs/test_support.h"
 #include "daemon/launch/cdi.h"
 #include "daemon/launch/container_job.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/service.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "daemon/test_support.h"
+#include "daemon/jobs/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

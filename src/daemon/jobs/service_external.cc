@@ -15,8 +15,8 @@
 
 #include "core/strings.h"
 #include "daemon/base/log.h"
+#include "daemon/jobs/service.h"
 #include "daemon/launch/launcher.h"
-#include "daemon/service.h"
 
 namespace gpuslice::daemon {
 

@@ -16,8 +16,8 @@
 #include <cstdlib>
 
 #include "daemon/base/log.h"
-#include "daemon/job_finder.h"
-#include "daemon/service.h"
+#include "daemon/jobs/job_finder.h"
+#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-#include "daemon/service_suspend_fixture.h"
+#include "daemon/jobs/service_suspend_fixture.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <filesystem>
 
+#include "daemon/jobs/service.h"
+#include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/service.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {

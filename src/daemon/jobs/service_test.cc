@@ -1,4 +1,4 @@
-#include "daemon/service.h"
+#include "daemon/jobs/service.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/test_support.h"
 
 namespace gpuslice::daemon {
 namespace {
