@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "daemon/service_watchdog_fixture.h"
+#include "daemon/policy/service_watchdog_fixture.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/service_watchdog_fixture.h"
+#include "daemon/policy/service_watchdog_fixture.h"
 
 namespace gpuslice::daemon {
 namespace {
