@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 #include "daemon/service_body.h"
 
 using namespace gpuslice;

@@ -16,9 +16,9 @@
 #include <filesystem>
 #include <memory>
 
+#include "daemon/api/metrics.h"
 #include "daemon/jobs/service.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/metrics.h"
 
 namespace gd = gpuslice::daemon;
 

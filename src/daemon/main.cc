@@ -16,24 +16,24 @@
 #include <iostream>
 
 #include "core/version.h"
-#include "daemon/api.h"
+#include "daemon/api/api.h"
+#include "daemon/api/http_server.h"
+#include "daemon/api/metrics.h"
+#include "daemon/api/node_state_route.h"
+#include "daemon/api/status_page.h"
+#include "daemon/api/usage_api.h"
 #include "daemon/base/log.h"
 #include "daemon/compute/arbiter.h"
 #include "daemon/compute/arbiter_region_store.h"
 #include "daemon/compute/coord_dir.h"
 #include "daemon/compute/region_store.h"
 #include "daemon/config/config.h"
-#include "daemon/http_server.h"
 #include "daemon/jobs/service.h"
 #include "daemon/launch/cgroup.h"
-#include "daemon/metrics.h"
 #include "daemon/node/doctor.h"
 #include "daemon/node/nvml_inventory.h"
-#include "daemon/node_state_route.h"
 #include "daemon/replicas.h"
 #include "daemon/replicas_api.h"
-#include "daemon/status_page.h"
-#include "daemon/usage_api.h"
 
 namespace gd = gpuslice::daemon;
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/units.h"
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 #include "daemon/base/log.h"
 
 namespace gpuslice::daemon {

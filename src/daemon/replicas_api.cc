@@ -1,6 +1,6 @@
 #include "daemon/replicas_api.h"
 
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 
 namespace gpuslice::daemon {
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 #include "daemon/replicas.h"
 #include "daemon/service_body.h"
 

@@ -1,7 +1,7 @@
 #include "daemon/service_body.h"
 
 #include "core/units.h"
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 
 namespace gpuslice::daemon {
 

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "daemon/api/metrics.h"
 #include "daemon/jobs/service.h"
 #include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/metrics.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -1,4 +1,4 @@
-#include "daemon/status_page.h"
+#include "daemon/api/status_page.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // and total caps, cheap refusal, no busy loop when descriptors run out, and
 // the daemon's answer time while another user holds 2,000 idle connections.
 
-#include "daemon/http_server.h"
+#include "daemon/api/http_server.h"
 
 #include <arpa/inet.h>
 #include <grp.h>

@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 #include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <thread>
 
-#include "daemon/http_server.h"
+#include "daemon/api/http_server.h"
+#include "daemon/api/metrics.h"
+#include "daemon/api/metrics_text.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/metrics.h"
-#include "daemon/metrics_text.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -32,7 +32,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/metrics_text.h"
+#include "daemon/api/metrics_text.h"
 
 #include <cassert>
 #include <charconv>

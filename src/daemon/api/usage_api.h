@@ -20,7 +20,7 @@
 
 #include "core/status.h"
 #include "core/usage.h"
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 #include "daemon/node/inventory.h"
 #include "daemon/store/ledger.h"
 

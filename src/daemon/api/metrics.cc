@@ -1,4 +1,4 @@
-#include "daemon/metrics.h"
+#include "daemon/api/metrics.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <map>
 
 #include "core/units.h"
-#include "daemon/metrics_text.h"
+#include "daemon/api/metrics_text.h"
 
 namespace gpuslice::daemon {
 

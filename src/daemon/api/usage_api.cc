@@ -1,4 +1,4 @@
-#include "daemon/usage_api.h"
+#include "daemon/api/usage_api.h"
 
 #include <grp.h>
 
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <memory>
 
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 
 namespace gpuslice::daemon {
 

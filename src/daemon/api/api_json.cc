@@ -1,4 +1,4 @@
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 
 #include "core/dependency.h"
 

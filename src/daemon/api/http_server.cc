@@ -1,4 +1,4 @@
-#include "daemon/http_server.h"
+#include "daemon/api/http_server.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -14,7 +14,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 #include "daemon/base/log.h"
 
 namespace gpuslice::daemon {

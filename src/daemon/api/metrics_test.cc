@@ -1,4 +1,4 @@
-#include "daemon/metrics.h"
+#include "daemon/api/metrics.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "daemon/api/metrics_text.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/metrics_text.h"
 #include "daemon/node/doctor.h"
 
 namespace gpuslice::daemon {

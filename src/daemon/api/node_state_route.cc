@@ -1,4 +1,4 @@
-#include "daemon/node_state_route.h"
+#include "daemon/api/node_state_route.h"
 
 #include <unistd.h>
 

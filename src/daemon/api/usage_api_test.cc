@@ -1,4 +1,4 @@
-#include "daemon/usage_api.h"
+#include "daemon/api/usage_api.h"
 
 #include <gtest/gtest.h>
 

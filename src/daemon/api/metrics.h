@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 #include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {

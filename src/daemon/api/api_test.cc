@@ -1,10 +1,10 @@
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 #include "daemon/launch/launcher_fake.h"
 
 namespace gpuslice::daemon {

@@ -1,9 +1,9 @@
-#include "daemon/api.h"
+#include "daemon/api/api.h"
 
 #include <algorithm>
 #include <charconv>
 
-#include "daemon/api_json.h"
+#include "daemon/api/api_json.h"
 
 namespace gpuslice::daemon {
 
