@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "daemon/api/api_json.h"
-#include "daemon/service_body.h"
+#include "daemon/services/service_body.h"
 
 using namespace gpuslice;
 

@@ -32,8 +32,8 @@
 #include "daemon/launch/cgroup.h"
 #include "daemon/node/doctor.h"
 #include "daemon/node/nvml_inventory.h"
-#include "daemon/replicas.h"
-#include "daemon/replicas_api.h"
+#include "daemon/services/replicas.h"
+#include "daemon/services/replicas_api.h"
 
 namespace gd = gpuslice::daemon;
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-#include "daemon/service_body.h"
+#include "daemon/services/service_body.h"
 
 #include "core/units.h"
 #include "daemon/api/api_json.h"

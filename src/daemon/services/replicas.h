@@ -28,7 +28,7 @@
 #include "core/status.h"
 #include "daemon/base/clock.h"
 #include "daemon/jobs/service.h"
-#include "daemon/service_body.h"
+#include "daemon/services/service_body.h"
 #include "daemon/store/replica_table.h"
 
 namespace gpuslice::daemon {

@@ -1,4 +1,4 @@
-#include "daemon/replicas.h"
+#include "daemon/services/replicas.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,4 @@
-#include "daemon/replicas_api.h"
+#include "daemon/services/replicas_api.h"
 
 #include "daemon/api/api_json.h"
 

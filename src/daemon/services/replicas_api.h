@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/api/api.h"
-#include "daemon/replicas.h"
-#include "daemon/service_body.h"
+#include "daemon/services/replicas.h"
+#include "daemon/services/service_body.h"
 
 namespace gpuslice::daemon {
 

@@ -1,4 +1,4 @@
-#include "daemon/replicas.h"
+#include "daemon/services/replicas.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 #include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
-#include "daemon/replicas_api.h"
+#include "daemon/services/replicas_api.h"
 
 namespace gpuslice::daemon {
 namespace {
