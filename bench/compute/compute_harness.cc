@@ -9,7 +9,7 @@
 //   such group, 3 unless given)
 //
 // --arbiter runs the tenants as the daemon runs jobs: the daemon's compute
-// arbiter (src/daemon/arbiter.h), in this process, decides their turns from
+// arbiter (src/daemon/compute/arbiter.h), in this process, decides their turns from
 // a board in the scenario's directory, with the shares registered as the
 // daemon's region store would; the shims follow the board and report into
 // members files. Without it: standalone slices on the cooperative file.
