@@ -307,7 +307,7 @@ TEST(ModelToJson, HasTheSnapshotWithUnknownsAsNull) {
   EXPECT_EQ(j["events"].size(), 2u);
 }
 
-TEST(RenderTop, Issue13ShowsProcessesOutsideGpusliceWithPidAndUser) {
+TEST(RenderTop, ShowsProcessesOutsideGpusliceWithPidAndUser) {
   json gpus = Gpus();
   gpus["gpus"][0]["foreign_processes"] = {
       {{"pid", 4242}, {"user", "bob"}, {"uid", 1001}, {"used_memory", 30 * core::kGiB}}};
@@ -380,7 +380,7 @@ TEST(RenderTop, ListsAMigGpusInstancesWithWhoseEachIs) {
 // Issue 18 item 1: a GPU in MIG mode showed 0% utilisation where NVML has
 // no figure. Now: each instance's activity where NVML measures it (GPM),
 // and n/a, never 0%, where it does not.
-TEST(RenderTop, Issue18MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
+TEST(RenderTop, MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
   json gpus = Gpus();
   json& g = gpus["gpus"][0];
   g.erase("utilization_pct");  // No figure for the GPU.

@@ -388,7 +388,7 @@ TEST_F(ApiTest, PolicyBodiesAreCheckedNamingTheField) {
 
 // Issue 13: the token could `quota set` although docs/API.md says reads and
 // cancels only. Every route of the table, built-in and added, is tried.
-TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
+TEST_F(ApiTest, TokenMayReadAndCancelButChangeNothingElse) {
   api_->AddRoute("POST", "/v1/things/{name}/poke", [](const ApiRequest&) {
     return ApiResponse{200, "{}", "application/json", {}};
   });
@@ -422,7 +422,7 @@ TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
 
 // Issue 13: a shell job's environment (the owner's secrets) goes to its owner
 // only: never to root, an admin or the token holder.
-TEST_F(ApiTest, Issue13EnvironmentIsShownToTheJobsOwnerOnly) {
+TEST_F(ApiTest, EnvironmentIsShownToTheJobsOwnerOnly) {
   ApiResponse r =
       Call("POST", "/v1/jobs",
            R"({"mem": "8GiB", "mode": "shell", "cwd": "/", "env": ["SECRET=hunter2"]})");

@@ -580,7 +580,7 @@ CoRunResult RunLoops(const ArbiterOptions& options, const std::vector<uint32_t>&
   return out;
 }
 
-TEST_F(ArbiterTest, Issue19SlicesThatLeaveTheGpuIdleCoRunBesideTheHolder) {
+TEST_F(ArbiterTest, SlicesThatLeaveTheGpuIdleCoRunBesideTheHolder) {
   CoRunResult r = RunLoops(options_, {300, 700}, {0.25, 0.25});
   EXPECT_NEAR(r.used[0], 0.25, 0.01);
   EXPECT_NEAR(r.used[1], 0.25, 0.01);

@@ -214,7 +214,7 @@ TEST(Config, PolicyErrorsNameTheSetting) {
 }
 
 }  // namespace
-TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
+TEST(Config, LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
   DaemonConfig c;
   EXPECT_EQ(c.max_request_bytes, 1u << 20);
   EXPECT_EQ(c.max_queued_jobs_per_user, 500u);

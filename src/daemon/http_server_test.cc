@@ -231,7 +231,7 @@ class HttpServerTest : public ::testing::Test {
   int flood_opened_ = 0;
 };
 
-TEST_F(HttpServerTest, Issue13IdleConnectionsAreClosedAfterTheHeaderTimeout) {
+TEST_F(HttpServerTest, IdleConnectionsAreClosedAfterTheHeaderTimeout) {
   ServerOptions o;
   o.header_timeout = Ms(300);
   o.body_timeout = Ms(300);
@@ -318,7 +318,7 @@ TEST_F(HttpServerTest, ARequestOnAConnectionWhoseProcessHasEndedIsRefused) {
             std::string::npos);
 }
 
-TEST_F(HttpServerTest, Issue13RequestOverTheBodyLimitNamesTheSetting) {
+TEST_F(HttpServerTest, RequestOverTheBodyLimitNamesTheSetting) {
   ServerOptions o;
   o.body_limit = 1000;
   StartServer(o);
@@ -330,7 +330,7 @@ TEST_F(HttpServerTest, Issue13RequestOverTheBodyLimitNamesTheSetting) {
   EXPECT_NE(r.find("max_request_bytes"), std::string::npos) << r;
 }
 
-TEST_F(HttpServerTest, Issue13ConnectionsOverThePeerCapAreRefusedCheaply) {
+TEST_F(HttpServerTest, ConnectionsOverThePeerCapAreRefusedCheaply) {
   ServerOptions o;
   o.max_connections_per_peer = 4;
   StartServer(o);
@@ -349,7 +349,7 @@ TEST_F(HttpServerTest, Issue13ConnectionsOverThePeerCapAreRefusedCheaply) {
 
 // Issue 13: 1,019 idle connections froze the daemon at 100% CPU: the process
 // ran out of descriptors and the acceptor retried at once, forever.
-TEST_F(HttpServerTest, Issue13RunningOutOfDescriptorsDoesNotSpin) {
+TEST_F(HttpServerTest, RunningOutOfDescriptorsDoesNotSpin) {
   ServerOptions o;
   o.max_connections = 100000;
   o.max_connections_per_peer = 100000;
@@ -375,7 +375,7 @@ TEST_F(HttpServerTest, Issue13RunningOutOfDescriptorsDoesNotSpin) {
 }
 
 // A user outside the socket's group cannot connect at all.
-TEST_F(HttpServerTest, Issue13SocketRefusesUsersOutsideItsGroup) {
+TEST_F(HttpServerTest, SocketRefusesUsersOutsideItsGroup) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   auto uid = FloodUid();
   if (!uid) GTEST_SKIP() << "cannot create user " << kFloodUser;
@@ -398,7 +398,7 @@ TEST_F(HttpServerTest, Issue13SocketRefusesUsersOutsideItsGroup) {
 // Issue 13's target: the daemon keeps answering (p99 <= 50 ms) while 2,000
 // idle connections are held by an unauthorised user, on the unix socket (a
 // member of the socket's group) and on TCP (no token).
-TEST_F(HttpServerTest, Issue13AnswersWithin50msP99While2000IdleConnectionsAreHeld) {
+TEST_F(HttpServerTest, AnswersWithin50msP99While2000IdleConnectionsAreHeld) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   auto uid = FloodUid();
   if (!uid) GTEST_SKIP() << "cannot create user " << kFloodUser;

@@ -56,7 +56,7 @@ uint32_t ModeOf(const std::string& path) {
 }
 
 // Issue 13: the ledger (every job's environment) was 0644 for any local user.
-TEST_F(LedgerTest, Issue13LedgerFilesAreReadableByTheDaemonOnly) {
+TEST_F(LedgerTest, LedgerFilesAreReadableByTheDaemonOnly) {
   mode_t old = umask(022);
   {
     auto l = Ledger::Open(path_);

@@ -128,7 +128,7 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find(line + "\n") != std::string::npos;
 }
 
-TEST_F(MetricsTest, Issue13ForeignGpuUseIsExportedPerGpuAndZeroWhereThereIsNone) {
+TEST_F(MetricsTest, ForeignGpuUseIsExportedPerGpuAndZeroWhereThereIsNone) {
   GpuUsage u0;
   u0.index = 0;
   u0.memory_total = 80 * core::kGiB;
@@ -196,7 +196,7 @@ TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
 // Issue 18 item 1: GPUs in MIG mode and MIG jobs read 0% utilisation. Now
 // the GPU's and each instance's activity are exported where NVML measures
 // them (GPM), as dcgm-exporter does, and nothing where it does not.
-TEST_F(MetricsTest, Issue18MigActivityIsExportedPerInstanceAndUnknownIsLeftOut) {
+TEST_F(MetricsTest, MigActivityIsExportedPerInstanceAndUnknownIsLeftOut) {
   InventorySnapshot inv = TwoGpus();
   inv.gpus[0].mig_enabled = true;
   for (uint32_t i = 0; i < 2; ++i) {

@@ -102,7 +102,7 @@ class HardeningTest : public ::testing::Test {
 
 // Issue 13: the ledger (every job's environment) was 0644 in a 0755 state
 // directory; an older install is fixed at start.
-TEST_F(HardeningTest, Issue13StateDirectoryIsTraversableButNotListableAndTheLedgerPrivate) {
+TEST_F(HardeningTest, StateDirectoryIsTraversableButNotListableAndTheLedgerPrivate) {
   ASSERT_TRUE(Submit("1").ok());
   EXPECT_EQ(ModeOf(state_), 0711u);
   EXPECT_EQ(ModeOf(state_ + "/jobs"), 0700u);
@@ -122,7 +122,7 @@ TEST_F(HardeningTest, Issue13StateDirectoryIsTraversableButNotListableAndTheLedg
 }
 
 // Issue 13: 10,000 queued jobs of one user were accepted.
-TEST_F(HardeningTest, Issue13QueuedJobsPerUserAreCappedWithAClearError) {
+TEST_F(HardeningTest, QueuedJobsPerUserAreCappedWithAClearError) {
   ASSERT_TRUE(Submit("2").ok());  // Runs: the GPUs are full from here on.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Submit("2").ok()) << i;
   auto over = Submit("2");
@@ -138,7 +138,7 @@ TEST_F(HardeningTest, Issue13QueuedJobsPerUserAreCappedWithAClearError) {
 }
 
 // Issue 13: a 7.4 MB environment per job took the daemon to 907 MiB.
-TEST_F(HardeningTest, Issue13EnvironmentAndCommandLineSizesAreLimited) {
+TEST_F(HardeningTest, EnvironmentAndCommandLineSizesAreLimited) {
   auto env = Submit("1", 1000, {"BIG=" + std::string(5000, 'x')});
   ASSERT_FALSE(env.ok());
   EXPECT_NE(env.status().message().find("max_env_bytes"), std::string::npos);
@@ -151,7 +151,7 @@ TEST_F(HardeningTest, Issue13EnvironmentAndCommandLineSizesAreLimited) {
 }
 
 // Issue 13: a failure reason is public; the PATH it named was the owner's.
-TEST_F(HardeningTest, Issue13FailureReasonsDoNotShowTheOwnersEnvironment) {
+TEST_F(HardeningTest, FailureReasonsDoNotShowTheOwnersEnvironment) {
   launcher_.fail_with =
       core::NotFoundError("command 'nope' not found in PATH /home/alice/secret-bin:/usr/bin");
   auto v = Submit("1", 1000, {"PATH=/home/alice/secret-bin:/usr/bin"});
@@ -168,7 +168,7 @@ TEST_F(HardeningTest, Issue13FailureReasonsDoNotShowTheOwnersEnvironment) {
 // Issue 13: after a SIGKILL at a bad moment 6 of 204 jobs ran twice, because
 // a job was launched before it was recorded as running. The snapshot is the
 // ledger as a daemon killed at the moment of launch leaves it.
-TEST_F(HardeningTest, Issue13JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
+TEST_F(HardeningTest, JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   const std::string snap = dir_ + "/snap";
   launcher_.snapshot_dir = snap;
   ASSERT_TRUE(Submit("1").ok());
@@ -193,7 +193,7 @@ TEST_F(HardeningTest, Issue13JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   EXPECT_EQ(launcher_.launches.size(), 1u);
 }
 
-TEST_F(HardeningTest, Issue13LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot) {
+TEST_F(HardeningTest, LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot) {
   const std::string snap = dir_ + "/snap";
   launcher_.snapshot_dir = snap;
   ASSERT_TRUE(Submit("1").ok());
@@ -213,7 +213,7 @@ TEST_F(HardeningTest, Issue13LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot
 }
 
 // Issue 13: a full state disk left the daemon degraded until a restart.
-TEST_F(HardeningTest, Issue13LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
+TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
   service_.reset();
   mount_ = dir_ + "/small";

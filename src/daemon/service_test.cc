@@ -132,7 +132,7 @@ TEST_F(ServiceTest, TheSliceGetsTheJobsShareAndPriorityWholeGpusToo) {
 // Issue 18 item 2: a fraction without a compute share takes turns too, with
 // the smallest share, work-conserving (it yields to priority and to shares;
 // alone it uses the whole GPU). Its allocation still has no share.
-TEST_F(ServiceTest, Issue18AFractionWithoutAShareTakesTurnsLastAndWorkConserving) {
+TEST_F(ServiceTest, AFractionWithoutAShareTakesTurnsLastAndWorkConserving) {
   SubmitSpec s;
   s.fields.mem = "8GiB";
   s.argv = {"train"};

@@ -134,7 +134,7 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
 // low-priority slice without a share, on the same GPU, got 57% (it launched
 // freely; the GPU's time-slicing split them). Now the slice without a share
 // takes turns, last: the high-priority one gets at least its share.
-TEST_F(E2ECompute, Issue18ASliceWithoutAShareYieldsToAHighPriorityShare) {
+TEST_F(E2ECompute, ASliceWithoutAShareYieldsToAHighPriorityShare) {
   constexpr unsigned kKernelUs = 1000;
   auto submit = [&](std::vector<std::string> args, const std::string& name) {
     std::vector<std::string> cmd = {"submit", "--mem", "2GiB", "--name", name};
@@ -375,7 +375,7 @@ class E2EComputeAttack : public ::testing::Test {
   gid_t group_ = 0;
 };
 
-TEST_F(E2EComputeAttack, Issue13AThirdUsersWritesDoNotTakeTheVictimsTurns) {
+TEST_F(E2EComputeAttack, AThirdUsersWritesDoNotTakeTheVictimsTurns) {
   Daemon d("1xH100-80GB", {"--socket-group", "gstest"});
   ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
   // Other users run a copy of the worker kept in the test's 0755 directory.

@@ -78,7 +78,7 @@ struct CoRunPair {
 
 class ComputeShareTest : public ::testing::Test {
  protected:
-  // The pair of Issue19...CoRuns tests (below).
+  // The pair of ...LoopsCoRuns tests (below).
   CoRunPair RunCoRunPair(unsigned kernel_us, int rounds = 1);
   void KeepCharge(CoRunPair* r);
   void SetUp() override {
@@ -341,7 +341,7 @@ TEST_F(ComputeShareTest, LaunchSyncLoopsOfLongKernelsSplitTheGpu30To70) {
 // its work used it gets nearly all of it. Owed: 30% of the GPU, or what the
 // same loop reaches without a share in the same test if that is less (on a
 // small machine the CPU holds such a loop well below 30%).
-TEST_F(ComputeShareTest, Issue19AHardSliceOfShortSynchronisedKernelsGetsWhatItIsOwed) {
+TEST_F(ComputeShareTest, AHardSliceOfShortSynchronisedKernelsGetsWhatItIsOwed) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   RunTenants({{"", "hard", "", loop}}, 2.0);
   const double ceiling = Achieved(0, kFrom, 1.9);
@@ -387,7 +387,7 @@ class CpuHog {
 // before the kernel (compute_gate_markers.cc, Bracket), the estimate of a
 // 20 us kernel fell to 13-16 us, and a hard 30% slice whose loop could reach
 // 38% got 35-37% (29 now). Same loop, same hog, for the ceiling.
-TEST_F(ComputeShareTest, Issue19AHardSliceHoldsItsCapWhileAnotherProcessBusiesTheCpu) {
+TEST_F(ComputeShareTest, AHardSliceHoldsItsCapWhileAnotherProcessBusiesTheCpu) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   CpuHog hog;
   RunTenants({{"", "hard", "", loop}}, 2.0);
@@ -412,7 +412,7 @@ TEST_F(ComputeShareTest, Issue19AHardSliceHoldsItsCapWhileAnotherProcessBusiesTh
 // 2,692 wake-ups a second alone against 1,975 paired (a hard slice whose
 // tokens run low rightly ticks at the usual pace, and the paired sleeps
 // stretch on a starved CPU). The cap alone is checked below.
-TEST_F(ComputeShareTest, Issue19ASliceAloneOnItsGpuDecidesLessOften) {
+TEST_F(ComputeShareTest, ASliceAloneOnItsGpuDecidesLessOften) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   tenant_env_ = {"GPUSLICE_COMPUTE_CORUN=0"};
   RunTenants({{"30", "work-conserving", "", loop}, {"70", "work-conserving", "", loop}}, 2.0);
@@ -445,7 +445,7 @@ TEST_F(ComputeShareTest, Issue19ASliceAloneOnItsGpuDecidesLessOften) {
 // baseline is the same pair taking turns (co-running off), in the same
 // test. Hard 30/70 shares that add up to 100%, as a team would set them;
 // the loops use ~20% of the GPU each, so neither cap is near.
-TEST_F(ComputeShareTest, Issue19ACoRunningPairDecidesLessOften) {
+TEST_F(ComputeShareTest, ACoRunningPairDecidesLessOften) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   double wakeups[2] = {0, 0};  // Taking turns, co-running.
   for (int corun = 0; corun < 2; ++corun) {
@@ -547,7 +547,7 @@ CoRunPair ComputeShareTest::RunCoRunPair(unsigned kernel_us, int rounds) {
 // and the pair what the two reach together. Bounds are against the unshared
 // run of the same test; the 0.97 target is the harness's median
 // (bench/compute, docs/PERFORMANCE.md).
-TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
+TEST_F(ComputeShareTest, APairOfShortSynchronisedLoopsCoRuns) {
   const CoRunPair r = RunCoRunPair(20, /*rounds=*/2);
   const double unshared = r.a_unshared + r.b_unshared, corun = r.a + r.b;
   ASSERT_GT(r.a_unshared, 1.0) << "the loops hardly ran";
@@ -559,7 +559,7 @@ TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
   // unshared pair the figure moves with the CPU: clean-clone CI read
   // 0.79-0.84, and one busy-looping process beside the test 0.60-0.72 (it
   // lifts the unshared loops, whose cores never idle, and holds back the
-  // co-running ones; docs/PERFORMANCE.md, ninth session). So the unshared
+  // co-running ones; docs/PERFORMANCE.md, "Short kernels"). So the unshared
   // figure only bounds gross losses; what co-running fixed is checked
   // against the exclusive turns, which held the 30% slice to about half of
   // what it gets co-running (9.0-11.4% against 13.5-22.3%, CI included).
@@ -583,7 +583,7 @@ TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
 // and add up to 100%, so the caps hold the split and they co-run anyway
 // (compute_policy.h, kCoRunCappedMaxHostDutyMilli): the pair gets more of
 // the GPU, and the 30% slice still its 30%.
-TEST_F(ComputeShareTest, Issue19APairOf200UsSynchronisedLoopsCoRunsUnderItsCaps) {
+TEST_F(ComputeShareTest, APairOf200UsSynchronisedLoopsCoRunsUnderItsCaps) {
   const CoRunPair r = RunCoRunPair(200);
   const double exclusive = r.a_exclusive + r.b_exclusive, corun = r.a + r.b;
   ASSERT_GT(r.a_exclusive, 10.0) << "the loops hardly ran";
