@@ -59,7 +59,8 @@ void AddRequestOptions(CLI::App* sub, Context* ctx, bool with_command) {
   }
   if (with_command) {
     sub->add_option("--image", r.image,
-                    "Run the command in a container of this image (pulled or built beforehand), "
+                    "Run the command in a container of this image, a plain reference "
+                    "(name[:tag][@digest]) of one already in the engine's store (never pulled), "
                     "as you, with this directory mounted at the same path "
                     "(docs/CONTAINERS.md)");
     sub->add_option("--engine", r.engine, "With --image: podman (default) or docker");
@@ -221,7 +222,8 @@ int Ps(Context& ctx) {
     return 0;
   }
   if ((*list).value("degraded", false)) {
-    std::cerr << "gpuslice: daemon DEGRADED: " << (*list).value("degraded_reason", "") << "\n";
+    std::cerr << "gpuslice: daemon DEGRADED: " << Shown((*list).value("degraded_reason", ""))
+              << "\n";
   }
   if (g_ps.summary) {
     std::cout << RenderSummary(*list);
@@ -346,8 +348,8 @@ int Doctor(Context& ctx) {
     for (const json& c : (*r)["checks"]) {
       const char* mark = c.value("note", false) ? "  note  " : c["ok"].get<bool>() ? "  ok    "
                                                                                   : "  FAIL  ";
-      std::cout << mark << c["name"].get<std::string>() << ": " << c["detail"].get<std::string>()
-                << "\n";
+      std::cout << mark << Shown(c["name"].get<std::string>()) << ": "
+                << Shown(c["detail"].get<std::string>()) << "\n";
     }
   }
   return (*r)["ok"].get<bool>() ? 0 : 1;
@@ -362,7 +364,9 @@ int StatusCmd(Context& ctx) {
     const json& s = *r;
     std::cout << "gpusliced " << s["version"].get<std::string>() << ": "
               << s["state"].get<std::string>();
-    if (s["state"] != "ok") std::cout << " (" << s["degraded_reason"].get<std::string>() << ")";
+    if (s["state"] != "ok") {
+      std::cout << " (" << Shown(s["degraded_reason"].get<std::string>()) << ")";
+    }
     std::cout << "\n  GPUs: " << s["gpus"].get<int>()
               << (s["simulated"].get<bool>() ? " (simulated)" : "")
               << "\n  running: " << s["running"].get<int>()
@@ -382,7 +386,9 @@ int ReportError(const Context& ctx, const core::Status& status) {
         {"error", {{"code", core::StatusCodeName(status.code())}, {"message", status.message()}}}};
     std::cerr << j.dump() << "\n";
   } else {
-    std::cerr << "gpuslice: " << status.message() << "\n";
+    // The daemon's messages quote what was asked (a name, an image, a
+    // label), which may be another user's text.
+    std::cerr << "gpuslice: " << Shown(status.message()) << "\n";
   }
   return kExitDaemonError;
 }

@@ -81,6 +81,26 @@ TEST(RenderPs, AnEndBySignalNamesTheSignal) {
   EXPECT_EQ(SignalName(128), nullptr);
 }
 
+// Issue 36 item 7: a job's name, image and reason reached an admin's
+// terminal raw, escape sequences and all.
+TEST(RenderPs, AJobsTextIsShownWithItsEscapesVisibleNeverEmitted) {
+  json job = JobJson(6, "failed", kNow - kMin, kNow - kMin, kNow);
+  job["name"] = "x\x1b]0;owned\x07y";
+  job["image"] = "img\x1b[2J";
+  job["reason"] = "cannot start 'a\nstate: cancelled'";
+  job["user"] = "bob\xe2\x80\xae";
+  const std::string text = RenderPs({{"jobs", {job}}}, kNow);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+  EXPECT_EQ(text.find("\xe2\x80\xae"), std::string::npos) << text;
+  EXPECT_NE(text.find("x\\x1b]0;owned\\x07y"), std::string::npos) << text;
+  EXPECT_NE(text.find("img\\x1b[2J"), std::string::npos) << text;
+  EXPECT_NE(text.find("bob\\u202e"), std::string::npos) << text;
+  auto lines = Lines(text);
+  ASSERT_EQ(lines.size(), 2u) << "a newline in a reason makes no line of its own:\n" << text;
+  EXPECT_NE(lines[1].find("'a\\nstate: cancelled'"), std::string::npos) << lines[1];
+}
+
 TEST(DependenciesText, EachJobWithItsConditionStateAndStatus) {
   json job = JobJson(5, "queued", kNow, 0, 0);
   EXPECT_EQ(DependenciesText(job), "") << "none";

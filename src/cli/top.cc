@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "cli/monitor.h"
+#include "cli/table.h"
 #include "cli/top_view.h"
 #include "core/units.h"
 
@@ -57,17 +58,6 @@ void OnSignal(int sig) {
   unsigned char b = static_cast<unsigned char>(sig);
   [[maybe_unused]] ssize_t n = write(g_signal_pipe[1], &b, 1);
   errno = saved;
-}
-
-bool LocaleIsUtf8() {
-  for (const char* var : {"LC_ALL", "LC_CTYPE", "LANG"}) {
-    const char* v = std::getenv(var);
-    if (v == nullptr || *v == '\0') continue;
-    std::string s(v);
-    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-    return s.find("utf-8") != std::string::npos || s.find("utf8") != std::string::npos;
-  }
-  return false;
 }
 
 std::string HostName() {

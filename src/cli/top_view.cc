@@ -167,18 +167,7 @@ std::string BarLine(const std::string& label, double frac, const std::string& fi
 
 }  // namespace
 
-std::string Clean(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (unsigned char c : s) {
-    if (c == '\t' || c == '\n' || c == '\r') {
-      out += ' ';
-    } else {
-      out += c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?';
-    }
-  }
-  return out;
-}
+std::string Clean(const std::string& s) { return Shown(s); }
 
 size_t DisplayWidth(const std::string& s) {
   size_t n = 0;

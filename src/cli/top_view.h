@@ -153,7 +153,8 @@ std::string Bar(double fraction, size_t width, bool utf8);
 size_t DisplayWidth(const std::string& s);
 // Cut to `width` columns, marking the cut with "…" (UTF-8) or "~".
 std::string Fit(const std::string& s, size_t width, bool utf8);
-// Printable ASCII only: anything else becomes '?'.
+// Text from the daemon as every human view shows it (Shown, cli/table.h):
+// controls and escape sequences visible, never emitted.
 std::string Clean(const std::string& s);
 
 }  // namespace gpuslice::cli

@@ -1,6 +1,7 @@
 #include "daemon/api_json.h"
 
 #include "core/dependency.h"
+#include "daemon/container_job.h"
 
 namespace gpuslice::daemon {
 
@@ -140,6 +141,9 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.after, core::ParseDependencies(*after));
   }
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "image", false, &spec.image));
+  // At parsing, so that every entry (jobs, services' templates) refuses a
+  // name that is not a plain reference before anything is stored.
+  if (spec.image) GPUSLICE_RETURN_IF_ERROR(ValidateImageName(*spec.image));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "engine", false, &spec.engine));
   if (j.contains("restartable")) {
     if (!j["restartable"].is_boolean()) {

@@ -584,9 +584,15 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
   std::string foreign;
   for (const auto& [flat, f] : foreign_) {
     const core::GpuState& g = state_.node(FlatPlacement(flat).node).gpus[flat % kGpusPerNode];
-    if (f.want == 0 || !e.demand.AllowsModel(g.model)) continue;
-    foreign += "; GPU " + std::to_string(f.gpu_index) + ": " + core::FormatBytes(f.want) +
-               " held by processes outside gpuslice (" + f.who + ")";
+    if (!e.demand.AllowsModel(g.model)) continue;
+    if (f.want > 0) {
+      foreign += "; GPU " + std::to_string(f.gpu_index) + ": " + core::FormatBytes(f.want) +
+                 " held by processes outside gpuslice (" + f.who + ")";
+    }
+    if (f.over > 0) {
+      foreign += "; GPU " + std::to_string(f.gpu_index) + ": " + core::FormatBytes(f.over) +
+                 " held beyond their limits by " + f.over_who;
+    }
   }
   if (e.demand.IsWhole()) {
     return "needs " + std::to_string(e.demand.gpus) + " idle GPU" +
@@ -624,12 +630,12 @@ void NodeCapacity::ChargeForeign(size_t flat) {
     f.charged = 0;
     bounds_dirty_ = true;
   }
-  if (f.want == 0) {
+  if (f.Wanted() == 0) {
     foreign_.erase(it);
     return;
   }
   const core::GpuState& g = state_.node(p.node).gpus[p.gpus[0]];
-  uint64_t bytes = std::min(f.want, g.mem_free);
+  uint64_t bytes = std::min(f.Wanted(), g.mem_free);
   if (bytes == 0 || g.milli_free == 0) return;  // Full: charged when jobs give back.
   if (state_.Allocate(ForeignDemand(bytes), p).ok()) {
     f.held = true;
@@ -640,25 +646,59 @@ void NodeCapacity::ChargeForeign(size_t flat) {
 
 void NodeCapacity::RechargeForeign() {
   for (auto& [flat, f] : foreign_) {
-    if (f.charged < f.want) ChargeForeign(flat);
+    if (f.charged < f.Wanted()) ChargeForeign(flat);
   }
 }
 
-void NodeCapacity::SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who) {
+std::optional<size_t> NodeCapacity::FlatOf(uint32_t gpu_index) const {
   auto g = std::find_if(node_gpus_->begin(), node_gpus_->end(),
                         [&](const GpuInfo& x) { return x.index == gpu_index; });
-  if (g == node_gpus_->end()) return;  // A MIG GPU, or none.
-  size_t flat = static_cast<size_t>(g - node_gpus_->begin());
-  auto it = foreign_.find(flat);
+  if (g == node_gpus_->end()) return std::nullopt;  // A MIG GPU, or none.
+  return static_cast<size_t>(g - node_gpus_->begin());
+}
+
+void NodeCapacity::SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who) {
+  std::optional<size_t> flat = FlatOf(gpu_index);
+  if (!flat) return;
+  auto it = foreign_.find(*flat);
   if (it == foreign_.end()) {
     if (bytes == 0) return;
-    it = foreign_.emplace(flat, Foreign{}).first;
+    it = foreign_.emplace(*flat, Foreign{}).first;
     it->second.gpu_index = gpu_index;
   }
-  it->second.who = std::move(who);
-  if (it->second.want == bytes && (it->second.charged == bytes || bytes == 0)) return;
-  it->second.want = bytes;
-  ChargeForeign(flat);
+  Foreign& f = it->second;
+  f.who = std::move(who);
+  if (f.want == bytes && f.charged == f.Wanted()) return;
+  f.want = bytes;
+  ChargeForeign(*flat);
+}
+
+void NodeCapacity::SetOverLimit(uint32_t gpu_index, uint64_t bytes, std::string who) {
+  std::optional<size_t> flat = FlatOf(gpu_index);
+  if (!flat) return;
+  auto it = foreign_.find(*flat);
+  if (it == foreign_.end()) {
+    if (bytes == 0) return;
+    it = foreign_.emplace(*flat, Foreign{}).first;
+    it->second.gpu_index = gpu_index;
+  }
+  Foreign& f = it->second;
+  f.over_who = std::move(who);
+  if (f.over == bytes && f.charged == f.Wanted()) return;
+  f.over = bytes;
+  ChargeForeign(*flat);
+}
+
+uint64_t NodeCapacity::UnpromisedBytes(uint32_t gpu_index) const {
+  std::optional<size_t> flat = FlatOf(gpu_index);
+  if (!flat) return 0;
+  const core::Placement p = FlatPlacement(*flat);
+  uint64_t unpromised = state_.node(p.node).gpus[p.gpus[0]].mem_free;
+  // What foreign use is charged was no job's either.
+  if (auto f = foreign_.find(*flat); f != foreign_.end() && f->second.held) {
+    unpromised += f->second.charged;
+  }
+  return unpromised;
 }
 
 uint64_t NodeCapacity::ForeignCharged(uint32_t gpu_index) const {
@@ -682,6 +722,13 @@ std::string NodeCapacity::ForeignMig(const std::string& mig_uuid) const {
     if (m.instance.uuid == mig_uuid) return m.foreign;
   }
   return "";
+}
+
+bool NodeCapacity::MigHeldByJob(const std::string& mig_uuid) const {
+  for (const MigUnit& m : mig_) {
+    if (m.instance.uuid == mig_uuid) return m.taken;
+  }
+  return false;
 }
 
 }  // namespace gpuslice::daemon

@@ -129,7 +129,8 @@ class NodeCapacity : public core::CapacityModel {
   // as jobs give memory back. A GPU in MIG mode is charged per instance
   // (SetForeignMig); here it is ignored.
   void SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who);
-  // What is charged for foreign use on the GPU now (at most what was set).
+  // What is charged for foreign use on the GPU now, jobs' use over their
+  // limits included (at most what was set).
   uint64_t ForeignCharged(uint32_t gpu_index) const;
   // Foreign use of the MIG instance with UUID `mig_uuid` ("MIG-..."): while
   // `who` names processes belonging to no job that run in it, it is not
@@ -140,6 +141,21 @@ class NodeCapacity : public core::CapacityModel {
   void SetForeignMig(const std::string& mig_uuid, uint64_t bytes, std::string who);
   // Who holds the MIG instance outside gpuslice, as set; "" when nobody.
   std::string ForeignMig(const std::string& mig_uuid) const;
+  // Whether a job holds the MIG instance (foreign use there takes what the
+  // job was promised).
+  bool MigHeldByJob(const std::string& mig_uuid) const;
+
+  // Memory that jobs' processes hold on the GPU beyond their limits there
+  // (NVML; a process that escaped the shim, before the watchdog ends it):
+  // charged at once, together with the GPU's foreign use and as it is (only
+  // what is free; the rest as jobs give memory back), so that placement
+  // never promises it to another job. `who` names the jobs for WhyNotNow
+  // ("job 12"). 0 clears it. Ignored on a GPU in MIG mode.
+  void SetOverLimit(uint32_t gpu_index, uint64_t bytes, std::string who);
+  // The GPU's memory that no job holds in placement (its total less what
+  // jobs were given): what foreign use and jobs' use over their limits can
+  // take before they take memory a job was promised. 0 for an unknown GPU.
+  uint64_t UnpromisedBytes(uint32_t gpu_index) const;
 
   const core::ClusterState& state() const { return state_; }
   // The profile the fragmentation-aware policies use now (null before the
@@ -192,14 +208,21 @@ class NodeCapacity : public core::CapacityModel {
   // The request's pool, or an error naming the pools there are.
   core::Result<std::string> PoolOf(const core::ResourceRequest& request) const;
   // Foreign use on one GPU: what the caller set, what is charged (a
-  // Fraction of 1 per-mille and `charged` bytes, while `held`).
+  // Fraction of 1 per-mille and `charged` bytes, while `held`). Jobs' use
+  // over their limits (SetOverLimit) is charged with it.
   struct Foreign {
     uint32_t gpu_index = 0;
     uint64_t want = 0;
+    uint64_t over = 0;  // Jobs' use over their limits.
     uint64_t charged = 0;
     bool held = false;
     std::string who;
+    std::string over_who;
+    uint64_t Wanted() const { return want + over; }
   };
+  // The flat position of the GPU with inventory index `gpu_index`; nullopt
+  // for a GPU in MIG mode or none.
+  std::optional<size_t> FlatOf(uint32_t gpu_index) const;
   static core::Demand ForeignDemand(uint64_t bytes);
   core::Placement FlatPlacement(size_t flat) const;
   // (Re)charges one GPU's foreign use as far as its free memory allows.

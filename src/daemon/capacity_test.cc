@@ -377,6 +377,45 @@ TEST(NodeCapacity, ForeignMemoryKeepsWholeGpuRequestsOffAndIsChargedOnceJobsGive
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
 }
 
+// Issue 36: memory a job's processes hold over its limit (NVML) was free in
+// placement, so another user's job was placed into it and failed with out
+// of memory. It is charged at once, beside the GPU's foreign use, and given
+// back when cleared.
+TEST(NodeCapacity, MemoryAJobHoldsOverItsLimitIsTakenAtOnceBesideForeignUse) {
+  auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);  // 40 GiB.
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->SetDemand(1, Fraction(1, 200)).ok());
+  ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->UnpromisedBytes(0), 39 * core::kGiB);
+  (*c)->SetOverLimit(0, 23 * core::kGiB, "job 1");
+  (*c)->SetForeign(0, 2 * core::kGiB, "pid 4242, user bob");
+  EXPECT_EQ((*c)->ForeignCharged(0), 25 * core::kGiB);
+  EXPECT_EQ((*c)->UnpromisedBytes(0), 39 * core::kGiB) << "what is charged was nobody's promise";
+  ASSERT_TRUE((*c)->SetDemand(2, Fraction(30, 300)).ok());
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow) << "39 - 25 GiB free < 30";
+  std::string why = (*c)->WhyNotNow(2);
+  EXPECT_NE(why.find("GPU 0: 23 GiB held beyond their limits by job 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("GPU 0: 2 GiB held by processes outside gpuslice (pid 4242, user bob)"),
+            std::string::npos)
+      << why;
+  // Clearing one keeps the other.
+  (*c)->SetOverLimit(0, 0, "");
+  EXPECT_EQ((*c)->ForeignCharged(0), 2 * core::kGiB);
+  EXPECT_EQ((*c)->WhyNotNow(2).find("beyond their limits"), std::string::npos);
+  EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
+  EXPECT_EQ((*c)->UnpromisedBytes(0), 9 * core::kGiB);
+  // Over a promise: only what is free is charged; the rest once jobs give back.
+  (*c)->SetOverLimit(0, 20 * core::kGiB, "job 1");
+  EXPECT_EQ((*c)->ForeignCharged(0), 9 * core::kGiB);
+  (*c)->Release(2);
+  EXPECT_EQ((*c)->ForeignCharged(0), 22 * core::kGiB);
+  (*c)->SetForeign(0, 0, "");
+  (*c)->SetOverLimit(0, 0, "");
+  EXPECT_EQ((*c)->ForeignCharged(0), 0u);
+  EXPECT_EQ((*c)->UnpromisedBytes(0), 39 * core::kGiB);
+  EXPECT_EQ((*c)->UnpromisedBytes(7), 0u) << "no such GPU";
+}
+
 // Issue 13 item 5, on a GPU in MIG mode: a MIG instance that a process
 // outside gpuslice runs in was handed to a job (MIG GPUs were not charged).
 TEST(NodeCapacity, Issue13AMigInstanceWithAForeignProcessIsNotHandedToAJob) {

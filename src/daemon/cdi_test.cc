@@ -140,7 +140,9 @@ TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
   o.sim_lib_dir = "/lib/sim";
   o.coord_dir = "/state/coord";
   o.cdi_dir = dir_ + "/cdi";
-  o.job_env = {"GPUSLICE_SIM_STATE=/run/sim/state"};
+  fs::create_directories(dir_ + "/run/sim");
+  std::ofstream(dir_ + "/run/sim/state") << "state";
+  o.job_env = {"GPUSLICE_SIM_STATE=" + dir_ + "/run/sim/state"};
   fs::create_directories(o.state_dir);
   Service service(o, clock, inventory, launcher, regions);
   ASSERT_TRUE(service.Start().ok());
@@ -164,14 +166,14 @@ TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
   EXPECT_TRUE(has_env("GPUSLICE_LIMITS=" + regions.LimitsPathOf(job.job.region_path)));
   EXPECT_TRUE(has_env("CUDA_VISIBLE_DEVICES=GPU-0"));
   EXPECT_TRUE(has_env("LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"));
-  EXPECT_TRUE(has_env("GPUSLICE_SIM_STATE=/run/sim/state"));
+  EXPECT_TRUE(has_env("GPUSLICE_SIM_STATE=" + dir_ + "/run/sim/state"));
   bool limits_ro = false, region_rw = false, sim_dir = false;
   for (const json& m : e["mounts"]) {
     if (m["hostPath"] == regions.LimitsPathOf(job.job.region_path)) {
       limits_ro = m["options"][0] == "ro";
     }
     if (m["hostPath"] == job.job.region_path) region_rw = m["options"][0] == "rw";
-    sim_dir = sim_dir || m["hostPath"] == "/run/sim";
+    sim_dir = sim_dir || m["hostPath"] == dir_ + "/run/sim";
   }
   EXPECT_TRUE(limits_ro) << e.dump();
   EXPECT_TRUE(region_rw) << e.dump();
@@ -195,6 +197,70 @@ TEST_F(CdiTest, TheServiceKeepsASpecPerRunningJob) {
   auto ended = service.ContainerOf(TestCaller(1000), job.job.id);
   EXPECT_EQ(ended.status().code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(ended.status().message().find("only a running job"), std::string::npos);
+}
+
+// The simulated GPU's state folder is mounted read-write into containers
+// only when it holds the state file alone: never a folder where a daemon's
+// socket or state dir also sits.
+TEST_F(CdiTest, TheSimulatorsFolderIsMountedOnlyWhenItHoldsNothingElse) {
+  fs::create_directories(dir_ + "/own");
+  std::ofstream(dir_ + "/own/state") << "state";
+  auto own = SimStateMount(dir_ + "/own/state");
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ(own->host_path, dir_ + "/own");
+  EXPECT_EQ(own->container_path, dir_ + "/own");
+  EXPECT_FALSE(own->read_only);
+
+  fs::create_directories(dir_ + "/shared/state-dir");
+  std::ofstream(dir_ + "/shared/state") << "state";
+  std::ofstream(dir_ + "/shared/gpuslice.sock") << "";
+  auto shared = SimStateMount(dir_ + "/shared/state");
+  ASSERT_TRUE(shared.has_value());
+  EXPECT_EQ(shared->host_path, dir_ + "/shared/state") << "the file alone, not its folder";
+  EXPECT_FALSE(shared->read_only);
+
+  EXPECT_FALSE(SimStateMount(dir_ + "/own/missing").has_value());
+  EXPECT_FALSE(SimStateMount("state").has_value());
+}
+
+// A daemon in a container loads the driver under its driver root; the spec
+// names the driver's libraries where the host has them, which is where the
+// container engine looks.
+TEST_F(CdiTest, DriverLibrariesAreNamedByTheirHostPaths) {
+  const std::string lib_dir = dir_ + "/driver-root/usr/lib/x86_64-linux-gnu";
+  fs::create_directories(lib_dir);
+  std::ofstream(lib_dir + "/libcuda.so.1") << "";
+  std::ofstream(lib_dir + "/libnvidia-ml.so.1") << "";
+  InventorySnapshot gpus = SimulatedGpus(1);
+  gpus.source = "nvml";
+  gpus.library = lib_dir + "/libnvidia-ml.so.1";
+  gpus.host_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  FakeClock clock;
+  FakeInventory inventory(gpus);
+  FakeLauncher launcher;
+  FakeRegionStore regions;
+  ServiceOptions o;
+  o.state_dir = dir_ + "/state";
+  o.shim_path = "/usr/local/gpuslice/libgpuslice.so";
+  o.cdi_dir = dir_ + "/cdi";
+  fs::create_directories(o.state_dir);
+  Service service(o, clock, inventory, launcher, regions);
+  ASSERT_TRUE(service.Start().ok());
+  SubmitSpec s;
+  s.fields.mem = "4GiB";
+  s.argv = {"sleep", "1"};
+  s.cwd = "/";
+  auto v = service.Submit(TestCaller(1000), s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  auto slice = service.ContainerOf(TestCaller(1000), v->job.id);
+  ASSERT_TRUE(slice.ok()) << slice.status().ToString();
+  std::map<std::string, std::string> mounts;
+  for (const CdiMount& m : slice->mounts) mounts[m.container_path] = m.host_path;
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/driver/libcuda.so.1"],
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/driver/libnvidia-ml.so.1"],
+            "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/libgpuslice.so"], "/usr/local/gpuslice/libgpuslice.so");
 }
 
 // A MIG job on a real GPU needs its instance's capability nodes: the GPU

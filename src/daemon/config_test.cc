@@ -33,9 +33,9 @@ TEST(Config, CgroupsAndTheLogCapHaveDefaultsAndCheckedValues) {
   EXPECT_EQ(CgroupBaseFor(c).rfind("gpuslice-", 0), 0u) << "daemons of other state dirs differ";
   EXPECT_EQ(CgroupBaseFor(c).size(), 9u + 16u);
   EXPECT_EQ(c.max_log_bytes, 1ull << 30);
-  ASSERT_TRUE(ParseConfigText("cgroups = off\ncgroup_base = ci/run-1\nmax_log_size = 64KiB\n",
-                              "t.conf", &c)
-                  .ok());
+  ASSERT_TRUE(
+      ParseConfigText("cgroups = off\ncgroup_base = ci/run-1\nmax_log_size = 64KiB\n", "t.conf", &c)
+          .ok());
   EXPECT_FALSE(c.cgroups);
   EXPECT_EQ(CgroupBaseFor(c), "ci/run-1");
   EXPECT_TRUE(c.compute_corun);
@@ -50,11 +50,39 @@ TEST(Config, CgroupsAndTheLogCapHaveDefaultsAndCheckedValues) {
   }
 }
 
+TEST(Config, ComputeHandOffIsOnWithAMillisecondQuantumAndTakesCheckedValues) {
+  DaemonConfig c;
+  EXPECT_TRUE(c.compute_handoff);
+  EXPECT_EQ(c.compute_quantum_ms, 1);
+  EXPECT_TRUE(ApplyConfigValue(&c, "compute_handoff", "off").ok());
+  EXPECT_FALSE(c.compute_handoff);
+  EXPECT_TRUE(ApplyConfigValue(&c, "compute_quantum", "5ms").ok());
+  EXPECT_EQ(c.compute_quantum_ms, 5);
+  for (const char* bad : {"0", "500us", "21ms", "1s", "soon"}) {
+    core::Status s = ApplyConfigValue(&c, "compute_quantum", bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("compute_quantum"), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(c.compute_quantum_ms, 5);
+}
+
 TEST(Config, MetricsListenIsOffByDefaultAndTakesHostPort) {
   DaemonConfig config;
   EXPECT_EQ(config.metrics_listen, "");
   ASSERT_TRUE(ParseConfigText("metrics_listen = 127.0.0.1:0\n", "t.conf", &config).ok());
   EXPECT_EQ(config.metrics_listen, "127.0.0.1:0");
+}
+
+TEST(Config, TheDriverRootIsTheHostsRootByDefaultAndAnAbsolutePath) {
+  DaemonConfig c;
+  EXPECT_EQ(c.driver_root, "/");
+  ASSERT_TRUE(ParseConfigText("driver_root = /driver-root/\n", "t.conf", &c).ok());
+  EXPECT_EQ(c.driver_root, "/driver-root");
+  EXPECT_TRUE(ApplyConfigValue(&c, "driver_root", "/").ok());
+  EXPECT_EQ(c.driver_root, "/");
+  auto s = ApplyConfigValue(&c, "driver_root", "driver-root");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("driver_root"), std::string::npos) << s.message();
 }
 
 TEST(Config, ErrorsNameTheLineAndTheValue) {
@@ -124,6 +152,39 @@ TEST(Config, PolicySettings) {
   EXPECT_EQ(r.elastic_cooldown_ms, 10000);
 }
 
+// Issue 36: defaults for a shared server. A confirmed compute bypass is
+// ended within 2 s, a foreign process that takes memory a job was promised
+// is ended, and the memory allowance is a learnt context per registered
+// process up to 2 GiB a job and GPU.
+TEST(Config, TheDefaultsProtectASharedServer) {
+  DaemonConfig c;
+  ASSERT_TRUE(ParseConfigText("", "test.conf", &c).ok());
+  const PolicyConfig& r = c.rules;
+  EXPECT_EQ(r.watchdog, WatchdogAction::kKill);
+  EXPECT_FALSE(r.watchdog_allowance_bytes.has_value()) << "auto: learnt from NVML";
+  EXPECT_EQ(r.watchdog_allowance_max_bytes, 2 * core::kGiB);
+  EXPECT_EQ(r.watchdog_compute, WatchdogAction::kKill);
+  EXPECT_EQ(r.watchdog_compute_window_ms, 2000);
+  EXPECT_EQ(r.foreign, ForeignAction::kProtect);
+  // And how to relax them.
+  ASSERT_TRUE(ParseConfigText("watchdog_allowance = 512MiB\n"
+                              "watchdog_allowance_max = 8GiB\n"
+                              "watchdog_compute = report\n"
+                              "watchdog_compute_window = 10s\n"
+                              "foreign = report\n",
+                              "test.conf", &c)
+                  .ok());
+  EXPECT_EQ(c.rules.watchdog_allowance_bytes, 512 * core::kMiB);
+  EXPECT_EQ(c.rules.watchdog_allowance_max_bytes, 8 * core::kGiB);
+  EXPECT_EQ(c.rules.watchdog_compute, WatchdogAction::kReport);
+  EXPECT_EQ(c.rules.watchdog_compute_window_ms, 10000);
+  EXPECT_EQ(c.rules.foreign, ForeignAction::kReport);
+  ASSERT_TRUE(
+      ParseConfigText("watchdog_allowance = auto\nforeign = protect\n", "test.conf", &c).ok());
+  EXPECT_FALSE(c.rules.watchdog_allowance_bytes.has_value());
+  EXPECT_EQ(c.rules.foreign, ForeignAction::kProtect);
+}
+
 TEST(Config, PolicyErrorsNameTheSetting) {
   struct Case {
     const char* text;
@@ -134,7 +195,9 @@ TEST(Config, PolicyErrorsNameTheSetting) {
       {"preemption = always\n", "test.conf:1: bad preemption policy 'always'"},
       {"watchdog = loud\n", "watchdog: expected off, report, stop or kill"},
       {"watchdog_compute = stop\n", "watchdog_compute: expected off, report or kill"},
-      {"foreign = ignore\n", "foreign: expected report or kill"},
+      {"foreign = ignore\n", "foreign: expected report, protect or kill"},
+      {"watchdog_allowance = lots\n", "watchdog_allowance: expected auto or a size"},
+      {"watchdog_allowance_max = lots\n", "watchdog_allowance_max"},
       {"idle_action = sleep\n", "idle_action: expected warn, pause, end or suspend"},
       {"idle_suspend_fallback = suspend\n", "idle_suspend_fallback: expected warn, pause or end"},
       {"suspended_counts_in_quota = maybe\n", "suspended_counts_in_quota: expected true or false"},
@@ -159,7 +222,7 @@ TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
                               "max_argv_bytes = 8KiB\nmax_queued_jobs_per_user = 20\n"
                               "header_timeout = 2s\nbody_timeout = 5s\nidle_timeout = 1m\n"
                               "max_connections = 100\nmax_connections_per_peer = 10\n"
-                              "ledger_retry = 500ms\n",
+                              "ledger_retry = 500ms\nsample_interval = 100ms\n",
                               "f", &c)
                   .ok());
   EXPECT_EQ(c.max_request_bytes, 2u << 20);
@@ -171,6 +234,8 @@ TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
   EXPECT_EQ(c.max_connections, 100u);
   EXPECT_EQ(c.max_connections_per_peer, 10u);
   EXPECT_EQ(c.ledger_retry_ms, 500);
+  EXPECT_EQ(c.sample_interval_ms, 100);
+  EXPECT_EQ(DaemonConfig().sample_interval_ms, 1000);
   for (const char* bad : {"max_request_bytes = 1", "max_queued_jobs_per_user = 0",
                           "header_timeout = 0s", "max_connections = lots"}) {
     core::Status s = ParseConfigText(bad, "f", &c);

@@ -16,6 +16,7 @@
 
 #include "daemon/api_json.h"
 #include "daemon/log.h"
+#include "daemon/peer_process.h"
 
 namespace gpuslice::daemon {
 
@@ -97,14 +98,15 @@ class HttpServer::Impl {
   class Session : public std::enable_shared_from_this<Session<Socket>> {
    public:
     Session(Impl* impl, Socket socket, std::optional<Caller> caller, std::string peer,
-            bool metrics_only = false)
+            bool metrics_only = false, core::Status unpinned = core::Status::Ok())
         : impl_(impl),
           census_(impl->census_),
           socket_(std::move(socket)),
           timer_(impl->io_),
           caller_(std::move(caller)),
           peer_(std::move(peer)),
-          metrics_only_(metrics_only) {
+          metrics_only_(metrics_only),
+          unpinned_(std::move(unpinned)) {
       ++census_->counters.open;
       ++census_->by_peer[peer_];
     }
@@ -181,8 +183,16 @@ class HttpServer::Impl {
       } else if (metrics_only_) {
         resp = impl_->HandleMetricsOnly(ar);
       } else if (caller_) {
-        ar.caller = *caller_;
-        resp = impl_->api_.Handle(ar);
+        // The connection speaks for the process that opened it, and only
+        // while that process runs (peer_process.h): once it has ended its
+        // pid may be anyone's, and so may whatever holds the connection.
+        core::Status running = caller_->process ? caller_->process->CheckRunning() : unpinned_;
+        if (running.ok()) {
+          ar.caller = *caller_;
+          resp = impl_->api_.Handle(ar);
+        } else {
+          resp = {HttpStatusOf(running.code()), ErrorJson(running).dump(), "application/json", {}};
+        }
       } else {
         // TCP: the bearer token is the only credential.
         std::string auth(req[http::field::authorization]);
@@ -245,6 +255,10 @@ class HttpServer::Impl {
     std::optional<Caller> caller_;
     std::string peer_;           // "uid N" or the IP address: the per-peer cap's key.
     bool metrics_only_ = false;  // The metrics listener's rules apply.
+    // Why the unix-socket caller's process could not be pinned at accept
+    // (it had ended, or its pid named another process): every request is
+    // refused with it. Ok when it was pinned or is not visible here.
+    core::Status unpinned_;
     bool timed_out_ = false;
     uint64_t requests_ = 0;
     beast::flat_buffer buffer_;
@@ -326,12 +340,24 @@ class HttpServer::Impl {
           Caller c;
           c.uid = cred.uid;
           c.gid = cred.gid;
-          c.pid = cred.pid;
           c.user = UserName(cred.uid);
           c.local = true;
           c.admin = cred.uid == 0 ||
                     (options_.admin_gid && InGroup(cred.uid, cred.gid, *options_.admin_gid));
-          std::make_shared<Session<local::socket>>(this, std::move(socket), c, std::move(peer))
+          // Who the caller's process is, once and for all (issue 36).
+          auto pinned = PinPeerProcess(socket.native_handle());
+          core::Status unpinned = core::Status::Ok();
+          if (pinned.ok()) {
+            c.process = std::move(*pinned);
+          } else if (pinned.status().code() == core::StatusCode::kResourceExhausted) {
+            ++census_->counters.refused;
+            RefuseFd(socket.native_handle(), pinned.status().message());
+            return AcceptUnix();
+          } else if (pinned.status().code() != core::StatusCode::kNotFound) {
+            unpinned = pinned.status();
+          }
+          std::make_shared<Session<local::socket>>(this, std::move(socket), c, std::move(peer),
+                                                   false, std::move(unpinned))
               ->Start();
         }
       }

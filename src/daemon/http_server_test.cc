@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -251,6 +252,70 @@ TEST_F(HttpServerTest, Issue13IdleConnectionsAreClosedAfterTheHeaderTimeout) {
   EXPECT_EQ(read(fd, &c, 1), 0);
   close(fd);
   EXPECT_GE(server_->counters().timed_out, 2u);
+}
+
+// Issue 36 item 4: a connection outlived the process that opened it, and
+// the daemon took whoever had that pid later for the caller.
+TEST_F(HttpServerTest, ARequestOnAConnectionWhoseProcessHasEndedIsRefused) {
+  StartServer(ServerOptions());
+  int pass[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pass), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // Connects, is answered once (so the server has accepted it from this
+    // process), hands the connection over (SCM_RIGHTS) and ends.
+    const int fd = ConnectUnix(socket_path());
+    const std::string first =
+        "GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n";
+    if (fd < 0 || write(fd, first.data(), first.size()) != ssize_t(first.size())) _exit(1);
+    std::string got;
+    char buf[4096];
+    while (got.find("\r\n\r\n") == std::string::npos || got.back() != '}') {
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) _exit(2);
+      got.append(buf, static_cast<size_t>(n));
+    }
+    if (got.find("200 OK") == std::string::npos) _exit(3);
+    char data = 'x';
+    iovec io{&data, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr m{};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    _exit(sendmsg(pass[1], &m, 0) == 1 ? 0 : 4);
+  }
+  close(pass[1]);
+  char data;
+  iovec io{&data, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &io;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  ASSERT_EQ(recvmsg(pass[0], &m, 0), 1);
+  close(pass[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  int held = -1;
+  std::memcpy(&held, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof held);
+  const std::string r = Exchange(held, Get("/v1/status"));
+  EXPECT_NE(r.find("403"), std::string::npos) << r;
+  EXPECT_NE(r.find("the process that opened this connection (pid " + std::to_string(child) +
+                   ") has ended"),
+            std::string::npos)
+      << r;
+  // This process's own connection is answered as ever.
+  EXPECT_NE(Exchange(ConnectUnix(socket_path()), Get("/v1/status")).find("200 OK"),
+            std::string::npos);
 }
 
 TEST_F(HttpServerTest, Issue13RequestOverTheBodyLimitNamesTheSetting) {

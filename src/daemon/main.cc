@@ -237,14 +237,16 @@ int main(int argc, char** argv) {
 
   signal(SIGPIPE, SIG_IGN);
   {
-    // Room for the connections the caps allow and the daemon's own files.
+    // Room for the connections the caps allow and the daemon's own files:
+    // two descriptors a connection (a unix-socket caller's process is held
+    // by a pidfd, peer_process.h).
     const rlim_t files = RaiseFileLimit();
     const rlim_t headroom = 256;
-    if (files < config.max_connections + headroom) {
-      const uint32_t fit = files > 2 * headroom ? static_cast<uint32_t>(files - headroom) : 16;
-      gd::LogWarn("open-file limit " + std::to_string(files) + " is below max_connections + " +
-                  std::to_string(headroom) + ": max_connections lowered to " +
-                  std::to_string(fit));
+    if (files < 2 * rlim_t{config.max_connections} + headroom) {
+      const uint32_t fit =
+          files > 2 * headroom ? static_cast<uint32_t>((files - headroom) / 2) : 16;
+      gd::LogWarn("open-file limit " + std::to_string(files) + " is below 2 x max_connections + " +
+                  std::to_string(headroom) + ": max_connections lowered to " + std::to_string(fit));
       config.max_connections = fit;
     }
   }
@@ -254,7 +256,7 @@ int main(int argc, char** argv) {
 
   gd::RealClock clock;
   if (config.gpu_source != gd::GpuSourceMode::kNvml) ShareSimulatorState();
-  gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir);
+  gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir, config.driver_root);
   // Jobs are tracked by cgroup when the machine lets us (docs/DAEMON.md).
   gd::SysCgroups cgroups({gd::CgroupBaseFor(config), "/proc/self/mountinfo", config.cgroups});
   gd::RealLauncher launcher({&cgroups, config.max_log_bytes});
@@ -272,6 +274,8 @@ int main(int argc, char** argv) {
   arbiter_options.slices_dir = config.state_dir + "/slices";
   arbiter_options.board_mode = geteuid() == 0 ? 0644 : 0444;
   arbiter_options.params.corun = config.compute_corun;
+  arbiter_options.params.handoff = config.compute_handoff;
+  arbiter_options.params.quantum_ns = uint64_t(config.compute_quantum_ms) * 1'000'000;
   const gpuslice::core::Status coord_dir = gd::PrepareCoordDir(arbiter_options.coord_dir);
   if (!coord_dir.ok()) {
     // Without boards no share can be enforced: jobs that ask for one fail
@@ -314,8 +318,13 @@ int main(int argc, char** argv) {
   options.checkpointer =
       gd::MakeDriverCheckpointer([&service_ptr, sim_lib_dir = config.sim_lib_dir] {
         bool simulated = service_ptr != nullptr && service_ptr->inventory().simulated();
-        return simulated && !sim_lib_dir.empty() ? sim_lib_dir + "/libcuda.so.1"
-                                                 : std::string("libcuda.so.1");
+        if (simulated && !sim_lib_dir.empty()) return sim_lib_dir + "/libcuda.so.1";
+        // Under a driver root: the CUDA driver beside the NVML that was found.
+        if (service_ptr != nullptr && !service_ptr->inventory().host_library.empty()) {
+          const std::string& nvml = service_ptr->inventory().library;
+          return nvml.substr(0, nvml.rfind('/')) + "/libcuda.so.1";
+        }
+        return std::string("libcuda.so.1");
       });
   gd::Service service(options, clock, inventory, launcher, regions);
   service_ptr = &service;

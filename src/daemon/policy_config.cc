@@ -37,7 +37,15 @@ std::string_view WatchdogActionName(WatchdogAction a) {
 }
 
 std::string_view ForeignActionName(ForeignAction a) {
-  return a == ForeignAction::kKill ? "kill" : "report";
+  switch (a) {
+    case ForeignAction::kReport:
+      return "report";
+    case ForeignAction::kProtect:
+      return "protect";
+    case ForeignAction::kKill:
+      return "kill";
+  }
+  return "report";
 }
 
 std::string_view IdleActionName(IdleAction a) {
@@ -113,7 +121,8 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
   if (key == "watchdog_compute") {
     // No `stop`: a stopped job's use falls to nothing, so it would flap
     // between stopped and running with each window.
-    for (WatchdogAction a : {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
+    for (WatchdogAction a :
+         {WatchdogAction::kOff, WatchdogAction::kReport, WatchdogAction::kKill}) {
       if (v == WatchdogActionName(a)) {
         c->watchdog_compute = a;
         return core::Status::Ok();
@@ -133,13 +142,14 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
     return core::Status::Ok();
   }
   if (key == "foreign") {
-    for (ForeignAction a : {ForeignAction::kReport, ForeignAction::kKill}) {
+    for (ForeignAction a :
+         {ForeignAction::kReport, ForeignAction::kProtect, ForeignAction::kKill}) {
       if (v == ForeignActionName(a)) {
         c->foreign = a;
         return core::Status::Ok();
       }
     }
-    return Bad(key, value, "report or kill");
+    return Bad(key, value, "report, protect or kill");
   }
   if (key == "foreign_allowed_groups") {
     c->foreign_allowed_groups.clear();
@@ -155,9 +165,19 @@ core::Status ApplyPolicyValue(PolicyConfig* c, std::string_view key, std::string
     return core::Status::Ok();
   }
   if (key == "watchdog_allowance") {
+    if (v == "auto") {
+      c->watchdog_allowance_bytes.reset();
+      return core::Status::Ok();
+    }
+    auto b = core::ParseBytes(v);
+    if (!b.ok()) return Bad(key, value, "auto or a size such as 512MiB");
+    c->watchdog_allowance_bytes = *b;
+    return core::Status::Ok();
+  }
+  if (key == "watchdog_allowance_max") {
     auto b = core::ParseBytes(v);
     if (!b.ok()) return b.status().WithContext(key);
-    c->watchdog_allowance_bytes = *b;
+    c->watchdog_allowance_max_bytes = *b;
     return core::Status::Ok();
   }
   if (key == "idle_threshold") {

@@ -9,6 +9,7 @@
 #include <signal.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,8 +33,10 @@ enum class WatchdogAction { kOff, kReport, kStop, kKill };
 // a job that cannot be suspended gets `idle_suspend_fallback` instead.
 enum class IdleAction { kWarn, kPause, kEnd, kSuspend };
 // GPU processes that belong to no job: always charged in placement and
-// reported; `kill` also ends them (unless root's or an allowed group's).
-enum class ForeignAction { kReport, kKill };
+// reported. `protect` ends those that take memory jobs were promised on
+// their GPU (the default), `kill` ends them all; both spare root's, the
+// admin group's and an allowed group's.
+enum class ForeignAction { kReport, kProtect, kKill };
 std::string_view WatchdogActionName(WatchdogAction a);
 std::string_view IdleActionName(IdleAction a);
 std::string_view ForeignActionName(ForeignAction a);
@@ -53,19 +56,28 @@ struct PolicyConfig {
   // by default: only a process that escaped the shim can get there, and
   // while it holds the memory another slice's allocations fail.
   WatchdogAction watchdog = WatchdogAction::kKill;
-  // NVML counts each process's CUDA context, which the shim does not charge
-  // to the slice: this much per process is allowed over the limit.
-  uint64_t watchdog_allowance_bytes = 512ull << 20;
+  // NVML counts driver memory the shim charges only after the fact: a job
+  // may hold one context per process the shim registered over its limit
+  // (memory_allowance.h), of this size; nullopt (`auto`, the default): the
+  // size learnt from NVML (ContextSizes).
+  std::optional<uint64_t> watchdog_allowance_bytes;
+  // At most this much over its limit, per job and GPU, however many
+  // processes its slice names (the job writes that list).
+  uint64_t watchdog_allowance_max_bytes = 2ull << 30;
   // Compute: a slice with a hard share whose processes' SM use, averaged
   // over the window, stays above its share by more than the margin
-  // (percentage points of the GPU). off, report or kill.
-  WatchdogAction watchdog_compute = WatchdogAction::kReport;
-  int64_t watchdog_compute_window_ms = 10'000;
+  // (percentage points of the GPU). off, report or kill. Kill by default:
+  // use that far over a share for a whole window came without turns (a
+  // process that bypasses the shim), and it takes its neighbours' time.
+  WatchdogAction watchdog_compute = WatchdogAction::kKill;
+  int64_t watchdog_compute_window_ms = 2'000;
   double watchdog_compute_margin_pct = 25.0;
 
-  ForeignAction foreign = ForeignAction::kReport;
-  // Groups whose foreign GPU processes `foreign = kill` spares (root's are
-  // always spared).
+  // Protect by default: a process nobody placed that takes memory promised
+  // to a job makes that job fail inside its own limit.
+  ForeignAction foreign = ForeignAction::kProtect;
+  // Groups whose foreign GPU processes `foreign = protect` and `kill` spare
+  // (root's and the admin group's are always spared).
   std::vector<std::string> foreign_allowed_groups;
 
   double idle_threshold_pct = 30.0;  // GPU use under this counts as idle.

@@ -26,15 +26,15 @@ std::string UserName(uint32_t uid) {
   return std::to_string(uid);
 }
 
-std::string GroupName(uint32_t gid) {
+}  // namespace
+
+std::string GroupNameOf(uint32_t gid) {
   struct group gr;
   struct group* found = nullptr;
   char buf[8192];
   if (getgrgid_r(gid, &gr, buf, sizeof buf, &found) == 0 && found != nullptr) return gr.gr_name;
   return std::to_string(gid);
 }
-
-}  // namespace
 
 std::optional<ProcessOwner> ProcProcessTable::OwnerOf(int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -57,9 +57,9 @@ std::optional<ProcessOwner> ProcProcessTable::OwnerOf(int64_t pid) {
   }
   if (!have_uid) return std::nullopt;
   o.user = UserName(o.uid);
-  o.groups.push_back(GroupName(o.gid));
+  o.groups.push_back(GroupNameOf(o.gid));
   for (uint32_t g : gids) {
-    if (g != o.gid) o.groups.push_back(GroupName(g));
+    if (g != o.gid) o.groups.push_back(GroupNameOf(g));
   }
   return o;
 }

@@ -27,6 +27,10 @@ struct ProcessOwner {
   std::vector<std::string> groups;  // Names of the gid and supplementary groups.
 };
 
+// The name of group `gid`, or the gid in digits when it has none (the names
+// ProcessOwner::groups holds).
+std::string GroupNameOf(uint32_t gid);
+
 class ProcessTable {
  public:
   virtual ~ProcessTable() = default;

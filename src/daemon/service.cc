@@ -137,14 +137,17 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(spec.labels));
   if (options_.slurm_only && !caller.admin) {
     // Only slurmstepd can make such a caller: its real uid is root while it
-    // acts as the user, which no user's own process can be.
-    auto owner = caller.pid > 0 ? Processes().OwnerOf(caller.pid) : std::nullopt;
-    if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !owner ||
-        owner->uid != 0) {
+    // acts as the user, which no user's own process can be. The real uid is
+    // the one read when the connection was accepted, and it counts only
+    // while that process runs: a pid looked up now could be a root process
+    // that took the pid of the user's, which ended (issue 36).
+    const bool stepd = caller.process && caller.process->identity().real_uid == 0;
+    if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !stepd) {
       return core::PermissionDeniedError(
           "this node's GPUs are handed out by Slurm (slurm_only): ask for them with srun, "
           "sbatch or salloc (--gres=gpu:N, --gpu-mem, --gpu-share)");
     }
+    GPUSLICE_RETURN_IF_ERROR(caller.process->CheckRunning());
   }
   if (spec.mode == core::JobMode::kExternal) return SubmitExternal(caller, std::move(spec));
   if (spec.paused || !spec.gpu_uuids.empty()) {
@@ -538,9 +541,15 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
   if (stat(proc.c_str(), &st) != 0 || (st.st_uid != caller.uid && !caller.admin)) {
     return core::PermissionDeniedError("process " + std::to_string(pid) + " is not yours");
   }
-  if (!caller.admin && ParentOf(pid) != caller.pid) {
-    return core::PermissionDeniedError("process " + std::to_string(pid) +
-                                       " is not a child of the calling process");
+  if (!caller.admin) {
+    // The calling process as pinned at accept: its parent link read, then
+    // proved by its pidfd to be still running, so that the pid compared
+    // was the caller's and no newcomer's (issue 36).
+    if (!caller.process || ParentOf(pid) != caller.process->pid()) {
+      return core::PermissionDeniedError("process " + std::to_string(pid) +
+                                         " is not a child of the calling process");
+    }
+    GPUSLICE_RETURN_IF_ERROR(caller.process->CheckRunning());
   }
   // Into the job's cgroup before it runs anything (the client holds it until
   // this answers): a `setsid` child cannot leave the job, cancel ends all of

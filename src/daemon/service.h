@@ -40,6 +40,8 @@
 #include "daemon/job_query.h"
 #include "daemon/launcher.h"
 #include "daemon/ledger.h"
+#include "daemon/memory_allowance.h"
+#include "daemon/peer_process.h"
 #include "daemon/policy_config.h"
 #include "daemon/process_table.h"
 #include "daemon/region_store.h"
@@ -51,7 +53,11 @@ namespace gpuslice::daemon {
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
-  int32_t pid = 0;
+  // The process that opened the connection, pinned at accept (unix socket
+  // only; null over TCP, for the daemon's own submissions, and when the
+  // peer's pid is not visible here). Whatever is decided from the caller's
+  // pid uses it, never a pid looked up later (peer_process.h).
+  std::shared_ptr<const PeerProcess> process;
   std::string user;
   bool admin = false;  // root, the admin group, or the TCP token holder.
   bool local = true;   // Came over the unix socket (can own jobs).
@@ -279,10 +285,13 @@ class Service {
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
 
-  // After a failed ledger write (disk full...): every ledger_retry_ms, writes
+  // After a failed ledger write (disk full...): every ledger_retry_ms, and at
+  // once when the state disk has 1 MiB more room than at the failure, writes
   // what could not be written; when that succeeds, leaves degraded mode and
-  // says so in an event. The event loop calls it on its timer; cheap when
-  // the ledger is fine.
+  // says so in an event. Likewise, once a slice could not be made for lack
+  // of room, it checks the room on each call (a statvfs while the disk stays
+  // full) and leaves that state when a slice fits. The event loop calls it
+  // on its timer; cheap when the ledger and the disk are fine.
   void MaintainLedger();
 
   bool degraded() const { return !degraded_reason_.empty(); }
@@ -399,8 +408,12 @@ class Service {
     bool over_limit = false;    // The watchdog saw it over its limit.
     bool stopped = false;       // Stopped by the watchdog (watchdog = stop).
     bool over_share = false;    // The compute watchdog saw it far over its share.
-    // SM use per GPU of the last samples within the compute window.
+    // SM use per GPU of the last samples within the compute window, and the
+    // share and mode they were taken under (a live change starts a new one:
+    // use within the old share is no breach of the new).
     std::deque<std::pair<int64_t, std::map<uint32_t, double>>> sm_window;
+    uint32_t sm_window_share = 0;
+    bool sm_window_work_conserving = false;
     // The arbiter's contended time (RegionStore::ContendedNs) at the same
     // samples: how long others waited for the GPU (work-conserving slices).
     std::deque<uint64_t> contended_window;
@@ -422,6 +435,11 @@ class Service {
   };
 
   void Degrade(const std::string& reason);
+  // A slice could not be made for lack of room on the state disk (issue 36):
+  // degraded until RetrySliceRoom finds room; no job starts meanwhile.
+  void NoRoomForSlices(const std::string& reason);
+  // Called by MaintainLedger: leaves that state once a slice fits again.
+  void RetrySliceRoom();
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
   // older install left (state dir, job dirs, ledger files).
   core::Status SecureStateDir();
@@ -581,13 +599,20 @@ class Service {
   // The watchdog (service_watchdog.cc), per running job after each sample;
   // each returns true when it ended the job.
   bool WatchMemory(core::Job& job, Live& l, const JobUsage& use);
+  // The daemon's memory limit for `job` on GPU `gpu` (inventory index): its
+  // allocation there; 0 on a GPU it was not given, and while suspended.
+  static uint64_t MemoryLimitOn(const core::Job& job, uint32_t gpu);
   bool WatchCompute(core::Job& job, Live& l, const JobUsage& use);
   // The audit of the arbiter's charge against NVML, over WatchCompute's
   // window (service_watchdog.cc).
   void AuditCharge(const core::Job& job, Live& l);
-  // Foreign GPU use, after each sample: charges it in placement, reports
-  // each process once, ends it with `foreign = kill`.
-  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid);
+  // Foreign GPU use, after each sample: charges it in placement, with the
+  // memory jobs hold over their limits (`over_limit`: bytes and "job N" per
+  // GPU, issue 36), reports each process once, and ends those that
+  // `foreign` says to (protect: those that take memory jobs were promised).
+  using OverLimit = std::map<uint32_t, std::pair<uint64_t, std::string>>;
+  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid,
+                    const OverLimit& over_limit);
   // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
   // none. The one place that decides membership: the job's process group,
   // else a slice's process slots when the process is the job user's.
@@ -650,8 +675,13 @@ class Service {
   // written again by MaintainLedger.
   std::map<uint64_t, std::optional<core::JobState>> unsaved_jobs_;
   bool ledger_write_failed_ = false;  // Degraded by a write, so recoverable.
+  std::string ledger_write_reason_;   // Its reason while it lasts.
+  uint64_t ledger_failed_free_bytes_ = 0;  // Free on the state disk when it failed.
   int64_t ledger_failed_ms_ = 0;
   int64_t ledger_retry_at_ms_ = 0;
+  // No room on the state disk for a slice: why (empty: there is), and since.
+  std::string no_room_reason_;
+  int64_t no_room_since_ms_ = 0;
 
   // Events (in memory only when the ledger is unavailable).
   std::map<std::string, uint64_t> event_counts_;
@@ -665,6 +695,10 @@ class Service {
   // next update is not called foreign), and those already reported.
   std::unordered_map<int64_t, int> foreign_seen_;
   std::set<int64_t> foreign_reported_;
+  std::set<int64_t> foreign_ended_;  // Signalled by `foreign`; forgotten once gone.
+  // The size of a fresh context per GPU, from NVML (the memory watchdog's
+  // allowance, memory_allowance.h).
+  ContextSizes context_sizes_;
   int64_t last_sample_ms_ = 0;
   int64_t last_idle_persist_ms_ = 0;
   bool usage_error_logged_ = false;

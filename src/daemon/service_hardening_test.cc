@@ -241,10 +241,16 @@ TEST_F(HardeningTest, Issue13LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   ASSERT_TRUE(service_->degraded());
   EXPECT_NE(service_->degraded_reason().find("ledger write failed"), std::string::npos);
   EXPECT_FALSE(Submit("1").ok());
-  fs::remove(mount_ + "/fill");
+  // Still full: retried every ledger_retry_ms, not on every call.
   service_->MaintainLedger();
   EXPECT_TRUE(service_->degraded()) << "not before the retry interval";
   clock_.Advance(1000);
+  service_->MaintainLedger();
+  EXPECT_TRUE(service_->degraded()) << "the disk is still full";
+  // Issue 36: room again is seen on the next call, not the next interval
+  // (a daemon with no job running took up to ledger_retry, 2 s, to notice).
+  clock_.Advance(10);
+  fs::remove(mount_ + "/fill");
   service_->MaintainLedger();
   EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
   bool degraded_event = false, recovered_event = false;
@@ -260,6 +266,63 @@ TEST_F(HardeningTest, Issue13LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   // What happened while the disk was full reached the ledger.
   Restart();
   EXPECT_EQ(service_->Get(1)->job.state, core::JobState::kExited);
+}
+
+// Issue 36, item 3: with the state disk full, making a starting job's slice
+// crashed the daemon. Now the job waits queued (never lost), the daemon is
+// degraded with a reason naming the full disk, running jobs go on, and it
+// recovers by itself once a slice fits again.
+TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRoom) {
+  auto running = Submit("1");
+  ASSERT_TRUE(running.ok());
+  ASSERT_EQ(service_->Get(running->job.id)->job.state, core::JobState::kRunning);
+  regions_.room = core::ResourceExhaustedError(
+      "create slice region /s/slices/job-2/region: allocate /s/slices/job-2/region.tmp: No space "
+      "left on device");
+  auto waiting = Submit("1", 1001);
+  ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+  const uint64_t id = waiting->job.id;
+  const size_t launches = launcher_.launches.size();
+  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kQueued);
+  ASSERT_TRUE(service_->degraded());
+  EXPECT_NE(service_->degraded_reason().find("No space left on device"), std::string::npos)
+      << service_->degraded_reason();
+  auto refused = Submit("1", 1002);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("no room for job slices on the state disk"),
+            std::string::npos)
+      << refused.status().message();
+  // Still no room: nothing starts, nothing is lost, the running job runs on.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(1000);
+    service_->Tick();
+    service_->MaintainLedger();
+  }
+  EXPECT_TRUE(service_->degraded());
+  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kQueued);
+  EXPECT_EQ(service_->Get(running->job.id)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(launcher_.launches.size(), launches);
+  // Room again: the next maintenance sees it, the job starts.
+  regions_.room = core::Status::Ok();
+  service_->MaintainLedger();
+  EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
+  service_->Flush();
+  service_->Tick();
+  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(launcher_.launches.size(), launches + 1);
+  bool degraded_event = false, recovered_event = false;
+  auto events = service_->Events({.limit = 1000});
+  ASSERT_TRUE(events.ok());
+  for (const Event& e : *events) {
+    degraded_event =
+        degraded_event ||
+        (e.kind == "degraded" && e.message.find("no room for job slices") != std::string::npos);
+    recovered_event = recovered_event || (e.kind == "recovered" &&
+                                          e.message.find("room for slices") != std::string::npos);
+  }
+  EXPECT_TRUE(degraded_event);
+  EXPECT_TRUE(recovered_event);
 }
 
 }  // namespace

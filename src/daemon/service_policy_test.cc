@@ -392,7 +392,9 @@ TEST_F(PolicyTest, BusyJobIsNotIdle) {
   rules.idle_action = IdleAction::kEnd;
   rules.idle_action_always = true;
   Start(rules);
-  auto busy = Submit(Mem("8GiB"));
+  // Busy within its share (80% of a 10% slice is a bypass the compute
+  // watchdog ends).
+  auto busy = Submit(Mem("8GiB", "90%"));
   std::string region = Get(busy->job.id).job.region_path;
   regions_.pids[region] = {4242};
   GpuUsage g0;
@@ -429,6 +431,7 @@ TEST_F(PolicyTest, Issue18ASliceThatWaitsForItsTurnIsNotIdle) {
 TEST_F(PolicyTest, WatchdogReportsAndKillsAJobOverItsLimitInNvml) {
   PolicyConfig rules;
   rules.watchdog = WatchdogAction::kKill;
+  rules.watchdog_allowance_bytes = 512 * core::kMiB;  // A context's size, not learnt here.
   Start(rules);
   auto job = Submit(Mem("4GiB"));
   JobView v = Get(job->job.id);
@@ -436,7 +439,7 @@ TEST_F(PolicyTest, WatchdogReportsAndKillsAJobOverItsLimitInNvml) {
   GpuUsage g;
   g.index = v.job.allocation.gpu_indices[0];
   // 4 GiB limit + 512 MiB context allowance for one process: 5 GiB is over.
-  g.processes.push_back({777, 5 * core::kGiB, 50});
+  g.processes.push_back({777, 5 * core::kGiB, 5});
   GpuUsage other;
   other.index = 1 - g.index;
   inventory_.usage = {g.index == 0 ? g : other, g.index == 0 ? other : g};
@@ -449,13 +452,14 @@ TEST_F(PolicyTest, WatchdogReportsAndKillsAJobOverItsLimitInNvml) {
 TEST_F(PolicyTest, WatchdogReportOnlyFlagsTheJob) {
   PolicyConfig rules;
   rules.watchdog = WatchdogAction::kReport;
+  rules.watchdog_allowance_bytes = 512 * core::kMiB;  // A context's size, not learnt here.
   Start(rules);
   auto job = Submit(Mem("4GiB"));
   JobView v = Get(job->job.id);
   regions_.pids[v.job.region_path] = {777};
   GpuUsage g;
   g.index = v.job.allocation.gpu_indices[0];
-  g.processes.push_back({777, 4 * core::kGiB + 256 * core::kMiB, 50});  // Within the allowance.
+  g.processes.push_back({777, 4 * core::kGiB + 256 * core::kMiB, 5});  // Within the allowance.
   GpuUsage other;
   other.index = 1 - g.index;
   inventory_.usage = {g.index == 0 ? g : other, g.index == 0 ? other : g};

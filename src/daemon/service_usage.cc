@@ -159,6 +159,7 @@ void Service::Sample() {
   last_sample_ms_ = now;
 
   auto gpus = inventory_source_.Usage();
+  const bool fresh = gpus.ok();
   if (gpus.ok()) {
     gpu_usage_ = std::move(*gpus);
     usage_error_logged_ = false;
@@ -168,6 +169,8 @@ void Service::Sample() {
   }
 
   // What each job's slice reports (job-written: shown, never a limit).
+  // Its process slots name the processes the shim registered.
+  std::unordered_map<uint64_t, std::unordered_set<int32_t>> registered;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
     JobUsage& u = usage_[id];
@@ -179,11 +182,15 @@ void Service::Sample() {
     u.nvml_memory_by_gpu.clear();
     u.processes_by_gpu.clear();
     u.sm_pct_by_gpu.clear();
+    u.registered_by_gpu.clear();
     // The limit is the daemon's own (the ledger's allocation), never the
     // one in the job-writable region.
     u.memory_limit_bytes = job.allocation.memory_bytes_per_gpu * job.allocation.gpu_indices.size();
     if (job.region_path.empty()) continue;
-    if (auto pids = regions_.Pids(job.region_path); pids.ok()) u.pids = *pids;
+    if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
+      u.pids = *pids;
+      registered[id].insert(pids->begin(), pids->end());
+    }
     if (auto slices = regions_.Usage(job.region_path); slices.ok()) {
       for (const SliceUsage& s : *slices) {
         u.memory_used_bytes += s.used_bytes;
@@ -202,6 +209,9 @@ void Service::Sample() {
   std::unordered_map<uint64_t, std::map<uint32_t, double>> sm;
   for (const GpuUsage& g : gpu_usage_) {
     for (const GpuProcess& p : g.processes) {
+      // Every process's figure teaches the size of a context (NVML's, never
+      // a job's report); a stale read teaches nothing.
+      if (fresh) context_sizes_.Observe(g.index, p.pid, p.used_memory);
       auto it = job_of_pid.find(p.pid);
       if (it == job_of_pid.end()) continue;  // Foreign (WatchForeign).
       JobUsage& u = usage_[it->second];
@@ -211,11 +221,29 @@ void Service::Sample() {
       u.nvml_memory_bytes += p.used_memory;
       u.nvml_memory_by_gpu[g.index] += p.used_memory;
       ++u.processes_by_gpu[g.index];
+      if (registered[it->second].count(static_cast<int32_t>(p.pid))) {
+        ++u.registered_by_gpu[g.index];
+      }
       u.sm_pct_by_gpu[g.index] += p.sm_util_pct;
       sm[it->second][g.index] += p.sm_util_pct;
     }
   }
-  WatchForeign(job_of_pid);
+  if (fresh) context_sizes_.EndSample();
+  // Memory jobs' processes hold over their limits (issue 36): taken in
+  // placement at once, before the watchdog acts on it (or while it is
+  // within the allowance), so that no job is placed where it is not there.
+  OverLimit over_limit;
+  for (const auto& [id, l] : live_) {
+    const Job& job = jobs_[id];
+    for (const auto& [gpu, held] : usage_[id].nvml_memory_by_gpu) {
+      const uint64_t limit = MemoryLimitOn(job, gpu);
+      if (held <= limit) continue;
+      auto& [bytes, who] = over_limit[gpu];
+      bytes += held - limit;
+      who += (who.empty() ? "job " : ", job ") + std::to_string(id);
+    }
+  }
+  WatchForeign(job_of_pid, over_limit);
   bool persist_idle = now - last_idle_persist_ms_ >= 60'000;
   for (auto& [id, l] : live_) {
     Job& job = jobs_[id];

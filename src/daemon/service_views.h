@@ -48,6 +48,9 @@ struct JobUsage {
   std::map<uint32_t, uint64_t> nvml_memory_by_gpu;
   std::map<uint32_t, uint32_t> processes_by_gpu;
   std::map<uint32_t, double> sm_pct_by_gpu;
+  // Of processes_by_gpu, those the shim registered (the job's slice names
+  // them in a process slot): each may hold a context over the limit.
+  std::map<uint32_t, uint32_t> registered_by_gpu;
 };
 
 // A GPU process that belongs to no job (NVML lists it; no job's process
@@ -56,9 +59,10 @@ struct ForeignProcess {
   uint32_t gpu_index = 0;
   uint32_t pid = 0;
   uint64_t used_memory = 0;
-  int64_t uid = -1;     // -1: the process is gone (its owner unknown).
-  std::string user;     // "?" when unknown.
-  bool spared = false;  // Root or an allowed group: `foreign = kill` leaves it.
+  int64_t uid = -1;  // -1: the process is gone (its owner unknown).
+  std::string user;  // "?" when unknown.
+  // Root, the admin group or an allowed group: `foreign` never ends it.
+  bool spared = false;
   // The MIG device it runs in ("MIG-..."), on a GPU in MIG mode; "" else.
   std::string mig_uuid;
 };

@@ -95,12 +95,21 @@ void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const st
   LogWarn("job " + std::to_string(job.id) + " killed by the watchdog: " + why);
 }
 
+uint64_t Service::MemoryLimitOn(const Job& job, uint32_t gpu) {
+  if (job.state == JobState::kSuspended) return 0;  // Holds no GPU meanwhile.
+  const auto& mine = job.allocation.gpu_indices;
+  bool given = std::find(mine.begin(), mine.end(), gpu) != mine.end();
+  return given ? job.allocation.memory_bytes_per_gpu : 0;
+}
+
 bool Service::WatchMemory(Job& job, Live& l, const JobUsage& use) {
   const PolicyConfig& rules = options_.rules;
   if (rules.watchdog == WatchdogAction::kOff) return false;
   // Per GPU: what NVML says the job's processes hold there against the
   // daemon's own limit for that GPU (0 on a GPU the job was not given),
-  // plus a context allowance per process there.
+  // plus a context for each process there that the shim registered, up to
+  // the ceiling (memory_allowance.h). A process without the shim was never
+  // charged a context: it gets nothing.
   std::string what;
   for (const auto& [gpu, held] : use.nvml_memory_by_gpu) {
     const auto& mine = job.allocation.gpu_indices;
@@ -108,15 +117,23 @@ bool Service::WatchMemory(Job& job, Live& l, const JobUsage& use) {
     // An elastic job's workers keep a given-back GPU until they restart
     // (docs/DAEMON.md, "Elastic jobs"): not a breach of its own.
     if (!given && IsElastic(job)) continue;
-    uint64_t limit = given ? job.allocation.memory_bytes_per_gpu : 0;
+    const uint64_t limit = MemoryLimitOn(job, gpu);
+    auto r = use.registered_by_gpu.find(gpu);
+    const uint32_t registered = r == use.registered_by_gpu.end() ? 0 : r->second;
+    const std::optional<uint64_t> context =
+        rules.watchdog_allowance_bytes ? rules.watchdog_allowance_bytes : context_sizes_.Of(gpu);
+    const uint64_t allowance =
+        MemoryAllowance(registered, context, rules.watchdog_allowance_max_bytes);
+    if (held <= limit + allowance) continue;
     auto n = use.processes_by_gpu.find(gpu);
-    uint64_t procs = n == use.processes_by_gpu.end() ? 1 : std::max<uint32_t>(1, n->second);
-    if (held <= limit + rules.watchdog_allowance_bytes * procs) continue;
+    const uint32_t procs = n == use.processes_by_gpu.end() ? 0 : n->second;
     what = "its processes hold " + core::FormatBytes(held) + " on GPU " + std::to_string(gpu) +
            " (NVML), over its limit of " + core::FormatBytes(limit) +
-           (given ? "" : " (not its GPU)") + " + " +
-           core::FormatBytes(rules.watchdog_allowance_bytes) + " per process (" +
-           std::to_string(procs) + (procs == 1 ? " process" : " processes") +
+           (given ? "" : " (not its GPU)") + " + an allowance of " + core::FormatBytes(allowance) +
+           " (" + std::to_string(procs) + (procs == 1 ? " process, " : " processes, ") +
+           std::to_string(registered) + " registered by the shim, a context of " +
+           (context ? core::FormatBytes(*context) : std::string("unknown size")) +
+           " each, at most " + core::FormatBytes(rules.watchdog_allowance_max_bytes) +
            "): a process escaped the shim";
     break;
   }
@@ -170,12 +187,15 @@ bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
   // the part of the window in which the arbiter saw others waiting.
   uint32_t share = job.allocation.compute_milli;
   const bool work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
-  if (rules.watchdog_compute == WatchdogAction::kOff || share == 0 || share >= 1000) {
+  const bool changed = share != l.sm_window_share || work_conserving != l.sm_window_work_conserving;
+  if (rules.watchdog_compute == WatchdogAction::kOff || share == 0 || share >= 1000 || changed) {
     l.sm_window.clear();
     l.contended_window.clear();
     l.charged_window.clear();
     l.audit_suspect = false;
-    return false;
+    l.sm_window_share = share;
+    l.sm_window_work_conserving = work_conserving;
+    if (rules.watchdog_compute == WatchdogAction::kOff || share == 0 || share >= 1000) return false;
   }
   int64_t now = use.sampled_ms;
   l.sm_window.emplace_back(now, use.sm_pct_by_gpu);
@@ -309,10 +329,25 @@ void Service::AuditCharge(const core::Job& job, Live& l) {
   LogWarn("job " + std::to_string(job.id) + ": " + what);
 }
 
-void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid) {
+void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid,
+                           const OverLimit& over_limit) {
   const PolicyConfig& rules = options_.rules;
+  const std::string admin_group = options_.admin_gid ? GroupNameOf(*options_.admin_gid) : "";
   std::vector<ForeignProcess> now;
   std::unordered_map<int64_t, int> seen;
+  std::unordered_map<int64_t, std::string> spared_as;  // Why `foreign` leaves it.
+  // The processes a root-owned external job's slice names (a pod's
+  // containers, docs/KUBERNETES.md): they run as uids nobody knows in
+  // advance, so their claim does not make them the job's, but only holders
+  // of the slice's own group can write those slots. Charged, never ended.
+  std::unordered_map<int64_t, uint64_t> container_of;
+  for (const auto& [id, l] : live_) {
+    const Job& job = jobs_[id];
+    if (SharedGidOf(job) == 0 || job.region_path.empty()) continue;
+    if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
+      for (int32_t pid : *pids) container_of.emplace(pid, id);
+    }
+  }
   // Foreign use of one GPU, or of one MIG instance: bytes, and who (the
   // largest process, "and N more").
   struct Use {
@@ -334,10 +369,15 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
   };
   std::map<uint32_t, Use> per_gpu;
   std::map<std::string, Use> per_mig;  // By MIG UUID.
+  // Per foreign pid on a GPU in MIG mode: every MIG device of its GPU
+  // instance (they share the instance's memory).
+  std::unordered_map<int64_t, std::vector<std::string>> instance_of;
+  std::set<uint32_t> mig_gpus;
   for (const GpuUsage& g : gpu_usage_) {
     auto info = std::find_if(inventory_.gpus.begin(), inventory_.gpus.end(),
                              [&](const GpuInfo& x) { return x.index == g.index; });
     bool mig = info != inventory_.gpus.end() && info->mig_enabled;
+    if (mig) mig_gpus.insert(g.index);
     for (const GpuProcess& p : g.processes) {
       if (job_of_pid.count(p.pid)) continue;
       ForeignProcess f;
@@ -348,11 +388,19 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
       if (std::optional<ProcessOwner> o = Processes().OwnerOf(p.pid)) {
         f.uid = o->uid;
         f.user = o->user;
-        f.spared = o->uid == 0;
+        const auto& allowed = rules.foreign_allowed_groups;
         for (const std::string& grp : o->groups) {
-          const auto& allowed = rules.foreign_allowed_groups;
-          if (std::find(allowed.begin(), allowed.end(), grp) != allowed.end()) f.spared = true;
+          if (!admin_group.empty() && grp == admin_group) spared_as[p.pid] = "the admin group";
+          if (std::find(allowed.begin(), allowed.end(), grp) != allowed.end() &&
+              !spared_as.count(p.pid)) {
+            spared_as[p.pid] = "an allowed group";
+          }
         }
+        if (auto c = container_of.find(p.pid); c != container_of.end()) {
+          spared_as[p.pid] = "a container of external job " + std::to_string(c->second);
+        }
+        if (o->uid == 0) spared_as[p.pid] = "root";
+        f.spared = spared_as.count(p.pid) > 0;
       }
       per_gpu[g.index].Add(p, f.user);
       if (mig) {
@@ -363,6 +411,7 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
         for (const MigInstance& m : info->mig) {
           if (p.gpu_instance_id != kNoMigInstance && m.gpu_instance_id == p.gpu_instance_id) {
             per_mig[m.uuid].Add(p, f.user);
+            instance_of[p.pid].push_back(m.uuid);
           }
         }
       }
@@ -374,8 +423,9 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
     }
   }
   // Charged in placement at once (NVML says the memory is taken, whoever
-  // holds it): a whole GPU's memory, or a MIG instance whole. A GPU or
-  // instance without foreign use is cleared.
+  // holds it): a whole GPU's memory, or a MIG instance whole; and on a whole
+  // GPU, the memory jobs hold over their limits. A GPU or instance without
+  // such use is cleared.
   if (capacity_) {
     for (const GpuInfo& g : inventory_.gpus) {
       if (g.mig_enabled) {
@@ -392,16 +442,80 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
       auto it = per_gpu.find(g.index);
       if (it == per_gpu.end()) {
         capacity_->SetForeign(g.index, 0, "");
-        continue;
+      } else {
+        capacity_->SetForeign(g.index, it->second.bytes, it->second.Who());
       }
-      capacity_->SetForeign(g.index, it->second.bytes, it->second.Who());
+      auto over = over_limit.find(g.index);
+      if (over == over_limit.end()) {
+        capacity_->SetOverLimit(g.index, 0, "");
+      } else {
+        capacity_->SetOverLimit(g.index, over->second.first, over->second.second);
+      }
     }
   }
-  // Reported (and ended, with foreign = kill) from the second sample on: a
-  // job's process may be listed once between its job's end and NVML's
-  // next update.
+  // Which processes `foreign` ends (issue 36 for protect). A process is
+  // ended from its second sample on (a job's process may be listed once
+  // between its job's end and NVML's next update), never root's, the admin
+  // group's or an allowed group's, never one whose owner is unknown (gone).
+  auto endable = [&](const ForeignProcess& f) { return !f.spared && f.uid >= 0; };
+  std::set<int64_t> to_end;
+  std::map<int64_t, std::string> end_why;
+  if (rules.foreign == ForeignAction::kKill) {
+    for (const ForeignProcess& f : now) {
+      if (endable(f)) to_end.insert(f.pid);
+    }
+  } else if (rules.foreign == ForeignAction::kProtect && capacity_) {
+    // On a whole GPU: what no job was promised there, less what jobs hold
+    // over their limits and what spared processes hold, is what the others
+    // may hold. Past it they take memory a job was promised (it would fail
+    // inside its own limit): the largest are ended until the rest fits.
+    std::map<uint32_t, std::vector<const ForeignProcess*>> endable_on;
+    std::map<uint32_t, uint64_t> spared_bytes;
+    for (const ForeignProcess& f : now) {
+      if (mig_gpus.count(f.gpu_index)) continue;
+      if (endable(f)) {
+        endable_on[f.gpu_index].push_back(&f);
+      } else {
+        spared_bytes[f.gpu_index] += f.used_memory;
+      }
+    }
+    for (auto& [gpu, list] : endable_on) {
+      uint64_t room = capacity_->UnpromisedBytes(gpu);
+      auto over = over_limit.find(gpu);
+      const uint64_t taken =
+          (over == over_limit.end() ? 0 : over->second.first) + spared_bytes[gpu];
+      room = room > taken ? room - taken : 0;
+      uint64_t held = 0;
+      for (const ForeignProcess* f : list) held += f->used_memory;
+      std::sort(list.begin(), list.end(), [](const ForeignProcess* a, const ForeignProcess* b) {
+        return a->used_memory > b->used_memory;
+      });
+      for (const ForeignProcess* f : list) {
+        if (held <= room) break;
+        held -= f->used_memory;
+        to_end.insert(f->pid);
+        end_why[f->pid] = "it takes memory promised to jobs on GPU " + std::to_string(gpu) + " (" +
+                          core::FormatBytes(room) + " of it is free for use outside them)";
+      }
+    }
+    // In MIG mode: a process in a GPU instance a job holds takes its memory.
+    for (const ForeignProcess& f : now) {
+      if (!endable(f) || !instance_of.count(f.pid)) continue;
+      for (const std::string& uuid : instance_of[f.pid]) {
+        if (!capacity_->MigHeldByJob(uuid)) continue;
+        to_end.insert(f.pid);
+        end_why[f.pid] = "it runs in MIG " + uuid + ", which a job holds";
+        break;
+      }
+    }
+  }
+  // Reported once each, from the second sample on; ended (once) when
+  // `foreign` says so, which may come later than the report (protect: once
+  // it takes memory a job was promised).
   for (const ForeignProcess& f : now) {
-    if (seen[f.pid] < 2 || foreign_reported_.count(f.pid)) continue;
+    if (seen[f.pid] < 2) continue;
+    const bool end = to_end.count(f.pid) && !foreign_ended_.count(f.pid);
+    if (!end && foreign_reported_.count(f.pid)) continue;
     foreign_reported_.insert(f.pid);
     std::string what = "pid " + std::to_string(f.pid) + " (user " + f.user + ") holds " +
                        core::FormatBytes(f.used_memory) + " on GPU " + std::to_string(f.gpu_index) +
@@ -409,25 +523,28 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
                                            : " (MIG " + f.mig_uuid +
                                                  ") outside gpuslice; the instance is taken in "
                                                  "placement");
-    if (rules.foreign == ForeignAction::kKill) {
-      if (f.spared) {
-        what += "; spared (" + std::string(f.uid == 0 ? "root" : "an allowed group") + ")";
-      } else if (f.uid < 0) {
-        what += "; gone before it could be ended";
-      } else if (core::Status s = Processes().SignalIfOwnedBy(f.pid, uint32_t(f.uid), SIGKILL);
-                 s.ok()) {
-        what += "; killed (foreign = kill)";
-      } else {
-        what += "; cannot kill it: " + s.message();
-      }
+    const std::string mode = "foreign = " + std::string(ForeignActionName(rules.foreign));
+    if (end) {
+      foreign_ended_.insert(f.pid);
+      core::Status s = Processes().SignalIfOwnedBy(f.pid, uint32_t(f.uid), SIGKILL);
+      const std::string because = end_why.count(f.pid) ? ": " + end_why[f.pid] : "";
+      what += s.ok() ? "; killed" + because + " (" + mode + ")"
+                     : "; cannot kill it" + because + ": " + s.message();
+    } else if (rules.foreign != ForeignAction::kReport && f.spared) {
+      what += "; spared (" + spared_as[f.pid] + ")";
+    } else if (rules.foreign == ForeignAction::kKill && f.uid < 0) {
+      what += "; gone before it could be ended";
     }
     RecordEvent("foreign_process", 0, f.user, what);
     LogWarn(what);
   }
   foreign_seen_ = std::move(seen);
-  // Forget reported pids that are gone, so a reused pid is reported anew.
+  // Forget pids that are gone, so a reused pid is reported anew.
   for (auto it = foreign_reported_.begin(); it != foreign_reported_.end();) {
     it = foreign_seen_.count(*it) ? std::next(it) : foreign_reported_.erase(it);
+  }
+  for (auto it = foreign_ended_.begin(); it != foreign_ended_.end();) {
+    it = foreign_seen_.count(*it) ? std::next(it) : foreign_ended_.erase(it);
   }
   foreign_ = std::move(now);
 }

@@ -39,6 +39,8 @@ class WatchdogTest : public ::testing::Test {
     o.kill_grace_ms = 1000;
     o.rules = rules;
     o.processes = &processes_;
+    o.admin_gid = admin_gid_;
+    o.external_gid_base = external_gid_base_;
     o.groups_of = [](const std::string&, uint32_t) { return std::vector<std::string>{}; };
     service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
     ASSERT_TRUE(service_->Start().ok());
@@ -92,7 +94,7 @@ class WatchdogTest : public ::testing::Test {
     launcher_.alive.insert(4242);
     processes_.owners[4242] = {0, 0, "root", {}};
     Caller stepd = TestCaller(1000);
-    stepd.pid = 4242;
+    stepd.process = std::make_shared<FakePeerProcess>(PeerIdentity{4242, 0, 1});
     SubmitSpec s;
     s.mode = core::JobMode::kExternal;
     s.fields.mem = "4GiB";
@@ -135,6 +137,8 @@ class WatchdogTest : public ::testing::Test {
   FakeRegionStore regions_;
   FakeProcessTable processes_;
   std::unique_ptr<Service> service_;
+  std::optional<uint32_t> admin_gid_;  // ServiceOptions::admin_gid at Start.
+  uint32_t external_gid_base_ = 0;     // ServiceOptions::external_gid_base at Start.
 };
 
 }  // namespace gpuslice::daemon

@@ -156,14 +156,153 @@ TEST_F(WatchdogTest, AKilledJobCannotMakeTheWatchdogSignalAnotherUsersProcess) {
   for (const auto& [pid, sig] : processes_.signals) EXPECT_NE(pid, 1) << "signal " << sig;
 }
 
-TEST_F(WatchdogTest, WithinTheContextAllowanceNothingHappens) {
+// Issue 36: the allowance was 512 MiB per process NVML listed, shim or not.
+// Now a process the shim registered (the job's slice names it) may hold one
+// context over the limit, of the size NVML shows for a bare context.
+TEST_F(WatchdogTest, AProcessTheShimRegisteredMayHoldOneContextOverTheLimit) {
   Start();
   JobView v = StartJob();
-  Process(v.job.allocation.gpu_indices[0], 777, 4 * core::kGiB + 400 * core::kMiB, 50, 1000,
-          v.job.pid);
+  const uint32_t gpu = v.job.allocation.gpu_indices[0];
+  Process(gpu, 900, 300 * core::kMiB, 0, 2000);  // Another user's bare context: its size.
+  regions_.pids[v.job.region_path] = {777};
+  Process(gpu, 777, 4 * core::kGiB + 300 * core::kMiB, 50, 1000, v.job.pid);
   Run(3);
   EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
   EXPECT_TRUE(EventsOf(v.job.id, "watchdog").empty());
+  inventory_.usage[gpu].processes.back().used_memory = 4 * core::kGiB + 400 * core::kMiB;
+  Run(1);
+  JobView after = Get(v.job.id);
+  EXPECT_EQ(after.job.state, core::JobState::kCancelled);
+  EXPECT_NE(after.job.reason.find("over its limit of 4 GiB + an allowance of 300 MiB (1 process, 1 "
+                                  "registered by the shim, a context of 300 MiB each"),
+            std::string::npos)
+      << after.job.reason;
+}
+
+// Issue 36: a process without the shim was never charged anything by it, so
+// all it holds over the limit is an escape.
+TEST_F(WatchdogTest, AProcessWithoutTheShimGetsNoAllowance) {
+  Start();
+  JobView v = StartJob();
+  Process(v.job.allocation.gpu_indices[0], 777, 4 * core::kGiB + 100 * core::kMiB, 50, 1000,
+          v.job.pid);
+  Run(1);
+  JobView after = Get(v.job.id);
+  EXPECT_EQ(after.job.state, core::JobState::kCancelled);
+  EXPECT_NE(after.job.reason.find("an allowance of 0 B (1 process, 0 registered by the shim"),
+            std::string::npos)
+      << after.job.reason;
+}
+
+// Issue 36: a 1 GiB slice ran 50 processes without the shim, each with a
+// context and 200 MiB, and held 24.4 GiB with no event. The job writes its
+// slice's process slots, so naming all 50 there buys at most the ceiling.
+TEST_F(WatchdogTest, SlotsAJobWritesBuyNoMoreThanTheAllowancesCeiling) {
+  for (bool named : {false, true}) {
+    Start();
+    JobView v = StartJob("1GiB", "25%");
+    const uint32_t gpu = v.job.allocation.gpu_indices[0];
+    Process(gpu, 900, 300 * core::kMiB, 0, 2000);
+    std::vector<int32_t> slots;
+    for (uint32_t i = 0; i < 50; ++i) {
+      Process(gpu, 10000 + i, 500 * core::kMiB, 0, 1000, v.job.pid);
+      slots.push_back(int32_t(10000 + i));
+    }
+    if (named) regions_.pids[v.job.region_path] = slots;
+    Run(1);
+    JobView after = Get(v.job.id);
+    EXPECT_EQ(after.job.state, core::JobState::kCancelled) << named;
+    EXPECT_NE(after.job.reason.find("its processes hold 24.41 GiB on GPU"), std::string::npos)
+        << after.job.reason;
+    EXPECT_NE(after.job.reason.find(named ? "an allowance of 2 GiB (50 processes, 50 registered"
+                                          : "an allowance of 0 B (50 processes, 0 registered"),
+              std::string::npos)
+        << after.job.reason;
+  }
+}
+
+// Issue 36: the ceiling is the admin's (watchdog_allowance_max), and so is
+// the size of a context when the learnt one does not suit a driver
+// (watchdog_allowance).
+TEST_F(WatchdogTest, TheAllowanceFollowsItsSettings) {
+  PolicyConfig rules;
+  rules.watchdog = WatchdogAction::kReport;
+  rules.watchdog_allowance_bytes = 1 * core::kGiB;
+  rules.watchdog_allowance_max_bytes = 3 * core::kGiB;
+  Start(rules);
+  JobView v = StartJob();
+  const uint32_t gpu = v.job.allocation.gpu_indices[0];
+  regions_.pids[v.job.region_path] = {777, 778, 779, 780};
+  for (uint32_t pid : {777, 778, 779, 780})
+    Process(gpu, pid, 1792 * core::kMiB, 0, 1000, v.job.pid);
+  Run(2);  // 7 GiB: the limit + 3 GiB, the ceiling.
+  EXPECT_TRUE(EventsOf(v.job.id, "watchdog").empty());
+  inventory_.usage[gpu].processes.back().used_memory += 2 * core::kMiB;
+  Run(1);
+  ASSERT_EQ(EventsOf(v.job.id, "watchdog").size(), 1u);
+  EXPECT_NE(EventsOf(v.job.id, "watchdog")[0].message.find(
+                "an allowance of 3 GiB (4 processes, 4 registered by the shim, a context of 1 GiB "
+                "each, at most 3 GiB)"),
+            std::string::npos)
+      << EventsOf(v.job.id, "watchdog")[0].message;
+}
+
+// Issue 36: memory NVML shows a job's processes hold over its limit is
+// taken in placement at the sample that sees it, before the watchdog acts
+// (here it only reports), so no job is placed where it is not there.
+TEST_F(WatchdogTest, MemoryAJobHoldsOverItsLimitIsTakenInPlacementAtOnce) {
+  PolicyConfig rules;
+  rules.watchdog = WatchdogAction::kReport;
+  Start(rules, SimulatedGpus(1, "A100", 40 * core::kGiB));
+  JobView a = StartJob("4GiB", "25%");
+  Process(0, 777, 30 * core::kGiB, 0, 1000, a.job.pid);  // Without the shim.
+  Run(1);
+  SubmitSpec s;
+  s.fields.mem = "20GiB";
+  s.fields.compute = "30%";
+  s.argv = {"train"};
+  s.cwd = "/home/u";
+  auto b = service_->Submit(TestCaller(2000), s);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  JobView bv = Get(b->job.id);
+  EXPECT_EQ(bv.job.state, core::JobState::kQueued) << "40 GiB - 4 - 26 over the limit < 20";
+  EXPECT_NE(bv.waiting_for.find("GPU 0: 26 GiB held beyond their limits by job " +
+                                std::to_string(a.job.id)),
+            std::string::npos)
+      << bv.waiting_for;
+  Run(3);
+  EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kQueued);
+  // Back under its limit: the memory is free again.
+  inventory_.usage[0].processes[0].used_memory = 3 * core::kGiB;
+  Run(1);
+  EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kRunning);
+}
+
+// Issue 36: with the default (kill), the job is ended at that same sample;
+// its processes' memory stays taken until NVML shows it gone, so the job
+// waiting for it does not start into memory a dying process still holds.
+TEST_F(WatchdogTest, AJobKilledOverItsLimitKeepsItsExcessTakenUntilNvmlShowsItGone) {
+  Start({}, SimulatedGpus(1, "A100", 40 * core::kGiB));
+  launcher_.die_on_signal = false;  // Its processes take their time to die.
+  JobView a = StartJob("4GiB", "25%");
+  Process(0, 777, 30 * core::kGiB, 0, 1000, a.job.pid);
+  Run(1);
+  ASSERT_EQ(Get(a.job.id).job.state, core::JobState::kRunning) << "ending, not yet ended";
+  SubmitSpec s;
+  s.fields.mem = "20GiB";
+  s.fields.compute = "30%";
+  s.argv = {"train"};
+  s.cwd = "/home/u";
+  auto b = service_->Submit(TestCaller(2000), s);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  Run(2);
+  EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kQueued);
+  inventory_.usage[0].processes.clear();  // Gone.
+  launcher_.alive.erase(a.job.pid);
+  launcher_.WriteStatus(a.job.pid, "signal", SIGKILL);
+  Run(2);
+  EXPECT_EQ(Get(a.job.id).job.state, core::JobState::kCancelled);
+  EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kRunning);
 }
 
 TEST_F(WatchdogTest, MemoryOnAGpuTheJobWasNotGivenIsOverItsLimit) {
@@ -242,8 +381,11 @@ TEST_F(WatchdogTest, AStoppedJobThatIsCancelledIsContinuedToTakeItsSignal) {
   EXPECT_EQ(launcher_.stopped.count(v.job.pid), 0u) << "continued to take its signal";
 }
 
-TEST_F(WatchdogTest, ComputeFarOverItsShareForAWindowIsReportedByDefault) {
-  Start();
+TEST_F(WatchdogTest, ComputeFarOverItsShareForAWindowIsReportedWhenConfigured) {
+  PolicyConfig rules;
+  rules.watchdog_compute = WatchdogAction::kReport;
+  rules.watchdog_compute_window_ms = 10'000;
+  Start(rules);
   JobView v = StartJob("4GiB", "25%");
   uint32_t gpu = v.job.allocation.gpu_indices[0];
   Process(gpu, 777, 1 * core::kGiB, 95, 1000, v.job.pid);
@@ -256,6 +398,46 @@ TEST_F(WatchdogTest, ComputeFarOverItsShareForAWindowIsReportedByDefault) {
       << events[0].message;
   EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
   EXPECT_TRUE(HasFlag(v.job.id, "over_share"));
+}
+
+// Issue 36: compute through a private copy of the driver (dlmopen) took
+// 62.9% from a 20% slice and was only reported, after 10 s. By default a
+// bypass confirmed over a 2 s window ends the job at the sample that
+// completes the window.
+TEST_F(WatchdogTest, ComputeFarOverItsShareForTwoSecondsIsKilledByDefault) {
+  Start();
+  JobView v = StartJob("4GiB", "20%");
+  Process(v.job.allocation.gpu_indices[0], 777, 1 * core::kGiB, 63, 1000, v.job.pid);
+  Run(1);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning) << "not before a whole window";
+  Run(1);
+  JobView after = Get(v.job.id);
+  EXPECT_EQ(after.job.state, core::JobState::kCancelled);
+  ASSERT_EQ(EventsOf(v.job.id, "watchdog_compute").size(), 1u);
+  EXPECT_NE(after.job.reason.find("used 63% of GPU"), std::string::npos) << after.job.reason;
+  EXPECT_NE(Log(v).find("bypasses its turns"), std::string::npos) << Log(v);
+}
+
+// A live resize changes the share a slice is held to: use under the old
+// share is no breach of the new one (80% of a 60% slice is within its
+// margin; averaged with 20% under a 20% share it would read 50%).
+TEST_F(WatchdogTest, ALiveShareChangeStartsANewComputeWindow) {
+  Start();
+  JobView v = StartJob("4GiB", "60%");
+  const uint32_t gpu = v.job.allocation.gpu_indices[0];
+  Process(gpu, 777, 1 * core::kGiB, 80, 1000, v.job.pid);
+  Run(5);
+  ResizeSpec spec;
+  spec.compute = "20%";
+  ASSERT_TRUE(service_->Resize(TestCaller(1000), v.job.id, spec).ok());
+  inventory_.usage[gpu].processes[0].sm_util_pct = 20;
+  Run(5);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
+  EXPECT_TRUE(EventsOf(v.job.id, "watchdog_compute").empty());
+  // The new window holds it to the new share.
+  inventory_.usage[gpu].processes[0].sm_util_pct = 80;
+  Run(2);
+  EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kCancelled);
 }
 
 TEST_F(WatchdogTest, ComputeWithinTheMarginIsLeftAlone) {
@@ -284,7 +466,10 @@ TEST_F(WatchdogTest, ComputeKillWhenConfigured) {
 // from slices that waited for their turns. Now it is held to its share for
 // the part of the window in which the arbiter saw others waiting.
 TEST_F(WatchdogTest, WorkConservingFarOverItsShareWhileOthersWaitIsReported) {
-  Start();
+  PolicyConfig rules;
+  rules.watchdog_compute = WatchdogAction::kReport;
+  rules.watchdog_compute_window_ms = 10'000;
+  Start(rules);
   SubmitSpec s;
   s.fields.mem = "4GiB";
   s.fields.compute = "25%";
@@ -350,7 +535,8 @@ TEST_F(WatchdogTest, Issue13ForeignMemoryIsChargedInPlacementAndReportedOnce) {
   EXPECT_NE(events[0].message.find("pid 4242 (user u2000) holds 30 GiB on GPU 0"),
             std::string::npos)
       << events[0].message;
-  EXPECT_TRUE(processes_.signals.empty()) << "foreign = report by default";
+  EXPECT_TRUE(processes_.signals.empty())
+      << "foreign = protect by default: it takes no memory a job was promised";
   // The foreign process ends: the waiting job starts there.
   inventory_.usage[0].processes.clear();
   Run(1);
@@ -380,6 +566,92 @@ TEST_F(WatchdogTest, ForeignKillSparesRootAndAllowedGroups) {
   }
   EXPECT_EQ(spared, 2);
   EXPECT_EQ(killed, 1);
+}
+
+// Issue 36: a GPU program started outside gpuslice by an ordinary user
+// made a running job fail inside its own limit (foreign = report). By
+// default a foreign process that takes memory a job was promised is ended
+// at its second sample, the largest first, until the rest fits.
+TEST_F(WatchdogTest, AForeignProcessThatTakesMemoryAJobWasPromisedIsKilledByDefault) {
+  Start({}, SimulatedGpus(1, "A100", 40 * core::kGiB));
+  JobView a = StartJob("30GiB", "50%");
+  Process(0, 777, 1 * core::kGiB, 0, 1000, a.job.pid);
+  Process(0, 4242, 20 * core::kGiB, 0, 2000);  // 10 GiB is free beside the job's 30.
+  Process(0, 4343, 2 * core::kGiB, 0, 3000);
+  Run(1);
+  EXPECT_TRUE(processes_.signals.empty()) << "not at the first sighting";
+  Run(1);
+  ASSERT_EQ(processes_.signals.size(), 1u);
+  EXPECT_EQ(processes_.signals[0], std::make_pair(int64_t{4242}, SIGKILL));
+  std::vector<Event> events = EventsOf(0, "foreign_process");
+  ASSERT_EQ(events.size(), 2u);
+  std::string killed;
+  for (const Event& e : events) {
+    if (e.message.find("pid 4242") != std::string::npos) killed = e.message;
+  }
+  EXPECT_NE(killed.find("killed: it takes memory promised to jobs on GPU 0 (10 GiB of it is free "
+                        "for use outside them) (foreign = protect)"),
+            std::string::npos)
+      << killed;
+  EXPECT_EQ(Get(a.job.id).job.state, core::JobState::kRunning);
+  // A reported process that later takes promised memory is ended then.
+  inventory_.usage[0].processes.erase(inventory_.usage[0].processes.begin() + 1);  // 4242 gone.
+  Run(2);
+  EXPECT_EQ(processes_.signals.size(), 1u) << "2 GiB fits beside the job";
+  inventory_.usage[0].processes.back().used_memory = 12 * core::kGiB;
+  Run(1);
+  ASSERT_EQ(processes_.signals.size(), 2u);
+  EXPECT_EQ(processes_.signals[1], std::make_pair(int64_t{4343}, SIGKILL));
+  EXPECT_EQ(EventsOf(0, "foreign_process").size(), 3u);
+}
+
+// Issue 36: protect never ends root's processes, the admin group's or an
+// allowed group's; what they hold is not the others' to take.
+TEST_F(WatchdogTest, ProtectSparesRootTheAdminGroupAndAllowedGroups) {
+  PolicyConfig rules;
+  rules.foreign_allowed_groups = {"render"};
+  admin_gid_ = 0;  // The group named "root".
+  Start(rules, SimulatedGpus(1, "A100", 40 * core::kGiB));
+  JobView a = StartJob("30GiB", "50%");
+  Process(0, 100, 3 * core::kGiB, 0, 0);                             // root
+  Process(0, 200, 3 * core::kGiB, 0, 2000, 0, {"u2000", "root"});    // the admin group
+  Process(0, 300, 3 * core::kGiB, 0, 3000, 0, {"u3000", "render"});  // an allowed group
+  Process(0, 400, 2 * core::kGiB, 0, 4000, 0, {"u4000"});            // 10 - 9 = 1 GiB left
+  Run(2);
+  ASSERT_EQ(processes_.signals.size(), 1u);
+  EXPECT_EQ(processes_.signals[0], std::make_pair(int64_t{400}, SIGKILL));
+  int spared = 0;
+  for (const Event& e : EventsOf(0, "foreign_process")) {
+    spared += e.message.find("spared (") != std::string::npos;
+  }
+  EXPECT_EQ(spared, 3);
+  EXPECT_EQ(Get(a.job.id).job.state, core::JobState::kRunning);
+}
+
+// A pod's containers run as uids nobody knows in advance, so the processes
+// a root-owned external job's slice names are not the job's (foreign, and
+// charged), but only the slice's own group can write those slots: protect
+// must not end a pod's process for using the slice it was given.
+TEST_F(WatchdogTest, ProtectNeverEndsTheProcessesAnExternalSliceNames) {
+  external_gid_base_ = 2'000'000'000;
+  Start({}, SimulatedGpus(1, "A100", 40 * core::kGiB));
+  JobView a = StartJob("10GiB", "50%");
+  SubmitSpec s;
+  s.mode = core::JobMode::kExternal;
+  s.fields.mem = "30GiB";
+  auto pod = service_->Submit(TestCaller(0, /*admin=*/true), s);
+  ASSERT_TRUE(pod.ok()) << pod.status().ToString();
+  regions_.pids[pod->job.region_path] = {888};
+  Process(0, 888, 25 * core::kGiB, 0, 1000);  // The container, as uid 1000.
+  Run(3);
+  EXPECT_TRUE(processes_.signals.empty());
+  std::vector<Event> events = EventsOf(0, "foreign_process");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0].message.find("spared (a container of external job " +
+                                   std::to_string(pod->job.id) + ")"),
+            std::string::npos)
+      << events[0].message;
+  EXPECT_EQ(Get(a.job.id).job.state, core::JobState::kRunning);
 }
 
 TEST_F(WatchdogTest, AJobsOwnProcessesAreNotForeign) {
@@ -459,6 +731,22 @@ TEST_F(WatchdogTest, AForeignProcessTakesEveryMigDeviceOfItsGpuInstance) {
   EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kQueued);
   inventory_.usage[0].processes.clear();
   Run(1);
+  EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kRunning);
+}
+
+// Issue 36 on a GPU in MIG mode: a foreign process in the instance a job
+// holds takes the job's memory; one in a free instance takes nobody's.
+TEST_F(WatchdogTest, AForeignProcessInAMigInstanceAJobHoldsIsKilledByDefault) {
+  Start({}, OneMigGpu());
+  auto a = SubmitMig("1g.10gb");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(Get(a->job.id).job.allocation.gpu_uuids.size(), 1u);
+  const bool first = Get(a->job.id).job.allocation.gpu_uuids[0] == "MIG-0";
+  MigProcess(0, 4242, 1 * core::kGiB, 2000, first ? 7 : 8);  // In the job's instance.
+  MigProcess(0, 4343, 1 * core::kGiB, 2000, first ? 8 : 7);  // In the free one.
+  Run(2);
+  ASSERT_EQ(processes_.signals.size(), 1u);
+  EXPECT_EQ(processes_.signals[0], std::make_pair(int64_t{4242}, SIGKILL));
   EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kRunning);
 }
 

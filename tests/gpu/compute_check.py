@@ -39,6 +39,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import open_loop  # noqa: E402  (beside this file)
+
 TOLERANCE_PP = 5.0
 MEASURE_S = 8.0
 CHILD_TIMEOUT_S = 60
@@ -117,9 +120,82 @@ print(json.dumps(out))
 """
 
 
-def tenant(share, mode="hard", priority=None, **env):
-    """A tenant: share in percent (None: no shim), mode, priority, GC_* env."""
-    return {"share": share, "mode": mode, "priority": priority,
+# The open-loop pair's tenants: GPU work in kernels of OL_KERNEL_MS
+# (torch.cuda._sleep spins for a number of GPU clock cycles, calibrated once
+# by a child alone: OL_KIND=calibrate prints the cycles for one kernel).
+# OL_KIND=open-loop: a request of one kernel arrives every OL_PERIOD_MS from
+# the common start (on a schedule, whether or not the previous one is done;
+# a late one starts at once), then a synchronisation; prints each served
+# request's (arrival, started, completed), seconds since the start.
+# OL_KIND=flat: kernels back to back, a synchronisation every 4.
+OPEN_LOOP = r"""
+import json, os, time, torch
+kind = os.environ["OL_KIND"]
+torch.cuda.init()
+spin = getattr(torch.cuda, "_sleep", None)
+if spin is None:
+    raise SystemExit("this PyTorch has no torch.cuda._sleep")
+if kind == "calibrate":
+    target_ms = float(os.environ["OL_KERNEL_MS"])
+    cycles, ms = 1000000, 0.0
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(4):
+        s.record(); spin(cycles); e.record(); torch.cuda.synchronize()
+        ms = s.elapsed_time(e)
+        cycles = max(1000, int(cycles * target_ms / ms))
+    s.record(); spin(cycles); e.record(); torch.cuda.synchronize()
+    print(json.dumps({"cycles": cycles, "kernel_ms": s.elapsed_time(e)}))
+    raise SystemExit(0)
+cycles, seconds = int(os.environ["OL_CYCLES"]), float(os.environ["GC_SECONDS"])
+ready, go = os.environ["GC_READY"], os.environ["GC_GO"]
+spin(cycles); torch.cuda.synchronize()
+open(ready, "w").close()
+deadline = time.time() + 60
+while not os.path.exists(go) and time.time() < deadline:
+    time.sleep(0.002)
+t0 = time.perf_counter()
+out = {"kernels": 0}
+if kind == "open-loop":
+    period = float(os.environ["OL_PERIOD_MS"]) / 1000.0
+    records, i = [], 0
+    while i * period < seconds:
+        arrival = t0 + i * period
+        now = time.perf_counter()
+        if now >= t0 + seconds:
+            break
+        if arrival - now > 0.0003:
+            time.sleep(arrival - now - 0.0003)
+        while time.perf_counter() < arrival:
+            pass
+        started = time.perf_counter()
+        spin(cycles)
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        records.append((arrival - t0, started - t0, done - t0))
+        i += 1
+    out.update(kernels=len(records), records=records)
+else:
+    k = 0
+    while time.perf_counter() - t0 < seconds:
+        spin(cycles)
+        k += 1
+        if k % 4 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    out["kernels"] = k
+out["seconds"] = time.perf_counter() - t0
+out["rate"] = out["kernels"] / out["seconds"]
+print(json.dumps(out))
+"""
+
+OPEN_LOOP_KERNEL_MS = 2.0
+OPEN_LOOP_PERIOD_MS = 2.0 / 0.3  # 30% of the GPU's time.
+
+
+def tenant(share, mode="hard", priority=None, script=None, **env):
+    """A tenant: share in percent (None: no shim), mode (None: the shim's
+    default), priority, the child's code (default MATMUL), GC_* env."""
+    return {"share": share, "mode": mode, "priority": priority, "script": script or MATMUL,
             "env": {k: str(v) for k, v in env.items()}}
 
 
@@ -149,10 +225,12 @@ def run_tenants(shim, tenants, graph=False, seconds=None):
             if share is not None:
                 env.update(LD_PRELOAD=shim, XDG_RUNTIME_DIR=work, GPUSLICE_COORD_DIR=work,
                            GPUSLICE_SLICE=os.path.join(work, "t%d.region" % i),
-                           GPUSLICE_COMPUTE_SHARE=str(share), GPUSLICE_COMPUTE_MODE=t["mode"])
+                           GPUSLICE_COMPUTE_SHARE=str(share))
+                if t["mode"]:
+                    env["GPUSLICE_COMPUTE_MODE"] = t["mode"]
                 if t["priority"]:
                     env["GPUSLICE_PRIORITY"] = t["priority"]
-            procs.append(subprocess.Popen([sys.executable, "-c", MATMUL], env=env,
+            procs.append(subprocess.Popen([sys.executable, "-c", t["script"]], env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
         # Start the timed loops together, once every tenant is warm.
@@ -297,6 +375,7 @@ def run_compute_checks(shim, extended=False):
                               priority_check, shim))
         checks.append(guarded("compute_small_batch_inference_30_hard",
                               small_batch_inference_check, shim))
+        checks.append(guarded("compute_open_loop_30_beside_flat_out", open_loop_check, shim))
     checks[0]["seconds_all"] = round(time.time() - started, 1)
     return checks
 
@@ -403,6 +482,78 @@ def priority_check(shim):
     return out
 
 
+def open_loop_check(shim, seconds=MEASURE_S, share_a=30, share_b=70, mode=None):
+    """Slice A sends a request of one 2 ms kernel every 6.67 ms (30% of the
+    GPU's time) under a 30% share; B runs 2 ms kernels flat out (share 70%,
+    so that both take part in one coordination). A alone and beside B,
+    without gpuslice (no shim: the GPU time-slices the two contexts) and
+    with it. Reported for A: offered and served requests, its delivered
+    fraction of the offered load, p50/p99 latency from each request's
+    scheduled arrival to its completion; for B, its kernels per second.
+    Passes when A, whose demand is within its share, is delivered at least
+    95% of its offered load beside B with gpuslice."""
+    started = time.time()
+    out = {"check": "compute_open_loop_30_beside_flat_out", "kernel_ms": OPEN_LOOP_KERNEL_MS,
+           "period_ms": round(OPEN_LOOP_PERIOD_MS, 3), "share_a_pct": share_a,
+           "share_b_pct": share_b, "mode": mode or "the shim's default", "seconds": seconds}
+    try:
+        cal = run_calibration()
+        base = dict(OL_CYCLES=cal["cycles"])
+        a_env = dict(base, OL_KIND="open-loop", OL_PERIOD_MS=OPEN_LOOP_PERIOD_MS)
+        b_env = dict(base, OL_KIND="flat")
+
+        def a(share):
+            return tenant(share, mode, None, OPEN_LOOP, **a_env)
+
+        def b(share):
+            return tenant(share, mode, None, OPEN_LOOP, **b_env)
+
+        runs = {
+            "alone_without_gpuslice": [a(None)],
+            "paired_without_gpuslice": [a(None), b(None)],
+            "alone_with_gpuslice": [a(share_a)],
+            "paired_with_gpuslice": [a(share_a), b(share_b)],
+        }
+        for name, tenants in runs.items():
+            results = run_tenants(shim, tenants, seconds=seconds)
+            entry = open_loop.summary(results[0]["records"], OPEN_LOOP_PERIOD_MS / 1000.0,
+                                      seconds)
+            entry["gpu"] = results[0].get("gpu")
+            if len(results) > 1:
+                entry["b_kernels_per_s"] = round(results[1]["rate"], 1)
+                entry["b_gpu_fraction"] = round(
+                    results[1]["rate"] * cal["kernel_ms"] / 1000.0, 3)
+            out[name] = entry
+    except (RuntimeError, subprocess.TimeoutExpired, KeyError, ValueError) as e:
+        out.update(ok=False, why="%s: %s" % (type(e).__name__, e))
+        return out
+    out["calibrated_kernel_ms"] = round(cal["kernel_ms"], 3)
+    out["total_seconds"] = round(time.time() - started, 1)
+    delivered = out["paired_with_gpuslice"]["delivered_fraction"]
+    out["ok"] = delivered >= 0.95
+    if not out["ok"]:
+        out["why"] = ("A was delivered %.1f%% of its offered load beside B with gpuslice "
+                      "(its demand is within its share: at least 95%% is owed)" % (100 * delivered))
+    return out
+
+
+def run_calibration():
+    """The sleep-kernel cycles for OPEN_LOOP_KERNEL_MS, by a child alone."""
+    env = dict(os.environ, OL_KIND="calibrate", OL_KERNEL_MS=str(OPEN_LOOP_KERNEL_MS))
+    for k in ("LD_PRELOAD", "GPUSLICE_SLICE", "GPUSLICE_COMPUTE_SHARE"):
+        env.pop(k, None)
+    p = subprocess.run([sys.executable, "-c", OPEN_LOOP], env=env, capture_output=True,
+                       text=True, timeout=CHILD_TIMEOUT_S)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError("calibration failed (exit %s): %s" % (p.returncode, p.stderr[-600:]))
+    cal = json.loads(lines[-1])
+    if abs(cal["kernel_ms"] - OPEN_LOOP_KERNEL_MS) > 0.25 * OPEN_LOOP_KERNEL_MS:
+        raise RuntimeError("calibrated kernel takes %.3f ms, not about %.1f ms" %
+                           (cal["kernel_ms"], OPEN_LOOP_KERNEL_MS))
+    return cal
+
+
 def main():
     try:
         import torch
@@ -417,10 +568,14 @@ def main():
     if not os.path.exists(shim):
         print("compute check skipped: %s does not exist" % shim, file=sys.stderr)
         return 0
-    checks = run_compute_checks(shim, extended="--core" not in sys.argv[1:])
+    if "--open-loop" in sys.argv[1:]:
+        checks, name = [open_loop_check(shim)], "gpu_open_loop_check.json"
+    else:
+        checks = run_compute_checks(shim, extended="--core" not in sys.argv[1:])
+        name = "gpu_compute_check.json"
     out = os.environ.get("OUT", os.path.join(os.getcwd(), "gpu-check-out"))
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "gpu_compute_check.json"), "w") as f:
+    with open(os.path.join(out, name), "w") as f:
         json.dump({"gpu": torch.cuda.get_device_name(0), "shim": shim, "checks": checks,
                    "passed": all(c.get("ok") for c in checks)}, f, indent=2)
     for c in checks:

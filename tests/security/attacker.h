@@ -48,17 +48,20 @@ bool WaitForFile(const std::string& path, double timeout_s);
 // Subcommands (attacker_files.cc).
 int Scribble(const Flags& f);  // Writes into every file it can open.
 int Grep(const Flags& f);      // Reads every file it can, looking for a secret.
+int TruncateLoop(const Flags& f);  // Shrinks and regrows a file (its region) in a loop.
 
 // Subcommands (attacker_gpu.cc).
 int Alloc(const Flags& f);       // Allocates device memory and holds it.
 int SetsidHold(const Flags& f);  // A child leaves the job (setsid) and holds memory.
 int Unsuspend(const Flags& f);   // Restores + unlocks a suspended process itself.
 int Work(const Flags& f);        // Launches kernels and reports its progress.
+int Swarm(const Flags& f);       // N processes, each with a context and memory.
 
 // Subcommands (attacker_net.cc).
 int Http(const Flags& f);     // One request; prints the status and the body.
 int Submit(const Flags& f);   // Submits N jobs over the API; counts refusals.
 int Flood(const Flags& f);    // Holds N idle (or half-sent) connections.
 int Latency(const Flags& f);  // N sequential requests; prints p50/p99.
+int HandOver(const Flags& f);  // A connection used after its process ended.
 
 }  // namespace gpuslice::security

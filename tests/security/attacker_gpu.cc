@@ -10,6 +10,8 @@
 //   done ...
 
 #include <cuda.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "attacker.h"
 #include "cli/demo/sleep_kernel.h"
@@ -46,6 +49,65 @@ void InitContext(int device, const std::string& out) {
     AppendLine(out, "init failed " + Name(r) + " at=" + std::to_string(NowMs()));
     std::exit(1);
   }
+}
+
+// The driver API as `work` uses it: the process's own entry points (through
+// the shim when it is preloaded), or those of a private copy of the same
+// library that dlmopen loaded into a new link-map namespace. Nothing
+// preloaded into the process is in that namespace, so the copy's functions
+// are the driver's own and its launches pass no gate of the shim (issue 36:
+// a 20% slice took 62.9% of the GPU that way).
+struct Driver {
+  decltype(&cuInit) Init = &cuInit;
+  decltype(&cuDeviceGet) DeviceGet = &cuDeviceGet;
+  decltype(&cuDevicePrimaryCtxRetain) PrimaryCtxRetain = &cuDevicePrimaryCtxRetain;
+  decltype(&cuCtxSetCurrent) CtxSetCurrent = &cuCtxSetCurrent;
+  decltype(&cuMemAlloc) MemAlloc = &cuMemAlloc;
+  decltype(&cuMemFree) MemFree = &cuMemFree;
+  decltype(&cuModuleLoadData) ModuleLoadData = &cuModuleLoadData;
+  decltype(&cuModuleGetFunction) ModuleGetFunction = &cuModuleGetFunction;
+  decltype(&cuStreamCreate) StreamCreate = &cuStreamCreate;
+  decltype(&cuLaunchKernel) LaunchKernel = &cuLaunchKernel;
+  decltype(&cuStreamSynchronize) StreamSynchronize = &cuStreamSynchronize;
+};
+
+// The symbol a cuda.h name stands for (cuMemAlloc is cuMemAlloc_v2).
+#define GPUSLICE_ATTACK_STR2(x) #x
+#define GPUSLICE_ATTACK_STR(x) GPUSLICE_ATTACK_STR2(x)
+
+// Fills `d` from a private copy of the libcuda.so.1 this process linked;
+// "" on success, else what failed.
+std::string LoadPrivateDriver(Driver* d) {
+  void* own = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (own == nullptr) return "libcuda.so.1 is not loaded";
+  struct link_map* map = nullptr;
+  if (dlinfo(own, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr || map->l_name == nullptr) {
+    return "no path for libcuda.so.1";
+  }
+  const std::string path = map->l_name;
+  void* copy = dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (copy == nullptr) return "dlmopen " + path + ": " + dlerror();
+  std::string missing;
+  auto get = [&](auto& fn, const char* name) {
+    void* sym = dlsym(copy, name);
+    if (sym == nullptr) {
+      missing += std::string(" ") + name;
+      return;
+    }
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(sym);
+  };
+  get(d->Init, GPUSLICE_ATTACK_STR(cuInit));
+  get(d->DeviceGet, GPUSLICE_ATTACK_STR(cuDeviceGet));
+  get(d->PrimaryCtxRetain, GPUSLICE_ATTACK_STR(cuDevicePrimaryCtxRetain));
+  get(d->CtxSetCurrent, GPUSLICE_ATTACK_STR(cuCtxSetCurrent));
+  get(d->MemAlloc, GPUSLICE_ATTACK_STR(cuMemAlloc));
+  get(d->MemFree, GPUSLICE_ATTACK_STR(cuMemFree));
+  get(d->ModuleLoadData, GPUSLICE_ATTACK_STR(cuModuleLoadData));
+  get(d->ModuleGetFunction, GPUSLICE_ATTACK_STR(cuModuleGetFunction));
+  get(d->StreamCreate, GPUSLICE_ATTACK_STR(cuStreamCreate));
+  get(d->LaunchKernel, GPUSLICE_ATTACK_STR(cuLaunchKernel));
+  get(d->StreamSynchronize, GPUSLICE_ATTACK_STR(cuStreamSynchronize));
+  return missing.empty() ? "" : "missing in the copy:" + missing;
 }
 
 void Hold(double seconds, const std::string& out) {
@@ -125,25 +187,102 @@ int SetsidHold(const Flags& f) {
   return 0;
 }
 
+// The N processes of a job that skip the shim (issue 36: 50 of them, each
+// with a context and 200 MiB, held 24.4 GiB in a 1 GiB slice). The leader
+// forks them, lets them go together, and writes "alive n=K" every 50 ms
+// while K of them live; each writes "alloc ok pid=P" once it holds its
+// memory. Run it without the shim (env -u LD_PRELOAD) for the attack.
+int Swarm(const Flags& f) {
+  const std::string out = f.Get("out");
+  if (out.empty()) Die("swarm needs --out");
+  const int procs = static_cast<int>(f.GetDouble("procs", 50));
+  const uint64_t bytes = f.GetBytes("bytes", 200ull << 20);
+  const double hold = f.GetDouble("hold", 10);
+  const int device = static_cast<int>(f.GetDouble("device", 0));
+  AppendLine(out, "start pid=" + std::to_string(getpid()) + " procs=" + std::to_string(procs) +
+                      " at=" + std::to_string(NowMs()));
+  int go[2];
+  if (pipe(go) != 0) Die("pipe failed");
+  std::vector<pid_t> children;
+  for (int i = 0; i < procs; ++i) {
+    pid_t child = fork();
+    if (child < 0) Die("fork failed");
+    if (child == 0) {
+      close(go[1]);
+      char c;
+      while (read(go[0], &c, 1) > 0) {
+      }
+      InitContext(device, out);
+      CUdeviceptr p = 0;
+      CUresult r = cuMemAlloc(&p, bytes);
+      if (r != CUDA_SUCCESS) {
+        AppendLine(out, "alloc refused " + Name(r) + " pid=" + std::to_string(getpid()) +
+                            " at=" + std::to_string(NowMs()));
+        _exit(3);
+      }
+      AppendLine(out, "alloc ok pid=" + std::to_string(getpid()) +
+                          " bytes=" + std::to_string(bytes) + " at=" + std::to_string(NowMs()));
+      std::this_thread::sleep_for(std::chrono::duration<double>(hold));
+      _exit(0);
+    }
+    children.push_back(child);
+  }
+  close(go[0]);
+  close(go[1]);  // Go, all together.
+  AppendLine(out, "go at=" + std::to_string(NowMs()));
+  size_t alive = children.size();
+  while (alive > 0) {
+    for (pid_t& c : children) {
+      if (c > 0 && waitpid(c, nullptr, WNOHANG) == c) {
+        c = -1;
+        --alive;
+      }
+    }
+    AppendLine(out, "alive n=" + std::to_string(alive) + " at=" + std::to_string(NowMs()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  AppendLine(out, "done at=" + std::to_string(NowMs()));
+  return 0;
+}
+
 int Work(const Flags& f) {
   const std::string out = f.Get("out");
   const unsigned kernel_us = static_cast<unsigned>(f.GetDouble("kernel-us", 200));
   const double seconds = f.GetDouble("seconds", 3);
   AppendLine(out, "start pid=" + std::to_string(getpid()) + " at=" + std::to_string(NowMs()));
-  InitContext(static_cast<int>(f.GetDouble("device", 0)), out);
+  Driver d;
+  if (f.Has("private-driver")) {
+    const std::string error = LoadPrivateDriver(&d);
+    if (!error.empty()) {
+      AppendLine(out, "private driver failed: " + error);
+      return 1;
+    }
+    AppendLine(out, "private driver at=" + std::to_string(NowMs()));
+  }
+  const int device = static_cast<int>(f.GetDouble("device", 0));
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUresult r = d.Init(0);
+  if (r == CUDA_SUCCESS) r = d.DeviceGet(&dev, device);
+  if (r == CUDA_SUCCESS) r = d.PrimaryCtxRetain(&ctx, dev);
+  if (r == CUDA_SUCCESS) r = d.CtxSetCurrent(ctx);
+  if (r != CUDA_SUCCESS) {
+    AppendLine(out, "init failed " + std::to_string(int(r)) + " at=" + std::to_string(NowMs()));
+    return 1;
+  }
   CUdeviceptr buf = 0;
-  if (f.Has("mem") && cuMemAlloc(&buf, f.GetBytes("mem", 0)) != CUDA_SUCCESS) {
+  if (f.Has("mem") && d.MemAlloc(&buf, f.GetBytes("mem", 0)) != CUDA_SUCCESS) {
     AppendLine(out, "alloc refused at=" + std::to_string(NowMs()));
     return 3;
   }
   CUmodule mod;
   CUfunction fn;
   CUstream stream;
-  CUresult r = cuModuleLoadData(&mod, cli::kSleepKernelPtx);
-  if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&fn, mod, "sim_sleep_us");
-  if (r == CUDA_SUCCESS) r = cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  r = d.ModuleLoadData(&mod, cli::kSleepKernelPtx);
+  if (r == CUDA_SUCCESS) r = d.ModuleGetFunction(&fn, mod, "sim_sleep_us");
+  if (r == CUDA_SUCCESS) r = d.StreamCreate(&stream, CU_STREAM_NON_BLOCKING);
   if (r != CUDA_SUCCESS) {
-    AppendLine(out, "setup failed " + Name(r));
+    AppendLine(out, "setup failed " + std::to_string(int(r)));
     return 1;
   }
   if (f.Has("wait-file")) {
@@ -181,11 +320,11 @@ int Work(const Flags& f) {
       }
     }
     for (int i = 0; i < batch && r == CUDA_SUCCESS; ++i) {
-      r = cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
+      r = d.LaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr);
     }
-    if (r == CUDA_SUCCESS) r = cuStreamSynchronize(stream);
+    if (r == CUDA_SUCCESS) r = d.StreamSynchronize(stream);
     if (r != CUDA_SUCCESS) {
-      AppendLine(out, "launch failed " + Name(r) + " at=" + std::to_string(NowMs()));
+      AppendLine(out, "launch failed " + std::to_string(int(r)) + " at=" + std::to_string(NowMs()));
       break;
     }
     kernels.fetch_add(batch);
@@ -194,7 +333,7 @@ int Work(const Flags& f) {
   progress.join();
   AppendLine(out, "done kernels=" + std::to_string(kernels.load()) + " wall_ms=" +
                       std::to_string(NowMs() - t0) + " at=" + std::to_string(NowMs()));
-  if (buf != 0) cuMemFree(buf);
+  if (buf != 0) d.MemFree(buf);
   return r == CUDA_SUCCESS ? 0 : 1;
 }
 

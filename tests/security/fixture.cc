@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -293,7 +295,17 @@ void SecurityTest::StartDaemon(const DaemonOptions& o) {
     argv.insert(argv.end(), {"--set", "cgroup_base=" + cgroup_base_});
   }
   for (const auto& s : o.sets) argv.insert(argv.end(), {"--set", s});
-  std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C",
+  if (!o.state_tmpfs.empty() && !state_mounted_) {
+    fs::create_directories(state_dir());
+    ASSERT_EQ(mount("tmpfs", state_dir().c_str(), "tmpfs", 0,
+                    ("size=" + o.state_tmpfs + ",mode=0711").c_str()),
+              0)
+        << "mount a tmpfs on " << state_dir() << ": " << strerror(errno);
+    state_mounted_ = true;
+  }
+  std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                                  "HOME=/root",
+                                  "LANG=C",
                                   "GPUSLICE_SIM_STATE=" + sim_state(),
                                   "GPUSLICE_SIM_GPUS=" + o.gpus};
   quick_start_ = o.quick_start;
@@ -356,6 +368,11 @@ void SecurityTest::TearDown() {
     }
   }
   RemoveCgroupBase();
+  // Lazily: whatever still holds a file there lets go of it when it ends.
+  if (state_mounted_ && umount2(state_dir().c_str(), MNT_DETACH) != 0) {
+    std::cerr << "cannot unmount " << state_dir() << ": " << strerror(errno) << "\n";
+  }
+  state_mounted_ = false;
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }

@@ -68,6 +68,13 @@ struct DaemonOptions {
     metrics = true;
     return *this;
   }
+  // The state directory on a tmpfs of this size ("16m"), mounted before the
+  // daemon starts and unmounted in TearDown, even on failure. "": none.
+  std::string state_tmpfs;
+  DaemonOptions& StateOnTmpfs(std::string size) {
+    state_tmpfs = std::move(size);
+    return *this;
+  }
   DaemonOptions& QuickStart() {
     quick_start = true;
     return *this;
@@ -146,6 +153,7 @@ class SecurityTest : public ::testing::Test {
   bool quick_start_ = false;
   int tcp_port_ = 0;
   pid_t daemon_ = -1;
+  bool state_mounted_ = false;  // DaemonOptions::state_tmpfs.
   std::vector<pid_t> spawned_;
   std::vector<std::string> cgroups_;
   int counter_ = 0;

@@ -5,8 +5,10 @@
 // shows the process with its pid and user.
 
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -52,6 +54,9 @@ TEST_F(Foreign, AJobIsNotPlacedWhereAForeignProcessHolds70GiB) {
   EXPECT_FALSE(placed) << "placed beside a foreign process holding 70 GiB of 80: " << Job(id).dump()
                        << "\n"
                        << ReadFile(out);
+  // It takes no memory a job was promised: the default (foreign = protect)
+  // leaves it running.
+  EXPECT_EQ(kill(foreign, 0), 0) << "a foreign process that took nothing promised was ended";
   // Once the foreign process is gone the job runs, and gets its memory.
   kill(-foreign, SIGKILL);
   ASSERT_TRUE(WaitFor([&] { return Terminal(State(id)); }, 40)) << Job(id).dump();
@@ -79,6 +84,47 @@ TEST_F(Foreign, ForeignMemoryIsChargedToItsGpuSoAJobGoesToTheOtherOne) {
   for (const json& u : j["allocation"]["gpu_uuids"]) {
     EXPECT_NE(u.get<std::string>(), busy_uuid) << "placed on the GPU the foreign process fills";
   }
+}
+
+// Issue 36, item 6: "a GPU program started outside gpuslice by an ordinary
+// user made a running job fail inside its own limit (foreign = report)". By
+// default such a process is ended once it takes memory a job was promised,
+// within two samples, and the job then gets all of its limit.
+TEST_F(Foreign, AnOrdinaryUsersProgramThatTakesPromisedMemoryIsEndedAndTheJobGetsItsLimit) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());  // One 80 GB GPU; defaults.
+  const std::string go = Drop("go"), out = Drop("job.out"), theirs = Drop("foreign.out");
+  // The job runs, holding little until the test says go, then 55 of its 60 GiB.
+  std::string id = Submit(&a_, {"--mem", "60GiB", "--name", "promised", "--", "sh", "-c",
+                                "while [ ! -e " + go + " ]; do sleep 0.1; done; exec " +
+                                    Attacker() + " alloc --bytes 55GiB --hold 1 --out " + out});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return State(id) == "running"; }, 30)) << Job(id).dump();
+  // gsattack_c, outside gpuslice, takes 40 GiB: 20 of them were promised to the job.
+  pid_t foreign =
+      SpawnAs(&c_, {Attacker(), "alloc", "--bytes", "40GiB", "--hold", "60", "--out", theirs},
+              ForeignEnv(), "foreign");
+  ASSERT_GT(foreign, 0);
+  ASSERT_TRUE(WaitFor([&] { return FirstAt(theirs, "alloc ok").has_value(); }, 30))
+      << ReadFile(theirs);
+  const int64_t got = *FirstAt(theirs, "alloc ok");
+  ASSERT_TRUE(WaitFor([&] { return waitpid(foreign, nullptr, WNOHANG) == foreign; }, 10))
+      << "the foreign process that took promised memory was not ended";
+  const int64_t held = LastAt(theirs, "alive").value_or(got) - got;
+  std::cerr << "the foreign process held 40 GiB for " << held << " ms\n";
+  // Two samples (it is ended from its second, so that a job's process seen
+  // once after its job ended is never taken for foreign), and the slack of a
+  // busy machine.
+  EXPECT_LE(held, 2 * 1000 + 750);
+  const std::string events = Cli(nullptr, {"events", "--json"}).out;
+  EXPECT_NE(events.find("killed: it takes memory promised to jobs"), std::string::npos)
+      << "no foreign_process event says why it was ended:\n"
+      << events;
+  // The job, inside its limit, gets its memory.
+  std::ofstream(go) << "go\n";
+  ASSERT_TRUE(WaitFor([&] { return Terminal(State(id)); }, 30)) << Job(id).dump();
+  json j = Job(id);
+  EXPECT_EQ(j.value("exit_code", -1), 0) << j.dump() << "\n" << ReadFile(out);
+  EXPECT_TRUE(FirstAt(out, "alloc ok").has_value()) << ReadFile(out);
 }
 
 // Issue 13, item 5: "shown in gpus and top with their pid and user".

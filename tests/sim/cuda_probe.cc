@@ -78,6 +78,66 @@ int Saturate(int ms) {
   return 0;
 }
 
+// Times copies of `bytes` between buffers already in memory against a host
+// memcpy of the same size, interleaved, 5 rounds; prints each one's fastest
+// round in ms on one line:
+//   memcpy M htod A dtoh B dtod C htod-async D dtoh-async E dtod-async F
+int CopyBandwidth(size_t bytes) {
+  [[maybe_unused]] Setup s = Init();
+  auto* host_a = static_cast<unsigned char*>(std::malloc(bytes));
+  auto* host_b = static_cast<unsigned char*>(std::malloc(bytes));
+  CHECK(host_a != nullptr && host_b != nullptr);
+  for (size_t i = 0; i < bytes; ++i) host_a[i] = static_cast<unsigned char>(i * 7 + (i >> 12));
+  std::memset(host_b, 0, bytes);
+  CUdeviceptr d1, d2;
+  CU(cuMemAlloc(&d1, bytes));
+  CU(cuMemAlloc(&d2, bytes));
+  CU(cuMemcpyHtoD(d1, host_a, bytes));  // Device memory in memory too, as a GPU's is.
+  CU(cuMemcpyDtoD(d2, d1, bytes));
+  CUstream st;
+  CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  struct Timed {
+    const char* name;
+    void (*run)(unsigned char*, unsigned char*, CUdeviceptr, CUdeviceptr, size_t, CUstream);
+    double best = 1e300;
+  } timed[] = {
+      {"memcpy", [](unsigned char* a, unsigned char* b, CUdeviceptr, CUdeviceptr, size_t n,
+                    CUstream) { std::memcpy(b, a, n); }},
+      {"htod", [](unsigned char* a, unsigned char*, CUdeviceptr x, CUdeviceptr, size_t n,
+                  CUstream) { CU(cuMemcpyHtoD(x, a, n)); }},
+      {"dtoh", [](unsigned char*, unsigned char* b, CUdeviceptr, CUdeviceptr y, size_t n,
+                  CUstream) { CU(cuMemcpyDtoH(b, y, n)); }},
+      {"dtod", [](unsigned char*, unsigned char*, CUdeviceptr x, CUdeviceptr y, size_t n,
+                  CUstream) { CU(cuMemcpyDtoD(y, x, n)); }},
+      {"htod-async",
+       [](unsigned char* a, unsigned char*, CUdeviceptr x, CUdeviceptr, size_t n, CUstream t) {
+         CU(cuMemcpyHtoDAsync(x, a, n, t));
+         CU(cuStreamSynchronize(t));
+       }},
+      {"dtoh-async",
+       [](unsigned char*, unsigned char* b, CUdeviceptr, CUdeviceptr y, size_t n, CUstream t) {
+         CU(cuMemcpyDtoHAsync(b, y, n, t));
+         CU(cuStreamSynchronize(t));
+       }},
+      {"dtod-async",
+       [](unsigned char*, unsigned char*, CUdeviceptr x, CUdeviceptr y, size_t n, CUstream t) {
+         CU(cuMemcpyDtoDAsync(y, x, n, t));
+         CU(cuStreamSynchronize(t));
+       }},
+  };
+  for (int round = 0; round < 5; ++round) {
+    for (Timed& t : timed) {
+      auto t0 = std::chrono::steady_clock::now();
+      t.run(host_a, host_b, d1, d2, bytes, st);
+      t.best = std::min(t.best, Ms(t0));
+    }
+  }
+  CHECK(std::memcmp(host_a, host_b, bytes) == 0);
+  for (const Timed& t : timed) std::printf("%s%s %.3f", &t == timed ? "" : " ", t.name, t.best);
+  std::printf("\n");
+  return 0;
+}
+
 int Copies() {
   [[maybe_unused]] Setup s = Init();
   const size_t n = 1 << 20;
@@ -557,6 +617,9 @@ int main(int argc, char** argv) {
   if (mode == "try-alloc" && argc == 3) return TryAlloc(std::strtoull(argv[2], nullptr, 10));
   if (mode == "saturate" && argc == 3) return Saturate(std::atoi(argv[2]));
   if (mode == "copies") return Copies();
+  if (mode == "copy-bandwidth" && argc == 3) {
+    return CopyBandwidth(std::strtoull(argv[2], nullptr, 10));
+  }
   if (mode == "stream-order") return StreamOrder();
   if (mode == "graphs") return Graphs();
   if (mode == "errors") return Errors();

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -59,6 +60,8 @@ bool ParseUuid(const std::string& text, CUuuid* out) {
 //                cached block), an array and a VMM allocation, filled with
 //                a pattern                                   -> "filled"
 //   verify       reads back all of it                        -> "diff N"
+//   memcpy BYTES the fastest of 5 host memcpys of BYTES between
+//                buffers in memory, in ms                    -> "memcpy MS"
 //   launch       a kernel, synchronised                      -> "launched"
 //   alloc        allocates and frees 2 MiB                   -> "allocated"
 //   sleep US     queues a US-microsecond kernel              -> "queued"
@@ -137,6 +140,19 @@ int CheckpointTarget() {
         }
       }
       Say("diff " + std::to_string(diff));
+    } else if (cmd == "memcpy") {
+      // The machine's bandwidth: host -> host between buffers in memory.
+      size_t bytes = std::strtoull(arg.c_str(), nullptr, 10);
+      std::vector<unsigned char> a(bytes, 1), b(bytes, 2);
+      double best = 1e300;
+      for (int round = 0; round < 5; ++round) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::memcpy(b.data(), a.data(), bytes);
+        best = std::min(
+            best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                      .count());
+      }
+      Say("memcpy " + std::to_string(best));
     } else if (cmd == "launch") {
       CU(cuLaunchKernel(s.saxpy, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr));
       CU(cuCtxSynchronize());

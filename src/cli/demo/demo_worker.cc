@@ -1,7 +1,8 @@
 // gpuslice-demo-worker: a small CUDA driver API program used by the demo and
-// by end-to-end tests. It holds some device memory and keeps the GPU busy for
-// a given fraction of the time, then reports what it did. It is an ordinary
-// CUDA program: it runs unchanged on a real GPU or on the simulated one.
+// by end-to-end tests. It holds some device memory and asks the GPU for a
+// given fraction of its time, as requests on a fixed schedule, then reports
+// what it did and what it got. It is an ordinary CUDA program: it runs
+// unchanged on a real GPU or on the simulated one.
 //
 //   gpuslice-demo-worker --name A --mem 6GiB --duty 40% --seconds 3
 //
@@ -24,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/demo/open_loop.h"
 #include "cli/demo/sleep_kernel.h"
 #include "core/units.h"
 #include "core/version.h"
@@ -94,12 +96,20 @@ void LoadDriver() {
 constexpr char kUsage[] =
     "usage: gpuslice-demo-worker [--name NAME] [--mem SIZE] [--duty PCT] [--seconds S]\n"
     "                            [--kernel-us US] [--device N] [--verify]\n"
-    "Holds SIZE of GPU memory (default 1GiB) and keeps the GPU busy PCT of the time\n"
-    "(default 50%) for S seconds (default 3) with kernels of US microseconds (default\n"
-    "2000) on device N (default 0), then prints what it did:\n"
+    "Holds SIZE of GPU memory (default 1GiB) and, for S seconds (default 3), asks the\n"
+    "GPU for PCT of its time (default 50%) on device N (default 0): a request of one\n"
+    "kernel of US microseconds (default 2000) arrives every US / PCT, on a schedule\n"
+    "fixed from the start; a request that arrives while the previous one still runs\n"
+    "starts as soon as that one is done (late). Then it prints what it did:\n"
     "  [NAME] held SIZE, ran K kernels, GPU time G ms of W ms (P%); launches waited X ms\n"
+    "  [NAME] requests: demand PCT (US us every T ms), offered R, served S, delivered D%\n"
+    "         of the offered GPU time; latency p50 A ms, p99 B ms, max M ms; late L (at\n"
+    "         most Z ms)                                        (on one line)\n"
     "G is the kernels' own time (K x US); X is the time launches spent waiting before\n"
-    "their kernels ran (under a compute share: for their turn).\n"
+    "their kernels ran (under a compute share: for their turn). R counts the requests\n"
+    "that arrived in the S seconds, S those completed by then (D = S / R); latency runs\n"
+    "from a request's arrival to its completion; L requests started late, Z the longest\n"
+    "a request waited to start.\n"
     "--verify fills all of SIZE with a pattern first and checks every byte at the end:\n"
     "  [NAME] verified SIZE: D bytes differ     (exit status 4 when D > 0)\n";
 
@@ -205,31 +215,45 @@ int main(int argc, char** argv) {
   Check(g_cu.cuEventCreate_(&start, CU_EVENT_DEFAULT), "cuEventCreate", o);
   Check(g_cu.cuEventCreate_(&stop, CU_EVENT_DEFAULT), "cuEventCreate", o);
 
-  // Keep the GPU busy `duty` of the time: launch one kernel of kernel_us,
-  // wait for it, then idle so that busy / (busy + idle) == duty.
+  // The load is an open loop: a request of kernel_us of GPU work arrives
+  // every kernel_us / duty, on a schedule fixed from the start, whether or
+  // not the previous one is done (as requests reach a service). A request
+  // starts when it arrives, or at once when it arrived while the previous
+  // one still ran (it is late, and its wait is in its latency). Idling in
+  // proportion to the last kernel's time instead (as this worker once did)
+  // turns every wait for the GPU into a longer idle gap: the demand falls
+  // exactly when the job is held back, and the job asks for less than its
+  // duty.
   using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now();
-  auto deadline = t0 + std::chrono::duration<double>(o.seconds);
+  auto ns = [](Clock::time_point t) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+  };
+  const auto t0 = Clock::now();
+  const auto deadline =
+      t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
+  const uint64_t work_ns = uint64_t{o.kernel_us} * 1000;
+  gpuslice::cli::OpenLoop load(ns(t0), gpuslice::cli::OpenLoop::PeriodFor(work_ns, o.duty_milli),
+                               ns(deadline));
   double gpu_ms = 0;
   long kernels = 0;
   unsigned us = o.kernel_us;
   void* params[] = {&us};
-  while (Clock::now() < deadline) {
-    auto k0 = Clock::now();
+  for (uint64_t i = 0; load.Offered(i); ++i) {
+    const auto arrival = Clock::time_point(std::chrono::nanoseconds(load.Arrival(i)));
+    if (Clock::now() >= deadline) break;  // What is still queued is not served.
+    std::this_thread::sleep_until(arrival);
+    const auto started = Clock::now();
     Check(g_cu.cuEventRecord_(start, stream), "cuEventRecord", o);
-    Check(g_cu.cuLaunchKernel_(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr),
-          "cuLaunchKernel", o);
+    Check(g_cu.cuLaunchKernel_(fn, 1, 1, 1, 32, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel",
+          o);
     Check(g_cu.cuEventRecord_(stop, stream), "cuEventRecord", o);
     Check(g_cu.cuEventSynchronize_(stop), "cuEventSynchronize", o);
+    load.Record(i, ns(started), ns(Clock::now()));
     float ms = 0;
     Check(g_cu.cuEventElapsedTime_(&ms, start, stop), "cuEventElapsedTime", o);
     gpu_ms += ms;
     ++kernels;
-    if (o.duty_milli < 1000) {
-      auto busy = Clock::now() - k0;
-      auto idle = busy * (1000 - o.duty_milli) / o.duty_milli;
-      std::this_thread::sleep_for(idle);
-    }
   }
   double wall_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   // GPU time is what the kernels themselves took; the events around each
@@ -242,6 +266,17 @@ int main(int argc, char** argv) {
       "%.0f ms\n",
       o.name.c_str(), gpuslice::core::FormatBytes(o.mem).c_str(), kernels, kernel_ms, wall_ms,
       100.0 * kernel_ms / wall_ms, waited_ms);
+  const gpuslice::cli::OpenLoopSummary sum = load.Summarize();
+  const double period_ms = static_cast<double>(load.Arrival(1) - load.Arrival(0)) / 1e6;
+  std::printf(
+      "[%s] requests: demand %s (%u us every %.2f ms), offered %llu, served %llu, delivered "
+      "%.1f%% of the offered GPU time; latency p50 %.2f ms, p99 %.2f ms, max %.2f ms; late "
+      "%llu (at most %.2f ms)\n",
+      o.name.c_str(), gpuslice::core::FormatShareMilli(o.duty_milli).c_str(), o.kernel_us,
+      period_ms, static_cast<unsigned long long>(sum.offered),
+      static_cast<unsigned long long>(sum.served), 100.0 * sum.delivered, sum.p50_ns / 1e6,
+      sum.p99_ns / 1e6, sum.max_ns / 1e6, static_cast<unsigned long long>(sum.late),
+      sum.max_late_ns / 1e6);
   uint64_t differ = 0;
   if (buf && o.verify) {
     std::vector<uint64_t> want(kPatternChunk / sizeof(uint64_t));
