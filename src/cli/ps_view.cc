@@ -12,17 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-// What a job's owner typed (names, commands, reasons) as it may be shown on
-// a terminal: printable ASCII, anything else '?', so no job can send the
-// terminal an escape sequence through a list.
-std::string Shown(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    if (c < ' ' || c > '~') c = '?';
-  }
-  return out;
-}
-
 std::string Str(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -173,10 +162,14 @@ std::vector<PsColumn> DefaultColumns(const json& jobs) {
   return out;
 }
 
+// A cell cut to `width` bytes with a '~' for the rest; never inside a UTF-8
+// sequence (Shown keeps UTF-8 in a UTF-8 locale).
 std::string Cut(std::string s, size_t width) {
   if (width == 0 || s.size() <= width) return s;
   if (width == 1) return "~";
-  return s.substr(0, width - 1) + "~";
+  size_t end = width - 1;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end) + "~";
 }
 
 }  // namespace
