@@ -240,7 +240,20 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (key == "body_timeout") return duration(&c->body_timeout_ms);
   if (key == "idle_timeout") return duration(&c->idle_timeout_ms);
   if (key == "ledger_retry") return duration(&c->ledger_retry_ms);
-  if (key == "sample_interval") return duration(&c->sample_interval_ms);
+  if (key == "sample_interval") {
+    GPUSLICE_RETURN_IF_ERROR(duration(&c->sample_interval_ms));
+    if (c->sample_interval_ms < 100 || c->sample_interval_ms > 60'000) {
+      return core::InvalidArgumentError("sample_interval: from 100ms to 1m, got '" + v + "'");
+    }
+    return core::Status::Ok();
+  }
+  if (key == "suspend_lock_timeout") {
+    GPUSLICE_RETURN_IF_ERROR(duration(&c->suspend_lock_timeout_ms));
+    if (c->suspend_lock_timeout_ms > 3'600'000) {
+      return core::InvalidArgumentError("suspend_lock_timeout: at most 1h, got '" + v + "'");
+    }
+    return core::Status::Ok();
+  }
   bool policy_key = false;
   GPUSLICE_RETURN_IF_ERROR(ApplyPolicyValue(&c->rules, key, value, &policy_key));
   if (policy_key) return core::Status::Ok();

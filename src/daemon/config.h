@@ -85,6 +85,8 @@ struct DaemonConfig {
   bool cgroups = true;
   std::string cgroup_base;
   uint64_t max_log_bytes = 1ull << 30;  // Per job log file; 0 = no cap.
+  // How long a suspension waits for a process's GPU work in flight.
+  int64_t suspend_lock_timeout_ms = 10'000;
   // Slices whose work leaves the GPU mostly idle launch beside the holder of
   // the turn (docs/COMPUTE.md, "Co-running"); off: exclusive turns only.
   bool compute_corun = true;

@@ -222,6 +222,12 @@ class HttpServer::Impl {
       response_.body() = std::move(resp.body);
       response_.keep_alive(req.keep_alive());
       response_.prepare_payload();
+      if (req.method() == http::verb::head) {
+        // What GET would send, said in the headers only (RFC 9110 9.3.2).
+        const size_t length = response_.body().size();
+        response_.body().clear();
+        response_.content_length(length);
+      }
       if (impl_->owner_->after_request_) impl_->owner_->after_request_();
       Write();
     }
@@ -368,14 +374,14 @@ class HttpServer::Impl {
 
   // The metrics listener: anonymous reads of the allowed paths only.
   ApiResponse HandleMetricsOnly(ApiRequest& ar) {
-    bool allowed = ar.method == "GET";
+    bool allowed = ar.method == "GET" || ar.method == "HEAD";
     if (allowed) {
       allowed = false;
       for (const std::string& p : metrics_paths_) allowed = allowed || ar.path == p;
     }
     if (!allowed) {
       return {404,
-              ErrorJson(core::NotFoundError("the metrics listener serves only GET of " +
+              ErrorJson(core::NotFoundError("the metrics listener serves only GET and HEAD of " +
                                             metrics_paths_text_))
                   .dump(),
               "application/json",
@@ -488,7 +494,7 @@ core::Status HttpServer::ListenUnix(const std::string& path, uint32_t mode,
   return core::Status::Ok();
 }
 
-core::Status HttpServer::ListenTcp(const std::string& host_port) {
+core::Result<std::string> HttpServer::ListenTcp(const std::string& host_port) {
   size_t colon = host_port.rfind(':');
   if (colon == std::string::npos) return core::InvalidArgumentError("tcp: expected HOST:PORT");
   if (impl_->options_.tcp_token.empty()) {
@@ -506,9 +512,15 @@ core::Status HttpServer::ListenTcp(const std::string& host_port) {
   if (!ec) impl_->tcp_acceptor_->bind(ep, ec);
   if (!ec) impl_->tcp_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return core::UnavailableError("listen on " + host_port + ": " + ec.message());
-  LogInfo("TCP API on " + host_port + " (bearer token required)");
+  // The port the kernel gave, so `tcp_listen = HOST:0` says which it took.
+  const tcp::endpoint bound = impl_->tcp_acceptor_->local_endpoint(ec);
+  if (ec) return core::InternalError("tcp listener: local address: " + ec.message());
+  const std::string address = (bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                                       : bound.address().to_string()) +
+                              ":" + std::to_string(bound.port());
+  LogInfo("TCP API on " + address + " (bearer token required)");
   impl_->AcceptTcp();
-  return core::Status::Ok();
+  return address;
 }
 
 }  // namespace gpuslice::daemon

@@ -96,6 +96,7 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   }
   ++next_id_;
   jobs_[id] = std::move(job);
+  IndexJob(jobs_[id]);
   Job& held = jobs_[id];
   RecordEvent("submitted", id, held.user,
               held.request.Describe() + ", external" +

@@ -225,12 +225,12 @@ void Service::Schedule() {
   opt.backfill = options_.backfill;
   core::QuotaUsage quota_usage;
   HoldForQuotas(&opt, &quota_usage);
-  if (!waiting_on_.empty()) {
-    // A job waiting for its dependencies is held like a quota wait: it takes
-    // nothing and is never the head, so it delays no one (and it is not
-    // counted against its quota while it waits).
+  if (!waiting_on_.empty() || !held_ids_.empty()) {
+    // A job waiting for its dependencies, or held (`gpuslice hold`), is
+    // held like a quota wait: it takes nothing and is never the head, so it
+    // delays no one (and it is not counted against its quota while it waits).
     opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
-      return waiting_on_.count(id) > 0 || (quota && quota(id));
+      return held_ids_.count(id) > 0 || waiting_on_.count(id) > 0 || (quota && quota(id));
     };
   }
   core::QueuePlan plan = core::PlanQueue(queue_, running, clock_.NowMs(), *capacity_, opt);
@@ -373,7 +373,8 @@ void Service::StartJob(Job& job) {
       int code = ref.status().code() == core::StatusCode::kNotFound ? 127 : 126;
       // The reason is public (ps, events, the status page): not the PATH
       // or any other value of the owner's environment.
-      FinishJob(job, JobState::kFailed, code, RedactEnvironment(ref.status().message(), spec.env));
+      FinishJob(job, JobState::kFailed, code,
+                RedactEnvironment(ref.status().message(), spec.env, job.user));
       return;
     }
     job.pid = ref->pid;
@@ -403,6 +404,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     return;
   }
   if (from == JobState::kQueued) Dequeue(job.id);
+  held_ids_.erase(job.id);
   if (capacity_) {
     capacity_->Release(job.id);
     capacity_->ForgetDemand(job.id);

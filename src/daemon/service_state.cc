@@ -244,14 +244,17 @@ void Service::Recover(std::vector<Job> all) {
     if (j.IsLive()) {
       live.push_back(std::move(j));
     } else {
+      IndexJob(j);
       jobs_[j.id] = std::move(j);
     }
   }
   int adopted = 0, ended = 0, requeued = 0;
+  std::vector<uint64_t> outside_pool;  // Held outside the pool they asked for.
   for (Job& j : live) {
     uint64_t id = j.id;
     jobs_[id] = std::move(j);
     Job& job = jobs_[id];
+    IndexJob(job);
     const bool external = job.mode == core::JobMode::kExternal;
     if (job.state == JobState::kRunning && job.mode != core::JobMode::kShell && !external &&
         job.pid == 0 && !ResolveInterruptedLaunch(job)) {
@@ -270,6 +273,7 @@ void Service::Recover(std::vector<Job> all) {
         ++ended;
         continue;
       }
+      if (job.hold != core::HoldKind::kNone) held_ids_.insert(id);
       Enqueue(job);
       ++requeued;
       continue;
@@ -278,6 +282,18 @@ void Service::Recover(std::vector<Job> all) {
     // nothing (it takes its room back when resumed).
     const bool suspended = job.state == JobState::kSuspended;
     Status held = !d.ok() ? d : suspended ? Status::Ok() : capacity_->Hold(id, job.allocation);
+    if (!held.ok()) {
+      // The configuration may have moved its GPUs to another pool, or
+      // removed its pool, while it ran: it keeps what it holds (issue 41: a
+      // pool change killed a running 2-GPU job at the restart). What cannot
+      // be held at all (a GPU gone, taken twice) still fails it below.
+      Status outside = capacity_->HoldOutsidePool(id, job.request,
+                                                  suspended ? core::Allocation{} : job.allocation);
+      if (outside.ok()) {
+        held = outside;
+        outside_pool.push_back(id);
+      }
+    }
     // Its cgroup, when it was started (or attached) in one, says whether it
     // lives.
     const bool in_cgroup = job.pid > 0 && launcher_.Adopt(id, job.pid);
@@ -319,6 +335,13 @@ void Service::Recover(std::vector<Job> all) {
   for (const auto& [id, l] : live_) running.push_back(id);
   for (const std::string& stray : launcher_.EndStrays(running)) {
     LogWarn("killed the processes of cgroup " + stray + ": no running job of this daemon owns it");
+  }
+  for (uint64_t id : outside_pool) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second.IsLive()) continue;
+    const std::string why = OutsidePoolText(it->second);
+    LogWarn("job " + std::to_string(id) + ": " + why);
+    RecordEvent("outside_pool", id, it->second.user, why);
   }
   // Finished jobs are trimmed only now: the dependencies of queued jobs were
   // judged above against all of them.
@@ -409,6 +432,7 @@ void Service::TrimHistory() {
   int64_t keep_after = clock_.NowMs() - 10 * 60 * 1000;
   size_t excess = finished.size() - options_.history;
   for (size_t i = 0; i < excess && finished[i].first < keep_after; ++i) {
+    UnindexJob(jobs_[finished[i].second]);
     jobs_.erase(finished[i].second);
   }
 }
