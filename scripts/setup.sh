@@ -28,6 +28,11 @@ packages=(
   # run a real two-node Slurm (slurmctld, slurmd, munge) in network
   # namespaces (iproute2).
   libslurm-dev slurmctld slurmd slurm-client munge iproute2
+  # Kubernetes on a real cluster (issue 38): Go 1.19 builds Kubernetes 1.20
+  # from Debian's source package (scripts/test-kubernetes.sh); etcd,
+  # containerd (with runc above), the CNI plugins, iptables for them, openssl
+  # for the cluster's certificates.
+  golang-1.19-go etcd-server containerd containernetworking-plugins iptables openssl
 )
 
 missing=()

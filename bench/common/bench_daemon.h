@@ -64,7 +64,7 @@ struct BenchDaemon {
   ~BenchDaemon() {
     if (pid > 0) {
       gpuslice::cli::Client c(socket);
-      auto jobs = c.Call("GET", "/v1/jobs");
+      auto jobs = c.Call("GET", "/v1/jobs?state=running&limit=0");
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       // The job that held the GPU: end its process group.

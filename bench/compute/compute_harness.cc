@@ -4,6 +4,10 @@
 // directory (own simulator state, own coordination files, own regions).
 //
 //   compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter] [--rounds N]
+//                   [--no-handoff] [--cpu-hogs N] [--trace FILE]
+//   (--cpu-hogs: N processes spinning on the CPU beside every scenario;
+//   --no-handoff: the arbiter without hand-off on demand, a baseline;
+//   --trace: with --arbiter, the board every 0.5 ms into FILE.<ns>)
 //   (NAME: part of a scenario's name; "short kernels: 30/70 hard, 20 us, sync"
 //   runs that scenario's group of the short-kernel suite; N: rounds of each
 //   such group, 3 unless given)
@@ -29,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +43,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/compute/arbiter.h"
@@ -60,6 +66,9 @@ constexpr uint64_t kSampleNs = 25'000'000;
 constexpr size_t kWin = 8;          // Samples in a 200 ms window.
 constexpr size_t kGiveBackWin = 2;  // Samples in a 50 ms window.
 bool g_arbiter = false;             // --arbiter.
+bool g_no_handoff = false;          // --no-handoff.
+int g_cpu_hogs = 0;                 // --cpu-hogs N.
+std::string g_trace_path;           // --trace FILE.
 
 uint64_t NowNs() {
   timespec ts{};
@@ -178,8 +187,55 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     options.coord_dir = dir + "/coord";
     options.slices_dir = dir + "/slices";
     options.board_mode = geteuid() == 0 ? 0644 : 0444;
+    options.params.handoff = !g_no_handoff;
     mkdir(options.coord_dir.c_str(), 0755);
     arbiter = std::make_unique<gpuslice::daemon::Arbiter>(options);
+  }
+  // --trace: the board every 0.5 ms (holder, turn state, each slice's
+  // reported flags and tokens), one line per sample, for the scenario's
+  // first 2 s after 1 s of warm-up.
+  std::atomic<bool> tracing{false};
+  std::thread tracer;
+  if (arbiter != nullptr && !g_trace_path.empty()) {
+    tracing = true;
+    tracer = std::thread([&, path = g_trace_path + "." + std::to_string(NowNs())] {
+      std::unique_ptr<gpuslice::shim::BoardView> view;
+      std::FILE* f = std::fopen(path.c_str(), "w");
+      if (f == nullptr) return;
+      std::fprintf(f, "# %s\n", sc.name.c_str());
+      while (tracing) {
+        const double t = double(NowNs() - t0) / 1e9;
+        if (view == nullptr) {
+          auto b = gpuslice::shim::BoardView::Open(arbiter->BoardPath(uuid));
+          if (b.ok()) view = std::move(*b);
+        }
+        if (view != nullptr && t >= 1.0 && t < 3.0) {
+          const auto& h = view->header();
+          std::fprintf(f, "%.4f holder=%d state=%u pre=%llu", t, h.holder.load(),
+                       h.turn_state.load(), (unsigned long long)h.preemptions.load());
+          for (size_t i = 0; i < sc.tenants.size(); ++i) {
+            const int32_t at = view->FindSlice(i + 1, -1);
+            if (at < 0) continue;
+            const auto& b = view->slice(uint32_t(at));
+            std::fprintf(f, " | %zu@%d r=%u f=%u tok=%lld", i, at, b.reported.load(),
+                         b.flags.load(), (long long)(b.tokens_ns.load() / 1000));
+          }
+          std::fprintf(f, "\n");
+        }
+        SleepNs(500'000);
+      }
+      std::fclose(f);
+    });
+  }
+  std::vector<pid_t> hogs;
+  for (int k = 0; k < std::max(sc.cpu_hogs, g_cpu_hogs); ++k) {
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      volatile uint64_t spin = 0;
+      while (true) spin = spin + 1;
+    }
+    if (pid > 0) hogs.push_back(pid);
   }
   double change_time = -1;
   while (true) {
@@ -193,13 +249,24 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
         run[i].out = dir + "/t" + std::to_string(i) + ".json";
         const double len = t.seconds > 0 ? t.seconds * scale : seconds - t.start_s * scale;
         std::string limits;
-        if (arbiter != nullptr && t.share > 0) {
-          auto st = arbiter->Register(limits_of(i, t.share));
+        if (arbiter != nullptr && (t.share > 0 || t.no_share_slice)) {
+          // A slice without a share takes turns at the smallest share,
+          // work-conserving, as the daemon registers it.
+          gpuslice::daemon::SliceLimits l = limits_of(i, t.share);
+          if (t.share == 0) {
+            l.compute_milli = 1;
+            l.work_conserving = true;
+            l.no_share = true;
+          }
+          auto st = arbiter->Register(l);
           if (!st.ok()) std::fprintf(stderr, "arbiter: %s\n", st.message().c_str());
           limits = dir + "/slices/job-" + std::to_string(i + 1) + "/limits";
           // The daemon's limits page (docs/SLICE_REGION.md): a daemon job's
           // shim takes its share from there, never from its region.
-          auto page = LimitsPage::Create(limits, LimitsOptionsOf(uuid, t, t.share));
+          Tenant as_registered = t;
+          if (t.share == 0) as_registered.mode = "work-conserving";
+          auto page = LimitsPage::Create(
+              limits, LimitsOptionsOf(uuid, as_registered, t.share > 0 ? t.share : 0.1));
           if (!page.ok())
             std::fprintf(stderr, "limits page: %s\n", page.status().message().c_str());
           // And a closed region listing the GPU, as the daemon makes it (the
@@ -251,6 +318,12 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
     samples.push_back(std::move(s));
     if (!alive) break;
     SleepNs(kSampleNs);
+  }
+  tracing = false;
+  if (tracer.joinable()) tracer.join();
+  for (pid_t pid : hogs) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
   }
   // Per-tenant busy time over [a, b) from the samples (pids stay known after exit
   // only while sampled: keep the last value seen).
@@ -355,6 +428,9 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
       if (!w.is_discarded()) {
         tj["p50_us"] = w["p50_us"];
         tj["p99_us"] = w["p99_us"];
+        for (const char* k : {"requests", "offered", "delivered"}) {
+          if (w.contains(k)) tj[k] = w[k];
+        }
         if (i == 0 && p99_out != nullptr) p99_out->push_back(w["p99_us"].get<double>());
       }
     }
@@ -552,12 +628,18 @@ int main(int argc, char** argv) {
       json_path = argv[++i];
     else if (a == "--arbiter")
       compute_harness::g_arbiter = true;
+    else if (a == "--no-handoff")
+      compute_harness::g_no_handoff = true;
+    else if (a == "--cpu-hogs" && i + 1 < argc && std::atoi(argv[i + 1]) >= 0)
+      compute_harness::g_cpu_hogs = std::atoi(argv[++i]);
+    else if (a == "--trace" && i + 1 < argc)
+      compute_harness::g_trace_path = argv[++i];
     else if (a == "--rounds" && i + 1 < argc && std::atoi(argv[i + 1]) > 0)
       rounds = std::atoi(argv[++i]);
     else {
       std::fprintf(stderr,
                    "usage: compute_harness [--only NAME] [--scale X] [--json FILE] [--arbiter] "
-                   "[--rounds N (> 0)]\n");
+                   "[--no-handoff] [--cpu-hogs N] [--trace FILE] [--rounds N (> 0)]\n");
       return 2;
     }
   }
@@ -576,6 +658,9 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || std::string("priority").find(only) != std::string::npos) {
     compute_harness::RunPriority(scale, &all);
+  }
+  if (only.empty() || only.starts_with("bursty")) {
+    compute_harness::RunBursty(scale, only, rounds, &all);
   }
   if (!json_path.empty()) std::ofstream(json_path) << all.dump(2) << "\n";
   return 0;

@@ -22,6 +22,11 @@ struct Tenant {
   double target = -1;       // Expected share in percent (-1: = share).
   double change_at_s = -1;  // Live change of its share at this time ...
   double change_to = 0;     // ... to this.
+  // Under --arbiter: a daemon slice without a share, which the daemon
+  // registers with the smallest share, work-conserving, at its priority
+  // (Service::TakeTurnsWithoutAShare). Otherwise a tenant of share 0 is a
+  // process without any slice coordination (a ceiling's reference).
+  bool no_share_slice = false;
 };
 
 struct Scenario {
@@ -30,9 +35,16 @@ struct Scenario {
   std::vector<Tenant> tenants;
   double measure_from_s = 1.0;  // Warm-up excluded from the windows.
   bool latency = false;         // Compare tenant 0's p99 with running alone.
+  // Processes that only spin on the CPU for the whole run (a data loader
+  // that eats the host's CPUs): the arbiter, the gates and the launchers
+  // need CPU too.
+  int cpu_hogs = 0;
 };
 
-extern bool g_arbiter;  // --arbiter: the daemon's arbiter decides the turns.
+extern bool g_arbiter;            // --arbiter: the daemon's arbiter decides the turns.
+extern bool g_no_handoff;         // --no-handoff: PolicyParams::handoff off (a baseline).
+extern int g_cpu_hogs;            // --cpu-hogs N: spinning processes beside every scenario.
+extern std::string g_trace_path;  // --trace FILE: the board every 0.5 ms (--arbiter).
 
 // Runs one scenario in a fresh temporary directory; returns its figures
 // (tenant 0's p99 latencies are appended to `p99_out` when not null).
@@ -48,5 +60,13 @@ void RunShortKernels(double scale, const std::string& only, int rounds, nlohmann
 // A high-priority inference tenant alone and beside two best-effort ones,
 // rounds side by side; appends to `all`.
 void RunPriority(double scale, nlohmann::json* all);
+// Bursty slices: an open-loop client (requests at a fixed rate, 30% of the
+// GPU's time) and a closed-loop duty loop, each with a 30% share, alone and
+// beside a busy trainer (no share; 70% hard; 70% work-conserving), at
+// normal and high priority, with 20 us, 200 us and 2 ms kernels, on a quiet
+// host and beside CPU hogs (`hogs` = false skips them); appends to `all`.
+// `only`: empty or "bursty" for the whole suite, else the cases whose name
+// contains it.
+void RunBursty(double scale, const std::string& only, int rounds, nlohmann::json* all);
 
 }  // namespace compute_harness

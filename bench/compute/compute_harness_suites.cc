@@ -201,3 +201,108 @@ void RunPriority(double scale, nlohmann::json* all_out) {
 }
 
 }  // namespace compute_harness
+
+namespace compute_harness {
+
+void RunBursty(double scale, const std::string& only, int rounds, nlohmann::json* all_out) {
+  nlohmann::json& all = *all_out;
+  // Issue 37: a share is a guarantee for bursty work. Slice A asks for 30%
+  // of the GPU and wants 30%: an open-loop client (a request of 2 ms of
+  // kernels every 6.67 ms, whatever happened to the ones before it, as an
+  // inference service receives them) or a closed-loop duty loop (one
+  // kernel, synchronise, idle 7/3 of what it took, as the demo's worker
+  // did). Beside it a busy trainer B (kernels of the same length,
+  // free-running) without a share, with a 70% hard share or a 70%
+  // work-conserving one; A at normal or high priority. Each case beside
+  // A alone in the same round; on a quiet host and beside two CPU hogs per
+  // core.
+  nlohmann::json rows = nlohmann::json::array();
+  auto r3 = [](double x) { return std::round(x * 1000) / 1000; };
+  for (bool hogs : {false, true}) {
+    for (const char* loop : {"open", "duty"}) {
+      for (unsigned us : {20u, 200u, 2000u}) {
+        std::vector<std::string> a_args = {"--kernel-us", std::to_string(us)};
+        if (std::string(loop) == "open") {
+          a_args.insert(a_args.end(),
+                        {"--request-us", "2000", "--period-ms", "6.667", "--open-loop"});
+        } else {
+          a_args.insert(a_args.end(), {"--duty", "30"});
+        }
+        const std::vector<std::string> b_args = {"--kernel-us", std::to_string(us)};
+        const std::string tag =
+            std::string(loop) + ", " + std::to_string(us) + " us" + (hogs ? ", cpu hogs" : "");
+        struct Case {
+          std::string name;
+          Scenario sc;
+        };
+        std::vector<Case> cases;
+        auto make = [&](const std::string& what, const std::string& prio,
+                        const std::vector<Tenant>& others) {
+          Scenario sc{"bursty: " + tag + ": " + what, 4, {{"a", 30, "hard", prio, a_args}}};
+          sc.tenants.insert(sc.tenants.end(), others.begin(), others.end());
+          sc.cpu_hogs = hogs ? 4 : 0;
+          cases.push_back({what, sc});
+        };
+        make("alone", "", {});
+        for (const char* prio : {"", "high"}) {
+          const std::string p = *prio ? std::string(" (A high)") : std::string();
+          Tenant none{"b", 0, "hard", "", b_args};
+          none.no_share_slice = true;
+          make("beside no share" + p, prio, {none});
+          make("beside 70% hard" + p, prio, {{"b", 70, "hard", "", b_args}});
+          make("beside 70% work-conserving" + p, prio, {{"b", 70, "work-conserving", "", b_args}});
+        }
+        const bool wanted = only.size() <= std::string("bursty").size() ||
+                            std::ranges::any_of(cases, [&](const Case& c) {
+                              return c.sc.name.find(only) != std::string::npos;
+                            });
+        if (!wanted) continue;
+        for (int round = 1; round <= rounds; ++round) {
+          nlohmann::json alone;
+          for (size_t k = 0; k < cases.size(); ++k) {
+            // Alone first, then every pair; reversed every other round.
+            const size_t at = round % 2 == 1 || k == 0 ? k : cases.size() - k;
+            const Case& c = cases[at];
+            if (k > 0 && only.size() > std::string("bursty").size() &&
+                c.sc.name.find(only) == std::string::npos) {
+              continue;
+            }
+            nlohmann::json j = RunScenario(c.sc, scale, nullptr);
+            j["round"] = round;
+            std::printf("%s\n", j.dump().c_str());
+            std::fflush(stdout);
+            all.push_back(j);
+            const nlohmann::json& a = j["tenants"][0];
+            if (k == 0) {
+              alone = a;
+              continue;
+            }
+            nlohmann::json row = {{"case", c.sc.name},
+                                  {"round", round},
+                                  {"a_got_pct", a.value("achieved_pct", 0.0)},
+                                  {"a_alone_got_pct", alone.value("achieved_pct", 0.0)},
+                                  {"a_p50_us", a.value("p50_us", 0.0)},
+                                  {"a_p99_us", a.value("p99_us", 0.0)},
+                                  {"a_alone_p50_us", alone.value("p50_us", 0.0)},
+                                  {"a_alone_p99_us", alone.value("p99_us", 0.0)},
+                                  {"total_pct", j.value("aggregate_pct", 0.0)}};
+            if (j["tenants"].size() > 1)
+              row["b_got_pct"] = j["tenants"][1].value("achieved_pct", 0.0);
+            if (a.contains("delivered")) row["a_delivered"] = a["delivered"];
+            const double alone_got = alone.value("achieved_pct", 0.0);
+            if (alone_got > 0) row["a_got_of_alone"] = r3(a.value("achieved_pct", 0.0) / alone_got);
+            const double alone_p99 = alone.value("p99_us", 0.0);
+            if (alone_p99 > 0) row["a_p99_of_alone"] = r3(a.value("p99_us", 0.0) / alone_p99);
+            rows.push_back(row);
+          }
+        }
+      }
+    }
+  }
+  nlohmann::json summary = {{"scenario", "bursty: summary (slice A against A alone)"},
+                            {"rows", rows}};
+  std::printf("%s\n", summary.dump().c_str());
+  all.push_back(summary);
+}
+
+}  // namespace compute_harness

@@ -79,7 +79,7 @@ struct Stack {
 };
 
 void CancelAll(gpuslice::cli::Client& c) {
-  auto jobs = c.Call("GET", "/v1/jobs");
+  auto jobs = c.Call("GET", "/v1/jobs?limit=0");
   if (!jobs.ok()) return;
   for (const auto& j : (*jobs)["jobs"]) {
     (void)c.Call("POST", "/v1/jobs/" + std::to_string(j["id"].get<uint64_t>()) + "/cancel");

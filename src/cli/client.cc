@@ -6,6 +6,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "cli/socket_help.h"
+
 namespace gpuslice::cli {
 
 namespace asio = boost::asio;
@@ -41,9 +43,9 @@ core::Result<HttpResult> Client::Raw(const std::string& method, const std::strin
       conn_->buffer.clear();
       conn_->socket.connect(local::endpoint(socket_path_), ec);
       if (ec) {
-        return core::UnavailableError("cannot reach gpusliced at " + socket_path_ + ": " +
-                                      ec.message() +
-                                      " (is it running? set --socket or GPUSLICE_SOCKET)");
+        // Why, in the words of the file system: not there, not listening,
+        // or not for this user (whose group and what to do).
+        return core::UnavailableError(SocketHelp(GatherSocketFacts(socket_path_, ec.value())));
       }
       conn_->connected = true;
     }

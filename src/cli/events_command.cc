@@ -42,9 +42,9 @@ std::string LocalTime(int64_t ms) {
 
 std::string Line(const json& e) {
   uint64_t job = e.value("job", uint64_t{0});
-  return LocalTime(e.value("at_ms", int64_t{0})) + "  " + e.value("kind", "") + "  " +
-         (job ? "job " + std::to_string(job) + "  " : "") + e.value("user", "") + "  " +
-         e.value("message", "");
+  return LocalTime(e.value("at_ms", int64_t{0})) + "  " + Shown(e.value("kind", "")) + "  " +
+         (job ? "job " + std::to_string(job) + "  " : "") + Shown(e.value("user", "")) + "  " +
+         Shown(e.value("message", ""));
 }
 
 int Events(Context& ctx) {

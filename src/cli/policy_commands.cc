@@ -256,7 +256,7 @@ int Checkpoint(Context& ctx, bool resume) {
   } else if (HasFlag(job, busy)) {
     std::cout << "job " << id << ": " << busy << " (see `gpuslice show " << id << "`)\n";
   } else if (job.contains("checkpoint_error")) {
-    std::cerr << "gpuslice: job " << id << ": " << job["checkpoint_error"].get<std::string>()
+    std::cerr << "gpuslice: job " << id << ": " << Shown(job["checkpoint_error"].get<std::string>())
               << "\n";
     return 1;
   } else if (resume) {
@@ -295,7 +295,7 @@ int Move(Context& ctx) {
     return 0;
   }
   if (job.contains("checkpoint_error")) {
-    std::cerr << "gpuslice: job " << id << ": " << job["checkpoint_error"].get<std::string>()
+    std::cerr << "gpuslice: job " << id << ": " << Shown(job["checkpoint_error"].get<std::string>())
               << " (it is " << job.value("state", "?") << ")\n";
     return 1;
   }

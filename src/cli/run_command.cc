@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/table.h"
 
 namespace gpuslice::cli {
 
@@ -79,7 +80,7 @@ core::Result<json> WaitForStart(Context& ctx, uint64_t id) {
     std::string note = "gpuslice: job " + std::to_string(id) + " queued (position " +
                        std::to_string(job.value("queue_position", 0)) +
                        "): " + job.value("waiting_for", std::string("waiting"));
-    if (note != last_note && !ctx.json) std::cerr << note << "\n";
+    if (note != last_note && !ctx.json) std::cerr << Shown(note) << "\n";
     last_note = note;
     Sleep(100);
   }
@@ -173,8 +174,8 @@ int RunJob(Context& ctx, const std::string& mode) {
     std::cerr << f.dump() << "\n";
   } else if (state != "exited") {
     std::string reason = f.value("reason", "");
-    std::cerr << "gpuslice: job " << id << " " << state << (reason.empty() ? "" : ": " + reason)
-              << "\n";
+    std::cerr << "gpuslice: job " << id << " " << Shown(state)
+              << (reason.empty() ? "" : ": " + Shown(reason)) << "\n";
   }
   return ExitCodeOf(f);
 }

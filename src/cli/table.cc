@@ -1,18 +1,28 @@
 #include "cli/table.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
+
+#include "core/terminal_text.h"
 
 namespace gpuslice::cli {
 
 std::string Table::Render() const {
-  std::vector<size_t> width;
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(rows_.size());
   for (const auto& row : rows_) {
+    std::vector<std::string>& shown = rows.emplace_back();
+    for (const std::string& cell : row) shown.push_back(Shown(cell));
+  }
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
     if (width.size() < row.size()) width.resize(row.size(), 0);
     for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
   }
   std::string out;
-  for (const auto& row : rows_) {
+  for (const auto& row : rows) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
@@ -22,6 +32,22 @@ std::string Table::Render() const {
     out += line + "\n";
   }
   return out;
+}
+
+bool LocaleIsUtf8() {
+  for (const char* var : {"LC_ALL", "LC_CTYPE", "LANG"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    std::string s(v);
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    return s.find("utf-8") != std::string::npos || s.find("utf8") != std::string::npos;
+  }
+  return false;
+}
+
+std::string Shown(std::string_view text) {
+  static const bool utf8 = LocaleIsUtf8();
+  return core::TerminalSafe(text, utf8);
 }
 
 std::string FormatAge(int64_t ms) {

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/monitor.h"
+#include "cli/table.h"
 #include "core/usage.h"
 
 namespace gpuslice::cli {
@@ -85,6 +86,13 @@ int RunUsage(Context& ctx) {
   if (format == "csv") {
     std::cout << core::RenderUsageCsv(report);
   } else {
+    // CSV and JSON are data and stay exact; the table is for a terminal:
+    // a job's name (and a Slurm job label) is its owner's text.
+    for (core::UsageTotals& row : report.rows) {
+      row.key = Shown(row.key);
+      row.user = Shown(row.user);
+      row.name = Shown(row.name);
+    }
     std::cout << core::RenderUsageTable(report);
     if (r->value("scope", "all") == "own") {
       std::cout << "(your jobs only; root and the admin group see everyone's)\n";

@@ -88,8 +88,14 @@ bool Eligible(const SliceView& s) {
   if (!s.live || !s.waiting || s.share_milli == 0) return false;
   // A hard slice waits until its bucket holds a useful turn (a turn much
   // shorter than a hand-over is mostly overhead), or half a small bucket.
+  // Not one back from idle with a request (SliceView::woke_ns): any tokens
+  // do, it runs its request and pays back what that takes beyond them.
+  // A slice asking exactly its share hovers near an empty bucket (any
+  // error in its charge drains it), and its requests waited for 4 ms of
+  // tokens each, ~13 ms at 30%.
   const PolicyParams p;
-  const int64_t threshold = std::min<int64_t>(int64_t(p.min_turn_ns), BucketCap(s, p) / 2);
+  const int64_t threshold =
+      s.woke_ns != 0 ? 1 : std::min<int64_t>(int64_t(p.min_turn_ns), BucketCap(s, p) / 2);
   return s.mode == coord::kModeWorkConserving || s.tokens_ns >= std::max<int64_t>(threshold, 1);
 }
 
@@ -117,6 +123,50 @@ int32_t PickNextOrCoRunner(std::span<const SliceView> slices, bool corunners) {
     if (s.priority > b.priority || (s.priority == b.priority && s.vtime < b.vtime)) {
       best = int32_t(i);
     }
+  }
+  return best;
+}
+
+// How full a slice's token bucket is, in 1/1000 of its depth (<= 0: it
+// used its share or more over the bucket's window).
+int64_t FillMilli(const SliceView& s, const PolicyParams& p) {
+  const int64_t cap = BucketCap(s, p);
+  return cap <= 0 ? 0 : s.tokens_ns * 1000 / cap;
+}
+
+// Hand-off on demand (PolicyParams::handoff): the slice that takes the GPU
+// from the holder now, or -1. A claimant came back from idle and waits for
+// a turn since (SliceView::woke_ns; a co-runner launches already), has a
+// share of its own, the holder's priority (a higher one preempts anyway)
+// and tokens (it is within its share: demand beyond it waits for turns as
+// before), and its bucket is not much emptier than the holder's (it did
+// not use more of its share lately than the holder of its own). The holder
+// has had its quantum, and is busy rather than serving a request handed
+// off to it (a slice without a share is taken from whenever). The earliest
+// back goes first. Two busy slices never claim from each other, so their
+// turns stay long (a hand-over costs a drain).
+int32_t Claimant(std::span<const SliceView> slices, const TurnView& turn, uint64_t now_ns,
+                 const PolicyParams& p) {
+  if (!p.handoff || turn.holder < 0 || now_ns - turn.start_ns < p.quantum_ns) return -1;
+  const SliceView& h = slices[size_t(turn.holder)];
+  if (turn.handed_off && !h.shareless) return -1;
+  // Only between slices charged by the GPU time they report: a holder
+  // charged the wall time its work is in flight (an older shim, or one the
+  // audit distrusts) would pay for its drain beside the claimant's work,
+  // and slices of an older shim lost 3 pp of their shares to a slice that
+  // claimed the GPU and said it was idle as soon as it held it.
+  if (!h.shareless && !h.ChargedByReports()) return -1;
+  const int64_t holder_fill = h.shareless ? INT64_MIN / 2 : FillMilli(h, p);
+  int32_t best = -1;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const SliceView& s = slices[i];
+    if (int32_t(i) == turn.holder || s.woke_ns == 0 || s.corun || s.shareless ||
+        !s.ChargedByReports() || s.share_milli == 0 || s.priority != h.priority ||
+        s.tokens_ns <= 0 || !Eligible(s) ||
+        FillMilli(s, p) + int64_t(p.handoff_margin_milli) < holder_fill) {
+      continue;
+    }
+    if (best < 0 || s.woke_ns < slices[size_t(best)].woke_ns) best = int32_t(i);
   }
   return best;
 }
@@ -195,7 +245,7 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
   if (p.charge_blocking_holder && others_wait && slices[size_t(turn.holder)].ChargedByReports()) {
     int64_t& u = turn.unexplained_ns;
     u = std::clamp<int64_t>(u + int64_t(elapsed) - int64_t(std::min<uint64_t>(reported, INT64_MAX)),
-                            0, INT64_MAX / 2);
+                            -kUnexplainedSlackNs, INT64_MAX / 2);
     if (u > kUnexplainedSlackNs) {
       unexplained = u - kUnexplainedSlackNs;
       u = kUnexplainedSlackNs;
@@ -203,7 +253,7 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
   } else if (p.charge_blocking_holder) {
     turn.unexplained_ns =
         std::clamp<int64_t>(turn.unexplained_ns - int64_t(std::min<uint64_t>(reported, INT64_MAX)),
-                            0, kUnexplainedSlackNs);
+                            -kUnexplainedSlackNs, kUnexplainedSlackNs);
   }
   for (size_t i = 0; i < slices.size(); ++i) {
     SliceView& s = slices[i];
@@ -251,10 +301,13 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
     s.was_inflight = s.inflight;
     if (!s.Active() && !holds) {
       if (s.idle_since_ns == 0) s.idle_since_ns = now_ns;
+      s.woke_ns = 0;
     } else if (s.idle_since_ns != 0 && !holds) {
       Rejoin(slices, i);
       s.idle_since_ns = 0;
+      if (s.waiting && !s.corun) s.woke_ns = now_ns;
     }
+    if (holds || s.corun) s.woke_ns = 0;
   }
 
   auto open = [&](int32_t next) {
@@ -262,7 +315,11 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
     turn.state = next >= 0 ? coord::kTurnOpen : coord::kTurnNone;
     turn.start_ns = now_ns;
     turn.end_ns = next >= 0 ? now_ns + TurnLength(slices[size_t(next)], p) : now_ns;
-    if (next >= 0) slices[size_t(next)].idle_since_ns = 0;
+    turn.handed_off = false;
+    if (next >= 0) {
+      slices[size_t(next)].idle_since_ns = 0;
+      slices[size_t(next)].woke_ns = 0;
+    }
     out.changed = true;
   };
 
@@ -280,12 +337,23 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
         out.preempted = true;
         return out;
       }
+      if (const int32_t claimant = Claimant(slices, turn, now_ns, p); claimant >= 0) {
+        open(claimant);
+        turn.handed_off = true;
+        out.preempted = true;
+        return out;
+      }
       if (h.Active()) {
         h.idle_since_ns = 0;
       } else if (h.idle_since_ns == 0) {
         h.idle_since_ns = now_ns;
       }
-      const bool idle = !h.Active() && now_ns - h.idle_since_ns >= p.idle_grace_ns;
+      // A turn handed off for a request ends soon after the request is
+      // done: its holder comes back by claiming again, while each 0.5 ms of
+      // grace after a request left the GPU idle (a busy neighbour lost 13
+      // of its 66% beside a slice of 2 ms requests every 6.67 ms).
+      const uint64_t grace = turn.handed_off ? p.handoff_idle_grace_ns : p.idle_grace_ns;
+      const bool idle = !h.Active() && now_ns - h.idle_since_ns >= grace;
       const bool out_of_tokens = h.mode == coord::kModeHard && h.tokens_ns <= 0;
       if (now_ns >= turn.end_ns || idle || out_of_tokens) {
         // Alone and still entitled: extend instead of paying a hand-over.
@@ -395,6 +463,7 @@ void AssignCoRun(uint64_t now_ns, const TurnView& turn, std::span<SliceView> sli
     const bool corun = i < count && in(i);
     if (slices[i].corun != corun) out.corun_changed = true;
     slices[i].corun = corun;
+    if (corun) slices[i].woke_ns = 0;  // It launches: nothing to claim.
   }
 }
 

@@ -73,6 +73,27 @@ struct PolicyParams {
   // processes (the file is that user's, 0600), so a slice that hides its
   // GPU time only takes its own user's.
   uint32_t corun_capped_max_host_duty_milli = 900;
+  // Hand-off on demand (issue 37): a slice with a share that comes back
+  // from idle within its share (a request arrives) takes the GPU, once the
+  // holder has had `quantum_ns` of its turn, from a holder of its priority
+  // that is busy rather than back from idle itself: see Claimant in
+  // compute_policy.cc. The holder stops launching at its next kernel
+  // boundary and its queued work drains beside the new holder's, as for a
+  // higher priority. Without it a turn ends only when the holder's turn,
+  // tokens or work run out (up to turn_ns): a slice of 2 ms requests every
+  // 6.67 ms with a 30% share beside a busy slice without one got 6% of the
+  // GPU, its requests waiting out the busy slice's 20 ms turns.
+  bool handoff = true;
+  uint64_t quantum_ns = 1'000'000;
+  // A claimant's token bucket may be this much (in 1/1000 of the buckets'
+  // depths) less full than the holder's: a claimant that used more of its
+  // share lately than the holder did of its own waits for turns.
+  uint32_t handoff_margin_milli = 250;
+  // A holder of a turn handed off on demand idle this long gives the GPU up
+  // (idle_grace_ns for other turns): long enough for the CPU gap of a
+  // launch-then-synchronise loop, short enough that the GPU does not idle
+  // after each request.
+  uint64_t handoff_idle_grace_ns = 100'000;
 };
 
 // Co-running (PolicyParams::corun): the duty of the holder and its
@@ -156,6 +177,17 @@ struct SliceView {
   // others wait or not. A slice that hides its work then pays for its turns,
   // and a hard one stays at its share even where nobody else wants the GPU.
   bool distrusted = false;
+  // A slice without a share of its own (a part of a GPU asked for without
+  // one): the daemon registers it at the smallest share, work-conserving,
+  // so it runs on what the slices with shares leave; a slice with a share
+  // that waits within its share takes the GPU from it on demand
+  // (PolicyParams::handoff), and it never takes the GPU from one.
+  bool shareless = false;
+  // When it last came back from idle (it waits for the GPU again), as long
+  // as it has not held or co-run on the GPU since; 0 otherwise. A slice
+  // back with a request is what hand-off on demand serves first. Kept by
+  // the caller.
+  uint64_t woke_ns = 0;
   // Co-running (PolicyParams::corun): the slice may launch beside the
   // holder, as decided by the last Advance (kept by the caller, and
   // published to its processes). Its GPU time is charged from its reports
@@ -198,6 +230,9 @@ struct TurnView {
   // [-kUnexplainedSlackNs, kUnexplainedSlackNs]; what goes above is charged
   // to the holder. Kept by the caller from one Advance to the next.
   int64_t unexplained_ns = 0;
+  // The turn was handed off on demand (PolicyParams::handoff): it serves a
+  // slice's request and is not itself claimed by another at its priority.
+  bool handed_off = false;
 };
 
 // What Advance did.

@@ -178,7 +178,7 @@ TEST(ComputePolicy, OveruseIsChargedToTheNextPeriod) {
 // was never charged, kept the smallest virtual time and took every other
 // turn. With charge_blocking_holder (the daemon's arbiter) its open turns
 // cost it their wall time while another slice waits.
-TEST(ComputePolicy, Issue13AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
+TEST(ComputePolicy, AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
   for (bool blocking : {false, true}) {
     Model m({Slice(100), Slice(900)});
     m.params.charge_blocking_holder = blocking;
@@ -212,7 +212,7 @@ TEST(ComputePolicy, Issue13AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
 // the decision that ends an interval, a slice paid for the interval before
 // its work started (its launcher waking up after the turn opened); charged
 // from the report that starts it, it pays from its start to its drain.
-TEST(ComputePolicy, Issue13ChargedFromThePreviousReportASlicePaysFromItsStartToItsDrain) {
+TEST(ComputePolicy, ChargedFromThePreviousReportASlicePaysFromItsStartToItsDrain) {
   for (bool previous : {false, true}) {
     PolicyParams p;
     p.charge_from_previous_report = previous;
@@ -262,7 +262,7 @@ QueueModel RunLiar(uint32_t liar_milli, uint32_t honest_milli, bool blocking, bo
 // was charged the wall time its batches were in flight and got 0.3 x 0.6 of
 // the GPU. Charged the GPU time it reports, it gets its 30%, in either
 // charging rule of the arbiter.
-TEST(ComputePolicy, Issue19ASynchronisingHardSliceAloneGetsItsShare) {
+TEST(ComputePolicy, ASynchronisingHardSliceAloneGetsItsShare) {
   for (bool report : {false, true}) {
     for (bool arbiter : {false, true}) {
       QueueModel m({Slice(300)}, {0.6});
@@ -282,7 +282,7 @@ TEST(ComputePolicy, Issue19ASynchronisingHardSliceAloneGetsItsShare) {
 // Issue 19, weak spot 3: launches of (next to) no GPU time were charged the
 // wall time they were in flight, so a 30% slice could launch 30% of the
 // time. Charged by GPU time its turns stay open.
-TEST(ComputePolicy, Issue19AnEmptyLaunchLoopIsNotThrottled) {
+TEST(ComputePolicy, AnEmptyLaunchLoopIsNotThrottled) {
   for (bool report : {false, true}) {
     QueueModel m({Slice(300)}, {0.001});
     m.report = report;
@@ -300,7 +300,7 @@ TEST(ComputePolicy, Issue19AnEmptyLaunchLoopIsNotThrottled) {
 // the GPU. Charged by the GPU time they report, with hard turns of at least
 // 4 ms, the pair keeps the GPU busy at its shares in a few hundred turns,
 // with the arbiter's charging rules too.
-TEST(ComputePolicy, Issue19AHardPairChargedByGpuTimeKeepsTheGpuBusyAtItsShares) {
+TEST(ComputePolicy, AHardPairChargedByGpuTimeKeepsTheGpuBusyAtItsShares) {
   for (bool arbiter : {false, true}) {
     QueueModel m({Slice(300), Slice(700)}, {1.0, 1.0});
     m.params.charge_blocking_holder = arbiter;
@@ -322,7 +322,7 @@ TEST(ComputePolicy, Issue19AHardPairChargedByGpuTimeKeepsTheGpuBusyAtItsShares) 
 // work it queued before its turn ended, which runs on into the next turn
 // (the arbiter cannot see the GPU's queue: docs/COMPUTE.md, "what a liar
 // can do"); without the blocking charge it would take half the GPU.
-TEST(ComputePolicy, Issue19ASliceThatReportsNoGpuTimePaysForTheTurnsItBlocks) {
+TEST(ComputePolicy, ASliceThatReportsNoGpuTimePaysForTheTurnsItBlocks) {
   for (bool blocking : {false, true}) {
     const QueueModel m = RunLiar(100, 900, blocking, false);
     const uint64_t total = kLiarRunNs;
@@ -345,7 +345,7 @@ TEST(ComputePolicy, Issue19ASliceThatReportsNoGpuTimePaysForTheTurnsItBlocks) {
 // Once the daemon's audit distrusts it (NVML saw it use more than it was
 // charged; docs/SECURITY.md), it pays the wall time of every turn it holds,
 // and is back at its share; the honest slice keeps its own throughout.
-TEST(ComputePolicy, Issue19ADistrustedSliceIsChargedItsTurnsAndHeldToItsShare) {
+TEST(ComputePolicy, ADistrustedSliceIsChargedItsTurnsAndHeldToItsShare) {
   for (bool distrust : {false, true}) {
     const QueueModel m = RunLiar(200, 500, true, distrust);
     const uint64_t total = kLiarRunNs;
@@ -367,7 +367,7 @@ TEST(ComputePolicy, Issue19ADistrustedSliceIsChargedItsTurnsAndHeldToItsShare) {
 // charged the holder for it. Its report pays that back instead of being
 // charged again: a 30/70 pair of 10 ms kernels got 24/63% of the GPU when
 // the kernel was charged twice.
-TEST(ComputePolicy, Issue19AHolderThatReportsItsKernelLateIsChargedForItOnce) {
+TEST(ComputePolicy, AHolderThatReportsItsKernelLateIsChargedForItOnce) {
   PolicyParams p;
   p.charge_blocking_holder = true;
   p.charge_from_previous_report = true;

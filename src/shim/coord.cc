@@ -14,6 +14,9 @@
 #include <cstring>
 #include <new>
 
+#include "shim/allocate_file.h"
+#include "shim/posix_error.h"
+
 namespace gpuslice::shim {
 namespace {
 
@@ -76,10 +79,11 @@ core::Result<std::unique_ptr<Coordinator>> Coordinator::OpenOrCreate(const std::
       int t = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
       if (t < 0) return Errno("cannot create", tmp);
       fchmod(t, mode);  // Not subject to the umask.
-      if (ftruncate(t, off_t(coord::kCoordSize)) != 0) {
+      // Allocated, not sparse: a store to a hole of a full disk is SIGBUS.
+      if (int e = AllocateFile(t, coord::kCoordSize); e != 0) {
         close(t);
         unlink(tmp.c_str());
-        return Errno("cannot size", tmp);
+        return PosixError("cannot allocate " + tmp, e);
       }
       void* base = mmap(nullptr, coord::kCoordSize, PROT_READ | PROT_WRITE, MAP_SHARED, t, 0);
       if (base == MAP_FAILED) {
@@ -272,6 +276,7 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     v.host_wall_ns = e.host_wall_ns.load(std::memory_order_relaxed);
     v.host_gpu_ns = e.host_gpu_ns.load(std::memory_order_relaxed);
     v.host_measured_ns = e.host_measured_ns.load(std::memory_order_relaxed);
+    v.woke_ns = e.woke_ns.load(std::memory_order_relaxed);
     // GPU time its members added since the last decision (issue 19).
     const uint64_t gpu = e.gpu_ns.load(std::memory_order_relaxed);
     const uint64_t seen = e.gpu_seen_ns.load(std::memory_order_relaxed);
@@ -301,6 +306,8 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
   turn.state = coord::TurnState(header_->turn_state.load(std::memory_order_relaxed));
   turn.start_ns = header_->turn_start_ns.load(std::memory_order_relaxed);
   turn.end_ns = header_->turn_end_ns.load(std::memory_order_relaxed);
+  turn.handed_off =
+      (header_->turn_flags.load(std::memory_order_relaxed) & coord::kTurnHandedOff) != 0;
   const uint64_t last = header_->last_tick_ns.load(std::memory_order_relaxed);
   Outcome out = Advance(now_ns, last, turn, views, params);
   header_->last_tick_ns.store(std::max(now_ns, last), std::memory_order_relaxed);
@@ -322,6 +329,7 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     e.host_wall_ns.store(views[i].host_wall_ns, std::memory_order_relaxed);
     e.host_gpu_ns.store(views[i].host_gpu_ns, std::memory_order_relaxed);
     e.host_measured_ns.store(views[i].host_measured_ns, std::memory_order_relaxed);
+    e.woke_ns.store(views[i].woke_ns, std::memory_order_relaxed);
     e.flags.store((views[i].corun ? coord::kSliceCoRun : 0) |
                       (views[i].duty_milli < 1000 ? coord::kSliceDutyMeasured : 0) |
                       (views[i].host_duty_milli < 1000 ? coord::kSliceHostDutyMeasured : 0),
@@ -331,6 +339,8 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     header_->holder.store(turn.holder, std::memory_order_relaxed);
     header_->turn_state.store(turn.state, std::memory_order_relaxed);
     header_->turn_start_ns.store(turn.start_ns, std::memory_order_relaxed);
+    header_->turn_flags.store(turn.handed_off ? coord::kTurnHandedOff : 0,
+                              std::memory_order_relaxed);
     if (turn.state == coord::kTurnOpen) header_->turns.fetch_add(1, std::memory_order_relaxed);
     if (out.preempted) header_->preemptions.fetch_add(1, std::memory_order_relaxed);
   }

@@ -12,7 +12,9 @@
 #include <cstring>
 #include <new>
 
+#include "shim/allocate_file.h"
 #include "shim/coord.h"
+#include "shim/posix_error.h"
 
 namespace gpuslice::shim {
 namespace {
@@ -91,6 +93,12 @@ core::Result<void*> CreateOrOpenBoard(const std::string& path, std::string_view 
     struct stat st {};
     bool reuse = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
                  uint64_t(st.st_size) == board::kBoardSize;
+    // A board of an older build may be sparse: its holes get their blocks
+    // now (nothing to do for one made allocated), not at a store that faults.
+    if (int e = reuse ? AllocateFile(fd, board::kBoardSize) : 0; e != 0) {
+      close(fd);
+      return PosixError("cannot allocate " + path, e);
+    }
     void* base = MAP_FAILED;
     if (reuse) {
       base = mmap(nullptr, board::kBoardSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -118,10 +126,12 @@ core::Result<void*> CreateOrOpenBoard(const std::string& path, std::string_view 
   unlink(tmp.c_str());
   int t = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (t < 0) return Errno("cannot create", tmp);
-  if (ftruncate(t, off_t(board::kBoardSize)) != 0) {
+  // Allocated, not sparse: the arbiter's store to a hole of a full disk
+  // would be SIGBUS in the daemon.
+  if (int e = AllocateFile(t, board::kBoardSize); e != 0) {
     close(t);
     unlink(tmp.c_str());
-    return Errno("cannot size", tmp);
+    return PosixError("cannot allocate " + tmp, e);
   }
   void* base = mmap(nullptr, board::kBoardSize, PROT_READ | PROT_WRITE, MAP_SHARED, t, 0);
   if (base == MAP_FAILED) {
@@ -156,8 +166,14 @@ core::Result<int> CreateMembersFile(const std::string& path, uint64_t job_id, ui
   h.job_id = job_id;
   h.created_unix_ns = UnixNs();
   h.magic.store(board::kMembersMagic, std::memory_order_relaxed);
-  const bool ok = ftruncate(fd, off_t(board::kMembersSize)) == 0 &&
-                  pwrite(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h)) && fchmod(fd, mode) == 0 &&
+  // Allocated, not sparse: the job's shim writes its slots through a
+  // mapping, and a store to a hole of a full disk would be SIGBUS there.
+  if (int e = AllocateFile(fd, board::kMembersSize); e != 0) {
+    close(fd);
+    unlink(path.c_str());
+    return PosixError("cannot allocate " + path, e);
+  }
+  const bool ok = pwrite(fd, &h, sizeof(h), 0) == ssize_t(sizeof(h)) && fchmod(fd, mode) == 0 &&
                   (geteuid() != 0 || fchown(fd, uid, gid) == 0);
   if (!ok) {
     core::Status s = Errno("cannot prepare", path);

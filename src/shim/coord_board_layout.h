@@ -68,6 +68,12 @@ inline constexpr uint32_t kSlicePaused = 1u << 0;  // Idle reclaim: no turns.
 // closing (PolicyParams::corun). Added within version 1: a shim that does
 // not know the bit waits for turns of its own, as before.
 inline constexpr uint32_t kSliceCoRun = 1u << 1;
+// Issue 37: the slice has no share of its own (the daemon registered it at
+// the smallest share, work-conserving; SliceView::shareless): a slice with a
+// share takes the GPU from it on demand. Added within version 1 (the
+// arbiter's own record, kept on the board for a restarted daemon to
+// recover; a shim reads it only to keep its queue shallow).
+inline constexpr uint32_t kSliceNoShare = 1u << 2;
 
 // MemberSlot::flags (only these bits are read).
 inline constexpr uint32_t kMemberWaiting = 1u << 0;   // A launch waits for the turn.

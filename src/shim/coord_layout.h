@@ -64,6 +64,9 @@ inline constexpr uint32_t kSliceCoRun = 1u << 0;         // May launch beside th
 inline constexpr uint32_t kSliceDutyMeasured = 1u << 1;  // duty_milli holds a measurement.
 inline constexpr uint32_t kSliceHostDutyMeasured = 1u << 2;  // host_duty_milli holds one.
 
+// CoordHeader::turn_flags.
+inline constexpr uint32_t kTurnHandedOff = 1u << 0;  // TurnView::handed_off.
+
 struct CoordHeader {
   std::atomic<uint64_t> magic;  // kCoordMagic, published last.
   uint32_t version;             // kCoordVersion.
@@ -85,7 +88,9 @@ struct CoordHeader {
   std::atomic<uint32_t> turn_seq;    // +1 on every change; the futex word.
   std::atomic<int32_t> holder;       // Slice index, -1: none.
   std::atomic<uint32_t> turn_state;  // TurnState.
-  uint32_t reserved2;
+  // kTurn* flags (issue 37, in bytes that were reserved, zero, before: a
+  // turn of an older file was not handed off).
+  std::atomic<uint32_t> turn_flags;
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> turn_end_ns;
   std::atomic<uint64_t> turns;  // Number of turns granted (statistics).
@@ -100,6 +105,7 @@ static_assert(offsetof(CoordHeader, lock) == 128);
 static_assert(offsetof(CoordHeader, last_tick_ns) == 144);
 static_assert(offsetof(CoordHeader, turn_seq) == 192);
 static_assert(offsetof(CoordHeader, holder) == 196);
+static_assert(offsetof(CoordHeader, turn_flags) == 204);
 static_assert(offsetof(CoordHeader, turn_start_ns) == 208);
 static_assert(offsetof(CoordHeader, preemptions) == 232);
 static_assert(sizeof(CoordHeader) == kCoordHeaderSize);
@@ -131,7 +137,10 @@ struct alignas(64) SliceEntry {
   std::atomic<uint64_t> host_wall_ns;
   std::atomic<uint64_t> host_gpu_ns;
   std::atomic<uint64_t> host_measured_ns;  // When a host duty window last completed.
-  uint8_t reserved2[kSliceEntrySize - 120];
+  // Issue 37, in bytes reserved (zero) before: SliceView::woke_ns (0: no
+  // request waits for a hand-off).
+  std::atomic<uint64_t> woke_ns;
+  uint8_t reserved2[kSliceEntrySize - 128];
 };
 static_assert(offsetof(SliceEntry, share_milli) == 8);
 static_assert(offsetof(SliceEntry, tokens_ns) == 24);
@@ -146,6 +155,7 @@ static_assert(offsetof(SliceEntry, duty_wall_ns) == 80);
 static_assert(offsetof(SliceEntry, host_wall_ns) == 96);
 static_assert(offsetof(SliceEntry, host_gpu_ns) == 104);
 static_assert(offsetof(SliceEntry, host_measured_ns) == 112);
+static_assert(offsetof(SliceEntry, woke_ns) == 120);
 static_assert(sizeof(SliceEntry) == kSliceEntrySize);
 
 // One process of a slice using the GPU.

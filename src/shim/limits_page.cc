@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "shim/allocate_file.h"
 #include "shim/posix_error.h"
 
 namespace gpuslice::shim {
@@ -106,11 +107,17 @@ Result<std::unique_ptr<LimitsPage>> LimitsPage::Create(const std::string& path,
   int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, options.mode);
   if (fd < 0) return PosixError("create " + std::string(tmp), errno);
   // The umask may have removed bits we want; it cannot add any.
-  if (fchmod(fd, options.mode) != 0 || ftruncate(fd, off_t(layout::kLimitsPageSize)) != 0) {
-    Status s = PosixError("size " + std::string(tmp), errno);
+  if (fchmod(fd, options.mode) != 0) {
+    Status s = PosixError("chmod " + std::string(tmp), errno);
     close(fd);
     unlink(tmp);
     return s;
+  }
+  // Allocated, not sparse: a store to a hole of a full disk is SIGBUS.
+  if (int e = AllocateFile(fd, layout::kLimitsPageSize); e != 0) {
+    close(fd);
+    unlink(tmp);
+    return PosixError("allocate " + std::string(tmp), e);
   }
   void* base = mmap(nullptr, layout::kLimitsPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;

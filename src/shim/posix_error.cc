@@ -16,6 +16,7 @@ core::Status PosixError(const std::string& context, int err) {
     case EPERM:
       return core::PermissionDeniedError(msg);
     case ENOSPC:
+    case EDQUOT:
     case ENOMEM:
       return core::ResourceExhaustedError(msg);
     default:

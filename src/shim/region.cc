@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include "shim/admission.h"
+#include "shim/allocate_file.h"
 #include "shim/limits_page.h"
 #include "shim/pid_namespace.h"
 #include "shim/posix_error.h"
@@ -190,11 +191,17 @@ Result<std::unique_ptr<Region>> Region::Create(const std::string& path,
   int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, options.mode);
   if (fd < 0) return PosixError("create " + std::string(tmp), errno);
   // The umask may have removed bits we want; it cannot add any.
-  if (fchmod(fd, options.mode) != 0 || ftruncate(fd, layout::kRegionSize) != 0) {
-    Status s = PosixError("size " + std::string(tmp), errno);
+  if (fchmod(fd, options.mode) != 0) {
+    Status s = PosixError("chmod " + std::string(tmp), errno);
     close(fd);
     unlink(tmp);
     return s;
+  }
+  // Allocated, not sparse: a store to a hole of a full disk is SIGBUS.
+  if (int e = AllocateFile(fd, layout::kRegionSize); e != 0) {
+    close(fd);
+    unlink(tmp);
+    return PosixError("allocate " + std::string(tmp), e);
   }
   void* base = mmap(nullptr, layout::kRegionSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;

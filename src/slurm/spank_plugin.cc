@@ -17,7 +17,10 @@
 //   slurm_spank_task_init  each task, before exec: when the slice could not
 //                          be made, prints why on the task's stderr (the
 //                          user's terminal) and fails the task.
-//   slurm_spank_exit       slurmstepd, as root: releases the slice at once.
+//   slurm_spank_task_exit  slurmstepd, as each task ends: keeps the step's
+//                          exit status (the first non-zero, else 0).
+//   slurm_spank_exit       slurmstepd, as root: releases the slice at once,
+//                          saying how the step ended (its exit status).
 //
 // C ABI out (Slurm dlopens it): every callback catches everything.
 
@@ -47,6 +50,9 @@ struct PluginState {
   gs::PluginConfig config;
   uint64_t slice_id = 0;  // The daemon's job this step created; 0: none.
   std::string failure;    // Why the step may not run (told to each task).
+  // The step's exit status as its tasks ended: the first non-zero (a wait
+  // status's exit code, or 128 + the signal), else 0; -1 before any ended.
+  int exit_code = -1;
 };
 PluginState& State() {
   static PluginState state;
@@ -241,15 +247,32 @@ GPUSLICE_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
   return -1;
 }
 
+GPUSLICE_EXPORT int slurm_spank_task_exit(spank_t sp, int, char**) {
+  try {
+    if (!spank_remote(sp)) return 0;
+    int status = 0;
+    if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) return 0;
+    PluginState& st = State();
+    const int code = gs::ExitCodeOfWaitStatus(status);
+    if (st.exit_code <= 0) st.exit_code = code;
+    return 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 GPUSLICE_EXPORT int slurm_spank_exit(spank_t sp, int, char**) {
   try {
     if (!spank_remote(sp)) return 0;
     PluginState& st = State();
     if (st.slice_id == 0) return 0;
     // As root again: released now rather than when the daemon notices that
-    // this process is gone (which it also does, within 100 ms).
+    // this process is gone (which it also does, within 100 ms), with the
+    // step's exit status for its record (issue 41: every step was exit 0).
     gpuslice::cli::Client client(st.config.socket);
-    (void)client.Call("POST", "/v1/jobs/" + std::to_string(st.slice_id) + "/cancel");
+    json body = {{"exit_code", st.exit_code}};
+    (void)client.Call("POST", "/v1/jobs/" + std::to_string(st.slice_id) + "/cancel",
+                      st.exit_code >= 0 ? &body : nullptr);
     st.slice_id = 0;
     return 0;
   } catch (...) {

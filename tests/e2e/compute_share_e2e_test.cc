@@ -134,7 +134,7 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
 // low-priority slice without a share, on the same GPU, got 57% (it launched
 // freely; the GPU's time-slicing split them). Now the slice without a share
 // takes turns, last: the high-priority one gets at least its share.
-TEST_F(E2ECompute, Issue18ASliceWithoutAShareYieldsToAHighPriorityShare) {
+TEST_F(E2ECompute, ASliceWithoutAShareYieldsToAHighPriorityShare) {
   constexpr unsigned kKernelUs = 1000;
   auto submit = [&](std::vector<std::string> args, const std::string& name) {
     std::vector<std::string> cmd = {"submit", "--mem", "2GiB", "--name", name};
@@ -181,6 +181,71 @@ TEST_F(E2ECompute, Issue18ASliceWithoutAShareYieldsToAHighPriorityShare) {
   EXPECT_GE(got_h, 0.72 * got_alone) << out_a << out_h << out_l;
   // And the slice without a share still runs on what it leaves.
   EXPECT_GT(got_l, 0.10) << out_l;
+}
+
+// A 30% job serving an open-loop client (2 ms of 200 us kernels every 8 ms:
+// 25% of the GPU, within its share) beside a busy job without a share. It
+// claims the GPU when a request arrives (hand-off on demand): without it,
+// its requests wait out the busy job's 20 ms turns (median latency 13-80 ms
+// against 2.2 ms alone). At exactly its share (every 6.67 ms) it falls
+// behind: a request that takes the GPU while the busy job's kernels drain
+// runs time-sliced with them and is charged the longer time, ~4% more than
+// its work (docs/COMPUTE.md, "What a share guarantees").
+TEST_F(E2ECompute, ARequestJobWithinItsShareIsServedPromptlyBesideAJobWithoutAShare) {
+  const std::vector<std::string> requests = {"--kernel-us", "200",   "--request-us", "2000",
+                                             "--period-ms", "8",     "--open-loop"};
+  auto submit = [&](std::vector<std::string> args, const std::string& name,
+                    const std::vector<std::string>& worker) {
+    std::vector<std::string> cmd = {"submit", "--mem", "2GiB", "--name", name};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    cmd.push_back("--");
+    cmd.push_back(GPUSLICE_E2E_COMPUTE_WORKER);
+    cmd.insert(cmd.end(), worker.begin(), worker.end());
+    CliResult r = d.Cli(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Trim(r.out);
+  };
+  auto report = [&](const std::string& id) {
+    const std::string out = d.Cli({"logs", id}).out;
+    json j = json::parse(Trim(out), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << out << d.Cli({"logs", id}).err;
+    return j;
+  };
+  std::vector<std::string> server = {"--seconds", "2.5"};
+  server.insert(server.end(), requests.begin(), requests.end());
+  double alone_p50 = 0, p50 = 0, delivered = 0, busy_got = 0;
+  // Tried twice: under ctest -j2 on 2 cores the job's own threads wait for
+  // a CPU. A daemon without the hand-off is far outside on both tries.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string alone = submit({"--compute", "30%"}, "alone", server);
+    ASSERT_FALSE(alone.empty());
+    ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, alone) == "exited"; }, 90));
+    alone_p50 = report(alone).value("p50_us", 0.0);
+    std::string busy = submit({}, "busy", {"--seconds", "4", "--kernel-us", "200"});
+    ASSERT_FALSE(busy.empty());
+    ASSERT_TRUE(Daemon::WaitFor([&] { return State(d, busy) == "running"; }, 30));
+    usleep(300'000);  // Its turns have started.
+    std::string a = submit({"--compute", "30%"}, "requests", server);
+    ASSERT_FALSE(a.empty());
+    ASSERT_EQ(Job(d, a)["allocation"]["gpu_uuids"], Job(d, busy)["allocation"]["gpu_uuids"])
+        << "not on one GPU";
+    ASSERT_TRUE(
+        Daemon::WaitFor([&] { return State(d, a) == "exited" && State(d, busy) == "exited"; }, 90));
+    json ja = report(a), jb = report(busy);
+    p50 = ja.value("p50_us", 0.0);
+    delivered = ja.value("delivered", 0.0);
+    busy_got = jb.value("launches", 0.0) * 200e-6 / 4.0;
+    std::cerr << "p50 alone " << alone_p50 << " us, beside the busy job " << p50 << " us (p99 "
+              << ja.value("p99_us", 0.0) << "), delivered " << delivered
+              << "; busy job's part of the GPU " << busy_got << "\n";
+    if (delivered >= 0.9 && p50 <= alone_p50 + 3000) break;
+  }
+  EXPECT_GE(delivered, 0.9);
+  // Within a few quanta (1 ms each) of alone: the busy job's quantum, its
+  // queue's drain (about 1 ms) and a decision or two on a loaded machine.
+  EXPECT_LE(p50, alone_p50 + 3000);
+  // The job without a share runs on what the other leaves.
+  EXPECT_GT(busy_got, 0.3);
 }
 
 // --compute-mode reaches the slice: alone on the GPU, a hard 30% job stays
@@ -310,7 +375,7 @@ class E2EComputeAttack : public ::testing::Test {
   gid_t group_ = 0;
 };
 
-TEST_F(E2EComputeAttack, Issue13AThirdUsersWritesDoNotTakeTheVictimsTurns) {
+TEST_F(E2EComputeAttack, AThirdUsersWritesDoNotTakeTheVictimsTurns) {
   Daemon d("1xH100-80GB", {"--socket-group", "gstest"});
   ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
   // Other users run a copy of the worker kept in the test's 0755 directory.

@@ -54,7 +54,7 @@ int SubmitOverSocket(const std::string& socket_path, const std::string& body) {
 // Issue 13: after a daemon SIGKILL at a bad moment, 6 of 204 jobs ran twice
 // at the same time (the first copy untracked). Each job appends its id to a
 // file (O_APPEND); no id may appear twice.
-TEST(HardeningE2E, Issue13NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
+TEST(HardeningE2E, NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
   Daemon d("2xH100-80GB");
   ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
   const std::string ran = d.dir() + "/ran";

@@ -246,7 +246,7 @@ TEST_F(PolicyE2E, IdleJobIsEndedWhenConfiguredToAlways) {
 // was 100% busy. On an H100 in MIG mode the daemon reads each instance's
 // activity from NVML's GPM (the simulator models it): the busy job keeps
 // running and shows its use, the idle one beside it is ended.
-TEST_F(PolicyE2E, Issue18ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {
+TEST_F(PolicyE2E, ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {
   Daemon d("1xH100-80GB:mig=3g.40gb+1g.10gb",
            {"--set", "idle_after=3s", "--set", "idle_action=end", "--set",
             "idle_action_always=true"});
@@ -283,7 +283,7 @@ TEST_F(PolicyE2E, Issue18ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {
 // An A100 has no GPM: NVML gives no figure for its MIG instances. No figure
 // is not idleness: the job is never ended as idle, and every view says n/a
 // instead of 0%.
-TEST_F(PolicyE2E, Issue18AMigJobWithoutAFigureIsNeverIdleAndShowsNotAvailable) {
+TEST_F(PolicyE2E, AMigJobWithoutAFigureIsNeverIdleAndShowsNotAvailable) {
   Daemon d("1xA100-40GB:mig=1g.5gb*2", {"--set", "idle_after=2s", "--set", "idle_action=end",
                                          "--set", "idle_action_always=true"});
   d_ = &d;

@@ -171,9 +171,11 @@ TEST_F(SuspendE2E, AMovedJobRunsOnTheOtherGpuWithEveryByteAndItsShare) {
   Start(d);
   const uint64_t idle = GpuMemoryUsed(d, 1);
   // Its shim says where its compute gate is (info level, on its stderr).
+  // 15 s: it must still run when the move comes, after its 2 GiB are filled
+  // and the waits below, on a loaded machine too (8 s failed once in CI).
   CliResult sub = d.CliWithInput(
       {"submit", "--mem", "60GiB", "--compute", "50%", "--", WorkerPath(), "--name", "verifier",
-       "--mem", "2GiB", "--verify", "--duty", "50%", "--kernel-us", "1000", "--seconds", "8"},
+       "--mem", "2GiB", "--verify", "--duty", "50%", "--kernel-us", "1000", "--seconds", "15"},
       "", {"GPUSLICE_LOG_LEVEL=info"});
   ASSERT_EQ(sub.exit_code, 0) << sub.err;
   const std::string a = Trim(sub.out);

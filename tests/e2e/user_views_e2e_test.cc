@@ -276,6 +276,36 @@ TEST_F(UserViews, TopScrollsWhatDoesNotFitWithTheKeys) {
   EXPECT_EQ(t.Wait(), 0) << t.out();
 }
 
+// Issue 41: nvitop users expect to act on what they see.
+TEST_F(UserViews, TopCancelsTheSelectedJobOnlyAfterAYes) {
+  const std::string id = StartWorker("top-victim");
+  Pty t(d, {"top", "--interval", "200ms"}, 120, 40);
+  ASSERT_TRUE(t.ReadUntil([](const std::string& o) { return o.find("top-victim") != std::string::npos; }))
+      << t.out();
+  t.Send("j");  // The first job shown: the only one.
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) { return o.find("\x1b[7m>") != std::string::npos; }))
+      << "the selected job's rows are marked";
+  t.Send("c");
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
+    return o.find("cancel job " + id + "? y to confirm") != std::string::npos;
+  })) << t.out();
+  t.Send("n");  // Anything but y leaves it.
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
+    return o.find("job " + id + ": left as it is") != std::string::npos;
+  })) << t.out();
+  EXPECT_EQ(State(d, id), "running");
+  t.Send("c");
+  t.Send("y");
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
+    return o.find("job " + id + ": cancelling") != std::string::npos;
+  })) << t.out();
+  EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }));
+  // Each process of a job has its row (pid, user, memory, SM use).
+  EXPECT_NE(t.out().find("GPU MEM"), std::string::npos) << t.out();
+  t.Send("q");
+  EXPECT_EQ(t.Wait(), 0) << t.out();
+}
+
 TEST_F(UserViews, TopRestoresTheTerminalOnCtrlCAndSigterm) {
   {
     Pty t(d, {"top", "--interval", "200ms"}, 80, 24);

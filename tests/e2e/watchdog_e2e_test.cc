@@ -71,7 +71,7 @@ class WatchdogE2E : public ::testing::Test {
 // (`env -u LD_PRELOAD`, or GPUSLICE_DISABLE=1) held 20 GiB in a 4 GiB slice
 // for as long as it liked. Now it is killed within 2 s of allocating, and
 // the job's log and events say why.
-TEST_F(WatchdogE2E, Issue13AProcessThatSkipsTheShimIsKilledWithin2sByDefault) {
+TEST_F(WatchdogE2E, AProcessThatSkipsTheShimIsKilledWithin2sByDefault) {
   Daemon d("1xA100-80GB");
   d_ = &d;
   Start(d);
@@ -108,7 +108,7 @@ TEST_F(WatchdogE2E, Issue13AProcessThatSkipsTheShimIsKilledWithin2sByDefault) {
 // foreign process holds 30 GiB of GPU 0 (40 GiB): a 25 GiB job goes to GPU
 // 1; a 20 GiB job then fits nowhere and waits, saying why; when the foreign
 // process ends it starts on GPU 0.
-TEST_F(WatchdogE2E, Issue13ForeignMemoryMakesAJobGoElsewhereOrWaitAndShowsInGpus) {
+TEST_F(WatchdogE2E, ForeignMemoryMakesAJobGoElsewhereOrWaitAndShowsInGpus) {
   Daemon d("2xA100-40GB");
   d_ = &d;
   Start(d);
@@ -154,7 +154,7 @@ TEST_F(WatchdogE2E, Issue13ForeignMemoryMakesAJobGoElsewhereOrWaitAndShowsInGpus
 // instance (NVML lists it on the GPU with that instance's ids) takes the
 // instance: a job asking for that profile gets the other one, the next
 // waits, and gets the instance once the foreign process ends.
-TEST_F(WatchdogE2E, Issue13AForeignProcessInAMigInstanceKeepsJobsOffIt) {
+TEST_F(WatchdogE2E, AForeignProcessInAMigInstanceKeepsJobsOffIt) {
   Daemon d("1xA100-40GB:mig=1g.5gb*2");
   d_ = &d;
   Start(d);

@@ -86,7 +86,7 @@ class DevicePluginE2e : public ::testing::Test {
   std::string PluginLog() const { return daemon_->dir() + "/plugin.log"; }
 
   // Starts the plugin and waits for the resources of kGpus to register.
-  void StartPlugin(std::vector<std::string> extra = {}) {
+  void StartPlugin(std::vector<std::string> extra = {}, const std::string& poll = "300ms") {
     std::vector<std::string> argv = {GPUSLICE_E2E_DEVICE_PLUGIN,
                                      "--socket",
                                      daemon_->socket(),
@@ -95,7 +95,7 @@ class DevicePluginE2e : public ::testing::Test {
                                      "--pod-resources-socket",
                                      daemon_->dir() + "/pod-resources.sock",
                                      "--poll-interval",
-                                     "300ms",
+                                     poll,
                                      "--release-grace",
                                      "1s",
                                      "--node-name",
@@ -242,6 +242,46 @@ TEST_F(DevicePluginE2e, PreferredAllocationPutsAFractionOnOneGpu) {
   std::vector<std::string> got(resp.container_responses(0).deviceids().begin(),
                                resp.container_responses(0).deviceids().end());
   EXPECT_EQ(got, MemIds(2, 10, 4));
+}
+
+// The preferred allocation follows what the daemon holds now, not the
+// device list polled up to --poll-interval ago: a GPU just given whole to a
+// pod is not where the next fraction goes (on a real kubelet the fraction's
+// Allocate was then refused: the GPU was held whole).
+TEST_F(DevicePluginE2e, PreferredAllocationAvoidsAGpuJustGivenAway) {
+  StartPlugin({}, "1h");  // One device list, at start.
+  v1beta1::AllocateResponse whole;
+  grpc::Status s = Allocate(kGpu, {uuids_[1]}, &whole);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto stub = kubelet_->Dial(kMem);
+  ASSERT_NE(stub, nullptr);
+  v1beta1::PreferredAllocationRequest req;
+  auto* c = req.add_container_requests();
+  for (const std::string& id : MemIds(1, 0, 8)) c->add_available_deviceids(id);
+  for (const std::string& id : MemIds(2, 0, 8)) c->add_available_deviceids(id);
+  c->set_allocation_size(4);
+  grpc::ClientContext ctx;
+  v1beta1::PreferredAllocationResponse resp;
+  ASSERT_TRUE(stub->GetPreferredAllocation(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.container_responses_size(), 1);
+  std::vector<std::string> got(resp.container_responses(0).deviceids().begin(),
+                               resp.container_responses(0).deviceids().end());
+  EXPECT_EQ(got, MemIds(2, 0, 4));
+  // A share too (it asks for no memory: the whole GPU's compute is taken).
+  auto share_stub = kubelet_->Dial(kShare);
+  ASSERT_NE(share_stub, nullptr);
+  v1beta1::PreferredAllocationRequest share_req;
+  auto* sc = share_req.add_container_requests();
+  for (const std::string& id : ShareIds(1, 0, 100)) sc->add_available_deviceids(id);
+  for (const std::string& id : ShareIds(2, 0, 100)) sc->add_available_deviceids(id);
+  sc->set_allocation_size(70);
+  grpc::ClientContext share_ctx;
+  v1beta1::PreferredAllocationResponse share_resp;
+  ASSERT_TRUE(share_stub->GetPreferredAllocation(&share_ctx, share_req, &share_resp).ok());
+  ASSERT_EQ(share_resp.container_responses_size(), 1);
+  std::vector<std::string> shares(share_resp.container_responses(0).deviceids().begin(),
+                                  share_resp.container_responses(0).deviceids().end());
+  EXPECT_EQ(shares, ShareIds(2, 0, 70));
 }
 
 TEST_F(DevicePluginE2e, MemoryAndShareOfAPodBecomeOneSliceReleasedWhenThePodGoes) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks deploy/kubernetes/ without a cluster (none can run here).
+"""Checks deploy/kubernetes/ without a cluster (tests/kubernetes/cluster runs
+them on a real one).
 
 Every manifest is read with PyYAML and checked against the shape the API
 server requires of its kind (the fields a real `kubectl apply` would refuse
@@ -40,6 +41,9 @@ KINDS = {
     "Service": "v1",
     "ClusterRole": "rbac.authorization.k8s.io/v1",
     "ClusterRoleBinding": "rbac.authorization.k8s.io/v1",
+    "Role": "rbac.authorization.k8s.io/v1",
+    "RoleBinding": "rbac.authorization.k8s.io/v1",
+    "MutatingWebhookConfiguration": "admissionregistration.k8s.io/v1",
     "DaemonSet": "apps/v1",
     "Deployment": "apps/v1",
     "Job": "batch/v1",
@@ -54,9 +58,19 @@ def load(path):
 
 
 def manifests():
-    files = sorted(glob.glob(os.path.join(K8S_DIR, "*.yaml")) +
+    """The shipped objects: base/ (what `kubectl apply -k deploy/kubernetes`
+    applies) and the examples; kustomization files are not objects."""
+    files = sorted(glob.glob(os.path.join(K8S_DIR, "base", "*.yaml")) +
                    glob.glob(os.path.join(K8S_DIR, "examples", "*.yaml")))
+    files = [f for f in files if os.path.basename(f) != "kustomization.yaml"]
     return [(os.path.relpath(f, K8S_DIR), d) for f in files for d in load(f)]
+
+
+def find(docs, kind, name):
+    for _, d in docs:
+        if d["kind"] == kind and d["metadata"]["name"] == name:
+            return d
+    raise AssertionError(f"no {kind} {name}")
 
 
 def pod_spec(doc):
@@ -115,7 +129,7 @@ class ManifestShapes(unittest.TestCase):
                 if "hostPath" in v:
                     self.assertTrue(v["hostPath"]["path"].startswith("/"), where)
             names = set()
-            for c in spec["containers"]:
+            for c in spec["containers"] + spec.get("initContainers", []):
                 self.assertRegex(c["name"], NAME, where)
                 self.assertNotIn(c["name"], names, f"{where}: duplicate container")
                 names.add(c["name"])
@@ -132,18 +146,25 @@ class ManifestShapes(unittest.TestCase):
 
     def test_role_bindings_name_roles_and_accounts_that_exist(self):
         roles = {d["metadata"]["name"] for _, d in self.docs if d["kind"] == "ClusterRole"}
+        ns_roles = {(d["metadata"]["namespace"], d["metadata"]["name"])
+                    for _, d in self.docs if d["kind"] == "Role"}
+        # Roles every cluster has (kube-apiserver's bootstrap policy).
+        ns_roles.add(("kube-system", "extension-apiserver-authentication-reader"))
         accounts = {(d["metadata"]["namespace"], d["metadata"]["name"])
                     for _, d in self.docs if d["kind"] == "ServiceAccount"}
         for where, d in self.docs:
-            if d["kind"] == "ClusterRole":
+            if d["kind"] in ("ClusterRole", "Role"):
                 for rule in d["rules"]:
                     for key in ("apiGroups", "resources", "verbs"):
                         self.assertTrue(rule.get(key) is not None, f"{where}: rule {key}")
-            if d["kind"] != "ClusterRoleBinding":
+            if d["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
                 continue
             ref = d["roleRef"]
             self.assertEqual(ref["apiGroup"], "rbac.authorization.k8s.io", where)
-            if not ref["name"].startswith("system:"):
+            if ref["kind"] == "Role":
+                self.assertEqual(d["kind"], "RoleBinding", where)
+                self.assertIn((d["metadata"]["namespace"], ref["name"]), ns_roles, where)
+            elif not ref["name"].startswith("system:"):
                 self.assertIn(ref["name"], roles, where)
             for s in d["subjects"]:
                 self.assertIn((s["namespace"], s["name"]), accounts, where)
@@ -153,8 +174,11 @@ class ManifestShapes(unittest.TestCase):
         for where, d in self.docs:
             if where.startswith("examples"):
                 continue
-            if d["kind"] in ("ServiceAccount", "ConfigMap", "DaemonSet", "Deployment", "Service"):
+            if d["kind"] in ("ServiceAccount", "ConfigMap", "DaemonSet", "Deployment", "Service",
+                             "Role"):
                 self.assertIn(d["metadata"].get("namespace"), namespaces, where)
+            if d["kind"] == "RoleBinding":  # Ours, or kube-system's reader role.
+                self.assertIn(d["metadata"].get("namespace"), namespaces | {"kube-system"}, where)
 
 
 class OurParts(unittest.TestCase):
@@ -164,7 +188,7 @@ class OurParts(unittest.TestCase):
     def containers(self):
         for where, d in self.docs:
             spec = pod_spec(d)
-            for c in (spec or {}).get("containers", []):
+            for c in (spec or {}).get("containers", []) + (spec or {}).get("initContainers", []):
                 yield where, c
 
     def test_every_flag_given_to_our_binaries_is_one_they_know(self):
@@ -251,6 +275,154 @@ class OurParts(unittest.TestCase):
         # temporary directory.
         self.start_daemon_with(conf)
 
+    # What reading the manifests as an admin found (issue 38), each pinned.
+
+    def daemon_conf(self):
+        conf = find(self.docs, "ConfigMap", "gpusliced-config")["data"]["gpusliced.conf"]
+        return dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", conf, re.M))
+
+    def node_spec(self):
+        return find(self.docs, "DaemonSet", "gpuslice-node")["spec"]["template"]["spec"]
+
+    def test_the_second_scheduler_may_take_its_own_lease(self):
+        """The built-in system:kube-scheduler role grants get/update only on
+        the lease named kube-scheduler: a Role must grant the one the
+        configuration names, in its namespace, to the scheduler's account."""
+        election = self.scheduler_config()["leaderElection"]
+        ns, name = election["resourceNamespace"], election["resourceName"]
+        self.assertEqual(election.get("resourceLock", "leases"), "leases")
+        account = find(self.docs, "Deployment", "gpuslice-scheduler")["spec"]["template"]["spec"][
+            "serviceAccountName"]
+        granted = set()
+        for _, d in self.docs:
+            if d["kind"] != "RoleBinding" or d["metadata"]["namespace"] != ns:
+                continue
+            if not any(s["kind"] == "ServiceAccount" and s["name"] == account
+                       for s in d["subjects"]):
+                continue
+            role = find(self.docs, "Role", d["roleRef"]["name"])
+            for rule in role["rules"]:
+                if "coordination.k8s.io" in rule["apiGroups"] and "leases" in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        names = rule.get("resourceNames")
+                        if names is None or name in names:
+                            granted.add(verb)
+        self.assertLessEqual({"create", "get", "update"}, granted)
+
+    def test_probes_reach_the_pod(self):
+        """The kubelet runs probes from the node: a probe's host must not be
+        loopback, and its port must be served on the pod's address."""
+        for where, c in self.containers():
+            probe = c.get("readinessProbe", {}).get("httpGet")
+            if not probe:
+                continue
+            self.assertNotIn(probe.get("host", ""), ("127.0.0.1", "localhost", "::1"), where)
+            listens = [a.split("=", 1)[1] for a in c.get("command", [])
+                       if a.startswith(("--listen=", "--webhook-listen="))]
+            if c["name"] == "gpusliced":
+                listens = [self.daemon_conf()["metrics_listen"]]
+            served = [hp for hp in listens if hp.rsplit(":", 1)[1] == str(probe["port"])]
+            self.assertTrue(served, f"{where}: {c['name']} probes port {probe['port']}")
+            self.assertTrue(all(not hp.startswith("127.") for hp in served), f"{where}: {served}")
+            if any(a.startswith("--webhook-listen=") and a.endswith(f":{probe['port']}")
+                   for a in c.get("command", [])):
+                self.assertEqual(probe.get("scheme"), "HTTPS", where)
+
+    def test_the_daemon_uses_the_hosts_driver_and_never_falls_back_to_the_simulator(self):
+        conf = self.daemon_conf()
+        self.assertEqual(conf.get("gpu_source"), "nvml")
+        spec = self.node_spec()
+        daemon = [c for c in spec["containers"] if c["name"] == "gpusliced"][0]
+        mounts = {m["mountPath"]: m for m in daemon["volumeMounts"]}
+        root = mounts.get(conf.get("driver_root"))
+        self.assertIsNotNone(root, f"driver_root {conf.get('driver_root')} is not mounted")
+        self.assertTrue(root.get("readOnly"), "the driver root is mounted read-only")
+        volume = [v for v in spec["volumes"] if v["name"] == root["name"]][0]
+        self.assertIn("hostPath", volume)
+
+    def test_cdi_and_container_answers_name_the_shim_where_the_host_has_it(self):
+        """The runtime resolves the paths of a CDI spec (and of the device
+        plugin's --no-cdi answers) on the host: the daemon is told the shim's
+        host path, mounted at the same path, where an init container copies
+        it from the image."""
+        shim = self.daemon_conf().get("shim", "")
+        spec = self.node_spec()
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        daemon = [c for c in spec["containers"] if c["name"] == "gpusliced"][0]
+        folder = os.path.dirname(shim)
+        mount = [m for m in daemon["volumeMounts"] if m["mountPath"] == folder]
+        self.assertTrue(mount, f"shim folder {folder} not mounted into gpusliced")
+        self.assertEqual(volumes[mount[0]["name"]]["hostPath"]["path"], folder)
+        copiers = [c for c in spec.get("initContainers", [])
+                   if any(m["mountPath"] == folder and not m.get("readOnly")
+                          for m in c.get("volumeMounts", []))]
+        self.assertTrue(copiers, "no init container writes the shim's host folder")
+        self.assertIn(shim, " ".join(copiers[0]["command"]))
+
+    def test_the_daemonset_tolerates_tainted_gpu_nodes(self):
+        keys = {t.get("key") for t in self.node_spec().get("tolerations", [])
+                if t.get("operator") == "Exists"}
+        self.assertLessEqual({"nvidia.com/gpu", "gpuslice.dev/gpu"}, keys)
+
+    def test_the_webhook_reaches_the_extenders_tls_listener(self):
+        hook = find(self.docs, "MutatingWebhookConfiguration", "gpuslice-scheduler-name")
+        w = hook["webhooks"][0]
+        self.assertEqual(w["admissionReviewVersions"], ["v1"])
+        self.assertEqual(w["sideEffects"], "None")
+        self.assertEqual(w["failurePolicy"], "Ignore")  # Pod creation never waits on it.
+        self.assertEqual(w["rules"][0]["resources"], ["pods"])
+        ref = w["clientConfig"]["service"]
+        self.assertEqual(ref["path"], "/mutate")
+        svc = find(self.docs, "Service", ref["name"])
+        self.assertEqual(svc["metadata"]["namespace"], ref["namespace"])
+        port = [p for p in svc["spec"]["ports"] if p["port"] == ref.get("port", 443)][0]
+        dep = find(self.docs, "Deployment", "gpuslice-scheduler")
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        for k, v in svc["spec"]["selector"].items():
+            self.assertEqual(labels.get(k), v)
+        ext = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"][0]
+        listen = [a for a in ext["command"] if a.startswith("--webhook-listen=")][0]
+        self.assertTrue(listen.endswith(f":{port['targetPort']}"), listen)
+        secret = [v for v in dep["spec"]["template"]["spec"]["volumes"] if "secret" in v][0]
+        with open(os.path.join(K8S_DIR, "webhook-tls.sh")) as f:
+            script = f.read()
+        self.assertIn(f"secret={secret['secret']['secretName']}", script)
+        self.assertIn(f"webhook={hook['metadata']['name']}", script)
+        self.assertIn(f"service={ref['name']}", script)
+
+    def test_the_simulated_overlay_changes_only_what_it_says(self):
+        """overlays/simulated: images, the simulated GPU, --no-cdi, and the
+        scheduler configuration's apiVersion; its configuration is the
+        base's otherwise."""
+        d = os.path.join(K8S_DIR, "overlays", "simulated")
+        with open(os.path.join(d, "kustomization.yaml")) as f:
+            k = yaml.safe_load(f)
+        self.assertEqual(k["bases"], ["../../base"])
+        self.assertEqual({i["name"] for i in k["images"]}, {"gpuslice", "registry.k8s.io/kube-scheduler"})
+        patched = [x for p in k["patchesStrategicMerge"] for x in load(os.path.join(d, p))]
+        overlay_cfg = yaml.safe_load(
+            [x for x in patched if x["metadata"]["name"] == "gpuslice-scheduler-config"][0]
+            ["data"]["config.yaml"])
+        base_cfg = self.scheduler_config()
+        self.assertEqual(overlay_cfg.pop("apiVersion"), "kubescheduler.config.k8s.io/v1beta1")
+        base_cfg.pop("apiVersion")
+        self.assertEqual(overlay_cfg, base_cfg)
+        conf = [x for x in patched if x["metadata"]["name"] == "gpusliced-config"][0]
+        sim = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", conf["data"]["gpusliced.conf"], re.M))
+        self.assertEqual(sim.pop("gpu_source"), "simulated")
+        sim.pop("sim_lib_dir")
+        base = self.daemon_conf()
+        for key in ("gpu_source", "driver_root"):
+            base.pop(key)
+        self.assertEqual(sim, base)
+        ds = [x for x in patched if x["kind"] == "DaemonSet"][0]["spec"]["template"]["spec"]
+        env = {e["name"]: e["value"] for c in ds["containers"] for e in c.get("env", [])}
+        state_dir = os.path.dirname(env["GPUSLICE_SIM_STATE"])
+        # The simulator's folder holds its state alone: never the daemon's.
+        for key in ("state_dir", "socket", "cdi_dir"):
+            self.assertFalse(base[key].startswith(state_dir), key)
+        self.assertIn(state_dir, [v["hostPath"]["path"] for v in ds["volumes"]])
+
     def start_daemon_with(self, conf):
         import tempfile
         import time
@@ -263,7 +435,9 @@ class OurParts(unittest.TestCase):
             proc = subprocess.Popen(
                 [os.environ["GPUSLICE_DAEMON"], "--config", path, "--gpu-source", "simulated",
                  "--set", f"socket={sock}", "--set", f"state_dir={tmp}/state",
-                 "--set", "metrics_listen=127.0.0.1:0", "--set", f"cdi_dir={tmp}/cdi"],
+                 "--set", "metrics_listen=127.0.0.1:0", "--set", f"cdi_dir={tmp}/cdi",
+                 "--set", "shim=" + os.path.join(os.path.dirname(os.environ["GPUSLICE_DAEMON"]),
+                                                 "..", "lib", "libgpuslice.so")],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
             try:
                 deadline = time.monotonic() + 60

@@ -119,6 +119,7 @@ const std::vector<Command>& Commands() {
        "[--random N] [--random-all] [--seconds S] [--interval-ms MS|--interval-us US] [--wait-file "
        "F] [--report F]"},
       {"grep", s::Grep, {}, "--root DIR... --needle S [--report F]"},
+      {"truncate-loop", s::TruncateLoop, {}, "[--file F] [--seconds S] [--report F]"},
       {"alloc", s::Alloc, {}, "--bytes SIZE [--hold S] [--device N] [--out F]"},
       {"unsuspend", s::Unsuspend, {}, "--pid P [--out F]"},
       {"setsid-hold",
@@ -143,6 +144,10 @@ const std::vector<Command>& Commands() {
        "--to EP [--count N] [--mem SIZE] [--gpus N] [--env K=V...] "
        "[--env-bytes N] [--mode submit|shell] [--argv A...] [--cwd DIR]"},
       {"flood", s::Flood, {}, "--to EP --count N [--hold S] [--half-sent-every K] [--out F]"},
+      {"hand-over",
+       s::HandOver,
+       {},
+       "--to EP --go F --out F [--method M] [--path P] [--body S] [--wait S]"},
       {"latency",
        s::Latency,
        {},

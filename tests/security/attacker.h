@@ -48,6 +48,7 @@ bool WaitForFile(const std::string& path, double timeout_s);
 // Subcommands (attacker_files.cc).
 int Scribble(const Flags& f);  // Writes into every file it can open.
 int Grep(const Flags& f);      // Reads every file it can, looking for a secret.
+int TruncateLoop(const Flags& f);  // Shrinks and regrows a file (its region) in a loop.
 
 // Subcommands (attacker_gpu.cc).
 int Alloc(const Flags& f);       // Allocates device memory and holds it.
@@ -61,5 +62,6 @@ int Http(const Flags& f);     // One request; prints the status and the body.
 int Submit(const Flags& f);   // Submits N jobs over the API; counts refusals.
 int Flood(const Flags& f);    // Holds N idle (or half-sent) connections.
 int Latency(const Flags& f);  // N sequential requests; prints p50/p99.
+int HandOver(const Flags& f);  // A connection used after its process ended.
 
 }  // namespace gpuslice::security

@@ -17,14 +17,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "attacker.h"
 
@@ -454,6 +458,51 @@ int Grep(const Flags& f) {
   }
   AppendLine(report, "done readable=" + std::to_string(readable) +
                          " listable=" + std::to_string(listable) + " hits=" + std::to_string(hits));
+  return 0;
+}
+
+}  // namespace gpuslice::security
+
+namespace gpuslice::security {
+
+// Issue 36: a job shrinks and regrows a file it owns (by default its slice
+// region, GPUSLICE_SLICE) as fast as it can: ftruncate to 0, back to its
+// size, its first bytes written back so that it looks whole again to a
+// reader that checks the size and the magic. A reader that maps the file
+// faults (SIGBUS) when it touches a page the file no longer has.
+int TruncateLoop(const Flags& f) {
+  const char* slice = getenv("GPUSLICE_SLICE");
+  const std::string path = f.Get("file", slice != nullptr ? slice : "");
+  const std::string report = f.Get("report");
+  if (path.empty()) Die("truncate-loop: no --file and no GPUSLICE_SLICE");
+  const double seconds = f.GetDouble("seconds", 30);
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) Die("truncate-loop: open " + path + ": " + strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) Die("truncate-loop: " + path + " is empty");
+  std::vector<char> head(static_cast<size_t>(std::min<off_t>(st.st_size, 4096)));
+  if (pread(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
+    Die("truncate-loop: cannot read " + path);
+  }
+  AppendLine(report, "go size=" + std::to_string(st.st_size) + " at=" + std::to_string(NowMs()));
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  uint64_t loops = 0;
+  int64_t last_report = NowMs();
+  while (std::chrono::steady_clock::now() < end) {
+    if (ftruncate(fd, 0) != 0 || ftruncate(fd, st.st_size) != 0 ||
+        pwrite(fd, head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
+      AppendLine(report,
+                 std::string("error ") + strerror(errno) + " at=" + std::to_string(NowMs()));
+      return 1;
+    }
+    ++loops;
+    if (NowMs() - last_report >= 1000) {
+      last_report = NowMs();
+      AppendLine(report, "loops " + std::to_string(loops) + " at=" + std::to_string(last_report));
+    }
+  }
+  close(fd);
+  AppendLine(report, "done loops=" + std::to_string(loops) + " at=" + std::to_string(NowMs()));
   return 0;
 }
 

@@ -82,20 +82,19 @@ std::string ReadToken(const std::string& file) {
   return t;
 }
 
-Response Request(const std::string& ep, const std::string& method, const std::string& path,
-                 const std::string& body, const std::string& token, int timeout_ms) {
+// One request on the connected `fd` and its response; the connection stays
+// open for another when `keep_alive`.
+Response Exchange(int fd, const std::string& method, const std::string& path,
+                  const std::string& body, const std::string& token, int timeout_ms,
+                  bool keep_alive) {
   Response r;
-  int fd = Connect(ep);
-  if (fd < 0) {
-    r.error = std::string("connect: ") + std::strerror(errno);
-    return r;
-  }
   struct timeval tv {
     timeout_ms / 1000, (timeout_ms % 1000) * 1000
   };
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: gpuslice\r\nConnection: close\r\n";
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: gpuslice\r\nConnection: " +
+                    (keep_alive ? "keep-alive" : "close") + "\r\n";
   if (!token.empty()) req += "Authorization: Bearer " + token + "\r\n";
   if (!body.empty() || method == "POST") {
     req +=
@@ -127,7 +126,6 @@ Response Request(const std::string& ep, const std::string& method, const std::st
       }
     }
   }
-  close(fd);
   if (in.rfind("HTTP/1.", 0) != 0 || in.size() < 12) {
     r.error = in.empty() ? "no answer" : "not HTTP: " + in.substr(0, 80);
     return r;
@@ -135,6 +133,19 @@ Response Request(const std::string& ep, const std::string& method, const std::st
   r.status = std::atoi(in.c_str() + 9);
   size_t head = in.find("\r\n\r\n");
   if (head != std::string::npos) r.body = in.substr(head + 4);
+  return r;
+}
+
+Response Request(const std::string& ep, const std::string& method, const std::string& path,
+                 const std::string& body, const std::string& token, int timeout_ms) {
+  int fd = Connect(ep);
+  if (fd < 0) {
+    Response r;
+    r.error = std::string("connect: ") + std::strerror(errno);
+    return r;
+  }
+  Response r = Exchange(fd, method, path, body, token, timeout_ms, /*keep_alive=*/false);
+  close(fd);
   return r;
 }
 
@@ -160,6 +171,40 @@ int Http(const Flags& f) {
               ReadToken(f.Get("token-file")), static_cast<int>(f.GetDouble("timeout-ms", 10000)));
   std::printf("status %d\n%s\n", r.status, r.status ? r.body.c_str() : r.error.c_str());
   return r.status ? 0 : 1;
+}
+
+// The connection outlives the process that opened it (issue 36): this
+// process connects and makes a first request (so the daemon has accepted
+// the connection from it), then forks and exits; its child keeps the
+// connection and, once --go exists (by then the test has put a root process
+// at this process's pid), sends --method --path --body on it. Lines in
+// --out: "first STATUS pid=PID", then the child's "answer STATUS BODY".
+int HandOver(const Flags& f) {
+  const std::string out = f.Get("out");
+  const int fd = Connect(f.Get("to"));
+  if (fd < 0) Die(std::string("connect: ") + std::strerror(errno));
+  Response first = Exchange(fd, "GET", "/v1/status", "", "", 10000, /*keep_alive=*/true);
+  const pid_t child = fork();
+  if (child < 0) Die(std::string("fork: ") + std::strerror(errno));
+  if (child > 0) {
+    AppendLine(out, "first " + std::to_string(first.status) + " pid=" + std::to_string(getpid()) +
+                        " at=" + std::to_string(NowMs()));
+    _exit(0);
+  }
+  // A group of its own: a pid stays taken while a process group of that
+  // number has members, and the test must be able to give it to root.
+  setpgid(0, 0);
+  if (!WaitForFile(f.Get("go"), f.GetDouble("wait", 60))) {
+    AppendLine(out, "no-go at=" + std::to_string(NowMs()));
+    _exit(1);
+  }
+  Response r = Exchange(fd, f.Get("method", "POST"), f.Get("path", "/v1/jobs"), f.Get("body"), "",
+                        10000, /*keep_alive=*/false);
+  std::string body = r.status ? r.body : r.error;
+  std::replace(body.begin(), body.end(), '\n', ' ');
+  AppendLine(out,
+             "answer " + std::to_string(r.status) + " " + body + " at=" + std::to_string(NowMs()));
+  _exit(0);
 }
 
 // Submits --count jobs over the API as this user, one connection each. The

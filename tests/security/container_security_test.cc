@@ -10,10 +10,12 @@
 // container cannot gain a privilege either: no capability, and a setuid
 // binary of the image gives none (no-new-privileges).
 
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -125,6 +127,106 @@ TEST_F(Container, ASetuidBinaryOfTheImageGivesTheJobNothing) {
   EXPECT_EQ(log.out.find("su-exit=0"), std::string::npos) << "su ran something as root";
   EXPECT_NE(log.out.find(std::to_string(a_.uid)), std::string::npos);
   EXPECT_NE(log.out.find("CapEff:\t0000000000000000"), std::string::npos);
+}
+
+// Needs podman only: no image is ever run here.
+class ImageNames : public SecurityTest {
+ protected:
+  void SetUp() override {
+    SecurityTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    ASSERT_EQ(Sh("podman --version").code, 0) << "podman is missing: scripts/setup.sh installs it";
+  }
+};
+
+// Issue 36 item 5: "--image oci-archive:/etc/shadow, dir:/root,
+// docker-archive:... make root's podman open those paths; a registry
+// reference makes it pull." Every entry (submit, run, the API's jobs and
+// services) refuses such a name with the reason before any engine runs; a
+// plain reference of an image root's store lacks is run with --pull=never
+// and fails, nothing pulled.
+TEST_F(ImageNames, ThatAreNotAPlainReferenceAreRefusedBeforeAnyEngineRunsAndNothingIsPulled) {
+  // A podman that notes each call first, so the test sees whether one ran.
+  char tmpl[] = "/tmp/gpuslice-sec-engine-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string engine_dir = tmpl;
+  struct Removed {
+    std::string dir;
+    ~Removed() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } removed{engine_dir};
+  chmod(engine_dir.c_str(), 0755);
+  const std::string calls = engine_dir + "/calls", podman = engine_dir + "/podman";
+  std::ofstream(podman) << "#!/bin/sh\nprintf '%s\\n' \"$*\" >> " << calls
+                        << "\nexec /usr/bin/podman \"$@\"\n";
+  chmod(podman.c_str(), 0755);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions()
+                                          .Gpus("1xA100-40GB")
+                                          .Set("podman=" + podman)
+                                          .Set(std::string("podman_args=") + kPodmanRunArgs)));
+  struct Case {
+    std::string image, reason;
+  };
+  const Case cases[] = {
+      {"oci-archive:/etc/shadow", "a transport prefix ('oci-archive:')"},
+      {"docker-archive:/root/x.tar", "a transport prefix ('docker-archive:')"},
+      {"dir:/root", "a transport prefix ('dir:')"},
+      {std::string("containers-storage:") + kImage, "a transport prefix ('containers-storage:')"},
+      {"docker://docker.io/library/busybox:1.36", "a transport prefix ('docker://')"},
+      {"/etc/shadow", "a path (it starts with '/')"},
+      {std::string("/") + kImage, "a path (it starts with '/')"},  // An absolute name.
+      {"../../etc/shadow", "a path (it starts with '.')"},
+      {"localhost/../../root", "a path (a '..' component)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.image);
+    const std::string why = "is refused: " + c.reason;
+    ProcResult submit = Cli(&a_, {"submit", "--mem", "1GiB", "--image", c.image, "--", "true"});
+    EXPECT_NE(submit.exit_code, 0);
+    EXPECT_NE(submit.err.find(why), std::string::npos) << submit.err;
+    ProcResult run = Cli(&a_, {"run", "--mem", "1GiB", "--image", c.image, "--", "true"});
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_NE(run.err.find(why), std::string::npos) << run.err;
+    // The API with no client in the way: a job, and a service's template.
+    json job = {{"mem", "1GiB"}, {"argv", {"true"}}, {"cwd", "/tmp"}, {"image", c.image}};
+    ProcResult api = Attack(&a_, {"http", "--to", unix_ep(), "--method", "POST", "--path",
+                                  "/v1/jobs", "--body", job.dump()});
+    EXPECT_EQ(api.out.rfind("status 400", 0), 0u) << api.out;
+    EXPECT_NE(api.out.find(why), std::string::npos) << api.out;
+    json service = job;
+    service["name"] = "svc";
+    service["replicas"] = "1";
+    ProcResult svc = Attack(&a_, {"http", "--to", unix_ep(), "--method", "POST", "--path",
+                                  "/v1/services", "--body", service.dump()});
+    EXPECT_EQ(svc.out.rfind("status 400", 0), 0u) << svc.out;
+    EXPECT_NE(svc.out.find(why), std::string::npos) << svc.out;
+  }
+  EXPECT_EQ(ReadFile(calls), "") << "an engine ran for a refused name";
+  json list = json::parse(Cli(nullptr, {"ps", "--all", "--json"}).out, nullptr, false);
+  ASSERT_TRUE(list.is_object());
+  EXPECT_TRUE(list["jobs"].empty()) << list.dump();
+
+  // A plain reference root's store lacks: run, told never to pull.
+  const std::string absent = "docker.io/library/busybox:1.36";
+  ASSERT_NE(Sh("podman image exists " + absent).code, 0) << absent << " is in root's store";
+  const std::string id = Submit(&a_, {"--mem", "1GiB", "--image", absent, "--", "true"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        const std::string s = State(id);
+        return s == "exited" || s == "failed";
+      },
+      60))
+      << State(id);
+  const std::string ran = ReadFile(calls);
+  EXPECT_NE(ran.find(" run --rm --pull=never "), std::string::npos) << ran;
+  EXPECT_NE(Job(id).value("exit_code", 0), 0) << "the container ran: the image came from somewhere";
+  if (Sh("podman image exists " + absent).code == 0) {
+    ADD_FAILURE() << "the image was pulled";
+    Sh("podman rmi " + absent);  // So that the next run tests again.
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -293,12 +295,21 @@ void SecurityTest::StartDaemon(const DaemonOptions& o) {
     argv.insert(argv.end(), {"--set", "cgroup_base=" + cgroup_base_});
   }
   for (const auto& s : o.sets) argv.insert(argv.end(), {"--set", s});
+  if (!o.state_tmpfs.empty() && !state_mounted_) {
+    fs::create_directories(state_dir());
+    ASSERT_EQ(mount("tmpfs", state_dir().c_str(), "tmpfs", 0,
+                    ("size=" + o.state_tmpfs + ",mode=0711").c_str()),
+              0)
+        << "mount a tmpfs on " << state_dir() << ": " << strerror(errno);
+    state_mounted_ = true;
+  }
   std::vector<std::string> env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
                                   "HOME=/root",
                                   "LANG=C",
                                   "GPUSLICE_SIM_STATE=" + sim_state(),
-                                  "GPUSLICE_SIM_GPUS=" + o.gpus,
-                                  "GPUSLICE_SIM_STATE_MODE=0666"};
+                                  "GPUSLICE_SIM_GPUS=" + o.gpus};
+  quick_start_ = o.quick_start;
+  if (!o.quick_start) env.push_back("GPUSLICE_SIM_STATE_MODE=0666");
   gpus_ = o.gpus;
   daemon_ = Fork(nullptr, argv, env, dir_ + "/daemon.out", dir_ + "/daemon.log", o.nofile);
   ASSERT_GT(daemon_, 0);
@@ -319,7 +330,7 @@ void SecurityTest::TearDown() {
   if (dir_.empty()) return;
   if (HasFailure()) std::cerr << "---- daemon log (" << dir_ << ")\n" << DaemonLog() << "----\n";
   if (daemon_ > 0) {
-    ProcResult ps = Cli(nullptr, {"ps", "--all", "--json"}, 10);
+    ProcResult ps = Cli(nullptr, {"ps", "--all", "--json", "-n", "0"}, 10);
     json list = json::parse(ps.out, nullptr, false);
     if (list.is_object() && list.contains("jobs")) {
       for (const json& j : list["jobs"]) {
@@ -357,6 +368,11 @@ void SecurityTest::TearDown() {
     }
   }
   RemoveCgroupBase();
+  // Lazily: whatever still holds a file there lets go of it when it ends.
+  if (state_mounted_ && umount2(state_dir().c_str(), MNT_DETACH) != 0) {
+    std::cerr << "cannot unmount " << state_dir() << ": " << strerror(errno) << "\n";
+  }
+  state_mounted_ = false;
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }
@@ -420,15 +436,16 @@ std::string SecurityTest::DaemonLog() const {
 
 std::vector<std::string> SecurityTest::BaseEnv(const User* u) const {
   std::string name = u ? u->name : "root";
-  return {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-          "HOME=/tmp",
-          "USER=" + name,
-          "LOGNAME=" + name,
-          "LANG=C",
-          "GPUSLICE_SOCKET=" + socket_path(),
-          "GPUSLICE_SIM_STATE=" + sim_state(),
-          "GPUSLICE_SIM_GPUS=" + gpus_,
-          "GPUSLICE_SIM_STATE_MODE=0666"};
+  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+                                  "HOME=/tmp",
+                                  "USER=" + name,
+                                  "LOGNAME=" + name,
+                                  "LANG=C",
+                                  "GPUSLICE_SOCKET=" + socket_path()};
+  if (quick_start_) return env;  // A user's own environment: nothing of the simulator's.
+  env.insert(env.end(), {"GPUSLICE_SIM_STATE=" + sim_state(), "GPUSLICE_SIM_GPUS=" + gpus_,
+                         "GPUSLICE_SIM_STATE_MODE=0666"});
+  return env;
 }
 
 std::vector<std::string> SecurityTest::ForeignEnv() const {
@@ -549,7 +566,7 @@ std::string SecurityTest::Submit(const User* u, const std::vector<std::string>& 
 }
 
 json SecurityTest::Job(const std::string& id) {
-  ProcResult r = Cli(nullptr, {"ps", "--all", "--json"});
+  ProcResult r = Cli(nullptr, {"ps", "--all", "--json", "-n", "0"});
   json list = json::parse(r.out, nullptr, false);
   if (!list.is_object() || !list.contains("jobs")) return json();
   for (const json& j : list["jobs"]) {

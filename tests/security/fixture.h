@@ -47,6 +47,10 @@ struct DaemonOptions {
   // The daemon's soft RLIMIT_NOFILE at start: systemd's default, which the
   // daemon must raise itself (issue 13, item 6).
   rlim_t nofile = 1024;
+  // Set up as the README's quick start (issue 41): nobody sets the
+  // simulated GPU's state file mode, and users' environments name none of
+  // the simulator's variables.
+  bool quick_start = false;
 
   DaemonOptions& Gpus(std::string g) {
     gpus = std::move(g);
@@ -62,6 +66,17 @@ struct DaemonOptions {
   }
   DaemonOptions& Metrics() {
     metrics = true;
+    return *this;
+  }
+  // The state directory on a tmpfs of this size ("16m"), mounted before the
+  // daemon starts and unmounted in TearDown, even on failure. "": none.
+  std::string state_tmpfs;
+  DaemonOptions& StateOnTmpfs(std::string size) {
+    state_tmpfs = std::move(size);
+    return *this;
+  }
+  DaemonOptions& QuickStart() {
+    quick_start = true;
     return *this;
   }
 };
@@ -135,8 +150,10 @@ class SecurityTest : public ::testing::Test {
   std::string dir_, bin_, drop_;
   std::string gpus_ = "1xH100-80GB";
   std::string cgroup_base_;  // Empty: the daemon does not know cgroup_base.
+  bool quick_start_ = false;
   int tcp_port_ = 0;
   pid_t daemon_ = -1;
+  bool state_mounted_ = false;  // DaemonOptions::state_tmpfs.
   std::vector<pid_t> spawned_;
   std::vector<std::string> cgroups_;
   int counter_ = 0;

@@ -11,8 +11,10 @@
 // fake_stepd.py stands in for slurmstepd (a root process acting for a user);
 // tests/slurm runs the real one.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -66,6 +68,99 @@ TEST_F(Slurm, OnASlurmOnlyNodeAUserGetsASliceThroughSlurmstepdAlone) {
   EXPECT_EQ(line["status"], 201) << line.dump();
   EXPECT_EQ(line["job"]["user"], a_.name) << line.dump();
   EXPECT_EQ(line["job"]["holder_pid"], line["holder"]) << line.dump();
+}
+
+// The real uid in /proc/PID/status; -1 when there is no such process.
+int64_t RealUid(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Uid:", 0) == 0) return std::strtoll(line.c_str() + 4, nullptr, 10);
+  }
+  return -1;
+}
+
+// A root process (sleep) started so that it takes pid `target`: the next
+// pid the kernel gives is ns_last_pid + 1. Another fork on the machine may
+// come first; the pid is then another and the caller tries again.
+pid_t ForkRootAt(pid_t target) {
+  const int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const std::string last = std::to_string(target - 1);
+  const bool set = write(fd, last.data(), last.size()) == ssize_t(last.size());
+  close(fd);
+  if (!set) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sleep", "sleep", "120", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Ends the root process the test started, whatever the test's outcome.
+struct Reaped {
+  pid_t pid = -1;
+  ~Reaped() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Issue 36 item 4: "The daemon judges a caller by who owns the caller's pid
+// when the request is handled, not when it connected ... so a user who
+// cycles pids (or holds up to 128 connections and waits) gets a slice
+// outside Slurm, bound to an unrelated root process."
+TEST_F(Slurm, AUsersConnectionWhosePidARootProcessTookIsRefusedNotTakenForSlurmstepd) {
+  StartDaemon(DaemonOptions().Set("slurm_only=true"));
+  const std::string body = R"({"mode":"external","bound_to_caller":true,"mem":"1GiB"})";
+  Reaped root;
+  std::string out, go;
+  pid_t user_pid = -1;
+  int attempt = 0;
+  for (; attempt < 10 && root.pid < 0; ++attempt) {
+    out = Drop("hand-over-" + std::to_string(attempt) + ".out");
+    go = Drop("go-" + std::to_string(attempt));
+    // The user's process connects, is answered once, hands the connection
+    // to its child and exits (RunAs reaps it: its pid is free).
+    ProcResult r = RunAs(&a_, {Attacker(), "hand-over", "--to", unix_ep(), "--go", go, "--out", out,
+                               "--body", body});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const std::vector<std::string> lines = Lines(out);
+    ASSERT_FALSE(lines.empty()) << r.err;
+    ASSERT_EQ(lines[0].rfind("first 200 pid=", 0), 0u) << lines[0];
+    user_pid = static_cast<pid_t>(std::atoi(lines[0].c_str() + 14));
+    const pid_t p = ForkRootAt(user_pid);
+    ASSERT_GT(p, 0) << "cannot write /proc/sys/kernel/ns_last_pid or fork";
+    if (p == user_pid) {
+      root.pid = p;
+    } else {
+      Reaped missed{p};  // Something else forked first; its child stays idle and is ended.
+    }
+  }
+  ASSERT_GT(root.pid, 0) << "no attempt put a root process at the user's pid";
+  std::cerr << "a root process has pid " << user_pid << " (attempt " << attempt << ")\n";
+  // What the daemon's old check saw: a process of real uid root at the
+  // caller's pid.
+  ASSERT_EQ(RealUid(user_pid), 0);
+  std::ofstream(go) << "go\n";
+  std::string answer;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& l : Lines(out)) {
+          if (l.rfind("answer ", 0) == 0) answer = l;
+        }
+        return !answer.empty();
+      },
+      20))
+      << "the user's child never sent its request";
+  EXPECT_EQ(answer.rfind("answer 403 ", 0), 0u) << answer;
+  EXPECT_NE(answer.find("(pid " + std::to_string(user_pid) + ") has ended"), std::string::npos)
+      << answer;
+  json list = json::parse(Cli(nullptr, {"ps", "--all", "--json"}).out, nullptr, false);
+  ASSERT_TRUE(list.is_object()) << "ps --json answered nothing";
+  EXPECT_TRUE(list["jobs"].empty()) << "a slice was handed out: " << list.dump();
 }
 
 TEST_F(Slurm, ABoundSliceNeverSignalsItsHolderNorAnotherUsersProcess) {

@@ -5,7 +5,8 @@
 // like an inference service.
 //
 //   compute_worker --seconds S [--kernel-us N] [--graph K | --launch-ex | --cooperative]
-//                  [--sync-every M] [--pace PCT] [--request-us W --period-ms P]
+//                  [--sync-every M] [--pace PCT] [--request-us W --period-ms P [--open-loop]]
+//                  [--duty PCT]
 //
 // Busy mode: launches kernels of N us (or graphs of K such kernels; or
 // through cuLaunchKernelEx or cuLaunchCooperativeKernel) back to back, synchronising about every 20
@@ -16,6 +17,17 @@
 // without any gpuslice). Request mode: every P ms, launches W us of kernels and
 // synchronises; the latency of each request (launch of the first kernel to the end of the
 // synchronisation) is recorded; requests that fall behind go back to back.
+// Open loop (--open-loop, with request mode): request i arrives at start +
+// i x P whatever happened to the ones before it, as requests reach a server
+// from its clients; the process serves them one at a time, in order, and a
+// request's latency runs from its arrival (not from when the server got to
+// it) to its completion, so every wait for the GPU shows in it. Requests
+// still unserved at the end count with the latency they had by then. Also
+// reports the requests offered (arrived before the end) and served, and the
+// served fraction of the offered work ("delivered").
+// Duty (--duty PCT): closed loop, one kernel then a synchronisation, then
+// idle for as long as the kernel took x (100 - PCT) / PCT (a step that
+// waited for the GPU idles longer, so every wait lowers its demand).
 // Prints one JSON line: {"pid":..,"launches":..,"requests":..,"p50_us":..,"p99_us":..}.
 
 #include <cuda.h>
@@ -55,6 +67,8 @@ int main(int argc, char** argv) {
   double period_ms = 0;
   unsigned sync_every = 0;  // 0: about every 20 ms of work.
   double pace_pct = 0;      // 0: not paced.
+  bool open_loop = false;
+  double duty_pct = 0;  // 0: not a duty loop.
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -82,13 +96,18 @@ int main(int argc, char** argv) {
       sync_every = unsigned(std::atoi(next()));
     else if (a == "--pace")
       pace_pct = std::atof(next());
+    else if (a == "--open-loop")
+      open_loop = true;
+    else if (a == "--duty")
+      duty_pct = std::atof(next());
     else {
       std::fprintf(stderr, "compute_worker: unknown argument '%s'\n", a.c_str());
       return 2;
     }
   }
-  if (kernel_us == 0 || seconds <= 0 || (request_us > 0 && period_ms <= 0) || pace_pct < 0 ||
-      pace_pct > 100 || (pace_pct > 0 && request_us > 0)) {
+  if (seconds <= 0 || (request_us > 0 && period_ms <= 0) || pace_pct < 0 || pace_pct > 100 ||
+      (pace_pct > 0 && request_us > 0) || (open_loop && request_us == 0) || duty_pct < 0 ||
+      duty_pct > 100 || (duty_pct > 0 && (request_us > 0 || pace_pct > 0))) {
     std::fprintf(stderr, "compute_worker: bad arguments\n");
     return 2;
   }
@@ -117,7 +136,9 @@ int main(int argc, char** argv) {
     Check(cuStreamEndCapture(stream, &g), "cuStreamEndCapture");
     Check(cuGraphInstantiateWithFlags(&exec, g, 0), "cuGraphInstantiate");
   }
-  const unsigned per_launch_us = graph > 0 ? kernel_us * unsigned(graph) : kernel_us;
+  // --kernel-us 0: empty kernels (no GPU time on the simulator); counted as
+  // 1 us where a count of launches per amount of work is needed.
+  const unsigned per_launch_us = std::max(1u, graph > 0 ? kernel_us * unsigned(graph) : kernel_us);
   auto launch = [&]() {
     if (exec != nullptr) {
       Check(cuGraphLaunch(exec, stream), "cuGraphLaunch");
@@ -138,9 +159,55 @@ int main(int argc, char** argv) {
 
   uint64_t launches = 0;
   std::vector<double> latencies_us;
+  uint64_t offered = 0;  // Open loop: requests that arrived before the end.
   const uint64_t start = NowNs();
   const uint64_t end = start + uint64_t(seconds * 1e9);
-  if (request_us == 0) {
+  auto sleep_until = [](uint64_t at) {
+    const uint64_t now = NowNs();
+    if (at <= now) return;
+    timespec ts{time_t((at - now) / 1000000000ull), long((at - now) % 1000000000ull)};
+    nanosleep(&ts, nullptr);
+  };
+  if (duty_pct > 0) {
+    while (NowNs() < end) {
+      const uint64_t t0 = NowNs();
+      launch();
+      ++launches;
+      Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+      const uint64_t took = NowNs() - t0;
+      latencies_us.push_back(double(took) / 1e3);
+      sleep_until(NowNs() + uint64_t(double(took) * (100 - duty_pct) / duty_pct));
+    }
+  } else if (open_loop) {
+    const unsigned count = std::max(1u, request_us / per_launch_us);
+    const uint64_t period = uint64_t(period_ms * 1e6);
+    for (uint64_t i = 0;; ++i) {
+      const uint64_t arrival = start + i * period;
+      if (arrival >= end) break;
+      sleep_until(arrival);
+      if (NowNs() >= end) {
+        // Still unserved at the end: it counts with the wait it had so far.
+        for (uint64_t k = i; start + k * period < end; ++k) {
+          ++offered;
+          latencies_us.push_back(double(end - (start + k * period)) / 1e3);
+        }
+        break;
+      }
+      ++offered;
+      for (unsigned k = 0; k < count; ++k, ++launches) launch();
+      Check(cuStreamSynchronize(stream), "cuStreamSynchronize");
+      latencies_us.push_back(double(NowNs() - arrival) / 1e3);
+    }
+    const size_t served = size_t(launches / count);
+    std::printf(
+        "{\"pid\":%d,\"launches\":%llu,\"requests\":%zu,\"offered\":%llu,"
+        "\"delivered\":%.4f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+        int(getpid()), static_cast<unsigned long long>(launches), served,
+        static_cast<unsigned long long>(offered),
+        offered > 0 ? double(served) / double(offered) : 0.0, Percentile(latencies_us, 0.5),
+        Percentile(latencies_us, 0.99));
+    return 0;
+  } else if (request_us == 0) {
     const unsigned step = sync_every > 0 ? sync_every : std::max(1u, 20000u / per_launch_us);
     while (NowNs() < end) {
       if (pace_pct > 0) {

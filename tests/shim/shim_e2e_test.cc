@@ -336,7 +336,7 @@ TEST_F(ShimTest, LiveLimitChangesApplyToTheNextAllocation) {
 // Issue 13: a job owns its region and wrote a 40 GiB limit into its 4 GiB
 // slice. The shim takes the limit from the daemon's limits page, so the
 // process is still refused past 4 GiB, and sees a 4 GiB GPU.
-TEST_F(ShimTest, Issue13ARegionLimitRewrittenTo40GiBDoesNotLiftTheLimitsPage) {
+TEST_F(ShimTest, ARegionLimitRewrittenTo40GiBDoesNotLiftTheLimitsPage) {
   const std::string uuid = DeviceUuid(Bare());
   DaemonSlice slice = MakeDaemonSlice(uuid, 4 * kGiB, getuid());
   ASSERT_NE(slice.region, nullptr);
@@ -416,7 +416,7 @@ TEST_F(ShimTest, AProcessWhoseRegionTheJobBrokeIsStillHeldToTheLimitsPage) {
 
 // The same attack as the job's own user (not root): it can rewrite its
 // region, not the page, and its processes are held to the page.
-TEST_F(ShimTest, Issue13AJobUserCannotWriteItsLimitsPageAndIsHeldToIt) {
+TEST_F(ShimTest, AJobUserCannotWriteItsLimitsPageAndIsHeldToIt) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run the job as another user";
   if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "no setpriv";
   constexpr uid_t kJob = 65534;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <unordered_map>
 
 #include "daemon/api/api_json.h"
 
@@ -155,6 +156,7 @@ const Api::Route Api::kRoutes[] = {
     {"GET", "/v1/gpus", RouteScope::kRead, &Api::Gpus},
     {"GET", "/v1/doctor", RouteScope::kRead, &Api::DoctorReport},
     {"GET", "/v1/jobs", RouteScope::kRead, &Api::ListJobs},
+    {"GET", "/v1/jobs/summary", RouteScope::kRead, &Api::JobsSummary},
     {"POST", "/v1/jobs", RouteScope::kWrite, &Api::SubmitJob},
     {"GET", "/v1/jobs/{id}", RouteScope::kRead, &Api::GetJob},
     {"POST", "/v1/jobs/{id}/cancel", RouteScope::kCancel, &Api::CancelJob},
@@ -167,6 +169,9 @@ const Api::Route Api::kRoutes[] = {
     {"POST", "/v1/jobs/{id}/suspend", RouteScope::kWrite, &Api::SuspendJob},
     {"POST", "/v1/jobs/{id}/move", RouteScope::kWrite, &Api::MoveJob},
     {"POST", "/v1/jobs/{id}/labels", RouteScope::kWrite, &Api::LabelJob},
+    {"POST", "/v1/jobs/{id}/hold", RouteScope::kWrite, &Api::HoldJob},
+    {"POST", "/v1/jobs/{id}/release", RouteScope::kWrite, &Api::ReleaseJob},
+    {"POST", "/v1/jobs/{id}/update", RouteScope::kWrite, &Api::UpdateJob},
     {"GET", "/v1/jobs/{id}/container", RouteScope::kRead, &Api::JobContainer},
     {"GET", "/v1/quotas", RouteScope::kRead, &Api::ListQuotas},
     {"POST", "/v1/quotas", RouteScope::kWrite, &Api::SetQuota},
@@ -195,13 +200,22 @@ std::vector<Api::RouteInfo> Api::Routes() const {
   return out;
 }
 
+namespace {
+
+// HEAD asks what GET would answer, without the body (HttpServer drops it).
+bool MethodMatches(const std::string& asked, std::string_view route) {
+  return asked == route || (asked == "HEAD" && route == "GET");
+}
+
+}  // namespace
+
 ApiResponse Api::Handle(const ApiRequest& request) {
   bool path_known = false;
   for (const Route& r : kRoutes) {
     uint64_t id = 0;
     if (!Match(r.pattern, request.path, &id)) continue;
     path_known = true;
-    if (request.method != r.method) continue;
+    if (!MethodMatches(request.method, r.method)) continue;
     if (!InScope(request.caller, r.scope)) return OutOfScope(request);
     return (this->*r.handler)(request, id);
   }
@@ -209,7 +223,7 @@ ApiResponse Api::Handle(const ApiRequest& request) {
     std::map<std::string, std::string> params;
     if (!MatchNamed(r.pattern, request.path, &params)) continue;
     path_known = true;
-    if (request.method != r.method) continue;
+    if (!MethodMatches(request.method, r.method)) continue;
     if (!InScope(request.caller, r.scope)) return OutOfScope(request);
     if (params.empty()) return r.handler(request);
     ApiRequest with = request;
@@ -244,6 +258,18 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
   const InventorySnapshot& inv = service_.inventory();
   auto usage = service_.inventory_source().Usage();
   auto slices = service_.SlicesByGpu();
+  // Whose each GPU process is (`gpuslice top`'s process rows): a running
+  // job's, as its last sample found it, else outside gpuslice.
+  std::unordered_map<uint32_t, std::pair<uint64_t, std::string>> whose;
+  service_.ForEachLiveJob([&](const core::Job& job) {
+    if (job.state != core::JobState::kRunning) return;
+    if (auto u = service_.UsageOf(job.id)) {
+      for (int32_t pid : u->pids) whose[static_cast<uint32_t>(pid)] = {job.id, job.user};
+    }
+  });
+  for (const ForeignProcess& f : service_.ForeignProcesses()) {
+    whose.try_emplace(f.pid, uint64_t{0}, f.user);
+  }
   json gpus = json::array();
   for (const GpuInfo& g : inv.gpus) {
     json gj = GpuToJson(g);
@@ -267,7 +293,13 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
         if (u.power_mw > 0) gj["power_w"] = u.power_mw / 1000.0;
         json procs = json::array();
         for (const GpuProcess& p : u.processes) {
-          procs.push_back({{"pid", p.pid}, {"used_memory", p.used_memory}});
+          json pj = {
+              {"pid", p.pid}, {"used_memory", p.used_memory}, {"sm_util_pct", p.sm_util_pct}};
+          if (auto w = whose.find(p.pid); w != whose.end()) {
+            if (w->second.first != 0) pj["job"] = w->second.first;
+            pj["user"] = w->second.second;
+          }
+          procs.push_back(std::move(pj));
         }
         gj["processes"] = procs;
       }
@@ -378,11 +410,49 @@ ApiResponse Api::ListEvents(const ApiRequest& req, uint64_t) {
 }
 
 ApiResponse Api::ListJobs(const ApiRequest& req, uint64_t) {
-  auto all = req.query.find("all");
-  bool include_finished = all != req.query.end() && all->second != "0" && all->second != "false";
+  auto query = ParseJobQuery(req.query);
+  if (!query.ok()) return Error(query.status());
+  JobPage page = service_.Query(*query);
   json jobs = json::array();
-  for (const JobView& v : service_.List(include_finished)) jobs.push_back(JobToJson(v));
-  return Json(200, {{"jobs", jobs},
+  for (const JobView& v : page.jobs) jobs.push_back(JobToJson(v));
+  json out = {{"jobs", std::move(jobs)},
+              {"degraded", service_.degraded()},
+              {"degraded_reason", service_.degraded_reason()}};
+  if (page.next_cursor) out["next_cursor"] = std::to_string(*page.next_cursor);
+  return Json(200, out);
+}
+
+ApiResponse Api::JobsSummary(const ApiRequest& req, uint64_t) {
+  if (req.query.count("cursor")) {
+    return Error(
+        core::InvalidArgumentError("cursor: a summary has no pages (its limit counts groups)"));
+  }
+  auto query = ParseJobQuery(req.query);
+  if (!query.ok()) return Error(query.status());
+  JobSummary summary = service_.Summary(*query);
+  json groups = json::array();
+  for (size_t i = 0; i < summary.groups.size(); ++i) {
+    const JobGroup& g = summary.groups[i];
+    json gj = {{"ids", FormatIdRanges(g.ids)},
+               {"first_id", g.ids.front()},
+               {"count", g.ids.size()},
+               {"state", core::JobStateName(g.state)},
+               {"user", g.user},
+               {"name", g.DisplayName()},
+               {"request", g.request},
+               {"priority", g.priority},
+               {"pool", g.pool},
+               {"held", g.held}};
+    const JobView& first = summary.first[i];
+    if (g.state == core::JobState::kQueued) {
+      gj["queue_position"] = first.queue_position;
+      gj["waiting_for"] = first.waiting_for;
+    }
+    groups.push_back(std::move(gj));
+  }
+  return Json(200, {{"counts", summary.counts},
+                    {"groups", std::move(groups)},
+                    {"groups_total", summary.groups_total},
                     {"degraded", service_.degraded()},
                     {"degraded_reason", service_.degraded_reason()}});
 }
@@ -403,7 +473,7 @@ ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
   if (history.ok()) {
     json h = json::array();
     for (Transition t : *history) {
-      t.reason = RedactEnvironment(std::move(t.reason), v->job.env);
+      t.reason = RedactEnvironment(std::move(t.reason), v->job.env, v->job.user);
       h.push_back(TransitionToJson(t));
     }
     j["transitions"] = h;
@@ -422,7 +492,14 @@ ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
 }
 
 ApiResponse Api::CancelJob(const ApiRequest& req, uint64_t id) {
-  core::Status s = service_.Cancel(req.caller, id);
+  // An optional {"exit_code": N}: how an external job's work ended.
+  std::optional<int> exit_code;
+  if (!req.body.empty()) {
+    auto code = ParseIntField(req.body, "exit_code", 255 + 128);
+    if (!code.ok()) return Error(code.status());
+    exit_code = static_cast<int>(*code);
+  }
+  core::Status s = service_.Cancel(req.caller, id, exit_code);
   if (!s.ok()) return Error(s);
   auto v = service_.Get(id);
   return Json(200, v.ok() ? JobToJson(*v) : json{{"id", id}});
@@ -540,6 +617,26 @@ ApiResponse Api::LabelJob(const ApiRequest& req, uint64_t id) {
   auto labels = ParseLabels(*given);
   if (!labels.ok()) return Error(labels.status());
   auto v = service_.SetLabels(req.caller, id, std::move(*labels));
+  if (!v.ok()) return Error(v.status());
+  return Json(200, JobToJson(*v));
+}
+
+ApiResponse Api::HoldJob(const ApiRequest& req, uint64_t id) {
+  auto v = service_.Hold(req.caller, id);
+  if (!v.ok()) return Error(v.status());
+  return Json(200, JobToJson(*v));
+}
+
+ApiResponse Api::ReleaseJob(const ApiRequest& req, uint64_t id) {
+  auto v = service_.Release(req.caller, id);
+  if (!v.ok()) return Error(v.status());
+  return Json(200, JobToJson(*v));
+}
+
+ApiResponse Api::UpdateJob(const ApiRequest& req, uint64_t id) {
+  auto spec = ParseUpdateBody(req.body);
+  if (!spec.ok()) return Error(spec.status());
+  auto v = service_.Update(req.caller, id, *spec);
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }

@@ -86,6 +86,7 @@ class Api {
   ApiResponse Status(const ApiRequest&, uint64_t);
   ApiResponse Gpus(const ApiRequest&, uint64_t);
   ApiResponse ListJobs(const ApiRequest&, uint64_t);
+  ApiResponse JobsSummary(const ApiRequest&, uint64_t);
   ApiResponse SubmitJob(const ApiRequest&, uint64_t);
   ApiResponse GetJob(const ApiRequest&, uint64_t id);
   ApiResponse CancelJob(const ApiRequest&, uint64_t id);
@@ -100,6 +101,9 @@ class Api {
   ApiResponse SuspendJob(const ApiRequest&, uint64_t id);
   ApiResponse MoveJob(const ApiRequest&, uint64_t id);
   ApiResponse LabelJob(const ApiRequest&, uint64_t id);
+  ApiResponse HoldJob(const ApiRequest&, uint64_t id);
+  ApiResponse ReleaseJob(const ApiRequest&, uint64_t id);
+  ApiResponse UpdateJob(const ApiRequest&, uint64_t id);
   ApiResponse JobContainer(const ApiRequest&, uint64_t id);
   ApiResponse ListQuotas(const ApiRequest&, uint64_t);
   ApiResponse SetQuota(const ApiRequest&, uint64_t);

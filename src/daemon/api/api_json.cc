@@ -1,6 +1,7 @@
 #include "daemon/api/api_json.h"
 
 #include "core/dependency.h"
+#include "daemon/launch/container_job.h"
 
 namespace gpuslice::daemon {
 
@@ -140,6 +141,9 @@ core::Result<SubmitSpec> ParseSubmitBody(std::string_view body) {
     GPUSLICE_ASSIGN_OR_RETURN(spec.after, core::ParseDependencies(*after));
   }
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "image", false, &spec.image));
+  // At parsing, so that every entry (jobs, services' templates) refuses a
+  // name that is not a plain reference before anything is stored.
+  if (spec.image) GPUSLICE_RETURN_IF_ERROR(ValidateImageName(*spec.image));
   GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "engine", false, &spec.engine));
   if (j.contains("restartable")) {
     if (!j["restartable"].is_boolean()) {
@@ -233,7 +237,7 @@ json JobToJson(const JobView& v) {
               {"started_ms", j.started_ms},
               {"ended_ms", j.ended_ms},
               {"exit_code", j.exit_code},
-              {"reason", RedactEnvironment(j.reason, j.env)},
+              {"reason", RedactEnvironment(j.reason, j.env, j.user)},
               {"pid", j.pid}};
   if (j.holder_pid != 0) out["holder_pid"] = j.holder_pid;
   if (!j.allocation.empty()) {
@@ -264,6 +268,7 @@ json JobToJson(const JobView& v) {
     if (j.suspended_since_ms != 0) out["suspended_since_ms"] = j.suspended_since_ms;
   }
   if (!v.checkpoint_error.empty()) out["checkpoint_error"] = v.checkpoint_error;
+  if (j.hold != core::HoldKind::kNone) out["hold"] = core::HoldKindName(j.hold);
   if (!v.after.empty()) {
     json after = json::array();
     for (const DependencyView& d : v.after) {
@@ -394,6 +399,28 @@ core::Result<ResizeSpec> ParseResizeBody(std::string_view body) {
   if (j.contains("force")) {
     if (!j["force"].is_boolean()) return core::InvalidArgumentError("force: must be true or false");
     spec.force = j["force"].get<bool>();
+  }
+  return spec;
+}
+
+core::Result<UpdateSpec> ParseUpdateBody(std::string_view body) {
+  json j = json::parse(body.empty() ? std::string_view("{}") : body, nullptr,
+                       /*allow_exceptions=*/false);
+  if (j.is_discarded()) return core::InvalidArgumentError("body is not valid JSON");
+  if (!j.is_object()) return core::InvalidArgumentError("body must be a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    if (key != "mem" && key != "compute" && key != "priority" && key != "after") {
+      return core::InvalidArgumentError("unknown field '" + key.substr(0, 64) +
+                                        "' (update takes mem, compute, priority and after)");
+    }
+  }
+  UpdateSpec spec;
+  GPUSLICE_RETURN_IF_ERROR(OptionalSize(j, "mem", &spec.mem));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "compute", false, &spec.compute));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "priority", false, &spec.priority));
+  GPUSLICE_RETURN_IF_ERROR(OptionalField(j, "after", true, &spec.after));
+  if (spec.after && !spec.after->empty()) {
+    GPUSLICE_RETURN_IF_ERROR(core::ParseDependencies(*spec.after).status());
   }
   return spec;
 }

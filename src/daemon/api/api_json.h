@@ -38,6 +38,9 @@ core::Result<int64_t> ParseIntField(std::string_view body, const char* field, in
 // {"mem", "compute", "gpus", "priority", "force"}.
 core::Result<std::pair<core::Principal, core::QuotaFields>> ParseQuotaBody(std::string_view body);
 core::Result<ResizeSpec> ParseResizeBody(std::string_view body);
+// POST /v1/jobs/{id}/update: {"mem", "compute", "priority", "after"} (at
+// least one; "after" as at submission, "" drops the dependencies).
+core::Result<UpdateSpec> ParseUpdateBody(std::string_view body);
 // A user or group name as quotas take it: 1-64 printable characters, no
 // spaces, quotes or slashes.
 core::Status ValidatePrincipalName(std::string_view name);

@@ -310,6 +310,42 @@ TEST_F(ApiTest, ErrorsAreJsonWithTheRightStatus) {
   }
 }
 
+// Issue 41: `HEAD /status` was 404; every GET route answers HEAD (the
+// server drops the body).
+TEST_F(ApiTest, HeadIsAnsweredByEveryGetRouteAndByNoOther) {
+  EXPECT_EQ(Call("HEAD", "/v1/status").status, 200);
+  EXPECT_EQ(Call("HEAD", "/v1/jobs").status, 200);
+  EXPECT_EQ(Call("HEAD", "/v1/jobs/summary").status, 200);
+  EXPECT_EQ(Call("HEAD", "/v1/quotas").status, 200);
+  EXPECT_EQ(Call("HEAD", "/v1/nothing").status, 404);
+}
+
+// Issue 41: the list is filtered and paged by the daemon; a bad parameter
+// is refused naming it.
+TEST_F(ApiTest, TheJobListTakesFiltersAPageSizeAndACursor) {
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Call("POST", "/v1/jobs", R"({"mem": "1GiB", "name": "a", "argv": ["x"], "cwd": "/"})")
+                  .status,
+              201);
+  }
+  auto page = nlohmann::json::parse(Call("GET", "/v1/jobs?limit=2").body);
+  ASSERT_EQ(page["jobs"].size(), 2u);
+  ASSERT_TRUE(page.contains("next_cursor"));
+  auto rest = nlohmann::json::parse(
+      Call("GET", "/v1/jobs?limit=2&cursor=" + page["next_cursor"].get<std::string>()).body);
+  ASSERT_EQ(rest["jobs"].size(), 1u);
+  EXPECT_FALSE(rest.contains("next_cursor"));
+  EXPECT_EQ(nlohmann::json::parse(Call("GET", "/v1/jobs?user=nobody").body)["jobs"].size(), 0u);
+  ApiResponse bad = Call("GET", "/v1/jobs?sate=queued");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("unknown parameter 'sate'"), std::string::npos) << bad.body;
+  auto summary = nlohmann::json::parse(Call("GET", "/v1/jobs/summary").body);
+  EXPECT_EQ(summary["counts"]["running"], 3);
+  EXPECT_EQ(summary["groups"].size(), 1u);
+  EXPECT_EQ(summary["groups"][0]["ids"], "1-3");
+  EXPECT_EQ(Call("GET", "/v1/jobs/summary?cursor=1").status, 400);
+}
+
 TEST_F(ApiTest, StatusSaysSimulated) {
   ApiResponse r = Call("GET", "/v1/status");
   auto j = nlohmann::json::parse(r.body);
@@ -413,7 +449,7 @@ TEST_F(ApiTest, PolicyBodiesAreCheckedNamingTheField) {
 
 // Issue 13: the token could `quota set` although docs/API.md says reads and
 // cancels only. Every route of the table, built-in and added, is tried.
-TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
+TEST_F(ApiTest, TokenMayReadAndCancelButChangeNothingElse) {
   api_->AddRoute("POST", "/v1/things/{name}/poke", [](const ApiRequest&) {
     return ApiResponse{200, "{}", "application/json", {}};
   });
@@ -447,7 +483,7 @@ TEST_F(ApiTest, Issue13TokenMayReadAndCancelButChangeNothingElse) {
 
 // Issue 13: a shell job's environment (the owner's secrets) goes to its owner
 // only: never to root, an admin or the token holder.
-TEST_F(ApiTest, Issue13EnvironmentIsShownToTheJobsOwnerOnly) {
+TEST_F(ApiTest, EnvironmentIsShownToTheJobsOwnerOnly) {
   ApiResponse r =
       Call("POST", "/v1/jobs",
            R"({"mem": "8GiB", "mode": "shell", "cwd": "/", "env": ["SECRET=hunter2"]})");

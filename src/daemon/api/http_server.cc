@@ -16,6 +16,7 @@
 
 #include "daemon/api/api_json.h"
 #include "daemon/base/log.h"
+#include "daemon/node/peer_process.h"
 
 namespace gpuslice::daemon {
 
@@ -97,14 +98,15 @@ class HttpServer::Impl {
   class Session : public std::enable_shared_from_this<Session<Socket>> {
    public:
     Session(Impl* impl, Socket socket, std::optional<Caller> caller, std::string peer,
-            bool metrics_only = false)
+            bool metrics_only = false, core::Status unpinned = core::Status::Ok())
         : impl_(impl),
           census_(impl->census_),
           socket_(std::move(socket)),
           timer_(impl->io_),
           caller_(std::move(caller)),
           peer_(std::move(peer)),
-          metrics_only_(metrics_only) {
+          metrics_only_(metrics_only),
+          unpinned_(std::move(unpinned)) {
       ++census_->counters.open;
       ++census_->by_peer[peer_];
     }
@@ -181,8 +183,16 @@ class HttpServer::Impl {
       } else if (metrics_only_) {
         resp = impl_->HandleMetricsOnly(ar);
       } else if (caller_) {
-        ar.caller = *caller_;
-        resp = impl_->api_.Handle(ar);
+        // The connection speaks for the process that opened it, and only
+        // while that process runs (peer_process.h): once it has ended its
+        // pid may be anyone's, and so may whatever holds the connection.
+        core::Status running = caller_->process ? caller_->process->CheckRunning() : unpinned_;
+        if (running.ok()) {
+          ar.caller = *caller_;
+          resp = impl_->api_.Handle(ar);
+        } else {
+          resp = {HttpStatusOf(running.code()), ErrorJson(running).dump(), "application/json", {}};
+        }
       } else {
         // TCP: the bearer token is the only credential.
         std::string auth(req[http::field::authorization]);
@@ -212,6 +222,12 @@ class HttpServer::Impl {
       response_.body() = std::move(resp.body);
       response_.keep_alive(req.keep_alive());
       response_.prepare_payload();
+      if (req.method() == http::verb::head) {
+        // What GET would send, said in the headers only (RFC 9110 9.3.2).
+        const size_t length = response_.body().size();
+        response_.body().clear();
+        response_.content_length(length);
+      }
       if (impl_->owner_->after_request_) impl_->owner_->after_request_();
       Write();
     }
@@ -239,6 +255,10 @@ class HttpServer::Impl {
     std::optional<Caller> caller_;
     std::string peer_;           // "uid N" or the IP address: the per-peer cap's key.
     bool metrics_only_ = false;  // The metrics listener's rules apply.
+    // Why the unix-socket caller's process could not be pinned at accept
+    // (it had ended, or its pid named another process): every request is
+    // refused with it. Ok when it was pinned or is not visible here.
+    core::Status unpinned_;
     bool timed_out_ = false;
     uint64_t requests_ = 0;
     beast::flat_buffer buffer_;
@@ -320,12 +340,24 @@ class HttpServer::Impl {
           Caller c;
           c.uid = cred.uid;
           c.gid = cred.gid;
-          c.pid = cred.pid;
           c.user = UserName(cred.uid);
           c.local = true;
           c.admin = cred.uid == 0 ||
                     (options_.admin_gid && InGroup(cred.uid, cred.gid, *options_.admin_gid));
-          std::make_shared<Session<local::socket>>(this, std::move(socket), c, std::move(peer))
+          // Who the caller's process is, once and for all (issue 36).
+          auto pinned = PinPeerProcess(socket.native_handle());
+          core::Status unpinned = core::Status::Ok();
+          if (pinned.ok()) {
+            c.process = std::move(*pinned);
+          } else if (pinned.status().code() == core::StatusCode::kResourceExhausted) {
+            ++census_->counters.refused;
+            RefuseFd(socket.native_handle(), pinned.status().message());
+            return AcceptUnix();
+          } else if (pinned.status().code() != core::StatusCode::kNotFound) {
+            unpinned = pinned.status();
+          }
+          std::make_shared<Session<local::socket>>(this, std::move(socket), c, std::move(peer),
+                                                   false, std::move(unpinned))
               ->Start();
         }
       }
@@ -342,14 +374,14 @@ class HttpServer::Impl {
 
   // The metrics listener: anonymous reads of the allowed paths only.
   ApiResponse HandleMetricsOnly(ApiRequest& ar) {
-    bool allowed = ar.method == "GET";
+    bool allowed = ar.method == "GET" || ar.method == "HEAD";
     if (allowed) {
       allowed = false;
       for (const std::string& p : metrics_paths_) allowed = allowed || ar.path == p;
     }
     if (!allowed) {
       return {404,
-              ErrorJson(core::NotFoundError("the metrics listener serves only GET of " +
+              ErrorJson(core::NotFoundError("the metrics listener serves only GET and HEAD of " +
                                             metrics_paths_text_))
                   .dump(),
               "application/json",
@@ -462,7 +494,7 @@ core::Status HttpServer::ListenUnix(const std::string& path, uint32_t mode,
   return core::Status::Ok();
 }
 
-core::Status HttpServer::ListenTcp(const std::string& host_port) {
+core::Result<std::string> HttpServer::ListenTcp(const std::string& host_port) {
   size_t colon = host_port.rfind(':');
   if (colon == std::string::npos) return core::InvalidArgumentError("tcp: expected HOST:PORT");
   if (impl_->options_.tcp_token.empty()) {
@@ -480,9 +512,15 @@ core::Status HttpServer::ListenTcp(const std::string& host_port) {
   if (!ec) impl_->tcp_acceptor_->bind(ep, ec);
   if (!ec) impl_->tcp_acceptor_->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return core::UnavailableError("listen on " + host_port + ": " + ec.message());
-  LogInfo("TCP API on " + host_port + " (bearer token required)");
+  // The port the kernel gave, so `tcp_listen = HOST:0` says which it took.
+  const tcp::endpoint bound = impl_->tcp_acceptor_->local_endpoint(ec);
+  if (ec) return core::InternalError("tcp listener: local address: " + ec.message());
+  const std::string address = (bound.address().is_v6() ? "[" + bound.address().to_string() + "]"
+                                                       : bound.address().to_string()) +
+                              ":" + std::to_string(bound.port());
+  LogInfo("TCP API on " + address + " (bearer token required)");
   impl_->AcceptTcp();
-  return core::Status::Ok();
+  return address;
 }
 
 }  // namespace gpuslice::daemon

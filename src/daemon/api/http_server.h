@@ -61,7 +61,8 @@ class HttpServer {
   // Binds `path` (replacing a stale socket file), chmod `mode`, chgrp `gid`
   // when given. Errors when another daemon answers on it.
   core::Status ListenUnix(const std::string& path, uint32_t mode, std::optional<uint32_t> gid);
-  core::Status ListenTcp(const std::string& host_port);
+  // Returns the address bound, "HOST:PORT" (port 0 picks a free one).
+  core::Result<std::string> ListenTcp(const std::string& host_port);
   // Plain HTTP on HOST:PORT ("[::1]:PORT" for IPv6) for Prometheus and the
   // status page: no authentication, so only GET of exactly `paths` is passed
   // to the Api (as an anonymous, non-admin, non-local caller); every other

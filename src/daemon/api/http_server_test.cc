@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -230,7 +231,7 @@ class HttpServerTest : public ::testing::Test {
   int flood_opened_ = 0;
 };
 
-TEST_F(HttpServerTest, Issue13IdleConnectionsAreClosedAfterTheHeaderTimeout) {
+TEST_F(HttpServerTest, IdleConnectionsAreClosedAfterTheHeaderTimeout) {
   ServerOptions o;
   o.header_timeout = Ms(300);
   o.body_timeout = Ms(300);
@@ -253,7 +254,71 @@ TEST_F(HttpServerTest, Issue13IdleConnectionsAreClosedAfterTheHeaderTimeout) {
   EXPECT_GE(server_->counters().timed_out, 2u);
 }
 
-TEST_F(HttpServerTest, Issue13RequestOverTheBodyLimitNamesTheSetting) {
+// Issue 36 item 4: a connection outlived the process that opened it, and
+// the daemon took whoever had that pid later for the caller.
+TEST_F(HttpServerTest, ARequestOnAConnectionWhoseProcessHasEndedIsRefused) {
+  StartServer(ServerOptions());
+  int pass[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pass), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    // Connects, is answered once (so the server has accepted it from this
+    // process), hands the connection over (SCM_RIGHTS) and ends.
+    const int fd = ConnectUnix(socket_path());
+    const std::string first =
+        "GET /v1/status HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n";
+    if (fd < 0 || write(fd, first.data(), first.size()) != ssize_t(first.size())) _exit(1);
+    std::string got;
+    char buf[4096];
+    while (got.find("\r\n\r\n") == std::string::npos || got.back() != '}') {
+      const ssize_t n = read(fd, buf, sizeof buf);
+      if (n <= 0) _exit(2);
+      got.append(buf, static_cast<size_t>(n));
+    }
+    if (got.find("200 OK") == std::string::npos) _exit(3);
+    char data = 'x';
+    iovec io{&data, 1};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr m{};
+    m.msg_iov = &io;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    _exit(sendmsg(pass[1], &m, 0) == 1 ? 0 : 4);
+  }
+  close(pass[1]);
+  char data;
+  iovec io{&data, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &io;
+  m.msg_iovlen = 1;
+  m.msg_control = control;
+  m.msg_controllen = sizeof control;
+  ASSERT_EQ(recvmsg(pass[0], &m, 0), 1);
+  close(pass[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  int held = -1;
+  std::memcpy(&held, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof held);
+  const std::string r = Exchange(held, Get("/v1/status"));
+  EXPECT_NE(r.find("403"), std::string::npos) << r;
+  EXPECT_NE(r.find("the process that opened this connection (pid " + std::to_string(child) +
+                   ") has ended"),
+            std::string::npos)
+      << r;
+  // This process's own connection is answered as ever.
+  EXPECT_NE(Exchange(ConnectUnix(socket_path()), Get("/v1/status")).find("200 OK"),
+            std::string::npos);
+}
+
+TEST_F(HttpServerTest, RequestOverTheBodyLimitNamesTheSetting) {
   ServerOptions o;
   o.body_limit = 1000;
   StartServer(o);
@@ -265,7 +330,7 @@ TEST_F(HttpServerTest, Issue13RequestOverTheBodyLimitNamesTheSetting) {
   EXPECT_NE(r.find("max_request_bytes"), std::string::npos) << r;
 }
 
-TEST_F(HttpServerTest, Issue13ConnectionsOverThePeerCapAreRefusedCheaply) {
+TEST_F(HttpServerTest, ConnectionsOverThePeerCapAreRefusedCheaply) {
   ServerOptions o;
   o.max_connections_per_peer = 4;
   StartServer(o);
@@ -284,7 +349,7 @@ TEST_F(HttpServerTest, Issue13ConnectionsOverThePeerCapAreRefusedCheaply) {
 
 // Issue 13: 1,019 idle connections froze the daemon at 100% CPU: the process
 // ran out of descriptors and the acceptor retried at once, forever.
-TEST_F(HttpServerTest, Issue13RunningOutOfDescriptorsDoesNotSpin) {
+TEST_F(HttpServerTest, RunningOutOfDescriptorsDoesNotSpin) {
   ServerOptions o;
   o.max_connections = 100000;
   o.max_connections_per_peer = 100000;
@@ -310,7 +375,7 @@ TEST_F(HttpServerTest, Issue13RunningOutOfDescriptorsDoesNotSpin) {
 }
 
 // A user outside the socket's group cannot connect at all.
-TEST_F(HttpServerTest, Issue13SocketRefusesUsersOutsideItsGroup) {
+TEST_F(HttpServerTest, SocketRefusesUsersOutsideItsGroup) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   auto uid = FloodUid();
   if (!uid) GTEST_SKIP() << "cannot create user " << kFloodUser;
@@ -333,7 +398,7 @@ TEST_F(HttpServerTest, Issue13SocketRefusesUsersOutsideItsGroup) {
 // Issue 13's target: the daemon keeps answering (p99 <= 50 ms) while 2,000
 // idle connections are held by an unauthorised user, on the unix socket (a
 // member of the socket's group) and on TCP (no token).
-TEST_F(HttpServerTest, Issue13AnswersWithin50msP99While2000IdleConnectionsAreHeld) {
+TEST_F(HttpServerTest, AnswersWithin50msP99While2000IdleConnectionsAreHeld) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user";
   auto uid = FloodUid();
   if (!uid) GTEST_SKIP() << "cannot create user " << kFloodUser;

@@ -55,6 +55,11 @@ constexpr char kJobLowUse[] = "gpuslice_job_low_use_seconds";
 constexpr char kJobIdleTotal[] = "gpuslice_job_idle_seconds_total";
 constexpr char kJobPaused[] = "gpuslice_job_launches_paused";
 constexpr char kQueueLength[] = "gpuslice_queue_length";
+constexpr char kQueuedByUser[] = "gpuslice_queue_length_by_user";
+constexpr char kJobsSuspended[] = "gpuslice_jobs_suspended";
+constexpr char kJobSuspended[] = "gpuslice_job_suspended_seconds";
+constexpr char kQuotaLimit[] = "gpuslice_quota_limit";
+constexpr char kQuotaUsed[] = "gpuslice_quota_used";
 constexpr char kQueueWait[] = "gpuslice_queue_wait_seconds";
 constexpr char kJobsRunning[] = "gpuslice_jobs_running";
 constexpr char kEvents[] = "gpuslice_events_total";
@@ -82,12 +87,15 @@ std::string Join(const std::vector<std::string>& parts) {
 // except modelName: promtool's lint refuses camelCase label names, so the
 // exposition says model_name and deploy/prometheus/prometheus.yml copies it
 // to modelName at scrape time (docs/MONITORING.md).
-MetricLabels GpuLabels(const GpuInfo& g, const std::string& host) {
+// The GPU's pool follows dcgm-exporter's labels (added, so queries written
+// for dcgm-exporter's set keep matching).
+MetricLabels GpuLabels(const GpuInfo& g, const std::string& host, const std::string& pool) {
   return {{"gpu", std::to_string(g.index)},
           {"UUID", g.uuid},
           {"device", "nvidia" + std::to_string(g.index)},
           {"model_name", g.model},
-          {"Hostname", host}};
+          {"Hostname", host},
+          {"pool", pool}};
 }
 
 // What a running job holds of each GPU it is on.
@@ -114,11 +122,11 @@ struct GpuTotals {
   uint64_t slices = 0;
 };
 
-void RenderGpus(MetricsText& t, const InventorySnapshot& inv, const std::vector<GpuUsage>& usage,
-                const std::vector<GpuTotals>& totals, const std::vector<ForeignProcess>& foreign,
-                const std::string& host) {
+void RenderGpus(MetricsText& t, Service& service, const InventorySnapshot& inv,
+                const std::vector<GpuUsage>& usage, const std::vector<GpuTotals>& totals,
+                const std::vector<ForeignProcess>& foreign, const std::string& host) {
   std::vector<MetricLabels> labels;
-  for (const GpuInfo& g : inv.gpus) labels.push_back(GpuLabels(g, host));
+  for (const GpuInfo& g : inv.gpus) labels.push_back(GpuLabels(g, host, service.PoolOf(g.index)));
   // GpuUsageNow() is in the order of inventory().gpus; it is empty before
   // the first sample (and stays so when NVML cannot be read).
   const bool have_usage = usage.size() == inv.gpus.size();
@@ -257,8 +265,8 @@ void RenderGpus(MetricsText& t, const InventorySnapshot& inv, const std::vector<
 // A job's series carry job_id, not job: Prometheus sets `job` on every
 // scraped series (the scrape job) and renames an exposed `job` label to
 // `exported_job`. A job on several GPUs lists them comma-separated.
-MetricLabels JobLabels(const core::Job& job, const InventorySnapshot& inv,
-                       const std::string& host) {
+MetricLabels JobLabels(const core::Job& job, const InventorySnapshot& inv, const std::string& host,
+                       const std::string& default_pool) {
   std::vector<std::string> gpus, uuids;
   for (size_t k = 0; k < job.allocation.gpu_indices.size(); ++k) {
     gpus.push_back(std::to_string(job.allocation.gpu_indices[k]));
@@ -274,7 +282,8 @@ MetricLabels JobLabels(const core::Job& job, const InventorySnapshot& inv,
                       {"priority", std::string(core::PriorityName(job.request.priority))},
                       {"gpu", Join(gpus)},
                       {"UUID", Join(uuids)},
-                      {"Hostname", host}};
+                      {"Hostname", host},
+                      {"pool", job.request.pool.empty() ? default_pool : job.request.pool}};
   // A Kubernetes container's slice (the device plugin labels it): the pod's
   // names under dcgm-exporter's label names, so a Prometheus Adapter rule
   // written for dcgm-exporter drives an HPA from these series unchanged.
@@ -291,8 +300,9 @@ void RenderJobs(MetricsText& t, Service& service, const std::vector<JobView>& jo
   for (const JobView& v : jobs) {
     if (v.job.state == core::JobState::kRunning) running.push_back(&v);
   }
+  const std::string& default_pool = service.options().rules.default_pool;
   std::vector<MetricLabels> labels;
-  for (const JobView* v : running) labels.push_back(JobLabels(v->job, inv, host));
+  for (const JobView* v : running) labels.push_back(JobLabels(v->job, inv, host, default_pool));
 
   t.Family(kJobInfo, MetricType::kGauge,
            "Always 1 per running job; labels say who runs what where, and what it asked for.");
@@ -371,22 +381,81 @@ void RenderJobs(MetricsText& t, Service& service, const std::vector<JobView>& jo
   family(kJobIdleTotal, MetricType::kCounter,
          "Time the job spent below the idle threshold over its life (seconds).",
          [](const JobUsage& u) { return u.idle_ms_total / 1000.0; });
+
+  // Suspended jobs hold no GPU (their GPU state is in host memory): one
+  // series each, so a dashboard lists them and an alert finds the old ones.
+  t.Family(kJobSuspended, MetricType::kGauge,
+           "How long the suspended job has been suspended (seconds); one series per suspended "
+           "job (gpuslice resume brings it back).");
+  const int64_t now_ms = service.NowMs();
+  for (const JobView& v : jobs) {
+    if (v.job.state != core::JobState::kSuspended) continue;
+    const int64_t since = v.job.suspended_since_ms;
+    t.Sample(JobLabels(v.job, inv, host, default_pool),
+             since > 0 && now_ms > since ? (now_ms - since) / 1000.0 : 0.0);
+  }
 }
 
 void RenderScheduler(MetricsText& t, Service& service, const std::vector<JobView>& jobs) {
   std::array<uint64_t, 3> queued{};
-  uint64_t running = 0;
+  uint64_t running = 0, suspended = 0;
+  // Queued jobs by owner and pool, from the job table: counting them needs
+  // no view of each (there may be 10,000).
+  std::map<std::pair<std::string, std::string>, uint64_t> by_user;
+  const std::string& default_pool = service.options().rules.default_pool;
+  service.ForEachLiveJob([&](const core::Job& job) {
+    if (job.state != core::JobState::kQueued) return;
+    const size_t p = size_t(job.request.priority);
+    if (p < queued.size()) ++queued[p];
+    ++by_user[{job.user, job.request.pool.empty() ? default_pool : job.request.pool}];
+  });
   for (const JobView& v : jobs) {
-    if (v.job.state == core::JobState::kQueued) {
-      const size_t p = size_t(v.job.request.priority);
-      if (p < queued.size()) ++queued[p];
-    } else if (v.job.state == core::JobState::kRunning) {
-      ++running;
-    }
+    if (v.job.state == core::JobState::kRunning) ++running;
+    if (v.job.state == core::JobState::kSuspended) ++suspended;
   }
   t.Family(kQueueLength, MetricType::kGauge, "Jobs waiting in the queue, by priority.");
   for (core::Priority p : {core::Priority::kLow, core::Priority::kNormal, core::Priority::kHigh}) {
     t.Sample({{"priority", std::string(core::PriorityName(p))}}, queued[size_t(p)]);
+  }
+  t.Family(kQueuedByUser, MetricType::kGauge,
+           "Jobs waiting in the queue, by owner and pool (only pairs with jobs waiting).");
+  for (const auto& [key, n] : by_user) t.Sample({{"user", key.first}, {"pool", key.second}}, n);
+  t.Family(kJobsSuspended, MetricType::kGauge,
+           "Jobs suspended now (their GPU state in host memory; they hold no GPU).");
+  t.Sample({}, suspended);
+  // Quotas: each limit and what its principal holds now, by resource.
+  t.Family(kQuotaLimit, MetricType::kGauge,
+           "A quota's limit by resource (memory in bytes, gpus, compute in GPUs, jobs); only "
+           "the limits that are set.");
+  const std::vector<QuotaView> quotas = service.Quotas();
+  for (const QuotaView& q : quotas) {
+    MetricLabels base = {{"scope", std::string(core::PrincipalKindName(q.who.kind))},
+                         {"name", q.who.name}};
+    auto limit = [&](const char* resource, double value) {
+      MetricLabels l = base;
+      l.emplace_back("resource", resource);
+      t.Sample(l, value);
+    };
+    if (q.quota.memory_bytes) limit("memory_bytes", double(*q.quota.memory_bytes));
+    if (q.quota.gpus) limit("gpus", *q.quota.gpus);
+    if (q.quota.compute_milli) limit("compute", *q.quota.compute_milli / 1000.0);
+    if (q.quota.jobs) limit("jobs", *q.quota.jobs);
+  }
+  t.Family(kQuotaUsed, MetricType::kGauge,
+           "What a quota's principal holds now by resource (its running jobs; same units as "
+           "gpuslice_quota_limit).");
+  for (const QuotaView& q : quotas) {
+    MetricLabels base = {{"scope", std::string(core::PrincipalKindName(q.who.kind))},
+                         {"name", q.who.name}};
+    auto used = [&](const char* resource, double value) {
+      MetricLabels l = base;
+      l.emplace_back("resource", resource);
+      t.Sample(l, value);
+    };
+    used("memory_bytes", double(q.in_use.memory_bytes));
+    used("gpus", q.in_use.gpus);
+    used("compute", q.in_use.compute_milli / 1000.0);
+    used("jobs", q.in_use.jobs);
   }
   const WaitHistogram& h = service.QueueWaitHistogram();
   t.Family(kQueueWait, MetricType::kHistogram,
@@ -417,7 +486,12 @@ void RenderDaemon(MetricsText& t, Service& service, const MetricsOptions& option
 std::string RenderMetrics(Service& service, const MetricsOptions& options) {
   const std::string host = options.hostname.empty() ? Hostname() : options.hostname;
   const InventorySnapshot& inv = service.inventory();
-  const std::vector<JobView> jobs = service.List(/*include_finished=*/false);
+  // Running and suspended jobs with their views; queued ones are counted
+  // from the job table (RenderScheduler).
+  JobQuery holding;
+  holding.states = {core::JobState::kRunning, core::JobState::kSuspended};
+  holding.limit = 0;
+  const std::vector<JobView> jobs = service.Query(holding).jobs;
   std::vector<GpuTotals> totals(inv.gpus.size());
   for (const JobView& v : jobs) {
     if (v.job.state != core::JobState::kRunning) continue;
@@ -430,7 +504,7 @@ std::string RenderMetrics(Service& service, const MetricsOptions& options) {
     }
   }
   MetricsText t;
-  RenderGpus(t, inv, service.GpuUsageNow(), totals, service.ForeignProcesses(), host);
+  RenderGpus(t, service, inv, service.GpuUsageNow(), totals, service.ForeignProcesses(), host);
   RenderJobs(t, service, jobs, inv, host);
   RenderScheduler(t, service, jobs);
   RenderDaemon(t, service, options);
@@ -482,7 +556,12 @@ const std::vector<std::string_view>& MetricFamilyNames() {
                                                       kJobLowUse,
                                                       kJobIdleTotal,
                                                       kJobPaused,
+                                                      kJobSuspended,
                                                       kQueueLength,
+                                                      kQueuedByUser,
+                                                      kJobsSuspended,
+                                                      kQuotaLimit,
+                                                      kQuotaUsed,
                                                       kQueueWait,
                                                       kJobsRunning,
                                                       kEvents,

@@ -128,7 +128,7 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find(line + "\n") != std::string::npos;
 }
 
-TEST_F(MetricsTest, Issue13ForeignGpuUseIsExportedPerGpuAndZeroWhereThereIsNone) {
+TEST_F(MetricsTest, ForeignGpuUseIsExportedPerGpuAndZeroWhereThereIsNone) {
   GpuUsage u0;
   u0.index = 0;
   u0.memory_total = 80 * core::kGiB;
@@ -142,7 +142,7 @@ TEST_F(MetricsTest, Issue13ForeignGpuUseIsExportedPerGpuAndZeroWhereThereIsNone)
   const std::string m = Render();
   const std::string l0 =
       "{gpu=\"0\",UUID=\"GPU-0\",device=\"nvidia0\","
-      "model_name=\"NVIDIA H100 \\\"SXM\\\"\\\\80GB\",Hostname=\"node-1\"}";
+      "model_name=\"NVIDIA H100 \\\"SXM\\\"\\\\80GB\",Hostname=\"node-1\",pool=\"default\"}";
   EXPECT_TRUE(Has(m, "gpuslice_gpu_foreign_memory_bytes" + l0 + " 32212254720")) << m;
   EXPECT_TRUE(Has(m, "gpuslice_foreign_processes" + l0 + " 1")) << m;
   EXPECT_NE(m.find("gpuslice_foreign_processes{gpu=\"1\""), std::string::npos);
@@ -170,7 +170,7 @@ TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
   const std::string m = Render();
   const std::string l0 =
       "{gpu=\"0\",UUID=\"GPU-0\",device=\"nvidia0\","
-      "model_name=\"NVIDIA H100 \\\"SXM\\\"\\\\80GB\",Hostname=\"node-1\"}";
+      "model_name=\"NVIDIA H100 \\\"SXM\\\"\\\\80GB\",Hostname=\"node-1\",pool=\"default\"}";
   EXPECT_TRUE(Has(m, "DCGM_FI_DEV_GPU_UTIL" + l0 + " 42")) << m;
   EXPECT_TRUE(Has(m, "DCGM_FI_DEV_MEM_COPY_UTIL" + l0 + " 7"));
   EXPECT_TRUE(Has(m, "DCGM_FI_DEV_FB_USED" + l0 + " 10240"));
@@ -196,7 +196,7 @@ TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
 // Issue 18 item 1: GPUs in MIG mode and MIG jobs read 0% utilisation. Now
 // the GPU's and each instance's activity are exported where NVML measures
 // them (GPM), as dcgm-exporter does, and nothing where it does not.
-TEST_F(MetricsTest, Issue18MigActivityIsExportedPerInstanceAndUnknownIsLeftOut) {
+TEST_F(MetricsTest, MigActivityIsExportedPerInstanceAndUnknownIsLeftOut) {
   InventorySnapshot inv = TwoGpus();
   inv.gpus[0].mig_enabled = true;
   for (uint32_t i = 0; i < 2; ++i) {
@@ -258,7 +258,7 @@ TEST_F(MetricsTest, RunningJobsHaveUsageAgainstLimitsAndGpusTheirAllocatedShares
   const std::string labels = "{job_id=\"" + std::to_string(slice.job.id) +
                              "\",name=\"train-a\",user=\"ada\",priority=\"high\",gpu=\"" +
                              std::to_string(gpu) + "\",UUID=\"GPU-" + std::to_string(gpu) +
-                             "\",Hostname=\"node-1\"}";
+                             "\",Hostname=\"node-1\",pool=\"default\"}";
   EXPECT_TRUE(Has(m, "gpuslice_job_memory_used_bytes" + labels + " 2147483648")) << m;
   EXPECT_TRUE(Has(m, "gpuslice_job_memory_limit_bytes" + labels + " 8589934592"));
   EXPECT_TRUE(Has(m, "gpuslice_job_compute_share_target_ratio" + labels + " 0.3"));
@@ -273,9 +273,10 @@ TEST_F(MetricsTest, RunningJobsHaveUsageAgainstLimitsAndGpusTheirAllocatedShares
   EXPECT_NE(m.find("gpuslice_gpu_memory_allocated_ratio{gpu=\"" + std::to_string(whole_gpu) +
                    "\",UUID=\"GPU-" + std::to_string(whole_gpu)),
             std::string::npos);
-  const std::string g = "{gpu=\"" + std::to_string(gpu) + "\",UUID=\"GPU-" + std::to_string(gpu) +
-                        "\",device=\"nvidia" + std::to_string(gpu) +
-                        "\",model_name=\"NVIDIA H100 \\\"SXM\\\"\\\\80GB\",Hostname=\"node-1\"}";
+  const std::string g =
+      "{gpu=\"" + std::to_string(gpu) + "\",UUID=\"GPU-" + std::to_string(gpu) +
+      "\",device=\"nvidia" + std::to_string(gpu) +
+      "\",model_name=\"NVIDIA H100 \\\"SXM\\\"\\\\80GB\",Hostname=\"node-1\",pool=\"default\"}";
   EXPECT_TRUE(Has(m, "gpuslice_gpu_memory_allocated_ratio" + g + " 0.1")) << m;
   EXPECT_TRUE(Has(m, "gpuslice_gpu_compute_allocated_ratio" + g + " 0.3"));
   EXPECT_TRUE(Has(m, "gpuslice_gpu_slices" + g + " 1"));
@@ -293,7 +294,7 @@ TEST_F(MetricsTest, AJobWithPodLabelsCarriesThemOnItsSeries) {
   service_->Sample();
   const std::string m = Render();
   const std::string tail =
-      "Hostname=\"node-1\",namespace=\"ml\",pod=\"infer-0\",container=\"server\"}";
+      "Hostname=\"node-1\",pool=\"default\",namespace=\"ml\",pod=\"infer-0\",container=\"server\"}";
   EXPECT_NE(m.find("gpuslice_job_memory_limit_bytes{job_id=\"" + std::to_string(v.job.id)),
             std::string::npos);
   EXPECT_NE(m.find(tail + " 8589934592"), std::string::npos) << m;
@@ -310,7 +311,8 @@ TEST_F(MetricsTest, AJobWithSlurmLabelsCarriesThemOnItsSeries) {
   ASSERT_EQ(v.job.state, core::JobState::kRunning);
   service_->Sample();
   const std::string m = Render();
-  EXPECT_NE(m.find("Hostname=\"node-1\",slurm_job=\"812\",slurm_step=\"batch\"} 8589934592"),
+  EXPECT_NE(m.find("Hostname=\"node-1\",pool=\"default\",slurm_job=\"812\",slurm_step=\"batch\"} "
+                   "8589934592"),
             std::string::npos)
       << m;
 }
@@ -324,6 +326,8 @@ TEST_F(MetricsTest, QueueLengthIsCountedPerPriorityAndEventsPerKind) {
   EXPECT_TRUE(Has(m, "gpuslice_queue_length{priority=\"low\"} 2")) << m;
   EXPECT_TRUE(Has(m, "gpuslice_queue_length{priority=\"normal\"} 0"));
   EXPECT_TRUE(Has(m, "gpuslice_queue_length{priority=\"high\"} 1"));
+  EXPECT_TRUE(Has(m, "gpuslice_queue_length_by_user{user=\"ada\",pool=\"default\"} 3")) << m;
+  EXPECT_TRUE(Has(m, "gpuslice_jobs_suspended 0"));
   EXPECT_TRUE(Has(m, "gpuslice_events_total{kind=\"submitted\"} 4"));
   EXPECT_TRUE(Has(m, "gpuslice_events_total{kind=\"started\"} 1"));
   EXPECT_TRUE(Has(m, "# TYPE gpuslice_queue_wait_seconds histogram"));
@@ -332,6 +336,31 @@ TEST_F(MetricsTest, QueueLengthIsCountedPerPriorityAndEventsPerKind) {
   EXPECT_TRUE(Has(m, "gpuslice_daemon_degraded 0"));
   EXPECT_TRUE(Has(m, "gpuslice_daemon_start_time_seconds 1700000000"));
   EXPECT_TRUE(Has(m, "gpuslice_build_info{version=\"0.1.0\",gpu_source=\"simulated\"} 1"));
+}
+
+// Issue 41: operators missed quota use and a pool on the GPU and job series.
+TEST_F(MetricsTest, QuotasShowTheirLimitsAndWhatIsUsedByResource) {
+  Caller admin;
+  admin.admin = true;
+  admin.user = "root";
+  core::Quota q;
+  q.memory_bytes = 20 * core::kGiB;
+  q.jobs = 2;
+  ASSERT_TRUE(service_->SetQuota(admin, {core::PrincipalKind::kUser, "ada"}, q).ok());
+  Submit("8GiB", std::nullopt);
+  const std::string m = Render();
+  EXPECT_TRUE(Has(m,
+                  "gpuslice_quota_limit{scope=\"user\",name=\"ada\",resource=\"memory_bytes\"} "
+                  "21474836480"))
+      << m;
+  EXPECT_TRUE(Has(m, "gpuslice_quota_limit{scope=\"user\",name=\"ada\",resource=\"jobs\"} 2"));
+  EXPECT_EQ(m.find("gpuslice_quota_limit{scope=\"user\",name=\"ada\",resource=\"gpus\"}"),
+            std::string::npos)
+      << "a limit not set has no series";
+  EXPECT_TRUE(Has(m,
+                  "gpuslice_quota_used{scope=\"user\",name=\"ada\",resource=\"memory_bytes\"} "
+                  "8589934592"));
+  EXPECT_TRUE(Has(m, "gpuslice_quota_used{scope=\"user\",name=\"ada\",resource=\"jobs\"} 1"));
 }
 
 TEST_F(MetricsTest, EveryDeclaredFamilyIsRenderedWithHelpAndTypeAndNoOther) {

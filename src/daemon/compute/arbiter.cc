@@ -59,7 +59,8 @@ class GpuArbiter {
     uint32_t mode = bd::kModeHard;
     uint32_t priority = 1;
     bool paused = false;
-    shim::SliceView state;  // Tokens, virtual time, charge, idle time.
+    bool shareless = false;  // Registered without a share of its own (SliceView::shareless).
+    shim::SliceView state;   // Tokens, virtual time, charge, idle time.
     uint32_t doorbell_seen = 0;
     bool doorbell_broken = false;  // The file was truncated: not waited on.
     uint64_t contended_ns = 0;     // Another slice waited for its turn (ContendedNs).
@@ -115,6 +116,7 @@ class GpuArbiter {
       e.mode = b.mode.load() == bd::kModeWorkConserving ? bd::kModeWorkConserving : bd::kModeHard;
       e.priority = std::min<uint32_t>(b.priority.load(), 2);
       e.paused = (b.flags.load() & bd::kSlicePaused) != 0;
+      e.shareless = (b.flags.load() & bd::kSliceNoShare) != 0;
       e.state.tokens_ns = b.tokens_ns.load();
       e.state.vtime = b.vtime.load();
       e.state.charged_ns = b.charged_ns.load();
@@ -191,6 +193,7 @@ class GpuArbiter {
     e.mode = limits.work_conserving ? bd::kModeWorkConserving : bd::kModeHard;
     e.priority = uint32_t(limits.priority);
     e.paused = limits.launches_paused;
+    e.shareless = limits.no_share;
     e.state.distrusted |= distrusted;
     bd::BoardSlice& b = board_slice(uint32_t(at));
     b.share_milli.store(e.share_milli, std::memory_order_relaxed);
@@ -242,6 +245,7 @@ class GpuArbiter {
       v.mode = e.mode == bd::kModeWorkConserving ? shim::coord::kModeWorkConserving
                                                  : shim::coord::kModeHard;
       v.priority = e.priority;
+      v.shareless = e.shareless;
     }
     // Who waited for the GPU since the last decision, as the previous one
     // left it (the reports just read say who waits from now on): a slice
@@ -284,6 +288,7 @@ class GpuArbiter {
       e.state.host_wall_ns = v.host_wall_ns;
       e.state.host_gpu_ns = v.host_gpu_ns;
       e.state.host_measured_ns = v.host_measured_ns;
+      e.state.woke_ns = v.woke_ns;
       bd::BoardSlice& b = board_slice(i);
       b.tokens_ns.store(v.tokens_ns, std::memory_order_relaxed);
       b.vtime.store(v.vtime, std::memory_order_relaxed);
@@ -347,7 +352,8 @@ class GpuArbiter {
 
   // The board's flags of a slice.
   static uint32_t SliceFlags(const Entry& e) {
-    return (e.paused ? bd::kSlicePaused : 0) | (e.state.corun ? bd::kSliceCoRun : 0);
+    return (e.paused ? bd::kSlicePaused : 0) | (e.state.corun ? bd::kSliceCoRun : 0) |
+           (e.shareless ? bd::kSliceNoShare : 0);
   }
 
   // Writes the turn; on a change (or one of who co-runs, `corun_changed`),

@@ -32,7 +32,10 @@ Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns
   alignas(64) unsigned char buf[bd::kMembersSize];
   Report r;
   const ssize_t n = pread(m.fd, buf, sizeof(buf), 0);
-  if (n < ssize_t(bd::kMembersSlotsOffset)) return r;  // Truncated: nobody.
+  if (n < ssize_t(bd::kMembersSlotsOffset)) {  // Truncated: nobody, reporting nothing.
+    r.gpu_time = false;
+    return r;
+  }
   r.doorbell = Field<uint32_t>(buf, bd::kDoorbellOffset);
   for (uint32_t i = 0; i < bd::kMembersPerSlice; ++i) {
     const size_t at = bd::kMembersSlotsOffset + size_t{i} * bd::kMemberSlotSize;

@@ -30,6 +30,7 @@ class ArbiterRegionStore : public RegionStore {
   // full, say), the region is removed again and the error returned: a share
   // that nothing would enforce is not handed out.
   core::Result<std::string> Create(const SliceLimits& limits) override;
+  core::Status CheckRoom() override { return inner_.CheckRoom(); }
   core::Status Remove(const std::string& path) override;
   bool Exists(const std::string& path) override { return inner_.Exists(path); }
   core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override {

@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "daemon/compute/arbiter_members.h"
 #include "daemon/compute/arbiter_test_fixture.h"
 #include "shim/coord.h"
 #include "shim/coord_board.h"
@@ -217,6 +218,26 @@ TEST_F(ArbiterTest, ASliceThatTruncatesItsMembersFileOnlyLosesItsOwnTurns) {
   auto [a, b] = Victims(options_, cut);
   EXPECT_GE(a, 0.38);
   EXPECT_GE(b, 0.38);
+}
+
+// Issue 36 (found by fuzz/slice_reports_fuzz): a members file cut shorter
+// than its header read as "every member reports GPU time" with no member
+// live; whatever is left of a file, no live member means nothing reported.
+TEST(ArbiterMembers, AMembersFileCutShortReportsNothingAtAll) {
+  MembersHandle m;
+  m.fd = int(syscall(SYS_memfd_create, "members", 0u));
+  ASSERT_GE(m.fd, 0);
+  GpuSeen seen[shim::board::kMembersPerSlice] = {};
+  for (off_t size : {off_t(0), off_t(100), off_t(shim::board::kMembersSlotsOffset - 1),
+                     off_t(shim::board::kMembersSlotsOffset), off_t(shim::board::kMembersSize)}) {
+    SCOPED_TRACE(size);
+    ASSERT_EQ(ftruncate(m.fd, size), 0);
+    Report r = ReadReport(m, 0, 1'000'000'000, seen);
+    EXPECT_FALSE(r.live);
+    EXPECT_FALSE(r.gpu_time);
+    EXPECT_FALSE(r.waiting || r.inflight);
+    EXPECT_EQ(r.gpu_ns, 0u);
+  }
 }
 
 // The share and the priority are the daemon's: nothing in the members file
@@ -559,7 +580,7 @@ CoRunResult RunLoops(const ArbiterOptions& options, const std::vector<uint32_t>&
   return out;
 }
 
-TEST_F(ArbiterTest, Issue19SlicesThatLeaveTheGpuIdleCoRunBesideTheHolder) {
+TEST_F(ArbiterTest, SlicesThatLeaveTheGpuIdleCoRunBesideTheHolder) {
   CoRunResult r = RunLoops(options_, {300, 700}, {0.25, 0.25});
   EXPECT_NEAR(r.used[0], 0.25, 0.01);
   EXPECT_NEAR(r.used[1], 0.25, 0.01);

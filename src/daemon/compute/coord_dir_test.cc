@@ -39,7 +39,7 @@ TEST_F(CoordDirTest, TheDirectoryIsTheDaemonsAndWritableByNobodyElse) {
 
 // Issue 13: the 02770 directory of the socket's group let any member of the
 // group write every slice's coordination file.
-TEST_F(CoordDirTest, Issue13AGroupWritableDirectoryAndItsSharedFilesAreTakenBack) {
+TEST_F(CoordDirTest, AGroupWritableDirectoryAndItsSharedFilesAreTakenBack) {
   std::string path = dir_ + "/coord";
   ASSERT_EQ(mkdir(path.c_str(), 0700), 0);
   ASSERT_EQ(chmod(path.c_str(), 02777), 0);

@@ -1,16 +1,23 @@
 #include "daemon/compute/region_store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
 #include "daemon/base/log.h"
 #include "daemon/launch/launcher.h"
+#include "shim/allocate_file.h"
+#include "shim/coord_board_layout.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
+#include "shim/region_snapshot.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -47,6 +54,108 @@ core::Status RemoveSliceDir(const std::string& dir) {
   if (ec) return core::InternalError("remove slice " + dir + ": " + ec.message());
   return core::Status::Ok();
 }
+
+// A job's region, opened for the daemon's few writes into it (an older
+// daemon's slice's controls, a moved device's name): never mapped, so a job
+// that shrinks its file under the daemon makes a write fail or extend the
+// file, never fault (issue 36). O_NONBLOCK: a lease the job holds answers at
+// once instead of after the lease-break time.
+class JobRegionFile {
+ public:
+  explicit JobRegionFile(std::string path) : path_(std::move(path)) {
+    fd_ = open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    err_ = fd_ < 0 ? errno : 0;
+  }
+  ~JobRegionFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  JobRegionFile(const JobRegionFile&) = delete;
+  JobRegionFile& operator=(const JobRegionFile&) = delete;
+
+  // What the job reports now (its header and devices), from this file.
+  core::Result<shim::RegionSnapshot> Devices() const {
+    if (fd_ < 0) return ErrnoError(err_, "open slice region " + path_);
+    return shim::RegionSnapshot::ReadFrom(fd_, path_, shim::RegionSnapshot::Part::kDevices);
+  }
+  // One field, with one pwrite(2): the shim reads each with one atomic load.
+  template <typename T>
+  core::Status Write(uint64_t offset, T value) const {
+    const ssize_t n = pwrite(fd_, &value, sizeof value, off_t(offset));
+    if (n == ssize_t(sizeof value)) return core::Status::Ok();
+    return ErrnoError(n < 0 ? errno : EIO, "write slice region " + path_);
+  }
+  core::Status WriteBytes(uint64_t offset, const void* data, size_t size) const {
+    const ssize_t n = pwrite(fd_, data, size, off_t(offset));
+    if (n == ssize_t(size)) return core::Status::Ok();
+    return ErrnoError(n < 0 ? errno : EIO, "write slice region " + path_);
+  }
+  // limits_generation + 1, after the fields it announces (the shim reads
+  // them after an acquire load of it). The daemon is the only writer of
+  // the generation of its slices; a job that writes it fools only itself.
+  core::Status BumpGeneration(const shim::RegionSnapshot& before) const {
+    return Write<uint64_t>(offsetof(shim::layout::RegionHeader, limits_generation),
+                           before.limits_generation() + 1);
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int err_ = 0;
+};
+
+// An older daemon's slice: its processes have no limits page and follow the
+// controls in their region, so a live change is written there, field by
+// field, in the order Region::SetComputeShare stores them (mode and priority
+// before the share), then the generation.
+core::Status WriteLegacyControls(const std::string& path, const SliceLimits& limits) {
+  namespace l = shim::layout;
+  JobRegionFile file(path);
+  GPUSLICE_ASSIGN_OR_RETURN(shim::RegionSnapshot now, file.Devices());
+  for (const std::string& uuid : limits.uuids) {
+    GPUSLICE_ASSIGN_OR_RETURN(uint32_t i, now.FindDevice(uuid));
+    auto at = [i](size_t field) { return shim::DeviceFieldOffset(i, field); };
+    GPUSLICE_RETURN_IF_ERROR(file.Write<uint64_t>(at(offsetof(l::DeviceEntry, limit_bytes)),
+                                                  limits.memory_bytes_per_device));
+    GPUSLICE_RETURN_IF_ERROR(file.Write<uint32_t>(at(offsetof(l::DeviceEntry, compute_mode)),
+                                                  limits.work_conserving ? 2u : 0u));
+    GPUSLICE_RETURN_IF_ERROR(file.Write<uint32_t>(at(offsetof(l::DeviceEntry, priority)),
+                                                  uint32_t(limits.priority) + 1));
+    GPUSLICE_RETURN_IF_ERROR(file.Write<uint32_t>(at(offsetof(l::DeviceEntry, compute_share_milli)),
+                                                  limits.compute_milli));
+    GPUSLICE_RETURN_IF_ERROR(file.Write<uint32_t>(at(offsetof(l::DeviceEntry, launches_paused)),
+                                                  limits.launches_paused ? 1u : 0u));
+  }
+  return file.BumpGeneration(now);
+}
+
+// The region's copy of a moved slice's device names (Region::RenameDevice's
+// rules, by pwrite).
+core::Status RenameRegionDevices(const std::string& path,
+                                 const std::vector<std::pair<std::string, std::string>>& pairs) {
+  JobRegionFile file(path);
+  for (const auto& [from, to] : pairs) {
+    if (to.empty() || to.size() >= shim::layout::kUuidBytes) {
+      return core::InvalidArgumentError("bad device UUID '" + to + "'");
+    }
+    GPUSLICE_ASSIGN_OR_RETURN(shim::RegionSnapshot now, file.Devices());
+    GPUSLICE_ASSIGN_OR_RETURN(uint32_t i, now.FindDevice(from));
+    if (shim::SameUuid(from, to)) continue;
+    if (now.FindDevice(to).ok()) {
+      return core::AlreadyExistsError("device " + to + " is part of slice " + path + " already");
+    }
+    char name[shim::layout::kUuidBytes] = {};
+    std::memcpy(name, to.data(), to.size());
+    GPUSLICE_RETURN_IF_ERROR(file.WriteBytes(
+        shim::DeviceFieldOffset(i, offsetof(shim::layout::DeviceEntry, uuid)), name, sizeof name));
+    GPUSLICE_RETURN_IF_ERROR(file.BumpGeneration(now));
+  }
+  return core::Status::Ok();
+}
+
+// What one slice takes on the state disk, all of it allocated at creation:
+// the region, the limits page, the members file (the compute arbiter's).
+constexpr uint64_t kSliceBytes =
+    shim::layout::kRegionSize + shim::layout::kLimitsPageSize + shim::board::kMembersSize;
 
 }  // namespace
 
@@ -114,6 +223,9 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
   const std::string path = dir + "/" + kRegionName;
   auto region = shim::Region::Create(path, options);
   if (!region.ok()) return fail(region.status().WithContext("create slice region " + path));
+  // The daemon's mapping goes before the file becomes the job's: from here
+  // on it reads the region only as a copy (shim::RegionSnapshot).
+  region->reset();
   if (root && chown(path.c_str(), limits.uid,
                     limits.shared_gid != 0 ? limits.shared_gid : limits.gid) != 0) {
     return fail(ErrnoError(errno, "chown slice region " + path));
@@ -138,14 +250,15 @@ core::Status ShimRegionStore::Remove(const std::string& path) {
 bool ShimRegionStore::Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& path) {
-  auto region = shim::Region::Open(path);
+  // A copy, never a mapping: the region is the job's file (issue 36).
+  auto region = shim::RegionSnapshot::Read(path, shim::RegionSnapshot::Part::kDevices);
   if (!region.ok()) return region.status();
   const std::string limits_path = LimitsPathOf(path);
   std::vector<SliceUsage> out;
   if (limits_path.empty()) {
     // An older daemon's slice: its only limits are in the job's file, which
     // decides nothing here.
-    for (const shim::DeviceUsage& d : (*region)->Devices()) {
+    for (const shim::DeviceUsage& d : region->Devices()) {
       SliceUsage u;
       u.uuid = d.uuid;
       u.limit_bytes = shim::layout::kUnlimited;
@@ -165,7 +278,7 @@ core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& 
   // The devices are the ones the daemon gave the slice (its page), whatever
   // the job wrote into its region's device list; the numbers beside them
   // are what the job's processes report.
-  const std::vector<shim::DeviceUsage> reported = (*region)->Devices();
+  const std::vector<shim::DeviceUsage> reported = region->Devices();
   for (const shim::DeviceControls& c : decided) {
     SliceUsage u;
     u.uuid = c.uuid;
@@ -184,10 +297,10 @@ core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& 
 }
 
 core::Result<std::vector<int32_t>> ShimRegionStore::Pids(const std::string& path) {
-  auto region = shim::Region::Open(path);
+  auto region = shim::RegionSnapshot::Read(path, shim::RegionSnapshot::Part::kAll);
   if (!region.ok()) return region.status();
   std::vector<int32_t> out;
-  for (const shim::ProcessUsage& p : (*region)->Processes()) out.push_back(p.pid);
+  for (const shim::ProcessUsage& p : region->Processes()) out.push_back(p.pid);
   return out;
 }
 
@@ -203,20 +316,7 @@ core::Status ShimRegionStore::Update(const std::string& path, const SliceLimits&
   }
   // An older daemon's slice: its processes have no limits page and follow
   // their region, so that is where a change must go to reach them.
-  auto region = shim::Region::Open(path);
-  if (!region.ok()) return region.status().WithContext("open slice region " + path);
-  const shim::ComputeMode mode =
-      limits.work_conserving ? shim::ComputeMode::kWorkConserving : shim::ComputeMode::kHard;
-  for (const std::string& uuid : limits.uuids) {
-    GPUSLICE_RETURN_IF_ERROR(
-        (*region)->SetLimit(uuid, limits.memory_bytes_per_device).WithContext(path));
-    GPUSLICE_RETURN_IF_ERROR(
-        (*region)->SetComputeShare(uuid, limits.compute_milli, mode, limits.priority)
-            .WithContext(path));
-    GPUSLICE_RETURN_IF_ERROR(
-        (*region)->SetLaunchesPaused(uuid, limits.launches_paused).WithContext(path));
-  }
-  return core::Status::Ok();
+  return WriteLegacyControls(path, limits).WithContext("update slice region " + path);
 }
 
 core::Status ShimRegionStore::Move(const std::string& path,
@@ -242,11 +342,7 @@ core::Status ShimRegionStore::Move(const std::string& path,
   // The region's copy of the names: what the job's processes match NVML's
   // answers and their usage reports against. It decides nothing, so a
   // region the job broke only costs it those reports.
-  auto region = shim::Region::Open(path);
-  core::Status renamed = region.status();
-  for (size_t i = 0; renamed.ok() && i < pairs.size(); ++i) {
-    renamed = (*region)->RenameDevice(pairs[i].first, pairs[i].second);
-  }
+  core::Status renamed = RenameRegionDevices(path, pairs);
   if (!renamed.ok()) LogWarn("slice " + path + ": moved, but its region: " + renamed.message());
   return core::Status::Ok();
 }
@@ -255,9 +351,9 @@ core::Result<std::vector<std::string>> ShimRegionStore::Devices(const std::strin
   const std::string limits_path = LimitsPathOf(path);
   std::vector<std::string> out;
   if (limits_path.empty()) {
-    auto region = shim::Region::Open(path);
+    auto region = shim::RegionSnapshot::Read(path, shim::RegionSnapshot::Part::kDevices);
     if (!region.ok()) return region.status();
-    for (const shim::DeviceUsage& d : (*region)->Devices()) out.push_back(d.uuid);
+    for (const shim::DeviceUsage& d : region->Devices()) out.push_back(d.uuid);
     return out;
   }
   GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](shim::LimitsPage& page) {
@@ -265,6 +361,27 @@ core::Result<std::vector<std::string>> ShimRegionStore::Devices(const std::strin
     return core::Status::Ok();
   }));
   return out;
+}
+
+core::Status ShimRegionStore::CheckRoom() {
+  // Cheap while the disk stays full (one statvfs, nothing written); the
+  // probe then proves the room the way a slice takes it.
+  if (mkdir(dir_.c_str(), 0711) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "create slice directory " + dir_);
+  }
+  struct statvfs fs {};
+  if (statvfs(dir_.c_str(), &fs) == 0 && uint64_t(fs.f_bavail) * fs.f_frsize < kSliceBytes) {
+    return ErrnoError(ENOSPC, "no room for a slice in " + dir_);
+  }
+  const std::string probe = dir_ + "/.room-probe";
+  unlink(probe.c_str());
+  int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return ErrnoError(errno, "probe room for a slice in " + dir_);
+  const int err = shim::AllocateFile(fd, kSliceBytes);
+  close(fd);
+  unlink(probe.c_str());
+  if (err != 0) return ErrnoError(err, "no room for a slice in " + dir_);
+  return core::Status::Ok();
 }
 
 core::Status ShimRegionStore::WithPage(const std::string& limits_path,

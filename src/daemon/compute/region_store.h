@@ -51,6 +51,10 @@ struct SliceLimits {
   // root's, of this group, mode 0660, and the limits page names the group
   // so the shim accepts them (limits_layout.h). 0: none.
   uint32_t shared_gid = 0;
+  // A part of a GPU asked for without a compute share: it takes turns at
+  // the smallest share (compute_milli), work-conserving, and any slice with
+  // a share takes the GPU from it on demand (shim::SliceView::shareless).
+  bool no_share = false;
 };
 
 // One device of a slice: what the job's processes report, plus the limit
@@ -72,7 +76,11 @@ class RegionStore {
   virtual ~RegionStore() = default;
   // Creates the job's slice (its limits page and its region); returns the
   // region's path (for GPUSLICE_SLICE).
+  // ResourceExhausted when the state disk has no room for it (ENOSPC): the
+  // slice is then not made at all, and CheckRoom says when it may be.
   virtual core::Result<std::string> Create(const SliceLimits& limits) = 0;
+  // Whether a slice would fit on the state disk now: Ok, or why not.
+  virtual core::Status CheckRoom() { return core::Status::Ok(); }
   // Removes the slice whose region is `path`, limits page included.
   virtual core::Status Remove(const std::string& path) = 0;
   virtual bool Exists(const std::string& path) = 0;
@@ -151,6 +159,8 @@ class ShimRegionStore : public RegionStore {
   explicit ShimRegionStore(std::string dir);
   ~ShimRegionStore() override;
   core::Result<std::string> Create(const SliceLimits& limits) override;
+  // Probes with a file of a slice's size, allocated, then removed.
+  core::Status CheckRoom() override;
   core::Status Remove(const std::string& path) override;
   bool Exists(const std::string& path) override;
   core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override;
@@ -184,6 +194,7 @@ class ShimRegionStore : public RegionStore {
 class FakeRegionStore : public RegionStore {
  public:
   core::Result<std::string> Create(const SliceLimits& limits) override {
+    if (!room.ok()) return room;
     std::string path = "/fake/slice-" + std::to_string(limits.job_id);
     regions[path] = limits;
     return path;
@@ -192,6 +203,7 @@ class FakeRegionStore : public RegionStore {
     if (regions.erase(path) == 0) return core::NotFoundError("no region " + path);
     return core::Status::Ok();
   }
+  core::Status CheckRoom() override { return room; }
   bool Exists(const std::string& path) override { return regions.count(path) > 0; }
   core::Result<std::vector<SliceUsage>> Usage(const std::string& path) override {
     auto it = regions.find(path);
@@ -264,6 +276,8 @@ class FakeRegionStore : public RegionStore {
   }
 
   std::map<std::string, SliceLimits> regions;
+  // Set by tests: not Ok, a full state disk (Create and CheckRoom fail with it).
+  core::Status room;
   // Set by tests: per region, the arbiter's contended time (ContendedNs).
   std::map<std::string, uint64_t> contended;
   std::map<std::string, uint64_t> waited;   // Likewise, WaitedNs.

@@ -3,11 +3,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -336,11 +338,132 @@ TEST_F(ShimRegionStoreTest, AnOlderDaemonsSliceFileIsStillReadUpdatedAndRemoved)
   SliceLimits l = Limits(5, {"GPU-aaaa"});
   l.memory_bytes_per_device = 2 * core::kGiB;
   l.launches_paused = true;
+  l.compute_milli = 300;
+  l.work_conserving = true;
+  l.priority = core::Priority::kHigh;
+  const uint64_t generation = (*old)->header().limits_generation.load();
   ASSERT_TRUE(store.Update(path, l).ok());
   EXPECT_EQ((*old)->LimitOf(0), 2 * core::kGiB);
   EXPECT_TRUE((*old)->LaunchesPausedOf(0));
+  EXPECT_EQ((*old)->ShareOf(0), 300u);
+  EXPECT_EQ((*old)->ModeOf(0), 2u);
+  EXPECT_EQ((*old)->PriorityOf(0), uint32_t(core::Priority::kHigh) + 1);
+  EXPECT_EQ((*old)->header().limits_generation.load(), generation + 1);
+  auto devices = store.Devices(path);
+  ASSERT_TRUE(devices.ok());
+  EXPECT_EQ(*devices, std::vector<std::string>{"GPU-aaaa"});
   ASSERT_TRUE(store.Remove(path).ok());
   EXPECT_FALSE(store.Exists(path));
+}
+
+TEST_F(ShimRegionStoreTest, AMoveRenamesTheDeviceInThePageAndInTheJobsRegion) {
+  ShimRegionStore store(dir_ + "/slices");
+  auto path = store.Create(Limits(4, {"GPU-aaaa", "GPU-bbbb"}));
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  auto region = shim::Region::Open(*path);
+  ASSERT_TRUE(region.ok());
+  const uint64_t generation = (*region)->header().limits_generation.load();
+  ASSERT_TRUE(store.Move(*path, {{"GPU-aaaa", "GPU-cccc"}}, Limits(4, {})).ok());
+  auto devices = store.Devices(*path);
+  ASSERT_TRUE(devices.ok());
+  EXPECT_EQ(*devices, std::vector<std::string>({"GPU-cccc", "GPU-bbbb"}));
+  // The region keeps the entry's index (its counters go on) under the new name.
+  EXPECT_EQ(*(*region)->FindDevice("GPU-cccc"), 0u);
+  EXPECT_FALSE((*region)->FindDevice("GPU-aaaa").ok());
+  EXPECT_EQ((*region)->header().limits_generation.load(), generation + 1);
+  // Onto a device the slice has already: refused, nothing renamed.
+  EXPECT_FALSE(store.Move(*path, {{"GPU-cccc", "GPU-bbbb"}}, Limits(4, {})).ok());
+  EXPECT_EQ(*store.Devices(*path), std::vector<std::string>({"GPU-cccc", "GPU-bbbb"}));
+}
+
+// Issue 36: the daemon read a job's region through a mapping; a job that
+// shrank and regrew its file in a loop killed it (SIGBUS) within seconds,
+// and the restarted daemon in the same second. Every call the daemon makes
+// on a slice, while the job's user does exactly that, in a child "daemon"
+// process so that a fault fails the test rather than ending it. Whatever the
+// file holds at each moment is a report or "no report".
+TEST_F(ShimRegionStoreTest, AJobThatTruncatesItsRegionInALoopNeverFaultsTheDaemon) {
+  ShimRegionStore store(dir_ + "/slices");
+  const bool root = geteuid() == 0;
+  SliceLimits l = Limits(8, {"GPU-aaaa"});
+  if (root) l.uid = l.gid = kJobUid;
+  auto path = store.Create(l);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  std::string header(shim::layout::kHeaderSize, '\0');
+  {
+    std::ifstream in(*path, std::ios::binary);
+    in.read(header.data(), std::streamsize(header.size()));
+  }
+  pid_t attacker = fork();
+  ASSERT_GE(attacker, 0);
+  if (attacker == 0) {
+    // The job's user, on its own file: shrink, regrow, header back.
+    int fd = open(path->c_str(), O_RDWR);
+    if (fd < 0) _exit(101);
+    if (root && (setgid(kJobUid) != 0 || setuid(kJobUid) != 0)) _exit(100);
+    while (true) {  // Until killed.
+      if (ftruncate(fd, 0) != 0 || ftruncate(fd, shim::layout::kRegionSize) != 0 ||
+          pwrite(fd, header.data(), header.size(), 0) != ssize_t(header.size())) {
+        _exit(102);
+      }
+    }
+  }
+  pid_t daemon = fork();
+  ASSERT_GE(daemon, 0);
+  if (daemon == 0) {
+    int reports = 0, none = 0;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (std::chrono::steady_clock::now() < end) {
+      auto usage = store.Usage(*path);
+      auto pids = store.Pids(*path);
+      (usage.ok() ? reports : none) += 1;
+      (void)store.Devices(*path);
+      (void)store.Update(*path, l);
+    }
+    // Both outcomes were seen: the loop did race the reads.
+    _exit(reports > 0 && none > 0 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(daemon, &status, 0), daemon);
+  kill(attacker, SIGKILL);
+  int attacker_status = 0;
+  waitpid(attacker, &attacker_status, 0);
+  ASSERT_TRUE(WIFSIGNALED(attacker_status) && WTERMSIG(attacker_status) == SIGKILL)
+      << "the attacker itself stopped early (exit " << WEXITSTATUS(attacker_status) << ")";
+  ASSERT_TRUE(WIFEXITED(status)) << "the daemon's side died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "no report, or no failure, was ever seen";
+}
+
+// Issue 36, item 3: where the state disk has no room, Create says so and
+// leaves nothing behind, and CheckRoom tells when there is room again.
+TEST_F(ShimRegionStoreTest,
+       OnAFullStateDiskCreateIsResourceExhaustedAndCheckRoomSeesTheRoomReturn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const std::string disk = dir_ + "/disk";
+  ASSERT_EQ(mkdir(disk.c_str(), 0755), 0);
+  ASSERT_EQ(mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=4m"), 0) << strerror(errno);
+  struct Unmount {
+    std::string at;
+    ~Unmount() { umount2(at.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  ShimRegionStore store(disk + "/slices");
+  EXPECT_TRUE(store.CheckRoom().ok());
+  {
+    std::ofstream fill(disk + "/fill");
+    std::string block(64 << 10, 'x');
+    while (fill.write(block.data(), std::streamsize(block.size()))) {
+    }
+  }
+  core::Status room = store.CheckRoom();
+  EXPECT_EQ(room.code(), core::StatusCode::kResourceExhausted) << room.ToString();
+  auto path = store.Create(Limits(3, {"GPU-aaaa"}));
+  ASSERT_FALSE(path.ok());
+  EXPECT_EQ(path.status().code(), core::StatusCode::kResourceExhausted) << path.status().ToString();
+  EXPECT_NE(path.status().message().find(strerror(ENOSPC)), std::string::npos);
+  EXPECT_FALSE(fs::exists(disk + "/slices/job-3"));
+  ASSERT_TRUE(fs::remove(disk + "/fill"));
+  EXPECT_TRUE(store.CheckRoom().ok());
+  EXPECT_TRUE(store.Create(Limits(3, {"GPU-aaaa"})).ok());
 }
 
 }  // namespace

@@ -41,6 +41,11 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (key == "state_dir") return path(&c->state_dir);
   if (key == "shim") return path(&c->shim);
   if (key == "sim_lib_dir") return path(&c->sim_lib_dir);
+  if (key == "driver_root") {
+    GPUSLICE_RETURN_IF_ERROR(path(&c->driver_root));
+    while (c->driver_root.size() > 1 && c->driver_root.back() == '/') c->driver_root.pop_back();
+    return core::Status::Ok();
+  }
   if (key == "cdi_dir") {
     if (v.empty()) {  // No CDI specs.
       c->cdi_dir.clear();
@@ -142,6 +147,21 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
     GPUSLICE_ASSIGN_OR_RETURN(c->compute_corun, ParseBool(key, v));
     return core::Status::Ok();
   }
+  if (key == "compute_handoff") {
+    GPUSLICE_ASSIGN_OR_RETURN(c->compute_handoff, ParseBool(key, v));
+    return core::Status::Ok();
+  }
+  if (key == "compute_quantum") {
+    auto d = core::ParseDuration(v);
+    if (!d.ok()) return d.status().WithContext("compute_quantum");
+    // Below a millisecond a hand-over costs more than the turn it serves;
+    // above the longest turn (20 ms) there is no hand-off left.
+    if (d->count() < 1 || d->count() > 20) {
+      return core::InvalidArgumentError("compute_quantum: from 1ms to 20ms, got '" + v + "'");
+    }
+    c->compute_quantum_ms = d->count();
+    return core::Status::Ok();
+  }
   if (key == "cgroups") {
     GPUSLICE_ASSIGN_OR_RETURN(c->cgroups, ParseBool(key, v));
     return core::Status::Ok();
@@ -220,6 +240,20 @@ core::Status ApplyConfigValue(DaemonConfig* c, std::string_view key, std::string
   if (key == "body_timeout") return duration(&c->body_timeout_ms);
   if (key == "idle_timeout") return duration(&c->idle_timeout_ms);
   if (key == "ledger_retry") return duration(&c->ledger_retry_ms);
+  if (key == "sample_interval") {
+    GPUSLICE_RETURN_IF_ERROR(duration(&c->sample_interval_ms));
+    if (c->sample_interval_ms < 100 || c->sample_interval_ms > 60'000) {
+      return core::InvalidArgumentError("sample_interval: from 100ms to 1m, got '" + v + "'");
+    }
+    return core::Status::Ok();
+  }
+  if (key == "suspend_lock_timeout") {
+    GPUSLICE_RETURN_IF_ERROR(duration(&c->suspend_lock_timeout_ms));
+    if (c->suspend_lock_timeout_ms > 3'600'000) {
+      return core::InvalidArgumentError("suspend_lock_timeout: at most 1h, got '" + v + "'");
+    }
+    return core::Status::Ok();
+  }
   bool policy_key = false;
   GPUSLICE_RETURN_IF_ERROR(ApplyPolicyValue(&c->rules, key, value, &policy_key));
   if (policy_key) return core::Status::Ok();

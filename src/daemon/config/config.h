@@ -38,6 +38,12 @@ struct DaemonConfig {
   GpuSourceMode gpu_source = GpuSourceMode::kAuto;
   std::string shim;                // "" = <bindir>/../lib/libgpuslice.so
   std::string sim_lib_dir;         // "" = <bindir>/../lib/sim
+  // The host's NVIDIA driver root as the daemon sees it: "/" on the host; a
+  // daemon in a container mounts the host's root (or a driver container's)
+  // read-only elsewhere and names that here. NVML and the CUDA driver are
+  // loaded from the library folders under it, and CDI specs name the
+  // driver's libraries by their paths below it (the host's).
+  std::string driver_root = "/";
   // Where CDI specs of running jobs are written for container engines
   // (docs/CONTAINERS.md); "" writes none.
   std::string cdi_dir = "/var/run/cdi";
@@ -70,15 +76,25 @@ struct DaemonConfig {
   // A failed ledger write (disk full) is retried this often; the daemon leaves
   // degraded mode when one succeeds.
   int64_t ledger_retry_ms = 2'000;
+  // How often usage is sampled (NVML, every slice's reports) and the
+  // watchdog, idle reclaim and audit act on it.
+  int64_t sample_interval_ms = 1'000;
   // Job cgroups (docs/DAEMON.md): on unless turned off; `<hierarchy
   // root>/<cgroup_base>/job-<id>`. One daemon per base: "" = "gpuslice" for
   // the default state_dir, else "gpuslice-<hash of state_dir>".
   bool cgroups = true;
   std::string cgroup_base;
   uint64_t max_log_bytes = 1ull << 30;  // Per job log file; 0 = no cap.
+  // How long a suspension waits for a process's GPU work in flight.
+  int64_t suspend_lock_timeout_ms = 10'000;
   // Slices whose work leaves the GPU mostly idle launch beside the holder of
   // the turn (docs/COMPUTE.md, "Co-running"); off: exclusive turns only.
   bool compute_corun = true;
+  // Hand-off on demand (docs/COMPUTE.md, "What a share guarantees"): a
+  // slice back from idle within its share takes the GPU from a busy holder
+  // of its priority once the holder has had `compute_quantum_ms`.
+  bool compute_handoff = true;
+  int64_t compute_quantum_ms = 1;
 };
 
 // Applies `key = value` (as in the file or a --set flag) to `config`.

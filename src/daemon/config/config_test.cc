@@ -50,11 +50,39 @@ TEST(Config, CgroupsAndTheLogCapHaveDefaultsAndCheckedValues) {
   }
 }
 
+TEST(Config, ComputeHandOffIsOnWithAMillisecondQuantumAndTakesCheckedValues) {
+  DaemonConfig c;
+  EXPECT_TRUE(c.compute_handoff);
+  EXPECT_EQ(c.compute_quantum_ms, 1);
+  EXPECT_TRUE(ApplyConfigValue(&c, "compute_handoff", "off").ok());
+  EXPECT_FALSE(c.compute_handoff);
+  EXPECT_TRUE(ApplyConfigValue(&c, "compute_quantum", "5ms").ok());
+  EXPECT_EQ(c.compute_quantum_ms, 5);
+  for (const char* bad : {"0", "500us", "21ms", "1s", "soon"}) {
+    core::Status s = ApplyConfigValue(&c, "compute_quantum", bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("compute_quantum"), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(c.compute_quantum_ms, 5);
+}
+
 TEST(Config, MetricsListenIsOffByDefaultAndTakesHostPort) {
   DaemonConfig config;
   EXPECT_EQ(config.metrics_listen, "");
   ASSERT_TRUE(ParseConfigText("metrics_listen = 127.0.0.1:0\n", "t.conf", &config).ok());
   EXPECT_EQ(config.metrics_listen, "127.0.0.1:0");
+}
+
+TEST(Config, TheDriverRootIsTheHostsRootByDefaultAndAnAbsolutePath) {
+  DaemonConfig c;
+  EXPECT_EQ(c.driver_root, "/");
+  ASSERT_TRUE(ParseConfigText("driver_root = /driver-root/\n", "t.conf", &c).ok());
+  EXPECT_EQ(c.driver_root, "/driver-root");
+  EXPECT_TRUE(ApplyConfigValue(&c, "driver_root", "/").ok());
+  EXPECT_EQ(c.driver_root, "/");
+  auto s = ApplyConfigValue(&c, "driver_root", "driver-root");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("driver_root"), std::string::npos) << s.message();
 }
 
 TEST(Config, ErrorsNameTheLineAndTheValue) {
@@ -186,7 +214,7 @@ TEST(Config, PolicyErrorsNameTheSetting) {
 }
 
 }  // namespace
-TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
+TEST(Config, LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
   DaemonConfig c;
   EXPECT_EQ(c.max_request_bytes, 1u << 20);
   EXPECT_EQ(c.max_queued_jobs_per_user, 500u);
@@ -194,7 +222,7 @@ TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
                               "max_argv_bytes = 8KiB\nmax_queued_jobs_per_user = 20\n"
                               "header_timeout = 2s\nbody_timeout = 5s\nidle_timeout = 1m\n"
                               "max_connections = 100\nmax_connections_per_peer = 10\n"
-                              "ledger_retry = 500ms\n",
+                              "ledger_retry = 500ms\nsample_interval = 100ms\n",
                               "f", &c)
                   .ok());
   EXPECT_EQ(c.max_request_bytes, 2u << 20);
@@ -206,6 +234,8 @@ TEST(Config, Issue13LimitsAndTimeoutsHaveDefaultsAndTakeUnits) {
   EXPECT_EQ(c.max_connections, 100u);
   EXPECT_EQ(c.max_connections_per_peer, 10u);
   EXPECT_EQ(c.ledger_retry_ms, 500);
+  EXPECT_EQ(c.sample_interval_ms, 100);
+  EXPECT_EQ(DaemonConfig().sample_interval_ms, 1000);
   for (const char* bad : {"max_request_bytes = 1", "max_queued_jobs_per_user = 0",
                           "header_timeout = 0s", "max_connections = lots"}) {
     core::Status s = ParseConfigText(bad, "f", &c);

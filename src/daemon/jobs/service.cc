@@ -27,7 +27,8 @@ using core::JobState;
 using core::Result;
 using core::Status;
 
-std::string RedactEnvironment(std::string text, const std::vector<std::string>& env) {
+std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
+                              std::string_view owner) {
   if (text.size() < 6) return text;  // Nothing to find; most reasons are empty.
   for (const std::string& e : env) {
     size_t eq = e.find('=');
@@ -35,6 +36,7 @@ std::string RedactEnvironment(std::string text, const std::vector<std::string>& 
       continue;
     }
     const std::string_view value = std::string_view(e).substr(eq + 1);
+    if (!owner.empty() && owner.find(value) != std::string_view::npos) continue;
     for (size_t at; (at = text.find(value)) != std::string::npos;) {
       text.replace(at, value.size(), "$" + e.substr(0, eq));
     }
@@ -45,7 +47,7 @@ std::string RedactEnvironment(std::string text, const std::vector<std::string>& 
 std::string Service::PublicText(uint64_t job_id, std::string text) const {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return text;
-  return RedactEnvironment(std::move(text), it->second.env);
+  return RedactEnvironment(std::move(text), it->second.env, it->second.user);
 }
 
 Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
@@ -135,14 +137,17 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(spec.labels));
   if (options_.slurm_only && !caller.admin) {
     // Only slurmstepd can make such a caller: its real uid is root while it
-    // acts as the user, which no user's own process can be.
-    auto owner = caller.pid > 0 ? Processes().OwnerOf(caller.pid) : std::nullopt;
-    if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !owner ||
-        owner->uid != 0) {
+    // acts as the user, which no user's own process can be. The real uid is
+    // the one read when the connection was accepted, and it counts only
+    // while that process runs: a pid looked up now could be a root process
+    // that took the pid of the user's, which ended (issue 36).
+    const bool stepd = caller.process && caller.process->identity().real_uid == 0;
+    if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !stepd) {
       return core::PermissionDeniedError(
           "this node's GPUs are handed out by Slurm (slurm_only): ask for them with srun, "
           "sbatch or salloc (--gres=gpu:N, --gpu-mem, --gpu-share)");
     }
+    GPUSLICE_RETURN_IF_ERROR(caller.process->CheckRunning());
   }
   if (spec.mode == core::JobMode::kExternal) return SubmitExternal(caller, std::move(spec));
   if (spec.paused || !spec.gpu_uuids.empty()) {
@@ -197,6 +202,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   }
   ++next_id_;
   jobs_[id] = job;
+  IndexJob(job);
   RecordEvent("submitted", id, job.user,
               job.request.Describe() +
                   (job.after.empty() ? "" : ", after " + core::FormatDependencies(job.after)));
@@ -229,11 +235,17 @@ void Service::Dequeue(uint64_t id) {
   if (n != queued_by_uid_.end() && --n->second == 0) queued_by_uid_.erase(n);
 }
 
-Status Service::Cancel(const Caller& caller, uint64_t id) {
+Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exit_code) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (exit_code && job.mode != core::JobMode::kExternal) {
+    return core::InvalidArgumentError(
+        "exit_code: only the release of an external job (a Slurm step's slice) says how its "
+        "work ended; job " +
+        std::to_string(id) + " records its own");
+  }
   if (degraded() && !ledger_) {
     return core::UnavailableError("daemon degraded (" + degraded_reason_ +
                                   "): cannot record a cancel");
@@ -262,8 +274,10 @@ Status Service::Cancel(const Caller& caller, uint64_t id) {
     return Status::Ok();
   }
   if (job.mode == core::JobMode::kExternal) {
-    // Released: its slice goes now. Nothing was killed, so it exited.
-    FinishJob(job, JobState::kExited, 0,
+    // Released: its slice goes now. Nothing was killed, so it exited, with
+    // the status its owner reports (a Slurm step's; issue 41: every step
+    // showed exit 0), else 0.
+    FinishJob(job, JobState::kExited, exit_code.value_or(0),
               "released by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
     Schedule();
     return Status::Ok();
@@ -325,6 +339,13 @@ JobView Service::View(const Job& job) {
         v.waiting_for = "can never fit";
         break;
       case core::WaitReason::kHeld: {
+        if (job.hold != core::HoldKind::kNone) {
+          v.waiting_for = job.hold == core::HoldKind::kAdmin
+                              ? "held by an admin (an admin releases it: gpuslice release " +
+                                    std::to_string(job.id) + ")"
+                              : "held (gpuslice release " + std::to_string(job.id) + ")";
+          break;
+        }
         if (waiting_on_.count(job.id) > 0) {
           v.waiting_for = WaitingForDependencies(job);
           break;
@@ -352,6 +373,95 @@ std::vector<JobView> Service::List(bool include_finished) {
   for (const auto& [id, job] : jobs_) {
     if (include_finished || job.IsLive()) out.push_back(View(job));
   }
+  return out;
+}
+
+void Service::IndexJob(const Job& job) { ids_by_user_[job.user].insert(job.id); }
+
+void Service::UnindexJob(const Job& job) {
+  auto it = ids_by_user_.find(job.user);
+  if (it == ids_by_user_.end()) return;
+  it->second.erase(job.id);
+  if (it->second.empty()) ids_by_user_.erase(it);
+}
+
+void Service::VisitCandidates(const JobQuery& q,
+                              const std::function<bool(const Job&)>& visit) const {
+  auto emit = [&](uint64_t id) {
+    auto j = jobs_.find(id);
+    return j == jobs_.end() || visit(j->second);
+  };
+  // Running and suspended jobs only: the live table holds exactly those.
+  const bool held_states_only =
+      !q.states.empty() && std::all_of(q.states.begin(), q.states.end(), [](JobState s) {
+        return s == JobState::kRunning || s == JobState::kSuspended;
+      });
+  if (held_states_only) {
+    for (auto it = live_.upper_bound(q.after_id); it != live_.end(); ++it) {
+      if (!emit(it->first)) return;
+    }
+    return;
+  }
+  if (!q.users.empty()) {
+    // The owners' id lists merged in id order (a few users at most).
+    using It = std::set<uint64_t>::const_iterator;
+    std::vector<std::pair<It, It>> runs;
+    std::set<std::string> users(q.users.begin(), q.users.end());
+    for (const std::string& u : users) {
+      auto ids = ids_by_user_.find(u);
+      if (ids != ids_by_user_.end())
+        runs.emplace_back(ids->second.upper_bound(q.after_id), ids->second.end());
+    }
+    while (true) {
+      std::pair<It, It>* next = nullptr;
+      for (auto& r : runs) {
+        if (r.first != r.second && (next == nullptr || *r.first < *next->first)) next = &r;
+      }
+      if (next == nullptr) return;
+      if (!emit(*next->first++)) return;
+    }
+  }
+  for (auto it = jobs_.upper_bound(q.after_id); it != jobs_.end(); ++it) {
+    if (!visit(it->second)) return;
+  }
+}
+
+JobPage Service::Query(const JobQuery& q) {
+  Flush();
+  JobPage page;
+  const std::string& default_pool = options_.rules.default_pool;
+  VisitCandidates(q, [&](const Job& job) {
+    if (!JobMatches(job, q, default_pool)) return true;
+    if (q.limit != 0 && page.jobs.size() == q.limit) {
+      // One more matches: the page is full, and the next one starts here.
+      page.next_cursor = page.jobs.back().job.id;
+      return false;
+    }
+    page.jobs.push_back(View(job));
+    return true;
+  });
+  return page;
+}
+
+JobSummary Service::Summary(const JobQuery& q) {
+  Flush();
+  JobSummaryBuilder builder;
+  const std::string& default_pool = options_.rules.default_pool;
+  JobQuery from_start = q;
+  from_start.after_id = 0;
+  VisitCandidates(from_start, [&](const Job& job) {
+    if (JobMatches(job, q, default_pool)) {
+      builder.Add(job, job.request.pool.empty() ? default_pool : job.request.pool);
+    }
+    return true;
+  });
+  JobSummary out;
+  out.counts = builder.counts();
+  out.groups = builder.Take();
+  out.groups_total = out.groups.size();
+  if (q.limit != 0 && out.groups.size() > q.limit) out.groups.resize(q.limit);
+  // Only each group's first member gets a view (its position and reason).
+  for (const JobGroup& g : out.groups) out.first.push_back(View(jobs_.at(g.ids.front())));
   return out;
 }
 
@@ -431,9 +541,15 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
   if (stat(proc.c_str(), &st) != 0 || (st.st_uid != caller.uid && !caller.admin)) {
     return core::PermissionDeniedError("process " + std::to_string(pid) + " is not yours");
   }
-  if (!caller.admin && ParentOf(pid) != caller.pid) {
-    return core::PermissionDeniedError("process " + std::to_string(pid) +
-                                       " is not a child of the calling process");
+  if (!caller.admin) {
+    // The calling process as pinned at accept: its parent link read, then
+    // proved by its pidfd to be still running, so that the pid compared
+    // was the caller's and no newcomer's (issue 36).
+    if (!caller.process || ParentOf(pid) != caller.process->pid()) {
+      return core::PermissionDeniedError("process " + std::to_string(pid) +
+                                         " is not a child of the calling process");
+    }
+    GPUSLICE_RETURN_IF_ERROR(caller.process->CheckRunning());
   }
   // Into the job's cgroup before it runs anything (the client holds it until
   // this answers): a `setsid` child cannot leave the job, cancel ends all of

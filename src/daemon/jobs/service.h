@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/dependency.h"
@@ -34,11 +35,13 @@
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
+#include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
 #include "daemon/launch/cdi.h"
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
 #include "daemon/node/inventory.h"
+#include "daemon/node/peer_process.h"
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
@@ -50,7 +53,11 @@ namespace gpuslice::daemon {
 struct Caller {
   uint32_t uid = 0;
   uint32_t gid = 0;
-  int32_t pid = 0;
+  // The process that opened the connection, pinned at accept (unix socket
+  // only; null over TCP, for the daemon's own submissions, and when the
+  // peer's pid is not visible here). Whatever is decided from the caller's
+  // pid uses it, never a pid looked up later (peer_process.h).
+  std::shared_ptr<const PeerProcess> process;
   std::string user;
   bool admin = false;  // root, the admin group, or the TCP token holder.
   bool local = true;   // Came over the unix socket (can own jobs).
@@ -97,6 +104,31 @@ struct ResizeSpec {
   bool force = false;                   // Even below the memory it uses now.
 };
 
+// `gpuslice update`: a queued job's new request (unset: unchanged).
+struct UpdateSpec {
+  std::optional<std::string> mem;
+  std::optional<std::string> compute;
+  std::optional<std::string> priority;
+  std::optional<std::string> after;  // Replaces its dependencies; "" drops them.
+};
+
+// A page of GET /v1/jobs (job_query.h).
+struct JobPage {
+  std::vector<JobView> jobs;
+  // The last id of this page when more jobs match after it (the cursor of
+  // the next page); unset on the last page.
+  std::optional<uint64_t> next_cursor;
+};
+
+// GET /v1/jobs/summary: counts by state and the groups of alike jobs, each
+// with the view of its first member (a queued group: where it stands).
+struct JobSummary {
+  std::map<std::string, uint64_t> counts;
+  std::vector<JobGroup> groups;  // At most the query's limit.
+  size_t groups_total = 0;
+  std::vector<JobView> first;  // One per group.
+};
+
 // The groups (names) a user belongs to, from the system's group database:
 // `gid` and the supplementary groups (getgrouplist). For group quotas.
 std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid);
@@ -107,8 +139,12 @@ std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid);
 // characters) replaced by "$K": a message shown to others (a job's failure
 // reason, an event) must not carry its owner's environment, e.g. the PATH a
 // "command not found" names (issue 13).
-std::string RedactEnvironment(std::string text, const std::vector<std::string>& env);
+std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
+                              std::string_view owner = {});
 
+// Values that are, or are part of, `owner` (the job's user name: USER,
+// LOGNAME) are left alone: the name is shown beside every job anyway, and
+// replacing it named the user `$LOGNAME` in events and reasons (issue 41).
 // "container=server, namespace=ml, pod=infer-0" (events, logs).
 std::string LabelsText(const std::map<std::string, std::string>& labels);
 
@@ -201,10 +237,22 @@ class Service {
   core::Status Start();
 
   core::Result<JobView> Submit(const Caller& caller, SubmitSpec spec);
-  core::Status Cancel(const Caller& caller, uint64_t id);
+  // `exit_code`: an external job's owner releasing it says how the work it
+  // held ended (a Slurm step's exit status); refused for other jobs.
+  core::Status Cancel(const Caller& caller, uint64_t id,
+                      std::optional<int> exit_code = std::nullopt);
   // Get and List first run a pending queue plan, so positions are current.
   core::Result<JobView> Get(uint64_t id);
   std::vector<JobView> List(bool include_finished);
+  // The jobs `query` asks for, a page at a time (job_query.h). The page
+  // costs the jobs it holds: candidates come by ascending id from the
+  // cursor on (from the owners' own lists when it names users, from the
+  // running jobs when it asks for those only), and a job gets its full
+  // view only once it is on the page.
+  JobPage Query(const JobQuery& query);
+  // Every job `query` matches, collapsed (JobSummaryBuilder); the limit
+  // applies to the groups.
+  JobSummary Summary(const JobQuery& query);
   core::Result<std::vector<Transition>> History(uint64_t id);
   core::Result<LogChunk> ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
                                  uint64_t offset, uint64_t limit) const;
@@ -237,10 +285,13 @@ class Service {
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
 
-  // After a failed ledger write (disk full...): every ledger_retry_ms, writes
+  // After a failed ledger write (disk full...): every ledger_retry_ms, and at
+  // once when the state disk has 1 MiB more room than at the failure, writes
   // what could not be written; when that succeeds, leaves degraded mode and
-  // says so in an event. The event loop calls it on its timer; cheap when
-  // the ledger is fine.
+  // says so in an event. Likewise, once a slice could not be made for lack
+  // of room, it checks the room on each call (a statvfs while the disk stays
+  // full) and leaves that state when a slice fits. The event loop calls it
+  // on its timer; cheap when the ledger and the disk are fine.
   void MaintainLedger();
 
   bool degraded() const { return !degraded_reason_.empty(); }
@@ -311,9 +362,27 @@ class Service {
   // "resuming"), a suspended one resumed there. Refused at once when the
   // target is not of the job's model and pool, or has no room now.
   core::Status Move(const Caller& caller, uint64_t id, const std::string& gpu);
+  // Queued jobs (service_queued.cc; `gpuslice hold`, `release`, `update`).
+  // Hold keeps a queued job from starting until it is released (owner or
+  // admin; an admin's hold on another's job only an admin releases).
+  core::Result<JobView> Hold(const Caller& caller, uint64_t id);
+  core::Result<JobView> Release(const Caller& caller, uint64_t id);
+  // Changes a queued job's memory, compute share, priority or dependencies
+  // (owner or admin), checked as a submission is (the machine, the quotas,
+  // the priority limits, the jobs named); it keeps its id and its arrival.
+  core::Result<JobView> Update(const Caller& caller, uint64_t id, const UpdateSpec& spec);
   // Replaces a job's labels (owner or admin); the metrics carry them.
   core::Result<JobView> SetLabels(const Caller& caller, uint64_t id,
                                   std::map<std::string, std::string> labels);
+  // Every live job (queued, running, suspended) as the job table holds it,
+  // by id: counts without a view of each (metrics; 10,000 may wait).
+  void ForEachLiveJob(const std::function<void(const core::Job&)>& fn) const {
+    for (const auto& [id, job] : jobs_) {
+      if (job.IsLive()) fn(job);
+    }
+  }
+  // The daemon's clock (Unix milliseconds).
+  int64_t NowMs() const { return clock_.NowMs(); }
   // The pool of a GPU (by inventory index): the default pool unless the
   // admin put it in another.
   const std::string& PoolOf(uint32_t gpu_index) const;
@@ -366,6 +435,11 @@ class Service {
   };
 
   void Degrade(const std::string& reason);
+  // A slice could not be made for lack of room on the state disk (issue 36):
+  // degraded until RetrySliceRoom finds room; no job starts meanwhile.
+  void NoRoomForSlices(const std::string& reason);
+  // Called by MaintainLedger: leaves that state once a slice fits again.
+  void RetrySliceRoom();
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
   // older install left (state dir, job dirs, ledger files).
   core::Status SecureStateDir();
@@ -425,6 +499,13 @@ class Service {
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
   void Dequeue(uint64_t id);
+  // The job table's index by owner (Query's candidates for a user filter).
+  void IndexJob(const core::Job& job);
+  void UnindexJob(const core::Job& job);
+  // Calls `visit` with the jobs that may pass `query`, by ascending id above
+  // its cursor, until it returns false.
+  void VisitCandidates(const JobQuery& query,
+                       const std::function<bool(const core::Job&)>& visit) const;
   JobView View(const core::Job& job);
   void TrimHistory();
   void ObserveWait(const core::Job& job);
@@ -546,6 +627,10 @@ class Service {
   ProcessTable& Processes();
   void AppendToStderr(const core::Job& job, const std::string& line);
   std::vector<std::string> FlagsOf(uint64_t id) const;
+  // Why a running or suspended job holds GPUs outside the pool it asked for
+  // (the admin moved them to another pool, or removed its pool, while it
+  // ran: docs/DAEMON.md, "Restart and recovery"); "" when it does not.
+  std::string OutsidePoolText(const core::Job& job) const;
   core::Status ResolvePools(std::vector<std::string>* pool_of);
   // Elastic jobs (service_elastic.cc): shrink for the waiting head, grow when
   // nothing waits; each change rewrites <job dir>/gpus and signals the job.
@@ -573,6 +658,7 @@ class Service {
 
   uint64_t next_id_ = 1;
   std::map<uint64_t, core::Job> jobs_;                    // Live and recent finished jobs.
+  std::unordered_map<std::string, std::set<uint64_t>> ids_by_user_;  // Of jobs_, by owner.
   std::map<uint64_t, Live> live_;                         // Running jobs only.
   std::vector<core::QueuedJob> queue_;                    // Sorted by core::QueueBefore.
   std::unordered_map<uint32_t, uint32_t> queued_by_uid_;  // Kept by Enqueue/Dequeue.
@@ -589,8 +675,13 @@ class Service {
   // written again by MaintainLedger.
   std::map<uint64_t, std::optional<core::JobState>> unsaved_jobs_;
   bool ledger_write_failed_ = false;  // Degraded by a write, so recoverable.
+  std::string ledger_write_reason_;   // Its reason while it lasts.
+  uint64_t ledger_failed_free_bytes_ = 0;  // Free on the state disk when it failed.
   int64_t ledger_failed_ms_ = 0;
   int64_t ledger_retry_at_ms_ = 0;
+  // No room on the state disk for a slice: why (empty: there is), and since.
+  std::string no_room_reason_;
+  int64_t no_room_since_ms_ = 0;
 
   // Events (in memory only when the ledger is unavailable).
   std::map<std::string, uint64_t> event_counts_;
@@ -618,6 +709,7 @@ class Service {
   std::unordered_map<uint32_t, core::QuotaOwner> owners_;  // By uid, cached.
   std::unordered_map<uint64_t, std::string> quota_wait_;   // Held jobs: why.
   std::unordered_map<uint64_t, std::string> held_now_;     // This pass's holds.
+  std::unordered_set<uint64_t> held_ids_;                  // Queued jobs held by `gpuslice hold`.
   uint64_t min_gpu_memory_ = 0;                            // What a whole GPU is charged to quotas.
   std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
   std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.

@@ -13,7 +13,8 @@ namespace {
 
 using core::JobState;
 
-constexpr int64_t kStepd = 4242;  // The holder: a root process.
+constexpr int32_t kStepd = 4242;  // The holder: a root process.
+constexpr uint64_t kStepdStart = 777;
 constexpr uint32_t kUser = 1000;
 
 class BoundJobTest : public ServiceFixture {
@@ -27,7 +28,7 @@ class BoundJobTest : public ServiceFixture {
   }
   Caller Stepd(uint32_t uid = kUser) {
     Caller c = TestCaller(uid);
-    c.pid = static_cast<int32_t>(kStepd);
+    c.process = std::make_shared<FakePeerProcess>(PeerIdentity{kStepd, 0, kStepdStart});
     return c;
   }
   static SubmitSpec Bound(const std::string& mem, const std::string& gpu = "GPU-0") {
@@ -197,7 +198,8 @@ TEST_F(BoundJobTest, SlurmOnlyLetsUsersInThroughSlurmstepdAlone) {
   EXPECT_TRUE(service_->Submit(Stepd(), Bound("4GiB")).ok());  // slurmstepd: real uid 0.
   StartTasks();
   Caller own = TestCaller(kUser);
-  own.pid = 5001;  // The user's own process (real uid 1000) asking directly.
+  // The user's own process (real uid 1000) asking directly.
+  own.process = std::make_shared<FakePeerProcess>(PeerIdentity{5001, kUser, 1});
   auto direct = service_->Submit(own, Bound("4GiB", "GPU-1"));
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.status().code(), core::StatusCode::kPermissionDenied);
@@ -212,6 +214,56 @@ TEST_F(BoundJobTest, SlurmOnlyLetsUsersInThroughSlurmstepdAlone) {
   EXPECT_FALSE(service_->Submit(Stepd(), unbound).ok());
   // Admins (the Kubernetes plugin, root) are not held.
   EXPECT_TRUE(service_->Submit(TestCaller(0, true), run).ok());
+}
+
+// Issue 36 item 4: slurm_only asked who owned the caller's pid when the
+// request was handled; a user's connection whose process had ended, its pid
+// taken by a root process, passed as slurmstepd.
+TEST_F(BoundJobTest, SlurmOnlyJudgesTheProcessThatConnectedNotWhoHoldsItsPidNow) {
+  options_.slurm_only = true;
+  Restart();
+  // The user's process (real uid 1000) connected as pid 5001; pid 5001 is
+  // root's now.
+  procs_.owners[5001] = {0, 0, "root", {}};
+  launcher_.alive.insert(5001);
+  Caller user = TestCaller(kUser);
+  user.process = std::make_shared<FakePeerProcess>(PeerIdentity{5001, kUser, 1});
+  auto v = service_->Submit(user, Bound("4GiB"));
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(v.status().message().find("slurm_only"), std::string::npos) << v.status().message();
+  EXPECT_TRUE(service_->List(true).empty());
+}
+
+TEST_F(BoundJobTest, ARequestOfAHolderThatHasEndedIsRefusedAndHoldsNothing) {
+  for (bool slurm_only : {false, true}) {
+    SCOPED_TRACE(slurm_only ? "slurm_only" : "any node");
+    options_.slurm_only = slurm_only;
+    Restart();
+    Caller stepd = Stepd();
+    auto process = std::make_shared<FakePeerProcess>(PeerIdentity{kStepd, 0, kStepdStart});
+    process->ended = true;
+    stepd.process = process;
+    auto v = service_->Submit(stepd, Bound("4GiB"));
+    ASSERT_FALSE(v.ok());
+    EXPECT_EQ(v.status().code(), core::StatusCode::kPermissionDenied);
+    EXPECT_NE(v.status().message().find("(pid 4242) has ended"), std::string::npos)
+        << v.status().message();
+    EXPECT_TRUE(service_->List(true).empty());
+  }
+  // Its room was not kept: a running holder gets the whole GPU.
+  EXPECT_TRUE(service_->Submit(Stepd(), Bound("80GiB")).ok());
+}
+
+TEST_F(BoundJobTest, TheHolderIsTheProcessAsReadWhenItConnected) {
+  auto v = service_->Submit(Stepd(), Bound("4GiB"));
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->job.holder_pid, kStepd);
+  EXPECT_EQ(v->job.holder_start_time, kStepdStart);
+  Caller remote = TestCaller(kUser);
+  remote.process = nullptr;  // Its pid is not visible here.
+  auto refused = service_->Submit(remote, Bound("4GiB", "GPU-1"));
+  EXPECT_EQ(refused.status().code(), core::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -53,16 +53,24 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
       }
     }
   }
-  // The shim and the driver's libraries, where the environment points.
+  // The shim and the driver's libraries, where the environment points. A
+  // daemon in a container sees the driver under its driver root: it checks
+  // the files there and names them as the host does (host_library).
   if (!options_.shim_path.empty()) c.mounts.push_back({options_.shim_path, kCdiShimPath, true});
+  auto dir_of = [](const std::string& p) {
+    return p.rfind('/') == std::string::npos ? std::string() : p.substr(0, p.rfind('/'));
+  };
   std::string driver_dir = inventory_.simulated() ? options_.sim_lib_dir : "";
-  if (driver_dir.empty() && inventory_.library.rfind('/') != std::string::npos) {
-    driver_dir = inventory_.library.substr(0, inventory_.library.rfind('/'));
+  std::string host_driver_dir = driver_dir;
+  if (driver_dir.empty()) {
+    driver_dir = dir_of(inventory_.library);
+    host_driver_dir =
+        inventory_.host_library.empty() ? driver_dir : dir_of(inventory_.host_library);
   }
   for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
-    const std::string host = driver_dir + "/" + lib;
-    if (!driver_dir.empty() && exists(host)) {
-      c.mounts.push_back({host, std::string(kCdiDriverDir) + "/" + lib, true});
+    if (!driver_dir.empty() && exists(driver_dir + "/" + lib)) {
+      c.mounts.push_back(
+          {host_driver_dir + "/" + lib, std::string(kCdiDriverDir) + "/" + lib, true});
     }
   }
   // The slice: the job's region read-write (as its processes on the host
@@ -96,14 +104,10 @@ CdiSlice Service::CdiSliceOf(const Job& job) const {
   c.env.push_back(std::string("LD_LIBRARY_PATH=") + kCdiDriverDir);
   for (const std::string& forced : options_.job_env) {
     c.env.push_back(forced);
-    // The simulated GPU's state file's folder, read-write: the simulator
-    // replaces a stale state file (a new inode, which a mount of the file
-    // would not follow: a CI run failed so). Its folder should hold nothing
-    // else (docs/CONTAINERS.md); the e2e harness gives it its own.
+    // The simulated GPU's state, read-write, its folder only when it holds
+    // nothing else (SimStateMount).
     if (forced.rfind("GPUSLICE_SIM_STATE=", 0) == 0) {
-      const std::string state = forced.substr(19);
-      const std::string dir = state.substr(0, state.rfind('/'));
-      if (!dir.empty()) c.mounts.push_back({dir, dir, false});
+      if (auto m = SimStateMount(forced.substr(19)); m) c.mounts.push_back(*m);
     }
   }
   return c;
@@ -167,6 +171,9 @@ core::Status Service::CheckContainerSpec(const SubmitSpec& spec, Job* job) const
 }
 
 core::Result<std::vector<std::string>> Service::ContainerArgv(const Job& job) const {
+  // Again at every start: a job queued by a daemon that took more names
+  // (or a requeued one) must not hand root's engine a path or a transport.
+  GPUSLICE_RETURN_IF_ERROR(ValidateImageName(job.image));
   ContainerRun run;
   GPUSLICE_ASSIGN_OR_RETURN(run.engine, ParseContainerEngine(job.engine));
   const bool docker = run.engine == ContainerEngine::kDocker;

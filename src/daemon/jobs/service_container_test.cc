@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -90,8 +91,16 @@ TEST_F(ContainerService, ItsLeaderIsTheEnginesRunAsRootWithACleanEnvironment) {
 }
 
 TEST_F(ContainerService, BadRequestsAreRefusedWithTheReasonAndNothingIsQueued) {
-  EXPECT_EQ(Submit("--privileged").status().message(),
-            "--image: '--privileged' is not an image name (it starts with '-')");
+  EXPECT_NE(Submit("--privileged")
+                .status()
+                .message()
+                .find("--image: '--privileged' is refused: it starts with '-'"),
+            std::string::npos);
+  EXPECT_NE(Submit("oci-archive:/etc/shadow")
+                .status()
+                .message()
+                .find("--image: 'oci-archive:/etc/shadow' is refused: a transport prefix"),
+            std::string::npos);
   EXPECT_EQ(Submit("x", "lxc").status().message(),
             "--engine: expected podman or docker, got 'lxc'");
   EXPECT_EQ(Submit(std::nullopt, "docker").status().message(), "--engine goes with --image");
@@ -128,7 +137,9 @@ TEST_F(CdiService, TheServiceKeepsASpecPerRunningJob) {
   o.sim_lib_dir = "/lib/sim";
   o.coord_dir = "/state/coord";
   o.cdi_dir = dir_ + "/cdi";
-  o.job_env = {"GPUSLICE_SIM_STATE=/run/sim/state"};
+  fs::create_directories(dir_ + "/run/sim");
+  std::ofstream(dir_ + "/run/sim/state") << "state";
+  o.job_env = {"GPUSLICE_SIM_STATE=" + dir_ + "/run/sim/state"};
   fs::create_directories(o.state_dir);
   Service service(o, clock, inventory, launcher, regions);
   ASSERT_TRUE(service.Start().ok());
@@ -152,14 +163,14 @@ TEST_F(CdiService, TheServiceKeepsASpecPerRunningJob) {
   EXPECT_TRUE(has_env("GPUSLICE_LIMITS=" + regions.LimitsPathOf(job.job.region_path)));
   EXPECT_TRUE(has_env("CUDA_VISIBLE_DEVICES=GPU-0"));
   EXPECT_TRUE(has_env("LD_PRELOAD=/usr/lib/gpuslice/libgpuslice.so"));
-  EXPECT_TRUE(has_env("GPUSLICE_SIM_STATE=/run/sim/state"));
+  EXPECT_TRUE(has_env("GPUSLICE_SIM_STATE=" + dir_ + "/run/sim/state"));
   bool limits_ro = false, region_rw = false, sim_dir = false;
   for (const json& m : e["mounts"]) {
     if (m["hostPath"] == regions.LimitsPathOf(job.job.region_path)) {
       limits_ro = m["options"][0] == "ro";
     }
     if (m["hostPath"] == job.job.region_path) region_rw = m["options"][0] == "rw";
-    sim_dir = sim_dir || m["hostPath"] == "/run/sim";
+    sim_dir = sim_dir || m["hostPath"] == dir_ + "/run/sim";
   }
   EXPECT_TRUE(limits_ro) << e.dump();
   EXPECT_TRUE(region_rw) << e.dump();
@@ -183,6 +194,46 @@ TEST_F(CdiService, TheServiceKeepsASpecPerRunningJob) {
   auto ended = service.ContainerOf(TestCaller(1000), job.job.id);
   EXPECT_EQ(ended.status().code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(ended.status().message().find("only a running job"), std::string::npos);
+}
+
+// A daemon in a container loads the driver under its driver root; the spec
+// names the driver's libraries where the host has them, which is where the
+// container engine looks.
+TEST_F(CdiService, DriverLibrariesAreNamedByTheirHostPaths) {
+  const std::string lib_dir = dir_ + "/driver-root/usr/lib/x86_64-linux-gnu";
+  fs::create_directories(lib_dir);
+  std::ofstream(lib_dir + "/libcuda.so.1") << "";
+  std::ofstream(lib_dir + "/libnvidia-ml.so.1") << "";
+  InventorySnapshot gpus = SimulatedGpus(1);
+  gpus.source = "nvml";
+  gpus.library = lib_dir + "/libnvidia-ml.so.1";
+  gpus.host_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  FakeClock clock;
+  FakeInventory inventory(gpus);
+  FakeLauncher launcher;
+  FakeRegionStore regions;
+  ServiceOptions o;
+  o.state_dir = dir_ + "/state";
+  o.shim_path = "/usr/local/gpuslice/libgpuslice.so";
+  o.cdi_dir = dir_ + "/cdi";
+  fs::create_directories(o.state_dir);
+  Service service(o, clock, inventory, launcher, regions);
+  ASSERT_TRUE(service.Start().ok());
+  SubmitSpec s;
+  s.fields.mem = "4GiB";
+  s.argv = {"sleep", "1"};
+  s.cwd = "/";
+  auto v = service.Submit(TestCaller(1000), s);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  auto slice = service.ContainerOf(TestCaller(1000), v->job.id);
+  ASSERT_TRUE(slice.ok()) << slice.status().ToString();
+  std::map<std::string, std::string> mounts;
+  for (const CdiMount& m : slice->mounts) mounts[m.container_path] = m.host_path;
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/driver/libcuda.so.1"],
+            "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/driver/libnvidia-ml.so.1"],
+            "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+  EXPECT_EQ(mounts["/usr/lib/gpuslice/libgpuslice.so"], "/usr/local/gpuslice/libgpuslice.so");
 }
 
 }  // namespace

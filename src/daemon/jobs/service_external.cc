@@ -52,13 +52,21 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   if (spec.bound_to_caller) {
     // Only the caller's own process, from the socket's credentials: nobody
     // can tie a slice to someone else's process (or keep one alive with it).
-    if (!caller.local || caller.pid <= 0) {
+    if (!caller.local || !caller.process) {
       capacity_->ForgetDemand(id);
       return core::InvalidArgumentError(
-          "bound_to_caller needs a caller on the unix socket (its process holds the slice)");
+          "bound_to_caller needs a caller on the unix socket whose process the daemon can see "
+          "(its process holds the slice)");
     }
-    job.holder_pid = caller.pid;
-    job.holder_start_time = ProcessStartTime(caller.pid);
+    // The process pinned at accept, by its pid and start time as read
+    // then; running now, so the pair names it and the holder watch
+    // (HolderAlive) follows that process, never a later one at its pid.
+    if (Status running = caller.process->CheckRunning(); !running.ok()) {
+      capacity_->ForgetDemand(id);
+      return running;
+    }
+    job.holder_pid = caller.process->pid();
+    job.holder_start_time = caller.process->identity().start_time;
   }
   if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
     capacity_->ForgetDemand(id);
@@ -88,6 +96,7 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   }
   ++next_id_;
   jobs_[id] = std::move(job);
+  IndexJob(jobs_[id]);
   Job& held = jobs_[id];
   RecordEvent("submitted", id, held.user,
               held.request.Describe() + ", external" +

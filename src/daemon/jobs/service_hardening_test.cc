@@ -102,7 +102,7 @@ class HardeningTest : public ::testing::Test {
 
 // Issue 13: the ledger (every job's environment) was 0644 in a 0755 state
 // directory; an older install is fixed at start.
-TEST_F(HardeningTest, Issue13StateDirectoryIsTraversableButNotListableAndTheLedgerPrivate) {
+TEST_F(HardeningTest, StateDirectoryIsTraversableButNotListableAndTheLedgerPrivate) {
   ASSERT_TRUE(Submit("1").ok());
   EXPECT_EQ(ModeOf(state_), 0711u);
   EXPECT_EQ(ModeOf(state_ + "/jobs"), 0700u);
@@ -122,7 +122,7 @@ TEST_F(HardeningTest, Issue13StateDirectoryIsTraversableButNotListableAndTheLedg
 }
 
 // Issue 13: 10,000 queued jobs of one user were accepted.
-TEST_F(HardeningTest, Issue13QueuedJobsPerUserAreCappedWithAClearError) {
+TEST_F(HardeningTest, QueuedJobsPerUserAreCappedWithAClearError) {
   ASSERT_TRUE(Submit("2").ok());  // Runs: the GPUs are full from here on.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Submit("2").ok()) << i;
   auto over = Submit("2");
@@ -138,7 +138,7 @@ TEST_F(HardeningTest, Issue13QueuedJobsPerUserAreCappedWithAClearError) {
 }
 
 // Issue 13: a 7.4 MB environment per job took the daemon to 907 MiB.
-TEST_F(HardeningTest, Issue13EnvironmentAndCommandLineSizesAreLimited) {
+TEST_F(HardeningTest, EnvironmentAndCommandLineSizesAreLimited) {
   auto env = Submit("1", 1000, {"BIG=" + std::string(5000, 'x')});
   ASSERT_FALSE(env.ok());
   EXPECT_NE(env.status().message().find("max_env_bytes"), std::string::npos);
@@ -151,7 +151,7 @@ TEST_F(HardeningTest, Issue13EnvironmentAndCommandLineSizesAreLimited) {
 }
 
 // Issue 13: a failure reason is public; the PATH it named was the owner's.
-TEST_F(HardeningTest, Issue13FailureReasonsDoNotShowTheOwnersEnvironment) {
+TEST_F(HardeningTest, FailureReasonsDoNotShowTheOwnersEnvironment) {
   launcher_.fail_with =
       core::NotFoundError("command 'nope' not found in PATH /home/alice/secret-bin:/usr/bin");
   auto v = Submit("1", 1000, {"PATH=/home/alice/secret-bin:/usr/bin"});
@@ -168,7 +168,7 @@ TEST_F(HardeningTest, Issue13FailureReasonsDoNotShowTheOwnersEnvironment) {
 // Issue 13: after a SIGKILL at a bad moment 6 of 204 jobs ran twice, because
 // a job was launched before it was recorded as running. The snapshot is the
 // ledger as a daemon killed at the moment of launch leaves it.
-TEST_F(HardeningTest, Issue13JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
+TEST_F(HardeningTest, JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   const std::string snap = dir_ + "/snap";
   launcher_.snapshot_dir = snap;
   ASSERT_TRUE(Submit("1").ok());
@@ -193,7 +193,7 @@ TEST_F(HardeningTest, Issue13JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   EXPECT_EQ(launcher_.launches.size(), 1u);
 }
 
-TEST_F(HardeningTest, Issue13LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot) {
+TEST_F(HardeningTest, LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot) {
   const std::string snap = dir_ + "/snap";
   launcher_.snapshot_dir = snap;
   ASSERT_TRUE(Submit("1").ok());
@@ -213,7 +213,7 @@ TEST_F(HardeningTest, Issue13LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot
 }
 
 // Issue 13: a full state disk left the daemon degraded until a restart.
-TEST_F(HardeningTest, Issue13LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
+TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
   service_.reset();
   mount_ = dir_ + "/small";
@@ -241,10 +241,16 @@ TEST_F(HardeningTest, Issue13LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   ASSERT_TRUE(service_->degraded());
   EXPECT_NE(service_->degraded_reason().find("ledger write failed"), std::string::npos);
   EXPECT_FALSE(Submit("1").ok());
-  fs::remove(mount_ + "/fill");
+  // Still full: retried every ledger_retry_ms, not on every call.
   service_->MaintainLedger();
   EXPECT_TRUE(service_->degraded()) << "not before the retry interval";
   clock_.Advance(1000);
+  service_->MaintainLedger();
+  EXPECT_TRUE(service_->degraded()) << "the disk is still full";
+  // Issue 36: room again is seen on the next call, not the next interval
+  // (a daemon with no job running took up to ledger_retry, 2 s, to notice).
+  clock_.Advance(10);
+  fs::remove(mount_ + "/fill");
   service_->MaintainLedger();
   EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
   bool degraded_event = false, recovered_event = false;
@@ -260,6 +266,63 @@ TEST_F(HardeningTest, Issue13LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   // What happened while the disk was full reached the ledger.
   Restart();
   EXPECT_EQ(service_->Get(1)->job.state, core::JobState::kExited);
+}
+
+// Issue 36, item 3: with the state disk full, making a starting job's slice
+// crashed the daemon. Now the job waits queued (never lost), the daemon is
+// degraded with a reason naming the full disk, running jobs go on, and it
+// recovers by itself once a slice fits again.
+TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRoom) {
+  auto running = Submit("1");
+  ASSERT_TRUE(running.ok());
+  ASSERT_EQ(service_->Get(running->job.id)->job.state, core::JobState::kRunning);
+  regions_.room = core::ResourceExhaustedError(
+      "create slice region /s/slices/job-2/region: allocate /s/slices/job-2/region.tmp: No space "
+      "left on device");
+  auto waiting = Submit("1", 1001);
+  ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+  const uint64_t id = waiting->job.id;
+  const size_t launches = launcher_.launches.size();
+  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kQueued);
+  ASSERT_TRUE(service_->degraded());
+  EXPECT_NE(service_->degraded_reason().find("No space left on device"), std::string::npos)
+      << service_->degraded_reason();
+  auto refused = Submit("1", 1002);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("no room for job slices on the state disk"),
+            std::string::npos)
+      << refused.status().message();
+  // Still no room: nothing starts, nothing is lost, the running job runs on.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(1000);
+    service_->Tick();
+    service_->MaintainLedger();
+  }
+  EXPECT_TRUE(service_->degraded());
+  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kQueued);
+  EXPECT_EQ(service_->Get(running->job.id)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(launcher_.launches.size(), launches);
+  // Room again: the next maintenance sees it, the job starts.
+  regions_.room = core::Status::Ok();
+  service_->MaintainLedger();
+  EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
+  service_->Flush();
+  service_->Tick();
+  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(launcher_.launches.size(), launches + 1);
+  bool degraded_event = false, recovered_event = false;
+  auto events = service_->Events({.limit = 1000});
+  ASSERT_TRUE(events.ok());
+  for (const Event& e : *events) {
+    degraded_event =
+        degraded_event ||
+        (e.kind == "degraded" && e.message.find("no room for job slices") != std::string::npos);
+    recovered_event = recovered_event || (e.kind == "recovered" &&
+                                          e.message.find("room for slices") != std::string::npos);
+  }
+  EXPECT_TRUE(degraded_event);
+  EXPECT_TRUE(recovered_event);
 }
 
 }  // namespace

@@ -209,6 +209,9 @@ void Service::Schedule() {
   schedule_pending_ = false;
   last_schedule_ms_ = clock_.NowMs();
   waiting_index_stale_ = true;
+  // No room for a slice: nothing could start, and nothing is preempted for
+  // a job that could not start either (RetrySliceRoom schedules again).
+  if (!no_room_reason_.empty()) return;
   if (queue_.empty() || !capacity_) {
     last_waiting_.clear();
     return;
@@ -222,12 +225,12 @@ void Service::Schedule() {
   opt.backfill = options_.backfill;
   core::QuotaUsage quota_usage;
   HoldForQuotas(&opt, &quota_usage);
-  if (!waiting_on_.empty()) {
-    // A job waiting for its dependencies is held like a quota wait: it takes
-    // nothing and is never the head, so it delays no one (and it is not
-    // counted against its quota while it waits).
+  if (!waiting_on_.empty() || !held_ids_.empty()) {
+    // A job waiting for its dependencies, or held (`gpuslice hold`), is
+    // held like a quota wait: it takes nothing and is never the head, so it
+    // delays no one (and it is not counted against its quota while it waits).
     opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
-      return waiting_on_.count(id) > 0 || (quota && quota(id));
+      return held_ids_.count(id) > 0 || waiting_on_.count(id) > 0 || (quota && quota(id));
     };
   }
   core::QueuePlan plan = core::PlanQueue(queue_, running, clock_.NowMs(), *capacity_, opt);
@@ -237,12 +240,14 @@ void Service::Schedule() {
     FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
   }
   for (uint64_t id : plan.start) {
+    if (!no_room_reason_.empty()) break;  // The rest stay queued.
     Dequeue(id);
     FitElasticToQuotas(jobs_[id]);
     StartJob(jobs_[id]);
   }
   last_waiting_ = std::move(plan.waiting);
   plan_head_ = plan.head;
+  if (!no_room_reason_.empty()) return;  // Nobody is preempted for a job that cannot start.
   ForgetPreemptions();
   if (plan.head != 0 && jobs_.count(plan.head)) MaybePreempt(plan.head);
 }
@@ -282,6 +287,7 @@ void Service::TakeTurnsWithoutAShare(const Job& job, SliceLimits* limits) {
   if (job.request.kind == core::RequestKind::kFraction && limits->compute_milli == 0) {
     limits->compute_milli = kShareOfNoShareMilli;
     limits->work_conserving = true;
+    limits->no_share = true;
   }
 }
 
@@ -294,6 +300,18 @@ void Service::StartJob(Job& job) {
   job.allocation = *alloc;
   job.started_ms = clock_.NowMs();
   auto region = regions_.Create(SliceLimitsOf(job));
+  if (!region.ok() && region.status().code() == core::StatusCode::kResourceExhausted) {
+    // No room on the state disk (issue 36): the job waits in the queue, as
+    // do those after it, until there is; never lost. An external job is
+    // never queued: its caller gets the reason.
+    NoRoomForSlices("no room for job slices on the state disk (" + region.status().message() + ")");
+    if (job.mode != core::JobMode::kExternal) {
+      ForgetStart(job);
+      capacity_->Release(job.id);
+      Enqueue(job);
+      return;
+    }
+  }
   if (!region.ok()) {
     // Running first, so the failure is a legal transition and the capacity
     // taken by the plan is given back by FinishJob.
@@ -355,7 +373,8 @@ void Service::StartJob(Job& job) {
       int code = ref.status().code() == core::StatusCode::kNotFound ? 127 : 126;
       // The reason is public (ps, events, the status page): not the PATH
       // or any other value of the owner's environment.
-      FinishJob(job, JobState::kFailed, code, RedactEnvironment(ref.status().message(), spec.env));
+      FinishJob(job, JobState::kFailed, code,
+                RedactEnvironment(ref.status().message(), spec.env, job.user));
       return;
     }
     job.pid = ref->pid;
@@ -385,6 +404,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     return;
   }
   if (from == JobState::kQueued) Dequeue(job.id);
+  held_ids_.erase(job.id);
   if (capacity_) {
     capacity_->Release(job.id);
     capacity_->ForgetDemand(job.id);

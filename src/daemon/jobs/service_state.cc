@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,11 +27,29 @@ using core::JobState;
 using core::Result;
 using core::Status;
 
+namespace {
+
+// Free bytes on the file system of `dir` (the blocks root may use: the
+// daemon's ledger may use them too); 0 when it cannot be told.
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) != 0) return 0;
+  return uint64_t(fs.f_bfree) * fs.f_frsize;
+}
+
+// How much more room than at a failed ledger write makes the next retry come
+// at once instead of at its interval: someone freed space.
+constexpr uint64_t kRoomReturnedBytes = 1 << 20;
+
+}  // namespace
+
 void Service::Degrade(const std::string& reason) {
   const bool write_failed = reason.rfind("ledger write failed", 0) == 0;
   if (write_failed && !ledger_write_failed_) {
     // Recoverable: MaintainLedger retries and leaves degraded mode.
     ledger_write_failed_ = true;
+    ledger_write_reason_ = reason;
+    ledger_failed_free_bytes_ = FreeBytes(options_.state_dir);
     ledger_failed_ms_ = clock_.NowMs();
     ledger_retry_at_ms_ = ledger_failed_ms_ + options_.ledger_retry_ms;
   }
@@ -57,8 +76,41 @@ bool Service::Persist(const Job& job, std::optional<JobState> from) {
   return true;
 }
 
+void Service::NoRoomForSlices(const std::string& reason) {
+  if (!no_room_reason_.empty()) return;  // The first reason stands until there is room.
+  no_room_reason_ = reason;
+  no_room_since_ms_ = clock_.NowMs();
+  Degrade(reason);
+  RecordEvent("degraded", 0, "", reason + "; new jobs wait, running jobs go on");
+}
+
+void Service::RetrySliceRoom() {
+  if (no_room_reason_.empty()) return;
+  if (Status room = regions_.CheckRoom(); !room.ok()) return;
+  const std::string down =
+      core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - no_room_since_ms_));
+  if (degraded_reason_ == no_room_reason_) {
+    // The ledger may still fail to write: then that is the reason again.
+    degraded_reason_ = ledger_write_failed_ ? ledger_write_reason_ : std::string();
+  }
+  no_room_reason_.clear();
+  LogInfo("room for slices on the state disk again after " + down +
+          (degraded() ? "" : "; accepting new work"));
+  RecordEvent("recovered", 0, "",
+              "room for slices on the state disk again after " + down +
+                  (degraded() ? "; still degraded: " + degraded_reason_ : "; accepting new work"));
+  RequestSchedule();
+}
+
 void Service::MaintainLedger() {
-  if (!ledger_write_failed_ || !ledger_ || clock_.NowMs() < ledger_retry_at_ms_) return;
+  RetrySliceRoom();
+  if (!ledger_write_failed_ || !ledger_) return;
+  // Every ledger_retry_ms, and at once when the state disk has room again
+  // (a statvfs per call while the write fails).
+  if (clock_.NowMs() < ledger_retry_at_ms_ &&
+      FreeBytes(options_.state_dir) < ledger_failed_free_bytes_ + kRoomReturnedBytes) {
+    return;
+  }
   ledger_retry_at_ms_ = clock_.NowMs() + options_.ledger_retry_ms;
   // Jobs first (they are the truth after a crash), oldest id first; stop at
   // the first failure and try again later.
@@ -76,7 +128,9 @@ void Service::MaintainLedger() {
     unsaved_events_.erase(unsaved_events_.begin());
   }
   ledger_write_failed_ = false;
-  if (degraded_reason_.rfind("ledger write failed", 0) == 0) degraded_reason_.clear();
+  ledger_write_reason_.clear();
+  // Slices may still not fit: then that is the reason again.
+  if (degraded_reason_.rfind("ledger write failed", 0) == 0) degraded_reason_ = no_room_reason_;
   const std::string down =
       core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - ledger_failed_ms_));
   LogInfo("ledger writable again after " + down + (degraded() ? "" : "; accepting new work"));
@@ -190,14 +244,17 @@ void Service::Recover(std::vector<Job> all) {
     if (j.IsLive()) {
       live.push_back(std::move(j));
     } else {
+      IndexJob(j);
       jobs_[j.id] = std::move(j);
     }
   }
   int adopted = 0, ended = 0, requeued = 0;
+  std::vector<uint64_t> outside_pool;  // Held outside the pool they asked for.
   for (Job& j : live) {
     uint64_t id = j.id;
     jobs_[id] = std::move(j);
     Job& job = jobs_[id];
+    IndexJob(job);
     const bool external = job.mode == core::JobMode::kExternal;
     if (job.state == JobState::kRunning && job.mode != core::JobMode::kShell && !external &&
         job.pid == 0 && !ResolveInterruptedLaunch(job)) {
@@ -216,6 +273,7 @@ void Service::Recover(std::vector<Job> all) {
         ++ended;
         continue;
       }
+      if (job.hold != core::HoldKind::kNone) held_ids_.insert(id);
       Enqueue(job);
       ++requeued;
       continue;
@@ -224,6 +282,18 @@ void Service::Recover(std::vector<Job> all) {
     // nothing (it takes its room back when resumed).
     const bool suspended = job.state == JobState::kSuspended;
     Status held = !d.ok() ? d : suspended ? Status::Ok() : capacity_->Hold(id, job.allocation);
+    if (!held.ok()) {
+      // The configuration may have moved its GPUs to another pool, or
+      // removed its pool, while it ran: it keeps what it holds (issue 41: a
+      // pool change killed a running 2-GPU job at the restart). What cannot
+      // be held at all (a GPU gone, taken twice) still fails it below.
+      Status outside = capacity_->HoldOutsidePool(id, job.request,
+                                                  suspended ? core::Allocation{} : job.allocation);
+      if (outside.ok()) {
+        held = outside;
+        outside_pool.push_back(id);
+      }
+    }
     // Its cgroup, when it was started (or attached) in one, says whether it
     // lives.
     const bool in_cgroup = job.pid > 0 && launcher_.Adopt(id, job.pid);
@@ -265,6 +335,13 @@ void Service::Recover(std::vector<Job> all) {
   for (const auto& [id, l] : live_) running.push_back(id);
   for (const std::string& stray : launcher_.EndStrays(running)) {
     LogWarn("killed the processes of cgroup " + stray + ": no running job of this daemon owns it");
+  }
+  for (uint64_t id : outside_pool) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second.IsLive()) continue;
+    const std::string why = OutsidePoolText(it->second);
+    LogWarn("job " + std::to_string(id) + ": " + why);
+    RecordEvent("outside_pool", id, it->second.user, why);
   }
   // Finished jobs are trimmed only now: the dependencies of queued jobs were
   // judged above against all of them.
@@ -355,6 +432,7 @@ void Service::TrimHistory() {
   int64_t keep_after = clock_.NowMs() - 10 * 60 * 1000;
   size_t excess = finished.size() - options_.history;
   for (size_t i = 0; i < excess && finished[i].first < keep_after; ++i) {
+    UnindexJob(jobs_[finished[i].second]);
     jobs_.erase(finished[i].second);
   }
 }

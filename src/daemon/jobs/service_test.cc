@@ -67,7 +67,7 @@ class ServiceTest : public ::testing::Test {
   static Caller ShellCaller() {
     Caller c;
     c.uid = getuid();
-    c.pid = getppid();
+    c.process = std::make_shared<FakePeerProcess>(PeerIdentity{getppid(), getuid(), 1});
     c.user = "me";
     c.local = true;
     return c;
@@ -132,7 +132,7 @@ TEST_F(ServiceTest, TheSliceGetsTheJobsShareAndPriorityWholeGpusToo) {
 // Issue 18 item 2: a fraction without a compute share takes turns too, with
 // the smallest share, work-conserving (it yields to priority and to shares;
 // alone it uses the whole GPU). Its allocation still has no share.
-TEST_F(ServiceTest, Issue18AFractionWithoutAShareTakesTurnsLastAndWorkConserving) {
+TEST_F(ServiceTest, AFractionWithoutAShareTakesTurnsLastAndWorkConserving) {
   SubmitSpec s;
   s.fields.mem = "8GiB";
   s.argv = {"train"};
@@ -308,6 +308,24 @@ TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
   ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
   ASSERT_TRUE(service_->ReportExit(c, v->job.id, 0).ok());
   EXPECT_EQ(State(v->job.id), core::JobState::kExited);
+}
+
+// Issue 36 item 4: the parent check read the caller's pid when the request
+// came, whoever had that pid by then.
+TEST_F(ServiceTest, AttachIsRefusedOnceTheProcessThatConnectedHasEnded) {
+  auto v = SubmitShell();
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  Caller c = ShellCaller();
+  auto ended = std::make_shared<FakePeerProcess>(PeerIdentity{getppid(), getuid(), 1});
+  ended->ended = true;
+  c.process = ended;
+  core::Status s = service_->Attach(c, v->job.id, getpid());
+  EXPECT_EQ(s.code(), core::StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_NE(s.message().find("has ended"), std::string::npos) << s.message();
+  c.process = nullptr;  // A peer whose pid the daemon cannot see.
+  EXPECT_EQ(service_->Attach(c, v->job.id, getpid()).code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Pid(v->job.id), 0) << "nothing attached";
+  EXPECT_TRUE(service_->Attach(ShellCaller(), v->job.id, getpid()).ok());
 }
 
 // Regression (CI, stop 32): the shell ended, the daemon saw it gone before

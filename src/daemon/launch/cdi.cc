@@ -4,10 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <set>
+
+#include "daemon/base/log.h"
 
 namespace gpuslice::daemon {
 
@@ -52,6 +55,30 @@ nlohmann::json CdiSpec(const CdiSlice& slice) {
           {"kind", kCdiKind},
           {"devices", {{{"name", std::to_string(slice.job_id)}, {"containerEdits", edits}}}},
           {"containerEdits", json::object()}};
+}
+
+std::optional<CdiMount> SimStateMount(const std::string& state) {
+  const size_t slash = state.rfind('/');
+  if (slash == std::string::npos || slash == 0) return std::nullopt;
+  const std::string dir = state.substr(0, slash), name = state.substr(slash + 1);
+  std::error_code ec;
+  if (!fs::exists(state, ec)) return std::nullopt;
+  std::vector<std::string> others;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename() != name) others.push_back(e.path().filename().string());
+  }
+  if (!ec && others.empty()) return CdiMount{dir, dir, false};
+  // Never the folder of anything else: a daemon's socket or state there
+  // would be every container's to write (docs/SECURITY.md).
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true)) {
+    LogWarn("the simulated GPU's state folder " + dir + " holds " +
+            (ec ? "what cannot be listed (" + ec.message() + ")"
+                : std::to_string(others.size()) + " other entries (" + others.front() + ")") +
+            ": only the state file is mounted into containers, which lose the GPU if the "
+            "simulator replaces it; give GPUSLICE_SIM_STATE a folder of its own");
+  }
+  return CdiMount{state, state, false};
 }
 
 std::string CdiSpecFileName(uint64_t job_id) {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,6 +56,14 @@ inline constexpr char kNvidiaCapsDir[] = "/dev/nvidia-caps";
 // kMigMinorsPath: lines "gpu0/gi1/access 12", "gpu0/gi1/ci0/access 13").
 std::vector<std::string> MigCapabilityNodes(std::string_view mig_minors, uint32_t gpu_minor,
                                             uint32_t gi, uint32_t ci);
+
+// The simulated GPU's state file `state` (GPUSLICE_SIM_STATE) for a
+// container, read-write: its folder when the folder holds nothing else (the
+// simulator replaces a stale state file by a new inode, which a mount of the
+// file would not follow), else the file alone, with a warning logged once:
+// a folder holding anything else (a daemon's socket or state) is never
+// mounted. Nothing when the file does not exist.
+std::optional<CdiMount> SimStateMount(const std::string& state);
 
 // The spec document (JSON, which every CDI reader accepts).
 nlohmann::json CdiSpec(const CdiSlice& slice);

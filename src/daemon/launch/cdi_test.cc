@@ -124,6 +124,30 @@ TEST_F(CdiTest, TheFolderIsNeverWritableByOthers) {
   EXPECT_FALSE(fs::exists(open + "/gpuslice-2.json"));
 }
 
+// The simulated GPU's state folder is mounted read-write into containers
+// only when it holds the state file alone: never a folder where a daemon's
+// socket or state dir also sits.
+TEST_F(CdiTest, TheSimulatorsFolderIsMountedOnlyWhenItHoldsNothingElse) {
+  fs::create_directories(dir_ + "/own");
+  std::ofstream(dir_ + "/own/state") << "state";
+  auto own = SimStateMount(dir_ + "/own/state");
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ(own->host_path, dir_ + "/own");
+  EXPECT_EQ(own->container_path, dir_ + "/own");
+  EXPECT_FALSE(own->read_only);
+
+  fs::create_directories(dir_ + "/shared/state-dir");
+  std::ofstream(dir_ + "/shared/state") << "state";
+  std::ofstream(dir_ + "/shared/gpuslice.sock") << "";
+  auto shared = SimStateMount(dir_ + "/shared/state");
+  ASSERT_TRUE(shared.has_value());
+  EXPECT_EQ(shared->host_path, dir_ + "/shared/state") << "the file alone, not its folder";
+  EXPECT_FALSE(shared->read_only);
+
+  EXPECT_FALSE(SimStateMount(dir_ + "/own/missing").has_value());
+  EXPECT_FALSE(SimStateMount("state").has_value());
+}
+
 // A MIG job on a real GPU needs its instance's capability nodes: the GPU
 // instance's and the compute instance's "access" minors, from the driver's
 // /proc/driver/nvidia-caps/mig-minors (format as the driver writes it).

@@ -26,9 +26,22 @@ enum class ContainerEngine { kPodman, kDocker };
 core::Result<ContainerEngine> ParseContainerEngine(std::string_view name);
 std::string_view ContainerEngineName(ContainerEngine engine);
 
-// An image reference as engines take it ("pytorch/pytorch:2.5.1-cuda12.4",
-// "localhost/x@sha256:..."): 1-255 characters of letters, digits and
-// "._-/:@", not starting with '-' (never an option of the engine's).
+// Whether `image` is a plain image reference, the only kind of name a
+// container job may give: name[:tag][@digest] as the distribution
+// reference grammar has it ("pytorch/pytorch:2.5.1-cuda12.4",
+// "localhost:5000/team/train:3", "localhost/x@sha256:<64 hex>"), at most
+// 255 characters. The engine runs as root and opens whatever a name points
+// at, so everything else is refused with the reason (docs/CONTAINERS.md,
+// "Which image names are accepted"):
+//   - a transport prefix ("oci-archive:", "docker-archive:", "dir:",
+//     "containers-storage:", "docker://", ...): root's podman would read a
+//     path or store the user names (/etc/shadow, /root);
+//   - a path ("/x", "./x", "../x", "~x", a "." or ".." component, "//");
+//   - anything starting with '-' (an option of the engine's);
+//   - a character no reference holds, upper-case letters outside the
+//     registry host, a malformed tag, digest, host or port.
+// The engine is also told never to pull (ContainerCommand), so an accepted
+// name runs only an image already in root's store.
 core::Status ValidateImageName(std::string_view image);
 
 // The slice as an engine's plain flags: --device NODE, -v HOST:CTR[:ro],
@@ -57,10 +70,10 @@ struct ContainerRun {
 std::string ContainerName(std::string_view cgroup_parent);
 
 // The engine client's argv: `podman --cgroup-manager cgroupfs run --rm
-// --replace --name gpuslice-job-12 --cgroup-parent /gpuslice/job-12 --user
+// --pull=never --replace --name gpuslice-job-12 --cgroup-parent /gpuslice/job-12 --user
 // UID:GID [--group-add G]... [--cap-drop all --security-opt
 // no-new-privileges] -v CWD:CWD -w CWD ADMIN_ARGS... SLICE_FLAGS... IMAGE
-// CMD...`.
+// CMD...` (docker: `--pull never`, no podman-only flags).
 std::vector<std::string> ContainerCommand(const ContainerRun& run);
 
 }  // namespace gpuslice::daemon

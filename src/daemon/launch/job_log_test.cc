@@ -68,7 +68,7 @@ TEST_F(JobLogTest, UncappedLogIsWrittenAndReadAsIs) {
 
 // Issue 13 item 6: a job printing three times the cap keeps at most the cap,
 // the newest part, behind the note.
-TEST_F(JobLogTest, Issue13OutputThreeTimesTheCapKeepsTheNewestPartUnderTheCap) {
+TEST_F(JobLogTest, OutputThreeTimesTheCapKeepsTheNewestPartUnderTheCap) {
   const uint64_t cap = kMinLogCap;
   LogWriter w(path_.c_str(), tmp_.c_str(), fd_, cap);
   std::string stream;

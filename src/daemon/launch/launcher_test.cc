@@ -87,7 +87,7 @@ TEST_F(LauncherTest, SupervisorRelaysOutputAndWritesTheStatusAfterIt) {
   EXPECT_EQ(ReadExitStatusFile(dir_ + "/status"), 3);
 }
 
-TEST_F(LauncherTest, Issue13LogIsCappedWithANote) {
+TEST_F(LauncherTest, LogIsCappedWithANote) {
   RealLauncher l(LauncherOptions{nullptr, kMinLogCap});
   // 3x the cap, in lines.
   auto ref = l.Launch(Spec("i=0; while [ $i -lt 4000 ]; do "
@@ -193,7 +193,7 @@ class CgroupLauncherTest : public LauncherTest {
 };
 
 // Issue 13: a child that calls setsid leaves the process group, not the job.
-TEST_F(CgroupLauncherTest, Issue13SetsidChildKeepsTheJobAliveUntilItEnds) {
+TEST_F(CgroupLauncherTest, SetsidChildKeepsTheJobAliveUntilItEnds) {
   RealLauncher l({cgroups_.get(), 0});
   auto ref = l.Launch(Spec("setsid sh -c 'sleep 2; echo escapee-done' & echo leader-done", 41));
   ASSERT_TRUE(ref.ok()) << ref.status().message();
@@ -211,7 +211,7 @@ TEST_F(CgroupLauncherTest, Issue13SetsidChildKeepsTheJobAliveUntilItEnds) {
   EXPECT_FALSE(cgroups_->Exists("job-41"));
 }
 
-TEST_F(CgroupLauncherTest, Issue13KillEndsDoubleForkedDaemonisedChildren) {
+TEST_F(CgroupLauncherTest, KillEndsDoubleForkedDaemonisedChildren) {
   RealLauncher l({cgroups_.get(), 0});
   auto ref = l.Launch(Spec(
       "(setsid sh -c 'sleep 60 & sleep 60' </dev/null >/dev/null 2>&1 &); echo $$; sleep 60", 42));

@@ -3,12 +3,20 @@
 // are slurm::CheckSlurm's (src/slurm/slurm_conf.h). A machine without a
 // slurm.conf is not a Slurm node: no checks.
 
+#include <errno.h>
 #include <glob.h>
+#include <grp.h>
+#include <pwd.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -51,6 +59,68 @@ void ReadPlugstack(const std::string& path, int depth, std::vector<slurm::Plugst
   }
 }
 
+// Connects to `path` as an ordinary user of the socket's group (nobody,
+// with that group only), in a child that drops root first: what a Slurm
+// user's slurmstepd, privileges dropped, meets.
+slurm::SocketProbe ProbeSocketAsGroupMember(const std::string& path) {
+  slurm::SocketProbe p;
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    p.checked = geteuid() == 0;
+    p.why = strerror(errno);
+    p.group = "?";
+    p.seen = "no socket";
+    return p;
+  }
+  std::string mode = S_ISSOCK(st.st_mode) ? "s" : "-";
+  for (int i = 0; i < 9; ++i) mode += (st.st_mode & (0400 >> i)) ? "rwxrwxrwx"[i] : '-';
+  struct passwd* owner = getpwuid(st.st_uid);
+  struct group* gr = getgrgid(st.st_gid);
+  p.group = gr != nullptr ? gr->gr_name : std::to_string(st.st_gid);
+  p.seen =
+      mode + " " + (owner != nullptr ? owner->pw_name : std::to_string(st.st_uid)) + ":" + p.group;
+  if (gr != nullptr) {
+    for (char** m = gr->gr_mem; *m != nullptr; ++m) p.members.push_back(*m);
+  }
+  if (geteuid() != 0) return p;  // Cannot become another user.
+  p.checked = true;
+  if (st.st_gid == 0) {
+    // Group root: no ordinary user is in it.
+    p.why = "it belongs to group root";
+    return p;
+  }
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof a.sun_path) {
+    p.why = "path too long";
+    return p;
+  }
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  const gid_t gid = st.st_gid;
+  const uid_t nobody = 65534;
+  pid_t child = fork();
+  if (child == 0) {
+    // Only system calls here: the daemon has threads.
+    if (setgroups(1, &gid) != 0 || setgid(gid) != 0 || setuid(nobody) != 0) _exit(100);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) _exit(101);
+    _exit(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno & 0x7f);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) {
+    p.checked = false;
+    return p;
+  }
+  const int code = WEXITSTATUS(status);
+  p.reachable = code == 0;
+  if (code >= 100) {
+    p.checked = false;  // Could not become that user here.
+  } else if (code != 0) {
+    p.why = strerror(code);
+  }
+  return p;
+}
+
 }  // namespace
 
 nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySnapshot& inv) {
@@ -85,6 +155,7 @@ nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySn
     s.devices[path] = d;
   }
   s.daemon_socket = options.daemon_socket;
+  s.socket_probe = ProbeSocketAsGroupMember(options.daemon_socket);
   for (const GpuInfo& g : inv.gpus) {
     if (g.minor >= 0) s.gpu_minors[static_cast<uint32_t>(g.minor)] = g.uuid;
   }

@@ -127,6 +127,9 @@ struct InventorySnapshot {
   // "nvml" (a real driver) or "simulated" (our libnvidia-ml.so.1).
   std::string source;
   std::string library;  // The path that was loaded.
+  // `library` as the host sees it (the driver root's prefix taken off, see
+  // NvmlInventory); "" = the same.
+  std::string host_library;
   std::string driver_version;
   std::string nvml_version;
   int cuda_driver_version = 0;  // e.g. 13000.

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -270,10 +271,27 @@ NvmlInventory::~NvmlInventory() {
   // at exit gains nothing.
 }
 
+core::Result<std::string> NvmlInventory::DriverLibrary(const std::string& name) const {
+  if (driver_root_.empty() || driver_root_ == "/") return name;
+  // Where distributions and NVIDIA's installer put the driver's libraries.
+  static constexpr const char* kLibDirs[] = {
+      "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+      "/lib/x86_64-linux-gnu",     "/lib/aarch64-linux-gnu",     "/lib64",     "/lib"};
+  std::string looked;
+  for (const char* dir : kLibDirs) {
+    const std::string path = driver_root_ + dir + "/" + name;
+    if (access(path.c_str(), F_OK) == 0) return path;
+    looked += (looked.empty() ? "" : ", ") + driver_root_ + dir;
+  }
+  return core::NotFoundError("no " + name + " under driver_root " + driver_root_ + " (looked in " +
+                             looked + ")");
+}
+
 core::Result<InventorySnapshot> NvmlInventory::Read() {
   std::string sim = sim_lib_dir_ + "/libnvidia-ml.so.1";
   if (mode_ == GpuSourceMode::kSimulated) return ReadFrom(sim, true);
-  auto real = ReadFrom("libnvidia-ml.so.1", false);
+  auto nvml = DriverLibrary("libnvidia-ml.so.1");
+  auto real = nvml.ok() ? ReadFrom(*nvml, false) : core::Result<InventorySnapshot>(nvml.status());
   if (real.ok() || mode_ == GpuSourceMode::kNvml) return real;
   auto simulated = ReadFrom(sim, true);
   if (!simulated.ok()) {
@@ -292,6 +310,9 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
   // The system search may find our simulator (e.g. through LD_LIBRARY_PATH).
   bool is_sim = simulated || (!sim_lib_dir_.empty() && snap.library.rfind(sim_lib_dir_, 0) == 0);
   snap.source = is_sim ? "simulated" : "nvml";
+  if (!is_sim && driver_root_.size() > 1 && snap.library.rfind(driver_root_ + "/", 0) == 0) {
+    snap.host_library = snap.library.substr(driver_root_.size());
+  }
   Nvml n;
   n.Resolve(h);
   mig_enabled_.clear();
@@ -393,7 +414,14 @@ core::Result<InventorySnapshot> NvmlInventory::ReadFrom(const std::string& libra
       snap.gpus[i].link = nvlink[i] ? "nvlink" : "pcie";
     }
   }
-  FillSmCounts(is_sim ? sim_lib_dir_ + "/libcuda.so.1" : "libcuda.so.1", &snap.gpus);
+  // The CUDA driver beside the NVML that was found (under the driver root).
+  std::string cuda = "libcuda.so.1";
+  if (is_sim) {
+    cuda = sim_lib_dir_ + "/libcuda.so.1";
+  } else if (!snap.host_library.empty()) {
+    cuda = snap.library.substr(0, snap.library.rfind('/')) + "/libcuda.so.1";
+  }
+  FillSmCounts(cuda, &snap.gpus);
   handle_ = h;
   gpu_count_ = count;
   return snap;

@@ -30,8 +30,12 @@ core::Result<GpuSourceMode> ParseGpuSourceMode(std::string_view text);
 
 class NvmlInventory : public Inventory {
  public:
-  NvmlInventory(GpuSourceMode mode, std::string sim_lib_dir)
-      : mode_(mode), sim_lib_dir_(std::move(sim_lib_dir)) {}
+  // `driver_root`: where the host's NVIDIA driver root is in the daemon's
+  // view ("/" or "": the system's library search); NVML and the CUDA
+  // driver are then loaded from the first of the usual library folders
+  // under it that holds libnvidia-ml.so.1.
+  NvmlInventory(GpuSourceMode mode, std::string sim_lib_dir, std::string driver_root = "/")
+      : mode_(mode), sim_lib_dir_(std::move(sim_lib_dir)), driver_root_(std::move(driver_root)) {}
   ~NvmlInventory() override;
   core::Result<InventorySnapshot> Read() override;
   core::Result<std::vector<GpuUsage>> Usage() override;
@@ -39,8 +43,13 @@ class NvmlInventory : public Inventory {
  private:
   core::Result<InventorySnapshot> ReadFrom(const std::string& library, bool simulated);
 
+  // NVIDIA's libnvidia-ml.so.1: a name for the system's search, or its path
+  // under driver_root_.
+  core::Result<std::string> DriverLibrary(const std::string& name) const;
+
   GpuSourceMode mode_;
   std::string sim_lib_dir_;
+  std::string driver_root_;
   void* handle_ = nullptr;
   size_t gpu_count_ = 0;
   // Per GPU: in MIG mode at the last Read(), its GPU instances then, and

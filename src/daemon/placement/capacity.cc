@@ -295,6 +295,22 @@ Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
   return Status::Ok();
 }
 
+Status NodeCapacity::HoldOutsidePool(uint64_t id, const core::ResourceRequest& request,
+                                     const core::Allocation& allocation) {
+  DemandEntry e;
+  e.request = request;
+  if (request.kind != core::RequestKind::kMig) {
+    core::ResourceRequest r = request;
+    if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
+    GPUSLICE_ASSIGN_OR_RETURN(e.demand, core::DemandFromRequest(r));
+    e.demand.model_mask = 0;  // Any GPU: it holds what it held.
+    ++profile_changes_;
+  }
+  (*demands_)[id] = std::move(e);
+  if (allocation.empty()) return Status::Ok();
+  return Hold(id, allocation);
+}
+
 Status NodeCapacity::Resize(uint64_t id, const core::ResourceRequest& request) {
   auto d = demands_->find(id);
   auto h = held_.find(id);

@@ -84,6 +84,13 @@ class NodeCapacity : public core::CapacityModel {
   // allocation does not match the GPUs or is already taken: then the ledger
   // and the machine disagree and the daemon reports it.
   core::Status Hold(uint64_t id, const core::Allocation& allocation);
+  // The same for a job whose allocation the pools no longer allow (restart
+  // recovery after the admin moved its GPUs to another pool, or removed its
+  // pool): its demand is registered without a pool, so what it holds is
+  // taken wherever it is (nothing new of its pool lands on GPUs outside it).
+  // An empty allocation (a suspended job) only registers the demand.
+  core::Status HoldOutsidePool(uint64_t id, const core::ResourceRequest& request,
+                               const core::Allocation& allocation);
 
   // External jobs (never queued): places job `id` now, on one of the GPUs
   // (or MIG instances, or their GPUs) named in `candidates` (empty: any of

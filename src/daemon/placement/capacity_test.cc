@@ -328,7 +328,7 @@ TEST(NodeCapacity, ElasticJobsTakeWhatIsIdleGrowAndShrink) {
 
 // Issue 13 (measured): a 40 GiB job was placed on a GPU where a process
 // outside gpuslice held 70 GiB, and failed with out of memory.
-TEST(NodeCapacity, Issue13ForeignMemorySendsAJobToTheOtherGpuOrMakesItWait) {
+TEST(NodeCapacity, ForeignMemorySendsAJobToTheOtherGpuOrMakesItWait) {
   GpuInfo big0 = Gpu(0), big1 = Gpu(1);
   big0.memory_total = big1.memory_total = 80 * core::kGiB;
   auto c = NodeCapacity::Create({big0, big1}, core::Policy::kBinpack);
@@ -418,7 +418,7 @@ TEST(NodeCapacity, MemoryAJobHoldsOverItsLimitIsTakenAtOnceBesideForeignUse) {
 
 // Issue 13 item 5, on a GPU in MIG mode: a MIG instance that a process
 // outside gpuslice runs in was handed to a job (MIG GPUs were not charged).
-TEST(NodeCapacity, Issue13AMigInstanceWithAForeignProcessIsNotHandedToAJob) {
+TEST(NodeCapacity, AMigInstanceWithAForeignProcessIsNotHandedToAJob) {
   GpuInfo g = Gpu(0);
   g.mig_enabled = true;
   for (int i = 0; i < 2; ++i) {

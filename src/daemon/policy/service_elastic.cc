@@ -101,6 +101,10 @@ Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
     } else {
       LogWarn("job " + std::to_string(job.id) +
               ": cannot recreate its slice: " + region.status().message());
+      if (region.status().code() == core::StatusCode::kResourceExhausted) {
+        NoRoomForSlices("no room for job slices on the state disk (" + region.status().message() +
+                        ")");
+      }
     }
   }
   if (ledger_) {

@@ -10,6 +10,7 @@
 #include <charconv>
 
 #include "daemon/base/log.h"
+#include "daemon/config/config_check.h"
 #include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
@@ -483,28 +484,9 @@ Status Service::ResolvePools(std::vector<std::string>* pool_of) {
   pool_of_gpu_.clear();
   for (const GpuInfo& g : inventory_.gpus) pool_of_gpu_[g.index] = rules.default_pool;
   if (rules.pools.empty() || inventory_.gpus.empty()) return Status::Ok();
-  pool_of->assign(inventory_.gpus.size(), rules.default_pool);
-  std::vector<std::string> named(inventory_.gpus.size());
-  for (const PoolSpec& pool : rules.pools) {
-    for (const std::string& want : pool.gpus) {
-      size_t found = inventory_.gpus.size();
-      for (size_t i = 0; i < inventory_.gpus.size(); ++i) {
-        const GpuInfo& g = inventory_.gpus[i];
-        if (want == g.uuid || want == std::to_string(g.index)) found = i;
-      }
-      if (found == inventory_.gpus.size()) {
-        return core::InvalidArgumentError(
-            "pool." + pool.name + ": no GPU '" + want + "' on this machine (give indices 0-" +
-            std::to_string(inventory_.gpus.size() - 1) + " or UUIDs, see `gpuslice gpus`)");
-      }
-      if (!named[found].empty() && named[found] != pool.name) {
-        return core::InvalidArgumentError("GPU " + want + " is in two pools: " + named[found] +
-                                          " and " + pool.name);
-      }
-      named[found] = pool.name;
-      (*pool_of)[found] = pool.name;
-      pool_of_gpu_[inventory_.gpus[found].index] = pool.name;
-    }
+  GPUSLICE_ASSIGN_OR_RETURN(*pool_of, PoolsOfGpus(rules, inventory_.gpus));
+  for (size_t i = 0; i < pool_of->size(); ++i) {
+    pool_of_gpu_[inventory_.gpus[i].index] = (*pool_of)[i];
   }
   std::string summary;
   for (size_t i = 0; i < pool_of->size(); ++i) {

@@ -410,7 +410,7 @@ TEST_F(PolicyTest, BusyJobIsNotIdle) {
 // Issue 18 item 2: a high-priority slice starved by others' turns showed
 // little GPU use, and idle reclaim flagged and paused it. Time the arbiter
 // saw it wait for its turn counts as use.
-TEST_F(PolicyTest, Issue18ASliceThatWaitsForItsTurnIsNotIdle) {
+TEST_F(PolicyTest, ASliceThatWaitsForItsTurnIsNotIdle) {
   PolicyConfig rules;
   rules.idle_after_ms = 60'000;
   rules.idle_action = IdleAction::kEnd;

@@ -184,7 +184,24 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
     flags.push_back("preempted");
   }
+  if (auto j = jobs_.find(id); j != jobs_.end() && !OutsidePoolText(j->second).empty()) {
+    flags.push_back("outside_pool");
+  }
   return flags;
+}
+
+std::string Service::OutsidePoolText(const core::Job& job) const {
+  const std::string& pool =
+      job.request.pool.empty() ? options_.rules.default_pool : job.request.pool;
+  std::string moved;
+  for (uint32_t g : job.allocation.gpu_indices) {
+    if (PoolOf(g) == pool) continue;
+    moved +=
+        (moved.empty() ? "GPU " : ", GPU ") + std::to_string(g) + " is in pool '" + PoolOf(g) + "'";
+  }
+  if (moved.empty()) return "";
+  return "outside its pool '" + pool + "' since the configuration changed: " + moved +
+         "; it runs on where it is, and nothing new of pool '" + pool + "' is placed there";
 }
 
 }  // namespace gpuslice::daemon

@@ -94,7 +94,7 @@ class WatchdogTest : public ::testing::Test {
     launcher_.alive.insert(4242);
     processes_.owners[4242] = {0, 0, "root", {}};
     Caller stepd = TestCaller(1000);
-    stepd.pid = 4242;
+    stepd.process = std::make_shared<FakePeerProcess>(PeerIdentity{4242, 0, 1});
     SubmitSpec s;
     s.mode = core::JobMode::kExternal;
     s.fields.mem = "4GiB";

@@ -16,8 +16,7 @@ namespace {
 // that skipped the shim held 20 GiB in a 4 GiB slice; the watchdog read the
 // limit back from the region and saw nothing. Now the limit is the daemon's
 // and the default action is kill.
-TEST_F(WatchdogTest,
-       Issue13KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheRegionSaysUnlimited) {
+TEST_F(WatchdogTest, KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheRegionSaysUnlimited) {
   Start();
   JobView v = StartJob();
   regions_.regions[v.job.region_path].memory_bytes_per_device = ~0ull;  // The job's rewrite.
@@ -504,7 +503,7 @@ TEST_F(WatchdogTest, WorkConservingFarOverItsShareWhileOthersWaitIsReported) {
 
 // Issue 13 (measured): a 40 GiB job was placed on a GPU where a foreign
 // process held 70 GiB. Here: 30 GiB foreign on GPU 0 of two 40 GiB GPUs.
-TEST_F(WatchdogTest, Issue13ForeignMemoryIsChargedInPlacementAndReportedOnce) {
+TEST_F(WatchdogTest, ForeignMemoryIsChargedInPlacementAndReportedOnce) {
   Start();
   Process(0, 4242, 30 * core::kGiB, 0, 2000);
   Run(2);
@@ -685,7 +684,7 @@ InventorySnapshot OneMigGpu() {
 
 // Issue 13 item 5 on a GPU in MIG mode: a process outside gpuslice ran in a
 // MIG instance that was then handed to a job (MIG GPUs were not charged).
-TEST_F(WatchdogTest, Issue13AForeignProcessInAMigInstanceKeepsJobsOffItUntilItEnds) {
+TEST_F(WatchdogTest, AForeignProcessInAMigInstanceKeepsJobsOffItUntilItEnds) {
   Start({}, OneMigGpu());
   MigProcess(0, 4242, 3 * core::kGiB, 2000, /*gpu_instance=*/7);
   Run(2);
@@ -754,7 +753,7 @@ TEST_F(WatchdogTest, AForeignProcessInAMigInstanceAJobHoldsIsKilledByDefault) {
 // MIG devices) and idle reclaim ended it while it was 100% busy. Its use is
 // now its GPU instance's activity (NVML's GPM), and where NVML gives no
 // figure (no GPM, as on an A100) the job is never idle for it.
-TEST_F(WatchdogTest, Issue18AMigJobIsIdleByItsInstancesActivityAndNeverForNoFigure) {
+TEST_F(WatchdogTest, AMigJobIsIdleByItsInstancesActivityAndNeverForNoFigure) {
   PolicyConfig rules;
   rules.idle_after_ms = 60'000;
   rules.idle_action = IdleAction::kEnd;

@@ -58,7 +58,7 @@ constexpr const char* kJobColumns =
     "exit_code, reason, pid, pid_start_time, region_path, idle_ms, pool, restartable, "
     "compute_mode, host_cpu_milli, host_memory_bytes, after_jobs, image, engine, labels, "
     "holder_pid, holder_start_time, suspended_since_ms, suspended_total_ms, "
-    "resume_when_fits";
+    "resume_when_fits, hold";
 
 Result<Job> ReadJob(const Stmt& s) {
   Job j;
@@ -123,6 +123,7 @@ Result<Job> ReadJob(const Stmt& s) {
   j.suspended_since_ms = s.Int(38);
   j.suspended_total_ms = s.Int(39);
   j.resume_when_fits = s.Int(40) != 0;
+  GPUSLICE_ASSIGN_OR_RETURN(j.hold, core::ParseHoldKind(s.Text(41)));
   return j;
 }
 
@@ -208,6 +209,44 @@ Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path) {
   GPUSLICE_RETURN_IF_ERROR(ledger->Exec("PRAGMA foreign_keys=ON").WithContext(path));
   GPUSLICE_RETURN_IF_ERROR(ledger->Migrate().WithContext(path));
   GPUSLICE_RETURN_IF_ERROR(RestrictLedgerFiles(path));
+  return ledger;
+}
+
+Result<std::unique_ptr<Ledger>> Ledger::OpenReadOnly(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    Status s = SqliteError(db, rc, "open ledger " + path + " to read");
+    sqlite3_close(db);
+    return s;
+  }
+  std::unique_ptr<Ledger> ledger(new Ledger(db));
+  sqlite3_busy_timeout(db, 2000);
+  int64_t app_id = 0;
+  {
+    Stmt app(db, "PRAGMA application_id");
+    GPUSLICE_RETURN_IF_ERROR(app.prepared("ledger: read application_id"));
+    rc = app.Step();
+    if (rc != SQLITE_ROW) return SqliteError(db, rc, "ledger: read application_id");
+    app_id = app.Int(0);
+  }
+  if (app_id != kLedgerApplicationId) {
+    return core::FailedPreconditionError(path + ": not a gpuslice ledger");
+  }
+  {
+    Stmt ver(db, "SELECT version FROM schema_version");
+    GPUSLICE_RETURN_IF_ERROR(ver.prepared("ledger: read schema_version"));
+    rc = ver.Step();
+    if (rc != SQLITE_ROW) return core::FailedPreconditionError("ledger: schema_version is empty");
+    ledger->schema_version_ = static_cast<int>(ver.Int(0));
+  }
+  const int want = static_cast<int>(LedgerMigrations().size());
+  if (ledger->schema_version_ != want) {
+    return core::FailedPreconditionError(
+        path + ": ledger schema " + std::to_string(ledger->schema_version_) +
+        ", this gpusliced reads schema " + std::to_string(want) +
+        " (check with the gpusliced that wrote it, or start this one once to migrate it)");
+  }
   return ledger;
 }
 
@@ -327,7 +366,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
         std::string("INSERT OR REPLACE INTO jobs (") + kJobColumns +
         ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,"
         "?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32,?33,?34,?35,?36,?37,?38,?39,"
-        "?40,?41)";
+        "?40,?41,?42)";
     Stmt s(db_, sql.c_str());
     GPUSLICE_RETURN_IF_ERROR(s.prepared("ledger: save job"));
     const core::ResourceRequest& r = job.request;
@@ -376,6 +415,7 @@ Status Ledger::SaveJob(const Job& job, std::optional<core::JobState> from, int64
     s.Bind(39, job.suspended_since_ms);
     s.Bind(40, job.suspended_total_ms);
     s.Bind(41, int64_t{job.resume_when_fits});
+    s.Bind(42, std::string(core::HoldKindName(job.hold)));
     int rc = s.Step();
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, "ledger: save job");
 

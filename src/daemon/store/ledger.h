@@ -86,6 +86,11 @@ class Ledger {
   // the file is not a SQLite database, belongs to another application, has a
   // newer schema than this build knows, or cannot be written.
   static core::Result<std::unique_ptr<Ledger>> Open(const std::string& path);
+  // Opens the ledger to read only, beside the daemon that writes it (WAL
+  // lets readers in): `gpusliced --check-config`. Never creates, migrates
+  // or changes a file; errors when the schema is not the one this build
+  // writes.
+  static core::Result<std::unique_ptr<Ledger>> OpenReadOnly(const std::string& path);
   ~Ledger();
   Ledger(const Ledger&) = delete;
   Ledger& operator=(const Ledger&) = delete;

@@ -170,6 +170,11 @@ ALTER TABLE jobs ADD COLUMN resume_when_fits INTEGER NOT NULL DEFAULT 0;
 DROP INDEX jobs_live;
 CREATE INDEX jobs_live ON jobs(state) WHERE state IN ('queued', 'running', 'suspended');
 )sql",
+    // 11: a queued job held by `gpuslice hold` ('user': its owner's hold,
+    // 'admin': an admin's, which only an admin releases); '' = not held.
+    R"sql(
+ALTER TABLE jobs ADD COLUMN hold TEXT NOT NULL DEFAULT '';
+)sql",
 };
 
 }  // namespace

@@ -56,7 +56,7 @@ uint32_t ModeOf(const std::string& path) {
 }
 
 // Issue 13: the ledger (every job's environment) was 0644 for any local user.
-TEST_F(LedgerTest, Issue13LedgerFilesAreReadableByTheDaemonOnly) {
+TEST_F(LedgerTest, LedgerFilesAreReadableByTheDaemonOnly) {
   mode_t old = umask(022);
   {
     auto l = Ledger::Open(path_);
@@ -87,6 +87,28 @@ TEST_F(LedgerTest, FreshLedgerIsAtTheLatestSchema) {
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ((*l)->schema_version(), static_cast<int>(LedgerMigrations().size()));
   EXPECT_EQ(*(*l)->MaxJobId(), 0u);
+}
+
+TEST_F(LedgerTest, AHeldQueuedJobIsStillHeldAfterReopening) {
+  {
+    auto l = Ledger::Open(path_);
+    ASSERT_TRUE(l.ok());
+    core::Job user_hold = SampleJob(1);
+    user_hold.hold = core::HoldKind::kUser;
+    core::Job admin_hold = SampleJob(2);
+    admin_hold.hold = core::HoldKind::kAdmin;
+    ASSERT_TRUE((*l)->SaveJob(user_hold, std::nullopt, 10).ok());
+    ASSERT_TRUE((*l)->SaveJob(admin_hold, std::nullopt, 10).ok());
+    ASSERT_TRUE((*l)->SaveJob(SampleJob(3), std::nullopt, 10).ok());
+  }
+  auto l = Ledger::Open(path_);
+  ASSERT_TRUE(l.ok());
+  auto jobs = (*l)->LoadJobs(/*live_only=*/true);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].hold, core::HoldKind::kUser);
+  EXPECT_EQ((*jobs)[1].hold, core::HoldKind::kAdmin);
+  EXPECT_EQ((*jobs)[2].hold, core::HoldKind::kNone);
 }
 
 TEST_F(LedgerTest, JobRoundTripsWithAllocationAndTransitions) {

@@ -100,7 +100,8 @@ core::Result<Inventory> HttpDaemonClient::Gpus() {
 }
 
 core::Result<std::vector<JobInfo>> HttpDaemonClient::Jobs() {
-  GPUSLICE_ASSIGN_OR_RETURN(json reply, Call("GET", "/v1/jobs"));
+  // Every live job, not the first page (docs/API.md: limit=0).
+  GPUSLICE_ASSIGN_OR_RETURN(json reply, Call("GET", "/v1/jobs?limit=0"));
   if (!reply.contains("jobs") || !reply["jobs"].is_array()) {
     return core::InternalError("GET /v1/jobs: no 'jobs' list in the daemon's reply");
   }

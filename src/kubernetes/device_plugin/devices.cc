@@ -113,6 +113,9 @@ core::Result<Inventory> InventoryFromJson(const nlohmann::json& reply) {
     if (j.contains("slices") && j["slices"].is_array()) {
       for (const nlohmann::json& s : j["slices"]) {
         SliceShape shape{s.value("memory_limit", uint64_t{0}), s.value("compute_milli", 0u)};
+        // A whole-GPU job is reported with all of the GPU's memory and no
+        // share: whole, so that no share is placed beside it either.
+        if (g.memory_total > 0 && shape.memory_limit >= g.memory_total) shape.compute_milli = 1000;
         g.slices.push_back(shape);
         if (shape.Whole()) {
           mem_used = g.memory_total;

@@ -53,6 +53,20 @@ TEST(Inventory, ReadsTheDaemonsGpusWithFreeRoomAndHealth) {
   EXPECT_EQ(inv->ParentOfMig("MIG-2222"), &inv->gpus[2]);
 }
 
+// The daemon reports a whole-GPU job as all of the GPU's memory and no
+// share: no share may be placed beside it (on a real kubelet a 70% share
+// was, and its pod's memory Allocate was refused).
+TEST(Inventory, AJobHoldingAllOfAGpusMemoryHoldsItWhole) {
+  auto inv = InventoryFromJson(nlohmann::json::parse(R"({"gpus": [
+      {"index": 0, "uuid": "GPU-a", "memory_total": 42949672960,
+       "slices": [{"job": 3, "memory_limit": 42949672960, "compute_milli": 0}]}]})"));
+  ASSERT_TRUE(inv.ok()) << inv.status().ToString();
+  ASSERT_EQ(inv->gpus[0].slices.size(), 1u);
+  EXPECT_TRUE(inv->gpus[0].slices[0].Whole());
+  EXPECT_EQ(inv->gpus[0].milli_free, 0u);
+  EXPECT_EQ(inv->gpus[0].memory_free, 0u);
+}
+
 TEST(Inventory, AGpuWithoutHealthFieldIsHealthy) {
   auto inv = InventoryFromJson(
       nlohmann::json::parse(R"({"gpus": [{"uuid": "GPU-x", "memory_total": 1073741824}]})"));

@@ -1,6 +1,7 @@
 #include "kubernetes/device_plugin/kubelet.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 
 #include "kubernetes/device_plugin/grpc_status.h"
 #include "kubernetes/proto/deviceplugin_v1beta1.grpc.pb.h"
@@ -42,6 +43,15 @@ class GrpcPodResources::Stub {
 
 GrpcPodResources::GrpcPodResources(std::string socket) : socket_(std::move(socket)) {}
 GrpcPodResources::~GrpcPodResources() = default;
+
+uint64_t GrpcPodResources::Generation() {
+  struct stat st {};
+  if (stat(socket_.c_str(), &st) != 0) return 0;
+  const uint64_t g = static_cast<uint64_t>(st.st_ino) * 1000003u ^
+                     (static_cast<uint64_t>(st.st_ctim.tv_sec) * 1000000000u +
+                      static_cast<uint64_t>(st.st_ctim.tv_nsec));
+  return g == 0 ? 1 : g;
+}
 
 core::Result<std::vector<ContainerHolding>> GrpcPodResources::List() {
   if (stub_ == nullptr) stub_ = std::make_unique<Stub>(socket_);

@@ -27,6 +27,9 @@ class PodResourcesSource {
   virtual ~PodResourcesSource() = default;
   // Every container holding gpuslice.dev devices (others left out).
   virtual core::Result<std::vector<ContainerHolding>> List() = 0;
+  // Which kubelet answers: changes when it restarts (its socket is made
+  // anew); 0 when unknown.
+  virtual uint64_t Generation() { return 0; }
 };
 
 // The kubelet's v1.PodResourcesLister on a unix socket.
@@ -38,6 +41,8 @@ class GrpcPodResources final : public PodResourcesSource {
   explicit GrpcPodResources(std::string socket);
   ~GrpcPodResources() override;
   core::Result<std::vector<ContainerHolding>> List() override;
+  // The socket's inode and change time.
+  uint64_t Generation() override;
 
  private:
   class Stub;

@@ -31,11 +31,30 @@ core::Status Reconciler::RunOnce() {
     // Said once per outage: the kubelet restarts, and passes come often.
     if (!pods_error_logged_) LogWarn(containers.status().message() + " (retrying)");
     pods_error_logged_ = true;
+    kubelet_was_down_ = true;
     return containers.status();
   }
   if (pods_error_logged_) LogInfo("kubelet PodResources answers again");
   pods_error_logged_ = false;
-  Apply(Reconcile(*containers, book_->All(), Clock::now(), options_.decide));
+  const Clock::time_point now = Clock::now();
+  const uint64_t generation = pods_->Generation();
+  if (kubelet_was_down_ || (kubelet_generation_ != 0 && generation != kubelet_generation_)) {
+    hold_releases_until_ = now + options_.decide.release_grace;
+    if (options_.decide.release_grace.count() > 0) {
+      LogInfo("the kubelet restarted: no slice is released for the next " +
+              std::to_string(
+                  std::chrono::duration_cast<std::chrono::seconds>(options_.decide.release_grace)
+                      .count()) +
+              " s, while it lists its pods again");
+    }
+  }
+  kubelet_was_down_ = false;
+  kubelet_generation_ = generation;
+  std::vector<Action> actions = Reconcile(*containers, book_->All(), now, options_.decide);
+  if (now < hold_releases_until_) {
+    std::erase_if(actions, [](const Action& a) { return a.kind == Action::Kind::kRelease; });
+  }
+  Apply(actions);
   ApplyPriorities();
   return core::Status::Ok();
 }

@@ -3,7 +3,11 @@
 // The reconciler's thread: every `period`, and shortly after each Allocate
 // (Poke), it lists the kubelet's PodResources, decides (reconcile.h) and
 // carries the actions out in the daemon. Nothing is released while the
-// kubelet cannot be asked: a pass without its list does nothing.
+// kubelet cannot be asked: a pass without its list does nothing. Nor for
+// `release_grace` after the kubelet restarted (it did not answer, or its
+// socket is new): a kubelet lists its pods only once it has them back from
+// the API server, and a running pod missing from that first list must not
+// lose its slice.
 // Also recovers the plugin's jobs from the daemon at start (Recover).
 
 #include <chrono>
@@ -81,6 +85,11 @@ class Reconciler {
   std::thread thread_;
   std::set<std::string> reported_;  // Reconciler thread only: problems logged.
   bool pods_error_logged_ = false;  // Reconciler thread only.
+  // Reconciler thread only: the kubelet last seen, and until when its
+  // restart holds releases.
+  uint64_t kubelet_generation_ = 0;
+  bool kubelet_was_down_ = false;
+  Clock::time_point hold_releases_until_{};
 };
 
 }  // namespace gpuslice::kubernetes

@@ -21,11 +21,13 @@ class FakePods final : public PodResourcesSource {
   std::vector<ContainerHolding> containers;
   core::Status refuse;
   std::atomic<int> lists{0};
+  uint64_t generation = 1;
   core::Result<std::vector<ContainerHolding>> List() override {
     ++lists;
     if (!refuse.ok()) return refuse;
     return containers;
   }
+  uint64_t Generation() override { return generation; }
 };
 
 std::vector<std::string> Ids(ResourceKind kind, uint32_t from, uint32_t n) {
@@ -144,6 +146,33 @@ TEST_F(ReconcilerTest, NothingIsReleasedWhileTheKubeletDoesNotAnswer) {
   ASSERT_TRUE(r.RunOnce().ok());
   EXPECT_TRUE(daemon_.jobs.empty());  // No pod holds it: released.
   EXPECT_TRUE(book_.All().empty());
+}
+
+// A restarted kubelet answers before it has its pods back from the API
+// server: a running pod's slice must survive that first, empty list.
+TEST_F(ReconcilerTest, AKubeletRestartHoldsReleasesForTheGrace) {
+  const auto grace = std::chrono::milliseconds(600);
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 0, 4)).ok());
+  pods_.containers = {{{"ns", "p", "c"}, {{kMem.Name(), Ids(ResourceKind::kGpuMemory, 0, 4)}}}};
+  Reconciler r(&daemon_, &pods_, &book_, Options(grace));
+  ASSERT_TRUE(r.RunOnce().ok());
+  std::this_thread::sleep_for(grace + std::chrono::milliseconds(50));  // The job is old enough.
+  pods_.generation = 2;                                                // A new kubelet.sock...
+  pods_.containers = {};                                               // ...that lists no pod yet.
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_EQ(daemon_.jobs.size(), 1u) << "released by the restarted kubelet's first list";
+  // Unheld still once the hold is over (the pod was deleted meanwhile).
+  std::this_thread::sleep_for(grace + std::chrono::milliseconds(50));
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_TRUE(daemon_.jobs.empty());
+  // A kubelet that did not answer for a while counts as restarted too.
+  ASSERT_TRUE(allocator_.Allocate(kMem, Ids(ResourceKind::kGpuMemory, 8, 4)).ok());
+  std::this_thread::sleep_for(grace + std::chrono::milliseconds(50));
+  pods_.refuse = core::UnavailableError("kubelet restarting");
+  EXPECT_FALSE(r.RunOnce().ok());
+  pods_.refuse = core::Status::Ok();
+  ASSERT_TRUE(r.RunOnce().ok());
+  EXPECT_EQ(daemon_.jobs.size(), 1u);
 }
 
 TEST_F(ReconcilerTest, AJobCancelledOutsideThePluginIsForgotten) {

@@ -83,18 +83,29 @@ class ResourceServer::Service final : public v1beta1::DevicePlugin::Service {
   grpc::Status GetPreferredAllocation(grpc::ServerContext*,
                                       const v1beta1::PreferredAllocationRequest* req,
                                       v1beta1::PreferredAllocationResponse* out) override {
+    // What the daemon holds now: the table's list is up to a poll interval
+    // old, and a GPU given away since (whole, or its memory) must not look
+    // free. The table's list when the daemon does not answer.
     Inventory inv = deps_.table->inventory();
+    if (deps_.daemon != nullptr) {
+      if (auto fresh = deps_.daemon->Gpus(); fresh.ok()) inv = std::move(*fresh);
+    }
     for (const auto& c : req->container_requests()) {
       PreferenceRequest pr;
       pr.available = Strings(c.available_deviceids());
       pr.must_include = Strings(c.must_include_deviceids());
       pr.size = c.allocation_size();
-      auto ids =
-          PreferredIds(resource_, inv, pr,
-                       deps_.book->PairingGpus(resource_.kind, Clock::now(), deps_.pairing_window));
+      const std::vector<std::string> pairing =
+          deps_.book->PairingGpus(resource_.kind, Clock::now(), deps_.pairing_window);
+      auto ids = PreferredIds(resource_, inv, pr, pairing);
       if (!ids.ok()) return ToGrpc(ids.status());
       auto* r = out->add_container_responses();
       for (const std::string& id : *ids) r->add_deviceids(id);
+      // Which GPU, and why: what the kubelet then allocates is this choice.
+      LogInfo(resource_.Name() + ": preferred " + std::to_string(ids->size()) + " of " +
+              std::to_string(pr.available.size()) + " offered" +
+              (ids->empty() ? std::string() : ", first " + ids->front()) +
+              (pairing.empty() ? std::string() : " (paired with " + pairing.front() + ")"));
     }
     return grpc::Status::OK;
   }

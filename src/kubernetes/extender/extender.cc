@@ -67,7 +67,9 @@ std::string AskText(const ContainerAsk& a) {
   if (a.mig_count > 0)
     return std::to_string(a.mig_count) + " MIG " + a.mig_profile + " instance(s)";
   std::string s = Gib(a.gpu_mem_bytes);
-  s += a.share_milli > 0 ? " + " + std::to_string(a.share_milli / 10) + "%" : " (no share)";
+  // No '%' in a reason: kube-scheduler passes the text to its event
+  // recorder as a format string ("30%!o(MISSING)n one GPU" in events).
+  s += a.share_milli > 0 ? " + " + std::to_string(a.share_milli / 10) + " percent" : " (no share)";
   return s + " on one GPU";
 }
 
@@ -83,7 +85,7 @@ std::string FreeText(const core::NodeState& n) {
     }
   }
   return "most free on one GPU: " + Gib(best_mem) + " + " + std::to_string(best_milli / 10) +
-         "%; idle GPUs: " + std::to_string(idle) + " of " + std::to_string(n.gpus.size());
+         " percent; idle GPUs: " + std::to_string(idle) + " of " + std::to_string(n.gpus.size());
 }
 
 // Could `ask` fit node `n` were it empty?
@@ -163,15 +165,24 @@ void Extender::ExpireAssumed(const Snapshot& snap) {
     if (it == snap.nodes.end() || !it->second.has_report || it->second.received_ms <= a.at_ms) {
       return false;
     }
+    uint32_t whole = 0;
+    uint64_t memory = 0, milli = 0;
+    for (const GpuReport& g : it->second.report.gpus) {
+      if (g.mig_enabled) continue;
+      whole += g.whole ? 1 : 0;
+      memory += g.memory_allocated;
+      milli += g.compute_allocated_milli;
+    }
     for (const GpuReport& g : it->second.report.gpus) {
       if (g.uuid != a.gpu_uuid) continue;
       if (a.mig_count > 0) {
         auto f = g.mig_free.find(a.mig_profile);
         return f != g.mig_free.end() && f->second + a.mig_count <= a.base_mig_free;
       }
-      if (a.demand.IsWhole()) return g.whole;
-      return g.compute_allocated_milli >= a.base_milli + a.demand.gpu_milli &&
-             g.memory_allocated >= a.base_memory + a.demand.gpu_mem;
+      if (a.demand.IsWhole()) return g.whole || whole >= a.node_whole_needed;
+      return (g.compute_allocated_milli >= a.base_milli + a.demand.gpu_milli &&
+              g.memory_allocated >= a.base_memory + a.demand.gpu_mem) ||
+             (milli >= a.node_milli_needed && memory >= a.node_memory_needed);
     }
     return false;
   };
@@ -206,10 +217,25 @@ void Extender::ApplyAssumed(View& v, const Assumed& a) {
   }
   auto g = std::find(nv.gpu_uuids.begin(), nv.gpu_uuids.end(), a.gpu_uuid);
   if (g == nv.gpu_uuids.end()) return;
+  const size_t i = static_cast<size_t>(g - nv.gpu_uuids.begin());
+  core::Demand d = a.demand;
+  if (d.IsFraction()) {
+    // What the report already shows of the pod on this GPU is counted
+    // there: gpusliced makes a pod's slice in two steps (memory, then its
+    // share a moment later), and a report between them plus the whole
+    // hold would make the GPU look fuller than it is; kube-scheduler then
+    // parks a pod that fits for up to a minute.
+    const uint64_t mem_shown =
+        nv.reported_memory[i] > a.base_memory ? nv.reported_memory[i] - a.base_memory : 0;
+    const uint32_t milli_shown =
+        nv.reported_milli[i] > a.base_milli ? nv.reported_milli[i] - a.base_milli : 0;
+    d.gpu_mem -= std::min(d.gpu_mem, mem_shown);
+    // A fraction holds at least one per-mille in the model.
+    d.gpu_milli = std::max<uint32_t>(1, d.gpu_milli - std::min(d.gpu_milli, milli_shown));
+  }
   // Fails only when the node's report shows the GPU fuller than when the
   // pod was bound (someone else came first); the report then counts it.
-  (void)v.state.Allocate(a.demand,
-                         OneGpu(it->second, static_cast<uint8_t>(g - nv.gpu_uuids.begin())));
+  (void)v.state.Allocate(d, OneGpu(it->second, static_cast<uint8_t>(i)));
 }
 
 std::unique_ptr<Extender::View> Extender::BuildView(const Snapshot& snap,
@@ -253,6 +279,8 @@ std::unique_ptr<Extender::View> Extender::BuildView(const Snapshot& snap,
       gs.model = *model;
       n.gpus.push_back(gs);
       nv.gpu_uuids.push_back(g.uuid);
+      nv.reported_memory.push_back(g.memory_allocated);
+      nv.reported_milli.push_back(g.compute_allocated_milli);
       plain.push_back(&g);
     }
     auto idx = v->state.AddNode(std::move(n));
@@ -628,6 +656,14 @@ core::Status Extender::Bind(const BindingArgs& args) {
       return nullptr;
     };
     const size_t first_new = assumed_.size();
+    uint32_t node_whole = 0;
+    uint64_t node_memory = 0, node_milli = 0;
+    for (const GpuReport& g : report.gpus) {
+      if (g.mig_enabled) continue;
+      node_whole += g.whole ? 1 : 0;
+      node_memory += g.memory_allocated;
+      node_milli += g.compute_allocated_milli;
+    }
     for (const ContainerPlace& cp : *places) {
       std::vector<std::string>& gpus = assigned[cp.ask->name];
       if (cp.ask->mig_count > 0) {
@@ -650,6 +686,12 @@ core::Status Extender::Bind(const BindingArgs& args) {
         if (const GpuReport* g = base_of(uuid)) {
           a.base_memory = g->memory_allocated;
           a.base_milli = g->compute_allocated_milli;
+        }
+        if (per_gpu.IsWhole()) {
+          a.node_whole_needed = ++node_whole;
+        } else {
+          a.node_memory_needed = node_memory += per_gpu.gpu_mem;
+          a.node_milli_needed = node_milli += per_gpu.gpu_milli;
         }
         assumed_.push_back(std::move(a));
         gpus.push_back(uuid);

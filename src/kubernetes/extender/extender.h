@@ -66,6 +66,13 @@ struct Assumed {
   uint64_t base_memory = 0;
   uint32_t base_milli = 0;
   uint32_t base_mig_free = 0;
+  // The node's whole-GPU count and allocated totals a report must reach
+  // to show this part (and the same bind's parts before it) on any of the
+  // node's GPUs: the device plugin may give the pod another GPU than the
+  // one the extender chose, which the GPU's own line would never show.
+  uint32_t node_whole_needed = 0;
+  uint64_t node_memory_needed = 0;
+  uint64_t node_milli_needed = 0;
 };
 
 class Extender {
@@ -97,7 +104,11 @@ class Extender {
  private:
   struct NodeView {
     std::string name;
-    std::vector<std::string> gpu_uuids;          // Per core GPU index.
+    std::vector<std::string> gpu_uuids;  // Per core GPU index.
+    // What the report shows held on each GPU (same index): a hold counts
+    // only the part of its pod the report does not show yet.
+    std::vector<uint64_t> reported_memory;
+    std::vector<uint32_t> reported_milli;
     std::map<std::string, uint32_t> mig_free;    // After assumptions.
     std::map<std::string, std::string> mig_gpu;  // Profile -> a GPU with one free.
     int64_t received_ms = 0;                     // Of its report: staleness without the snapshot.

@@ -29,10 +29,20 @@ constexpr auto kIdleTimeout = std::chrono::milliseconds(120000);
 
 std::string ErrorBody(const std::string& message) { return json{{"error", message}}.dump(); }
 
+// Nodes first seen in this request are polled before it is answered (one
+// round, each node bounded by the poller's timeout): otherwise they would
+// fail as unknown, and kube-scheduler would leave the pod unschedulable
+// for up to a minute, as the first pods after the extender starts were.
+void LearnNodes(NodePoller* poller, const ExtenderArgs& args) {
+  if (poller != nullptr && args.node_list && poller->Learn(args.node_names, args.internal_ips)) {
+    poller->PollOnce();
+  }
+}
+
 HttpAnswer Filter(Extender& ex, NodePoller* poller, const std::string& body) {
   auto args = ParseExtenderArgs(body);
   if (!args.ok()) return {400, RenderFilterError(args.status().message())};
-  if (poller != nullptr && args->node_list) poller->Learn(args->node_names, args->internal_ips);
+  LearnNodes(poller, *args);
   auto pod = ParsePod(args->pod);
   if (!pod.ok()) return {400, RenderFilterError(pod.status().message())};
   return {200, RenderFilterResult(*args, ex.Filter(*pod, args->node_names))};
@@ -41,7 +51,7 @@ HttpAnswer Filter(Extender& ex, NodePoller* poller, const std::string& body) {
 HttpAnswer Prioritize(Extender& ex, NodePoller* poller, const std::string& body) {
   auto args = ParseExtenderArgs(body);
   if (!args.ok()) return {400, ErrorBody(args.status().message())};
-  if (poller != nullptr && args->node_list) poller->Learn(args->node_names, args->internal_ips);
+  LearnNodes(poller, *args);
   auto pod = ParsePod(args->pod);
   if (!pod.ok()) return {400, ErrorBody(pod.status().message())};
   std::vector<int64_t> scores = ex.Prioritize(*pod, args->node_names);
@@ -101,31 +111,39 @@ HttpAnswer HandleExtenderRequest(Extender& extender, NodePoller* poller, const s
   return {404, ErrorBody("no route " + p + " (POST /filter, /prioritize, /bind; GET /healthz)")};
 }
 
+core::Result<std::pair<std::string, int>> SplitListenAddress(const std::string& host_port,
+                                                             const std::string& flag) {
+  size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) {
+    return core::InvalidArgumentError(flag + " '" + host_port + "': not HOST:PORT");
+  }
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  beast::error_code ec;
+  asio::ip::make_address(host, ec);
+  if (ec) return core::InvalidArgumentError(flag + " '" + host_port + "': not an IP address");
+  const std::string digits = host_port.substr(colon + 1);
+  int port = digits.empty() || digits.size() > 5 ||
+                     digits.find_first_not_of("0123456789") != std::string::npos
+                 ? -1
+                 : std::stoi(digits);
+  if (port < 0 || port > 65535) {
+    return core::InvalidArgumentError(flag + " '" + host_port + "': bad port");
+  }
+  return std::make_pair(host, port);
+}
+
 class ExtenderServer::Impl {
  public:
   Impl(Extender& ex, NodePoller* poller) : ex_(ex), poller_(poller), acceptor_(io_) {}
 
   core::Result<std::string> Listen(const std::string& host_port) {
-    size_t colon = host_port.rfind(':');
-    if (colon == std::string::npos) {
-      return core::InvalidArgumentError("--listen '" + host_port + "': not HOST:PORT");
-    }
-    std::string host = host_port.substr(0, colon);
-    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-      host = host.substr(1, host.size() - 2);
-    }
+    GPUSLICE_ASSIGN_OR_RETURN(auto hp, SplitListenAddress(host_port, "--listen"));
     beast::error_code ec;
-    auto addr = asio::ip::make_address(host, ec);
-    if (ec) return core::InvalidArgumentError("--listen '" + host_port + "': not an IP address");
-    int port = 0;
-    try {
-      port = std::stoi(host_port.substr(colon + 1));
-    } catch (...) {
-      port = -1;
-    }
-    if (port < 0 || port > 65535) {
-      return core::InvalidArgumentError("--listen '" + host_port + "': bad port");
-    }
+    auto addr = asio::ip::make_address(hp.first, ec);
+    const int port = hp.second;
     tcp::endpoint ep(addr, static_cast<unsigned short>(port));
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);

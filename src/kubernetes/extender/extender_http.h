@@ -12,6 +12,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/status.h"
 #include "kubernetes/extender/extender.h"
@@ -26,12 +27,17 @@ struct HttpAnswer {
 };
 
 // Answers one request. `poller` (may be null) learns nodes' addresses from
-// NodeList bodies. Malformed bodies get 400 with the verb's own error shape
-// (ExtenderFilterResult.Error, ExtenderBindingResult.Error, {"error"} for
-// prioritize, whose answer has no error field); unknown paths 404, a known
-// path with another method 405.
+// NodeList bodies, and polls the nodes it did not know before answering. Malformed bodies get 400
+// with the verb's own error shape (ExtenderFilterResult.Error, ExtenderBindingResult.Error,
+// {"error"} for prioritize, whose answer has no error field); unknown paths 404, a known path with
+// another method 405.
 HttpAnswer HandleExtenderRequest(Extender& extender, NodePoller* poller, const std::string& method,
                                  const std::string& path, const std::string& body);
+
+// "HOST:PORT" ("[::1]:PORT" for IPv6) as the host and port; `flag` names
+// the option in errors. The host must be an IP address.
+core::Result<std::pair<std::string, int>> SplitListenAddress(const std::string& host_port,
+                                                             const std::string& flag);
 
 class ExtenderServer {
  public:

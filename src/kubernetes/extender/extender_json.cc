@@ -89,7 +89,13 @@ core::Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
 }
 
 std::string RenderFilterResult(const ExtenderArgs& args, const FilterAnswer& answer) {
-  json out = {{"FailedNodes", FailedMap(answer.failed)},
+  // A node that can never hold the pod is in FailedNodes as well:
+  // kube-scheduler before 1.21 knows no FailedAndUnresolvableNodes and
+  // dropped such a node with no reason (its event read "0/2 nodes are
+  // available: ."); later ones let FailedAndUnresolvableNodes win.
+  json failed = FailedMap(answer.failed);
+  for (const auto& [node, why] : answer.unresolvable) failed[node] = why;
+  json out = {{"FailedNodes", std::move(failed)},
               {"FailedAndUnresolvableNodes", FailedMap(answer.unresolvable)},
               {"Error", answer.error}};
   if (args.node_list) {

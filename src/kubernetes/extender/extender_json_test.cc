@@ -76,6 +76,13 @@ TEST(ExtenderFilterResult, AnswersInTheFormItWasAsked) {
   EXPECT_EQ(j["NodeNames"], json({"x", "z"}));
   EXPECT_TRUE(j["Nodes"].is_null());
 
+  // A node that can never hold the pod is named in both maps: the reason
+  // reaches kube-scheduler 1.20, which reads FailedNodes only.
+  answer.unresolvable["y"] = "needs 45 GiB on one GPU; the largest has 40 GiB";
+  j = json::parse(RenderFilterResult(names, answer));
+  EXPECT_EQ(j["FailedAndUnresolvableNodes"]["y"], answer.unresolvable["y"]);
+  EXPECT_EQ(j["FailedNodes"]["y"], answer.unresolvable["y"]);
+
   j = json::parse(RenderFilterError("bad"));
   EXPECT_EQ(j["Error"], "bad");
 }

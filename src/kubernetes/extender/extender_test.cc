@@ -95,8 +95,8 @@ TEST_F(ExtenderTest, FilterKeepsNodesWhereTheFractionFitsAndSaysWhyNot) {
   auto pass = Passing(Pod("p", {Fraction(20, 30)}), {"full", "idle"}, &a);
   EXPECT_EQ(pass, std::vector<std::string>{"idle"});
   const std::string why = a.failed.at("full");
-  EXPECT_NE(why.find("needs 20 GiB + 30% on one GPU"), std::string::npos) << why;
-  EXPECT_NE(why.find("most free on one GPU: 10 GiB + 10%"), std::string::npos) << why;
+  EXPECT_NE(why.find("needs 20 GiB + 30 percent on one GPU"), std::string::npos) << why;
+  EXPECT_NE(why.find("most free on one GPU: 10 GiB + 10 percent"), std::string::npos) << why;
 }
 
 TEST_F(ExtenderTest, MemoryAndShareMustBeOnTheSameGpu) {
@@ -215,6 +215,67 @@ TEST_F(ExtenderTest, AnAssumptionEndsWhenTheReportShowsItOrAfterItsTtl) {
   Publish();
   EXPECT_EQ(ex_.AssumedNow().size(), 1u);
   now_ += 2;
+  EXPECT_TRUE(ex_.AssumedNow().empty());
+}
+
+TEST_F(ExtenderTest, ReasonsHoldNoPercentSignWhichTheSchedulersEventsWouldReadAsAVerb) {
+  SetNode("full", {Gpu("GPU-a0", 70, 900)});
+  Publish();
+  FilterAnswer a;
+  EXPECT_TRUE(Passing(Pod("p", {Fraction(20, 30)}), {"full"}, &a).empty());
+  const std::string why = a.failed.at("full");
+  EXPECT_EQ(why.find('%'), std::string::npos) << why;
+}
+
+TEST_F(ExtenderTest, AHoldCountsOnlyWhatTheReportDoesNotShowOfItsPodYet) {
+  // gpusliced makes a pod's slice with its memory first and its share a
+  // moment later: a report between the two plus the whole hold must not
+  // refuse a pod that fits beside it.
+  SetNode("n", {Gpu("GPU-0")});
+  Publish();
+  PodRequest first = Pod("first", {Fraction(4, 30)});
+  ASSERT_EQ(Passing(first, {"n"}).size(), 1u);
+  ASSERT_TRUE(Bind(first, "n").ok());
+  now_ += 1000;
+  SetNode("n", {Gpu("GPU-0", 4, 10)});  // 4 GiB, the no-share placeholder.
+  Publish();
+  ASSERT_EQ(ex_.AssumedNow().size(), 1u) << "the report does not show the pod's share yet";
+  EXPECT_EQ(Passing(Pod("second", {Fraction(4, 70)}), {"n"}).size(), 1u)
+      << "70% is free beside the first pod";
+  EXPECT_TRUE(Passing(Pod("third", {Fraction(4, 71)}), {"n"}).empty());
+}
+
+TEST_F(ExtenderTest, AnAssumptionEndsWhenTheReportShowsThePodOnAnotherGpuOfItsNode) {
+  // The device plugin chooses the GPU among those the kubelet offers, which
+  // need not be the one the extender chose: the node's totals show the pod.
+  SetNode("n", {Gpu("GPU-0", 2, 100), Gpu("GPU-1")});
+  Publish();
+  PodRequest whole = Pod("whole", {Whole(1)});
+  ASSERT_EQ(Passing(whole, {"n"}).size(), 1u);
+  ASSERT_TRUE(Bind(whole, "n").ok());
+  ASSERT_EQ(ex_.AssumedNow().size(), 1u);
+  ASSERT_EQ(ex_.AssumedNow()[0].gpu_uuid, "GPU-1");
+  now_ += 1000;
+  // GPU-0's slice ended and the whole pod got GPU-0: GPU-1 is idle again.
+  SetNode("n", {Gpu("GPU-0", 80, 1000, true), Gpu("GPU-1")});
+  Publish();
+  EXPECT_TRUE(ex_.AssumedNow().empty());
+  EXPECT_EQ(Passing(Pod("next", {Fraction(4, 30)}), {"n"}).size(), 1u)
+      << "GPU-1 is free for a fraction";
+  // A fraction placed on GPU-1 and given GPU-0 by the plugin likewise.
+  SetNode("n", {Gpu("GPU-0", 10, 200), Gpu("GPU-1", 1, 900)});
+  now_ += 1000;
+  Publish();
+  PodRequest frac = Pod("frac", {Fraction(10, 5)});
+  ASSERT_EQ(Passing(frac, {"n"}).size(), 1u);
+  ASSERT_TRUE(Bind(frac, "n").ok());
+  ASSERT_EQ(ex_.AssumedNow().size(), 1u);
+  now_ += 1000;
+  SetNode("n", {Gpu("GPU-0", 12, 250), Gpu("GPU-1", 1, 900)});
+  Publish();
+  EXPECT_EQ(ex_.AssumedNow().size(), 1u) << "the node shows less than the pod took";
+  SetNode("n", {Gpu("GPU-0", 20, 250), Gpu("GPU-1", 1, 900)});
+  Publish();
   EXPECT_TRUE(ex_.AssumedNow().empty());
 }
 

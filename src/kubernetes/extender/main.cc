@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "kubernetes/extender/extender_http.h"
 #include "kubernetes/extender/kube_api.h"
 #include "kubernetes/extender/node_poller.h"
+#include "kubernetes/extender/webhook_server.h"
 
 namespace gk = gpuslice::kubernetes;
 
@@ -37,7 +39,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "gpuslice's kube-scheduler extender: filter, prioritize and bind for pods asking "
       "for gpuslice.dev/ resources"};
-  std::string listen = "0.0.0.0:8888";
+  // Loopback: bind acts with the extender's credentials, so only kube-scheduler
+  // beside it should reach the verbs.
+  std::string listen = "127.0.0.1:8888";
   std::string address_file;
   std::string nodes_file;
   int daemon_port = 9400;
@@ -45,6 +49,8 @@ int main(int argc, char** argv) {
   std::string policy_name(gpuslice::core::PolicyName(gpuslice::core::kDefaultPolicy));
   gk::KubeApiOptions kube = gk::InClusterOptions();
   bool no_kube = false;
+  std::string webhook_listen;
+  gk::WebhookServerOptions webhook;
   app.add_option("--listen", listen, "HOST:PORT for kube-scheduler (port 0 picks one)");
   app.add_option("--address-file", address_file, "write the bound HOST:PORT here");
   app.add_option("--nodes-file", nodes_file,
@@ -61,6 +67,12 @@ int main(int argc, char** argv) {
   app.add_flag("--kube-insecure", kube.insecure_skip_verify,
                "do not check the API server's certificate (testing only)");
   app.add_flag("--no-kube-api", no_kube, "bind verb only holds GPUs; no API calls (testing)");
+  app.add_option("--webhook-listen", webhook_listen,
+                 "HOST:PORT for the admission webhook and /healthz over HTTPS (default: off)");
+  app.add_option("--webhook-cert", webhook.cert_file, "the webhook's certificate chain (PEM)");
+  app.add_option("--webhook-key", webhook.key_file, "the webhook's private key (PEM)");
+  app.add_option("--webhook-scheduler-name", webhook.scheduler_name,
+                 "the schedulerName the webhook gives pods asking for gpuslice.dev/ resources");
   CLI11_PARSE(app, argc, argv);
 
   auto policy = gpuslice::core::ParsePolicy(policy_name);
@@ -76,6 +88,10 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Fail(parsed.status().message());
     nodes = std::move(*parsed);
   }
+  if (!webhook_listen.empty() && (webhook.cert_file.empty() || webhook.key_file.empty())) {
+    return Fail("--webhook-listen needs --webhook-cert and --webhook-key");
+  }
+  if (webhook.scheduler_name.empty()) return Fail("--webhook-scheduler-name is empty");
   if (!no_kube && kube.base_url.empty()) {
     return Fail(
         "no API server: not in a cluster (KUBERNETES_SERVICE_HOST unset); give --kube-api "
@@ -111,15 +127,27 @@ int main(int argc, char** argv) {
       return Fail("cannot write --address-file '" + address_file + "'");
     }
   }
+  std::unique_ptr<gk::WebhookServer> webhook_server;
+  if (!webhook_listen.empty()) {
+    webhook_server = std::make_unique<gk::WebhookServer>(extender, webhook);
+    auto wbound = webhook_server->Listen(webhook_listen);
+    if (!wbound.ok()) return Fail(wbound.status().message());
+    std::cerr << "gpuslice-scheduler-extender: admission webhook on https://" << *wbound
+              << "/mutate (schedulerName " << webhook.scheduler_name << ")\n";
+  }
   std::cerr << "gpuslice-scheduler-extender: listening on http://" << *bound << " (" << nodes.size()
             << " nodes from --nodes-file, policy " << gpuslice::core::PolicyName(*policy) << ")\n";
   poller.Start();
+  std::thread webhook_thread;
+  if (webhook_server) webhook_thread = std::thread([&] { webhook_server->Run(); });
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     server.Stop();
+    if (webhook_server) webhook_server->Stop();
   });
   server.Run();
+  if (webhook_thread.joinable()) webhook_thread.join();
   poller.Stop();
   stopper.join();
   return 0;

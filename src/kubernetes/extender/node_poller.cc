@@ -89,14 +89,17 @@ NodePoller::NodePoller(PollerOptions options, std::map<std::string, std::string>
 
 NodePoller::~NodePoller() { Stop(); }
 
-void NodePoller::Learn(const std::vector<std::string>& names, const std::vector<std::string>& ips) {
-  if (options_.daemon_port <= 0) return;
+bool NodePoller::Learn(const std::vector<std::string>& names, const std::vector<std::string>& ips) {
+  if (options_.daemon_port <= 0) return false;
   std::lock_guard<std::mutex> lock(mu_);
+  bool learnt = false;
   for (size_t i = 0; i < names.size() && i < ips.size(); ++i) {
     if (ips[i].empty() || urls_.count(names[i])) continue;
     const std::string host = ips[i].find(':') != std::string::npos ? "[" + ips[i] + "]" : ips[i];
     urls_[names[i]] = NodeStateUrl("http://" + host + ":" + std::to_string(options_.daemon_port));
+    learnt = true;
   }
+  return learnt;
 }
 
 void NodePoller::PollOnce() {

@@ -54,7 +54,8 @@ class NodePoller {
 
   // Adds nodes seen in a NodeList, by InternalIP (ignored when the node has
   // a URL already or daemon_port is 0). Cheap; the next round polls them.
-  void Learn(const std::vector<std::string>& names, const std::vector<std::string>& ips);
+  // True when a node was new.
+  bool Learn(const std::vector<std::string>& names, const std::vector<std::string>& ips);
   // One round now, on the caller's thread (tests; the loop calls it).
   void PollOnce();
   void Start();

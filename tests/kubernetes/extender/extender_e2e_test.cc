@@ -145,14 +145,34 @@ class ExtenderE2e : public ::testing::Test {
     dir_ = nodes_["node-a"]->dir();
     const std::string nodes_file = dir_ + "/nodes.yaml";
     std::ofstream(nodes_file) << nodes_file_text;
-    const std::string addr_file = dir_ + "/extender.addr";
+    std::ofstream(dir_ + "/token") << "secret-token\n";
+    extender_ = Launch("extender", {"--nodes-file", nodes_file}, &url_);
+    ASSERT_GT(extender_, 0);
+    // Every node reported, with its load.
+    ASSERT_TRUE(Daemon::WaitFor([&] {
+      auto h = Get(url_ + "/healthz");
+      return h.ok() && json::parse(h->body, nullptr, false).value("nodes_reporting", 0) == 3;
+    })) << ReadFile(dir_ + "/extender.log");
+  }
+  void TearDown() override {
+    for (pid_t p : {extender_, second_}) {
+      if (p > 0) {
+        kill(p, SIGTERM);
+        int status;
+        waitpid(p, &status, 0);
+      }
+    }
+  }
+
+  // Starts an extender named `name` (its log and address files in dir_)
+  // with `extra` arguments; its URL in *url.
+  pid_t Launch(const std::string& name, const std::vector<std::string>& extra, std::string* url) {
+    const std::string addr_file = dir_ + "/" + name + ".addr";
     std::vector<std::string> argv = {GPUSLICE_E2E_EXTENDER,
                                      "--listen",
                                      "127.0.0.1:0",
                                      "--address-file",
                                      addr_file,
-                                     "--nodes-file",
-                                     nodes_file,
                                      "--poll-interval-ms",
                                      "200",
                                      "--stale-after-ms",
@@ -161,10 +181,10 @@ class ExtenderE2e : public ::testing::Test {
                                      api_.url(),
                                      "--kube-token-file",
                                      dir_ + "/token"};
-    std::ofstream(dir_ + "/token") << "secret-token\n";
-    extender_ = fork();
-    if (extender_ == 0) {
-      int fd = open((dir_ + "/extender.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open((dir_ + "/" + name + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
       std::vector<char*> a;
@@ -173,21 +193,12 @@ class ExtenderE2e : public ::testing::Test {
       execv(a[0], a.data());
       _exit(127);
     }
-    ASSERT_TRUE(Daemon::WaitFor([&] { return !Trim(ReadFile(addr_file)).empty(); }, 20))
-        << ReadFile(dir_ + "/extender.log");
-    url_ = "http://" + Trim(ReadFile(addr_file));
-    // Every node reported, with its load.
-    ASSERT_TRUE(Daemon::WaitFor([&] {
-      auto h = Get(url_ + "/healthz");
-      return h.ok() && json::parse(h->body, nullptr, false).value("nodes_reporting", 0) == 3;
-    })) << ReadFile(dir_ + "/extender.log");
-  }
-  void TearDown() override {
-    if (extender_ > 0) {
-      kill(extender_, SIGTERM);
-      int status;
-      waitpid(extender_, &status, 0);
+    if (!Daemon::WaitFor([&] { return !Trim(ReadFile(addr_file)).empty(); }, 20)) {
+      ADD_FAILURE() << ReadFile(dir_ + "/" + name + ".log");
+      return pid;
     }
+    *url = "http://" + Trim(ReadFile(addr_file));
+    return pid;
   }
 
   static std::vector<std::string> MetricsArgs() { return {"--metrics-listen", "127.0.0.1:0"}; }
@@ -245,6 +256,7 @@ class ExtenderE2e : public ::testing::Test {
   std::string dir_;
   std::string url_;
   pid_t extender_ = -1;
+  pid_t second_ = -1;
   const std::vector<std::string> all_ = {"node-a", "node-b", "node-c"};
 };
 
@@ -254,10 +266,10 @@ TEST_F(ExtenderE2e, APodLandsWhereItsFractionFitsAndFullNodesSayWhy) {
   EXPECT_EQ(Passed(r), std::vector<std::string>{"node-b"}) << r.dump();
   EXPECT_EQ(r["Error"], "");
   const std::string why_a = r["FailedNodes"]["node-a"];
-  EXPECT_NE(why_a.find("needs 60 GiB + 60% on one GPU"), std::string::npos) << why_a;
-  EXPECT_NE(why_a.find("most free on one GPU: 40 GiB + 50%"), std::string::npos) << why_a;
+  EXPECT_NE(why_a.find("needs 60 GiB + 60 percent on one GPU"), std::string::npos) << why_a;
+  EXPECT_NE(why_a.find("most free on one GPU: 40 GiB + 50 percent"), std::string::npos) << why_a;
   const std::string why_c = r["FailedNodes"]["node-c"];
-  EXPECT_NE(why_c.find("most free on one GPU: 10 GiB + 20%"), std::string::npos) << why_c;
+  EXPECT_NE(why_c.find("most free on one GPU: 10 GiB + 20 percent"), std::string::npos) << why_c;
 }
 
 TEST_F(ExtenderE2e, TheNodeListFormIsAnsweredWithTheNodesThatPassed) {
@@ -277,6 +289,34 @@ TEST_F(ExtenderE2e, TheNodeListFormIsAnsweredWithTheNodesThatPassed) {
   EXPECT_EQ(names, (std::vector<std::string>{"node-a", "node-b"}));
   EXPECT_EQ(r["Nodes"]["items"][0]["status"]["allocatable"]["cpu"], "64") << "Nodes echoed whole";
   EXPECT_TRUE(r["FailedNodes"].contains("node-c"));
+}
+
+// An extender that knows no node yet (no nodes file: it learns addresses
+// from the Node objects kube-scheduler sends) polls a node first seen in a
+// request before answering: the first pods after it starts are placed, not
+// failed as "unknown" and left unschedulable for a minute.
+TEST_F(ExtenderE2e, ANodeFirstSeenInARequestIsPolledBeforeTheAnswer) {
+  const std::string port = addrs_["node-b"].substr(addrs_["node-b"].rfind(':') + 1);
+  std::string url;
+  second_ = Launch("learning", {"--daemon-port", port}, &url);
+  json node = {{"metadata", {{"name", "node-b"}}},
+               {"status", {{"addresses", {{{"type", "InternalIP"}, {"address", "127.0.0.1"}}}}}}};
+  HttpRequest req;
+  req.method = "POST";
+  req.url = url + "/filter";
+  req.headers = {{"Content-Type", "application/json"}};
+  req.body = json{
+      {"Pod", Pod("first", Fraction(30, 40))},
+      {"Nodes", {{"metadata", json::object()}, {"items", {node}}}},
+      {"NodeNames",
+       nullptr}}.dump();
+  req.timeout = std::chrono::milliseconds(10000);
+  auto r = Fetch(req);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  json j = json::parse(r->body);
+  ASSERT_TRUE(j["Nodes"].is_object()) << j.dump();
+  ASSERT_EQ(j["Nodes"]["items"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["Nodes"]["items"][0]["metadata"]["name"], "node-b");
 }
 
 TEST_F(ExtenderE2e, TheLeastFragmentingNodeScoresHighest) {

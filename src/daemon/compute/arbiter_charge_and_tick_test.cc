@@ -7,8 +7,8 @@
 #include "shim/coord_board.h"
 #include "shim/coord_turns.h"
 
-// Issue 19 in the arbiter: what it charges a process that missed its
-// heartbeats, and its quiet tick.
+// The arbiter's charge of a process that missed its heartbeats, and its
+// quiet tick.
 
 namespace gpuslice::daemon {
 namespace {
@@ -20,13 +20,13 @@ using arbiter_testing::Limits;
 using arbiter_testing::Write;
 namespace bd = shim::board;
 
-// Issue 19: a process whose heartbeat lapses (descheduled past
+// A process whose heartbeat lapses (descheduled past
 // kMemberTimeoutNs on an overloaded machine, not dead) is charged, when it
 // beats again, only the GPU time it added since the last read. The arbiter
 // used to forget its counter while it was not live and count all of it
 // again (up to kMaxGpuStepNs): an honest 50% slice was charged a second it
 // had paid for and waited two seconds for its turn.
-TEST_F(ArbiterTest, Issue19AProcessThatMissedItsHeartbeatsIsNotChargedTwice) {
+TEST_F(ArbiterTest, AProcessThatMissedItsHeartbeatsIsNotChargedTwice) {
   Arbiter a(options_);
   ASSERT_TRUE(a.Register(Limits(1, 500)).ok());
   auto members = Members(a, 1);
@@ -55,13 +55,13 @@ TEST_F(ArbiterTest, Issue19AProcessThatMissedItsHeartbeatsIsNotChargedTwice) {
   EXPECT_EQ(a.ChargedNs(1).value_or(0) - first, 15 * kMs);
 }
 
-// Issue 19: while the open turn needs no decision (its holder alone, tokens
+// While the open turn needs no decision (its holder alone, tokens
 // to spare) the arbiter decides at the quiet tick, and the holder's
 // processes (shim::BoardTurns::QuietNs) judge the turn quiet too; another
 // slice with work, a distrusted holder or a cap close by bring the active
 // tick back. A 20 us launch-then-synchronise loop alone reached 0.82-0.87 of
 // its unshared speed with both ticking at 200 us.
-TEST_F(ArbiterTest, Issue19AQuietTurnIsDecidedAtTheQuietTick) {
+TEST_F(ArbiterTest, AQuietTurnIsDecidedAtTheQuietTick) {
   Arbiter a(options_);
   ASSERT_TRUE(a.Register(Limits(1, 300)).ok());
   shim::BoardTurns turns(Board(a), Members(a, 1), 0, a.BoardPath(kGpu));
