@@ -16,7 +16,7 @@
 
 #include "daemon/api/api_json.h"
 #include "daemon/base/log.h"
-#include "daemon/node/peer_process.h"
+#include "daemon/launch/peer_process.h"
 
 namespace gpuslice::daemon {
 

@@ -41,7 +41,7 @@
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
 #include "daemon/node/inventory.h"
-#include "daemon/node/peer_process.h"
+#include "daemon/launch/peer_process.h"
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"

@@ -37,14 +37,7 @@ class QueuedJobsTest : public ::testing::Test {
     ASSERT_TRUE(service_->Start().ok());
   }
 
-  static Caller User(uint32_t uid, bool admin = false) {
-    Caller c;
-    c.uid = uid;
-    c.gid = uid;
-    c.user = "u" + std::to_string(uid);
-    c.admin = admin;
-    return c;
-  }
+  static Caller User(uint32_t uid, bool admin = false) { return TestCaller(uid, admin); }
 
   core::Result<JobView> Submit(const Caller& c, std::optional<std::string> mem,
                                std::optional<std::string> gpus, const std::string& name = "",

@@ -1,7 +1,7 @@
 // The caller's process pinned at accept (issue 36 item 4), over real unix
 // sockets and real processes.
 
-#include "daemon/node/peer_process.h"
+#include "daemon/launch/peer_process.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

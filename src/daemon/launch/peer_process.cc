@@ -1,4 +1,4 @@
-#include "daemon/node/peer_process.h"
+#include "daemon/launch/peer_process.h"
 
 #include <poll.h>
 #include <sys/socket.h>
