@@ -27,9 +27,10 @@ PART_DEPS = {
     "shim": {"core"},
     "sim": {"core", "shim"},
     "daemon": {"core", "shim", "slurm"},
-    "cli": {"core"},
-    "slurm": {"core", "cli"},
-    "kubernetes": {"core", "cli"},
+    "client": {"core"},
+    "cli": {"core", "client"},
+    "slurm": {"core", "client"},
+    "kubernetes": {"core", "client"},
     "replay": {"core"},
 }
 
@@ -42,7 +43,7 @@ NOT_YET_SPLIT = {
     "src/core": 61,
     "src/shim": 79,
     "src/sim": 34,
-    "src/cli": 35,
+    "src/cli": 30,
     "src/kubernetes/device_plugin": 42,
     "src/kubernetes/extender": 28,
 }

@@ -42,7 +42,7 @@
 #include <thread>
 
 #include "bench_daemon.h"
-#include "cli/client.h"
+#include "client/client.h"
 #include "core/queue.h"
 #include "daemon/placement/capacity.h"
 
@@ -72,7 +72,7 @@ void BM_SubmitOverUnixSocket(benchmark::State& state) {
     state.SkipWithError("gpusliced did not start");
     return;
   }
-  gpuslice::cli::Client client(d.socket);
+  gpuslice::client::Client client(d.socket);
   nlohmann::json holder = {{"gpus", "1"}, {"argv", {"sleep", "600"}}, {"cwd", "/"}};
   if (!client.Call("POST", "/v1/jobs", &holder).ok()) {
     state.SkipWithError("first job refused");
@@ -146,7 +146,7 @@ void BM_StatusWhile2000IdleConnections(benchmark::State& state) {
   std::vector<double> us;
   for (auto _ : state) {
     auto t0 = Clock::now();
-    gpuslice::cli::Client fresh(d.socket);  // A new connection each time.
+    gpuslice::client::Client fresh(d.socket);  // A new connection each time.
     auto r = fresh.Raw("GET", "/v1/status", "");
     auto t1 = Clock::now();
     if (!r.ok() || r->status != 200) {

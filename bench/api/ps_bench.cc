@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "bench_daemon.h"
-#include "cli/client.h"
+#include "client/client.h"
 
 namespace {
 
@@ -43,7 +43,7 @@ using gpuslice::bench::BenchDaemon;
 // Submits `count` queued jobs named after `name` (an array's members when
 // `array`) as the process's user; false when one is refused.
 bool SubmitJobs(const std::string& socket, int count, const std::string& name, bool array) {
-  gpuslice::cli::Client client(socket);
+  gpuslice::client::Client client(socket);
   for (int i = 0; i < count; ++i) {
     nlohmann::json body = {{"mem", "8GiB"},
                            {"compute", "30%"},
@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpusliced did not start\n");
     return 1;
   }
-  gpuslice::cli::Client client(d.socket);
+  gpuslice::client::Client client(d.socket);
   nlohmann::json holder = {
       {"gpus", "1"}, {"argv", {"sleep", "100000"}}, {"cwd", "/"}, {"name", "holder"}};
   if (!client.Call("POST", "/v1/jobs", &holder).ok()) {

@@ -35,7 +35,7 @@ extern "C" {
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "slurm/spank_request.h"
 
 namespace gs = gpuslice::slurm;
@@ -99,7 +99,7 @@ std::string Env(spank_t sp, const char* name) {
 // (whole GPUs would otherwise be refused as held by it).
 // The environment is the user's to write: the slice named must be this
 // user's, of this Slurm job, and running here.
-bool ReuseParentSlice(gpuslice::cli::Client& client, const std::string& parent, uint32_t job_id,
+bool ReuseParentSlice(gpuslice::client::Client& client, const std::string& parent, uint32_t job_id,
                       uid_t uid) {
   if (parent.empty() || parent.find_first_not_of("0123456789") != std::string::npos) return false;
   auto j = client.Call("GET", "/v1/jobs/" + parent);
@@ -133,7 +133,7 @@ int UserInit(spank_t sp) {
   }
   if (gres->gpu_minors.empty() && gres->shards == 0 && !st.options.any()) return 0;  // No GPU.
 
-  gpuslice::cli::Client client(st.config.socket);
+  gpuslice::client::Client client(st.config.socket);
   auto gpus = client.Call("GET", "/v1/gpus");
   if (!gpus.ok()) {
     std::string why =
@@ -269,7 +269,7 @@ GPUSLICE_EXPORT int slurm_spank_exit(spank_t sp, int, char**) {
     // As root again: released now rather than when the daemon notices that
     // this process is gone (which it also does, within 100 ms), with the
     // step's exit status for its record (issue 41: every step was exit 0).
-    gpuslice::cli::Client client(st.config.socket);
+    gpuslice::client::Client client(st.config.socket);
     json body = {{"exit_code", st.exit_code}};
     (void)client.Call("POST", "/v1/jobs/" + std::to_string(st.slice_id) + "/cancel",
                       st.exit_code >= 0 ? &body : nullptr);

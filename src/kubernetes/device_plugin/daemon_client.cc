@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "core/units.h"
 
 namespace gpuslice::kubernetes {
@@ -84,7 +84,7 @@ core::Result<ContainerEdits> ContainerFromJson(const json& j) {
 }
 
 HttpDaemonClient::HttpDaemonClient(std::string socket_path)
-    : client_(std::make_unique<cli::Client>(std::move(socket_path))) {}
+    : client_(std::make_unique<client::Client>(std::move(socket_path))) {}
 
 HttpDaemonClient::~HttpDaemonClient() = default;
 

@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "kubernetes/device_plugin/devices.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::client {
 class Client;
 }
 
@@ -111,7 +111,7 @@ class HttpDaemonClient final : public DaemonClient {
                                     const nlohmann::json* body = nullptr);
 
   std::mutex mu_;
-  std::unique_ptr<cli::Client> client_;  // Guarded by mu_.
+  std::unique_ptr<client::Client> client_;  // Guarded by mu_.
 };
 
 }  // namespace gpuslice::kubernetes

@@ -1,4 +1,4 @@
-#include "cli/socket_help.h"
+#include "client/socket_help.h"
 
 #include <errno.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include <filesystem>
 
-namespace gpuslice::cli {
+namespace gpuslice::client {
 namespace {
 
 SocketFacts Socket(int err) {
@@ -95,4 +95,4 @@ TEST(SocketHelp, TheFactsComeFromTheFileSystem) {
 }
 
 }  // namespace
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::client

@@ -1,4 +1,4 @@
-#include "cli/client.h"
+#include "client/client.h"
 
 #include <utility>
 
@@ -6,9 +6,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "cli/socket_help.h"
+#include "client/socket_help.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::client {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -123,4 +123,4 @@ core::Result<nlohmann::json> Client::Call(const std::string& method, const std::
   return j;
 }
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::client

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace gpuslice::cli {
+namespace gpuslice::client {
 
 struct SocketFacts {
   std::string path;
@@ -40,4 +40,4 @@ std::string SocketHelp(const SocketFacts& facts);
 // "srw-rw----" for a socket's mode.
 std::string ModeText(mode_t mode, bool is_socket);
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::client

@@ -14,7 +14,7 @@
 
 #include "core/status.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::client {
 
 struct HttpResult {
   int status = 0;
@@ -46,4 +46,4 @@ class Client {
 // The Status for a daemon error body {"error": {"code", "message"}}.
 core::Status ErrorFromResponse(const HttpResult& r);
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::client

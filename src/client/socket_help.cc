@@ -1,4 +1,4 @@
-#include "cli/socket_help.h"
+#include "client/socket_help.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-namespace gpuslice::cli {
+namespace gpuslice::client {
 namespace {
 
 std::string UserName(uid_t uid) {
@@ -126,4 +126,4 @@ std::string SocketHelp(const SocketFacts& f) {
   return "cannot reach " + where + seen + ": " + strerror(f.connect_errno) + flag;
 }
 
-}  // namespace gpuslice::cli
+}  // namespace gpuslice::client
