@@ -17,8 +17,8 @@
 //                             group when run as root (the per-peer cap
 //                             refuses most), else as the same user.
 //
-// Targets (issue 5): >= 2,000 submissions/s and p99 <= 5 ms; planning p99
-// <= 1 ms. Issue 13: status p99 <= 50 ms under the idle flood.
+// Targets: >= 2,000 submissions/s and p99 <= 5 ms; planning p99 <= 1 ms;
+// status p99 <= 50 ms under the idle flood.
 
 #include <benchmark/benchmark.h>
 #include <fcntl.h>

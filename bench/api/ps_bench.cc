@@ -1,4 +1,4 @@
-// `gpuslice ps` with 10,000 jobs queued (issue 41; figures in
+// `gpuslice ps` with 10,000 jobs queued (figures in
 // docs/PERFORMANCE.md): a real gpusliced on the simulated GPU, one job
 // holding its only GPU and 10,000 queued behind it, submitted over the
 // socket by three users at once (root and, when run as root, uids 60001 and
@@ -10,7 +10,7 @@
 //   ps --summary            counts by state and groups of alike jobs
 //   ps --json --limit 100   a page as JSON
 //   ps --user U             one user's first page (the daemon filters)
-//   ps -n 0                 every job: what `ps` printed before it paged
+//   ps -n 0                 every job: what an unpaged `ps` prints
 //
 // each run 10 times (ps -n 0: 3), median and max of the wall time, and the
 // bytes printed. Targets: ps and ps --summary <= 50 ms, ps --json --limit

@@ -1,4 +1,4 @@
-// The compute-share harness (issue 4): real processes (compute_worker) under
+// The compute-share harness: real processes (compute_worker) under
 // libgpuslice.so over the simulated GPU; the simulator's per-process busy
 // time is the ground truth. Each scenario runs in a fresh temporary
 // directory (own simulator state, own coordination files, own regions).
@@ -575,7 +575,7 @@ std::vector<Scenario> Scenarios() {
   s.push_back({"control: 20 us kernels, no share", 4, {{"a", 0, "hard", "", busy(20)}}});
   s.back().tenants[0].target = 100;
   s[s.size() - 2].tenants[0].target = 100;
-  // Issue 18: a high-priority hard 50% slice beside a low-priority slice
+  // A high-priority hard 50% slice beside a low-priority slice
   // without a share (the daemon gives it 1 per mille, work-conserving).
   s.push_back({"priority: 50% hard high beside no share (1 ms kernels)",
                6,

@@ -10,7 +10,7 @@
 //                            measured inside the plugin (from its log).
 //   BM_AllocateWholeGpu      the same for gpuslice.dev/gpu (one GPU).
 //
-// Target (issue 16): p99 <= 20 ms.
+// Target: p99 <= 20 ms.
 
 #include <benchmark/benchmark.h>
 #include <fcntl.h>

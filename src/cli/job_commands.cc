@@ -75,8 +75,8 @@ int Cancel(Context& ctx) {
     filter.user = g_cancel.user && !g_cancel.user->empty() ? *g_cancel.user : CurrentUser();
   } else if (g_cancel.ids.empty() && !g_cancel.all_users) {
     // As scancel: a state or a name picks among the caller's own jobs,
-    // never other users' (issue 41: a user's `cancel --state queued` went
-    // through everyone's queue, refused job after job).
+    // never other users' (else `cancel --state queued` would go through
+    // everyone's queue, refused job after job).
     filter.user = CurrentUser();
   }
   std::vector<uint64_t> ids = g_cancel.ids;

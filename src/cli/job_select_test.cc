@@ -7,8 +7,8 @@ namespace {
 
 using nlohmann::json;
 
-// Issue 18 item 13: ps/cancel --user and --state, as in Slurm; issue 41:
-// the daemon applies them, so the CLI only says which.
+// ps/cancel --user and --state, as in Slurm; the daemon applies them, so the
+// CLI only says which.
 TEST(JobFilter, AsksTheDaemonForJobsByUserStateNameAndPool) {
   JobFilter f;
   EXPECT_EQ(JobsTarget("/v1/jobs", f), "/v1/jobs?limit=100");
@@ -42,7 +42,7 @@ TEST(ParseStates, NamesTheBadToken) {
       << s.status().message();
 }
 
-// Issue 18 item 13: job arrays (submit --array 1-20).
+// Job arrays (submit --array 1-20).
 TEST(ParseArrayIndices, AcceptsRangesAndLists) {
   EXPECT_EQ(ParseArrayIndices("1-3").value(), (std::vector<uint32_t>{1, 2, 3}));
   EXPECT_EQ(ParseArrayIndices("0,3,5").value(), (std::vector<uint32_t>{0, 3, 5}));

@@ -34,7 +34,7 @@ std::vector<std::string> Lines(const std::string& text) {
   return out;
 }
 
-// Issue 18 item 12: AGE was the time in the current state, not the job's age.
+// AGE is the job's age, not the time in the current state.
 TEST(RenderPs, AgeIsSinceSubmissionAndElapsedIsTheRunTime) {
   json running = JobJson(1, "running", kNow - 10 * kMin, kNow - 3 * kMin, 0);
   json exited = JobJson(2, "exited", kNow - 30 * kMin, kNow - 25 * kMin, kNow - 20 * kMin);
@@ -52,7 +52,7 @@ TEST(RenderPs, AgeIsSinceSubmissionAndElapsedIsTheRunTime) {
   EXPECT_NE(lines[3].find("needs 8 GiB on one GPU"), std::string::npos) << lines[3];
 }
 
-// Issue 14 item 3: ps shows a container job's image; lists without one keep
+// ps shows a container job's image; lists without one keep
 // their columns.
 TEST(RenderPs, AContainerJobShowsItsImageAndAHostJobADash) {
   json host = JobJson(1, "running", kNow - 10 * kMin, kNow - 3 * kMin, 0);
@@ -70,7 +70,7 @@ TEST(RenderPs, AContainerJobShowsItsImageAndAHostJobADash) {
   EXPECT_EQ(Lines(RenderPs({{"jobs", {host}}}, kNow))[0].find("IMAGE"), std::string::npos);
 }
 
-// Issue 18 item 6: an elastic job killed by SIGUSR1 showed only "exit 138".
+// An elastic job killed by SIGUSR1 shows more than "exit 138".
 TEST(RenderPs, AnEndBySignalNamesTheSignal) {
   json killed = JobJson(4, "exited", kNow - kMin, kNow - kMin, kNow);
   killed["exit_code"] = 138;
@@ -81,8 +81,8 @@ TEST(RenderPs, AnEndBySignalNamesTheSignal) {
   EXPECT_EQ(SignalName(128), nullptr);
 }
 
-// Issue 36 item 7: a job's name, image and reason reached an admin's
-// terminal raw, escape sequences and all.
+// A job's name, image and reason never reach an admin's terminal raw:
+// escape sequences are shown, not obeyed.
 TEST(RenderPs, AJobsTextIsShownWithItsEscapesVisibleNeverEmitted) {
   json job = JobJson(6, "failed", kNow - kMin, kNow - kMin, kNow);
   job["name"] = "x\x1b]0;owned\x07y";
@@ -156,7 +156,7 @@ TEST(RenderPs, AFormatPicksTheColumnsAndCutsTheWideOnes) {
   EXPECT_EQ(lines[1], "7   a-rathe~  inference  1m00s");
 }
 
-// Issue 41: ps showed the GPU a suspended job no longer holds.
+// ps does not show the GPU a suspended job no longer holds.
 TEST(RenderPs, ASuspendedJobHoldsNoGpuAndSaysWhereItWas) {
   json job = JobJson(3, "suspended", kNow - 10 * kMin, kNow - 5 * kMin, 0);
   job["allocation"] = {{"gpu_indices", {2}}};

@@ -325,8 +325,8 @@ TEST(RenderTop, ShowsProcessesOutsideGpusliceWithPidAndUser) {
 namespace gpuslice::cli {
 namespace {
 
-// Issue 18 item 10: two idle 20 GiB jobs showed `0 B / 80 GiB` although
-// nothing more fitted; top now shows what jobs reserved and what is left
+// Two idle 20 GiB jobs would show `0 B / 80 GiB` though nothing more fits;
+// top shows what jobs reserved and what is left
 // for new jobs beside NVML's figure, and a MIG GPU's instances with whose
 // each one is.
 TEST(RenderTop, ShowsReservedAndFreeForJobsBesideNvmlsUse) {
@@ -377,8 +377,8 @@ TEST(RenderTop, ListsAMigGpusInstancesWithWhoseEachIs) {
   EXPECT_EQ(ModelToJson(m)["gpus"][0]["mig"].size(), 3u);
 }
 
-// Issue 18 item 1: a GPU in MIG mode showed 0% utilisation where NVML has
-// no figure. Now: each instance's activity where NVML measures it (GPM),
+// A GPU in MIG mode never shows 0% utilisation where NVML has no figure:
+// each instance's activity where NVML measures it (GPM),
 // and n/a, never 0%, where it does not.
 TEST(RenderTop, MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
   json gpus = Gpus();
@@ -406,7 +406,7 @@ TEST(RenderTop, MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
   EXPECT_TRUE(j["gpus"][0]["mig"][1]["utilization_pct"].is_null());
 }
 
-// Issue 41: nvitop users expect a row per process (pid, user, memory, SM).
+// nvitop users expect a row per process (pid, user, memory, SM).
 TEST(RenderTop, EachProcessOnAGpuHasARowWithItsJobMemoryAndSmUse) {
   json gpus = Gpus({SliceJson(1, "alice", "train-1")});
   gpus["gpus"][0]["processes"] = {

@@ -27,7 +27,7 @@ SocketFacts Socket(int err) {
   return f;
 }
 
-// Issue 41: a user the socket does not let in was asked "is it running?".
+// A user the socket does not let in is told so, not asked "is it running?".
 TEST(SocketHelp, AUserOutsideTheSocketGroupIsToldTheGroupAndWhatToDo) {
   const std::string m = SocketHelp(Socket(EACCES));
   EXPECT_NE(m.find("srw-rw---- root:gpu-users"), std::string::npos) << m;

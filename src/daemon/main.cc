@@ -85,7 +85,7 @@ gpuslice::core::Status WriteAddressFile(const std::string& path, const std::stri
 
 // Raises the soft limit on open files to the hard limit: every connection
 // and every job's log costs a descriptor, and the default soft limit (1024)
-// is what 1,019 idle connections ran into (issue 13). Returns the new limit.
+// is what 1,019 idle connections run into. Returns the new limit.
 rlim_t RaiseFileLimit() {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
@@ -123,8 +123,8 @@ int CheckConfig(const std::string& file, const gd::DaemonConfig& config) {
 // On simulated GPUs every job opens the daemon's device-state file, as the
 // job's user: the daemon names it to them (GPUSLICE_SIM_STATE) and, when it
 // runs as root, makes it its socket group's (0660), so that every user who
-// may ask for a job can run one (issue 41: created 0600, it failed a second
-// user's first job). GPUSLICE_SIM_STATE_MODE set by the admin wins.
+// may ask for a job can run one (created 0600, it fails every other user's
+// first job). GPUSLICE_SIM_STATE_MODE set by the admin wins.
 void ShareSimulatorState() {
   if (getenv("GPUSLICE_SIM_STATE") == nullptr) {
     setenv("GPUSLICE_SIM_STATE", ("/dev/shm/gpuslice-sim-" + std::to_string(getuid())).c_str(), 1);

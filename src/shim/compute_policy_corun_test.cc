@@ -1,4 +1,4 @@
-// The compute policy's co-running (issue 19): slices whose work leaves the
+// The compute policy's co-running: slices whose work leaves the
 // GPU idle launch beside the holder (PolicyParams::corun).
 
 #include <gtest/gtest.h>
@@ -16,12 +16,12 @@ using policy_test::kMs;
 using policy_test::QueueModel;
 using policy_test::Slice;
 
-// Issue 19, weak spot 2 for loops that leave the GPU mostly idle: a 30/70
-// pair of hard slices whose loops each keep the GPU busy a quarter of the
-// time they run (short kernels, a synchronise after each, CPU work between)
-// used a quarter of the GPU together with exclusive turns, where the same two
-// loops reach half of it side by side. Co-running (PolicyParams::corun), the
-// pair uses what both loops reach, each what it asks for.
+// Loops that leave the GPU mostly idle: a 30/70 pair of hard slices whose loops
+// each keep the GPU busy a quarter of the time they run (short kernels, a
+// synchronise after each, CPU work between) use a quarter of the GPU together
+// with exclusive turns, where the same two loops reach half of it side by side.
+// Co-running (PolicyParams::corun), the pair uses what both loops reach, each
+// what it asks for.
 TEST(ComputePolicy, APairOfLoopsThatLeaveTheGpuIdleCoRun) {
   for (bool corun : {false, true}) {
     QueueModel m({Slice(300), Slice(700)}, {0.25, 0.25});
@@ -85,11 +85,11 @@ TEST(ComputePolicy, SlicesThatKeepTheGpuBusyDoNotCoRun) {
   EXPECT_NEAR(double(m.gpu_ns[1] - b0) / kRun, 0.70, 0.02);
 }
 
-// Issue 19: under caps that hold the split (every slice hard, shares adding
+// Under caps that hold the split (every slice hard, shares adding
 // up to at most 100%), loops that leave gaps co-run even where their duties
 // add up to more than kCoRunMaxDutyMilli: a 30/70 pair of loops that each
-// keep the GPU busy 60% of the time they run used 0.6 of it in exclusive
-// turns. The caps keep the split. Where they do not hold it (a
+// keep the GPU busy 60% of the time they run use only 0.6 of it in
+// exclusive turns. The caps keep the split. Where they do not hold it (a
 // work-conserving slice), the budget applies and the pair takes turns.
 TEST(ComputePolicy, UnderCapsThatHoldTheSplitLoopsWithGapsCoRun) {
   double total[2] = {0, 0};  // [capped]
@@ -149,7 +149,7 @@ TEST(ComputePolicy, AHiddenCoRunnerDoesNotGetBusySlicesToHostIt) {
   }
 }
 
-// Issue 19: the cooperative file (one user's own slices) lets a holder of
+// The cooperative file (one user's own slices) lets a holder of
 // higher host duty have co-runners under caps that hold the split
 // (kCoRunOwnSlicesMaxHostDutyMilli) than the daemon's arbiter does (its
 // slices are different users' jobs): a 30/70 pair of loops that keep the GPU

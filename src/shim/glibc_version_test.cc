@@ -1,9 +1,9 @@
-// Issue 14 item 1: the shim must load in the images people run (Ubuntu
-// 22.04 PyTorch images with glibc 2.35, RHEL 8, Debian 11, manylinux2014's
-// glibc 2.17). It needed GLIBC_2.36. This reads the built binaries' ELF
-// version needs (.gnu.version_r) and NEEDED libraries, as the dynamic
-// linker does, and fails on any glibc version above 2.17 or a C++ runtime
-// it would have to find in the image.
+// The shim must load in the images people run (Ubuntu 22.04 PyTorch images with
+// glibc 2.35, RHEL 8, Debian 11, manylinux2014's glibc 2.17), so a build that
+// needs GLIBC_2.36 must fail here. This reads the built binaries' ELF version
+// needs (.gnu.version_r) and NEEDED libraries, as the dynamic linker does, and
+// fails on any glibc version above 2.17 or a C++ runtime it would have to find
+// in the image.
 
 #include <elf.h>
 #include <gtest/gtest.h>

@@ -204,8 +204,8 @@ std::vector<SlurmCheck> CheckSlurm(const SlurmSetup& setup) {
         "the plugin connects to " + config->socket + " but gpusliced listens on " +
             setup.daemon_socket + " (set socket= on its plugstack.conf line)");
   } else if (!probe.checked) {
-    // Issue 41: "reaches" was said after a check as root, which every socket
-    // lets in, while every user's step was refused.
+    // "reaches" is said only after a check as the user: root, which every
+    // socket lets in, would pass while every user's step is refused.
     add("slurm_plugin_socket", true,
         "the plugin's socket= is " + config->socket +
             ", where gpusliced listens; whether a user's step can connect is not checked (the "

@@ -75,8 +75,8 @@ TEST(SlurmDoctor, AGoodNodePassesEveryCheck) {
   EXPECT_EQ(Find(checks, "slurm_proctrack"), nullptr);
 }
 
-// Issue 41: doctor said "the plugin reaches gpusliced" (checked as root)
-// while every user's step was refused.
+// doctor must not say "the plugin reaches gpusliced" (checked as root)
+// while every user's step is refused.
 TEST(SlurmDoctor, TheSocketIsJudgedAsAUserOfItsGroupWouldMeetIt) {
   SlurmSetup s = Good();
   const auto good = CheckSlurm(s);

@@ -268,7 +268,7 @@ GPUSLICE_EXPORT int slurm_spank_exit(spank_t sp, int, char**) {
     if (st.slice_id == 0) return 0;
     // As root again: released now rather than when the daemon notices that
     // this process is gone (which it also does, within 100 ms), with the
-    // step's exit status for its record (issue 41: every step was exit 0).
+    // step's exit status for its record (else every step reads exit 0).
     gpuslice::client::Client client(st.config.socket);
     json body = {{"exit_code", st.exit_code}};
     (void)client.Call("POST", "/v1/jobs/" + std::to_string(st.slice_id) + "/cancel",

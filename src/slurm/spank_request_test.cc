@@ -174,7 +174,7 @@ TEST(StepEnv, PreloadAndLibraryPathKeepTheStepsOwn) {
 namespace gpuslice::slurm {
 namespace {
 
-// Issue 41: every step's slice ended "exit 0" whatever the step returned.
+// A step's slice ends with the step's exit status, not always "exit 0".
 TEST(StepExit, ATasksWaitStatusBecomesTheExitCodeAShellWouldSay) {
   EXPECT_EQ(ExitCodeOfWaitStatus(0), 0);
   EXPECT_EQ(ExitCodeOfWaitStatus(3 << 8), 3);

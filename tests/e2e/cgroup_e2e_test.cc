@@ -1,4 +1,4 @@
-// Issue 13 item 3 and the log cap of item 6, against the real daemon: jobs
+// Jobs tracked by cgroup and the log cap, against the real daemon: jobs
 // tracked by cgroup (setsid escapees stay in the job, cancel ends them, a
 // restarted daemon keeps tracking them), host limits (--cpus, --host-mem)
 // and the capped log. The cgroup tests need a root daemon on a machine that
@@ -89,8 +89,8 @@ class CgroupE2E : public ::testing::Test {
   Daemon d;
 };
 
-// Issue 13: `sh -c 'setsid sleep 30 &'` used to be recorded as exited at
-// once while sleep kept its allocation's GPU memory.
+// `sh -c 'setsid sleep 30 &'` is not exited while sleep runs: recorded as
+// exited at once, sleep would keep its allocation's GPU memory.
 TEST_F(CgroupE2E, SetsidEscapeeKeepsTheJobRunningAndCancelEndsItWithin2s) {
   CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c", "setsid sleep 30 & echo bg"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
@@ -201,10 +201,10 @@ TEST_F(CgroupE2E, HostLimitsAreCheckedAtSubmit) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
-// Issue 13: a command run with `run -i` (and a shell) was started by the
-// CLI outside the job's cgroup, tracked by its pid alone: a `setsid` child
-// left the job as the batch job's did before cgroups. The CLI now holds its
-// child until the daemon has put it in the job's cgroup.
+// A command run with `run -i` (and a shell) is started by the CLI, which
+// holds its child until the daemon has put it in the job's cgroup: tracked
+// by its pid alone, outside the cgroup, a `setsid` child would leave the
+// job.
 TEST_F(CgroupE2E, RunInteractiveRunsInTheJobsCgroupFromItsFirstInstruction) {
   CliResult r = d.Cli({"run", "-i", "--mem", "1GiB", "--", "cat", "/proc/self/cgroup"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -226,7 +226,7 @@ TEST_F(CgroupE2E, RunInteractiveSetsidEscapeeStaysInTheJobAndCancelEndsIt) {
   EXPECT_NE(ExpectEscapeeKeepsTheJobAndCancelEndsIt(id), 0);
 }
 
-// Issue 13 item 6: a job can fill the state disk through its stdout.
+// A job could fill the state disk through its stdout; its log is capped.
 class LogCapE2E : public ::testing::Test {
  protected:
   LogCapE2E() : d("1xH100-80GB", {"--set", "max_log_size=64KiB"}) {}

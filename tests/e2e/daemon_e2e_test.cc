@@ -73,7 +73,7 @@ TEST_F(E2E, SubmitPsLogsAndCancel) {
   EXPECT_EQ(Job(d, id)["exit_code"], 128 + SIGTERM);
 }
 
-// Issue 18 item 13: `submit --after ID[:ok]`, Slurm's afterany/afterok.
+// `submit --after ID[:ok]`, Slurm's afterany/afterok.
 TEST_F(E2E, SubmitAfterWaitsForItsDependencyAndAfterOkIsCancelledWhenItFails) {
   std::string marker = d.dir() + "/go";
   // Fails, but only once the marker exists: the others are seen waiting.

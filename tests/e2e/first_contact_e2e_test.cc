@@ -1,5 +1,5 @@
-// A machine set up as the README's quick start, used by more than one user
-// (issue 41): a second user's first `gpuslice run` works; a user the socket
+// A machine set up as the README's quick start, used by more than one user:
+// a second user's first `gpuslice run` works; a user the socket
 // does not let in is told why and what to do; `cancel --state` means the
 // caller's own jobs; events name users, not `$LOGNAME`. Built on the
 // security suite's fixture: a root gpusliced and the test users gsattack_a,
@@ -57,8 +57,8 @@ TEST_F(FirstContactTest, AUserOutsideTheSocketGroupIsToldTheGroupAndWhatToDo) {
   EXPECT_EQ(r.err.find("is it running"), std::string::npos) << r.err;
 }
 
-// Issue 41: `cancel --state queued` run by a user went through every
-// user's queue (and was refused job after job); it means the caller's own.
+// `cancel --state queued` run by a user means the caller's own jobs, not
+// every user's queue (refused job after job).
 TEST_F(FirstContactTest, CancelByStateTouchesOnlyTheCallersOwnJobs) {
   StartDaemon();
   const std::string holder = Submit(nullptr, {"--gpus", "1", "--", "sleep", "600"});
@@ -81,8 +81,8 @@ TEST_F(FirstContactTest, CancelByStateTouchesOnlyTheCallersOwnJobs) {
   Cli(nullptr, {"cancel", holder});
 }
 
-// Issue 41: the environment redaction hid the user's own name (LOGNAME,
-// USER): events and reasons said `$LOGNAME`.
+// The environment redaction leaves the user's own name (LOGNAME, USER):
+// events and reasons must not say `$LOGNAME`.
 TEST_F(FirstContactTest, EventsAndReasonsNameTheUserNotLogname) {
   StartDaemon();
   const std::string holder = Submit(nullptr, {"--gpus", "1", "--", "sleep", "600"});

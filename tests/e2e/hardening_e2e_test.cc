@@ -1,4 +1,4 @@
-// End-to-end (issue 13, item 6): the real gpusliced, SIGKILLed again and
+// End-to-end: the real gpusliced, SIGKILLed again and
 // again while jobs are submitted and started, never runs a job twice.
 
 #include <gtest/gtest.h>
@@ -51,8 +51,8 @@ int SubmitOverSocket(const std::string& socket_path, const std::string& body) {
   return std::atoi(out.c_str() + 9);
 }
 
-// Issue 13: after a daemon SIGKILL at a bad moment, 6 of 204 jobs ran twice
-// at the same time (the first copy untracked). Each job appends its id to a
+// A daemon SIGKILL at a bad moment must not run a job twice at the same
+// time (6 of 204 did, the first copy untracked). Each job appends its id to a
 // file (O_APPEND); no id may appear twice.
 TEST(HardeningE2E, NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
   Daemon d("2xH100-80GB");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `cmake --install` puts gpuslice on PATH with everything it needs (issue 41:
-# a new user's first command was not found). Installs the build into a
+# `cmake --install` puts gpuslice on PATH with everything it needs, so a new
+# user's first command is found. Installs the build into a
 # temporary prefix, then runs a job with the installed daemon and CLI only:
 # the daemon finds the shim and the simulated driver beside itself.
 #   install_check.sh BUILD_DIR

@@ -1,4 +1,4 @@
-// End-to-end: the policies of issue 6 (quotas, live resize, pools, priority
+// End-to-end: the policies (quotas, live resize, pools, priority
 // preemption, idle reclaim, the watchdog) with the real gpusliced, gpuslice,
 // shim and simulated GPU. Time-driven policies use short settings (seconds,
 // not minutes) and poll with generous timeouts.
@@ -242,8 +242,8 @@ TEST_F(PolicyE2E, IdleJobIsEndedWhenConfiguredToAlways) {
             std::string::npos);
 }
 
-// Issue 18 item 1: MIG jobs read 0% and idle reclaim ended a MIG job that
-// was 100% busy. On an H100 in MIG mode the daemon reads each instance's
+// A MIG job must not read 0% and be ended by idle reclaim while 100% busy.
+// On an H100 in MIG mode the daemon reads each instance's
 // activity from NVML's GPM (the simulator models it): the busy job keeps
 // running and shows its use, the idle one beside it is ended.
 TEST_F(PolicyE2E, ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {

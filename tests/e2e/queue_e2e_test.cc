@@ -1,4 +1,4 @@
-// The queue as Slurm users and admins use it (issue 41): lists filtered and
+// The queue as Slurm users and admins use it: lists filtered and
 // paged by the daemon, summaries, hold/release/update, jobs by name, HEAD,
 // and a restart after a pool change that keeps the running jobs.
 
@@ -130,7 +130,7 @@ TEST(QueueE2E, PsShowsAPageByDefaultAndASummaryCollapsesTheArray) {
   EXPECT_LE(Lines(summary.out).size(), 6u) << summary.out;
 }
 
-// Issue 41: `HEAD /status` answered 404.
+// `HEAD /status` answers as GET does, not 404.
 TEST(QueueE2E, HeadOfTheStatusPageIsItsGetWithoutTheBody) {
   Daemon d;
   ASSERT_TRUE(d.Start());
@@ -182,9 +182,9 @@ CliResult Gpusliced(Daemon& d, const std::vector<std::string>& args) {
   return r;
 }
 
-// Issue 41: "Changing pools and restarting the daemon killed a running 2-GPU
-// job (allocation could not be restored after a restart: GPU 2 of node
-// 'local0' is a model the demand does not allow)".
+// Changing pools and restarting the daemon must not kill a running 2-GPU
+// job ("allocation could not be restored after a restart: GPU 2 of node
+// 'local0' is a model the demand does not allow").
 TEST(QueueE2E, ARestartAfterAPoolChangeKeepsTheRunningTwoGpuJobFlagged) {
   Daemon d("4xH100-80GB", {"--set", "pool.train=1,2"});
   ASSERT_TRUE(d.Start());

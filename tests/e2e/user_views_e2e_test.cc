@@ -1,4 +1,4 @@
-// End-to-end: the user-facing views of issue 7 over the real gpusliced on the
+// End-to-end: the user-facing views over the real gpusliced on the
 // simulated GPU: `gpuslice top` (plain, --json, and live under a pty),
 // `gpuslice usage`, and the status page rendered by headless Chromium.
 
@@ -276,7 +276,7 @@ TEST_F(UserViews, TopScrollsWhatDoesNotFitWithTheKeys) {
   EXPECT_EQ(t.Wait(), 0) << t.out();
 }
 
-// Issue 41: nvitop users expect to act on what they see.
+// nvitop users expect to act on what they see.
 TEST_F(UserViews, TopCancelsTheSelectedJobOnlyAfterAYes) {
   const std::string id = StartWorker("top-victim");
   Pty t(d, {"top", "--interval", "200ms"}, 120, 40);

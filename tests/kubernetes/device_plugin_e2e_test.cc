@@ -1,4 +1,4 @@
-// The device plugin against the kubelet's protocol (issue 16): a real
+// The device plugin against the kubelet's protocol: a real
 // gpusliced on simulated GPUs, the real gpuslice-device-plugin process, and
 // the test as the kubelet (fake_kubelet.h): it takes the plugin's
 // registrations, drives every DevicePlugin RPC, answers the PodResources API

@@ -45,9 +45,9 @@ struct DaemonOptions {
   bool tcp = false;               // A TCP listener on 127.0.0.1 with a bearer token.
   bool metrics = false;           // The unauthenticated metrics listener.
   // The daemon's soft RLIMIT_NOFILE at start: systemd's default, which the
-  // daemon must raise itself (issue 13, item 6).
+  // daemon must raise itself.
   rlim_t nofile = 1024;
-  // Set up as the README's quick start (issue 41): nobody sets the
+  // Set up as the README's quick start: nobody sets the
   // simulated GPU's state file mode, and users' environments name none of
   // the simulator's variables.
   bool quick_start = false;

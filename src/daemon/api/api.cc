@@ -353,7 +353,7 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
         }
       }
       sl.push_back(s);
-      // A MIG instance says whose it is (issue 18 item 10).
+      // A MIG instance says whose it is, so its owner shows in the listing.
       for (json& m : gj["mig"]) {
         const auto& uuids = job.allocation.gpu_uuids;
         if (std::find(uuids.begin(), uuids.end(), m["uuid"].get<std::string>()) != uuids.end()) {
@@ -480,7 +480,7 @@ ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
   }
   // The owner of a running shell job gets the environment to start it with;
   // nobody else, not even root, an admin or the TCP token: the environment
-  // holds the owner's secrets (issue 13). So does the owner of an external
+  // holds the owner's secrets. So does the owner of an external
   // job (a Slurm step's slurmstepd puts it into the step's tasks).
   const core::Job& job = v->job;
   bool owner = req.caller.local && !req.caller.token && req.caller.uid == job.uid;

@@ -53,7 +53,7 @@ TEST(ParseSubmitBody, RejectsBadBodiesNamingTheField) {
       {R"({"cwd": "/", "after": [3]})", "after: must be a string"},
       {R"({"cwd": "/", "after": -3})", "after: must not be negative"},
   };
-  // Issue 13: an over-long entry says what the limit is.
+  // An over-long entry is refused with a message that says what the limit is.
   auto long_env =
       ParseSubmitBody(R"({"cwd": "/", "env": ["X=)" + std::string(200000, 'x') + "\"]}");
   ASSERT_FALSE(long_env.ok());
@@ -198,7 +198,7 @@ TEST_F(ApiTest, AMoveBodyThatIsNotJustAGpuIsRefusedNamingWhy) {
   EXPECT_EQ(nlohmann::json::parse(Call("GET", "/v1/jobs/1").body)["state"], "running");
 }
 
-// Issue 16: external jobs, labels and health through the API, as the
+// External jobs, labels and health through the API, as the
 // Kubernetes device plugin uses them.
 TEST_F(ApiTest, AnExternalJobIsHeldPausedLabelledAndReleased) {
   ApiResponse r = Call("POST", "/v1/jobs",
@@ -310,8 +310,8 @@ TEST_F(ApiTest, ErrorsAreJsonWithTheRightStatus) {
   }
 }
 
-// Issue 41: `HEAD /status` was 404; every GET route answers HEAD (the
-// server drops the body).
+// Every GET route answers HEAD, `HEAD /status` included (the server
+// drops the body); monitors probe with HEAD and must not see a 404.
 TEST_F(ApiTest, HeadIsAnsweredByEveryGetRouteAndByNoOther) {
   EXPECT_EQ(Call("HEAD", "/v1/status").status, 200);
   EXPECT_EQ(Call("HEAD", "/v1/jobs").status, 200);
@@ -320,7 +320,7 @@ TEST_F(ApiTest, HeadIsAnsweredByEveryGetRouteAndByNoOther) {
   EXPECT_EQ(Call("HEAD", "/v1/nothing").status, 404);
 }
 
-// Issue 41: the list is filtered and paged by the daemon; a bad parameter
+// The list is filtered and paged by the daemon; a bad parameter
 // is refused naming it.
 TEST_F(ApiTest, TheJobListTakesFiltersAPageSizeAndACursor) {
   for (int i = 0; i < 3; ++i) {
@@ -447,8 +447,8 @@ TEST_F(ApiTest, PolicyBodiesAreCheckedNamingTheField) {
   EXPECT_EQ(nlohmann::json::parse(gpus.body)["gpus"][0]["pool"], "default");
 }
 
-// Issue 13: the token could `quota set` although docs/API.md says reads and
-// cancels only. Every route of the table, built-in and added, is tried.
+// The TCP token may read and cancel only (docs/API.md), never `quota set`
+// or any other write. Every route of the table, built-in and added, is tried.
 TEST_F(ApiTest, TokenMayReadAndCancelButChangeNothingElse) {
   api_->AddRoute("POST", "/v1/things/{name}/poke", [](const ApiRequest&) {
     return ApiResponse{200, "{}", "application/json", {}};
@@ -481,7 +481,7 @@ TEST_F(ApiTest, TokenMayReadAndCancelButChangeNothingElse) {
   EXPECT_EQ(CallWithToken("POST", "/v1/jobs/1/cancel").status, 200) << "cancels are allowed";
 }
 
-// Issue 13: a shell job's environment (the owner's secrets) goes to its owner
+// A shell job's environment (the owner's secrets) goes to its owner
 // only: never to root, an admin or the token holder.
 TEST_F(ApiTest, EnvironmentIsShownToTheJobsOwnerOnly) {
   ApiResponse r =

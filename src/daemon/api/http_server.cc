@@ -294,8 +294,9 @@ class HttpServer::Impl {
 
   // After an accept error. Out of descriptors (EMFILE/ENFILE) the listening
   // socket stays readable, so accepting again at once would spin at 100% CPU
-  // (issue 13): free the reserve descriptor, take the waiting connection and
-  // close it, take the reserve back, and pause before accepting again.
+  // and starve every other connection: free the reserve descriptor, take the
+  // waiting connection and close it, take the reserve back, and pause before
+  // accepting again.
   template <typename Acceptor>
   void AfterAcceptError(beast::error_code ec, Acceptor& acceptor, std::function<void()> again) {
     if (ec == asio::error::operation_aborted) return;
@@ -344,7 +345,8 @@ class HttpServer::Impl {
           c.local = true;
           c.admin = cred.uid == 0 ||
                     (options_.admin_gid && InGroup(cred.uid, cred.gid, *options_.admin_gid));
-          // Who the caller's process is, once and for all (issue 36).
+          // Who the caller's process is, once and for all: its pid may be
+          // reused.
           auto pinned = PinPeerProcess(socket.native_handle());
           core::Status unpinned = core::Status::Ok();
           if (pinned.ok()) {

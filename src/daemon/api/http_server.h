@@ -8,7 +8,7 @@
 // Runs on the daemon's one event thread; each request is handed to
 // Api::Handle synchronously.
 //
-// Connections are bounded (issue 13: 1,019 idle connections froze the
+// Connections are bounded (1,019 idle connections would freeze an unbounded
 // daemon): every connection must send its request headers within
 // header_timeout (idle_timeout for the next request of a keep-alive
 // connection) and its body within body_timeout, or it is closed; each peer

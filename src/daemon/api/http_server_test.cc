@@ -1,4 +1,4 @@
-// HttpServer's connection hardening (issue 13, item 6): timeouts, per-peer
+// HttpServer's connection hardening: timeouts, per-peer
 // and total caps, cheap refusal, no busy loop when descriptors run out, and
 // the daemon's answer time while another user holds 2,000 idle connections.
 
@@ -254,8 +254,8 @@ TEST_F(HttpServerTest, IdleConnectionsAreClosedAfterTheHeaderTimeout) {
   EXPECT_GE(server_->counters().timed_out, 2u);
 }
 
-// Issue 36 item 4: a connection outlived the process that opened it, and
-// the daemon took whoever had that pid later for the caller.
+// A connection may outlive the process that opened it; the daemon must not
+// take whoever has that pid later for the caller.
 TEST_F(HttpServerTest, ARequestOnAConnectionWhoseProcessHasEndedIsRefused) {
   StartServer(ServerOptions());
   int pass[2];
@@ -347,8 +347,8 @@ TEST_F(HttpServerTest, ConnectionsOverThePeerCapAreRefusedCheaply) {
   EXPECT_GE(server_->counters().refused, 1u);
 }
 
-// Issue 13: 1,019 idle connections froze the daemon at 100% CPU: the process
-// ran out of descriptors and the acceptor retried at once, forever.
+// 1,019 idle connections must not freeze the daemon at 100% CPU: out of
+// descriptors, an acceptor that retries at once spins forever.
 TEST_F(HttpServerTest, RunningOutOfDescriptorsDoesNotSpin) {
   ServerOptions o;
   o.max_connections = 100000;
@@ -395,7 +395,7 @@ TEST_F(HttpServerTest, SocketRefusesUsersOutsideItsGroup) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "connect was not refused";
 }
 
-// Issue 13's target: the daemon keeps answering (p99 <= 50 ms) while 2,000
+// The target: the daemon keeps answering (p99 <= 50 ms) while 2,000
 // idle connections are held by an unauthorised user, on the unix socket (a
 // member of the socket's group) and on TCP (no token).
 TEST_F(HttpServerTest, AnswersWithin50msP99While2000IdleConnectionsAreHeld) {

@@ -140,7 +140,7 @@ void RenderGpus(MetricsText& t, Service& service, const InventorySnapshot& inv,
   };
   auto always = [](const GpuUsage&) { return true; };
   // A GPU in MIG mode without GPM has no utilisation figure: no sample,
-  // never a 0 that reads as idle (issue 18).
+  // never a 0 that reads as idle (and gets the job reclaimed).
   per_gpu(
       kGpuUtil, MetricType::kGauge, "GPU utilization (in %).",
       [](const GpuUsage& u, const GpuInfo&) { return double(u.utilization_pct); },

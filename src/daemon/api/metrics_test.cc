@@ -193,9 +193,9 @@ TEST_F(MetricsTest, GpusAppearUnderDcgmNamesInMiBWithDcgmLabels) {
   EXPECT_NE(m.find("DCGM_FI_DEV_FB_USED{gpu=\"1\""), std::string::npos);
 }
 
-// Issue 18 item 1: GPUs in MIG mode and MIG jobs read 0% utilisation. Now
-// the GPU's and each instance's activity are exported where NVML measures
-// them (GPM), as dcgm-exporter does, and nothing where it does not.
+// GPUs in MIG mode and MIG jobs must not read 0% utilisation: the GPU's and
+// each instance's activity are exported where NVML measures them (GPM), as
+// dcgm-exporter does, and nothing where it does not.
 TEST_F(MetricsTest, MigActivityIsExportedPerInstanceAndUnknownIsLeftOut) {
   InventorySnapshot inv = TwoGpus();
   inv.gpus[0].mig_enabled = true;
@@ -283,7 +283,7 @@ TEST_F(MetricsTest, RunningJobsHaveUsageAgainstLimitsAndGpusTheirAllocatedShares
   EXPECT_TRUE(Has(m, "gpuslice_jobs_running 2"));
 }
 
-// Issue 16: a Kubernetes container's slice carries the pod's names under
+// A Kubernetes container's slice carries the pod's names under
 // dcgm-exporter's label names (namespace, pod, container), for HPA rules.
 TEST_F(MetricsTest, AJobWithPodLabelsCarriesThemOnItsSeries) {
   SubmitSpec s;
@@ -302,7 +302,7 @@ TEST_F(MetricsTest, AJobWithPodLabelsCarriesThemOnItsSeries) {
   EXPECT_EQ(m.find("team=\"x\""), std::string::npos);
 }
 
-// Issue 15: a Slurm step's slice carries its Slurm job and step.
+// A Slurm step's slice carries its Slurm job and step.
 TEST_F(MetricsTest, AJobWithSlurmLabelsCarriesThemOnItsSeries) {
   SubmitSpec s;
   s.fields.mem = "8GiB";
@@ -338,7 +338,7 @@ TEST_F(MetricsTest, QueueLengthIsCountedPerPriorityAndEventsPerKind) {
   EXPECT_TRUE(Has(m, "gpuslice_build_info{version=\"0.1.0\",gpu_source=\"simulated\"} 1"));
 }
 
-// Issue 41: operators missed quota use and a pool on the GPU and job series.
+// The GPU and job series carry quota use and the pool, which operators need.
 TEST_F(MetricsTest, QuotasShowTheirLimitsAndWhatIsUsedByResource) {
   Caller admin;
   admin.admin = true;

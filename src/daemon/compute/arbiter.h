@@ -52,7 +52,7 @@ struct ArbiterOptions {
     shim::PolicyParams p;
     p.charge_blocking_holder = true;
     p.charge_from_previous_report = true;  // The launchers ring on both edges.
-    p.corun = true;  // Slices of low duty launch beside the holder (issue 19).
+    p.corun = true;  // Slices of low duty launch beside the holder.
     // A closing holder that claims work in flight holds the others off for
     // at most this long (charged to it). Below the token bucket's depth
     // (burst_ns), so the waiting slices lose none of their accrual to it:
@@ -62,7 +62,7 @@ struct ArbiterOptions {
     return p;
   }();
   uint64_t active_tick_ns = 200'000;  // Decision cadence while a slice is active.
-  // ... while the open turn is quiet (issue 19): its holder and co-runners
+  // ... while the open turn is quiet: its holder and co-runners
   // have tokens to spare and nobody else has work. A 20 us
   // launch-then-synchronise loop alone shares 2 cores with this thread and
   // its own gate thread: at the active cadence it reached 0.82-0.87 of what

@@ -52,9 +52,9 @@ Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns
     // A heartbeat from the future is as dead as an old one. The counter last
     // read stays with its owner: a process that was only descheduled for a
     // while (an overloaded machine) is charged what it adds from there when
-    // it beats again. Forgotten, its whole counter counted as new, and an
-    // honest slice was charged up to kMaxGpuStepNs it had paid for already,
-    // and waited seconds for its turn (issue 19).
+    // it beats again. Forgotten, its whole counter would count as new, and
+    // an honest slice would be charged up to kMaxGpuStepNs it has paid for
+    // already, and wait seconds for its turn.
     if (beat + bd::kMemberTimeoutNs < now_ns || beat > now_ns + bd::kMemberTimeoutNs) {
       if (before.owner == owner) last = before;
       continue;

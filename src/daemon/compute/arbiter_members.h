@@ -47,7 +47,7 @@ struct Report {
   bool live = false;
   bool waiting = false;
   bool inflight = false;
-  // Every live member reports the GPU time its work used (issue 19), and
+  // Every live member reports the GPU time its work used, and
   // what they added since the previous read.
   bool gpu_time = true;
   uint64_t gpu_ns = 0;

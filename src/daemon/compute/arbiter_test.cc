@@ -46,7 +46,7 @@ void Honest(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) 
         now);
 }
 
-// Our shim since issue 19: the same, and it reports the GPU time its work
+// Our shim: the same, and it reports the GPU time its work
 // used (the model's step while it runs), so it is charged that.
 void HonestGpuTime(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) {
   Write(m, 0,
@@ -133,7 +133,7 @@ TEST_F(ArbiterTest, HonestSlicesGetTheirShares) {
   auto [a, b] = Victims(options_, Honest);
   EXPECT_NEAR(a, 0.40, 0.02);
   EXPECT_NEAR(b, 0.40, 0.02);
-  // Issue 19: charged the GPU time they report, with the third slice too.
+  // Charged the GPU time they report, with the third slice too.
   std::tie(a, b) = Victims(options_, HonestGpuTime, 200, core::Priority::kNormal, HonestGpuTime);
   EXPECT_NEAR(a, 0.40, 0.02);
   EXPECT_NEAR(b, 0.40, 0.02);
@@ -181,7 +181,7 @@ TEST_F(ArbiterTest, WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShar
                                                         bd::kMembersSlotsOffset);
          h->job_id = 1;  // A victim's.
        }},
-      // Issue 19: a slice that says it reports GPU time is charged what it
+      // A slice that says it reports GPU time is charged what it
       // reports, so it lies about that too.
       {"reports no GPU time, waits and in flight forever",
        [](shim::MembersFile& m, uint64_t now, bool, bool) {
@@ -220,8 +220,8 @@ TEST_F(ArbiterTest, ASliceThatTruncatesItsMembersFileOnlyLosesItsOwnTurns) {
   EXPECT_GE(b, 0.38);
 }
 
-// Issue 36 (found by fuzz/slice_reports_fuzz): a members file cut shorter
-// than its header read as "every member reports GPU time" with no member
+// A members file cut shorter than its header (as fuzz/slice_reports_fuzz
+// makes) must not read as "every member reports GPU time" with no member
 // live; whatever is left of a file, no live member means nothing reported.
 TEST(ArbiterMembers, AMembersFileCutShortReportsNothingAtAll) {
   MembersHandle m;
@@ -431,7 +431,7 @@ TEST_F(ArbiterTest, TheDoorbellWakesTheArbiterAndIsRateLimited) {
 namespace gpuslice::daemon {
 namespace {
 
-// Issue 13 item 4: the compute watchdog holds a work-conserving slice to its
+// The compute watchdog holds a work-conserving slice to its
 // share only while others wait for the GPU; the arbiter counts that time.
 TEST_F(ArbiterTest, ContendedTimeCountsOnlyWhileAnotherSliceWaits) {
   Arbiter a(options_);
@@ -459,7 +459,7 @@ TEST_F(ArbiterTest, ContendedTimeCountsOnlyWhileAnotherSliceWaits) {
   EXPECT_NEAR(double(a.WaitedNs(2)) / double(1'000 * kMs), 0.5, 0.1);
 }
 
-// Issue 19: a hard slice that says its processes report GPU time and then
+// A hard slice that says its processes report GPU time and then
 // reports none is charged only while it keeps another waiting, so alone on
 // the GPU it runs far over its share. Once the daemon's audit distrusts it
 // (DistrustReports), it pays the wall time of its turns and is held to its
@@ -525,7 +525,7 @@ TEST_F(ArbiterTest, ADistrustedSliceStaysDistrustedAfterAMove) {
   EXPECT_GT(distrusted, 5 * kMs) << "the distrust was lost in the move";
 }
 
-// Issue 19: slices whose loops leave the GPU mostly idle launch beside the
+// Slices whose loops leave the GPU mostly idle launch beside the
 // holder (bd::kSliceCoRun on the board, and a turn change wakes them), so
 // that a 30/70 pair of them uses what both loops reach; a slice whose work
 // keeps the GPU busy never co-runs, and with the arbiter's co-running off the

@@ -37,8 +37,8 @@ TEST_F(CoordDirTest, TheDirectoryIsTheDaemonsAndWritableByNobodyElse) {
   EXPECT_EQ(st.st_uid, geteuid());
 }
 
-// Issue 13: the 02770 directory of the socket's group let any member of the
-// group write every slice's coordination file.
+// A 02770 directory of the socket's group would let any member of the group
+// write every slice's coordination file.
 TEST_F(CoordDirTest, AGroupWritableDirectoryAndItsSharedFilesAreTakenBack) {
   std::string path = dir_ + "/coord";
   ASSERT_EQ(mkdir(path.c_str(), 0700), 0);

@@ -58,7 +58,7 @@ core::Status RemoveSliceDir(const std::string& dir) {
 // A job's region, opened for the daemon's few writes into it (an older
 // daemon's slice's controls, a moved device's name): never mapped, so a job
 // that shrinks its file under the daemon makes a write fail or extend the
-// file, never fault (issue 36). O_NONBLOCK: a lease the job holds answers at
+// file, never fault. O_NONBLOCK: a lease the job holds answers at
 // once instead of after the lease-break time.
 class JobRegionFile {
  public:
@@ -250,7 +250,7 @@ core::Status ShimRegionStore::Remove(const std::string& path) {
 bool ShimRegionStore::Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& path) {
-  // A copy, never a mapping: the region is the job's file (issue 36).
+  // A copy, never a mapping: the region is the job's file and may shrink.
   auto region = shim::RegionSnapshot::Read(path, shim::RegionSnapshot::Part::kDevices);
   if (!region.ok()) return region.status();
   const std::string limits_path = LimitsPathOf(path);

@@ -3,7 +3,7 @@
 // A job's slice files, behind a seam. ShimRegionStore uses the shim's region
 // and limits page libraries; tests use FakeRegionStore.
 //
-// Trust split (docs/SLICE_REGION.md, issue 13): what the daemon decides
+// Trust split (docs/SLICE_REGION.md): what the daemon decides
 // (limits, shares, modes, priorities, pauses) goes to the slice's limits
 // page, which only the daemon can write; what the job reports (usage,
 // pids, counters) comes from its region, which the job owns. Nothing here

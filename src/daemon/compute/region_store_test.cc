@@ -191,7 +191,7 @@ TEST_F(ShimRegionStoreTest, UsageCarriesTheShimsRefusalAndThrottleCounters) {
   EXPECT_EQ((*usage)[0].throttled_ns, 2'500'000u);
 }
 
-// Issue 13: the slice is a directory the job cannot write, holding the
+// The slice is a directory the job cannot write, holding the
 // daemon's limits page (daemon-owned, read-only to the job) and the job's
 // region (the job's, private).
 TEST_F(ShimRegionStoreTest, CreateMakesADaemonDirectoryALimitsPageAndAJobRegion) {
@@ -246,9 +246,9 @@ TEST_F(ShimRegionStoreTest, TheJobCannotWriteReplaceOrRemoveItsLimitsPage) {
   EXPECT_EQ((*page)->Devices()[0].limit_bytes, 4 * core::kGiB);
 }
 
-// Issue 13: the job rewrote its region's limit to "unlimited" (and its
-// device list); the daemon's view of the slice's limits does not move, and
-// a resize lands in the limits page only.
+// A job that rewrites its region's limit to "unlimited" (and its device list)
+// gains nothing: the daemon's view of the slice's limits does not move, and a
+// resize lands in the limits page only.
 TEST_F(ShimRegionStoreTest, UsageAndUpdateNeverTakeALimitFromTheRegion) {
   ShimRegionStore store(dir_ + "/slices");
   SliceLimits l = Limits(14, {"GPU-aaaa", "GPU-bbbb"});
@@ -376,9 +376,9 @@ TEST_F(ShimRegionStoreTest, AMoveRenamesTheDeviceInThePageAndInTheJobsRegion) {
   EXPECT_EQ(*store.Devices(*path), std::vector<std::string>({"GPU-cccc", "GPU-bbbb"}));
 }
 
-// Issue 36: the daemon read a job's region through a mapping; a job that
-// shrank and regrew its file in a loop killed it (SIGBUS) within seconds,
-// and the restarted daemon in the same second. Every call the daemon makes
+// A daemon that read a job's region through a mapping would die (SIGBUS)
+// within seconds of a job shrinking and regrowing its file in a loop, and
+// so would the restarted daemon. Every call the daemon makes
 // on a slice, while the job's user does exactly that, in a child "daemon"
 // process so that a fault fails the test rather than ending it. Whatever the
 // file holds at each moment is a report or "no report".
@@ -434,7 +434,7 @@ TEST_F(ShimRegionStoreTest, AJobThatTruncatesItsRegionInALoopNeverFaultsTheDaemo
   EXPECT_EQ(WEXITSTATUS(status), 0) << "no report, or no failure, was ever seen";
 }
 
-// Issue 36, item 3: where the state disk has no room, Create says so and
+// Where the state disk has no room, Create says so and
 // leaves nothing behind, and CheckRoom tells when there is room again.
 TEST_F(ShimRegionStoreTest,
        OnAFullStateDiskCreateIsResourceExhaustedAndCheckRoomSeesTheRoomReturn) {

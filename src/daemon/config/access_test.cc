@@ -16,7 +16,7 @@ AccessConfig Config(std::initializer_list<std::pair<const char*, const char*>> s
   return c;
 }
 
-// Issue 18 item 7: any user could submit to any pool at --priority high.
+// Without access rules any user could submit to any pool at --priority high.
 TEST(Access, PoolsWithListsAreOnlyForTheirUsersAndGroups) {
   AccessConfig c = Config({{"pool_users.inference", "alice"}, {"pool_groups.inference", "ml"}});
   const auto normal = core::Priority::kNormal;

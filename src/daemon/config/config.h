@@ -61,7 +61,7 @@ struct DaemonConfig {
   LogLevel log_level = LogLevel::kInfo;
   PolicyConfig rules;              // Pools, preemption, watchdog, idle reclaim.
 
-  // Hardening (issue 13, docs/CONFIG.md "Limits"). Requests: what one
+  // Hardening (docs/CONFIG.md "Limits"). Requests: what one
   // submission may carry, so that no user can take the daemon's memory.
   uint64_t max_request_bytes = 1 << 20;       // An HTTP body.
   uint64_t max_env_bytes = 256 << 10;         // A job's environment (sum of "K=V").

@@ -39,7 +39,7 @@ DaemonConfig Pools(const std::string& text) {
   return c;
 }
 
-// Issue 41: pools changed under a running 2-GPU job; the restart killed it.
+// Pools changed under a running 2-GPU job must not let the restart kill it.
 TEST(ConfigCheck, AJobWhoseGpusMoveToAnotherPoolIsSaidToRunOnFlagged) {
   const InventorySnapshot inv = SimulatedGpus(4);
   auto c = CheckConfigChange(Pools("pool.train = 1\npool.infer = 2,3\n"), inv,

@@ -152,7 +152,7 @@ TEST(Config, PolicySettings) {
   EXPECT_EQ(r.elastic_cooldown_ms, 10000);
 }
 
-// Issue 36: defaults for a shared server. A confirmed compute bypass is
+// Defaults for a shared server. A confirmed compute bypass is
 // ended within 2 s, a foreign process that takes memory a job was promised
 // is ended, and the memory allowance is a learnt context per registered
 // process up to 2 GiB a job and GPU.

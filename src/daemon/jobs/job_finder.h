@@ -5,7 +5,7 @@
 // launch and recording the job's pid). The environment of a process is what
 // it was exec'd with (/proc/PID/environ), so a job that changes its own
 // variables is still found; a process that exec'd itself with a scrubbed
-// environment is not (cgroups close that gap, issue 13 item 3).
+// environment is not (cgroups close that gap).
 
 #include <cstdint>
 #include <string>

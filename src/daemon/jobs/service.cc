@@ -140,7 +140,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
     // acts as the user, which no user's own process can be. The real uid is
     // the one read when the connection was accepted, and it counts only
     // while that process runs: a pid looked up now could be a root process
-    // that took the pid of the user's, which ended (issue 36).
+    // that took the pid of the user's, which ended.
     const bool stepd = caller.process && caller.process->identity().real_uid == 0;
     if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !stepd) {
       return core::PermissionDeniedError(
@@ -275,8 +275,8 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
   }
   if (job.mode == core::JobMode::kExternal) {
     // Released: its slice goes now. Nothing was killed, so it exited, with
-    // the status its owner reports (a Slurm step's; issue 41: every step
-    // showed exit 0), else 0.
+    // the status its owner reports (a Slurm step's, so a failed step does
+    // not show exit 0), else 0.
     FinishJob(job, JobState::kExited, exit_code.value_or(0),
               "released by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
     Schedule();
@@ -544,7 +544,7 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
   if (!caller.admin) {
     // The calling process as pinned at accept: its parent link read, then
     // proved by its pidfd to be still running, so that the pid compared
-    // was the caller's and no newcomer's (issue 36).
+    // was the caller's and no newcomer's.
     if (!caller.process || ParentOf(pid) != caller.process->pid()) {
       return core::PermissionDeniedError("process " + std::to_string(pid) +
                                          " is not a child of the calling process");

@@ -138,13 +138,13 @@ std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid);
 // `text` with the value of every `env` entry ("K=V", values of 6 or more
 // characters) replaced by "$K": a message shown to others (a job's failure
 // reason, an event) must not carry its owner's environment, e.g. the PATH a
-// "command not found" names (issue 13).
+// "command not found" names.
 std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
                               std::string_view owner = {});
 
 // Values that are, or are part of, `owner` (the job's user name: USER,
 // LOGNAME) are left alone: the name is shown beside every job anyway, and
-// replacing it named the user `$LOGNAME` in events and reasons (issue 41).
+// replacing it would name the user `$LOGNAME` in events and reasons.
 // "container=server, namespace=ml, pod=infer-0" (events, logs).
 std::string LabelsText(const std::map<std::string, std::string>& labels);
 
@@ -186,8 +186,8 @@ struct ServiceOptions {
   // Owners, process groups and signals of GPU processes (the watchdog and
   // foreign use); null: /proc (tests give a FakeProcessTable).
   ProcessTable* processes = nullptr;
-  // What one user may hold in the queue and one job may carry (issue 13:
-  // 10,000 queued jobs with a 7.4 MB environment each took the daemon to
+  // What one user may hold in the queue and one job may carry (unbounded,
+  // 10,000 queued jobs with a 7.4 MB environment each take the daemon to
   // 907 MiB). Config keys of the same names (docs/CONFIG.md).
   uint32_t max_queued_jobs_per_user = 500;
   uint64_t max_env_bytes = 256 << 10;
@@ -435,7 +435,7 @@ class Service {
   };
 
   void Degrade(const std::string& reason);
-  // A slice could not be made for lack of room on the state disk (issue 36):
+  // A slice could not be made for lack of room on the state disk:
   // degraded until RetrySliceRoom finds room; no job starts meanwhile.
   void NoRoomForSlices(const std::string& reason);
   // Called by MaintainLedger: leaves that state once a slice fits again.
@@ -446,7 +446,8 @@ class Service {
   // Persists a change of `job` from state `from`; degrades on failure.
   bool Persist(const core::Job& job, std::optional<core::JobState> from);
   core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
-  // Crash-safe launching (issue 13). A job about to be launched is first
+  // Crash-safe launching: a job launched before it is recorded would run
+  // twice after a crash. A job about to be launched is first
   // recorded as running in its slice with no pid (its launch intent); its
   // pid follows once known. A restart that finds such a job looks for its
   // processes instead of starting it again: adopted when found, ended when
@@ -608,7 +609,7 @@ class Service {
   void AuditCharge(const core::Job& job, Live& l);
   // Foreign GPU use, after each sample: charges it in placement, with the
   // memory jobs hold over their limits (`over_limit`: bytes and "job N" per
-  // GPU, issue 36), reports each process once, and ends those that
+  // GPU), reports each process once, and ends those that
   // `foreign` says to (protect: those that take memory jobs were promised).
   using OverLimit = std::map<uint32_t, std::pair<uint64_t, std::string>>;
   void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid,

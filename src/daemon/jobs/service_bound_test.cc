@@ -216,9 +216,9 @@ TEST_F(BoundJobTest, SlurmOnlyLetsUsersInThroughSlurmstepdAlone) {
   EXPECT_TRUE(service_->Submit(TestCaller(0, true), run).ok());
 }
 
-// Issue 36 item 4: slurm_only asked who owned the caller's pid when the
-// request was handled; a user's connection whose process had ended, its pid
-// taken by a root process, passed as slurmstepd.
+// slurm_only must not ask who owns the caller's pid when the request is
+// handled: a user's connection whose process has ended, its pid taken by a
+// root process, would pass as slurmstepd.
 TEST_F(BoundJobTest, SlurmOnlyJudgesTheProcessThatConnectedNotWhoHoldsItsPidNow) {
   options_.slurm_only = true;
   Restart();

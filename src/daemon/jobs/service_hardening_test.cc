@@ -1,4 +1,4 @@
-// Issue 13, item 6: the daemon's own hardening (state permissions, request
+// The daemon's own hardening (state permissions, request
 // and queue limits, crash-safe launching, recovery from a full disk).
 
 #include <gtest/gtest.h>
@@ -100,8 +100,8 @@ class HardeningTest : public ::testing::Test {
   std::unique_ptr<Service> service_;
 };
 
-// Issue 13: the ledger (every job's environment) was 0644 in a 0755 state
-// directory; an older install is fixed at start.
+// The ledger (every job's environment) must not be 0644 in a 0755 state
+// directory; an older install that left it so is fixed at start.
 TEST_F(HardeningTest, StateDirectoryIsTraversableButNotListableAndTheLedgerPrivate) {
   ASSERT_TRUE(Submit("1").ok());
   EXPECT_EQ(ModeOf(state_), 0711u);
@@ -121,7 +121,7 @@ TEST_F(HardeningTest, StateDirectoryIsTraversableButNotListableAndTheLedgerPriva
   EXPECT_EQ(ModeOf(state_ + "/ledger.db"), 0600u);
 }
 
-// Issue 13: 10,000 queued jobs of one user were accepted.
+// One user may not queue 10,000 jobs: the queue limit refuses them.
 TEST_F(HardeningTest, QueuedJobsPerUserAreCappedWithAClearError) {
   ASSERT_TRUE(Submit("2").ok());  // Runs: the GPUs are full from here on.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Submit("2").ok()) << i;
@@ -137,7 +137,7 @@ TEST_F(HardeningTest, QueuedJobsPerUserAreCappedWithAClearError) {
   EXPECT_FALSE(Submit("2").ok()) << "the count is rebuilt from the ledger";
 }
 
-// Issue 13: a 7.4 MB environment per job took the daemon to 907 MiB.
+// A 7.4 MB environment per job would take the daemon to 907 MiB; refused.
 TEST_F(HardeningTest, EnvironmentAndCommandLineSizesAreLimited) {
   auto env = Submit("1", 1000, {"BIG=" + std::string(5000, 'x')});
   ASSERT_FALSE(env.ok());
@@ -150,7 +150,7 @@ TEST_F(HardeningTest, EnvironmentAndCommandLineSizesAreLimited) {
   EXPECT_TRUE(Submit("1", 1000, {"OK=" + std::string(3000, 'x')}).ok());
 }
 
-// Issue 13: a failure reason is public; the PATH it named was the owner's.
+// A failure reason is public; the PATH it names is the owner's, so hidden.
 TEST_F(HardeningTest, FailureReasonsDoNotShowTheOwnersEnvironment) {
   launcher_.fail_with =
       core::NotFoundError("command 'nope' not found in PATH /home/alice/secret-bin:/usr/bin");
@@ -165,8 +165,8 @@ TEST_F(HardeningTest, FailureReasonsDoNotShowTheOwnersEnvironment) {
   EXPECT_EQ(RedactEnvironment("x /a/very/long y", {"V=/a/very/long", "S=1"}), "x $V y");
 }
 
-// Issue 13: after a SIGKILL at a bad moment 6 of 204 jobs ran twice, because
-// a job was launched before it was recorded as running. The snapshot is the
+// A job launched before it is recorded as running would run twice after a
+// SIGKILL at a bad moment (6 of 204 jobs did). The snapshot is the
 // ledger as a daemon killed at the moment of launch leaves it.
 TEST_F(HardeningTest, JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   const std::string snap = dir_ + "/snap";
@@ -212,7 +212,7 @@ TEST_F(HardeningTest, LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot) {
   EXPECT_NE(v->job.reason.find("never run twice"), std::string::npos) << v->job.reason;
 }
 
-// Issue 13: a full state disk left the daemon degraded until a restart.
+// A full state disk must not leave the daemon degraded until a restart.
 TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
   service_.reset();
@@ -247,8 +247,8 @@ TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   clock_.Advance(1000);
   service_->MaintainLedger();
   EXPECT_TRUE(service_->degraded()) << "the disk is still full";
-  // Issue 36: room again is seen on the next call, not the next interval
-  // (a daemon with no job running took up to ledger_retry, 2 s, to notice).
+  // Room again is seen on the next call, not the next interval (a daemon
+  // with no job running would take up to ledger_retry, 2 s, to notice).
   clock_.Advance(10);
   fs::remove(mount_ + "/fill");
   service_->MaintainLedger();
@@ -268,8 +268,8 @@ TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   EXPECT_EQ(service_->Get(1)->job.state, core::JobState::kExited);
 }
 
-// Issue 36, item 3: with the state disk full, making a starting job's slice
-// crashed the daemon. Now the job waits queued (never lost), the daemon is
+// With the state disk full, making a starting job's slice must not crash
+// the daemon: the job waits queued (never lost), the daemon is
 // degraded with a reason naming the full disk, running jobs go on, and it
 // recovers by itself once a slice fits again.
 TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRoom) {

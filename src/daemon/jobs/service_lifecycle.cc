@@ -279,9 +279,9 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
 
 void Service::TakeTurnsWithoutAShare(const Job& job, SliceLimits* limits) {
   // A part of a GPU without a compute share still shares that GPU with the
-  // slices beside it. Left out of the turns, it launched freely and the
-  // GPU's own time-slicing gave it half the GPU against a high-priority 50%
-  // slice (issue 18: 57% against 27%). It takes turns with the smallest
+  // slices beside it. Left out of the turns, it would launch freely and the
+  // GPU's own time-slicing would give it half the GPU against a
+  // high-priority 50% slice (57% against 27%). It takes turns with the smallest
   // share there is, work-conserving: it runs on whatever the others leave,
   // yields to their priority and their shares, and is never capped alone.
   if (job.request.kind == core::RequestKind::kFraction && limits->compute_milli == 0) {
@@ -301,7 +301,7 @@ void Service::StartJob(Job& job) {
   job.started_ms = clock_.NowMs();
   auto region = regions_.Create(SliceLimitsOf(job));
   if (!region.ok() && region.status().code() == core::StatusCode::kResourceExhausted) {
-    // No room on the state disk (issue 36): the job waits in the queue, as
+    // No room on the state disk: the job waits in the queue, as
     // do those after it, until there is; never lost. An external job is
     // never queued: its caller gets the reason.
     NoRoomForSlices("no room for job slices on the state disk (" + region.status().message() + ")");
@@ -328,7 +328,7 @@ void Service::StartJob(Job& job) {
     // slice through its CDI device or the environment it hands out.
     if (cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
   } else if (job.mode != core::JobMode::kShell) {
-    // Crash safety (issue 13: after a SIGKILL 6 of 204 jobs ran twice): the
+    // Crash safety (a job launched before it is recorded would run twice): the
     // launch intent (running, its slice, no pid yet) is durable before any
     // process exists, so a restart looks for the job's processes instead of
     // starting it again (Service::ResolveInterruptedLaunch).

@@ -147,7 +147,7 @@ Status Service::SecureStateDir() {
   // Layout v2 (DESIGN, docs/DAEMON.md): others may traverse the state
   // directory to reach the slice files named in a job's environment, but not
   // list it; the ledger and job directories are the daemon's alone (the
-  // ledger holds every job's environment, issue 13). An install made by an
+  // ledger holds every job's environment). An install made by an
   // older gpusliced (0755, 0644) is fixed here, at every start.
   if (mkdir(options_.state_dir.c_str(), 0711) != 0 && errno != EEXIST) {
     return ErrnoError(errno, "create state directory " + options_.state_dir);
@@ -284,8 +284,8 @@ void Service::Recover(std::vector<Job> all) {
     Status held = !d.ok() ? d : suspended ? Status::Ok() : capacity_->Hold(id, job.allocation);
     if (!held.ok()) {
       // The configuration may have moved its GPUs to another pool, or
-      // removed its pool, while it ran: it keeps what it holds (issue 41: a
-      // pool change killed a running 2-GPU job at the restart). What cannot
+      // removed its pool, while it ran: it keeps what it holds, so a pool
+      // change does not kill a running job at the restart. What cannot
       // be held at all (a GPU gone, taken twice) still fails it below.
       Status outside = capacity_->HoldOutsidePool(id, job.request,
                                                   suspended ? core::Allocation{} : job.allocation);

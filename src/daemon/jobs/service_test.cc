@@ -104,7 +104,7 @@ TEST_F(ServiceTest, JobStartsInItsSliceWithTheSliceEnvironment) {
   EXPECT_TRUE(has("LD_PRELOAD=/lib/libgpuslice.so:/mine.so"));
   EXPECT_TRUE(has("LD_LIBRARY_PATH=/lib/sim"));
   EXPECT_TRUE(has("GPUSLICE_SLICE=/fake/slice-1"));
-  // Issue 13: the daemon's limits page, never one the caller names.
+  // The daemon's limits page, never one the caller names.
   EXPECT_TRUE(has("GPUSLICE_LIMITS=/fake/limits-1"));
   EXPECT_FALSE(has("GPUSLICE_LIMITS=/tmp/mine.limits"));
   EXPECT_FALSE(has("CUDA_VISIBLE_DEVICES=7"));
@@ -129,7 +129,7 @@ TEST_F(ServiceTest, TheSliceGetsTheJobsShareAndPriorityWholeGpusToo) {
   EXPECT_EQ(w.priority, core::Priority::kLow);
 }
 
-// Issue 18 item 2: a fraction without a compute share takes turns too, with
+// A fraction without a compute share takes turns too, with
 // the smallest share, work-conserving (it yields to priority and to shares;
 // alone it uses the whole GPU). Its allocation still has no share.
 TEST_F(ServiceTest, AFractionWithoutAShareTakesTurnsLastAndWorkConserving) {
@@ -310,8 +310,8 @@ TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
   EXPECT_EQ(State(v->job.id), core::JobState::kExited);
 }
 
-// Issue 36 item 4: the parent check read the caller's pid when the request
-// came, whoever had that pid by then.
+// The parent check reads the caller pinned at accept, not whoever has its
+// pid when the request comes.
 TEST_F(ServiceTest, AttachIsRefusedOnceTheProcessThatConnectedHasEnded) {
   auto v = SubmitShell();
   ASSERT_TRUE(v.ok()) << v.status().ToString();

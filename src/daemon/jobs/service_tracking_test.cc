@@ -1,4 +1,4 @@
-// What the Service asks of the launcher's job tracking (issue 13 item 3):
+// What the Service asks of the launcher's job tracking:
 // host limits reach the launch, a job's cgroup is released when it ends, an
 // OOM kill is the reason, restart re-adopts through cgroups and ends strays.
 

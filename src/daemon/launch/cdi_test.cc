@@ -1,4 +1,4 @@
-// CDI specs (issue 14 item 2): their content and their files (the service
+// CDI specs: their content and their files (the service
 // keeping one per running job: service_container_test.cc).
 // tests/e2e/cdi_podman_e2e_test.cc runs a real podman against them.
 

@@ -38,7 +38,7 @@ TEST(ContainerJob, PlainImageReferencesAreAccepted) {
   }
 }
 
-// Issue 36 item 5: root's podman opened what a user's --image named.
+// Root's podman must not open what a user's --image names as root.
 TEST(ContainerJob, ANameThatIsNotAPlainReferenceIsRefusedWithTheReason) {
   struct Case {
     std::string image;

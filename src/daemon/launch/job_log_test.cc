@@ -66,7 +66,7 @@ TEST_F(JobLogTest, UncappedLogIsWrittenAndReadAsIs) {
   EXPECT_EQ(ReadJobLog(dir_ + "/missing", 5, 10)->next_offset, 5u);
 }
 
-// Issue 13 item 6: a job printing three times the cap keeps at most the cap,
+// A job printing three times the cap keeps at most the cap,
 // the newest part, behind the note.
 TEST_F(JobLogTest, OutputThreeTimesTheCapKeepsTheNewestPartUnderTheCap) {
   const uint64_t cap = kMinLogCap;

@@ -192,7 +192,7 @@ class CgroupLauncherTest : public LauncherTest {
   std::unique_ptr<SysCgroups> cgroups_;
 };
 
-// Issue 13: a child that calls setsid leaves the process group, not the job.
+// A child that calls setsid leaves the process group, not the job.
 TEST_F(CgroupLauncherTest, SetsidChildKeepsTheJobAliveUntilItEnds) {
   RealLauncher l({cgroups_.get(), 0});
   auto ref = l.Launch(Spec("setsid sh -c 'sleep 2; echo escapee-done' & echo leader-done", 41));

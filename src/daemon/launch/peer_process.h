@@ -1,7 +1,7 @@
 #pragma once
 
 // The process at the other end of a unix-socket connection, fixed when the
-// daemon accepts the connection (issue 36). SO_PEERCRED's pid names a process
+// daemon accepts the connection. SO_PEERCRED's pid names a process
 // only at that moment: a connection can outlive the process that opened it
 // (passed to a child, or held open while its owner waits), and once that
 // process ends its pid is free for any process, root's included. So nothing

@@ -1,4 +1,4 @@
-// The caller's process pinned at accept (issue 36 item 4), over real unix
+// The caller's process pinned at accept, over real unix
 // sockets and real processes.
 
 #include "daemon/launch/peer_process.h"

@@ -26,8 +26,8 @@ const json* Check(const json& report, const std::string& name) {
   return nullptr;
 }
 
-// Issue 18 item 4: on the simulated GPU doctor called the CUDA runtime
-// "compatible", though runtime-API programs fail there.
+// On the simulated GPU doctor must not call the CUDA runtime "compatible":
+// runtime-API programs fail there.
 TEST(Doctor, OnTheSimulatorSaysPlainlyWhatRunsAndThatTheRuntimeDoesNot) {
   InventorySnapshot inv = OneGpu("simulated");
   json report = Doctor(DoctorOptions{}, inv).Run();

@@ -536,8 +536,8 @@ core::Result<std::vector<GpuUsage>> NvmlInventory::Usage() {
     } else {
       // A GPU in MIG mode: NVML's utilisation is not supported there; GPM
       // (Hopper and newer) measures the GPU and each GPU instance. Without
-      // GPM there is no figure, which is not 0% (issue 18: idle reclaim
-      // ended a busy MIG job that read 0).
+      // GPM there is no figure, which is not 0% (idle reclaim would end a
+      // busy MIG job that read 0).
       u.utilization_known = false;
       if (i < gpm_supported_.size() && gpm_supported_[i]) {
         if (std::optional<double> pct = GpmUtil(n, d, i, kNoMigInstance)) {

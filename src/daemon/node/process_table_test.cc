@@ -17,9 +17,9 @@ pid_t Sleeper() {
   return pid;
 }
 
-// Issue 13: the watchdog checked a process's owner, then signalled its pid:
-// a pid reused in between by another user's process took the signal. The
-// check and the signal now go through one pidfd.
+// Checking a process's owner, then signalling its pid, would signal another
+// user's process that reused the pid in between. The check and the signal
+// go through one pidfd.
 TEST(ProcProcessTable, SignalsAProcessOnlyWhileItIsTheGivenUsers) {
   ProcProcessTable procs;
   const pid_t child = Sleeper();

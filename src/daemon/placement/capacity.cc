@@ -599,7 +599,7 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
            (e.demand.gpus == 1 ? "" : "s") + (e.demand.gpus > 1 ? " on one island" : "") + where +
            "; idle now: " + std::to_string(idle) + foreign;
   }
-  // The free share only matters to a request with one (issue 18 item 12).
+  // The free share only matters to a request with one.
   return "needs " + e.request.Describe() + " on one GPU" + where +
          "; most free on one GPU: " + core::FormatBytes(best_mem) +
          (e.request.compute_milli > 0 ? " + " + core::FormatShareMilli(best_milli) : "") + foreign;

@@ -110,8 +110,8 @@ TEST(NodeCapacity, MigInstancesAreAllocatableUnits) {
   EXPECT_EQ((*c)->CouldEverFit(mig).code(), core::StatusCode::kOutOfRange);
 }
 
-// Issue 18 item 8: "can never fit" spoke the cluster placer's words (cpu 0m,
-// mem 0 B, 1 per-mille, island) and did not say that GPUs were in MIG mode.
+// "can never fit" speaks the user's words, not the cluster placer's (cpu 0m,
+// mem 0 B, 1 per-mille, island), and says when GPUs are in MIG mode.
 TEST(NodeCapacity, NeverFitsSaysWhyInTheRequestsTermsAndNamesMigMode) {
   GpuInfo mig_gpu = Gpu(1);
   mig_gpu.mig_enabled = true;
@@ -233,7 +233,7 @@ TEST(NodeCapacity, PoolsRestrictPlacementToTheirGpus) {
   EXPECT_EQ((*c)->CouldEverFit(two).code(), core::StatusCode::kOutOfRange);
 }
 
-// Issue 18 item 12: the note of a job that asked for no compute ended in "+ 0%".
+// The note of a job that asked for no compute does not end in "+ 0%".
 TEST(NodeCapacity, WhyNotNowNamesAFreeShareOnlyForRequestsWithOne) {
   auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);
   ASSERT_TRUE(c.ok());
@@ -326,8 +326,8 @@ TEST(NodeCapacity, ElasticJobsTakeWhatIsIdleGrowAndShrink) {
   EXPECT_EQ((*again)->IdleGpus(), 1u);
 }
 
-// Issue 13 (measured): a 40 GiB job was placed on a GPU where a process
-// outside gpuslice held 70 GiB, and failed with out of memory.
+// A 40 GiB job must not be placed on a GPU where a process outside gpuslice
+// holds 70 GiB: it would fail with out of memory (measured).
 TEST(NodeCapacity, ForeignMemorySendsAJobToTheOtherGpuOrMakesItWait) {
   GpuInfo big0 = Gpu(0), big1 = Gpu(1);
   big0.memory_total = big1.memory_total = 80 * core::kGiB;
@@ -377,9 +377,9 @@ TEST(NodeCapacity, ForeignMemoryKeepsWholeGpuRequestsOffAndIsChargedOnceJobsGive
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
 }
 
-// Issue 36: memory a job's processes hold over its limit (NVML) was free in
-// placement, so another user's job was placed into it and failed with out
-// of memory. It is charged at once, beside the GPU's foreign use, and given
+// Memory a job's processes hold over its limit (NVML) is not free in
+// placement: another user's job placed into it would fail with out of
+// memory. It is charged at once, beside the GPU's foreign use, and given
 // back when cleared.
 TEST(NodeCapacity, MemoryAJobHoldsOverItsLimitIsTakenAtOnceBesideForeignUse) {
   auto c = NodeCapacity::Create({Gpu(0)}, core::Policy::kBinpack);  // 40 GiB.
@@ -416,8 +416,8 @@ TEST(NodeCapacity, MemoryAJobHoldsOverItsLimitIsTakenAtOnceBesideForeignUse) {
   EXPECT_EQ((*c)->UnpromisedBytes(7), 0u) << "no such GPU";
 }
 
-// Issue 13 item 5, on a GPU in MIG mode: a MIG instance that a process
-// outside gpuslice runs in was handed to a job (MIG GPUs were not charged).
+// On a GPU in MIG mode, a MIG instance that a process outside gpuslice runs
+// in is charged, so it is never handed to a job.
 TEST(NodeCapacity, AMigInstanceWithAForeignProcessIsNotHandedToAJob) {
   GpuInfo g = Gpu(0);
   g.mig_enabled = true;

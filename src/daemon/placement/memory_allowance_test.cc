@@ -10,8 +10,8 @@ namespace {
 constexpr uint64_t kMiB = core::kMiB;
 constexpr uint64_t kGiB = core::kGiB;
 
-// Issue 36: the allowance was 512 MiB per process NVML listed, so a 1 GiB
-// slice whose 50 processes skipped the shim held 24.4 GiB unchallenged.
+// An allowance of 512 MiB per process NVML lists would let a 1 GiB slice
+// whose 50 processes skip the shim hold 24.4 GiB unchallenged.
 TEST(MemoryAllowance, IsOneContextPerRegisteredProcessUpToTheCeiling) {
   struct Case {
     uint32_t registered;

@@ -1,4 +1,4 @@
-// The audit of the arbiter's charge (issue 19): NVML's per-process use
+// The audit of the arbiter's charge: NVML's per-process use
 // against what the arbiter charged a slice by its processes' reports.
 
 #include <string>
@@ -9,7 +9,7 @@
 namespace gpuslice::daemon {
 namespace {
 
-// Issue 19: the arbiter charges a slice the GPU time its processes report.
+// The arbiter charges a slice the GPU time its processes report.
 // A slice whose processes NVML sees use far more than it was charged over the
 // compute window hid its work: the daemon tells the arbiter to disregard its
 // reports (the slice is then charged the wall time of its turns), once, with

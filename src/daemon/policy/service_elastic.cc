@@ -34,9 +34,9 @@ bool Service::IsElastic(const Job& job) {
 
 namespace {
 
-// Whether an elastic job asked to grow while it runs (issue 18 item 6: a job
-// that does not catch elastic_signal was killed by a growth it never asked
-// for). The marker lives in the job's environment, so the ledger keeps it.
+// Whether an elastic job asked to grow while it runs (a job that does not catch
+// elastic_signal would be killed by a growth it never asked for). The marker
+// lives in the job's environment, so the ledger keeps it.
 constexpr char kGrowMarker[] = "GPUSLICE_ELASTIC_GROW=1";
 
 bool WantsGrowth(const Job& job) {

@@ -84,7 +84,7 @@ core::QuotaUsage Service::RunningUsage(uint64_t except_id) {
 }
 
 Status Service::CheckQuotaAtSubmit(const Job& job) {
-  // Pools and priorities the admin restricted (issue 18 item 7).
+  // Pools and priorities the admin restricted.
   const AccessConfig& access = options_.rules.access;
   if (!access.pools.empty() || access.max_priority != core::Priority::kHigh ||
       !access.group_max_priority.empty()) {

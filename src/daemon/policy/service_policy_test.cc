@@ -161,7 +161,7 @@ TEST_F(PolicyTest, QuotaThatCanNeverFitRefusesAtSubmit) {
             "over quota, can never run: user u1000: asks 8 GiB of memory, over its quota of 4 GiB");
 }
 
-// Issue 18 item 7: pools and priorities the admin restricted are refused at
+// Pools and priorities the admin restricted are refused at
 // submission, saying who may.
 TEST_F(PolicyTest, RestrictedPoolsAndPrioritiesAreRefusedAtSubmit) {
   PolicyConfig rules;
@@ -407,8 +407,8 @@ TEST_F(PolicyTest, BusyJobIsNotIdle) {
   EXPECT_EQ(State(busy->job.id), core::JobState::kRunning);
 }
 
-// Issue 18 item 2: a high-priority slice starved by others' turns showed
-// little GPU use, and idle reclaim flagged and paused it. Time the arbiter
+// A high-priority slice starved by others' turns shows little GPU use, and
+// idle reclaim must not flag and pause it for that. Time the arbiter
 // saw it wait for its turn counts as use.
 TEST_F(PolicyTest, ASliceThatWaitsForItsTurnIsNotIdle) {
   PolicyConfig rules;
@@ -522,7 +522,7 @@ TEST_F(PolicyTest, ElasticJobShrinksForAWaitingJobAndGrowsBackAfterTheCooldown) 
   EXPECT_EQ(State(third->job.id), core::JobState::kRunning);
 }
 
-// Issue 18 item 6: a job that did not ask to grow (submit --grow) keeps what
+// A job that did not ask to grow (submit --grow) keeps what
 // it started with, so one that does not catch SIGUSR1 is not ended by it.
 TEST_F(PolicyTest, ElasticJobGrowsOnlyIfItAskedTo) {
   PolicyConfig rules;
@@ -539,7 +539,7 @@ TEST_F(PolicyTest, ElasticJobGrowsOnlyIfItAskedTo) {
   EXPECT_EQ(State(plain->job.id), core::JobState::kRunning);
 }
 
-// Issue 18 item 6: a user may ask a running elastic job for more or fewer GPUs.
+// A user may ask a running elastic job for more or fewer GPUs.
 TEST_F(PolicyTest, ResizeGpusChangesARunningElasticJobWithinItsRange) {
   Start();
   auto first = Submit(Gpus("1"), 2000);

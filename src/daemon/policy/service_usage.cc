@@ -229,7 +229,7 @@ void Service::Sample() {
     }
   }
   if (fresh) context_sizes_.EndSample();
-  // Memory jobs' processes hold over their limits (issue 36): taken in
+  // Memory jobs' processes hold over their limits: taken in
   // placement at once, before the watchdog acts on it (or while it is
   // within the allowance), so that no job is placed where it is not there.
   OverLimit over_limit;
@@ -270,7 +270,7 @@ void Service::Sample() {
     }
     // A slice held back by the arbiter (others' turns: priority, shares) is
     // not idle for it: the part of the interval it waited counts as use
-    // (issue 18: a starved high-priority slice was paused as idle).
+    // (else a starved high-priority slice would be paused as idle).
     double busy_pct = u.gpu_util_pct;
     if (!job.region_path.empty()) {
       const uint64_t waited = regions_.WaitedNs(job.region_path);

@@ -260,7 +260,7 @@ bool Service::WatchCompute(Job& job, Live& l, const JobUsage& use) {
   return false;
 }
 
-// Issue 19: the arbiter charges a slice the GPU time its processes report,
+// The arbiter charges a slice the GPU time its processes report,
 // and a job writes those reports (docs/SECURITY.md). Over the watchdog's
 // window, what NVML says its processes used must not exceed what the arbiter
 // charged by more than kAuditRatio and kAuditSlackPct points of the window;
@@ -453,7 +453,8 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
       }
     }
   }
-  // Which processes `foreign` ends (issue 36 for protect). A process is
+  // Which processes `foreign` ends (protect: those that take promised
+  // memory). A process is
   // ended from its second sample on (a job's process may be listed once
   // between its job's end and NVML's next update), never root's, the admin
   // group's or an allowed group's, never one whose owner is unknown (gone).

@@ -1,4 +1,4 @@
-// The enforcement watchdog and foreign GPU use (issue 13, items 4 and 5),
+// The enforcement watchdog and foreign GPU use,
 // over the fixture of service_watchdog_fixture.h; the audit of the arbiter's
 // charge is in service_audit_test.cc.
 
@@ -12,10 +12,10 @@
 namespace gpuslice::daemon {
 namespace {
 
-// Issue 13: a job rewrote its region's limit to unlimited, and its process
-// that skipped the shim held 20 GiB in a 4 GiB slice; the watchdog read the
-// limit back from the region and saw nothing. Now the limit is the daemon's
-// and the default action is kill.
+// A job that rewrites its region's limit to unlimited, with a process that
+// skips the shim and holds 20 GiB in a 4 GiB slice, is caught: the limit is
+// the daemon's, never read back from the region, and the default action is
+// kill.
 TEST_F(WatchdogTest, KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheRegionSaysUnlimited) {
   Start();
   JobView v = StartJob();
@@ -38,7 +38,7 @@ TEST_F(WatchdogTest, KillsByDefaultWhenNvmlIsOverTheLedgerLimitThoughTheRegionSa
             launcher_.signals.end());
 }
 
-// Issue 16: an external job (a pod's container) is owned by the device
+// An external job (a pod's container) is owned by the device
 // plugin (root) and its slice is written by the container: the watchdog must
 // never signal the pids that slice names (they could be any root process);
 // it holds the slice's launches instead and the job keeps running.
@@ -62,7 +62,7 @@ TEST_F(WatchdogTest, AnExternalJobOverItsLimitIsPausedAndNothingIsSignalled) {
   EXPECT_NE(EventsOf(v->job.id, "watchdog")[0].message.find("launches paused"), std::string::npos);
 }
 
-// Issue 15: a Slurm step's slice (bound to its slurmstepd) over its limit is
+// A Slurm step's slice (bound to its slurmstepd) over its limit is
 // ended as a launched job is: the owner's processes below the holder are
 // killed, never the holder; the slice goes once they are gone.
 TEST_F(WatchdogTest, ABoundExternalJobOverItsLimitHasItsStepsProcessesKilled) {
@@ -88,7 +88,7 @@ TEST_F(WatchdogTest, ABoundExternalJobOverItsLimitHasItsStepsProcessesKilled) {
   EXPECT_NE(after.job.reason.find("watchdog"), std::string::npos) << after.job.reason;
 }
 
-// Issue 15: idle_action = end ends a Slurm step's slice through its
+// idle_action = end ends a Slurm step's slice through its
 // processes (SIGTERM, then SIGKILL after the grace), not by pausing it as an
 // unbound external job is; the slice goes once they are gone.
 TEST_F(WatchdogTest, AnIdleBoundExternalJobIsEndedThroughItsStepsProcesses) {
@@ -155,9 +155,9 @@ TEST_F(WatchdogTest, AKilledJobCannotMakeTheWatchdogSignalAnotherUsersProcess) {
   for (const auto& [pid, sig] : processes_.signals) EXPECT_NE(pid, 1) << "signal " << sig;
 }
 
-// Issue 36: the allowance was 512 MiB per process NVML listed, shim or not.
-// Now a process the shim registered (the job's slice names it) may hold one
-// context over the limit, of the size NVML shows for a bare context.
+// The allowance is per registered process, not 512 MiB per process NVML
+// lists: a process the shim registered (the job's slice names it) may hold
+// one context over the limit, of the size NVML shows for a bare context.
 TEST_F(WatchdogTest, AProcessTheShimRegisteredMayHoldOneContextOverTheLimit) {
   Start();
   JobView v = StartJob();
@@ -178,8 +178,8 @@ TEST_F(WatchdogTest, AProcessTheShimRegisteredMayHoldOneContextOverTheLimit) {
       << after.job.reason;
 }
 
-// Issue 36: a process without the shim was never charged anything by it, so
-// all it holds over the limit is an escape.
+// A process without the shim is never charged anything by it, so all it
+// holds over the limit is an escape.
 TEST_F(WatchdogTest, AProcessWithoutTheShimGetsNoAllowance) {
   Start();
   JobView v = StartJob();
@@ -193,8 +193,8 @@ TEST_F(WatchdogTest, AProcessWithoutTheShimGetsNoAllowance) {
       << after.job.reason;
 }
 
-// Issue 36: a 1 GiB slice ran 50 processes without the shim, each with a
-// context and 200 MiB, and held 24.4 GiB with no event. The job writes its
+// A 1 GiB slice running 50 processes without the shim, each with a context
+// and 200 MiB, must not hold 24.4 GiB with no event. The job writes its
 // slice's process slots, so naming all 50 there buys at most the ceiling.
 TEST_F(WatchdogTest, SlotsAJobWritesBuyNoMoreThanTheAllowancesCeiling) {
   for (bool named : {false, true}) {
@@ -220,7 +220,7 @@ TEST_F(WatchdogTest, SlotsAJobWritesBuyNoMoreThanTheAllowancesCeiling) {
   }
 }
 
-// Issue 36: the ceiling is the admin's (watchdog_allowance_max), and so is
+// The ceiling is the admin's (watchdog_allowance_max), and so is
 // the size of a context when the learnt one does not suit a driver
 // (watchdog_allowance).
 TEST_F(WatchdogTest, TheAllowanceFollowsItsSettings) {
@@ -246,7 +246,7 @@ TEST_F(WatchdogTest, TheAllowanceFollowsItsSettings) {
       << EventsOf(v.job.id, "watchdog")[0].message;
 }
 
-// Issue 36: memory NVML shows a job's processes hold over its limit is
+// Memory NVML shows a job's processes hold over its limit is
 // taken in placement at the sample that sees it, before the watchdog acts
 // (here it only reports), so no job is placed where it is not there.
 TEST_F(WatchdogTest, MemoryAJobHoldsOverItsLimitIsTakenInPlacementAtOnce) {
@@ -277,7 +277,7 @@ TEST_F(WatchdogTest, MemoryAJobHoldsOverItsLimitIsTakenInPlacementAtOnce) {
   EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kRunning);
 }
 
-// Issue 36: with the default (kill), the job is ended at that same sample;
+// With the default (kill), the job is ended at that same sample;
 // its processes' memory stays taken until NVML shows it gone, so the job
 // waiting for it does not start into memory a dying process still holds.
 TEST_F(WatchdogTest, AJobKilledOverItsLimitKeepsItsExcessTakenUntilNvmlShowsItGone) {
@@ -399,8 +399,8 @@ TEST_F(WatchdogTest, ComputeFarOverItsShareForAWindowIsReportedWhenConfigured) {
   EXPECT_TRUE(HasFlag(v.job.id, "over_share"));
 }
 
-// Issue 36: compute through a private copy of the driver (dlmopen) took
-// 62.9% from a 20% slice and was only reported, after 10 s. By default a
+// Compute through a private copy of the driver (dlmopen) can take 62.9%
+// from a 20% slice; reporting it after 10 s is not enough. By default a
 // bypass confirmed over a 2 s window ends the job at the sample that
 // completes the window.
 TEST_F(WatchdogTest, ComputeFarOverItsShareForTwoSecondsIsKilledByDefault) {
@@ -460,9 +460,9 @@ TEST_F(WatchdogTest, ComputeKillWhenConfigured) {
   EXPECT_NE(Log(v).find("bypasses its turns"), std::string::npos);
 }
 
-// Issue 13 item 4: a work-conserving slice may use what others leave, so it
-// was never watched: a process of it that bypassed the shim took the GPU
-// from slices that waited for their turns. Now it is held to its share for
+// A work-conserving slice may use what others leave, but unwatched, a
+// process of it that bypasses the shim would take the GPU from slices that
+// wait for their turns. So it is held to its share for
 // the part of the window in which the arbiter saw others waiting.
 TEST_F(WatchdogTest, WorkConservingFarOverItsShareWhileOthersWaitIsReported) {
   PolicyConfig rules;
@@ -501,8 +501,8 @@ TEST_F(WatchdogTest, WorkConservingFarOverItsShareWhileOthersWaitIsReported) {
   EXPECT_TRUE(HasFlag(v.job.id, "over_share"));
 }
 
-// Issue 13 (measured): a 40 GiB job was placed on a GPU where a foreign
-// process held 70 GiB. Here: 30 GiB foreign on GPU 0 of two 40 GiB GPUs.
+// A 40 GiB job must not be placed on a GPU where a foreign process holds
+// 70 GiB (measured). Here: 30 GiB foreign on GPU 0 of two 40 GiB GPUs.
 TEST_F(WatchdogTest, ForeignMemoryIsChargedInPlacementAndReportedOnce) {
   Start();
   Process(0, 4242, 30 * core::kGiB, 0, 2000);
@@ -567,8 +567,8 @@ TEST_F(WatchdogTest, ForeignKillSparesRootAndAllowedGroups) {
   EXPECT_EQ(killed, 1);
 }
 
-// Issue 36: a GPU program started outside gpuslice by an ordinary user
-// made a running job fail inside its own limit (foreign = report). By
+// A GPU program started outside gpuslice by an ordinary user can make a
+// running job fail inside its own limit (foreign = report). By
 // default a foreign process that takes memory a job was promised is ended
 // at its second sample, the largest first, until the rest fits.
 TEST_F(WatchdogTest, AForeignProcessThatTakesMemoryAJobWasPromisedIsKilledByDefault) {
@@ -604,7 +604,7 @@ TEST_F(WatchdogTest, AForeignProcessThatTakesMemoryAJobWasPromisedIsKilledByDefa
   EXPECT_EQ(EventsOf(0, "foreign_process").size(), 3u);
 }
 
-// Issue 36: protect never ends root's processes, the admin group's or an
+// Protect never ends root's processes, the admin group's or an
 // allowed group's; what they hold is not the others' to take.
 TEST_F(WatchdogTest, ProtectSparesRootTheAdminGroupAndAllowedGroups) {
   PolicyConfig rules;
@@ -682,8 +682,8 @@ InventorySnapshot OneMigGpu() {
   return s;
 }
 
-// Issue 13 item 5 on a GPU in MIG mode: a process outside gpuslice ran in a
-// MIG instance that was then handed to a job (MIG GPUs were not charged).
+// On a GPU in MIG mode, a MIG instance a process outside gpuslice runs in is
+// charged, so it is not handed to a job.
 TEST_F(WatchdogTest, AForeignProcessInAMigInstanceKeepsJobsOffItUntilItEnds) {
   Start({}, OneMigGpu());
   MigProcess(0, 4242, 3 * core::kGiB, 2000, /*gpu_instance=*/7);
@@ -733,7 +733,7 @@ TEST_F(WatchdogTest, AForeignProcessTakesEveryMigDeviceOfItsGpuInstance) {
   EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kRunning);
 }
 
-// Issue 36 on a GPU in MIG mode: a foreign process in the instance a job
+// On a GPU in MIG mode, a foreign process in the instance a job
 // holds takes the job's memory; one in a free instance takes nobody's.
 TEST_F(WatchdogTest, AForeignProcessInAMigInstanceAJobHoldsIsKilledByDefault) {
   Start({}, OneMigGpu());
@@ -749,10 +749,10 @@ TEST_F(WatchdogTest, AForeignProcessInAMigInstanceAJobHoldsIsKilledByDefault) {
   EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kRunning);
 }
 
-// Issue 18 item 1: a MIG job read 0% (NVML has no per-process figure on
-// MIG devices) and idle reclaim ended it while it was 100% busy. Its use is
-// now its GPU instance's activity (NVML's GPM), and where NVML gives no
-// figure (no GPM, as on an A100) the job is never idle for it.
+// A MIG job must not read 0% (NVML has no per-process figure on MIG devices)
+// and be ended by idle reclaim while 100% busy. Its use is its GPU instance's
+// activity (NVML's GPM), and where NVML gives no figure (no GPM, as on an A100)
+// the job is never idle for it.
 TEST_F(WatchdogTest, AMigJobIsIdleByItsInstancesActivityAndNeverForNoFigure) {
   PolicyConfig rules;
   rules.idle_after_ms = 60'000;

@@ -279,8 +279,8 @@ TEST_F(QueuedJobsTest, UpdateAfterMakesAJobWaitForAnEarlierOne) {
   EXPECT_EQ(State(second->job.id), core::JobState::kRunning);
 }
 
-// Issue 41: the environment redaction hid the user's own name: events,
-// reasons and quota messages said `$LOGNAME` where they meant the user.
+// The environment redaction leaves the user's own name: events, reasons and
+// quota messages must not say `$LOGNAME` where they mean the user.
 TEST_F(QueuedJobsTest, EventsAndReasonsNameTheUserNotTheVariableHoldingTheName) {
   Caller alice = User(1001);
   alice.user = "gstest-alice";

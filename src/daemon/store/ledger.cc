@@ -184,7 +184,7 @@ class ScopedUmask {
 }  // namespace
 
 Result<std::unique_ptr<Ledger>> Ledger::Open(const std::string& path) {
-  // The ledger holds every job's environment, secrets included (issue 13):
+  // The ledger holds every job's environment, secrets included:
   // its files are the daemon user's alone. The umask covers the files SQLite
   // creates now; SQLite gives a -wal/-shm it creates later the database
   // file's own mode; the chmod fixes files an older gpusliced left 0644.

@@ -55,7 +55,7 @@ uint32_t ModeOf(const std::string& path) {
   return st.st_mode & 07777;
 }
 
-// Issue 13: the ledger (every job's environment) was 0644 for any local user.
+// The ledger (every job's environment) is never 0644 for any local user.
 TEST_F(LedgerTest, LedgerFilesAreReadableByTheDaemonOnly) {
   mode_t old = umask(022);
   {
