@@ -148,7 +148,7 @@ TEST_F(E2E, RequestThatCanNeverFitIsRefusedAtOnce) {
   CliResult g = d.Cli({"submit", "--gpus", "2", "--", "true"});
   EXPECT_EQ(g.exit_code, 125);
   CliResult bad = d.Cli({"submit", "--mem", "12XB", "--", "true"});
-  EXPECT_EQ(bad.exit_code, 2) << "a bad value is a usage error (issue 18 item 11)";
+  EXPECT_EQ(bad.exit_code, 2) << "a bad value is a usage error";
   EXPECT_NE(bad.err.find("--mem"), std::string::npos) << bad.err;
   CliResult missing = d.Cli({"run", "--mem", "1GiB", "--", "no-such-command-xyz"});
   EXPECT_EQ(missing.exit_code, 127);

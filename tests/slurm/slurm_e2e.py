@@ -1,4 +1,4 @@
-"""gpuslice under a real Slurm (issue 15; docs/SLURM.md): Debian's slurmctld,
+"""gpuslice under a real Slurm (docs/SLURM.md): Debian's slurmctld,
 two slurmd nodes in their own namespaces (tests/slurm/cluster.py), each with
 its own gpusliced on simulated GPUs, and the SPANK plugin in plugstack.conf.
 Jobs run as two unprivileged users, with CUDA programs (tests/shim) under the
@@ -409,8 +409,8 @@ class Suite:
         return f"survived both restarts; released {lag:.2f} s after slurmstepd was killed"
 
     def test_step_exit_status(self):
-        """Issue 41: every step's slice ended "exit 0" whatever the step
-        returned; the slice now ends with the step's exit status."""
+        """A step's slice ends with the step's exit status, not "exit 0"
+        whatever the step returned."""
         r = self.srun("-w", "gsnode1", "--gres=gpu:1", "--gpu-mem=1G", "-J", "exit3",
                       "sh", "-c", "exit 3")
         assert r.returncode == 3, (r.returncode, r.stdout + r.stderr)
