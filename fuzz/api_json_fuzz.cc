@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "daemon/api_json.h"
-#include "daemon/service_body.h"
+#include "daemon/api/api_json.h"
+#include "daemon/services/service_body.h"
 
 using namespace gpuslice;
 

@@ -1,4 +1,4 @@
-// Fuzzes the daemon's readers of what a job writes (issue 36): the slice
+// Fuzzes the daemon's readers of what a job writes: the slice
 // region (shim::RegionSnapshot, as the daemon's region store reads it) and
 // the compute members file (daemon::ReadReport, the arbiter's). Both files
 // are the job's: they may hold any bytes, at any length, at any moment. A
@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "daemon/arbiter_members.h"
+#include "daemon/compute/arbiter_members.h"
 #include "shim/coord_board_layout.h"
 #include "shim/region_layout.h"
 #include "shim/region_snapshot.h"

@@ -20,15 +20,15 @@ packages=(
   # merges compose files without a Docker engine), PyYAML to read its
   # output, shellcheck for deploy/containers/compose-up.sh.
   docker-compose python3-yaml shellcheck
-  # Kubernetes (issue 16): the device plugin speaks gRPC (Debian's gRPC and
+  # Kubernetes: the device plugin speaks gRPC (Debian's gRPC and
   # protobuf, code generated at build time); the extender and the plugin talk
   # HTTPS to the API server (OpenSSL).
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libssl-dev
-  # Slurm (issue 15): the SPANK plugin builds against libslurm-dev; the tests
+  # Slurm: the SPANK plugin builds against libslurm-dev; the tests
   # run a real two-node Slurm (slurmctld, slurmd, munge) in network
   # namespaces (iproute2).
   libslurm-dev slurmctld slurmd slurm-client munge iproute2
-  # Kubernetes on a real cluster (issue 38): Go 1.19 builds Kubernetes 1.20
+  # Kubernetes on a real cluster: Go 1.19 builds Kubernetes 1.20
   # from Debian's source package (scripts/test-kubernetes.sh); etcd,
   # containerd (with runc above), the CNI plugins, iptables for them, openssl
   # for the cluster's certificates.

@@ -17,8 +17,8 @@
 //                             group when run as root (the per-peer cap
 //                             refuses most), else as the same user.
 //
-// Targets (issue 5): >= 2,000 submissions/s and p99 <= 5 ms; planning p99
-// <= 1 ms. Issue 13: status p99 <= 50 ms under the idle flood.
+// Targets: >= 2,000 submissions/s and p99 <= 5 ms; planning p99 <= 1 ms;
+// status p99 <= 50 ms under the idle flood.
 
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -42,9 +42,9 @@
 #include <thread>
 
 #include "bench_daemon.h"
-#include "cli/client.h"
+#include "client/client.h"
 #include "core/queue.h"
-#include "daemon/capacity.h"
+#include "daemon/placement/capacity.h"
 
 namespace {
 
@@ -72,7 +72,7 @@ void BM_SubmitOverUnixSocket(benchmark::State& state) {
     state.SkipWithError("gpusliced did not start");
     return;
   }
-  gpuslice::cli::Client client(d.socket);
+  gpuslice::client::Client client(d.socket);
   nlohmann::json holder = {{"gpus", "1"}, {"argv", {"sleep", "600"}}, {"cwd", "/"}};
   if (!client.Call("POST", "/v1/jobs", &holder).ok()) {
     state.SkipWithError("first job refused");
@@ -146,7 +146,7 @@ void BM_StatusWhile2000IdleConnections(benchmark::State& state) {
   std::vector<double> us;
   for (auto _ : state) {
     auto t0 = Clock::now();
-    gpuslice::cli::Client fresh(d.socket);  // A new connection each time.
+    gpuslice::client::Client fresh(d.socket);  // A new connection each time.
     auto r = fresh.Raw("GET", "/v1/status", "");
     auto t1 = Clock::now();
     if (!r.ok() || r->status != 200) {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "cli/client.h"
+#include "client/client.h"
 
 namespace gpuslice::bench {
 
@@ -54,7 +54,7 @@ struct BenchDaemon {
       execv(argv[0], argv.data());
       _exit(127);
     }
-    gpuslice::cli::Client probe(socket);
+    gpuslice::client::Client probe(socket);
     for (int i = 0; i < 200; ++i) {
       if (probe.Call("GET", "/v1/status").ok()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -63,8 +63,8 @@ struct BenchDaemon {
   }
   ~BenchDaemon() {
     if (pid > 0) {
-      gpuslice::cli::Client c(socket);
-      auto jobs = c.Call("GET", "/v1/jobs");
+      gpuslice::client::Client c(socket);
+      auto jobs = c.Call("GET", "/v1/jobs?state=running&limit=0");
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       // The job that held the GPU: end its process group.

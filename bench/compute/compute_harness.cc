@@ -1,4 +1,4 @@
-// The compute-share harness (issue 4): real processes (compute_worker) under
+// The compute-share harness: real processes (compute_worker) under
 // libgpuslice.so over the simulated GPU; the simulator's per-process busy
 // time is the ground truth. Each scenario runs in a fresh temporary
 // directory (own simulator state, own coordination files, own regions).
@@ -13,7 +13,7 @@
 //   such group, 3 unless given)
 //
 // --arbiter runs the tenants as the daemon runs jobs: the daemon's compute
-// arbiter (src/daemon/arbiter.h), in this process, decides their turns from
+// arbiter (src/daemon/compute/arbiter.h), in this process, decides their turns from
 // a board in the scenario's directory, with the shares registered as the
 // daemon's region store would; the shims follow the board and report into
 // members files. Without it: standalone slices on the cooperative file.
@@ -46,7 +46,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/arbiter.h"
+#include "daemon/compute/arbiter.h"
 #include "shim/coord_board.h"
 #include "shim/limits_page.h"
 #include "shim/region.h"
@@ -575,7 +575,7 @@ std::vector<Scenario> Scenarios() {
   s.push_back({"control: 20 us kernels, no share", 4, {{"a", 0, "hard", "", busy(20)}}});
   s.back().tenants[0].target = 100;
   s[s.size() - 2].tenants[0].target = 100;
-  // Issue 18: a high-priority hard 50% slice beside a low-priority slice
+  // A high-priority hard 50% slice beside a low-priority slice
   // without a share (the daemon gives it 1 per mille, work-conserving).
   s.push_back({"priority: 50% hard high beside no share (1 ms kernels)",
                6,

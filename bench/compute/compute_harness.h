@@ -2,7 +2,7 @@
 
 // The compute-share harness (compute_harness.cc): scenarios of tenants run
 // as real processes under the shim over the simulated GPU. The suites of
-// side-by-side runs (issue 19's short kernels, the priority rounds) are in
+// side-by-side runs (the short kernels, the priority rounds) are in
 // compute_harness_suites.cc.
 
 #include <nlohmann/json.hpp>
@@ -52,7 +52,7 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
 // The fixed list of scenarios.
 std::vector<Scenario> Scenarios();
 
-// Issue 19: 20 us / 200 us / 1 ms kernels, synchronising and free-running,
+// 20 us / 200 us / 1 ms kernels, synchronising and free-running,
 // each beside its unshared ceilings in the same run; appends to `all`.
 // `only`: empty or "short kernels" for the whole suite, else the groups
 // with a scenario whose name contains it. `rounds` of each group's runs.

@@ -23,7 +23,7 @@ double Median(std::vector<double> v) {
 
 void RunShortKernels(double scale, const std::string& only, int rounds, nlohmann::json* all_out) {
   nlohmann::json& all = *all_out;
-  // Issue 19: what a hard 30% slice gets alone, and what a 30/70 pair of
+  // What a hard 30% slice gets alone, and what a 30/70 pair of
   // hard slices uses together, with 20 us, 200 us and 1 ms kernels, in a
   // launch-then-synchronise loop (sync) and free-running (a synchronise
   // every ~20 ms of work), each beside the same processes without any
@@ -206,7 +206,7 @@ namespace compute_harness {
 
 void RunBursty(double scale, const std::string& only, int rounds, nlohmann::json* all_out) {
   nlohmann::json& all = *all_out;
-  // Issue 37: a share is a guarantee for bursty work. Slice A asks for 30%
+  // A share is a guarantee for bursty work. Slice A asks for 30%
   // of the GPU and wants 30%: an open-loop client (a request of 2 ms of
   // kernels every 6.67 ms, whatever happened to the ones before it, as an
   // inference service receives them) or a closed-loop duty loop (one

@@ -1,5 +1,5 @@
-// How much gpuslice adds to starting a container (issue 14's target: <= 300
-// ms, median of 10, side by side in one run). Each iteration starts the same
+// How much gpuslice adds to starting a container (target: <= 300 ms, median
+// of 10, side by side in one run). Each iteration starts the same
 // container twice, interleaved: plain `podman run --rm IMAGE true`, and
 // `gpuslice run --mem 1GiB --image IMAGE -- true` against a real gpusliced
 // on a simulated GPU (the CLI's submission, the daemon's scheduling and

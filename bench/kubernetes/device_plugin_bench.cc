@@ -10,7 +10,7 @@
 //                            measured inside the plugin (from its log).
 //   BM_AllocateWholeGpu      the same for gpuslice.dev/gpu (one GPU).
 //
-// Target (issue 16): p99 <= 20 ms.
+// Target: p99 <= 20 ms.
 
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
@@ -23,7 +23,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "fake_kubelet.h"
 #include "harness.h"
 #include "kubernetes/device_plugin/devices.h"
@@ -64,7 +64,7 @@ struct Stack {
     for (const char* r : {"gpuslice.dev/gpu", "gpuslice.dev/gpu-memory"}) {
       if (!kubelet->WaitRegistered(r, std::chrono::seconds(60))) return false;
     }
-    gpuslice::cli::Client c(daemon.socket());
+    gpuslice::client::Client c(daemon.socket());
     auto gpus = c.Call("GET", "/v1/gpus");
     if (!gpus.ok()) return false;
     for (const auto& g : (*gpus)["gpus"]) uuids.push_back(g["uuid"].get<std::string>());
@@ -78,8 +78,8 @@ struct Stack {
   }
 };
 
-void CancelAll(gpuslice::cli::Client& c) {
-  auto jobs = c.Call("GET", "/v1/jobs");
+void CancelAll(gpuslice::client::Client& c) {
+  auto jobs = c.Call("GET", "/v1/jobs?limit=0");
   if (!jobs.ok()) return;
   for (const auto& j : (*jobs)["jobs"]) {
     (void)c.Call("POST", "/v1/jobs/" + std::to_string(j["id"].get<uint64_t>()) + "/cancel");
@@ -93,7 +93,7 @@ void RunAllocate(benchmark::State& state, const std::string& resource, bool memo
     return;
   }
   auto stub = s.kubelet->Dial(resource);
-  gpuslice::cli::Client http(s.daemon.socket());
+  gpuslice::client::Client http(s.daemon.socket());
   std::vector<double> us;
   uint64_t i = 0;
   for (auto _ : state) {

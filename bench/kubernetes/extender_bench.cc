@@ -1,7 +1,7 @@
 // filter + prioritize of the scheduler extender on a 1,000-node cluster
 // (8 GPUs each, mixed load), as kube-scheduler asks them: one pod, filter
 // over every node, then prioritize over the nodes that passed. Target: p99
-// <= 5 ms (issue 16). Reports p50/p99 of the pair as counters:
+// <= 5 ms. Reports p50/p99 of the pair as counters:
 //   decisions   Extender::Filter + Prioritize (the snapshot's view built),
 //               pods cycling through five shapes (replicas of a few
 //               workloads: pods that ask the same share one evaluation)

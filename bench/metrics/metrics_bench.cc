@@ -16,9 +16,9 @@
 #include <filesystem>
 #include <memory>
 
-#include "daemon/launcher_fake.h"
-#include "daemon/metrics.h"
-#include "daemon/service.h"
+#include "daemon/api/metrics.h"
+#include "daemon/jobs/service.h"
+#include "daemon/launch/launcher_fake.h"
 
 namespace gd = gpuslice::daemon;
 

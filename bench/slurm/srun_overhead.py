@@ -1,4 +1,4 @@
-"""What the SPANK plugin adds to a step's start (issue 15's target: <= 50 ms,
+"""What the SPANK plugin adds to a step's start (target: <= 50 ms,
 median of 20). One real two-node Slurm (tests/slurm/cluster.py), one run:
 `srun -w gsnode1 --gres=gpu:1 true` timed 20 times with the plugin in
 plugstack.conf and 20 times without, interleaved (srun and each new

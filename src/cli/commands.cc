@@ -13,6 +13,7 @@
 #include "cli/table.h"
 #include "core/dependency.h"
 #include "core/job.h"
+#include "core/strings.h"
 #include "core/units.h"
 
 extern char** environ;
@@ -92,8 +93,11 @@ struct SubmitOptions {
   std::vector<std::string> after;  // Each --after given: "12", "3,4:ok".
 } g_submit;
 struct PsOptions {
-  std::optional<std::string> user, state;
+  std::optional<std::string> user, state, pool, format;
+  std::vector<std::string> names;
   CLI::Option* user_flag = nullptr;  // Given, with or without a name.
+  size_t limit = kDefaultPsLimit;
+  bool summary = false;
 } g_ps;
 
 void SetupSubmit(CLI::App* sub, Context* ctx) {
@@ -124,8 +128,22 @@ void SetupPs(CLI::App* sub, Context* ctx) {
   g_ps.user_flag = sub->add_option("-u,--user", g_ps.user, "Only this user's jobs (default: yours)")
                        ->expected(0, 1);
   sub->add_option("--state", g_ps.state,
-                  "Only jobs in these states: queued, running, exited, cancelled, timed_out, "
-                  "failed, ended (the last four), comma-separated");
+                  "Only jobs in these states: queued, running, suspended, exited, cancelled, "
+                  "timed_out, failed, ended (the last four), comma-separated");
+  sub->add_option("--name", g_ps.names,
+                  "Only jobs of this name (an array's name: all its members; * matches any "
+                  "characters); repeat or comma-separate for several")
+      ->delimiter(',');
+  sub->add_option("--pool", g_ps.pool, "Only jobs of this pool");
+  sub->add_option("-n,--limit", g_ps.limit,
+                  "Show at most N jobs, the oldest first (default 100; 0: all of them)");
+  sub->add_option("-o,--format", g_ps.format,
+                  "Columns to show: comma-separated fields, each with an optional maximum "
+                  "width (id,user,name:20,state,note); fields: " +
+                      core::Join(PsFieldNames(), ", "));
+  sub->add_flag("--summary", g_ps.summary,
+                "Counts by state and one line per group of alike jobs (the members of an array, "
+                "identical waiting jobs), like squeue's array summary");
 }
 
 void SetupLogs(CLI::App* sub, Context* ctx) {
@@ -178,6 +196,8 @@ int Submit(Context& ctx) {
 int Shell(Context& ctx) { return ShellJob(ctx); }
 
 int Ps(Context& ctx) {
+  // The daemon filters and pages (docs/API.md): with 10,000 jobs queued a
+  // page costs its own jobs, not the queue.
   JobFilter filter;
   if (g_ps.user_flag->count() > 0) {
     filter.user = g_ps.user && !g_ps.user->empty() ? *g_ps.user : CurrentUser();
@@ -187,10 +207,24 @@ int Ps(Context& ctx) {
     if (!st.ok()) return UsageError(ctx, st.status());
     filter.states = *st;
   }
-  bool all = ctx.all || WantsEndedJobs(filter.states);
-  auto list = ctx.client->Call("GET", all ? "/v1/jobs?all=1" : "/v1/jobs");
+  filter.names = g_ps.names;
+  filter.pool = g_ps.pool;
+  filter.finished = ctx.all || WantsEndedJobs(filter.states);
+  filter.limit = g_ps.limit;
+  std::optional<std::vector<PsColumn>> columns;
+  if (g_ps.format) {
+    if (g_ps.summary) {
+      return UsageError(
+          ctx, core::InvalidArgumentError("--format chooses the columns of the job list; not with "
+                                          "--summary"));
+    }
+    auto c = ParsePsFormat(*g_ps.format);
+    if (!c.ok()) return UsageError(ctx, c.status());
+    columns = std::move(*c);
+  }
+  auto list =
+      ctx.client->Call("GET", JobsTarget(g_ps.summary ? "/v1/jobs/summary" : "/v1/jobs", filter));
   if (!list.ok()) return ReportError(ctx, list.status());
-  *list = Filter(*list, filter);
   if (ctx.json) {
     std::cout << list->dump(2) << "\n";
     return 0;
@@ -199,7 +233,16 @@ int Ps(Context& ctx) {
     std::cerr << "gpuslice: daemon DEGRADED: " << Shown((*list).value("degraded_reason", ""))
               << "\n";
   }
-  std::cout << RenderPs(*list, NowMs());
+  if (g_ps.summary) {
+    std::cout << RenderSummary(*list);
+    return 0;
+  }
+  std::cout << (columns ? RenderPs(*list, NowMs(), *columns) : RenderPs(*list, NowMs()));
+  if (list->contains("next_cursor")) {
+    // On stderr: what scripts read from stdout stays the table.
+    std::cerr << "gpuslice: the first " << filter.limit
+              << " jobs shown; more match (-n 0 shows all, --summary counts them)\n";
+  }
   return 0;
 }
 

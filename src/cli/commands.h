@@ -11,10 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "core/status.h"
 
 namespace gpuslice::cli {
+
+// The commands speak to the daemon through the client library (src/client).
+using client::Client;
+using client::DefaultSocketPath;
+using client::ErrorFromResponse;
+using client::HttpResult;
 
 // Options shared by the subcommands that ask for resources.
 struct RequestOptions {

@@ -11,6 +11,7 @@
 #include "cli/job_select.h"
 #include "cli/ps_view.h"
 #include "cli/table.h"
+#include "core/dependency.h"
 #include "core/strings.h"
 #include "core/units.h"
 
@@ -23,6 +24,8 @@ struct CancelOptions {
   std::vector<uint64_t> ids;
   std::optional<std::string> user;
   std::optional<std::string> state;
+  std::vector<std::string> names;
+  bool all_users = false;
   CLI::Option* user_flag = nullptr;  // Given, with or without a name.
 } g_cancel;
 
@@ -33,31 +36,57 @@ void SetupCancel(CLI::App* sub, Context*) {
                       "Every live job of this user (default: yours), or of the ids given")
           ->expected(0, 1);
   sub->add_option("--state", g_cancel.state,
-                  "Only jobs in this state: queued, running or both (queued,running)");
+                  "Only jobs in these states: queued, running, suspended (comma-separated); "
+                  "without ids or --user, your own jobs, as scancel");
+  sub->add_option("--name", g_cancel.names,
+                  "Only jobs of this name (an array's name: all its members; * matches any "
+                  "characters); without ids or --user, your own jobs")
+      ->delimiter(',');
+  sub->add_flag("--all-users", g_cancel.all_users,
+                "With --state or --name: every user's jobs, not only yours (root and the admin "
+                "group may cancel them)");
 }
 
 int Cancel(Context& ctx) {
-  JobFilter filter;
-  if (g_cancel.user_flag->count() > 0) {
-    filter.user = g_cancel.user && !g_cancel.user->empty() ? *g_cancel.user : CurrentUser();
+  const bool by_user = g_cancel.user_flag->count() > 0;
+  if (g_cancel.ids.empty() && !by_user && !g_cancel.state && g_cancel.names.empty()) {
+    return UsageError(ctx,
+                      core::InvalidArgumentError(
+                          "cancel: give job ids, --user [NAME], --state STATE or --name NAME"));
   }
+  if (g_cancel.all_users && (by_user || !g_cancel.ids.empty())) {
+    return UsageError(ctx, core::InvalidArgumentError(
+                               "cancel: --all-users goes with --state or --name, not with ids or "
+                               "--user"));
+  }
+  JobFilter filter;
+  filter.limit = 0;  // All that match.
+  filter.names = g_cancel.names;
   if (g_cancel.state) {
     auto s = ParseStates(*g_cancel.state);
     if (!s.ok()) return UsageError(ctx, s.status());
+    if (WantsEndedJobs(*s)) {
+      return UsageError(ctx, core::InvalidArgumentError(
+                                 "--state: only live jobs can be cancelled (queued, running, "
+                                 "suspended)"));
+    }
     filter.states = *s;
   }
-  if (g_cancel.ids.empty() && !filter.user && filter.states.empty()) {
-    return UsageError(
-        ctx, core::InvalidArgumentError("cancel: give job ids, --user [NAME] or --state STATE"));
+  if (by_user) {
+    filter.user = g_cancel.user && !g_cancel.user->empty() ? *g_cancel.user : CurrentUser();
+  } else if (g_cancel.ids.empty() && !g_cancel.all_users) {
+    // As scancel: a state or a name picks among the caller's own jobs,
+    // never other users' (else `cancel --state queued` would go through
+    // everyone's queue, refused job after job).
+    filter.user = CurrentUser();
   }
   std::vector<uint64_t> ids = g_cancel.ids;
-  if (filter.user || !filter.states.empty()) {
-    // Which of the live jobs (or of the ids given) pass the filter.
-    auto list = ctx.client->Call("GET", "/v1/jobs");
+  if (filter.user || !filter.states.empty() || !filter.names.empty()) {
+    // The daemon picks the jobs that pass the filters (of the ids given).
+    auto list = ctx.client->Call("GET", JobsTarget("/v1/jobs", filter));
     if (!list.ok()) return ReportError(ctx, list.status());
     std::vector<uint64_t> picked;
-    const json matching = Filter(*list, filter);
-    for (const json& j : matching["jobs"]) {
+    for (const json& j : (*list)["jobs"]) {
       uint64_t id = j["id"];
       if (g_cancel.ids.empty() ||
           std::find(g_cancel.ids.begin(), g_cancel.ids.end(), id) != g_cancel.ids.end()) {
@@ -83,10 +112,9 @@ int Cancel(Context& ctx) {
                 << "\n";
     }
   }
+  const bool selected = filter.user || !filter.states.empty() || !filter.names.empty();
   if (ctx.json)
-    std::cout << (done.size() == 1 && !filter.user && filter.states.empty()
-                      ? done[0].dump(2)
-                      : json{{"jobs", done}}.dump(2))
+    std::cout << (done.size() == 1 && !selected ? done[0].dump(2) : json{{"jobs", done}}.dump(2))
               << "\n";
   return rc;
 }
@@ -109,8 +137,42 @@ std::string Joined(const json& array, const std::string& sep) {
   return out;
 }
 
+struct ShowOptions {
+  std::optional<std::string> name;
+} g_show;
+
+// The one job named `name` (finished ones too), for `show --name`.
+core::Result<uint64_t> JobNamed(Context& ctx, const std::string& name) {
+  JobFilter filter;
+  filter.names = {name};
+  filter.finished = true;
+  filter.limit = 20;
+  GPUSLICE_ASSIGN_OR_RETURN(json list, ctx.client->Call("GET", JobsTarget("/v1/jobs", filter)));
+  const json& jobs = list["jobs"];
+  if (jobs.empty()) return core::NotFoundError("no job named '" + name + "'");
+  if (jobs.size() == 1) return jobs[0]["id"].get<uint64_t>();
+  std::string ids;
+  for (const json& j : jobs)
+    ids += (ids.empty() ? "" : ", ") + std::to_string(j["id"].get<uint64_t>());
+  return core::InvalidArgumentError("several jobs are named '" + name + "': " + ids +
+                                    (list.contains("next_cursor") ? ", ..." : "") +
+                                    "; give one id (gpuslice show ID)");
+}
+
 // Everything about one job: its record, its transitions and its events.
 int Show(Context& ctx) {
+  if ((ctx.job_id != 0) == g_show.name.has_value()) {
+    return UsageError(ctx, core::InvalidArgumentError("show: give a job id or --name NAME"));
+  }
+  if (g_show.name) {
+    auto id = JobNamed(ctx, *g_show.name);
+    if (!id.ok()) {
+      return id.status().code() == core::StatusCode::kInvalidArgument
+                 ? UsageError(ctx, id.status())
+                 : ReportError(ctx, id.status());
+    }
+    ctx.job_id = *id;
+  }
   std::string target = "/v1/jobs/" + std::to_string(ctx.job_id);
   auto job = ctx.client->Call("GET", target);
   if (!job.ok()) return ReportError(ctx, job.status());
@@ -179,6 +241,7 @@ int Show(Context& ctx) {
     add("queue position", std::to_string(j["queue_position"].get<int>()));
   }
   add("after", DependenciesText(j));
+  if (j.contains("hold")) add("hold", j.value("hold", "") == "admin" ? "by an admin" : "yes");
   add("waiting for", j.value("waiting_for", ""));
   if (j.contains("expected_start_ms")) {
     add("expected start", LocalTime(j["expected_start_ms"].get<int64_t>()));
@@ -221,7 +284,96 @@ int Show(Context& ctx) {
 }
 
 void SetupShow(CLI::App* sub, Context* ctx) {
-  sub->add_option("id", ctx->job_id, "Job id")->required();
+  sub->add_option("id", ctx->job_id, "Job id");
+  sub->add_option("--name", g_show.name,
+                  "The job of this name (when only one job has it; finished ones count)");
+}
+
+// hold, release: each job id given; update: one queued job.
+struct QueuedOptions {
+  std::vector<uint64_t> ids;
+  std::optional<std::string> mem, compute, priority, after;
+} g_queued;
+
+void SetupIds(CLI::App* sub, Context*) {
+  sub->add_option("ids", g_queued.ids, "Job ids")->required();
+}
+
+int OnEach(Context& ctx, const char* verb) {
+  int rc = 0;
+  json done = json::array();
+  for (uint64_t id : g_queued.ids) {
+    auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(id) + "/" + verb);
+    if (!r.ok()) {
+      rc = ReportError(ctx, r.status());
+      continue;
+    }
+    if (ctx.json) {
+      done.push_back(*r);
+    } else {
+      std::cout << "job " << id << ": " << (std::string(verb) == "hold" ? "held" : "released")
+                << "\n";
+    }
+  }
+  if (ctx.json) std::cout << (done.size() == 1 ? done[0] : json{{"jobs", done}}).dump(2) << "\n";
+  return rc;
+}
+
+int HoldCmd(Context& ctx) { return OnEach(ctx, "hold"); }
+int ReleaseCmd(Context& ctx) { return OnEach(ctx, "release"); }
+
+void SetupUpdate(CLI::App* sub, Context* ctx) {
+  sub->add_option("id", ctx->job_id, "Job id (a queued job)")->required();
+  sub->add_option("--mem", g_queued.mem, "Its memory, e.g. 16GiB (a --mem job)");
+  sub->add_option("--compute", g_queued.compute, "Its compute share, e.g. 40% (a --mem job)");
+  sub->add_option("--priority", g_queued.priority, "low, normal or high");
+  sub->add_option("--after", g_queued.after,
+                  "Its dependencies, replacing those it had: as submit --after (12,13:ok), or "
+                  "none");
+}
+
+int Update(Context& ctx) {
+  // Checked as the daemon checks them, so a bad value is a usage error.
+  json body = json::object();
+  if (g_queued.mem) {
+    auto m = core::ParseMemorySize(*g_queued.mem);
+    if (!m.ok()) return UsageError(ctx, m.status().WithContext("--mem"));
+    body["mem"] = *g_queued.mem;
+  }
+  if (g_queued.compute) {
+    auto c = core::ParseShareMilli(*g_queued.compute);
+    if (!c.ok()) return UsageError(ctx, c.status().WithContext("--compute"));
+    body["compute"] = *g_queued.compute;
+  }
+  if (g_queued.priority) {
+    auto p = core::ParsePriority(*g_queued.priority);
+    if (!p.ok()) return UsageError(ctx, p.status().WithContext("--priority"));
+    body["priority"] = *g_queued.priority;
+  }
+  if (g_queued.after) {
+    if (*g_queued.after == "none") {
+      body["after"] = "";
+    } else {
+      auto d = core::ParseDependencies(*g_queued.after);
+      if (!d.ok()) return UsageError(ctx, d.status());
+      body["after"] = core::FormatDependencies(*d);
+    }
+  }
+  if (body.empty()) {
+    return UsageError(
+        ctx, core::InvalidArgumentError("update: give --mem, --compute, --priority or --after"));
+  }
+  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(ctx.job_id) + "/update", &body);
+  if (!r.ok()) return ReportError(ctx, r.status());
+  if (ctx.json) {
+    std::cout << r->dump(2) << "\n";
+  } else {
+    const json& req = (*r)["request"];
+    std::cout << "job " << ctx.job_id << ": " << req.value("describe", "") << ", priority "
+              << req.value("priority", "") << ", position " << r->value("queue_position", 0)
+              << "\n";
+  }
+  return 0;
 }
 
 }  // namespace
@@ -229,11 +381,17 @@ void SetupShow(CLI::App* sub, Context* ctx) {
 std::vector<Command> JobCommands() {
   return {
       {"cancel",
-       "End jobs: by id (cancel 3 4 5), or all of a user's (--user [NAME]) or in a state "
-       "(--state queued); yours, or any for root and the admin group",
+       "End jobs: by id (cancel 3 4 5), or all of a user's (--user [NAME]), or yours in a state "
+       "(--state queued) or of a name (--name NAME); root and the admin group may end any",
        SetupCancel, Cancel},
       {"show", "Everything about one job: request, times, GPUs, use, transitions, events",
        SetupShow, Show},
+      {"hold", "Keep queued jobs from starting until released (Slurm's scontrol hold)", SetupIds,
+       HoldCmd},
+      {"release", "Let held jobs start again (an admin's hold: admins only)", SetupIds, ReleaseCmd},
+      {"update",
+       "Change a queued job: --mem, --compute, --priority, --after (Slurm's scontrol update)",
+       SetupUpdate, Update},
   };
 }
 

@@ -47,19 +47,42 @@ bool WantsEndedJobs(const std::set<std::string>& states) {
   return false;
 }
 
-bool Matches(const nlohmann::json& job, const JobFilter& filter) {
-  if (filter.user && job.value("user", "") != *filter.user) return false;
-  if (!filter.states.empty() && !filter.states.count(job.value("state", ""))) return false;
-  return true;
-}
-
-nlohmann::json Filter(const nlohmann::json& list, const JobFilter& filter) {
-  nlohmann::json out = list;
-  out["jobs"] = nlohmann::json::array();
-  for (const nlohmann::json& j : list.value("jobs", nlohmann::json::array())) {
-    if (Matches(j, filter)) out["jobs"].push_back(j);
+std::string UrlEncode(std::string_view text) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : text) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
   }
   return out;
+}
+
+std::string JobsTarget(std::string_view path, const JobFilter& filter) {
+  std::string query;
+  auto add = [&](std::string_view key, std::string_view value) {
+    query += (query.empty() ? "?" : "&") + std::string(key) + "=" + UrlEncode(value);
+  };
+  if (!filter.states.empty()) {
+    std::string states;
+    for (const std::string& s : filter.states) states += (states.empty() ? "" : ",") + s;
+    add("state", states);
+  }
+  if (filter.user) add("user", *filter.user);
+  if (!filter.names.empty()) {
+    std::string names;
+    for (const std::string& n : filter.names) names += (names.empty() ? "" : ",") + n;
+    add("name", names);
+  }
+  if (filter.pool) add("pool", *filter.pool);
+  if (filter.finished) add("all", "1");
+  add("limit", std::to_string(filter.limit));
+  return std::string(path) + query;
 }
 
 core::Result<std::vector<uint32_t>> ParseArrayIndices(std::string_view text) {

@@ -7,37 +7,32 @@ namespace {
 
 using nlohmann::json;
 
-json Jobs() {
-  return {{"jobs",
-           {{{"id", 1}, {"user", "alice"}, {"state", "running"}},
-            {{"id", 2}, {"user", "alice"}, {"state", "queued"}},
-            {{"id", 3}, {"user", "bob"}, {"state", "queued"}},
-            {{"id", 4}, {"user", "alice"}, {"state", "exited"}}}}};
-}
-
-std::vector<int> Ids(const json& list) {
-  std::vector<int> out;
-  for (const json& j : list["jobs"]) out.push_back(j["id"]);
-  return out;
-}
-
-// Issue 18 item 13: ps/cancel --user and --state, as in Slurm.
-TEST(JobFilter, PicksJobsByUserAndState) {
-  JobFilter mine;
-  mine.user = "alice";
-  EXPECT_EQ(Ids(Filter(Jobs(), mine)), (std::vector<int>{1, 2, 4}));
-  JobFilter my_queued = mine;
-  my_queued.states = *ParseStates("queued");
-  EXPECT_EQ(Ids(Filter(Jobs(), my_queued)), (std::vector<int>{2}));
-  JobFilter live;
-  live.states = *ParseStates("queued,running");
-  EXPECT_EQ(Ids(Filter(Jobs(), live)), (std::vector<int>{1, 2, 3}));
+// ps/cancel --user and --state, as in Slurm; the daemon applies them, so the
+// CLI only says which.
+TEST(JobFilter, AsksTheDaemonForJobsByUserStateNameAndPool) {
+  JobFilter f;
+  EXPECT_EQ(JobsTarget("/v1/jobs", f), "/v1/jobs?limit=100");
+  f.user = "alice";
+  f.states = *ParseStates("queued,running");
+  f.names = {"train", "eval*"};
+  f.pool = "inference";
+  f.limit = 0;
+  EXPECT_EQ(
+      JobsTarget("/v1/jobs", f),
+      "/v1/jobs?state=queued%2Crunning&user=alice&name=train%2Ceval%2A&pool=inference&limit=0");
   JobFilter ended;
   ended.states = *ParseStates("ended");
-  EXPECT_EQ(Ids(Filter(Jobs(), ended)), (std::vector<int>{4}));
   EXPECT_TRUE(WantsEndedJobs(ended.states));
-  EXPECT_FALSE(WantsEndedJobs(live.states));
-  EXPECT_EQ(Ids(Filter(Jobs(), JobFilter{})), (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_FALSE(WantsEndedJobs(f.states));
+  ended.finished = true;
+  EXPECT_EQ(JobsTarget("/v1/jobs/summary", ended),
+            "/v1/jobs/summary?state=cancelled%2Cexited%2Cfailed%2Ctimed_out&all=1&limit=100");
+}
+
+TEST(UrlEncode, LeavesOnlyUnreservedCharactersAsThey) {
+  EXPECT_EQ(UrlEncode("train[3]"), "train%5B3%5D");
+  EXPECT_EQ(UrlEncode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+  EXPECT_EQ(UrlEncode("Az09-._~"), "Az09-._~");
 }
 
 TEST(ParseStates, NamesTheBadToken) {
@@ -47,7 +42,7 @@ TEST(ParseStates, NamesTheBadToken) {
       << s.status().message();
 }
 
-// Issue 18 item 13: job arrays (submit --array 1-20).
+// Job arrays (submit --array 1-20).
 TEST(ParseArrayIndices, AcceptsRangesAndLists) {
   EXPECT_EQ(ParseArrayIndices("1-3").value(), (std::vector<uint32_t>{1, 2, 3}));
   EXPECT_EQ(ParseArrayIndices("0,3,5").value(), (std::vector<uint32_t>{0, 3, 5}));

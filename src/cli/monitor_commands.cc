@@ -8,8 +8,10 @@ namespace gpuslice::cli {
 
 std::vector<Command> MonitorCommands() {
   return {
-      {"top", "A live view of the GPUs, their slices, the queue and recent events", SetupTop,
-       RunTop},
+      {"top",
+       "A live view of the GPUs, their slices and processes, the queue and recent events; on a "
+       "terminal, select a job (up/down) and cancel, suspend or resume it (c, s, r)",
+       SetupTop, RunTop},
       {"usage", "GPU-hours and more per user, group or job over a time window", SetupUsage,
        RunUsage},
   };

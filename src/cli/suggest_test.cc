@@ -16,7 +16,7 @@ TEST(EditDistance, CountsASwapOfNeighboursAsOneEdit) {
   EXPECT_EQ(EditDistance("kitten", "sitting"), 3u);
 }
 
-// Issue 18 item 11: "gpuslice sumbit" said only "A subcommand is required".
+// "gpuslice sumbit" suggests `submit`, not only "A subcommand is required".
 TEST(NearestName, SuggestsTheNearestSubcommandForATypo) {
   struct Case {
     const char* typed;

@@ -4,6 +4,10 @@
 // (alternate screen, cursor home, erase to end of line), which every terminal
 // emulator and SSH session understands, so no terminfo is needed.
 //
+// On a terminal the arrow keys select a job, and c, s, r cancel, suspend or
+// resume it after a `y`, through the daemon, which decides whether the user
+// may (its owner or an admin).
+//
 // Not a terminal (a pipe, a file): plain snapshots without escape codes.
 // The terminal is always restored: on q, Ctrl-C, SIGTERM and SIGHUP (the
 // signals only set a flag through a pipe; the loop restores and exits).
@@ -44,6 +48,7 @@ struct TopOptions {
 TopOptions g_top;
 
 constexpr size_t kEventsShown = 20;
+constexpr size_t kQueuedShown = 200;
 
 // The self-pipe the signal handler writes the signal number to.
 int g_signal_pipe[2] = {-1, -1};
@@ -77,8 +82,15 @@ core::Result<TopModel> Fetch(Client& client) {
   if (!status.ok()) return status.status();
   auto gpus = client.Call("GET", "/v1/gpus");
   if (!gpus.ok()) return gpus.status();
-  auto jobs = client.Call("GET", "/v1/jobs");
+  // Every job that holds (or held) a GPU, and the start of the queue: with
+  // thousands waiting, a screen shows a few of them anyway.
+  auto jobs = client.Call("GET", "/v1/jobs?state=running%2Csuspended&limit=0");
   if (!jobs.ok()) return jobs.status();
+  auto queued = client.Call("GET", "/v1/jobs?state=queued&limit=" + std::to_string(kQueuedShown));
+  if (!queued.ok()) return queued.status();
+  for (json& j : (*queued)["jobs"]) (*jobs)["jobs"].push_back(std::move(j));
+  // More wait than the page holds: the view says how many (from status).
+  if (queued->contains("next_cursor")) (*jobs)["next_cursor"] = (*queued)["next_cursor"];
   auto events = client.Call("GET", "/v1/events?limit=" + std::to_string(kEventsShown));
   TopModel m = ModelFromJson(*status, *gpus, *jobs, events.ok() ? *events : json());
   m.host = HostName();
@@ -160,9 +172,13 @@ class Screen {
   bool restore_termios_ = false;
 };
 
-// Draws a frame: the header, `lines` from `scroll` on, and a key help line;
-// each line erased to its end so nothing of the previous frame remains.
-bool Draw(const std::vector<std::string>& lines, size_t width, size_t height, size_t* scroll) {
+// Draws a frame: the header, `lines` from `scroll` on, and the key line
+// (`notice` instead when there is one); each line erased to its end so
+// nothing of the previous frame remains. The selected job's lines are in
+// reverse video.
+bool Draw(const std::vector<std::string>& lines, const std::vector<uint64_t>& line_jobs,
+          uint64_t selected, const std::string& notice, size_t width, size_t height,
+          size_t* scroll) {
   size_t body_rows = height > 2 ? height - 2 : 1;
   size_t body = lines.size() > 1 ? lines.size() - 1 : 0;
   size_t max_scroll = body > body_rows ? body - body_rows : 0;
@@ -173,11 +189,15 @@ bool Draw(const std::vector<std::string>& lines, size_t width, size_t height, si
   out += "\x1b[7m" + head + std::string(hw < width ? width - hw : 0, ' ') + "\x1b[0m\r\n";
   for (size_t r = 0; r < body_rows; ++r) {
     size_t i = 1 + *scroll + r;
-    if (i < lines.size()) out += lines[i];
+    if (i < lines.size()) {
+      const bool mark = selected != 0 && i < line_jobs.size() && line_jobs[i] == selected;
+      out += mark ? "\x1b[7m" + lines[i] + "\x1b[0m" : lines[i];
+    }
     out += "\x1b[K\r\n";
   }
-  std::string help = "q quit  up/down/j/k scroll  PgUp/PgDn page";
-  if (max_scroll > 0) {
+  std::string help =
+      notice.empty() ? "q quit  j/k select  c cancel  s suspend  r resume  PgUp/PgDn" : notice;
+  if (notice.empty() && max_scroll > 0) {
     help += "  lines " + std::to_string(*scroll + 1) + "-" +
             std::to_string(std::min(body, *scroll + body_rows)) + " of " + std::to_string(body);
   }
@@ -185,7 +205,21 @@ bool Draw(const std::vector<std::string>& lines, size_t width, size_t height, si
   return Screen::Write(out);
 }
 
-enum class Key { kNone, kQuit, kUp, kDown, kPageUp, kPageDown, kHome, kEnd };
+enum class Key {
+  kNone,
+  kQuit,
+  kUp,
+  kDown,
+  kPageUp,
+  kPageDown,
+  kHome,
+  kEnd,
+  kCancel,
+  kSuspend,
+  kResume,
+  kYes,
+  kOther
+};
 
 // Keys in `buf` (one read may hold several, or an escape sequence).
 std::vector<Key> ParseKeys(const std::string& buf) {
@@ -204,6 +238,14 @@ std::vector<Key> ParseKeys(const std::string& buf) {
       keys.push_back(Key::kHome);
     } else if (c == 'G') {
       keys.push_back(Key::kEnd);
+    } else if (c == 'c') {
+      keys.push_back(Key::kCancel);
+    } else if (c == 's') {
+      keys.push_back(Key::kSuspend);
+    } else if (c == 'r') {
+      keys.push_back(Key::kResume);
+    } else if (c == 'y' || c == 'Y') {
+      keys.push_back(Key::kYes);
     } else if (c == '\x1b' && i + 2 < buf.size() && buf[i + 1] == '[') {
       char code = buf[i + 2];
       i += 2;
@@ -215,9 +257,35 @@ std::vector<Key> ParseKeys(const std::string& buf) {
         keys.push_back(code == '5' ? Key::kPageUp : Key::kPageDown);
         ++i;
       }
+    } else {
+      keys.push_back(Key::kOther);
     }
   }
   return keys;
+}
+
+// The jobs the view shows, in the order of their first line.
+std::vector<uint64_t> JobsInOrder(const std::vector<uint64_t>& line_jobs) {
+  std::vector<uint64_t> out;
+  for (uint64_t j : line_jobs) {
+    if (j != 0 && std::find(out.begin(), out.end(), j) == out.end()) out.push_back(j);
+  }
+  return out;
+}
+
+// An action on the selected job through the daemon, which decides whether
+// the caller may (its owner or an admin); the answer, for the key line.
+std::string ActOn(Context& ctx, Key action, uint64_t job) {
+  const char* verb = action == Key::kCancel    ? "cancel"
+                     : action == Key::kSuspend ? "suspend"
+                                               : "resume";
+  auto r = ctx.client->Call("POST", "/v1/jobs/" + std::to_string(job) + "/" + verb);
+  if (!r.ok()) return "job " + std::to_string(job) + ": " + Clean(r.status().message());
+  const std::string state = r->value("state", "");
+  return "job " + std::to_string(job) + ": " +
+         (action == Key::kCancel    ? (state == "running" ? "cancelling" : "cancelled")
+          : action == Key::kSuspend ? "suspending"
+                                    : "resuming");
 }
 
 int Live(Context& ctx, int iterations, int64_t interval_ms, bool utf8) {
@@ -236,6 +304,11 @@ int Live(Context& ctx, int iterations, int64_t interval_ms, bool utf8) {
     TopModel model;
     bool have_model = false;
     size_t scroll = 0;
+    uint64_t selected = 0;     // The job the cursor is on (0: none).
+    Key pending = Key::kNone;  // An action waiting for its `y`.
+    uint64_t pending_job = 0;
+    std::string notice;  // Shown on the key line until it expires.
+    int64_t notice_until = 0;
     int frames = 0;
     int64_t next_fetch = 0;
     bool quit = false;
@@ -259,9 +332,31 @@ int Live(Context& ctx, int iterations, int64_t interval_ms, bool utf8) {
       }
       size_t width, height;
       Screen::Size(&width, &height);
-      std::vector<std::string> lines =
-          RenderTop(model, {.width = width, .utf8 = utf8, .max_events = kEventsShown});
-      if (!Draw(lines, width, height, &scroll)) break;
+      std::vector<uint64_t> line_jobs;
+      std::vector<std::string> lines = RenderTop(
+          model,
+          {.width = width, .utf8 = utf8, .max_events = kEventsShown, .selected_job = selected},
+          &line_jobs);
+      const std::vector<uint64_t> jobs = JobsInOrder(line_jobs);
+      if (selected != 0 && std::find(jobs.begin(), jobs.end(), selected) == jobs.end()) {
+        selected = 0;  // Ended, or no longer shown.
+      }
+      if (pending == Key::kNone && NowMs() >= notice_until) notice.clear();
+      if (!Draw(lines, line_jobs, selected, notice, width, height, &scroll)) break;
+      const size_t body_rows = height > 2 ? height - 2 : 1;
+      // Moves the selection by `step` jobs and scrolls to keep it in view.
+      auto select = [&](int step) {
+        auto at = std::find(jobs.begin(), jobs.end(), selected);
+        size_t i = at == jobs.end() ? (step > 0 ? 0 : jobs.size() - 1)
+                   : step > 0 ? std::min<size_t>(size_t(at - jobs.begin()) + 1, jobs.size() - 1)
+                   : at == jobs.begin() ? 0
+                                        : size_t(at - jobs.begin()) - 1;
+        selected = jobs[i];
+        auto line = std::find(line_jobs.begin(), line_jobs.end(), selected);
+        const size_t row = line == line_jobs.end() ? 0 : size_t(line - line_jobs.begin());
+        if (row >= 1 && row - 1 < scroll) scroll = row - 1;
+        if (row >= 1 && row - 1 >= scroll + body_rows) scroll = row - body_rows;
+      };
 
       // The signal pipe always; the keyboard when stdin is a terminal.
       struct pollfd fds[2] = {{g_signal_pipe[0], POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
@@ -283,15 +378,50 @@ int Live(Context& ctx, int iterations, int64_t interval_ms, bool utf8) {
         if (got == 0 && (fds[1].revents & POLLHUP)) quit = true;  // The terminal is gone.
         size_t page = height > 4 ? height - 3 : 1;
         for (Key k : ParseKeys(std::string(buf, got > 0 ? static_cast<size_t>(got) : 0))) {
+          if (pending != Key::kNone) {
+            // The answer to "cancel job 12? y/n": anything but y keeps it.
+            notice = k == Key::kYes ? ActOn(ctx, pending, pending_job)
+                                    : "job " + std::to_string(pending_job) + ": left as it is";
+            notice_until = NowMs() + 4000;
+            pending = Key::kNone;
+            next_fetch = 0;  // Show what changed at once.
+            continue;
+          }
           switch (k) {
             case Key::kQuit:
               quit = true;
               break;
             case Key::kUp:
-              scroll = scroll > 0 ? scroll - 1 : 0;
+              if (!jobs.empty()) {
+                select(-1);
+              } else {
+                scroll = scroll > 0 ? scroll - 1 : 0;
+              }
               break;
             case Key::kDown:
-              ++scroll;
+              if (!jobs.empty()) {
+                select(+1);
+              } else {
+                ++scroll;
+              }
+              break;
+            case Key::kCancel:
+            case Key::kSuspend:
+            case Key::kResume:
+              if (selected == 0) {
+                notice = "select a job first (up/down or j/k)";
+                notice_until = NowMs() + 3000;
+                break;
+              }
+              pending = k;
+              pending_job = selected;
+              notice = std::string(k == Key::kCancel    ? "cancel"
+                                   : k == Key::kSuspend ? "suspend"
+                                                        : "resume") +
+                       " job " + std::to_string(selected) + "? y to confirm, any other key not";
+              break;
+            case Key::kYes:
+            case Key::kOther:
               break;
             case Key::kPageUp:
               scroll = scroll > page ? scroll - page : 0;

@@ -230,6 +230,7 @@ TopModel ModelFromJson(const json& status, const json& gpus, const json& jobs, c
   m.queued = Get<int>(status, "queued", 0);
 
   std::map<uint64_t, const json*> by_id;
+  m.queue_truncated = jobs.is_object() && jobs.contains("next_cursor");
   if (jobs.is_object() && jobs.contains("jobs") && jobs["jobs"].is_array()) {
     for (const json& j : jobs["jobs"]) by_id[Get<uint64_t>(j, "id", 0)] = &j;
     for (const json& j : jobs["jobs"]) {
@@ -274,6 +275,20 @@ TopModel ModelFromJson(const json& status, const json& gpus, const json& jobs, c
           f.memory = Get<uint64_t>(p, "used_memory", 0);
           t.foreign.push_back(std::move(f));
         }
+      }
+      if (g.contains("processes") && g["processes"].is_array()) {
+        for (const json& p : g["processes"]) {
+          TopProcess pr;
+          pr.pid = Get<uint32_t>(p, "pid", 0);
+          pr.user = Text(p, "user");
+          pr.job = Get<uint64_t>(p, "job", 0);
+          pr.memory = Get<uint64_t>(p, "used_memory", 0);
+          pr.sm_pct = Get<int32_t>(p, "sm_util_pct", -1);
+          t.processes.push_back(std::move(pr));
+        }
+        std::stable_sort(
+            t.processes.begin(), t.processes.end(),
+            [](const TopProcess& a, const TopProcess& b) { return a.memory > b.memory; });
       }
       if (t.mig && g.contains("mig") && g["mig"].is_array()) {
         for (const json& mj : g["mig"]) {
@@ -344,6 +359,15 @@ json ModelToJson(const TopModel& m) {
       foreign.push_back({{"pid", f.pid}, {"user", f.user}, {"memory_bytes", f.memory}});
     }
     gj["foreign_processes"] = foreign;
+    json processes = json::array();
+    for (const TopProcess& p : g.processes) {
+      processes.push_back({{"pid", p.pid},
+                           {"user", p.user},
+                           {"job", p.job ? json(p.job) : json(nullptr)},
+                           {"memory_bytes", p.memory},
+                           {"sm_util_pct", p.sm_pct >= 0 ? json(p.sm_pct) : json(nullptr)}});
+    }
+    gj["processes"] = processes;
     if (!g.mig) {
       gj["memory_reserved_bytes"] = g.Reserved();
       gj["memory_free_for_jobs_bytes"] = g.FreeForJobs();
@@ -409,11 +433,19 @@ uint64_t TopGpu::FreeForJobs() const {
   return taken >= memory_total ? 0 : memory_total - taken;
 }
 
-std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
+std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o,
+                                   std::vector<uint64_t>* line_jobs) {
   const size_t w = std::max<size_t>(o.width, 40);
   const bool u = o.utf8;
   std::vector<std::string> out;
-  auto emit = [&](const std::string& line) { out.push_back(Fit(TrimRight(line), w, u)); };
+  if (line_jobs != nullptr) line_jobs->clear();
+  // A line about job `job`: marked when it is the selected one.
+  auto emit_for = [&](uint64_t job, std::string line) {
+    if (job != 0 && job == o.selected_job && line.size() >= 2) line.replace(0, 1, ">");
+    out.push_back(Fit(TrimRight(line), w, u));
+    if (line_jobs != nullptr) line_jobs->push_back(job);
+  };
+  auto emit = [&](const std::string& line) { emit_for(0, line); };
 
   std::string state = m.state.empty() ? "unreachable" : m.state;
   std::string head = "gpuslice top  " + Clean(m.host) + "  daemon " + state +
@@ -478,11 +510,30 @@ std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
     }
     SliceColumns c = SliceLayout(w);
     emit(SliceHeader(c, u));
-    for (const TopSlice& s : g.slices) emit(SliceRow(s, c, u));
+    for (const TopSlice& s : g.slices) emit_for(s.job, SliceRow(s, c, u));
+    if (!g.processes.empty()) {
+      // Each process as nvitop shows it: its memory on this GPU and its SM use.
+      const size_t user_w = c.user;
+      emit("    " + Pad("PID", 9, u) + Pad("USER", user_w + 1, u) + Pad("JOB", kJobW + 1, u) +
+           PadLeft("GPU MEM", 9) + PadLeft("SM", 6));
+      for (const TopProcess& p : g.processes) {
+        emit_for(p.job, "    " + Pad(std::to_string(p.pid), 9, u) + Pad(p.user, user_w + 1, u) +
+                            Pad(p.job ? std::to_string(p.job) : "-", kJobW + 1, u) +
+                            PadLeft(ShortBytes(p.memory), 9) +
+                            PadLeft(p.sm_pct >= 0 ? Pct(p.sm_pct) : "-", 6));
+      }
+    }
   }
 
   emit("");
-  emit("QUEUE (" + std::to_string(m.queue.size()) + " waiting)");
+  // The daemon's count; with thousands waiting only the start of the queue
+  // is fetched.
+  const size_t waiting = m.queue_truncated ? std::max<size_t>(m.queue.size(), size_t(m.queued))
+                                            : m.queue.size();
+  emit(
+      "QUEUE (" + std::to_string(waiting) + " waiting" +
+      (waiting > m.queue.size() ? ", the first " + std::to_string(m.queue.size()) + " shown" : "") +
+      ")");
   if (m.queue.empty()) {
     emit("    (none waiting)");
   } else {
@@ -493,10 +544,11 @@ std::vector<std::string> RenderTop(const TopModel& m, const RenderOptions& o) {
          Pad("NAME", name_w + 1, u) + Pad("REQUEST", req_w + 1, u) + Pad("PRIO", 7, u) +
          Pad("WAITED", 7, u) + "WAITING FOR");
     for (const TopQueued& q : m.queue) {
-      emit("    " + Pad(std::to_string(q.position), 4, u) + Pad(std::to_string(q.job), 7, u) +
-           Pad(q.user, user_w, u) + " " + Pad(q.name, name_w, u) + " " + Pad(q.request, req_w, u) +
-           " " + Pad(q.priority, 7, u) + Pad(FormatAge(m.now_ms - q.submitted_ms), 7, u) +
-           q.waiting_for);
+      emit_for(q.job, "    " + Pad(std::to_string(q.position), 4, u) +
+                          Pad(std::to_string(q.job), 7, u) + Pad(q.user, user_w, u) + " " +
+                          Pad(q.name, name_w, u) + " " + Pad(q.request, req_w, u) + " " +
+                          Pad(q.priority, 7, u) + Pad(FormatAge(m.now_ms - q.submitted_ms), 7, u) +
+                          q.waiting_for);
     }
   }
 

@@ -41,6 +41,16 @@ struct TopForeign {
   uint64_t memory = 0;
 };
 
+// A process on the GPU (NVML), with the job it belongs to (0: none, a
+// process outside gpuslice) and its owner.
+struct TopProcess {
+  uint32_t pid = 0;
+  std::string user;
+  uint64_t job = 0;
+  uint64_t memory = 0;
+  int32_t sm_pct = -1;  // Its SM use over the last sample; -1: unknown.
+};
+
 // A MIG instance of a GPU in MIG mode: whose it is, or free.
 struct TopMig {
   std::string uuid;
@@ -66,7 +76,8 @@ struct TopGpu {
   bool mig = false;
   std::vector<TopSlice> slices;
   std::vector<TopForeign> foreign;
-  std::vector<TopMig> instances;  // Its MIG instances (when `mig`).
+  std::vector<TopProcess> processes;  // Every process on it (NVML), biggest first.
+  std::vector<TopMig> instances;      // Its MIG instances (when `mig`).
   // What jobs reserved on it (their slices' limits; a whole GPU: all of it)
   // and what is left for new jobs once foreign use is charged: what placement
   // sees, beside NVML's figure of what processes use.
@@ -106,6 +117,8 @@ struct TopModel {
   int queued = 0;
   std::vector<TopGpu> gpus;
   std::vector<TopQueued> queue;  // In queue order.
+  // More jobs wait than `queue` holds (top fetches the first ones only).
+  bool queue_truncated = false;
   std::vector<TopEvent> events;  // Oldest first.
   std::string error;  // Why the last refresh failed (shown, the rest is the last good data).
 };
@@ -122,10 +135,16 @@ struct RenderOptions {
   size_t width = 80;  // Columns; every line fits (at least 40 are assumed).
   bool utf8 = false;  // Block-character bars and "…"; else ASCII only.
   size_t max_events = 10;
+  // The job the terminal's cursor is on (0: none): its rows start with '>'.
+  uint64_t selected_job = 0;
 };
 
 // The view as lines without newlines, none wider than options.width columns.
-std::vector<std::string> RenderTop(const TopModel& model, const RenderOptions& options);
+// `line_jobs`, when given, gets the job each line shows (a slice row, a
+// process row, a queue row; 0 for any other line), so the terminal can
+// move a selection from job to job.
+std::vector<std::string> RenderTop(const TopModel& model, const RenderOptions& options,
+                                   std::vector<uint64_t>* line_jobs = nullptr);
 
 // Pieces, exposed for tests.
 // A bar `width` columns wide (brackets included) filled to `fraction` (0..1).

@@ -307,7 +307,7 @@ TEST(ModelToJson, HasTheSnapshotWithUnknownsAsNull) {
   EXPECT_EQ(j["events"].size(), 2u);
 }
 
-TEST(RenderTop, Issue13ShowsProcessesOutsideGpusliceWithPidAndUser) {
+TEST(RenderTop, ShowsProcessesOutsideGpusliceWithPidAndUser) {
   json gpus = Gpus();
   gpus["gpus"][0]["foreign_processes"] = {
       {{"pid", 4242}, {"user", "bob"}, {"uid", 1001}, {"used_memory", 30 * core::kGiB}}};
@@ -325,8 +325,8 @@ TEST(RenderTop, Issue13ShowsProcessesOutsideGpusliceWithPidAndUser) {
 namespace gpuslice::cli {
 namespace {
 
-// Issue 18 item 10: two idle 20 GiB jobs showed `0 B / 80 GiB` although
-// nothing more fitted; top now shows what jobs reserved and what is left
+// Two idle 20 GiB jobs would show `0 B / 80 GiB` though nothing more fits;
+// top shows what jobs reserved and what is left
 // for new jobs beside NVML's figure, and a MIG GPU's instances with whose
 // each one is.
 TEST(RenderTop, ShowsReservedAndFreeForJobsBesideNvmlsUse) {
@@ -377,10 +377,10 @@ TEST(RenderTop, ListsAMigGpusInstancesWithWhoseEachIs) {
   EXPECT_EQ(ModelToJson(m)["gpus"][0]["mig"].size(), 3u);
 }
 
-// Issue 18 item 1: a GPU in MIG mode showed 0% utilisation where NVML has
-// no figure. Now: each instance's activity where NVML measures it (GPM),
+// A GPU in MIG mode never shows 0% utilisation where NVML has no figure:
+// each instance's activity where NVML measures it (GPM),
 // and n/a, never 0%, where it does not.
-TEST(RenderTop, Issue18MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
+TEST(RenderTop, MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
   json gpus = Gpus();
   json& g = gpus["gpus"][0];
   g.erase("utilization_pct");  // No figure for the GPU.
@@ -404,6 +404,60 @@ TEST(RenderTop, Issue18MigUtilisationIsPerInstanceAndNotAvailableIsNotZero) {
   EXPECT_TRUE(j["gpus"][0]["utilization_pct"].is_null());
   EXPECT_DOUBLE_EQ(j["gpus"][0]["mig"][0]["utilization_pct"].get<double>(), 87.4);
   EXPECT_TRUE(j["gpus"][0]["mig"][1]["utilization_pct"].is_null());
+}
+
+// nvitop users expect a row per process (pid, user, memory, SM).
+TEST(RenderTop, EachProcessOnAGpuHasARowWithItsJobMemoryAndSmUse) {
+  json gpus = Gpus({SliceJson(1, "alice", "train-1")});
+  gpus["gpus"][0]["processes"] = {
+      {{"pid", 4242},
+       {"used_memory", 2 * core::kGiB},
+       {"sm_util_pct", 27},
+       {"job", 1},
+       {"user", "alice"}},
+      {{"pid", 77}, {"used_memory", 6 * core::kGiB}, {"sm_util_pct", 3}, {"user", "bob"}}};
+  json jobs = {{"jobs", {RunningJob(1, "alice", "train-1")}}};
+  TopModel m = ModelFromJson(Status(), gpus, jobs, nullptr);
+  ASSERT_EQ(m.gpus[0].processes.size(), 2u);
+  EXPECT_EQ(m.gpus[0].processes[0].pid, 77u) << "biggest first";
+  std::vector<uint64_t> line_jobs;
+  auto lines = RenderTop(m, {.width = 100}, &line_jobs);
+  ASSERT_EQ(lines.size(), line_jobs.size());
+  const std::string text = Join(lines);
+  EXPECT_NE(text.find("PID"), std::string::npos) << text;
+  bool saw_job_process = false;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("4242") == std::string::npos) continue;
+    saw_job_process = true;
+    EXPECT_NE(lines[i].find("alice"), std::string::npos) << lines[i];
+    EXPECT_NE(lines[i].find("2G"), std::string::npos) << lines[i];
+    EXPECT_NE(lines[i].find("27%"), std::string::npos) << lines[i];
+    EXPECT_EQ(line_jobs[i], 1u) << "a job's process selects its job";
+  }
+  EXPECT_TRUE(saw_job_process) << text;
+  EXPECT_EQ(ModelToJson(m)["gpus"][0]["processes"].size(), 2u);
+}
+
+TEST(RenderTop, TheSelectedJobsRowsAreMarked) {
+  TopModel m = Model();
+  std::vector<uint64_t> line_jobs;
+  auto lines = RenderTop(m, {.width = 100, .selected_job = 2}, &line_jobs);
+  size_t marked = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (!lines[i].empty() && lines[i][0] == '>') {
+      ++marked;
+      EXPECT_EQ(line_jobs[i], 2u) << lines[i];
+    }
+  }
+  EXPECT_EQ(marked, 1u) << Join(lines);
+}
+
+TEST(RenderTop, AQueueLongerThanWhatWasFetchedSaysHowLong) {
+  TopModel m = Model();
+  m.queued = 10000;
+  m.queue_truncated = true;
+  const std::string text = Join(RenderTop(m, {.width = 100}));
+  EXPECT_NE(text.find("QUEUE (10000 waiting, the first 1 shown)"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ TEST(ElasticGrowth, FewestFirstWhileIdleGpusLast) {
   EXPECT_EQ(steps[0].reason, "a GPU is idle and nothing waits: 1 -> 2 of at most 4");
 }
 
-// Issue 18 item 6: a job grew by one GPU per cool-down while more were idle.
+// A job grows by all idle GPUs it may take, not one per cool-down.
 TEST(ElasticGrowth, TakesAllTheIdleGpusAtOnceSharedFewestFirst) {
   auto steps = PlanElasticGrowth({E(1, 1, 4, 3), E(2, 1, 4, 1)}, 5, false, 60'000);
   ASSERT_EQ(steps.size(), 2u);

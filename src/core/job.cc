@@ -59,6 +59,25 @@ Result<JobState> ParseJobState(std::string_view name) {
                               "timed_out or failed)");
 }
 
+std::string_view HoldKindName(HoldKind hold) {
+  switch (hold) {
+    case HoldKind::kNone:
+      return "";
+    case HoldKind::kUser:
+      return "user";
+    case HoldKind::kAdmin:
+      return "admin";
+  }
+  return "";
+}
+
+Result<HoldKind> ParseHoldKind(std::string_view name) {
+  for (HoldKind h : {HoldKind::kNone, HoldKind::kUser, HoldKind::kAdmin}) {
+    if (HoldKindName(h) == name) return h;
+  }
+  return InvalidArgumentError("unknown hold '" + std::string(name) + "' (expected user or admin)");
+}
+
 bool IsTerminal(JobState state) {
   return state != JobState::kQueued && state != JobState::kRunning && state != JobState::kSuspended;
 }

@@ -56,6 +56,13 @@ enum class JobMode { kRun, kSubmit, kShell, kExternal };
 std::string_view JobModeName(JobMode mode);
 Result<JobMode> ParseJobMode(std::string_view name);
 
+// A queued job kept from starting (`gpuslice hold`, Slurm's `scontrol hold`)
+// until it is released: by its owner when the owner held it; only by an
+// admin when an admin held someone else's job (as Slurm's admin hold).
+enum class HoldKind { kNone, kUser, kAdmin };
+std::string_view HoldKindName(HoldKind hold);  // "", "user", "admin"
+Result<HoldKind> ParseHoldKind(std::string_view name);
+
 // What a job holds while it runs: GPUs by index and UUID, the memory limit on
 // each and the compute share. For a MIG job `gpu_uuids` holds the MIG UUID.
 struct Allocation {
@@ -137,6 +144,8 @@ struct Job {
   int64_t suspended_total_ms = 0;
   // Suspended by preemption: the daemon resumes it once its GPUs have room.
   bool resume_when_fits = false;
+  // Held while queued: the planner passes it by until it is released.
+  HoldKind hold = HoldKind::kNone;
 
   bool IsLive() const { return !IsTerminal(state); }
   // When it must end, if it has a maximum run time and has started; none

@@ -105,7 +105,7 @@ TEST(BuildRequest, ErrorsNameTheFieldAndToken) {
   RequestFields zero_mem;
   zero_mem.mem = "0";
   cases.push_back({zero_mem, "more than 0"});
-  RequestFields bare_mem;  // Issue 18 item 3: "--mem 8" was 8 bytes.
+  RequestFields bare_mem;  // "--mem 8" is refused, not read as 8 bytes.
   bare_mem.mem = "8";
   cases.push_back({bare_mem, "--mem: size '8' has no unit: did you mean '8GiB'?"});
   RequestFields lone_compute;

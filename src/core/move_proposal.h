@@ -1,6 +1,6 @@
 #pragma once
 
-// Moves that let a waiting job start (issue 17, "defragment"): when the job
+// Moves that let a waiting job start ("defragment"): when the job
 // first in line does not fit, one running single-GPU task moved to another
 // GPU may free the room it needs (a GPU made idle for a whole-GPU job, or
 // enough of one GPU for a fraction). The daemon can carry such a move out

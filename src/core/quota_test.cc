@@ -58,7 +58,7 @@ TEST(BuildQuota, ErrorsNameTheFieldAndToken) {
     std::string needle;
   } cases[] = {
       {{"20XB", {}, {}, {}}, "--mem"},    {{{}, "two", {}, {}}, "'two'"},
-      {{"20", {}, {}, {}}, "--mem: size '20' has no unit"},  // Issue 18 item 3.
+      {{"20", {}, {}, {}}, "--mem: size '20' has no unit"},  // No unit: refused.
       {{{}, {}, "1.25%", {}}, "'1.25%'"}, {{{}, {}, "x%", {}}, "--compute"},
       {{{}, {}, {}, "-1"}, "--jobs"},     {{}, "at least one"},
   };

@@ -24,8 +24,8 @@ TEST(ParseMigProfile, RejectsMalformed) {
   }
 }
 
-// Issue 18 item 9: the Kubernetes spellings were refused with "compute slices
-// must be 1 to 8", which was not even true.
+// The Kubernetes spellings are accepted, not refused with "compute slices
+// must be 1 to 8" (which is not even true).
 TEST(ParseMigProfile, AcceptsKubernetesSpellingsInAnyCase) {
   for (const char* t : {"nvidia.com/mig-1g.5gb", "mig-1g.5gb", "1G.5GB", "MIG-1g.5Gb",
                         "NVIDIA.COM/MIG-1G.5GB"}) {

@@ -122,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadRow{"gpu_milli,name,num_gpu,memory_mib,cpu_milli\n1001,p,1,1,1\n",
                "pods.csv:2: column 1 (gpu_milli): must be 1..1000"}));
 
-// Issue 18 item 16: files of the same release with fewer columns were refused.
+// Files of the same release with fewer columns are read, not refused.
 TEST(ParseTraceTasks, ReadsColumnsByHeaderNameAndNeedsOnlyTheFirstFive) {
   Result<std::vector<TraceTask>> r = ParseTraceTasks(
       "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n"

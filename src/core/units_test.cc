@@ -49,7 +49,7 @@ TEST(ParseBytes, RejectsBadInputNamingTheToken) {
   EXPECT_NE(ParseBytes("10XB").status().message().find("unknown unit 'XB'"), std::string::npos);
 }
 
-// Issue 18 item 3: "--mem 8" meant 8 bytes and was accepted.
+// "--mem 8" is refused: a size without a unit would mean 8 bytes.
 TEST(ParseMemorySize, RefusesABareNumberWithAHint) {
   for (const char* text : {"8", "1.5", " 12 "}) {
     auto r = ParseMemorySize(text);

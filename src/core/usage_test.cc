@@ -173,7 +173,7 @@ TEST(AggregateUsage, GroupsByGroupNameOrGidAndByJobInIdOrder) {
   EXPECT_EQ(j->rows[2].key, "3");
 }
 
-// Issue 15: GPU-hours per Slurm job (the slices' slurm_job label); jobs
+// GPU-hours per Slurm job (the slices' slurm_job label); jobs
 // without one are left out of that report.
 TEST(AggregateUsage, BySlurmJobSumsItsStepsSlicesAndLeavesOthersOut) {
   std::vector<UsageRecord> rows = {Whole(1, "alice", 0, 2), Whole(2, "alice", 0, 1),

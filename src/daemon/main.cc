@@ -10,30 +10,34 @@
 
 #include <CLI/CLI.hpp>
 #include <boost/asio.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "core/version.h"
-#include "daemon/api.h"
-#include "daemon/cgroup.h"
-#include "daemon/arbiter.h"
-#include "daemon/arbiter_region_store.h"
-#include "daemon/config.h"
-#include "daemon/coord_dir.h"
-#include "daemon/doctor.h"
-#include "daemon/http_server.h"
-#include "daemon/log.h"
-#include "daemon/metrics.h"
-#include "daemon/node_state_route.h"
-#include "daemon/nvml_inventory.h"
-#include "daemon/region_store.h"
-#include "daemon/replicas.h"
-#include "daemon/replicas_api.h"
-#include "daemon/service.h"
-#include "daemon/status_page.h"
-#include "daemon/usage_api.h"
+#include "daemon/api/api.h"
+#include "daemon/api/http_server.h"
+#include "daemon/api/metrics.h"
+#include "daemon/api/node_state_route.h"
+#include "daemon/api/status_page.h"
+#include "daemon/api/usage_api.h"
+#include "daemon/base/log.h"
+#include "daemon/compute/arbiter.h"
+#include "daemon/compute/arbiter_region_store.h"
+#include "daemon/compute/coord_dir.h"
+#include "daemon/compute/region_store.h"
+#include "daemon/config/config.h"
+#include "daemon/config/config_check.h"
+#include "daemon/jobs/service.h"
+#include "daemon/launch/cgroup.h"
+#include "daemon/node/doctor.h"
+#include "daemon/node/nvml_inventory.h"
+#include "daemon/services/replicas.h"
+#include "daemon/services/replicas_api.h"
+#include "daemon/store/ledger.h"
 
 namespace gd = gpuslice::daemon;
 namespace fs = std::filesystem;
@@ -81,7 +85,7 @@ gpuslice::core::Status WriteAddressFile(const std::string& path, const std::stri
 
 // Raises the soft limit on open files to the hard limit: every connection
 // and every job's log costs a descriptor, and the default soft limit (1024)
-// is what 1,019 idle connections ran into (issue 13). Returns the new limit.
+// is what 1,019 idle connections run into. Returns the new limit.
 rlim_t RaiseFileLimit() {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
@@ -93,6 +97,61 @@ rlim_t RaiseFileLimit() {
   return rl.rlim_cur;
 }
 
+// `--check-config FILE`: what the configuration built from FILE (and the
+// other flags) would do to the jobs the ledger holds now (config_check.h).
+// Exit 0: valid (the report says what changes); 2: it is not.
+int CheckConfig(const std::string& file, const gd::DaemonConfig& config) {
+  gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir);
+  auto inv = inventory.Read();
+  if (!inv.ok()) return Fail("--check-config: cannot read the GPUs: " + inv.status().message());
+  std::vector<gpuslice::core::Job> live;
+  const std::string ledger_path = config.state_dir + "/ledger.db";
+  std::error_code ec;
+  if (fs::exists(ledger_path, ec)) {
+    auto ledger = gd::Ledger::OpenReadOnly(ledger_path);
+    if (!ledger.ok()) return Fail("--check-config: " + ledger.status().message());
+    auto jobs = (*ledger)->LoadJobs(/*live_only=*/true);
+    if (!jobs.ok()) return Fail("--check-config: " + jobs.status().message());
+    live = std::move(*jobs);
+  }
+  auto check = gd::CheckConfigChange(config, *inv, live);
+  if (!check.ok()) return Fail(file + ": " + check.status().message());
+  std::cout << gd::FormatConfigCheck(file, *check);
+  return 0;
+}
+
+// On simulated GPUs every job opens the daemon's device-state file, as the
+// job's user: the daemon names it to them (GPUSLICE_SIM_STATE) and, when it
+// runs as root, makes it its socket group's (0660), so that every user who
+// may ask for a job can run one (created 0600, it fails every other user's
+// first job). GPUSLICE_SIM_STATE_MODE set by the admin wins.
+void ShareSimulatorState() {
+  if (getenv("GPUSLICE_SIM_STATE") == nullptr) {
+    setenv("GPUSLICE_SIM_STATE", ("/dev/shm/gpuslice-sim-" + std::to_string(getuid())).c_str(), 1);
+  }
+  if (geteuid() == 0 && getenv("GPUSLICE_SIM_STATE_MODE") == nullptr) {
+    setenv("GPUSLICE_SIM_STATE_MODE", "0660", 1);
+  }
+}
+
+void GiveSimulatorStateToGroup(std::optional<uint32_t> socket_gid) {
+  const char* path = getenv("GPUSLICE_SIM_STATE");
+  if (path == nullptr || geteuid() != 0) return;
+  struct stat st;
+  if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0) return;
+  const gid_t gid = socket_gid ? *socket_gid : getegid();
+  const char* mode_text = getenv("GPUSLICE_SIM_STATE_MODE");
+  const mode_t mode =
+      mode_text != nullptr ? static_cast<mode_t>(std::strtoul(mode_text, nullptr, 8)) : 0660;
+  // A file an older daemon left 0600 is fixed too.
+  if ((st.st_gid != gid && chown(path, static_cast<uid_t>(-1), gid) != 0) ||
+      ((st.st_mode & 0777) != mode && chmod(path, mode) != 0)) {
+    gd::LogWarn(std::string("simulated GPU state ") + path + ": cannot give it to group " +
+                std::to_string(gid) + " mode " + (mode_text ? mode_text : "0660") + ": " +
+                std::strerror(errno) + "; other users' jobs may fail to open it");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,7 +161,11 @@ int main(int argc, char** argv) {
   std::string state_dir, socket, tcp, tcp_token_file, admin_group, policy, gpu_source, shim,
       sim_lib_dir, log_level, socket_group, metrics_listen;
   bool no_backfill = false;
+  std::string check_config;
   app.add_option("--config", config_file, "Configuration file (docs/CONFIG.md)");
+  app.add_option("--check-config", check_config,
+                 "Check FILE as the configuration (with the other flags) and say what a restart "
+                 "with it would do to the running and queued jobs; starts nothing");
   app.add_option("--state-dir", state_dir, "Ledger, logs and slices (default /var/lib/gpuslice)");
   app.add_option("--socket", socket, "Unix socket (default /run/gpuslice/gpuslice.sock)");
   app.add_option("--socket-group", socket_group, "Group allowed to connect to the socket");
@@ -124,6 +187,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   gd::DaemonConfig config;
+  if (!check_config.empty()) {
+    if (!config_file.empty()) return Fail("--check-config FILE replaces --config: give one");
+    config_file = check_config;
+  }
   if (!config_file.empty()) {
     auto s = gd::LoadConfigFile(config_file, &config);
     if (!s.ok()) return Fail(s.message());
@@ -159,6 +226,7 @@ int main(int argc, char** argv) {
   if (!error.empty()) return Fail("admin_group: " + error);
   auto socket_gid = GroupId(config.socket_group, &error);
   if (!error.empty()) return Fail("socket_group: " + error);
+  if (!check_config.empty()) return CheckConfig(check_config, config);
   std::string token;
   if (!config.tcp_listen.empty()) {
     std::ifstream in(config.tcp_token_file);
@@ -187,6 +255,7 @@ int main(int argc, char** argv) {
   fs::create_directories(config.state_dir, ec);
 
   gd::RealClock clock;
+  if (config.gpu_source != gd::GpuSourceMode::kNvml) ShareSimulatorState();
   gd::NvmlInventory inventory(config.gpu_source, config.sim_lib_dir, config.driver_root);
   // Jobs are tracked by cgroup when the machine lets us (docs/DAEMON.md).
   gd::SysCgroups cgroups({gd::CgroupBaseFor(config), "/proc/self/mountinfo", config.cgroups});
@@ -242,6 +311,7 @@ int main(int argc, char** argv) {
   options.max_argv_bytes = config.max_argv_bytes;
   options.ledger_retry_ms = config.ledger_retry_ms;
   options.sample_interval_ms = config.sample_interval_ms;
+  options.suspend_lock_timeout_ms = static_cast<uint32_t>(config.suspend_lock_timeout_ms);
   // Suspend and resume: the CUDA driver jobs use (the simulated one on
   // simulated GPUs), loaded on first use, once the GPUs are known.
   gd::Service* service_ptr = nullptr;
@@ -261,6 +331,7 @@ int main(int argc, char** argv) {
   if (auto s = service.Start(); !s.ok()) return Fail(s.message());
   // Jobs on simulated GPUs must see the same simulated machine as we do.
   if (service.inventory().simulated()) {
+    GiveSimulatorStateToGroup(socket_gid);
     std::vector<std::string> sim_env;
     for (const char* k : {"GPUSLICE_SIM_GPUS", "GPUSLICE_SIM_CONFIG", "GPUSLICE_SIM_STATE",
                           "GPUSLICE_SIM_CONTEXT_MEM", "GPUSLICE_SIM_QUANTUM_US",
@@ -302,8 +373,13 @@ int main(int argc, char** argv) {
   if (auto s = server.ListenUnix(config.socket, config.socket_mode, socket_gid); !s.ok()) {
     return Fail(s.message());
   }
+  const std::string tcp_addr_file = config.state_dir + "/tcp.addr";
+  fs::remove(tcp_addr_file, ec);
   if (!config.tcp_listen.empty()) {
-    if (auto s = server.ListenTcp(config.tcp_listen); !s.ok()) return Fail(s.message());
+    auto bound = server.ListenTcp(config.tcp_listen);
+    if (!bound.ok()) return Fail(bound.status().message());
+    // Port 0 picks a free port: this file says which (as metrics.addr).
+    if (auto s = WriteAddressFile(tcp_addr_file, *bound); !s.ok()) return Fail(s.message());
   }
   const std::string metrics_addr_file = config.state_dir + "/metrics.addr";
   fs::remove(metrics_addr_file, ec);
@@ -364,5 +440,6 @@ int main(int argc, char** argv) {
   io.run();
   unlink(config.socket.c_str());
   if (!config.metrics_listen.empty()) fs::remove(metrics_addr_file, ec);
+  if (!config.tcp_listen.empty()) fs::remove(tcp_addr_file, ec);
   return 0;
 }

@@ -12,12 +12,12 @@
 #include <set>
 #include <unordered_map>
 
-#include "core/defrag.h"
-#include "core/fair_share.h"
+#include "core/schedule/defrag.h"
+#include "core/schedule/fair_share.h"
 #include "core/placement_profile.h"
 #include "core/placement_random.h"
 #include "core/queue.h"
-#include "core/runtime_estimate.h"
+#include "core/schedule/runtime_estimate.h"
 
 namespace gpuslice::replay {
 

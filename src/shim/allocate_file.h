@@ -5,7 +5,7 @@
 // A file sized with ftruncate(2) is sparse: its pages get their blocks (or,
 // on tmpfs, their memory) on the first store through a mapping, and when the
 // disk or the tmpfs is full that store faults: SIGBUS kills whoever made it
-// (issue 36: the root daemon, creating a slice or reading its process slots,
+// (the root daemon, creating a slice or reading its process slots,
 // and a job's processes claiming a slot). Allocated at creation, a full disk
 // is an ENOSPC here, where the caller can refuse with a reason, and never a
 // fault later. Used for every file of the region library written through a

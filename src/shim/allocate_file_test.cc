@@ -83,7 +83,7 @@ class AllocatedFiles : public ::testing::Test {
   bool mounted_ = false;
 };
 
-// Issue 36: a sparse file's first store through a mapping faults (SIGBUS)
+// A sparse file's first store through a mapping faults (SIGBUS)
 // once the disk is full; every block is given at creation instead.
 TEST_F(AllocatedFiles, EveryFileWrittenThroughAMappingHasItsBlocksFromCreation) {
   for (const Maker& m : Makers()) {
@@ -98,9 +98,9 @@ TEST_F(AllocatedFiles, EveryFileWrittenThroughAMappingHasItsBlocksFromCreation) 
   }
 }
 
-// Issue 36, item 3: with the disk full, the daemon died of SIGBUS making a
-// slice (and a job's process claiming a slot in one). Creation is now where
-// a full disk shows: ResourceExhausted naming it, in a child process so that
+// With the disk full, the daemon must not die of SIGBUS making a slice (nor
+// a job's process claiming a slot in one). Creation is where a full disk
+// shows: ResourceExhausted naming it, in a child process so that
 // a fault fails the test rather than ending it.
 TEST_F(AllocatedFiles, OnAFullDiskCreationFailsWithNoSpaceAndNeverFaults) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";

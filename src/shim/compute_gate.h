@@ -51,7 +51,7 @@ struct GateCredits {
   uint64_t last_seq = 0;
   CUstream last_stream = nullptr;
   uint64_t chain_seq = 0;  // last_seq at the grant, when it was pending; else 0.
-  // Issue 19: an event recorded right before the batch's first launch; with
+  // An event recorded right before the batch's first launch; with
   // one recorded right after it, it times one launch on the GPU's clock.
   CUevent bracket = nullptr;
   bool last_per_thread = false;
@@ -107,9 +107,9 @@ void RingAfterLaunch();
 // now, right behind it, rather than at the thread's next launch: a thread
 // that launches one kernel and synchronises comes back only after the kernel
 // ended, so a marker recorded then completes at once, teaches nothing, and
-// the slice looked idle (uncharged, its turn handed over) while its kernel
-// still ran (2 ms kernels split 30/70 slices about 50/50). After a batch's
-// first launch it closes the batch's bracket (issue 19). One thread-local
+// the slice would look idle (uncharged, its turn handed over) while its
+// kernel still ran (2 ms kernels split 30/70 slices about 50/50). After a
+// batch's first launch it closes the batch's bracket. One thread-local
 // compare on the fast path.
 // The bracket is closed before the arbiter is rung: the ring (a system
 // call) would otherwise count as part of the launch call that a bracket's

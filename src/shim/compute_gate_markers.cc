@@ -53,7 +53,7 @@ uint64_t g_expected_done_ns = 0;
 
 namespace {
 
-// Issue 19: the GPU time a launch takes, timed on the GPU's clock by a
+// The GPU time a launch takes, timed on the GPU's clock by a
 // bracket, two events around one launch of each batch (its first: the one
 // that took the slow path). The slice is charged the GPU time its batches
 // used: a batch timed between two markers (it queued behind the previous

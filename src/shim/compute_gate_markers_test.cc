@@ -125,13 +125,13 @@ class GateMarkersTest : public ::testing::Test {
   FakeTurns turns_;
 };
 
-// Regression (issue 19): a bracket whose first event is still pending at the
-// launch call's return, with nothing of the process queued before it, was
-// an uncertain sample even alone on the GPU, where the event was stamped at
-// its record: nearly every sample of a lone 20 us loop was one, the estimate
-// stayed where its first sample put it, and a hard 30% slice under the
-// daemon's arbiter was charged 1.08-1.16 x what it used. Alone, such samples
-// teach the kernel's time.
+// A bracket whose first event is still pending at the launch call's return,
+// with nothing of the process queued before it, is a certain sample alone on
+// the GPU, where the event is stamped at its record: counted as uncertain,
+// nearly every sample of a lone 20 us loop would be one, the estimate would
+// stay where its first sample put it, and a hard 30% slice under the
+// daemon's arbiter would be charged 1.08-1.16 x what it used. Alone, such
+// samples teach the kernel's time.
 TEST_F(GateMarkersTest, APendingBracketAloneOnTheGpuTeachesTheKernelsTime) {
   Bracket(25'000, /*pending=*/false);  // A first sample 5 us too long.
   for (int i = 0; i < 30; ++i) Bracket(20'000, /*pending=*/true);
@@ -165,7 +165,7 @@ void GateMarkersTest::LearnTwentyMicroseconds(bool beside_another) {
   for (int i = 0; i < 10; ++i) Bracket(20'000, /*pending=*/beside_another);
 }
 
-// Regression (issue 19): another slice's work can get onto the GPU inside a
+// Another slice's work can get onto the GPU inside a
 // bracket after CloseBracket looked (g_last_low), and the sample holds it
 // with nothing to take off. One such sample among ~20 us ones lifted the
 // estimate by a fifth for a few hundred ms, and co-running pairs of 20 us

@@ -375,9 +375,9 @@ Outcome AdvanceTurn(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span
     }
     // Closing: hand over once the holder's work has drained (or was given
     // up on: a wedged process must not hold the GPU for the others). Not
-    // before (issue 19 tried it for slices charged by GPU time): the next
-    // slice's first kernels waited behind the drain, time-sliced with it, and
-    // a 30/70 pair of 10 ms kernels got 16/64% of the GPU.
+    // before, even for slices charged by GPU time: the next slice's first
+    // kernels would wait behind the drain, time-sliced with it, and a 30/70
+    // pair of 10 ms kernels would get 16/64% of the GPU.
     // Except to a co-runner, at once: its work runs beside the drain
     // already. Sent back to wait for a turn of its own, it stopped launching
     // until a decision opened one (the GPU idled meanwhile), and a holder

@@ -54,7 +54,7 @@ struct PolicyParams {
   // its turn and its first launch, and for the whole interval before a
   // drain: 230 us per turn, 4-6 pp of a lone 50% hard slice.
   bool charge_from_previous_report = false;
-  // Issue 19: slices of the holder's priority whose work leaves the GPU
+  // Slices of the holder's priority whose work leaves the GPU
   // mostly idle (launch-then-synchronise loops, small requests) launch
   // beside the holder (SliceView::corun) instead of waiting for a turn of
   // their own: exclusive turns left a pair of such loops at 0.58-0.70 of
@@ -73,7 +73,7 @@ struct PolicyParams {
   // processes (the file is that user's, 0600), so a slice that hides its
   // GPU time only takes its own user's.
   uint32_t corun_capped_max_host_duty_milli = 900;
-  // Hand-off on demand (issue 37): a slice with a share that comes back
+  // Hand-off on demand: a slice with a share that comes back
   // from idle within its share (a request arrives) takes the GPU, once the
   // holder has had `quantum_ns` of its turn, from a holder of its priority
   // that is busy rather than back from idle itself: see Claimant in
@@ -151,7 +151,7 @@ struct SliceView {
   // `inflight` as of the previous decision (charge_from_previous_report):
   // kept by the caller from one Advance to the next.
   bool was_inflight = false;
-  // Issue 19: every live process of the slice reports the GPU time its work
+  // Every live process of the slice reports the GPU time its work
   // used (timed on the GPU's clock, docs/COMPUTE.md), and `gpu_ns` is what
   // they reported since the previous decision. Such a slice is charged that
   // GPU time rather than the wall time its work was in flight: a loop of

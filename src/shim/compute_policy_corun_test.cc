@@ -1,4 +1,4 @@
-// The compute policy's co-running (issue 19): slices whose work leaves the
+// The compute policy's co-running: slices whose work leaves the
 // GPU idle launch beside the holder (PolicyParams::corun).
 
 #include <gtest/gtest.h>
@@ -16,13 +16,13 @@ using policy_test::kMs;
 using policy_test::QueueModel;
 using policy_test::Slice;
 
-// Issue 19, weak spot 2 for loops that leave the GPU mostly idle: a 30/70
-// pair of hard slices whose loops each keep the GPU busy a quarter of the
-// time they run (short kernels, a synchronise after each, CPU work between)
-// used a quarter of the GPU together with exclusive turns, where the same two
-// loops reach half of it side by side. Co-running (PolicyParams::corun), the
-// pair uses what both loops reach, each what it asks for.
-TEST(ComputePolicy, Issue19APairOfLoopsThatLeaveTheGpuIdleCoRun) {
+// Loops that leave the GPU mostly idle: a 30/70 pair of hard slices whose loops
+// each keep the GPU busy a quarter of the time they run (short kernels, a
+// synchronise after each, CPU work between) use a quarter of the GPU together
+// with exclusive turns, where the same two loops reach half of it side by side.
+// Co-running (PolicyParams::corun), the pair uses what both loops reach, each
+// what it asks for.
+TEST(ComputePolicy, APairOfLoopsThatLeaveTheGpuIdleCoRun) {
   for (bool corun : {false, true}) {
     QueueModel m({Slice(300), Slice(700)}, {0.25, 0.25});
     m.params = ArbiterParams(corun);
@@ -44,7 +44,7 @@ TEST(ComputePolicy, Issue19APairOfLoopsThatLeaveTheGpuIdleCoRun) {
 // Co-running never lifts a hard cap: a hard 20% slice whose loop would use
 // 30% of the GPU co-runs while its tokens last and is held to 20%, and the
 // slice beside it keeps what it asks for.
-TEST(ComputePolicy, Issue19ACoRunningHardSliceIsHeldToItsShare) {
+TEST(ComputePolicy, ACoRunningHardSliceIsHeldToItsShare) {
   QueueModel m({Slice(200), Slice(300)}, {0.3, 0.2});
   m.params = ArbiterParams();
   m.Run(200 * kMs);
@@ -63,7 +63,7 @@ TEST(ComputePolicy, Issue19ACoRunningHardSliceIsHeldToItsShare) {
 // measures a duty low enough to co-run for a window: 286 ms in 5 s here,
 // charged as it used, so the split holds.) A co-runner whose loop turns busy
 // loses its co-running within a few duty windows, and the shares hold again.
-TEST(ComputePolicy, Issue19SlicesThatKeepTheGpuBusyDoNotCoRun) {
+TEST(ComputePolicy, SlicesThatKeepTheGpuBusyDoNotCoRun) {
   QueueModel busy({Slice(300), Slice(700)}, {1.0, 1.0});
   busy.params = ArbiterParams();
   busy.Run(5'000 * kMs);
@@ -85,13 +85,13 @@ TEST(ComputePolicy, Issue19SlicesThatKeepTheGpuBusyDoNotCoRun) {
   EXPECT_NEAR(double(m.gpu_ns[1] - b0) / kRun, 0.70, 0.02);
 }
 
-// Issue 19: under caps that hold the split (every slice hard, shares adding
+// Under caps that hold the split (every slice hard, shares adding
 // up to at most 100%), loops that leave gaps co-run even where their duties
 // add up to more than kCoRunMaxDutyMilli: a 30/70 pair of loops that each
-// keep the GPU busy 60% of the time they run used 0.6 of it in exclusive
-// turns. The caps keep the split. Where they do not hold it (a
+// keep the GPU busy 60% of the time they run use only 0.6 of it in
+// exclusive turns. The caps keep the split. Where they do not hold it (a
 // work-conserving slice), the budget applies and the pair takes turns.
-TEST(ComputePolicy, Issue19UnderCapsThatHoldTheSplitLoopsWithGapsCoRun) {
+TEST(ComputePolicy, UnderCapsThatHoldTheSplitLoopsWithGapsCoRun) {
   double total[2] = {0, 0};  // [capped]
   for (bool capped : {true, false}) {
     QueueModel m({Slice(300), Slice(700, capped ? coord::kModeHard : coord::kModeWorkConserving)},
@@ -122,7 +122,7 @@ TEST(ComputePolicy, Issue19UnderCapsThatHoldTheSplitLoopsWithGapsCoRun) {
 // co-runners beside it, the duty of a busy holder fell as the liar took
 // its GPU time, and two 40% slices kept 22% each under the arbiter:
 // ArbiterTest.WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShares.)
-TEST(ComputePolicy, Issue19AHiddenCoRunnerDoesNotGetBusySlicesToHostIt) {
+TEST(ComputePolicy, AHiddenCoRunnerDoesNotGetBusySlicesToHostIt) {
   for (bool dip : {false, true}) {
     QueueModel m({Slice(400), Slice(400), Slice(200)}, {1.0, 1.0, 1.0});
     m.params = ArbiterParams();
@@ -149,14 +149,14 @@ TEST(ComputePolicy, Issue19AHiddenCoRunnerDoesNotGetBusySlicesToHostIt) {
   }
 }
 
-// Issue 19: the cooperative file (one user's own slices) lets a holder of
+// The cooperative file (one user's own slices) lets a holder of
 // higher host duty have co-runners under caps that hold the split
 // (kCoRunOwnSlicesMaxHostDutyMilli) than the daemon's arbiter does (its
 // slices are different users' jobs): a 30/70 pair of loops that keep the GPU
 // busy 94% of the time they run (1 ms kernels, a synchronise after each)
 // co-runs in the file and takes turns under the arbiter. Either way the
 // hard caps keep the split; loops that keep the GPU busy take turns in both.
-TEST(ComputePolicy, Issue19ACooperativeFileCoRunsLoopsOfHigherHostDuty) {
+TEST(ComputePolicy, ACooperativeFileCoRunsLoopsOfHigherHostDuty) {
   PolicyParams file;
   file.corun = true;
   file.corun_capped_max_host_duty_milli = kCoRunOwnSlicesMaxHostDutyMilli;
@@ -195,7 +195,7 @@ TEST(ComputePolicy, Issue19ACooperativeFileCoRunsLoopsOfHigherHostDuty) {
 // Priority stays exclusive: a slice never co-runs beside a holder of another
 // priority, and a high-priority slice with work takes the GPU from a
 // co-running pair of normal ones at once (it gets all it asks for).
-TEST(ComputePolicy, Issue19CoRunningStaysWithinOnePriority) {
+TEST(ComputePolicy, CoRunningStaysWithinOnePriority) {
   QueueModel m({Slice(300), Slice(300), Slice(400, coord::kModeWorkConserving, 2)},
                {0.2, 0.2, 0.2});
   m.params = ArbiterParams();
@@ -212,7 +212,7 @@ TEST(ComputePolicy, Issue19CoRunningStaysWithinOnePriority) {
 // Only slices whose reports are charged co-run: not one whose processes do
 // not report GPU time (an older shim, charged wall time), nor one the
 // daemon's audit distrusts.
-TEST(ComputePolicy, Issue19OnlyTrustedReportsCoRun) {
+TEST(ComputePolicy, OnlyTrustedReportsCoRun) {
   for (int kind : {0, 1}) {
     QueueModel m({Slice(300), Slice(700)}, {0.2, 0.2});
     m.params = ArbiterParams();
@@ -235,7 +235,7 @@ TEST(ComputePolicy, Issue19OnlyTrustedReportsCoRun) {
 // opened one for it, and a 30/70 pair of 1 ms launch-then-synchronise
 // loops took ~900 turns in 4 s instead of ~400.) A slice that waits for
 // a turn of its own still waits for the drain.
-TEST(ComputePolicy, Issue19ATurnEndingBesideACoRunnerGoesToItAtOnce) {
+TEST(ComputePolicy, ATurnEndingBesideACoRunnerGoesToItAtOnce) {
   for (bool corunning : {true, false}) {
     std::vector<SliceView> slices = {Slice(300), Slice(700)};
     for (SliceView& s : slices) {

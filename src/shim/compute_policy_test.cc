@@ -150,10 +150,10 @@ TEST(ComputePolicy, EligibilityFollowsModeAndTokens) {
   EXPECT_FALSE(Eligible(s));
   s.tokens_ns = 1;
   EXPECT_FALSE(Eligible(s));  // Not worth a hand-over yet.
-  // Issue 19: nor a turn of 2 ms. Hard slices whose shares sum to 100% are
+  // Nor a turn of 2 ms. Hard slices whose shares sum to 100% are
   // charged all the GPU's time between them, so their buckets hold little
-  // more than the threshold: with 1 ms turns a 30/70 pair handed over ~230
-  // times a second and left 3-4% of the GPU idle.
+  // more than the threshold: with 1 ms turns a 30/70 pair hands over ~230
+  // times a second and leaves 3-4% of the GPU idle.
   s.tokens_ns = 2 * int64_t(kMs);
   EXPECT_FALSE(Eligible(s));
   s.tokens_ns = 4 * int64_t(kMs);
@@ -174,11 +174,11 @@ TEST(ComputePolicy, OveruseIsChargedToTheNextPeriod) {
   EXPECT_EQ(TurnLength(s, PolicyParams{}), PolicyParams{}.min_turn_ns);
 }
 
-// Issue 13: a holder that says it waits but never reports work in flight
-// was never charged, kept the smallest virtual time and took every other
-// turn. With charge_blocking_holder (the daemon's arbiter) its open turns
-// cost it their wall time while another slice waits.
-TEST(ComputePolicy, Issue13AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
+// A holder that says it waits but never reports work in flight would never be
+// charged, keep the smallest virtual time and take every other turn. With
+// charge_blocking_holder (the daemon's arbiter) its open turns cost it their
+// wall time while another slice waits.
+TEST(ComputePolicy, AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
   for (bool blocking : {false, true}) {
     Model m({Slice(100), Slice(900)});
     m.params.charge_blocking_holder = blocking;
@@ -207,12 +207,12 @@ TEST(ComputePolicy, Issue13AHolderThatNeverReportsWorkPaysForTheTurnsItBlocks) {
   }
 }
 
-// Issue 13: the arbiter decides on its own clock, so a decision's report of
+// The arbiter decides on its own clock, so a decision's report of
 // work in flight may be up to a tick old or new. Charged from the report of
 // the decision that ends an interval, a slice paid for the interval before
 // its work started (its launcher waking up after the turn opened); charged
 // from the report that starts it, it pays from its start to its drain.
-TEST(ComputePolicy, Issue13ChargedFromThePreviousReportASlicePaysFromItsStartToItsDrain) {
+TEST(ComputePolicy, ChargedFromThePreviousReportASlicePaysFromItsStartToItsDrain) {
   for (bool previous : {false, true}) {
     PolicyParams p;
     p.charge_from_previous_report = previous;
@@ -257,12 +257,11 @@ QueueModel RunLiar(uint32_t liar_milli, uint32_t honest_milli, bool blocking, bo
   return m;
 }
 
-// Issue 19, weak spot 1: a hard 30% slice alone whose loop keeps the GPU
-// busy 60% of the time it runs (short kernels, a synchronise after each)
-// was charged the wall time its batches were in flight and got 0.3 x 0.6 of
-// the GPU. Charged the GPU time it reports, it gets its 30%, in either
-// charging rule of the arbiter.
-TEST(ComputePolicy, Issue19ASynchronisingHardSliceAloneGetsItsShare) {
+// A hard 30% slice alone whose loop keeps the GPU busy 60% of the time it runs
+// (short kernels, a synchronise after each), charged the wall time its batches
+// are in flight, would get 0.3 x 0.6 of the GPU. Charged the GPU time it
+// reports, it gets its 30%, in either charging rule of the arbiter.
+TEST(ComputePolicy, ASynchronisingHardSliceAloneGetsItsShare) {
   for (bool report : {false, true}) {
     for (bool arbiter : {false, true}) {
       QueueModel m({Slice(300)}, {0.6});
@@ -279,10 +278,10 @@ TEST(ComputePolicy, Issue19ASynchronisingHardSliceAloneGetsItsShare) {
   }
 }
 
-// Issue 19, weak spot 3: launches of (next to) no GPU time were charged the
-// wall time they were in flight, so a 30% slice could launch 30% of the
-// time. Charged by GPU time its turns stay open.
-TEST(ComputePolicy, Issue19AnEmptyLaunchLoopIsNotThrottled) {
+// Launches of (next to) no GPU time, charged the wall time they are in flight,
+// would let a 30% slice launch only 30% of the time. Charged by GPU time its
+// turns stay open.
+TEST(ComputePolicy, AnEmptyLaunchLoopIsNotThrottled) {
   for (bool report : {false, true}) {
     QueueModel m({Slice(300)}, {0.001});
     m.report = report;
@@ -296,11 +295,11 @@ TEST(ComputePolicy, Issue19AnEmptyLaunchLoopIsNotThrottled) {
   }
 }
 
-// Issue 19, weak spot 2: hand-overs cost a 30/70 pair of hard slices ~4% of
-// the GPU. Charged by the GPU time they report, with hard turns of at least
-// 4 ms, the pair keeps the GPU busy at its shares in a few hundred turns,
-// with the arbiter's charging rules too.
-TEST(ComputePolicy, Issue19AHardPairChargedByGpuTimeKeepsTheGpuBusyAtItsShares) {
+// Hand-overs can cost a 30/70 pair of hard slices ~4% of the GPU. Charged by
+// the GPU time they report, with hard turns of at least 4 ms, the pair keeps
+// the GPU busy at its shares in a few hundred turns, with the arbiter's
+// charging rules too.
+TEST(ComputePolicy, AHardPairChargedByGpuTimeKeepsTheGpuBusyAtItsShares) {
   for (bool arbiter : {false, true}) {
     QueueModel m({Slice(300), Slice(700)}, {1.0, 1.0});
     m.params.charge_blocking_holder = arbiter;
@@ -315,14 +314,14 @@ TEST(ComputePolicy, Issue19AHardPairChargedByGpuTimeKeepsTheGpuBusyAtItsShares) 
   }
 }
 
-// Issue 19 under the arbiter: a slice that reports no GPU time while it
+// Under the arbiter: a slice that reports no GPU time while it
 // waits forever and uses every turn it gets (work in flight it does not
 // report) is still charged for its turns: while another slice waits, a
 // holder pays the wall time nobody's reports explain. What it keeps is the
 // work it queued before its turn ended, which runs on into the next turn
 // (the arbiter cannot see the GPU's queue: docs/COMPUTE.md, "what a liar
 // can do"); without the blocking charge it would take half the GPU.
-TEST(ComputePolicy, Issue19ASliceThatReportsNoGpuTimePaysForTheTurnsItBlocks) {
+TEST(ComputePolicy, ASliceThatReportsNoGpuTimePaysForTheTurnsItBlocks) {
   for (bool blocking : {false, true}) {
     const QueueModel m = RunLiar(100, 900, blocking, false);
     const uint64_t total = kLiarRunNs;
@@ -338,14 +337,14 @@ TEST(ComputePolicy, Issue19ASliceThatReportsNoGpuTimePaysForTheTurnsItBlocks) {
   }
 }
 
-// Issue 19 under the arbiter: where the others leave the GPU partly idle, a
+// Under the arbiter: where the others leave the GPU partly idle, a
 // slice that reports no GPU time keeps nobody waiting for much of its turns
-// and so is charged little: a hard 20% slice beside a hard 50% one took 57%
-// here (43% of the simulated GPU in tests/security).
+// and so is charged little: a hard 20% slice beside a hard 50% one takes
+// 57% here (43% of the simulated GPU in tests/security).
 // Once the daemon's audit distrusts it (NVML saw it use more than it was
 // charged; docs/SECURITY.md), it pays the wall time of every turn it holds,
 // and is back at its share; the honest slice keeps its own throughout.
-TEST(ComputePolicy, Issue19ADistrustedSliceIsChargedItsTurnsAndHeldToItsShare) {
+TEST(ComputePolicy, ADistrustedSliceIsChargedItsTurnsAndHeldToItsShare) {
   for (bool distrust : {false, true}) {
     const QueueModel m = RunLiar(200, 500, true, distrust);
     const uint64_t total = kLiarRunNs;
@@ -362,12 +361,12 @@ TEST(ComputePolicy, Issue19ADistrustedSliceIsChargedItsTurnsAndHeldToItsShare) {
   }
 }
 
-// Issue 19 under the arbiter: a holder's 10 ms kernel is reported when it
+// Under the arbiter: a holder's 10 ms kernel is reported when it
 // completes, long after the check on unexplained time (1 ms of slack) has
 // charged the holder for it. Its report pays that back instead of being
-// charged again: a 30/70 pair of 10 ms kernels got 24/63% of the GPU when
-// the kernel was charged twice.
-TEST(ComputePolicy, Issue19AHolderThatReportsItsKernelLateIsChargedForItOnce) {
+// charged again: a 30/70 pair of 10 ms kernels gets 24/63% of the GPU when
+// the kernel is charged twice.
+TEST(ComputePolicy, AHolderThatReportsItsKernelLateIsChargedForItOnce) {
   PolicyParams p;
   p.charge_blocking_holder = true;
   p.charge_from_previous_report = true;

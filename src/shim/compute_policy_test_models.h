@@ -22,7 +22,7 @@ inline SliceView Slice(uint32_t milli, coord::Mode mode = coord::kModeHard, uint
   return v;
 }
 
-// Issue 19: a GPU that runs the slices' queued work in submission order
+// A GPU that runs the slices' queued work in submission order
 // (work a new holder queues waits behind the old holder's drain), with
 // slices charged by the GPU time they report. A slice with `duty` 1 keeps
 // `depth_ns` queued while its turn is open (free-running); one with a duty

@@ -1,6 +1,6 @@
 #pragma once
 
-// Contexts admitted before they are created (issue 37): what the wrappers of
+// Contexts admitted before they are created: what the wrappers of
 // context_hooks.cc call around the driver's context creation, retain,
 // release, reset and destroy, and the driver-memory resync (NVML) that
 // module events and destroys use. The arithmetic is in context_charge.h.

@@ -3,7 +3,7 @@
 // The arithmetic of charging a context (the driver's own memory, a few
 // hundred MiB on a real GPU) to a slice before the driver creates it, so that
 // NVML never sees the slice above its limit, not even for the moment between
-// the creation and a check made after it (issue 37).
+// the creation and a check made after it.
 //
 // A context is reserved like an allocation, with the compare-and-swap of
 // TryCharge on the device's used_bytes, at the slice's learnt context size

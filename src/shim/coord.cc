@@ -277,7 +277,7 @@ bool Coordinator::Tick(uint64_t now_ns, const PolicyParams& params) {
     v.host_gpu_ns = e.host_gpu_ns.load(std::memory_order_relaxed);
     v.host_measured_ns = e.host_measured_ns.load(std::memory_order_relaxed);
     v.woke_ns = e.woke_ns.load(std::memory_order_relaxed);
-    // GPU time its members added since the last decision (issue 19).
+    // GPU time its members added since the last decision.
     const uint64_t gpu = e.gpu_ns.load(std::memory_order_relaxed);
     const uint64_t seen = e.gpu_seen_ns.load(std::memory_order_relaxed);
     v.gpu_ns = gpu > seen ? gpu - seen : 0;

@@ -48,7 +48,7 @@ inline constexpr uint64_t kMemberTimeoutNs = 300'000'000;
 inline constexpr uint64_t kArbiterStaleNs = 2'000'000'000;
 // The arbiter beats at least this often.
 inline constexpr uint64_t kArbiterBeatNs = 100'000'000;
-// In a quiet turn (issue 19) the arbiter decides, and its slices' processes
+// In a quiet turn the arbiter decides, and its slices' processes
 // report, this often. Both sides rely on it: the arbiter's margin on a hard
 // cap allows for reports one such tick late. Not part of the files' format.
 inline constexpr uint64_t kQuietTickNs = 1'000'000;
@@ -64,11 +64,11 @@ inline constexpr uint32_t kModeWorkConserving = 1;
 
 // BoardSlice::flags.
 inline constexpr uint32_t kSlicePaused = 1u << 0;  // Idle reclaim: no turns.
-// Issue 19: the slice may launch beside the holder while a turn is open or
+// The slice may launch beside the holder while a turn is open or
 // closing (PolicyParams::corun). Added within version 1: a shim that does
-// not know the bit waits for turns of its own, as before.
+// not know the bit waits for turns of its own.
 inline constexpr uint32_t kSliceCoRun = 1u << 1;
-// Issue 37: the slice has no share of its own (the daemon registered it at
+// The slice has no share of its own (the daemon registered it at
 // the smallest share, work-conserving; SliceView::shareless): a slice with a
 // share takes the GPU from it on demand. Added within version 1 (the
 // arbiter's own record, kept on the board for a restarted daemon to
@@ -78,7 +78,7 @@ inline constexpr uint32_t kSliceNoShare = 1u << 2;
 // MemberSlot::flags (only these bits are read).
 inline constexpr uint32_t kMemberWaiting = 1u << 0;   // A launch waits for the turn.
 inline constexpr uint32_t kMemberInflight = 1u << 1;  // Launched work not known complete.
-// Issue 19: `gpu_ns` counts the GPU time of all its work (the slice is then
+// `gpu_ns` counts the GPU time of all its work (the slice is then
 // charged that rather than wall time in flight).
 inline constexpr uint32_t kMemberGpuTime = 1u << 2;
 inline constexpr uint32_t kMemberFlagMask = kMemberWaiting | kMemberInflight | kMemberGpuTime;

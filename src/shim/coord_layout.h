@@ -55,11 +55,11 @@ enum Mode : uint32_t { kModeHard = 0, kModeWorkConserving = 1 };
 inline constexpr uint32_t kMemberWaiting = 1u << 0;   // A launch waits for the turn.
 inline constexpr uint32_t kMemberInflight = 1u << 1;  // Launched work not known complete.
 // The member adds the GPU time its work used to its slice's `gpu_ns`
-// (issue 19; the slice is then charged that rather than wall time in flight).
+// (the slice is then charged that rather than wall time in flight).
 inline constexpr uint32_t kMemberGpuTime = 1u << 2;
 
-// SliceEntry::flags. Zero in a file written before issue 19: no co-running,
-// no duty measured yet.
+// SliceEntry::flags. Zero in a file of an older shim: no co-running, no duty
+// measured yet.
 inline constexpr uint32_t kSliceCoRun = 1u << 0;         // May launch beside the holder.
 inline constexpr uint32_t kSliceDutyMeasured = 1u << 1;  // duty_milli holds a measurement.
 inline constexpr uint32_t kSliceHostDutyMeasured = 1u << 2;  // host_duty_milli holds one.
@@ -88,8 +88,8 @@ struct CoordHeader {
   std::atomic<uint32_t> turn_seq;    // +1 on every change; the futex word.
   std::atomic<int32_t> holder;       // Slice index, -1: none.
   std::atomic<uint32_t> turn_state;  // TurnState.
-  // kTurn* flags (issue 37, in bytes that were reserved, zero, before: a
-  // turn of an older file was not handed off).
+  // kTurn* flags (in bytes reserved, zero, in an older file: a turn of such
+  // a file is not handed off).
   std::atomic<uint32_t> turn_flags;
   std::atomic<uint64_t> turn_start_ns;
   std::atomic<uint64_t> turn_end_ns;
@@ -117,17 +117,17 @@ struct alignas(64) SliceEntry {
   std::atomic<uint32_t> share_milli;
   std::atomic<uint32_t> mode;      // Mode.
   std::atomic<uint32_t> priority;  // core::Priority (0 low, 1 normal, 2 high).
-  std::atomic<uint32_t> flags;     // kSlice* (issue 19; reserved, zero, before).
+  std::atomic<uint32_t> flags;     // kSlice* (reserved, zero, in older files).
   std::atomic<int64_t> tokens_ns;    // Hard cap budget; overuse makes it negative.
   std::atomic<uint64_t> vtime;       // Charged ns x 1000 / share: fair-share order.
   std::atomic<uint64_t> charged_ns;  // Total GPU time charged (statistics).
   std::atomic<uint64_t> idle_since_ns;  // When it last stopped wanting the GPU; 0: wants.
-  // Issue 19, in bytes that were reserved (zero) before: the GPU time its
+  // In bytes reserved (zero) in older files: the GPU time its
   // members' work used, added by them, and how much of it decisions have
   // charged so far.
   std::atomic<uint64_t> gpu_ns;
   std::atomic<uint64_t> gpu_seen_ns;
-  // Issue 19, also in bytes reserved before: its duty (SliceView::duty_milli,
+  // Also in bytes reserved in older files: its duty (SliceView::duty_milli,
   // valid with kSliceDutyMeasured) and host duty (host_duty_milli, valid with
   // kSliceHostDutyMeasured), and the windows being measured.
   std::atomic<uint32_t> duty_milli;
@@ -137,7 +137,7 @@ struct alignas(64) SliceEntry {
   std::atomic<uint64_t> host_wall_ns;
   std::atomic<uint64_t> host_gpu_ns;
   std::atomic<uint64_t> host_measured_ns;  // When a host duty window last completed.
-  // Issue 37, in bytes reserved (zero) before: SliceView::woke_ns (0: no
+  // In bytes reserved (zero) in older files: SliceView::woke_ns (0: no
   // request waits for a hand-off).
   std::atomic<uint64_t> woke_ns;
   uint8_t reserved2[kSliceEntrySize - 128];

@@ -143,7 +143,7 @@ TEST_F(CoordTest, ASliceAloneIsQuietForAsLongAsItsTokensLast) {
   EXPECT_EQ(mine.QuietNs(), UINT64_MAX) << "alone again";
 }
 
-// Issue 19: slices that all launch at once (the holder in its open turn and
+// Slices that all launch at once (the holder in its open turn and
 // co-runners beside it) are as quiet as a slice alone, while nobody waits
 // for a turn; a slice that takes turns, a waiting member or a closing turn
 // brings the usual pace back.

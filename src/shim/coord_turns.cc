@@ -63,7 +63,7 @@ bool CooperativeTurns::HoldsOpenTurn(uint64_t) const {
   const int32_t holder = h.holder.load(std::memory_order_acquire);
   const uint32_t state = h.turn_state.load(std::memory_order_relaxed);
   if (holder == slice && state == coord::kTurnOpen) return true;
-  // Co-running beside the holder (issue 19), during its turn or its drain.
+  // Co-running beside the holder, during its turn or its drain.
   return state != coord::kTurnNone && slice >= 0 && uint32_t(slice) < coord::kMaxSlices &&
          (coord_->slice(uint32_t(slice)).flags.load(std::memory_order_relaxed) &
           coord::kSliceCoRun) != 0;
@@ -114,13 +114,13 @@ uint64_t CooperativeTurns::QuietNs() const {
   const int32_t mine = coord_->member(uint32_t(m)).slice.load(std::memory_order_relaxed);
   if (mine < 0 || uint32_t(mine) >= coord::kMaxSlices) return 0;
   // Alone, or every slice on the GPU launching with nobody waiting for a
-  // turn: the holder's open turn and co-runners beside it (issue 19). There
+  // turn: the holder's open turn and co-runners beside it. There
   // the others' decisions change nothing for this slice until one of them
   // runs out of tokens or wants a turn of its own, and both change the turn
   // or its co-runners (which ends the wait at once) or are seen at the next
   // tick. At the usual pace, a co-running pair of 20 us loops beside a
-  // busy process made 0.65-0.70 of its unshared launches: each gate thread
-  // woke ~4,000 times a second and shared the loops' CPU.
+  // busy process makes 0.65-0.70 of its unshared launches: each gate thread
+  // wakes ~4,000 times a second and shares the loops' CPU.
   const coord::CoordHeader& h = coord_->header();
   const int32_t holder = h.holder.load(std::memory_order_relaxed);
   const bool open = h.turn_state.load(std::memory_order_relaxed) == coord::kTurnOpen;
@@ -246,7 +246,7 @@ bool BoardTurns::HoldsOpenTurn(uint64_t now_ns) const {
   const int32_t holder = h.holder.load(std::memory_order_acquire);
   const uint32_t state = h.turn_state.load(std::memory_order_relaxed);
   if (holder == i && state == board::kTurnOpen) return true;
-  // Co-running beside the holder (issue 19), during its turn or its drain.
+  // Co-running beside the holder, during its turn or its drain.
   return state != board::kTurnNone &&
          (board().slice(uint32_t(i)).flags.load(std::memory_order_relaxed) & board::kSliceCoRun) !=
              0;

@@ -77,7 +77,7 @@ class Turns {
   virtual uint32_t TurnSeq() const = 0;
   virtual void WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const = 0;
   virtual void CountLaunch() = 0;
-  // Adds GPU time this process's work used (issue 19: what its slice is
+  // Adds GPU time this process's work used (what its slice is
   // charged when its members publish coord::kMemberGpuTime).
   virtual void AddGpuNs(uint64_t /*ns*/) {}
   virtual std::string Describe() const = 0;

@@ -302,9 +302,9 @@ bool Admit(Region& r, uint32_t d, uint32_t slot, uint64_t bytes) {
   return TryCharge(r.device(d), r.slot(slot), d, bytes, r.LimitOf(d));
 }
 
-// Issue 13: a job owns its region and rewrote the limit there to
-// "unlimited" (and its share, priority and pause); what the shim admits
-// and follows does not change.
+// A job owns its region and may rewrite the limit there to "unlimited"
+// (and its share, priority and pause); what the shim admits and follows
+// does not change.
 TEST(RegionWithLimitsPage, ARewrittenRegionDecidesNothing) {
   TempDir dir;
   auto region = MakeRegion(dir, {{kUuidA, 4 * kGiB}, {kUuidB, kGiB}});

@@ -79,7 +79,7 @@ TEST(ProcAddress, HooksNewerThanTheHeaderAreAbsent) {
   EXPECT_EQ(MatchProc("cuLibraryLoadData", 13000, 0).hook != kHookCount, CUDA_VERSION >= 12000);
 }
 
-// Issue 3: pre-12.0 headers lack its types, yet CUDA 12+ runtimes reach
+// Pre-12.0 headers lack its types, yet CUDA 12+ runtimes reach
 // everything through it, so the hook exists in every build.
 TEST(ProcAddress, CuGetProcAddressV2IsHookedWhateverTheHeader) {
   HookId v2 = FindHookBySymbol("cuGetProcAddress_v2");

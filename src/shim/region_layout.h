@@ -145,7 +145,7 @@ struct alignas(64) DeviceEntry {
   // Was reserved (zero) space: version unchanged.
   std::atomic<uint64_t> refused_allocs;
   uint8_t reserved2[40];
-  // Line 4: the compute share (issue 4), read by every process's gate tick.
+  // Line 4: the compute share, read by every process's gate tick.
   std::atomic<uint32_t> compute_share_milli;  // 0: no compute cap.
   std::atomic<uint32_t> priority;             // core::Priority.
   std::atomic<uint32_t> compute_mode;         // 0: none.
@@ -187,7 +187,7 @@ struct alignas(64) ProcessSlot {
   uint8_t reserved0[32];
   std::atomic<uint64_t> used_bytes[kMaxDevices];
   std::atomic<uint64_t> overhead_bytes[kMaxDevices];
-  // Reserved for the compute-share part (issue 4).
+  // Reserved for the compute-share part.
   std::atomic<uint64_t> launches[kMaxDevices];
   std::atomic<uint64_t> busy_ns[kMaxDevices];
   uint8_t reserved1[kProcessSlotSize - 576];

@@ -5,9 +5,9 @@
 // (docs/SLICE_REGION.md, "For the daemon"; docs/SECURITY.md).
 //
 // The region is the job's file. It may rewrite, truncate, regrow or remove
-// it at any moment; a reader that went through a mapping of it died of
-// SIGBUS when the file shrank under it (issue 36: a job killed the root
-// daemon in 1-7 s, and the restarted daemon in the same second). A copy
+// it at any moment; a reader that goes through a mapping of it dies of
+// SIGBUS when the file shrinks under it (a job can kill the root daemon in
+// 1-7 s, and the restarted daemon in the same second). A copy
 // cannot fault. Whatever bytes it holds parse to devices and processes, or
 // to an error that means "no report"; nothing read here is ever a decision.
 //

@@ -91,8 +91,8 @@ TEST_F(RegionSnapshotTest, ReadsWhatTheSlicesProcessesReport) {
   EXPECT_TRUE(devices_only->Processes().empty());
 }
 
-// Issue 36: the daemon read the region through a mapping and died of SIGBUS
-// when the job shrank the file under it. Every state the job can leave its
+// A daemon reading the region through a mapping would die of SIGBUS when
+// the job shrinks the file under it. Every state the job can leave its
 // file in is "no report", in a child process so that a fault fails the test
 // instead of ending it.
 TEST_F(RegionSnapshotTest, ARegionTheJobTruncatesRegrowsOrRemovesIsNoReportNeverAFault) {

@@ -278,7 +278,7 @@ TEST_F(DeviceModelTest, UtilizationFollowsBusyTime) {
   EXPECT_TRUE(m->ProcessUtilizationSince(0, p[0].timestamp_us).empty());
 }
 
-// Issue 2: after a gap with no samples (nobody ran kernels or read), the
+// After a gap with no samples (nobody ran kernels or read), the
 // window reaches back at most 1 s: utilisation falls to 0 one second after
 // the last kernel instead of counting work from before the gap.
 TEST_F(DeviceModelTest, UtilizationWindowReachesBackAtMostOneSecond) {

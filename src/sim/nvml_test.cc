@@ -467,7 +467,7 @@ TEST_F(NvmlTest, MigDevicesAreReachableFromTheirParentAndBack) {
   EXPECT_EQ(mem.used, expected);
 }
 
-// Issue 18 item 1: MIG instances had no utilisation at all. GPM gives one
+// MIG instances have a utilisation: GPM gives one
 // per GPU instance on Hopper (H100/H200), as on real hardware; an A100 has
 // no GPM (its MIG instances stay without a figure).
 TEST_F(NvmlTest, GpmMeasuresEachMigInstanceAndTheWholeGpuOnHopperOnly) {

@@ -198,11 +198,35 @@ std::vector<SlurmCheck> CheckSlurm(const SlurmSetup& setup) {
           (ours->required ? ""
                           : " (optional: a node without the plugin file runs steps "
                             "without slices)"));
-  add("slurm_plugin_socket", config->socket == setup.daemon_socket,
-      config->socket == setup.daemon_socket
-          ? "the plugin reaches gpusliced at " + config->socket
-          : "the plugin connects to " + config->socket + " but gpusliced listens on " +
-                setup.daemon_socket + " (set socket= on its plugstack.conf line)");
+  const SocketProbe& probe = setup.socket_probe;
+  if (config->socket != setup.daemon_socket) {
+    add("slurm_plugin_socket", false,
+        "the plugin connects to " + config->socket + " but gpusliced listens on " +
+            setup.daemon_socket + " (set socket= on its plugstack.conf line)");
+  } else if (!probe.checked) {
+    // "reaches" is said only after a check as the user: root, which every
+    // socket lets in, would pass while every user's step is refused.
+    add("slurm_plugin_socket", true,
+        "the plugin's socket= is " + config->socket +
+            ", where gpusliced listens; whether a user's step can connect is not checked (the "
+            "daemon is not root)",
+        true);
+  } else if (!probe.reachable) {
+    add("slurm_plugin_socket", false,
+        "a user of group " + probe.group + " cannot connect to " + config->socket + " (" +
+            probe.seen + (probe.why.empty() ? "" : ": " + probe.why) +
+            "): every step's slice would be refused; set socket_group in gpusliced's "
+            "configuration to the group of the Slurm users (docs/SLURM.md)");
+  } else {
+    std::string members;
+    for (const std::string& m : probe.members) members += (members.empty() ? "" : ", ") + m;
+    add("slurm_plugin_socket", true,
+        "a user of group " + probe.group + " (not root) connects to " + config->socket + " (" +
+            probe.seen + "); the steps of its members reach gpusliced" +
+            (members.empty() ? std::string(": the group lists no member by name")
+                             : " (members: " + members + ")") +
+            "; Slurm users outside it get their steps refused");
+  }
 
   // gres.conf's device nodes: character devices 195:N of GPUs we know.
   const std::vector<ConfLine> gres = ParseConfLines(setup.gres_conf);

@@ -42,6 +42,18 @@ struct DeviceNode {
   uint32_t minor = 0;
 };
 
+// Whether an ordinary user of the socket's group can connect to the
+// daemon's socket, tried as such a user (the daemon's doctor runs as root,
+// which any socket lets in).
+struct SocketProbe {
+  bool checked = false;  // False: the daemon could not try (not root).
+  bool reachable = false;
+  std::string seen;  // "srw-rw---- root:gpu-users"
+  std::string group;
+  std::string why;                   // connect(2)'s error when not reachable.
+  std::vector<std::string> members;  // The group's members by name.
+};
+
 struct SlurmSetup {
   std::string slurm_conf_path;
   std::string slurm_conf;                      // Its text.
@@ -51,6 +63,7 @@ struct SlurmSetup {
   std::map<std::string, DeviceNode> devices;   // Every gres.conf File= path.
   std::string daemon_socket;                   // Where this gpusliced listens.
   std::map<uint32_t, std::string> gpu_minors;  // Device minor -> GPU UUID.
+  SocketProbe socket_probe;                    // Of the plugin's socket.
 };
 
 struct SlurmCheck {

@@ -47,6 +47,11 @@ SlurmSetup Good() {
   s.devices["/dev/nvidia1"] = {true, true, 195, 1};
   s.daemon_socket = "/run/gs.sock";
   s.gpu_minors = {{0, "GPU-a"}, {1, "GPU-b"}};
+  s.socket_probe.checked = true;
+  s.socket_probe.reachable = true;
+  s.socket_probe.group = "slurm-users";
+  s.socket_probe.seen = "srw-rw---- root:slurm-users";
+  s.socket_probe.members = {"alice", "bob"};
   return s;
 }
 
@@ -68,6 +73,34 @@ TEST(SlurmDoctor, AGoodNodePassesEveryCheck) {
   EXPECT_NE(Find(checks, "slurm_gres_devices")->detail.find("/dev/nvidia1 = GPU-b"),
             std::string::npos);
   EXPECT_EQ(Find(checks, "slurm_proctrack"), nullptr);
+}
+
+// doctor must not say "the plugin reaches gpusliced" (checked as root)
+// while every user's step is refused.
+TEST(SlurmDoctor, TheSocketIsJudgedAsAUserOfItsGroupWouldMeetIt) {
+  SlurmSetup s = Good();
+  const auto good = CheckSlurm(s);
+  const SlurmCheck* ok = Find(good, "slurm_plugin_socket");
+  ASSERT_NE(ok, nullptr);
+  EXPECT_TRUE(ok->ok);
+  EXPECT_NE(ok->detail.find("a user of group slurm-users (not root) connects"), std::string::npos)
+      << ok->detail;
+  EXPECT_NE(ok->detail.find("members: alice, bob"), std::string::npos) << ok->detail;
+  s.socket_probe.reachable = false;
+  s.socket_probe.group = "root";
+  s.socket_probe.seen = "srw-rw---- root:root";
+  s.socket_probe.why = "it belongs to group root";
+  auto checks = CheckSlurm(s);
+  const SlurmCheck* refused = Find(checks, "slurm_plugin_socket");
+  EXPECT_FALSE(refused->ok);
+  EXPECT_NE(refused->detail.find("cannot connect"), std::string::npos) << refused->detail;
+  EXPECT_NE(refused->detail.find("socket_group"), std::string::npos) << refused->detail;
+  EXPECT_EQ(refused->detail.find("reaches"), std::string::npos);
+  s.socket_probe = SocketProbe{};  // Not root: not tried, and said so.
+  const auto untried = CheckSlurm(s);
+  const SlurmCheck* unknown = Find(untried, "slurm_plugin_socket");
+  EXPECT_TRUE(unknown->note);
+  EXPECT_NE(unknown->detail.find("not checked"), std::string::npos);
 }
 
 TEST(SlurmDoctor, EachMistakeIsNamed) {

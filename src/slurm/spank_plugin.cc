@@ -17,7 +17,10 @@
 //   slurm_spank_task_init  each task, before exec: when the slice could not
 //                          be made, prints why on the task's stderr (the
 //                          user's terminal) and fails the task.
-//   slurm_spank_exit       slurmstepd, as root: releases the slice at once.
+//   slurm_spank_task_exit  slurmstepd, as each task ends: keeps the step's
+//                          exit status (the first non-zero, else 0).
+//   slurm_spank_exit       slurmstepd, as root: releases the slice at once,
+//                          saying how the step ended (its exit status).
 //
 // C ABI out (Slurm dlopens it): every callback catches everything.
 
@@ -32,7 +35,7 @@ extern "C" {
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "slurm/spank_request.h"
 
 namespace gs = gpuslice::slurm;
@@ -47,6 +50,9 @@ struct PluginState {
   gs::PluginConfig config;
   uint64_t slice_id = 0;  // The daemon's job this step created; 0: none.
   std::string failure;    // Why the step may not run (told to each task).
+  // The step's exit status as its tasks ended: the first non-zero (a wait
+  // status's exit code, or 128 + the signal), else 0; -1 before any ended.
+  int exit_code = -1;
 };
 PluginState& State() {
   static PluginState state;
@@ -93,7 +99,7 @@ std::string Env(spank_t sp, const char* name) {
 // (whole GPUs would otherwise be refused as held by it).
 // The environment is the user's to write: the slice named must be this
 // user's, of this Slurm job, and running here.
-bool ReuseParentSlice(gpuslice::cli::Client& client, const std::string& parent, uint32_t job_id,
+bool ReuseParentSlice(gpuslice::client::Client& client, const std::string& parent, uint32_t job_id,
                       uid_t uid) {
   if (parent.empty() || parent.find_first_not_of("0123456789") != std::string::npos) return false;
   auto j = client.Call("GET", "/v1/jobs/" + parent);
@@ -127,7 +133,7 @@ int UserInit(spank_t sp) {
   }
   if (gres->gpu_minors.empty() && gres->shards == 0 && !st.options.any()) return 0;  // No GPU.
 
-  gpuslice::cli::Client client(st.config.socket);
+  gpuslice::client::Client client(st.config.socket);
   auto gpus = client.Call("GET", "/v1/gpus");
   if (!gpus.ok()) {
     std::string why =
@@ -241,15 +247,32 @@ GPUSLICE_EXPORT int slurm_spank_task_init(spank_t sp, int, char**) {
   return -1;
 }
 
+GPUSLICE_EXPORT int slurm_spank_task_exit(spank_t sp, int, char**) {
+  try {
+    if (!spank_remote(sp)) return 0;
+    int status = 0;
+    if (spank_get_item(sp, S_TASK_EXIT_STATUS, &status) != ESPANK_SUCCESS) return 0;
+    PluginState& st = State();
+    const int code = gs::ExitCodeOfWaitStatus(status);
+    if (st.exit_code <= 0) st.exit_code = code;
+    return 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 GPUSLICE_EXPORT int slurm_spank_exit(spank_t sp, int, char**) {
   try {
     if (!spank_remote(sp)) return 0;
     PluginState& st = State();
     if (st.slice_id == 0) return 0;
     // As root again: released now rather than when the daemon notices that
-    // this process is gone (which it also does, within 100 ms).
-    gpuslice::cli::Client client(st.config.socket);
-    (void)client.Call("POST", "/v1/jobs/" + std::to_string(st.slice_id) + "/cancel");
+    // this process is gone (which it also does, within 100 ms), with the
+    // step's exit status for its record (else every step reads exit 0).
+    gpuslice::client::Client client(st.config.socket);
+    json body = {{"exit_code", st.exit_code}};
+    (void)client.Call("POST", "/v1/jobs/" + std::to_string(st.slice_id) + "/cancel",
+                      st.exit_code >= 0 ? &body : nullptr);
     st.slice_id = 0;
     return 0;
   } catch (...) {

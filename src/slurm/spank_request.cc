@@ -1,5 +1,7 @@
 #include "slurm/spank_request.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <charconv>
 
@@ -249,6 +251,12 @@ std::map<std::string, std::string> StepEnvironment(
     out[key] = value;
   }
   return out;
+}
+
+int ExitCodeOfWaitStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 0;
 }
 
 }  // namespace gpuslice::slurm

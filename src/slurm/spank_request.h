@@ -80,6 +80,10 @@ core::Result<nlohmann::json> BuildSliceRequest(const SpankOptions& options, cons
                                                const StepId& step, const PluginConfig& config,
                                                const nlohmann::json& gpus);
 
+// A task's wait status (S_TASK_EXIT_STATUS) as the exit code a shell says:
+// its exit status, or 128 + the signal that ended it.
+int ExitCodeOfWaitStatus(int status);
+
 // Environment for the step from the daemon's job view ("env": ["K=V", ...]):
 // LD_PRELOAD and LD_LIBRARY_PATH put the slice's entries first and keep the
 // step's (`current`, its values now, absent: unset); the rest replace.

@@ -1,6 +1,7 @@
 #include "slurm/spank_request.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 namespace gpuslice::slurm {
 namespace {
@@ -165,6 +166,19 @@ TEST(StepEnv, PreloadAndLibraryPathKeepTheStepsOwn) {
   EXPECT_EQ(out["GPUSLICE_SLICE"], "/run/x");
   out = StepEnvironment(env, {});
   EXPECT_EQ(out["LD_PRELOAD"], "/lib/libgpuslice.so");
+}
+
+}  // namespace
+}  // namespace gpuslice::slurm
+
+namespace gpuslice::slurm {
+namespace {
+
+// A step's slice ends with the step's exit status, not always "exit 0".
+TEST(StepExit, ATasksWaitStatusBecomesTheExitCodeAShellWouldSay) {
+  EXPECT_EQ(ExitCodeOfWaitStatus(0), 0);
+  EXPECT_EQ(ExitCodeOfWaitStatus(3 << 8), 3);
+  EXPECT_EQ(ExitCodeOfWaitStatus(SIGKILL), 128 + SIGKILL);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Issue 14 item 2 with a real container engine: the daemon's CDI spec of a
+// CDI with a real container engine: the daemon's CDI spec of a
 // running job, read by podman (Debian 12's 4.3, with runc), puts a container
 // of an image that knows nothing of gpuslice into the job's slice: the
 // shim, the simulated GPU and the limits come from the host, the memory cap

@@ -1,4 +1,4 @@
-// Issue 13 item 3 and the log cap of item 6, against the real daemon: jobs
+// Jobs tracked by cgroup and the log cap, against the real daemon: jobs
 // tracked by cgroup (setsid escapees stay in the job, cancel ends them, a
 // restarted daemon keeps tracking them), host limits (--cpus, --host-mem)
 // and the capped log. The cgroup tests need a root daemon on a machine that
@@ -89,9 +89,9 @@ class CgroupE2E : public ::testing::Test {
   Daemon d;
 };
 
-// Issue 13: `sh -c 'setsid sleep 30 &'` used to be recorded as exited at
-// once while sleep kept its allocation's GPU memory.
-TEST_F(CgroupE2E, Issue13SetsidEscapeeKeepsTheJobRunningAndCancelEndsItWithin2s) {
+// `sh -c 'setsid sleep 30 &'` is not exited while sleep runs: recorded as
+// exited at once, sleep would keep its allocation's GPU memory.
+TEST_F(CgroupE2E, SetsidEscapeeKeepsTheJobRunningAndCancelEndsItWithin2s) {
   CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c", "setsid sleep 30 & echo bg"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   std::string id = Trim(s.out);
@@ -101,7 +101,7 @@ TEST_F(CgroupE2E, Issue13SetsidEscapeeKeepsTheJobRunningAndCancelEndsItWithin2s)
   EXPECT_TRUE(Daemon::WaitFor([&] { return CgroupFile(id, {"cgroup.procs"}).empty(); }, 5));
 }
 
-TEST_F(CgroupE2E, Issue13JobEndsWhenItsLastEscapeeEnds) {
+TEST_F(CgroupE2E, JobEndsWhenItsLastEscapeeEnds) {
   CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
                        "(setsid sh -c 'sleep 2; echo late' &); exit 3"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
@@ -118,7 +118,7 @@ TEST_F(CgroupE2E, Issue13JobEndsWhenItsLastEscapeeEnds) {
 // The escapee blocks opening a FIFO, so the job is exactly one process once
 // its leader ends. (A loop polling a marker file with `sleep 0.05` was two
 // processes nearly all the time, and the wait for one timed out in CI.)
-TEST_F(CgroupE2E, Issue13RestartedDaemonKeepsTrackingAnEscapedChild) {
+TEST_F(CgroupE2E, RestartedDaemonKeepsTrackingAnEscapedChild) {
   const std::string fifo = d.dir() + "/go";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
   CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c",
@@ -141,7 +141,7 @@ TEST_F(CgroupE2E, Issue13RestartedDaemonKeepsTrackingAnEscapedChild) {
   EXPECT_EQ(Job(d, id)["exit_code"], 0);
 }
 
-TEST_F(CgroupE2E, Issue13CpusThrottlesABusyLoop) {
+TEST_F(CgroupE2E, CpusThrottlesABusyLoop) {
   // A shell busy loop for 3 s of wall time, then the CPU time it used
   // (`times`: children's user and system time on the second line).
   CliResult s = d.Cli({"submit", "--mem", "1GiB", "--cpus", "0.5", "--", "sh", "-c",
@@ -167,7 +167,7 @@ TEST_F(CgroupE2E, Issue13CpusThrottlesABusyLoop) {
   EXPECT_EQ(Job(d, id)["request"]["host_cpu_milli"], 500);
 }
 
-TEST_F(CgroupE2E, Issue13HostMemOverTheLimitIsOomKilledWithTheReasonShown) {
+TEST_F(CgroupE2E, HostMemOverTheLimitIsOomKilledWithTheReasonShown) {
   // The shell keeps 200 MB of command substitution in its own memory.
   CliResult s = d.Cli({"submit", "--mem", "1GiB", "--host-mem", "64MiB", "--", "sh", "-c",
                        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived"});
@@ -201,17 +201,17 @@ TEST_F(CgroupE2E, HostLimitsAreCheckedAtSubmit) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 
-// Issue 13: a command run with `run -i` (and a shell) was started by the
-// CLI outside the job's cgroup, tracked by its pid alone: a `setsid` child
-// left the job as the batch job's did before cgroups. The CLI now holds its
-// child until the daemon has put it in the job's cgroup.
-TEST_F(CgroupE2E, Issue13RunInteractiveRunsInTheJobsCgroupFromItsFirstInstruction) {
+// A command run with `run -i` (and a shell) is started by the CLI, which
+// holds its child until the daemon has put it in the job's cgroup: tracked
+// by its pid alone, outside the cgroup, a `setsid` child would leave the
+// job.
+TEST_F(CgroupE2E, RunInteractiveRunsInTheJobsCgroupFromItsFirstInstruction) {
   CliResult r = d.Cli({"run", "-i", "--mem", "1GiB", "--", "cat", "/proc/self/cgroup"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("/job-"), std::string::npos) << r.out;
 }
 
-TEST_F(CgroupE2E, Issue13RunInteractiveSetsidEscapeeStaysInTheJobAndCancelEndsIt) {
+TEST_F(CgroupE2E, RunInteractiveSetsidEscapeeStaysInTheJobAndCancelEndsIt) {
   CliResult r = d.Cli({"run", "-i", "--mem", "1GiB", "--name", "escape", "--", "sh", "-c",
                        "setsid sleep 30 >/dev/null 2>&1 </dev/null & echo bg"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -226,7 +226,7 @@ TEST_F(CgroupE2E, Issue13RunInteractiveSetsidEscapeeStaysInTheJobAndCancelEndsIt
   EXPECT_NE(ExpectEscapeeKeepsTheJobAndCancelEndsIt(id), 0);
 }
 
-// Issue 13 item 6: a job can fill the state disk through its stdout.
+// A job could fill the state disk through its stdout; its log is capped.
 class LogCapE2E : public ::testing::Test {
  protected:
   LogCapE2E() : d("1xH100-80GB", {"--set", "max_log_size=64KiB"}) {}
@@ -237,7 +237,7 @@ class LogCapE2E : public ::testing::Test {
 constexpr char kPrintLines[] =
     "i=0; while [ $i -lt 5000 ]; do echo line-$i-xxxxxxxxxxxxxxxxxxxxxxxxxxxx; i=$((i+1)); done";
 
-TEST_F(LogCapE2E, Issue13OutputThreeTimesTheCapKeepsAtMostTheCapWithANote) {
+TEST_F(LogCapE2E, OutputThreeTimesTheCapKeepsAtMostTheCapWithANote) {
   // 5000 lines of ~40 bytes: three times the 64 KiB cap.
   CliResult s = d.Cli({"submit", "--mem", "1GiB", "--", "sh", "-c", kPrintLines});
   ASSERT_EQ(s.exit_code, 0) << s.err;
@@ -252,7 +252,7 @@ TEST_F(LogCapE2E, Issue13OutputThreeTimesTheCapKeepsAtMostTheCapWithANote) {
   EXPECT_EQ(logs.find("line-0-"), std::string::npos);
 }
 
-TEST_F(LogCapE2E, Issue13RunStreamsAcrossATrim) {
+TEST_F(LogCapE2E, RunStreamsAcrossATrim) {
   // `run` follows the log by offsets while it is trimmed under it.
   CliResult r = d.Cli(
       {"run", "--mem", "1GiB", "--", "sh", "-c", std::string(kPrintLines) + "; echo the-end"});

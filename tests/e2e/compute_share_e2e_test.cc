@@ -41,8 +41,8 @@ bool ParseReport(const std::string& out, WorkerReport* r) {
 }
 
 // The share of the GPU the worker reaches alone and without the shim, on this
-// machine now: the ceiling any slice can reach here (issue 18 item 15: a
-// fixed bound failed on slower machines).
+// machine now: the ceiling any slice can reach here (a fixed bound fails on
+// slower machines).
 double UnshimmedCeiling(const Daemon& d, unsigned kernel_us) {
   std::string cmd = "env -u LD_PRELOAD LD_LIBRARY_PATH=" + std::string(GPUSLICE_E2E_SIM_DIR);
   for (const std::string& e : d.Env()) {
@@ -130,11 +130,11 @@ TEST_F(E2ECompute, TwoSlicesAt30And70PercentSplitTheGpu30To70) {
   EXPECT_FALSE(coord_file) << "a coordination file every job could write";
 }
 
-// Issue 18 item 2: a high-priority 50% slice got 27% of the GPU while a
-// low-priority slice without a share, on the same GPU, got 57% (it launched
-// freely; the GPU's time-slicing split them). Now the slice without a share
-// takes turns, last: the high-priority one gets at least its share.
-TEST_F(E2ECompute, Issue18ASliceWithoutAShareYieldsToAHighPriorityShare) {
+// A low-priority slice without a share must not take 57% of the GPU from a
+// high-priority 50% slice, left at 27% (launching freely, the GPU's
+// time-slicing splits them). The slice without a share takes turns, last: the
+// high-priority one gets at least its share.
+TEST_F(E2ECompute, ASliceWithoutAShareYieldsToAHighPriorityShare) {
   constexpr unsigned kKernelUs = 1000;
   auto submit = [&](std::vector<std::string> args, const std::string& name) {
     std::vector<std::string> cmd = {"submit", "--mem", "2GiB", "--name", name};
@@ -310,12 +310,12 @@ TEST_F(E2ECompute, AWorkConservingJobAloneUsesTheIdleGpuAHardOneDoesNot) {
   EXPECT_NE(bad.err.find("--compute-mode"), std::string::npos) << bad.err;
 }
 
-// Issue 13, item 2: any member of the socket group wrote into the shared
-// coordination file and starved another user's 50% slice to 5% of its work.
-// Now two users' hard slices share the GPU while a third user's job on the
-// same GPU writes random bytes into every file of the coordination directory
-// and every members file it can open (its own is the only one it can), in a
-// loop: the victims keep what they get without it, in the same run.
+// A member of the socket group writing into the shared coordination file could
+// starve another user's 50% slice to 5% of its work. Two users' hard slices
+// share the GPU while a third user's job on the same GPU writes random bytes
+// into every file of the coordination directory and every members file it can
+// open (its own is the only one it can), in a loop: the victims keep what they
+// get without it, in the same run.
 class E2EComputeAttack : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -375,7 +375,7 @@ class E2EComputeAttack : public ::testing::Test {
   gid_t group_ = 0;
 };
 
-TEST_F(E2EComputeAttack, Issue13AThirdUsersWritesDoNotTakeTheVictimsTurns) {
+TEST_F(E2EComputeAttack, AThirdUsersWritesDoNotTakeTheVictimsTurns) {
   Daemon d("1xH100-80GB", {"--socket-group", "gstest"});
   ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
   // Other users run a copy of the worker kept in the test's 0755 directory.
@@ -471,7 +471,7 @@ TEST_F(E2EComputeAttack, Issue13AThirdUsersWritesDoNotTakeTheVictimsTurns) {
           ++own_writes;
           continue;
         }
-        // Its own region is its own too (the report side, issue 13 item 1).
+        // Its own region is its own too (the report side).
         if (line.find("/job-" + third + ".slice") != std::string::npos ||
             line.find("/job-" + third + "/") != std::string::npos) {
           continue;

@@ -73,7 +73,7 @@ TEST_F(E2E, SubmitPsLogsAndCancel) {
   EXPECT_EQ(Job(d, id)["exit_code"], 128 + SIGTERM);
 }
 
-// Issue 18 item 13: `submit --after ID[:ok]`, Slurm's afterany/afterok.
+// `submit --after ID[:ok]`, Slurm's afterany/afterok.
 TEST_F(E2E, SubmitAfterWaitsForItsDependencyAndAfterOkIsCancelledWhenItFails) {
   std::string marker = d.dir() + "/go";
   // Fails, but only once the marker exists: the others are seen waiting.
@@ -148,7 +148,7 @@ TEST_F(E2E, RequestThatCanNeverFitIsRefusedAtOnce) {
   CliResult g = d.Cli({"submit", "--gpus", "2", "--", "true"});
   EXPECT_EQ(g.exit_code, 125);
   CliResult bad = d.Cli({"submit", "--mem", "12XB", "--", "true"});
-  EXPECT_EQ(bad.exit_code, 2) << "a bad value is a usage error (issue 18 item 11)";
+  EXPECT_EQ(bad.exit_code, 2) << "a bad value is a usage error";
   EXPECT_NE(bad.err.find("--mem"), std::string::npos) << bad.err;
   CliResult missing = d.Cli({"run", "--mem", "1GiB", "--", "no-such-command-xyz"});
   EXPECT_EQ(missing.exit_code, 127);

@@ -1,4 +1,4 @@
-// End-to-end (issue 13, item 6): the real gpusliced, SIGKILLed again and
+// End-to-end: the real gpusliced, SIGKILLed again and
 // again while jobs are submitted and started, never runs a job twice.
 
 #include <gtest/gtest.h>
@@ -51,10 +51,10 @@ int SubmitOverSocket(const std::string& socket_path, const std::string& body) {
   return std::atoi(out.c_str() + 9);
 }
 
-// Issue 13: after a daemon SIGKILL at a bad moment, 6 of 204 jobs ran twice
-// at the same time (the first copy untracked). Each job appends its id to a
+// A daemon SIGKILL at a bad moment must not run a job twice at the same
+// time (6 of 204 did, the first copy untracked). Each job appends its id to a
 // file (O_APPEND); no id may appear twice.
-TEST(HardeningE2E, Issue13NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
+TEST(HardeningE2E, NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
   Daemon d("2xH100-80GB");
   ASSERT_TRUE(d.Start()) << ReadFile(d.dir() + "/daemon.log");
   const std::string ran = d.dir() + "/ran";
@@ -80,7 +80,12 @@ TEST(HardeningE2E, Issue13NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
   std::mt19937 rng(13);
   int kills = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-  while (accepted < kJobs && std::chrono::steady_clock::now() < deadline) {
+  // At least five kills, also after the last submission was accepted: a
+  // fast machine accepted all 200 within two kills, and the jobs still
+  // queued or launching are what a kill must not run twice.
+  constexpr int kMinKills = 5;
+  while ((accepted < kJobs || kills < kMinKills) &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 300));
     d.Kill(SIGKILL);
     ++kills;
@@ -93,7 +98,7 @@ TEST(HardeningE2E, Issue13NoJobRunsTwiceWhenTheDaemonIsKilledDuringLaunches) {
   stop = true;
   submitter.join();
   ASSERT_TRUE(d.running() || d.Start()) << ReadFile(d.dir() + "/daemon.log");
-  EXPECT_GE(kills, 5);
+  EXPECT_GE(kills, kMinKills);
   EXPECT_EQ(accepted.load(), kJobs);
   // Every job ends (re-adopted ones too).
   EXPECT_TRUE(Daemon::WaitFor(

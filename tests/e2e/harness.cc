@@ -46,7 +46,7 @@ Daemon::~Daemon() {
   // Jobs still running (a failed test) are ended so they do not outlive it:
   // the daemon leaves running jobs alone when it stops, by design.
   if (pid_ > 0) {
-    CliResult ps = Cli({"ps", "--json"}, -1, 10);
+    CliResult ps = Cli({"ps", "--json", "-n", "0"}, -1, 10);
     size_t at = 0;
     const std::string key = "\"pid\": ";
     while ((at = ps.out.find(key, at)) != std::string::npos) {
@@ -249,7 +249,7 @@ int Daemon::CliAsync(const std::vector<std::string>& args, const std::string& ou
 }
 
 nlohmann::json Job(Daemon& d, const std::string& id) {
-  CliResult r = d.Cli({"ps", "--all", "--json"});
+  CliResult r = d.Cli({"ps", "--all", "--json", "-n", "0"});
   // Held in a variable: a range-for over a member of a temporary dangles.
   nlohmann::json list = nlohmann::json::parse(r.out, nullptr, false);
   if (!list.is_object()) return nlohmann::json();

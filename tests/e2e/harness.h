@@ -30,6 +30,8 @@ class Daemon {
   bool Start();
   void Kill(int signal);  // Signals the daemon and reaps it.
   bool running() const { return pid_ > 0; }
+  // The flags of the next Start (a restart with another configuration).
+  void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
 
   // Runs `gpuslice ARGS...` against this daemon, as `uid` when given (root
   // only). Returns once it exits (or kills it after `timeout_s`).

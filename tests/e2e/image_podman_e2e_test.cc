@@ -1,4 +1,4 @@
-// Issue 14 item 3 with a real container engine: `gpuslice run|submit
+// Container jobs with a real container engine: `gpuslice run|submit
 // --image IMAGE -- CMD` runs CMD in a container of IMAGE as the job itself.
 // The container runs as the caller (not root), in the caller's directory
 // (mounted at the same path), inside the slice (the memory cap holds); its

@@ -1,4 +1,4 @@
-// End-to-end: the policies of issue 6 (quotas, live resize, pools, priority
+// End-to-end: the policies (quotas, live resize, pools, priority
 // preemption, idle reclaim, the watchdog) with the real gpusliced, gpuslice,
 // shim and simulated GPU. Time-driven policies use short settings (seconds,
 // not minutes) and poll with generous timeouts.
@@ -242,11 +242,11 @@ TEST_F(PolicyE2E, IdleJobIsEndedWhenConfiguredToAlways) {
             std::string::npos);
 }
 
-// Issue 18 item 1: MIG jobs read 0% and idle reclaim ended a MIG job that
-// was 100% busy. On an H100 in MIG mode the daemon reads each instance's
+// A MIG job must not read 0% and be ended by idle reclaim while 100% busy.
+// On an H100 in MIG mode the daemon reads each instance's
 // activity from NVML's GPM (the simulator models it): the busy job keeps
 // running and shows its use, the idle one beside it is ended.
-TEST_F(PolicyE2E, Issue18ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {
+TEST_F(PolicyE2E, ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {
   Daemon d("1xH100-80GB:mig=3g.40gb+1g.10gb",
            {"--set", "idle_after=3s", "--set", "idle_action=end", "--set",
             "idle_action_always=true"});
@@ -283,7 +283,7 @@ TEST_F(PolicyE2E, Issue18ABusyMigJobIsNotEndedAsIdleAndShowsItsInstancesUse) {
 // An A100 has no GPM: NVML gives no figure for its MIG instances. No figure
 // is not idleness: the job is never ended as idle, and every view says n/a
 // instead of 0%.
-TEST_F(PolicyE2E, Issue18AMigJobWithoutAFigureIsNeverIdleAndShowsNotAvailable) {
+TEST_F(PolicyE2E, AMigJobWithoutAFigureIsNeverIdleAndShowsNotAvailable) {
   Daemon d("1xA100-40GB:mig=1g.5gb*2", {"--set", "idle_after=2s", "--set", "idle_action=end",
                                          "--set", "idle_action_always=true"});
   d_ = &d;

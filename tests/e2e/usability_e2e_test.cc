@@ -1,4 +1,4 @@
-// End-to-end: what a new user trips over (issue 18), with the real programs.
+// End-to-end: what a new user trips over, with the real programs.
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -104,13 +104,13 @@ TEST(Usability, DemoWorkerHelpsRunsWithoutLdLibraryPathAndReportsKernelTime) {
   EXPECT_GE(waited_ms, 0);
 }
 
-// Issue 37: --duty is an open loop. Requests of --kernel-us arrive on a
+// --duty is an open loop. Requests of --kernel-us arrive on a
 // schedule fixed from the start (2 ms every 6.67 ms for 30%), however long
 // each one waits for the GPU: beside a neighbour running kernels flat out on
 // the same simulated GPU (no shim: the GPU time-slices the two processes),
 // the worker still offers exactly 300 requests in 2 s and is served nearly
-// all of them. It once idled in proportion to how long its last kernel
-// took, so every wait for the GPU lowered what it asked for.
+// all of them. Idling in proportion to how long its last kernel took, every
+// wait for the GPU would lower what it asks for.
 TEST(Usability, DemoWorkerOffersRequestsOnAFixedScheduleWhateverItsKernelsWait) {
   Daemon d;  // Only for its temp dir: a simulated GPU of this test's own.
   const std::string env = "env -u LD_LIBRARY_PATH -u LD_PRELOAD GPUSLICE_SIM_STATE=" + d.dir() +
@@ -143,7 +143,7 @@ TEST(Usability, DemoWorkerOffersRequestsOnAFixedScheduleWhateverItsKernelsWait) 
 
 // The quick start's demo runs to the end and shows what it says: the memory
 // story (a job queued until memory frees, one refused its extra memory by
-// the shim) and, issue 37, a table of each job's share, demand and what it
+// the shim) and a table of each job's share, demand and what it
 // got, with its requests' latency, as measured in the run.
 TEST(Usability, TheDemoShowsEachJobsShareDemandAndWhatItGot) {
   CliResult r =

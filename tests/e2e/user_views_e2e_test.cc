@@ -1,4 +1,4 @@
-// End-to-end: the user-facing views of issue 7 over the real gpusliced on the
+// End-to-end: the user-facing views over the real gpusliced on the
 // simulated GPU: `gpuslice top` (plain, --json, and live under a pty),
 // `gpuslice usage`, and the status page rendered by headless Chromium.
 
@@ -272,6 +272,36 @@ TEST_F(UserViews, TopScrollsWhatDoesNotFitWithTheKeys) {
   ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
     return Count(o, "lines 1-10 of ") > before;
   })) << t.out();
+  t.Send("q");
+  EXPECT_EQ(t.Wait(), 0) << t.out();
+}
+
+// nvitop users expect to act on what they see.
+TEST_F(UserViews, TopCancelsTheSelectedJobOnlyAfterAYes) {
+  const std::string id = StartWorker("top-victim");
+  Pty t(d, {"top", "--interval", "200ms"}, 120, 40);
+  ASSERT_TRUE(t.ReadUntil([](const std::string& o) { return o.find("top-victim") != std::string::npos; }))
+      << t.out();
+  t.Send("j");  // The first job shown: the only one.
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) { return o.find("\x1b[7m>") != std::string::npos; }))
+      << "the selected job's rows are marked";
+  t.Send("c");
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
+    return o.find("cancel job " + id + "? y to confirm") != std::string::npos;
+  })) << t.out();
+  t.Send("n");  // Anything but y leaves it.
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
+    return o.find("job " + id + ": left as it is") != std::string::npos;
+  })) << t.out();
+  EXPECT_EQ(State(d, id), "running");
+  t.Send("c");
+  t.Send("y");
+  ASSERT_TRUE(t.ReadUntil([&](const std::string& o) {
+    return o.find("job " + id + ": cancelling") != std::string::npos;
+  })) << t.out();
+  EXPECT_TRUE(Daemon::WaitFor([&] { return State(d, id) == "cancelled"; }));
+  // Each process of a job has its row (pid, user, memory, SM use).
+  EXPECT_NE(t.out().find("GPU MEM"), std::string::npos) << t.out();
   t.Send("q");
   EXPECT_EQ(t.Wait(), 0) << t.out();
 }

@@ -1,7 +1,7 @@
-// End-to-end: issue 13, items 4 and 5, with the real gpusliced, gpuslice and
-// the simulated GPU (its NVML reports each process's memory): a process that
-// skips the shim is killed by default, and GPU memory held by processes
-// outside gpuslice is charged in placement and shown.
+// End-to-end: the watchdog and foreign GPU use, with the real gpusliced,
+// gpuslice and the simulated GPU (its NVML reports each process's memory): a
+// process that skips the shim is killed by default, and GPU memory held by
+// processes outside gpuslice is charged in placement and shown.
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -67,11 +67,11 @@ class WatchdogE2E : public ::testing::Test {
   pid_t foreign_ = -1;
 };
 
-// Issue 13: with the default settings a process that skipped the shim
-// (`env -u LD_PRELOAD`, or GPUSLICE_DISABLE=1) held 20 GiB in a 4 GiB slice
-// for as long as it liked. Now it is killed within 2 s of allocating, and
+// With the default settings a process that skips the shim (`env -u
+// LD_PRELOAD`, or GPUSLICE_DISABLE=1) cannot hold 20 GiB in a 4 GiB slice
+// for as long as it likes: it is killed within 2 s of allocating, and
 // the job's log and events say why.
-TEST_F(WatchdogE2E, Issue13AProcessThatSkipsTheShimIsKilledWithin2sByDefault) {
+TEST_F(WatchdogE2E, AProcessThatSkipsTheShimIsKilledWithin2sByDefault) {
   Daemon d("1xA100-80GB");
   d_ = &d;
   Start(d);
@@ -103,12 +103,12 @@ TEST_F(WatchdogE2E, Issue13AProcessThatSkipsTheShimIsKilledWithin2sByDefault) {
   }
 }
 
-// Issue 13 (measured): a 40 GiB job was placed on a GPU where a process
-// outside gpuslice held 70 GiB and failed with out of memory. Here a
+// A 40 GiB job must not be placed on a GPU where a process outside gpuslice
+// holds 70 GiB: it would fail with out of memory (measured). Here a
 // foreign process holds 30 GiB of GPU 0 (40 GiB): a 25 GiB job goes to GPU
 // 1; a 20 GiB job then fits nowhere and waits, saying why; when the foreign
 // process ends it starts on GPU 0.
-TEST_F(WatchdogE2E, Issue13ForeignMemoryMakesAJobGoElsewhereOrWaitAndShowsInGpus) {
+TEST_F(WatchdogE2E, ForeignMemoryMakesAJobGoElsewhereOrWaitAndShowsInGpus) {
   Daemon d("2xA100-40GB");
   d_ = &d;
   Start(d);
@@ -150,11 +150,11 @@ TEST_F(WatchdogE2E, Issue13ForeignMemoryMakesAJobGoElsewhereOrWaitAndShowsInGpus
   ASSERT_EQ(d.Cli({"cancel", b}).exit_code, 0);
 }
 
-// Issue 13 item 5 on a GPU in MIG mode: a process outside gpuslice in a MIG
+// On a GPU in MIG mode: a process outside gpuslice in a MIG
 // instance (NVML lists it on the GPU with that instance's ids) takes the
 // instance: a job asking for that profile gets the other one, the next
 // waits, and gets the instance once the foreign process ends.
-TEST_F(WatchdogE2E, Issue13AForeignProcessInAMigInstanceKeepsJobsOffIt) {
+TEST_F(WatchdogE2E, AForeignProcessInAMigInstanceKeepsJobsOffIt) {
   Daemon d("1xA100-40GB:mig=1g.5gb*2");
   d_ = &d;
   Start(d);

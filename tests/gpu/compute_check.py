@@ -1,4 +1,4 @@
-"""Compute shares on a real GPU (issue 4), part of check.py; also runs alone.
+"""Compute shares on a real GPU, part of check.py; also runs alone.
 
 PyTorch processes run loops of bf16 matrix products at once, each in its own
 standalone slice with a compute share (GPUSLICE_COMPUTE_SHARE), coordinated
@@ -394,12 +394,12 @@ def fine_kernel_checks(shim):
 
 
 def small_batch_inference_check(shim):
-    """Issue 19: a closed loop of small-batch inference requests (4 products
+    """A closed loop of small-batch inference requests (4 products
     of 1024 x 1024, then a synchronisation: kernels of tens of microseconds
     with CPU gaps between requests), without the shim and in a 30% hard
     slice. The slice is owed 30% of the GPU's time, so its throughput must be
-    at least 30% of the unshared run's, less 2 pp (before issue 19 such loops
-    got under half of it); NVML's busy time, when pynvml is there, must stay
+    at least 30% of the unshared run's, less 2 pp (loops like it once got
+    under half of it); NVML's busy time, when pynvml is there, must stay
     within the cap (+5 pp for its sampling)."""
     started = time.time()
     out = {"check": "compute_small_batch_inference_30_hard"}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Suspend and resume on a real NVIDIA GPU (issue 17, docs/SUSPEND.md).
+"""Suspend and resume on a real NVIDIA GPU (docs/SUSPEND.md).
 
 A PyTorch process (libgpuslice.so preloaded, a standalone slice) holds
 --gib GiB of tensors (20 by default) and trains a small model. This script

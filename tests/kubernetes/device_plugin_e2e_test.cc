@@ -1,4 +1,4 @@
-// The device plugin against the kubelet's protocol (issue 16): a real
+// The device plugin against the kubelet's protocol: a real
 // gpusliced on simulated GPUs, the real gpuslice-device-plugin process, and
 // the test as the kubelet (fake_kubelet.h): it takes the plugin's
 // registrations, drives every DevicePlugin RPC, answers the PodResources API
@@ -20,7 +20,7 @@
 #include <set>
 #include <thread>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "fake_kubelet.h"
 #include "harness.h"
 #include "kubernetes/device_plugin/devices.h"
@@ -68,7 +68,7 @@ class DevicePluginE2e : public ::testing::Test {
     fs::create_directories(plugin_dir_);
     kubelet_ = std::make_unique<FakeKubelet>(plugin_dir_, daemon_->dir() + "/pod-resources.sock");
     ASSERT_TRUE(kubelet_->Start());
-    http_ = std::make_unique<cli::Client>(daemon_->socket());
+    http_ = std::make_unique<client::Client>(daemon_->socket());
     auto gpus = http_->Call("GET", "/v1/gpus");
     ASSERT_TRUE(gpus.ok());
     for (const json& g : (*gpus)["gpus"]) uuids_.push_back(g["uuid"].get<std::string>());
@@ -189,7 +189,7 @@ class DevicePluginE2e : public ::testing::Test {
 
   std::unique_ptr<Daemon> daemon_;
   std::unique_ptr<FakeKubelet> kubelet_;
-  std::unique_ptr<cli::Client> http_;
+  std::unique_ptr<client::Client> http_;
   std::string plugin_dir_;
   std::vector<std::string> uuids_;
   int plugin_pid_ = -1;

@@ -275,7 +275,7 @@ class OurParts(unittest.TestCase):
         # temporary directory.
         self.start_daemon_with(conf)
 
-    # What reading the manifests as an admin found (issue 38), each pinned.
+    # What an admin reading the manifests trips over, each pinned.
 
     def daemon_conf(self):
         conf = find(self.docs, "ConfigMap", "gpusliced-config")["data"]["gpusliced.conf"]

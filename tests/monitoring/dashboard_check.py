@@ -78,7 +78,7 @@ def check(dash, known):
             problems.append(f"panel '{p['title']}' has no query")
         for t in p.get("targets", []):
             exprs.append((f"panel '{p['title']}'", t["expr"]))
-            # Issue 18 item 14: "Daemon up" and "Jobs running" ignored it.
+            # Every query filters by host, "Daemon up" and "Jobs running" too.
             if "$Hostname" not in t["expr"]:
                 problems.append(f"panel '{p['title']}' ignores the Hostname variable "
                                 f"('{t['expr']}')")

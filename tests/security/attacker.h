@@ -3,7 +3,7 @@
 // gpuslice-attacker: the hostile programs of the security suite
 // (tests/security), one subcommand each. The suite runs them as unprivileged
 // users (a job's user, another user of the socket group, a user outside it)
-// against a root daemon; each plays one escape of issue 13 and writes what it
+// against a root daemon; each plays one known escape and writes what it
 // did to an output file the test reads. They know nothing of the product's
 // current layouts beyond the version-1 formats they recognise by magic; any
 // other file they can open is attacked generically (value substitution,

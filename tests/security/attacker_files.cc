@@ -2,7 +2,7 @@
 // the files it can reach. `scribble` walks the given roots, opens every
 // regular file it can for writing and, pass after pass, writes into it:
 // the version-1 slice region and coordination file (recognised by magic,
-// offsets from docs/SLICE_REGION.md and docs/COMPUTE.md as of issue 13) get
+// offsets from the version-1 docs/SLICE_REGION.md and docs/COMPUTE.md) get
 // their decision fields rewritten; every file gets the generic attacks
 // (replace known values, e.g. the job's own 4 GiB limit, by others; random
 // bytes), so formats that do not exist yet are attacked too. `grep` reads
@@ -35,7 +35,7 @@
 namespace gpuslice::security {
 namespace {
 
-// Version-1 formats (issue 13's "before").
+// Version-1 formats (the layouts the escapes first went through).
 constexpr uint64_t kRegionMagic = 0x4e47455253555047ull;  // "GPUSREGN"
 constexpr uint64_t kCoordMagic = 0x44524f4353555047ull;   // "GPUSCORD"
 constexpr uint64_t kRegionDevices = 512, kRegionDeviceSize = 384, kRegionMaxDevices = 16;
@@ -49,7 +49,7 @@ constexpr uint64_t kSliceKey = 0, kSliceShare = 8, kSliceMode = 12, kSlicePriori
                    kSliceTokens = 24, kSliceVtime = 32;
 constexpr uint64_t kCoordMembers = 512 + 32 * 128, kCoordMemberSize = 64, kCoordMaxMembers = 128;
 constexpr uint64_t kMemberFlags = 12, kMemberHeartbeat = 16;
-// Issue 19's members file (a job's reports to the daemon's arbiter).
+// The members file (a job's reports to the daemon's arbiter).
 constexpr uint64_t kMembersMagic = 0x424d454d53555047ull;  // "GPUSMEMB"
 constexpr uint64_t kMembersSlots = 256, kMembersSlotSize = 64, kMembersMaxSlots = 64;
 constexpr uint64_t kMembersSlotOwner = 0, kMembersSlotFlags = 12, kMembersSlotGpuNs = 32;
@@ -268,7 +268,7 @@ class Scribbler {
 
   // Claims that every process of the slice reports the GPU time its work
   // uses, and that it used none: the counter the arbiter charges by is kept
-  // at zero (issue 19). The arbiter reads it every tick and counts any rise
+  // at zero. The arbiter reads it every tick and counts any rise
   // from the last value it saw, so the attacker, which only loses what a read
   // catches between the shim's add and its own store, keeps storing through
   // a mapping of the file for a millisecond per pass (with --interval-us 0,
@@ -465,7 +465,7 @@ int Grep(const Flags& f) {
 
 namespace gpuslice::security {
 
-// Issue 36: a job shrinks and regrows a file it owns (by default its slice
+// A job shrinks and regrows a file it owns (by default its slice
 // region, GPUSLICE_SLICE) as fast as it can: ftruncate to 0, back to its
 // size, its first bytes written back so that it looks whole again to a
 // reader that checks the size and the magic. A reader that maps the file

@@ -55,8 +55,8 @@ void InitContext(int device, const std::string& out) {
 // the shim when it is preloaded), or those of a private copy of the same
 // library that dlmopen loaded into a new link-map namespace. Nothing
 // preloaded into the process is in that namespace, so the copy's functions
-// are the driver's own and its launches pass no gate of the shim (issue 36:
-// a 20% slice took 62.9% of the GPU that way).
+// are the driver's own and its launches pass no gate of the shim (a 20%
+// slice can take 62.9% of the GPU that way).
 struct Driver {
   decltype(&cuInit) Init = &cuInit;
   decltype(&cuDeviceGet) DeviceGet = &cuDeviceGet;
@@ -199,8 +199,8 @@ int SetsidHold(const Flags& f) {
   return 0;
 }
 
-// The N processes of a job that skip the shim (issue 36: 50 of them, each
-// with a context and 200 MiB, held 24.4 GiB in a 1 GiB slice). The leader
+// The N processes of a job that skip the shim (50 of them, each with a
+// context and 200 MiB, can hold 24.4 GiB in a 1 GiB slice). The leader
 // forks them, lets them go together, and writes "alive n=K" every 50 ms
 // while K of them live; each writes "alloc ok pid=P" once it holds its
 // memory. Run it without the shim (env -u LD_PRELOAD) for the attack.

@@ -173,7 +173,7 @@ int Http(const Flags& f) {
   return r.status ? 0 : 1;
 }
 
-// The connection outlives the process that opened it (issue 36): this
+// The connection outlives the process that opened it: this
 // process connects and makes a first request (so the daemon has accepted
 // the connection from it), then forks and exits; its child keeps the
 // connection and, once --go exists (by then the test has put a root process

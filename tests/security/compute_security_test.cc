@@ -1,11 +1,10 @@
-// Compute shares against the participants (issue 13: escapes 1 and 2 of the
-// list, item 2). A job that rewrites what it can reach must not raise its own
-// share nor clear an idle-reclaim pause; a socket-group member with no job
-// must not starve another user's slice; a job that hides the GPU time it
-// used (issue 19) must not gain by it. GPU time is read from each tenant's
-// own kernel count (the simulated GPU runs a kernel of N us in N us of its
-// time), over a common window, and compared with a run without the attacker
-// measured in the same test, so a slow machine moves both alike.
+// Compute shares against the participants. A job that rewrites what it can
+// reach must not raise its own share nor clear an idle-reclaim pause; a
+// socket-group member with no job must not starve another user's slice; a job
+// that hides the GPU time it used must not gain by it. GPU time is read from
+// each tenant's own kernel count (the simulated GPU runs a kernel of N us in N
+// us of its time), over a common window, and compared with a run without the
+// attacker measured in the same test, so a slow machine moves both alike.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -147,8 +146,8 @@ class ComputeShare : public SecurityTest {
   }
 };
 
-// Issue 13, escape 1: "The same write raises its compute share (a 20% slice
-// got 55%, its 50% neighbour fell to 33%)".
+// The job's write into its region must not raise its compute share
+// (unguarded, a 20% slice got 55%, its 50% neighbour fell to 33%).
 TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNeighbour) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   // The attacker raises everything that says "20%" (200 per mille) to the
@@ -160,9 +159,9 @@ TEST_F(ComputeShare, AJobThatRewritesItsShareStaysAt20PercentBesideA50PercentNei
   ExpectHeld(base, attacked, "raised its own share by rewriting files");
 }
 
-// Issue 36, item 6: "Compute through a private copy of the driver (dlmopen)
-// took 62.9% from a 20% slice and pushed a 50% neighbour to 34%, with only
-// an event after 10 s (watchdog_compute = report)". The 20% job loads its
+// Compute through a private copy of the driver (dlmopen) can take 62.9% from
+// a 20% slice and push a 50% neighbour to 34%; an event after 10 s
+// (watchdog_compute = report) is not enough. The 20% job loads its
 // own copy of libcuda.so.1 into a new link-map namespace, where no preloaded
 // library interposes anything, and launches through it. With the defaults
 // it must be ended within the compute window (2 s) and the sample that
@@ -210,12 +209,12 @@ TEST_F(ComputeShare, AJobThatLaunchesThroughAPrivateCopyOfTheDriverIsEndedByDefa
   EXPECT_EQ(Job(ib).value("state", ""), "exited") << Job(ib).dump();
 }
 
-// Issue 19: a slice is charged the GPU time its processes report, and the
+// A slice is charged the GPU time its processes report, and the
 // job writes that number (docs/SECURITY.md). The attacker claims, in its own
 // members file, that every process reports GPU time and that it used none
 // (the counter kept at zero by a loop that stores it). The arbiter's check
 // charges it only while it keeps the 50% slice waiting, so on a GPU that is
-// partly idle it took 43% for its 20%; the daemon's audit (NVML's use against
+// partly idle it takes 43% for its 20%; the daemon's audit (NVML's use against
 // the arbiter's charge, over the compute watchdog's window, 2 s here) must
 // catch it, and from then on it must be back at its share. The neighbour
 // must keep its share throughout.
@@ -325,7 +324,7 @@ class BoardWatch {
   size_t slot_ = 0;
 };
 
-// Issue 19, co-running: slices whose loops leave the GPU mostly idle launch
+// Co-running: slices whose loops leave the GPU mostly idle launch
 // beside the holder, and the check on unexplained time charges nobody for a
 // co-runner. A job that hides its GPU time reports a duty of nothing, so it
 // co-runs beside a 50% neighbour whose loop synchronises after every 20 us
@@ -432,7 +431,7 @@ TEST_F(ComputeShare, AJobThatHidesItsGpuTimeToCoRunIsCaughtAndNeverCoRunsAgain) 
   EXPECT_GE(b_after, base.b - kToleranceShare) << "the neighbour did not get its time back";
 }
 
-// Issue 13, escape 1: "... and clears an idle-reclaim pause".
+// The same write must not clear an idle-reclaim pause.
 TEST_F(ComputeShare, AJobCannotClearItsOwnIdleReclaimPause) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions()
                                           .Set("idle_after=2s")
@@ -466,9 +465,9 @@ TEST_F(ComputeShare, AJobCannotClearItsOwnIdleReclaimPause) {
   Cli(nullptr, {"cancel", id});
 }
 
-// Issue 13, escape 2: "Any member of the socket group, with no job at all,
-// writes into state/coord/gpu-*.coord ... and starves another user's 50%
-// slice to 5% of its work; one launch waited 30 s."
+// A member of the socket group, with no job at all, writing into
+// state/coord/gpu-*.coord must not starve another user's 50% slice (to 5%
+// of its work, one launch waiting 30 s, where that file decided turns).
 TEST_F(ComputeShare, ASocketGroupMemberWithNoJobCannotStarveAnotherUsers50PercentSlice) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   constexpr double kVictimSeconds = 5;

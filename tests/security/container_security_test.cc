@@ -1,5 +1,5 @@
-// Containers against the job itself (issue 14's target: "nothing the user
-// can reach in the container lets them raise their own limit"). A container
+// Containers against the job itself (the target: "nothing the user can
+// reach in the container lets them raise their own limit"). A container
 // job (`submit --image`) of an unprivileged user overwrites every file the
 // slice hands it (its region, the limits page's folder, the coordination
 // directory: every path a GPUSLICE_* variable names, and the files below)
@@ -139,9 +139,9 @@ class ImageNames : public SecurityTest {
   }
 };
 
-// Issue 36 item 5: "--image oci-archive:/etc/shadow, dir:/root,
-// docker-archive:... make root's podman open those paths; a registry
-// reference makes it pull." Every entry (submit, run, the API's jobs and
+// "--image oci-archive:/etc/shadow, dir:/root, docker-archive:..." would
+// make root's podman open those paths, and a registry reference make it
+// pull. Every entry (submit, run, the API's jobs and
 // services) refuses such a name with the reason before any engine runs; a
 // plain reference of an image root's store lacks is run with --pull=never
 // and fails, nothing pulled.

@@ -1,4 +1,4 @@
-// The daemon itself as the target (issue 13, item 6): its files, what its API
+// The daemon itself as the target: its files, what its API
 // shows to whom, what a TCP token may do, idle connections, and per-user
 // limits on what a user may make it hold.
 
@@ -59,8 +59,8 @@ class DaemonHardening : public SecurityTest {
   }
 };
 
-// Issue 13, item 6: "the ledger (ledger.db, -wal, -shm) is 0644 in a 0755
-// state directory, so any local user reads every job's environment".
+// The ledger (ledger.db, -wal, -shm) must not be 0644 in a 0755 state
+// directory: any local user would read every job's environment.
 TEST_F(DaemonHardening, TheLedgerAndStateFilesAreNotReadableByAnotherUser) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const std::string secret = Secret();
@@ -92,8 +92,7 @@ TEST_F(DaemonHardening, TheLedgerAndStateFilesAreNotReadableByAnotherUser) {
   Cli(nullptr, {"cancel", id});
 }
 
-// Issue 13, item 6: "never show another user's environment, even to TCP
-// token holders".
+// Never show another user's environment, even to TCP token holders.
 TEST_F(DaemonHardening, AnotherUsersEnvironmentIsNeverShown) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Tcp().Metrics()));
   const std::string secret = Secret();
@@ -142,8 +141,7 @@ TEST_F(DaemonHardening, AnotherUsersEnvironmentIsNeverShown) {
   Cli(nullptr, {"cancel", shell_id});
 }
 
-// Issue 13, item 6: "the TCP token may `quota set` although docs/API.md says
-// reads and cancels only".
+// The TCP token may read and cancel only (docs/API.md), never `quota set`.
 TEST_F(DaemonHardening, ATcpTokenCanReadButCannotSetQuotasOrResize) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Tcp()));
   EXPECT_EQ(StatusOf({0, Http(&c_, tcp_ep(), "/v1/status", "GET", "", true), ""}), 200)
@@ -170,9 +168,9 @@ TEST_F(DaemonHardening, ATcpTokenCanReadButCannotSetQuotasOrResize) {
   Cli(nullptr, {"cancel", id});
 }
 
-// Issue 13, item 6 and targets: "1,019 idle connections from a user outside
-// the socket group froze the daemon"; "the daemon keeps answering (p99 <=
-// 50 ms) while 2,000 idle connections are held by an unauthorised user".
+// 1,019 idle connections from a user outside the socket group must not
+// freeze the daemon; it keeps answering (p99 <= 50 ms) while 2,000 idle
+// connections are held by an unauthorised user.
 // The daemon starts with a soft fd limit of 1024, as a systemd service does.
 TEST_F(DaemonHardening, TwoThousandIdleConnectionsOfAnOutsiderDoNotStopTheDaemonAnswering) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Tcp().Metrics()));
@@ -205,8 +203,8 @@ TEST_F(DaemonHardening, TwoThousandIdleConnectionsOfAnOutsiderDoNotStopTheDaemon
   kill(-attacker, SIGKILL);
 }
 
-// Issue 13, item 6: "a user's queued jobs have no cap (10,000 accepted, `ps`
-// 348 ms ...): add per-user queue ... limits with clear errors".
+// A user's queued jobs are capped per user, with a clear error (uncapped,
+// 10,000 are accepted and `ps` takes 348 ms).
 TEST_F(DaemonHardening, AUserCannotQueueMoreThanThePerUserCap) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   // Root fills the GPU, so everything after it queues.
@@ -236,8 +234,8 @@ TEST_F(DaemonHardening, AUserCannotQueueMoreThanThePerUserCap) {
   EXPECT_EQ(other.exit_code, 0) << "another user was refused: " << other.err;
 }
 
-// Issue 13, item 6: "a 7.4 MB env per job took the daemon to 907 MiB: add
-// ... request-size limits with clear errors".
+// A request's size is capped, with a clear error (a 7.4 MB env per job
+// takes the daemon to 907 MiB).
 TEST_F(DaemonHardening, AnOversizedRequestIsRefusedWithAClearError) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   const long rss_before = RssKiB(daemon_pid());
@@ -271,7 +269,7 @@ TEST_F(DaemonHardening, AnOversizedRequestIsRefusedWithAClearError) {
 namespace gpuslice::security {
 namespace {
 
-// Issue 13: a shell job's client names the process the daemon moves into the
+// A shell job's client names the process the daemon moves into the
 // job's cgroup (attach), and `cancel` then ends everything in it. A user
 // must not be able to name anyone else's process (another user's, root's),
 // nor one of their own that is not the calling client's child.

@@ -1,4 +1,4 @@
-// Jobs tracked by cgroup (issue 13: escape 3 of the list, item 3). A job's
+// Jobs tracked by cgroup. A job's
 // child leaves its session and process group (setsid; with LD_PRELOAD unset
 // and a double fork, as a daemon would) and keeps GPU memory after the
 // job's leader exited. The job must stay running, its allocation must not be
@@ -80,11 +80,11 @@ class Escape : public SecurityTest {
   }
 };
 
-// Issue 13, escape 3: "A job's child that calls setsid ... leaves the job".
+// A job's child that calls setsid must not leave the job.
 TEST_F(Escape, AChildThatCallsSetsidStaysInTheJobAndCancelEndsIt) { EscapeAndHold({}); }
 
-// Issue 13, escape 3: "... (with or without LD_PRELOAD unset)"; daemonised
-// (double fork) for good measure.
+// The same with LD_PRELOAD unset, daemonised (double fork) for good
+// measure.
 TEST_F(Escape, ADaemonisedChildWithoutTheShimStaysInTheJobAndCancelEndsIt) {
   EscapeAndHold({"--unset-preload", "--double-fork"});
 }

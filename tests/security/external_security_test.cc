@@ -1,4 +1,4 @@
-// External jobs (issue 16: a Kubernetes container's slice, created by the
+// External jobs (a Kubernetes container's slice, created by the
 // device plugin as root) against the users of the node. The container's
 // processes run as a uid nobody knows in advance, so the slice's region and
 // members file belong to a group of the slice's own (mode 0660) that only

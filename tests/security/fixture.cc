@@ -307,8 +307,9 @@ void SecurityTest::StartDaemon(const DaemonOptions& o) {
                                   "HOME=/root",
                                   "LANG=C",
                                   "GPUSLICE_SIM_STATE=" + sim_state(),
-                                  "GPUSLICE_SIM_GPUS=" + o.gpus,
-                                  "GPUSLICE_SIM_STATE_MODE=0666"};
+                                  "GPUSLICE_SIM_GPUS=" + o.gpus};
+  quick_start_ = o.quick_start;
+  if (!o.quick_start) env.push_back("GPUSLICE_SIM_STATE_MODE=0666");
   gpus_ = o.gpus;
   daemon_ = Fork(nullptr, argv, env, dir_ + "/daemon.out", dir_ + "/daemon.log", o.nofile);
   ASSERT_GT(daemon_, 0);
@@ -329,7 +330,7 @@ void SecurityTest::TearDown() {
   if (dir_.empty()) return;
   if (HasFailure()) std::cerr << "---- daemon log (" << dir_ << ")\n" << DaemonLog() << "----\n";
   if (daemon_ > 0) {
-    ProcResult ps = Cli(nullptr, {"ps", "--all", "--json"}, 10);
+    ProcResult ps = Cli(nullptr, {"ps", "--all", "--json", "-n", "0"}, 10);
     json list = json::parse(ps.out, nullptr, false);
     if (list.is_object() && list.contains("jobs")) {
       for (const json& j : list["jobs"]) {
@@ -435,15 +436,16 @@ std::string SecurityTest::DaemonLog() const {
 
 std::vector<std::string> SecurityTest::BaseEnv(const User* u) const {
   std::string name = u ? u->name : "root";
-  return {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-          "HOME=/tmp",
-          "USER=" + name,
-          "LOGNAME=" + name,
-          "LANG=C",
-          "GPUSLICE_SOCKET=" + socket_path(),
-          "GPUSLICE_SIM_STATE=" + sim_state(),
-          "GPUSLICE_SIM_GPUS=" + gpus_,
-          "GPUSLICE_SIM_STATE_MODE=0666"};
+  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+                                  "HOME=/tmp",
+                                  "USER=" + name,
+                                  "LOGNAME=" + name,
+                                  "LANG=C",
+                                  "GPUSLICE_SOCKET=" + socket_path()};
+  if (quick_start_) return env;  // A user's own environment: nothing of the simulator's.
+  env.insert(env.end(), {"GPUSLICE_SIM_STATE=" + sim_state(), "GPUSLICE_SIM_GPUS=" + gpus_,
+                         "GPUSLICE_SIM_STATE_MODE=0666"});
+  return env;
 }
 
 std::vector<std::string> SecurityTest::ForeignEnv() const {
@@ -564,7 +566,7 @@ std::string SecurityTest::Submit(const User* u, const std::vector<std::string>& 
 }
 
 json SecurityTest::Job(const std::string& id) {
-  ProcResult r = Cli(nullptr, {"ps", "--all", "--json"});
+  ProcResult r = Cli(nullptr, {"ps", "--all", "--json", "-n", "0"});
   json list = json::parse(r.out, nullptr, false);
   if (!list.is_object() || !list.contains("jobs")) return json();
   for (const json& j : list["jobs"]) {

@@ -45,8 +45,12 @@ struct DaemonOptions {
   bool tcp = false;               // A TCP listener on 127.0.0.1 with a bearer token.
   bool metrics = false;           // The unauthenticated metrics listener.
   // The daemon's soft RLIMIT_NOFILE at start: systemd's default, which the
-  // daemon must raise itself (issue 13, item 6).
+  // daemon must raise itself.
   rlim_t nofile = 1024;
+  // Set up as the README's quick start: nobody sets the
+  // simulated GPU's state file mode, and users' environments name none of
+  // the simulator's variables.
+  bool quick_start = false;
 
   DaemonOptions& Gpus(std::string g) {
     gpus = std::move(g);
@@ -69,6 +73,10 @@ struct DaemonOptions {
   std::string state_tmpfs;
   DaemonOptions& StateOnTmpfs(std::string size) {
     state_tmpfs = std::move(size);
+    return *this;
+  }
+  DaemonOptions& QuickStart() {
+    quick_start = true;
     return *this;
   }
 };
@@ -142,6 +150,7 @@ class SecurityTest : public ::testing::Test {
   std::string dir_, bin_, drop_;
   std::string gpus_ = "1xH100-80GB";
   std::string cgroup_base_;  // Empty: the daemon does not know cgroup_base.
+  bool quick_start_ = false;
   int tcp_port_ = 0;
   pid_t daemon_ = -1;
   bool state_mounted_ = false;  // DaemonOptions::state_tmpfs.

@@ -1,4 +1,4 @@
-// Foreign GPU use (issue 13: escape 5 of the list, item 5). A process that
+// Foreign GPU use. A process that
 // belongs to no job (a local user outside the socket group, using the GPU
 // directly) holds 70 GiB of an 80 GiB GPU: placement must charge it, so a
 // 40 GiB job is never placed where NVML says it cannot fit, and the daemon
@@ -41,8 +41,8 @@ class Foreign : public SecurityTest {
   }
 };
 
-// Issue 13, escape 5: "a 40 GiB job was placed on a GPU where a foreign
-// process held 70 GiB and failed with out of memory, with no event".
+// A 40 GiB job must not be placed on a GPU where a foreign process holds
+// 70 GiB, to fail with out of memory and no event.
 TEST_F(Foreign, AJobIsNotPlacedWhereAForeignProcessHolds70GiB) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());  // One 80 GB GPU.
   pid_t foreign = HoldForeign("70GiB", 0);
@@ -65,7 +65,7 @@ TEST_F(Foreign, AJobIsNotPlacedWhereAForeignProcessHolds70GiB) {
   EXPECT_TRUE(FirstAt(out, "alloc ok").has_value()) << ReadFile(out);
 }
 
-// Issue 13, item 5: with two GPUs the job goes to the other one.
+// With two GPUs the job goes to the other one.
 TEST_F(Foreign, ForeignMemoryIsChargedToItsGpuSoAJobGoesToTheOtherOne) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Gpus("2xH100-80GB")));
   json gpus = Gpus();
@@ -86,8 +86,8 @@ TEST_F(Foreign, ForeignMemoryIsChargedToItsGpuSoAJobGoesToTheOtherOne) {
   }
 }
 
-// Issue 36, item 6: "a GPU program started outside gpuslice by an ordinary
-// user made a running job fail inside its own limit (foreign = report)". By
+// A GPU program started outside gpuslice by an ordinary user can make a
+// running job fail inside its own limit (foreign = report). By
 // default such a process is ended once it takes memory a job was promised,
 // within two samples, and the job then gets all of its limit.
 TEST_F(Foreign, AnOrdinaryUsersProgramThatTakesPromisedMemoryIsEndedAndTheJobGetsItsLimit) {
@@ -127,7 +127,7 @@ TEST_F(Foreign, AnOrdinaryUsersProgramThatTakesPromisedMemoryIsEndedAndTheJobGet
   EXPECT_TRUE(FirstAt(out, "alloc ok").has_value()) << ReadFile(out);
 }
 
-// Issue 13, item 5: "shown in gpus and top with their pid and user".
+// Foreign processes are shown in gpus and top with their pid and user.
 TEST_F(Foreign, AForeignProcessIsShownInGpusWithItsPidAndUser) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   HoldForeign("10GiB", 0);

@@ -1,5 +1,4 @@
-// Memory limits against the job itself (issue 13: the first escape of the
-// list and item 1; the fourth escape and item 4). A job rewrites what it can
+// Memory limits against the job itself. A job rewrites what it can
 // reach to raise its own limit, or skips the shim altogether; either its
 // allocation is refused, or the daemon's watchdog, which compares NVML with
 // the limit in its OWN ledger, kills it within 2 s.
@@ -15,7 +14,7 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kGiB = 1ull << 30;
-// Issue 13 item 4: a job over its limit is stopped within 2 s.
+// A job over its limit is stopped within 2 s.
 constexpr int64_t kActBoundMs = 2000;
 // What the bound allows on a loaded 2-core machine beyond the product's own
 // 2 s: the attacker's last "alive" line is written every 50 ms, and the
@@ -60,7 +59,7 @@ bool Terminal(const std::string& state) {
 
 class MemoryLimit : public SecurityTest {
  protected:
-  // Issue 13, escape 1 / item 1: the job scribbles `limit` (and the
+  // The job scribbles `limit` (and the
   // substitution 4 GiB -> `limit`) into every file it can open, then
   // allocates 20 GiB in its 4 GiB slice.
   void RewriteOwnLimitThenAllocate(const std::string& limit, const std::string& limit_value) {
@@ -115,7 +114,7 @@ class MemoryLimit : public SecurityTest {
     if (!Terminal(State(id))) Cli(nullptr, {"cancel", id});
   }
 
-  // Issue 13, escape 4 / item 4: a process of the job that skips the shim
+  // A process of the job that skips the shim
   // (`how` is the command prefix that does it) holds 20 GiB in a 4 GiB slice
   // with the default configuration.
   void SkipTheShimAndHold(const std::vector<std::string>& how) {
@@ -151,30 +150,30 @@ class MemoryLimit : public SecurityTest {
   }
 };
 
-// Issue 13, escape 1 ("writes a 40 GiB limit into a 4 GiB slice and holds 20 GiB").
+// A job writes a 40 GiB limit into its 4 GiB slice and tries to hold 20 GiB.
 TEST_F(MemoryLimit, AJobThatWrites40GiBIntoItsFilesCannotHold20GiBOfA4GiBSlice) {
   RewriteOwnLimitThenAllocate("40GiB", std::to_string(40 * kGiB));
 }
 
-// Issue 13, escape 1 ("Writing 'unlimited' switches the watchdog off for the job").
+// Writing 'unlimited' must not switch the watchdog off for the job.
 TEST_F(MemoryLimit, AJobThatWritesUnlimitedIntoItsFilesCannotHold20GiBOfA4GiBSlice) {
   RewriteOwnLimitThenAllocate("unlimited", std::to_string(~0ull));
 }
 
-// Issue 13, escape 4 ("a process that skips the shim (GPUSLICE_DISABLE=1) ...").
+// A process that skips the shim (GPUSLICE_DISABLE=1) is still held.
 TEST_F(MemoryLimit, AProcessWithTheShimDisabledIsKilledWithin2sByDefault) {
   SkipTheShimAndHold({"env", "GPUSLICE_DISABLE=1"});
 }
 
-// Issue 13, escape 4 ("... env -u LD_PRELOAD ... holds 20 GiB in a 4 GiB slice").
+// A process run with env -u LD_PRELOAD may not hold 20 GiB in a 4 GiB slice.
 TEST_F(MemoryLimit, AProcessWithoutTheShimIsKilledWithin2sByDefault) {
   SkipTheShimAndHold({"env", "-u", "LD_PRELOAD"});
 }
 
-// Issue 36, item 2: "a 1 GiB slice ran 50 processes without the shim, each
-// with a context and 200 MiB, held 24.4 GiB with no event, and another
-// user's 30 GiB job, placed on the same GPU (39 GiB 'free'), failed with
-// CUDA_ERROR_OUT_OF_MEMORY".
+// A 1 GiB slice running 50 processes without the shim, each with a context
+// and 200 MiB, must not hold 24.4 GiB with no event, so that another user's
+// 30 GiB job, placed on the same GPU (39 GiB 'free'), fails with
+// CUDA_ERROR_OUT_OF_MEMORY.
 class ManyProcesses : public MemoryLimit {
  protected:
   // Starts gsattack_a's 1 GiB job of 50 processes without the shim, each

@@ -1,10 +1,10 @@
-// The daemon against the files of a slice and the disk they live on
-// (issue 36). A job owns its slice region; the root daemon read it through a
-// mapping, and a job that shrank and regrew the file in a loop killed the
-// daemon (SIGBUS) within 1-7 s, and the restarted one in the same second:
-// nothing was enforced while it was down, and every compute share lapsed.
-// And with the state disk full, a slice's sparse files faulted on their
-// first store through a mapping, which crashed the daemon too.
+// The daemon against the files of a slice and the disk they live on. A job
+// owns its slice region; a root daemon that read it through a mapping would
+// be killed (SIGBUS) within 1-7 s by a job that shrinks and regrows the file
+// in a loop, and the restarted one in the same second: nothing is enforced
+// while it is down, and every compute share lapses. And with the state disk
+// full, a slice's sparse files fault on their first store through a
+// mapping, which would crash the daemon too.
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -29,7 +29,7 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kGiB = 1ull << 30;
-// The watchdog's bound (issue 13 item 4) and what a loaded 2-core machine
+// The watchdog's bound and what a loaded 2-core machine
 // adds to it (as in memory_security_test.cc).
 constexpr int64_t kActBoundMs = 2000;
 constexpr int64_t kSlackMs = 750;
@@ -99,14 +99,14 @@ std::string FillDisk(const std::string& dir, off_t leave) {
 
 class SliceFiles : public SecurityTest {};
 
-// Issue 36, item 1: "Any job kills the root daemon, and keeps killing it."
-// A job truncates its region in a loop for 30 s while the daemon samples
-// every 100 ms. The daemon stays up and keeps enforcing for the job's
-// neighbours: a neighbour's memory cap still refuses past its limit and its
-// usage still shows; a process without the shim over its limit is still
-// killed by the watchdog within its bound; the compute arbiter still holds a
-// hard 30% slice to its share (were the daemon down, every share would lapse
-// after 2 s and that slice would have the GPU to itself).
+// No job may kill the root daemon, nor keep killing it. A job truncates its
+// region in a loop for 30 s while the daemon samples every 100 ms. The daemon
+// stays up and keeps enforcing for the job's neighbours: a neighbour's memory
+// cap still refuses past its limit and its usage still shows; a process without
+// the shim over its limit is still killed by the watchdog within its bound; the
+// compute arbiter still holds a hard 30% slice to its share (were the daemon
+// down, every share would lapse after 2 s and that slice would have the GPU to
+// itself).
 TEST_F(SliceFiles,
        AJobTruncatingItsRegionForThirtySecondsNeitherKillsTheDaemonNorFreesItsNeighbours) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon(DaemonOptions().Set("sample_interval=100ms")));
@@ -235,8 +235,8 @@ class StateDisk : public SecurityTest {
   }
 };
 
-// Issue 36, item 3: "A full state disk now crashes the daemon whenever a job
-// runs." Two jobs run; the disk fills (first to where the ledger still
+// A full state disk must not crash the daemon whenever a job runs. Two jobs
+// run; the disk fills (first to where the ledger still
 // writes but no slice fits, then completely). The daemon does not crash; a
 // new job is held queued or refused, with a reason naming the full disk;
 // the running jobs go on (each starts one more process, which claims a slot
@@ -311,7 +311,7 @@ TEST_F(StateDisk, AFullStateDiskHoldsNewJobsWithTheReasonKeepsRunningOnesAndReco
   ASSERT_FALSE(after.empty());
   EXPECT_TRUE(WaitFor([&] { return State(after) == "running"; }, 10)) << Job(after).dump();
 
-  // The same with no job running (issue 13's figure: 0.83 s).
+  // The same with no job running (the daemon's figure: 0.83 s).
   for (const std::string& id : {running[0], running[1], held_id, after}) {
     if (!id.empty()) Cli(nullptr, {"cancel", id});
   }

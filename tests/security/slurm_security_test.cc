@@ -1,4 +1,4 @@
-// Slurm steps (issue 15, docs/SLURM.md) against the users of the node. A
+// Slurm steps (docs/SLURM.md) against the users of the node. A
 // step's slice is asked for by slurmstepd with its effective ids dropped to
 // the job's user (the SPANK plugin's user_init): the slice is that user's.
 // It is bound to the calling process only (no pid is taken from a request),
@@ -108,10 +108,10 @@ struct Reaped {
   }
 };
 
-// Issue 36 item 4: "The daemon judges a caller by who owns the caller's pid
-// when the request is handled, not when it connected ... so a user who
-// cycles pids (or holds up to 128 connections and waits) gets a slice
-// outside Slurm, bound to an unrelated root process."
+// A daemon that judged a caller by who owns the caller's pid when the
+// request is handled, not when it connected, would give a user who cycles
+// pids (or holds up to 128 connections and waits) a slice outside Slurm,
+// bound to an unrelated root process.
 TEST_F(Slurm, AUsersConnectionWhosePidARootProcessTookIsRefusedNotTakenForSlurmstepd) {
   StartDaemon(DaemonOptions().Set("slurm_only=true"));
   const std::string body = R"({"mode":"external","bound_to_caller":true,"mem":"1GiB"})";

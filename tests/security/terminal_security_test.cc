@@ -1,4 +1,4 @@
-// A job's text against an admin's terminal (issue 36 item 7). A user chooses
+// A job's text against an admin's terminal. A user chooses
 // their job's command line, and so what the daemon later quotes of it (a
 // failure's reason, an event): terminal escape sequences in those (OSC 52
 // writes the clipboard, OSC 0 the window title, CSI clears the screen or

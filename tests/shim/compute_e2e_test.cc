@@ -1,4 +1,4 @@
-// Compute shares end to end (issue 4): real processes (compute_worker) with
+// Compute shares end to end: real processes (compute_worker) with
 // libgpuslice.so preloaded, over the simulated GPU, each test in its own
 // temporary directory (its own simulator state, regions and coordination
 // files). What a tenant achieved is read from the simulator's per-process
@@ -78,7 +78,7 @@ struct CoRunPair {
 
 class ComputeShareTest : public ::testing::Test {
  protected:
-  // The pair of Issue19...CoRuns tests (below).
+  // The pair of ...LoopsCoRuns tests (below).
   CoRunPair RunCoRunPair(unsigned kernel_us, int rounds = 1);
   void KeepCharge(CoRunPair* r);
   void SetUp() override {
@@ -334,14 +334,14 @@ TEST_F(ComputeShareTest, LaunchSyncLoopsOfLongKernelsSplitTheGpu30To70) {
   EXPECT_NEAR(a / (a + b), 0.30, 0.07) << a << " / " << b;
 }
 
-// Issue 19: a hard 30% slice alone whose loop launches a 20 us kernel and
-// synchronises, over and over (a small-batch inference service), was charged
-// the wall time its batches were in flight, CPU gaps included, and got a
-// third of what it was owed (a fifth under the arbiter). Charged the GPU time
+// A hard 30% slice alone whose loop launches a 20 us kernel and
+// synchronises, over and over (a small-batch inference service), charged
+// the wall time its batches are in flight, CPU gaps included, would get a
+// third of what it is owed (a fifth under the arbiter). Charged the GPU time
 // its work used it gets nearly all of it. Owed: 30% of the GPU, or what the
 // same loop reaches without a share in the same test if that is less (on a
 // small machine the CPU holds such a loop well below 30%).
-TEST_F(ComputeShareTest, Issue19AHardSliceOfShortSynchronisedKernelsGetsWhatItIsOwed) {
+TEST_F(ComputeShareTest, AHardSliceOfShortSynchronisedKernelsGetsWhatItIsOwed) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   RunTenants({{"", "hard", "", loop}}, 2.0);
   const double ceiling = Achieved(0, kFrom, 1.9);
@@ -380,14 +380,13 @@ class CpuHog {
   const pid_t pid_;
 };
 
-// Issue 19, regression: with another process keeping a CPU busy, the
-// simulated GPU's engine thread, woken by each launch, preempted the
-// launching thread right after its kernel had started; the launch call then
-// took ~13 us against 0.3-0.7 us, the brackets took that off as if it came
-// before the kernel (compute_gate_markers.cc, Bracket), the estimate of a
-// 20 us kernel fell to 13-16 us, and a hard 30% slice whose loop could reach
-// 38% got 35-37% (29 now). Same loop, same hog, for the ceiling.
-TEST_F(ComputeShareTest, Issue19AHardSliceHoldsItsCapWhileAnotherProcessBusiesTheCpu) {
+// With another process keeping a CPU busy, the simulated GPU's engine thread,
+// woken by each launch, can preempt the launching thread right after its kernel
+// started; the launch call then takes ~13 us against 0.3-0.7 us, and brackets
+// that took that off as if it came before the kernel (compute_gate_markers.cc,
+// Bracket) would estimate a 20 us kernel at 13-16 us: a hard 30% slice whose
+// loop can reach 38% would get 35-37%. Same loop, same hog, for the ceiling.
+TEST_F(ComputeShareTest, AHardSliceHoldsItsCapWhileAnotherProcessBusiesTheCpu) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   CpuHog hog;
   RunTenants({{"", "hard", "", loop}}, 2.0);
@@ -399,11 +398,11 @@ TEST_F(ComputeShareTest, Issue19AHardSliceHoldsItsCapWhileAnotherProcessBusiesTh
   EXPECT_GE(got, 0.6 * std::min(30.0, ceiling)) << "without a share " << ceiling << "%";
 }
 
-// Issue 19: a slice alone on its GPU, far from its cap, decides every 1 ms
-// instead of every 200 us (compute_gate.cc, kQuietTickNs): each decision
-// woke a thread on the job's own CPU, and a 20 us synchronising loop pinned
-// to one core made 0.96 of its unshared launches with a 30% hard share
-// (0.99-1.02 now, bench/compute). Beside another slice that takes turns
+// A slice alone on its GPU, far from its cap, decides every 1 ms instead of
+// every 200 us (compute_gate.cc, kQuietTickNs): each decision wakes a thread
+// on the job's own CPU, and at 200 us a 20 us synchronising loop pinned to
+// one core made 0.96 of its unshared launches with a 30% hard share
+// (0.99-1.02 at 1 ms, bench/compute). Beside another slice that takes turns
 // (co-running off) it decides at the usual pace, since the other waits on
 // its reports and decisions; that pair is the baseline measured in the
 // same test. The gate thread's voluntary context switches count its
@@ -412,7 +411,7 @@ TEST_F(ComputeShareTest, Issue19AHardSliceHoldsItsCapWhileAnotherProcessBusiesTh
 // 2,692 wake-ups a second alone against 1,975 paired (a hard slice whose
 // tokens run low rightly ticks at the usual pace, and the paired sleeps
 // stretch on a starved CPU). The cap alone is checked below.
-TEST_F(ComputeShareTest, Issue19ASliceAloneOnItsGpuDecidesLessOften) {
+TEST_F(ComputeShareTest, ASliceAloneOnItsGpuDecidesLessOften) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   tenant_env_ = {"GPUSLICE_COMPUTE_CORUN=0"};
   RunTenants({{"30", "work-conserving", "", loop}, {"70", "work-conserving", "", loop}}, 2.0);
@@ -435,17 +434,17 @@ TEST_F(ComputeShareTest, Issue19ASliceAloneOnItsGpuDecidesLessOften) {
   EXPECT_NEAR(Achieved(0, kFrom, 1.9), 30.0, 4.0);
 }
 
-// Issue 19: slices that all launch at once (the holder and its co-runners),
+// Slices that all launch at once (the holder and its co-runners),
 // with nobody waiting for a turn, decide as seldom as a slice alone
 // (kQuietTickNs): the others' decisions change nothing for them until one
 // runs out of tokens or wants a turn, and those change the turn, which
 // wakes them at once. At the usual pace, a co-running pair of 20 us loops
-// beside a busy-looping process made 0.65-0.70 of its unshared launches:
-// each gate thread woke ~4,000 times a second on the loops' CPU. The
+// beside a busy-looping process makes 0.65-0.70 of its unshared launches:
+// each gate thread wakes ~4,000 times a second on the loops' CPU. The
 // baseline is the same pair taking turns (co-running off), in the same
 // test. Hard 30/70 shares that add up to 100%, as a team would set them;
 // the loops use ~20% of the GPU each, so neither cap is near.
-TEST_F(ComputeShareTest, Issue19ACoRunningPairDecidesLessOften) {
+TEST_F(ComputeShareTest, ACoRunningPairDecidesLessOften) {
   const std::vector<std::string> loop = {"--kernel-us", "20", "--sync-every", "1"};
   double wakeups[2] = {0, 0};  // Taking turns, co-running.
   for (int corun = 0; corun < 2; ++corun) {
@@ -493,13 +492,13 @@ void ComputeShareTest::KeepCharge(CoRunPair* r) {
   r->charged_per_used_low = r->charged_per_used_low == 0 ? now : std::min(r->charged_per_used_low, now);
 }
 
-// Issue 19: a 30/70 pair of hard slices whose loops synchronise after every
+// A 30/70 pair of hard slices whose loops synchronise after every
 // kernel, run three times in the same test: without shares (the ceiling),
 // with exclusive turns, and co-running (launching side by side). Each slice
 // of the co-running run must be charged close to the GPU time it used (the
-// simulator's own figure): a bracket that timed the launch call too charged
-// such loops 25-48% more than they used, and one that timed a co-runner's
-// kernel too 30-40% more (measured 1.0-1.1 now).
+// simulator's own figure): a bracket that times the launch call too charges
+// such loops 25-48% more than they use, and one that times a co-runner's
+// kernel too 30-40% more (measured 1.0-1.1).
 CoRunPair ComputeShareTest::RunCoRunPair(unsigned kernel_us, int rounds) {
   const std::vector<std::string> loop = {"--kernel-us", std::to_string(kernel_us), "--sync-every",
                                          "1"};
@@ -539,15 +538,15 @@ CoRunPair ComputeShareTest::RunCoRunPair(unsigned kernel_us, int rounds) {
   return r;
 }
 
-// Issue 19: loops that synchronise after every 20 us kernel are held by
+// Loops that synchronise after every 20 us kernel are held by
 // their CPU well below their shares (two such loops reach ~30% of the GPU
 // together on a 2-core machine, ~15% each). Taking exclusive turns, the
-// 30% slice got only ~10% (its turns were the shorter, and it idled through
+// 30% slice gets only ~10% (its turns are the shorter, and it idles through
 // the other's). Co-running, each gets what its loop reaches without shares,
 // and the pair what the two reach together. Bounds are against the unshared
 // run of the same test; the 0.97 target is the harness's median
 // (bench/compute, docs/PERFORMANCE.md).
-TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
+TEST_F(ComputeShareTest, APairOfShortSynchronisedLoopsCoRuns) {
   const CoRunPair r = RunCoRunPair(20, /*rounds=*/2);
   const double unshared = r.a_unshared + r.b_unshared, corun = r.a + r.b;
   ASSERT_GT(r.a_unshared, 1.0) << "the loops hardly ran";
@@ -559,7 +558,7 @@ TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
   // unshared pair the figure moves with the CPU: clean-clone CI read
   // 0.79-0.84, and one busy-looping process beside the test 0.60-0.72 (it
   // lifts the unshared loops, whose cores never idle, and holds back the
-  // co-running ones; docs/PERFORMANCE.md, ninth session). So the unshared
+  // co-running ones; docs/PERFORMANCE.md, "Short kernels"). So the unshared
   // figure only bounds gross losses; what co-running fixed is checked
   // against the exclusive turns, which held the 30% slice to about half of
   // what it gets co-running (9.0-11.4% against 13.5-22.3%, CI included).
@@ -583,7 +582,7 @@ TEST_F(ComputeShareTest, Issue19APairOfShortSynchronisedLoopsCoRuns) {
 // and add up to 100%, so the caps hold the split and they co-run anyway
 // (compute_policy.h, kCoRunCappedMaxHostDutyMilli): the pair gets more of
 // the GPU, and the 30% slice still its 30%.
-TEST_F(ComputeShareTest, Issue19APairOf200UsSynchronisedLoopsCoRunsUnderItsCaps) {
+TEST_F(ComputeShareTest, APairOf200UsSynchronisedLoopsCoRunsUnderItsCaps) {
   const CoRunPair r = RunCoRunPair(200);
   const double exclusive = r.a_exclusive + r.b_exclusive, corun = r.a + r.b;
   ASSERT_GT(r.a_exclusive, 10.0) << "the loops hardly ran";

@@ -1,4 +1,4 @@
-// Contexts admitted before they are created (issue 37), end to end: CUDA
+// Contexts admitted before they are created, end to end: CUDA
 // programs (shim_probe) over the simulated driver with the shim preloaded,
 // while this test reads the simulator's per-process memory, the figure NVML
 // reports, every millisecond.
@@ -184,7 +184,7 @@ class ContextAdmissionTest : public ::testing::Test {
 // Every route that creates a context, in one race.
 const std::vector<std::string> kRoutes = {"primary", "runtime", "v2", "v3", "v4", "dlsym"};
 
-// Issue 37: eight processes of a slice that holds three contexts create
+// Eight processes of a slice that holds three contexts create
 // theirs and allocate at once, on every route. Sampled every millisecond,
 // what NVML shows for them never passes the cap, not by one byte: each
 // context is reserved before it is created (the slice's first one holding

@@ -1,4 +1,4 @@
-// Issue 14 item 1: the shim must load in the images people run. Here it
+// The shim must load in the images people run. Here it
 // runs, with the simulated GPU and two CUDA programs built on this machine
 // (glibc 2.36), inside a Debian 11 root file system (glibc 2.31) made by
 // scripts/test-rootfs.sh with debootstrap: memory caps, the NVML view, the dlsym

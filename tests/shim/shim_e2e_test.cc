@@ -242,7 +242,7 @@ TEST_F(ShimTest, CuGetProcAddressRoutesAreLimited) {
   EXPECT_EQ(bare.Int("ptsz_result"), kOk) << bare.out;
 }
 
-// Issue 3: a shim built against a pre-12.0 cuda.h interposes
+// A shim built against a pre-12.0 cuda.h interposes
 // cuGetProcAddress_v2 too (the route of every CUDA 12+ runtime).
 TEST_F(ShimTest, CuGetProcAddressV2RouteIsLimited) {
   Output o = Probe({"procaddr", std::to_string(2 * kGiB)}, Standalone("1GiB"));
@@ -333,10 +333,10 @@ TEST_F(ShimTest, LiveLimitChangesApplyToTheNextAllocation) {
   EXPECT_EQ(s.Ask("alloc " + std::to_string(256 * kMiB), "result"), "0");
 }
 
-// Issue 13: a job owns its region and wrote a 40 GiB limit into its 4 GiB
-// slice. The shim takes the limit from the daemon's limits page, so the
-// process is still refused past 4 GiB, and sees a 4 GiB GPU.
-TEST_F(ShimTest, Issue13ARegionLimitRewrittenTo40GiBDoesNotLiftTheLimitsPage) {
+// A job owns its region and may write a 40 GiB limit into its 4 GiB slice. The
+// shim takes the limit from the daemon's limits page, so the process is still
+// refused past 4 GiB, and sees a 4 GiB GPU.
+TEST_F(ShimTest, ARegionLimitRewrittenTo40GiBDoesNotLiftTheLimitsPage) {
   const std::string uuid = DeviceUuid(Bare());
   DaemonSlice slice = MakeDaemonSlice(uuid, 4 * kGiB, getuid());
   ASSERT_NE(slice.region, nullptr);
@@ -394,9 +394,9 @@ TEST_F(ShimTest, ALimitsPageTheJobCouldWriteOrCannotOpenGivesNoMemory) {
   EXPECT_EQ(m.Int("result"), kOutOfMemory) << m.out << m.err;
 }
 
-// Issue 14 (found by the container attack): a job that overwrote its own
-// region (its file) made later processes run "without a memory limit" until
-// the daemon's watchdog stopped them. A process that finds its region
+// A job that overwrites its own region (its file) must not make later
+// processes run "without a memory limit" until the daemon's watchdog stops
+// them (the container attack does it). A process that finds its region
 // unusable is held to the daemon's limits page on its own.
 TEST_F(ShimTest, AProcessWhoseRegionTheJobBrokeIsStillHeldToTheLimitsPage) {
   const std::string uuid = DeviceUuid(Bare());
@@ -416,7 +416,7 @@ TEST_F(ShimTest, AProcessWhoseRegionTheJobBrokeIsStillHeldToTheLimitsPage) {
 
 // The same attack as the job's own user (not root): it can rewrite its
 // region, not the page, and its processes are held to the page.
-TEST_F(ShimTest, Issue13AJobUserCannotWriteItsLimitsPageAndIsHeldToIt) {
+TEST_F(ShimTest, AJobUserCannotWriteItsLimitsPageAndIsHeldToIt) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to run the job as another user";
   if (access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "no setpriv";
   constexpr uid_t kJob = 65534;
@@ -585,7 +585,7 @@ TEST_F(ShimTest, TheShimExportsExactlyTheHookedSymbols) {
     if (space != std::string::npos) exported.insert(line.substr(space + 1));
   }
   EXPECT_TRUE(exported.count("dlsym") && exported.count("dlvsym"));
-  // cuGetProcAddress_v2 whatever the header (issue 3: CUDA 12+ runtimes).
+  // cuGetProcAddress_v2 whatever the header (CUDA 12+ runtimes use it).
   EXPECT_TRUE(exported.count("cuMemAlloc_v2") && exported.count("cuGetProcAddress") &&
               exported.count("cuGetProcAddress_v2") && exported.count("nvmlDeviceGetMemoryInfo_v2"));
   // Hooks of entry points newer than the header exist exactly when it has them.

@@ -124,7 +124,7 @@ TEST_F(SimDriverTest, ProcAddressReachesEveryEntryPoint) {
   EXPECT_EQ(RunMode({"proc-address"}), 0);
 }
 
-// Issue 2: entry points the simulator does not implement return
+// Entry points the simulator does not implement return
 // CUDA_ERROR_NOT_SUPPORTED (exported symbol and cuGetProcAddress alike), so
 // programs using them load instead of failing on an unresolved symbol.
 TEST_F(SimDriverTest, EveryOtherCudaHEntryPointIsANotSupportedStub) {

@@ -45,16 +45,21 @@ import subprocess
 import sys
 import time
 
-SKIP = 77  # CTest's SKIP_RETURN_CODE.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import netns_nodes  # noqa: E402
+from netns_nodes import SKIP, ClusterError  # noqa: E402,F401
+from netns_nodes import cgroup_hierarchies as _cgroup_hierarchies  # noqa: E402
+from netns_nodes import cgroup_pids as _cgroup_pids  # noqa: E402
+from netns_nodes import free_port as _free_port  # noqa: E402,F401
+from netns_nodes import remove_cgroup_tree as _remove_cgroup_tree  # noqa: E402
+from netns_nodes import skip as _skip  # noqa: E402
+from netns_nodes import tail as _tail  # noqa: E402
+from netns_nodes import which as _which  # noqa: E402
 
 GPUSLICE_SOCKET = "/run/gpuslice/gpuslice.sock"  # gpusliced's and the CLI's default.
 NVIDIA_MAJOR = 195
 TEST_USERS = ("gsslurm_a", "gsslurm_b")
 _USERS_LOCK = "/tmp/.gpuslice-slurm-users.lock"
-
-
-class ClusterError(RuntimeError):
-    pass
 
 
 def require_prerequisites():
@@ -71,34 +76,6 @@ def require_prerequisites():
     if missing:
         _skip("missing programs: " + ", ".join(missing) +
               " (Debian packages slurm-wlm, munge, iproute2, util-linux, passwd)")
-
-
-def _skip(why):
-    print("SKIP: " + why, flush=True)
-    sys.exit(SKIP)
-
-
-def _which(name):
-    path = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    if path is None:
-        raise ClusterError(f"{name} not found")
-    return path
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path, limit=6000):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError as e:
-        return f"({e})"
 
 
 def ensure_test_users():
@@ -141,29 +118,6 @@ def _open_to_others(path):
 
 # --- cgroups ---------------------------------------------------------------
 
-def _cgroup_hierarchies():
-    """[(mountpoint, fstype, mount options, our cgroup path)] for every cgroup
-    hierarchy mounted on the host that this process belongs to."""
-    mine = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            mine[ctrls] = path
-    out = []
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            _, mnt, fstype, opts = line.split()[:4]
-            if fstype == "cgroup2" and "" in mine:
-                out.append((mnt, fstype, opts, mine[""]))
-            elif fstype == "cgroup":
-                optset = set(opts.split(","))
-                for ctrls, path in mine.items():
-                    if ctrls and set(ctrls.split(",")) <= optset:
-                        out.append((mnt, fstype, opts, path))
-                        break
-    return out
-
-
 def _cgroup_v1_usable():
     """proctrack/cgroup and task/cgroup (ConstrainDevices) need cgroup v1's
     freezer and devices hierarchies (Slurm 22.05's cgroup/v2 plugin wants
@@ -178,15 +132,7 @@ def _cgroup_v1_usable():
 # HOLDER ARGS_JSON` after the parent moved it into the node's cgroups; sets the
 # node up, says "ready", and waits until its stdin closes (the parent's pipe:
 # so it also ends when the test process dies).
-_HOLDER = r'''
-import json, os, socket, stat, subprocess, sys
-a = json.loads(sys.argv[1])
-def sh(*argv):
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(" ".join(argv) + ": " + r.stderr.strip())
-socket.sethostname(a["node"])
-sh("ip", "link", "set", "lo", "up")
+_HOLDER = netns_nodes.HOLDER_START + r'''
 # /run/gpuslice: this node's own directory.
 sh("mount", "--bind", a["run_dir"], "/run/gpuslice")
 # /dev: a tmpfs with everything of the host's /dev (device nodes copied,
@@ -213,16 +159,7 @@ sh("umount", "-l", stash)
 for name, minor in [("nvidia%d" % i, i) for i in range(a["gpus"])] + [("nvidiactl", 255)]:
     os.mknod("/dev/" + name, stat.S_IFCHR | 0o666, os.makedev(195, minor))
     os.chmod("/dev/" + name, 0o666)
-# /sys/fs/cgroup: the hierarchies again, mounted inside our cgroup namespace,
-# so that their root is this node's cgroup.
-if a["cgroups"]:
-    sh("mount", "-t", "tmpfs", "-o", "mode=755", "gscgroup", "/sys/fs/cgroup")
-    for mnt, fstype, opts in a["cgroups"]:
-        os.makedirs(mnt, exist_ok=True)
-        sh("mount", "-t", fstype, "-o", opts, fstype, mnt)
-print("ready", flush=True)
-sys.stdin.read()
-'''
+''' + netns_nodes.HOLDER_END
 
 
 class Node:
@@ -456,48 +393,24 @@ class Cluster:
         self._wait(lambda: os.path.exists(self.munge_socket), 10, "munged", self.munged)
 
     def _make_network(self):
-        self._ip("link", "add", self.bridge, "type", "bridge")
+        netns_nodes.make_bridge(self.bridge, self.bridge_ip)
         self._bridge_made = True
-        self._ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
-        self._ip("link", "set", self.bridge, "up")
 
     def _ip(self, *args, node=None):
-        argv = ["ip", *args]
-        if node is not None:
-            argv = [_which("nsenter"), "-t", str(node.holder.pid), "-n", "--", *argv]
-        r = subprocess.run(argv, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise ClusterError(" ".join(argv) + ": " + r.stderr.strip())
+        netns_nodes.ip(*args, holder_pid=None if node is None else node.holder.pid)
 
     def _make_node_cgroups(self, n):
         if not self.use_cgroups:
             return []
-        hier = []
-        for mnt, fstype, opts, path in _cgroup_hierarchies():
-            cg = os.path.join(mnt + path, f"gpuslice-{self.cluster_name}-{n.name}")
-            os.makedirs(cg, exist_ok=True)
-            n.cgroups.append(cg)
-            # cpuset v1: a new cgroup has no CPUs or memory nodes until given.
-            for knob in ("cpuset.cpus", "cpuset.mems"):
-                if os.path.exists(os.path.join(cg, knob)):
-                    with open(os.path.join(os.path.dirname(cg), knob)) as f:
-                        value = f.read().strip()
-                    with open(os.path.join(cg, knob), "w") as f:
-                        f.write(value)
-            hier.append((mnt, fstype, opts))
-        return hier
+        n.cgroups, hierarchies = netns_nodes.make_node_cgroups(
+            f"gpuslice-{self.cluster_name}-{n.name}")
+        return hierarchies
 
     def _enter_node_cgroups(self, n):
         """preexec_fn: puts the child into the node's cgroups before it execs
         nsenter, so that in the node's cgroup namespace it is at "/", as the
         processes started there by slurmd will be."""
-        cgroups = list(n.cgroups)
-
-        def enter():
-            for cg in cgroups:
-                with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-                    f.write(str(os.getpid()))
-        return enter
+        return netns_nodes.enter_cgroups(n.cgroups)
 
     def _make_node(self, n):
         hier = self._make_node_cgroups(n)
@@ -515,14 +428,8 @@ class Cluster:
             n.holder.wait(5)
             raise ClusterError(f"setting up {n.name} failed: {_tail(n.holder_log)}")
         n.netns_ino = os.stat(f"/proc/{n.holder.pid}/ns/net").st_ino
-        self._ip("link", "add", n.veth_host, "type", "veth", "peer", "name", n.veth_node)
-        self._ip("link", "set", n.veth_node, "netns", str(n.holder.pid))
-        self._ip("link", "set", n.veth_host, "master", self.bridge)
-        self._ip("link", "set", n.veth_host, "up")
-        self._ip("link", "set", n.veth_node, "name", "eth0", node=n)
-        self._ip("addr", "add", f"{n.ip}/24", "dev", "eth0", node=n)
-        self._ip("link", "set", "eth0", "up", node=n)
-        self._ip("route", "add", "default", "via", self.bridge_ip, node=n)
+        netns_nodes.attach_node(n.holder.pid, n.veth_host, n.veth_node, self.bridge, n.ip,
+                                self.bridge_ip)
 
     def _nsenter(self, n):
         ns = ["-n", "-u", "-m"] + (["-C"] if n.cgroups else [])
@@ -799,15 +706,7 @@ class Cluster:
                 _remove_cgroup_tree(cg)
 
     def _cgroup_pids(self, n):
-        pids = []
-        for cg in n.cgroups:
-            for root, _, _ in os.walk(cg):
-                try:
-                    with open(os.path.join(root, "cgroup.procs")) as f:
-                        pids += [int(x) for x in f.read().split()]
-                except OSError:
-                    pass
-        return pids
+        return _cgroup_pids(n.cgroups)
 
 
 def _http_ok(unix_socket, path):
@@ -821,20 +720,6 @@ def _http_ok(unix_socket, path):
             return s.recv(64).startswith(b"HTTP/1.1 200")
     except OSError:
         return False
-
-
-def _remove_cgroup_tree(cg):
-    for _ in range(50):
-        if not os.path.isdir(cg):
-            return
-        for root, dirs, _ in os.walk(cg, topdown=False):
-            try:
-                os.rmdir(root)
-            except OSError:
-                pass
-        if not os.path.isdir(cg):
-            return
-        time.sleep(0.1)
 
 
 def _parse_kv(line):

@@ -1,4 +1,4 @@
-"""gpuslice under a real Slurm (issue 15; docs/SLURM.md): Debian's slurmctld,
+"""gpuslice under a real Slurm (docs/SLURM.md): Debian's slurmctld,
 two slurmd nodes in their own namespaces (tests/slurm/cluster.py), each with
 its own gpusliced on simulated GPUs, and the SPANK plugin in plugstack.conf.
 Jobs run as two unprivileged users, with CUDA programs (tests/shim) under the
@@ -93,7 +93,7 @@ class Api:
         return status, (json.loads(payload) if payload.strip() else {})
 
     def jobs(self):
-        return self.call("GET", "/v1/jobs?all=1")[1]["jobs"]
+        return self.call("GET", "/v1/jobs?all=1&limit=0")[1]["jobs"]
 
     def slices_of(self, slurm_job):
         return [j for j in self.jobs() if j.get("labels", {}).get("slurm_job") == str(slurm_job)]
@@ -408,6 +408,28 @@ class Suite:
         p.wait(timeout=30)
         return f"survived both restarts; released {lag:.2f} s after slurmstepd was killed"
 
+    def test_step_exit_status(self):
+        """A step's slice ends with the step's exit status, not "exit 0"
+        whatever the step returned."""
+        r = self.srun("-w", "gsnode1", "--gres=gpu:1", "--gpu-mem=1G", "-J", "exit3",
+                      "sh", "-c", "exit 3")
+        assert r.returncode == 3, (r.returncode, r.stdout + r.stderr)
+        job = max((j for j in self.api["gsnode1"].jobs() if j["name"].startswith("slurm-")),
+                  key=lambda j: j["id"])
+        j = self.wait_for("the slice to end",
+                          lambda: (lambda x: x if x.get("state") == "exited" else None)(
+                              self.api["gsnode1"].call("GET", f"/v1/jobs/{job['id']}")[1]))
+        assert j["exit_code"] == 3, j
+        r = self.srun("-w", "gsnode1", "--gres=gpu:1", "--gpu-mem=1G", "true")
+        assert r.returncode == 0, r.stdout + r.stderr
+        ok = max((j for j in self.api["gsnode1"].jobs() if j["name"].startswith("slurm-")),
+                 key=lambda j: j["id"])
+        ok = self.wait_for("the slice to end",
+                           lambda: (lambda x: x if x.get("state") == "exited" else None)(
+                               self.api["gsnode1"].call("GET", f"/v1/jobs/{ok['id']}")[1]))
+        assert ok["exit_code"] == 0, ok
+        return f"slice {j['id']}: exit 3 as its step; slice {ok['id']}: exit 0"
+
     def test_accounting_and_doctor(self):
         """usage --by slurm-job has the jobs above; doctor checks the node's
         Slurm setup and finds it right."""
@@ -420,6 +442,9 @@ class Suite:
         for name in ("slurm_gres_types", "slurm_plugstack", "slurm_plugin_socket",
                      "slurm_gres_devices", "slurm_shards"):
             assert name in checks and checks[name]["ok"], (name, checks.get(name))
+        # Judged as a user of the socket's group meets it, not as root.
+        detail = checks["slurm_plugin_socket"]["detail"]
+        assert f"a user of group {GROUP} (not root) connects" in detail, detail
         return f"{len(rows)} Slurm jobs in usage; 5 Slurm checks pass"
 
 
@@ -453,7 +478,7 @@ def main():
     names = [n for n in dir(Suite) if n.startswith("test_")]
     order = ["test_memory_cap", "test_second_gpu_by_device_node", "test_shares_30_70", "test_sbatch", "test_two_nodes",
              "test_scancel", "test_fence", "test_refusals", "test_users_cannot_touch_each_other",
-             "test_restarts", "test_accounting_and_doctor"]
+             "test_restarts", "test_step_exit_status", "test_accounting_and_doctor"]
     assert sorted(order) == sorted(names), "every test_ method must be in the order list"
     selected = [n for n in order if not wanted or n in wanted]
     failures = 0

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "core/units.h"
 
 namespace gpuslice::kubernetes {
@@ -84,7 +84,7 @@ core::Result<ContainerEdits> ContainerFromJson(const json& j) {
 }
 
 HttpDaemonClient::HttpDaemonClient(std::string socket_path)
-    : client_(std::make_unique<cli::Client>(std::move(socket_path))) {}
+    : client_(std::make_unique<client::Client>(std::move(socket_path))) {}
 
 HttpDaemonClient::~HttpDaemonClient() = default;
 
@@ -100,7 +100,8 @@ core::Result<Inventory> HttpDaemonClient::Gpus() {
 }
 
 core::Result<std::vector<JobInfo>> HttpDaemonClient::Jobs() {
-  GPUSLICE_ASSIGN_OR_RETURN(json reply, Call("GET", "/v1/jobs"));
+  // Every live job, not the first page (docs/API.md: limit=0).
+  GPUSLICE_ASSIGN_OR_RETURN(json reply, Call("GET", "/v1/jobs?limit=0"));
   if (!reply.contains("jobs") || !reply["jobs"].is_array()) {
     return core::InternalError("GET /v1/jobs: no 'jobs' list in the daemon's reply");
   }

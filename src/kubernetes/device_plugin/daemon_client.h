@@ -4,7 +4,7 @@
 // interface so that the plugin's logic is tested against a fake, and one
 // implementation over the daemon's HTTP/JSON API on its unix socket (the
 // CLI's client, src/cli/client.h). The daemon API is docs/API.md plus the
-// external jobs of issue 16 (mode "external", labels, paused).
+// external jobs (mode "external", labels, paused).
 //
 // Errors: kUnavailable when the daemon cannot be reached; otherwise the
 // daemon's own code and message (e.g. kFailedPrecondition "... does not
@@ -21,7 +21,7 @@
 #include "core/status.h"
 #include "kubernetes/device_plugin/devices.h"
 
-namespace gpuslice::cli {
+namespace gpuslice::client {
 class Client;
 }
 
@@ -111,7 +111,7 @@ class HttpDaemonClient final : public DaemonClient {
                                     const nlohmann::json* body = nullptr);
 
   std::mutex mu_;
-  std::unique_ptr<cli::Client> client_;  // Guarded by mu_.
+  std::unique_ptr<client::Client> client_;  // Guarded by mu_.
 };
 
 }  // namespace gpuslice::kubernetes

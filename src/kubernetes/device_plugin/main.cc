@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
+#include "client/client.h"
 #include "kubernetes/device_plugin/daemon_client.h"
 #include "kubernetes/device_plugin/flags.h"
 #include "kubernetes/device_plugin/kubelet.h"
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string socket = gpuslice::cli::DefaultSocketPath(flags->socket);
+  const std::string socket = gpuslice::client::DefaultSocketPath(flags->socket);
   HttpDaemonClient allocate_daemon(socket);
   HttpDaemonClient poll_daemon(socket);
   GrpcPodResources pods(flags->pod_resources_socket);

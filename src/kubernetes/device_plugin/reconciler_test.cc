@@ -82,7 +82,7 @@ class FakeAnnotations final : public PodAnnotationSource {
   }
 };
 
-// Issue 16: a pod's gpuslice.dev/priority annotation becomes its slice's
+// A pod's gpuslice.dev/priority annotation becomes its slice's
 // priority, once, after the slice is tied to the pod; an API server that
 // does not answer is asked again; a bad value is ignored.
 TEST_F(ReconcilerTest, APodsPriorityAnnotationBecomesItsSlicesPriority) {

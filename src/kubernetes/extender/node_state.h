@@ -1,7 +1,7 @@
 #pragma once
 
 // What the extender knows of each node: the last report of the node's
-// gpusliced (GET /v1/node, src/daemon/node_state_route.h), when it came and
+// gpusliced (GET /v1/node, src/daemon/api/node_state_route.h), when it came and
 // whether the last poll failed. The poller (node_poller.h) publishes a whole
 // Snapshot at a time; readers hold a shared_ptr to an immutable one, so the
 // request path never waits for I/O.

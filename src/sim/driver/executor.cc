@@ -109,11 +109,11 @@ void Executor::RunKernel(uint64_t cost_ns) {
   // The unit changes hands between kernels and at quantum boundaries within
   // one, never after a kernel's last step: a GPU signals a kernel's end (and
   // processes the event records queued right behind it) before it switches
-  // to another context. Yielding there held the ended kernel's completion
-  // behind the other process's quantum: two co-running loops of 1 ms
-  // kernels each saw its synchronisations return a whole kernel of the
-  // other late, looked idle to the compute arbiter meanwhile, and lost its
-  // turns (a hard 30% slice got 23-28% beside a 70% one, issue 19).
+  // to another context. Yielding there would hold the ended kernel's
+  // completion behind the other process's quantum: two co-running loops of
+  // 1 ms kernels would each see its synchronisations return a whole kernel
+  // of the other late, look idle to the compute arbiter meanwhile, and lose
+  // its turns (a hard 30% slice got 23-28% beside a 70% one).
   uint64_t back = 0;
   if (!slicer_.holding()) {
     cursor_ = std::max(cursor_, slicer_.Acquire(cursor_));
@@ -159,7 +159,7 @@ void Executor::Loop() {
     // an event recorded after the previous kernel ended but before this
     // thread got back to an empty queue was stamped at that kernel's end, up
     // to the launcher's whole wake-up earlier than its record, and the shim's
-    // brackets timed 20 us kernels at 22.6-25.3 us (issue 19).
+    // brackets timed 20 us kernels at 22.6-25.3 us.
     cursor_ = std::max(cursor_, std::min(queue_.front().second.submitted_ns, MonotonicNs()));
     auto [seq, work] = std::move(queue_.front());
     queue_.pop_front();

@@ -109,10 +109,10 @@ TEST_F(ExecutorTest, AnActionInProgressIsNotCompleteOnTheTimeline) {
   EXPECT_TRUE(exec.DoneOnTimeline(stamp, 0, &at));
 }
 
-// Regression (issue 19): an event recorded on an idle stream while another
-// process's kernel held the unit was stamped when it was submitted, where a
-// GPU stamps it when this context gets the GPU. A bracket of two events
-// around a kernel then also timed the wait behind the other process's
+// An event recorded on an idle stream while another process's kernel holds
+// the unit is stamped when this context gets the GPU, as a GPU stamps it,
+// not when it was submitted. Stamped at submission, a bracket of two events
+// around a kernel would also time the wait behind the other process's
 // kernel, and the shim, which times kernels that way, charged a 30% slice
 // of 200 us kernels 1,222 ms for 919 ms of GPU time beside a 70% one.
 TEST_F(ExecutorTest, AnEventWaitsForTheUnitWhileAnotherProcessHoldsIt) {
@@ -162,13 +162,13 @@ TEST_F(ExecutorTest, AnEventWaitsForTheUnitWhileAnotherProcessHoldsIt) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
-// Regression (issue 19): a kernel that ended with its quantum used up while
-// another process waited for the unit handed the unit over and then waited
-// for it back before completing, so its synchronisation returned a whole
-// quantum of the other process late. A GPU signals a kernel's end before it
-// switches contexts. Two co-running loops of 1 ms kernels (the quantum)
-// each saw every synchronisation return a kernel of the other late, looked
-// idle to the compute arbiter meanwhile and lost their turns.
+// A kernel that ends with its quantum used up while another process waits for
+// the unit completes before handing the unit over; else its synchronisation
+// would return a whole quantum of the other process late. A GPU signals a
+// kernel's end before it switches contexts. Two co-running loops of 1 ms
+// kernels (the quantum) would each see every synchronisation return a kernel of
+// the other late, look idle to the compute arbiter meanwhile and lose their
+// turns.
 TEST_F(ExecutorTest, AKernelCompletesWithoutWaitingForAnotherProcessesQuantum) {
   constexpr uint64_t kQuantumNs = 400'000'000;
   constexpr uint64_t kKernelNs = kQuantumNs;  // Ends as its quantum is used up.
@@ -224,12 +224,12 @@ TEST_F(ExecutorTest, AKernelCompletesWithoutWaitingForAnotherProcessesQuantum) {
   unlink(options.state_path.c_str());
 }
 
-// Regression (issue 19): an item submitted after the previous one had ended
-// on the timeline, while this executor's thread was still busy (here with a
-// blocking action that takes no GPU time, as the thread's own wake-up does),
-// started where the previous item ended, before it had been submitted. An
-// event recorded right after a synchronisation was stamped that way, and the
-// shim's brackets timed 20 us kernels at 22.6-25.3 us.
+// An item submitted after the previous one ended on the timeline, while this
+// executor's thread is still busy (here with a blocking action that takes no
+// GPU time, as the thread's own wake-up does), starts when it is submitted,
+// not where the previous item ended. An event recorded right after a
+// synchronisation stamped that way would make the shim's brackets time 20 us
+// kernels at 22.6-25.3 us.
 TEST_F(ExecutorTest, WorkNeverStartsBeforeItWasSubmitted) {
   Executor exec(model_.get(), 0);
   exec.WaitFor(exec.Submit(Kernel(1'000'000)));

@@ -70,9 +70,18 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
 import images  # noqa: E402
-
-SKIP = 77  # CTest's SKIP_RETURN_CODE.
+import netns_nodes  # noqa: E402
+from netns_nodes import SKIP, ClusterError  # noqa: E402,F401
+from netns_nodes import cgroup_hierarchies as _cgroup_hierarchies  # noqa: E402,F401
+from netns_nodes import cgroup_pids as _cgroup_pids  # noqa: E402
+from netns_nodes import free_port as _free_port  # noqa: E402,F401
+from netns_nodes import remove_cgroup_tree as _remove_cgroup_tree  # noqa: E402
+from netns_nodes import run as _run  # noqa: E402
+from netns_nodes import skip as _skip  # noqa: E402
+from netns_nodes import tail as _tail  # noqa: E402
+from netns_nodes import which as _which  # noqa: E402
 K8S_VERSION = "1.20.2"
 K8S_BIN = f"/var/cache/gpuslice/kubernetes-{K8S_VERSION}/bin"
 K8S_PROGRAMS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet",
@@ -88,22 +97,6 @@ KUBELET_SYSCTLS = {"vm/overcommit_memory": 1, "vm/panic_on_oom": 0, "kernel/pani
                    "kernel/panic_on_oops": 1, "kernel/keys/root_maxkeys": 1000000,
                    "kernel/keys/root_maxbytes": 25000000}
 NODE_OVERLAYS = ("/var/lib", "/var/log", "/run", "/etc", "/usr/local")
-
-
-class ClusterError(RuntimeError):
-    pass
-
-
-def _skip(why):
-    print("SKIP: " + why, flush=True)
-    sys.exit(SKIP)
-
-
-def _which(name):
-    path = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
-    if path is None:
-        raise ClusterError(f"{name} not found")
-    return path
 
 
 def require_prerequisites():
@@ -134,52 +127,6 @@ def require_prerequisites():
               "util-linux, gcc; scripts/setup.sh installs them)")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def _tail(path, limit=6000):
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - limit))
-            return f.read().decode(errors="replace")
-    except OSError as e:
-        return f"({e})"
-
-
-def _run(argv, **kw):
-    r = subprocess.run(argv, capture_output=True, text=True, **kw)
-    if r.returncode != 0:
-        raise ClusterError(" ".join(map(str, argv)) + ": " + (r.stderr or r.stdout).strip())
-    return r
-
-
-def _cgroup_hierarchies():
-    """[(mountpoint, fstype, mount options, our cgroup path)] for every cgroup
-    hierarchy mounted on the host that this process belongs to."""
-    mine = {}
-    with open("/proc/self/cgroup") as f:
-        for line in f:
-            _, ctrls, path = line.rstrip("\n").split(":", 2)
-            mine[ctrls] = path
-    out = []
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            _, mnt, fstype, opts = line.split()[:4]
-            if fstype == "cgroup2" and "" in mine:
-                out.append((mnt, fstype, opts, mine[""]))
-            elif fstype == "cgroup":
-                optset = set(opts.split(","))
-                for ctrls, path in mine.items():
-                    if ctrls and set(ctrls.split(",")) <= optset:
-                        out.append((mnt, fstype, opts, path))
-                        break
-    return out
-
-
 def _terminate(proc, timeout=10):
     if proc is None or proc.poll() is not None:
         return
@@ -203,15 +150,7 @@ def _terminate(proc, timeout=10):
 # -c HOLDER ARGS_JSON` after the parent moved it into the node's cgroups; sets
 # the node up, says "ready", and waits until its stdin closes (the parent's
 # pipe: so it also ends when the test process dies).
-_HOLDER = r'''
-import json, os, socket, subprocess, sys
-a = json.loads(sys.argv[1])
-def sh(*argv):
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(" ".join(argv) + ": " + r.stderr.strip())
-socket.sethostname(a["node"])
-sh("ip", "link", "set", "lo", "up")
+_HOLDER = netns_nodes.HOLDER_START + r'''
 for target, upper, work in a["overlays"]:
     sh("mount", "-t", "overlay", "-o",
        "lowerdir=%s,upperdir=%s,workdir=%s" % (target, upper, work), "gsk-" + a["node"], target)
@@ -219,14 +158,7 @@ os.makedirs("/var/lib/kubelet", exist_ok=True)
 sh("mount", "--bind", a["kubelet_dir"], "/var/lib/kubelet")
 for path, value_file in a["sysctls"]:
     sh("mount", "--bind", value_file, path)
-if a["cgroups"]:
-    sh("mount", "-t", "tmpfs", "-o", "mode=755", "gskcgroup", "/sys/fs/cgroup")
-    for mnt, fstype, opts in a["cgroups"]:
-        os.makedirs(mnt, exist_ok=True)
-        sh("mount", "-t", fstype, "-o", opts, fstype, mnt)
-print("ready", flush=True)
-sys.stdin.read()
-'''
+''' + netns_nodes.HOLDER_END
 
 
 class Node:
@@ -496,43 +428,21 @@ class KubeCluster:
                 raise ClusterError(f"{name} exited with status {self.procs[name].returncode}")
 
     def _ip(self, *args, node=None):
-        argv = ["ip", *args]
-        if node is not None:
-            argv = [_which("nsenter"), "-t", str(node.holder.pid), "-n", "--", *argv]
-        _run(argv)
+        netns_nodes.ip(*args, holder_pid=None if node is None else node.holder.pid)
 
     def _make_network(self):
-        self._ip("link", "add", self.bridge, "type", "bridge")
+        netns_nodes.make_bridge(self.bridge, self.bridge_ip)
         self._bridge_made = True
-        self._ip("addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge)
-        self._ip("link", "set", self.bridge, "up")
 
     def _make_node_cgroups(self, n):
-        hier = []
-        for mnt, fstype, opts, path in _cgroup_hierarchies():
-            cg = os.path.join(mnt + path, f"gpuslice-k8s-{self.suffix}-{n.name}")
-            os.makedirs(cg, exist_ok=True)
-            n.cgroups.append(cg)
-            # cpuset v1: a new cgroup has no CPUs or memory nodes until given.
-            for knob in ("cpuset.cpus", "cpuset.mems"):
-                if os.path.exists(os.path.join(cg, knob)):
-                    with open(os.path.join(os.path.dirname(cg), knob)) as f:
-                        value = f.read().strip()
-                    with open(os.path.join(cg, knob), "w") as f:
-                        f.write(value)
-            hier.append((mnt, fstype, opts))
-        return hier
+        n.cgroups, hierarchies = netns_nodes.make_node_cgroups(
+            f"gpuslice-k8s-{self.suffix}-{n.name}")
+        return hierarchies
 
     def _enter_node_cgroups(self, n):
         """preexec_fn: puts the child into the node's cgroups before it execs
         nsenter, so that in the node's cgroup namespace it is at "/"."""
-        cgroups = list(n.cgroups)
-
-        def enter():
-            for cg in cgroups:
-                with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-                    f.write(str(os.getpid()))
-        return enter
+        return netns_nodes.enter_cgroups(n.cgroups)
 
     def _make_node(self, n):
         os.makedirs(n.dir, exist_ok=True)
@@ -563,14 +473,8 @@ class KubeCluster:
         if line.strip() != "ready":
             n.holder.wait(5)
             raise ClusterError(f"setting up {n.name} failed: {_tail(n.holder_log)}")
-        self._ip("link", "add", n.veth_host, "type", "veth", "peer", "name", n.veth_node)
-        self._ip("link", "set", n.veth_node, "netns", str(n.holder.pid))
-        self._ip("link", "set", n.veth_host, "master", self.bridge)
-        self._ip("link", "set", n.veth_host, "up")
-        self._ip("link", "set", n.veth_node, "name", "eth0", node=n)
-        self._ip("addr", "add", f"{n.ip}/24", "dev", "eth0", node=n)
-        self._ip("link", "set", "eth0", "up", node=n)
-        self._ip("route", "add", "default", "via", self.bridge_ip, node=n)
+        netns_nodes.attach_node(n.holder.pid, n.veth_host, n.veth_node, self.bridge, n.ip,
+                                self.bridge_ip)
         # The API server reaches admission webhooks at their pods' addresses.
         self._ip("route", "add", f"{n.pod_subnet}.0/24", "via", n.ip, "dev", self.bridge)
         # kube-proxy's one job here: the `kubernetes` Service for in-cluster
@@ -827,15 +731,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         """SIGKILLs every process in the node's cgroups (containerd, its shims,
         the containers, the holder), until none is left."""
         for _ in range(100):
-            pids = set()
-            for cg in n.cgroups:
-                for dirpath, _, files in os.walk(cg):
-                    if "cgroup.procs" in files:
-                        try:
-                            with open(os.path.join(dirpath, "cgroup.procs")) as f:
-                                pids.update(int(p) for p in f.read().split())
-                        except OSError:
-                            pass
+            pids = set(_cgroup_pids(n.cgroups))
             pids.discard(os.getpid())
             if not pids:
                 return
@@ -845,18 +741,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                 except ProcessLookupError:
                     pass
             time.sleep(0.1)
-
-    @staticmethod
-    def _rmdir_tree(cg):
-        for dirpath, dirnames, _ in os.walk(cg, topdown=False):
-            for _ in range(50):
-                try:
-                    os.rmdir(dirpath)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.05)
 
     def stop(self):
         if self._stopped:
@@ -878,7 +762,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
                     n.holder.kill()
                     n.holder.wait(10)
             for cg in n.cgroups:
-                self._rmdir_tree(cg)
+                _remove_cgroup_tree(cg)
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
             _terminate(self.procs.get(name))
         if self._bridge_made:

@@ -1,4 +1,4 @@
-"""gpuslice on a real Kubernetes (issue 38; docs/KUBERNETES.md): Kubernetes
+"""gpuslice on a real Kubernetes (docs/KUBERNETES.md): Kubernetes
 1.20.2 with two nodes on this machine (cluster.py), deploy/kubernetes applied
 as shipped through its documented overlay for simulated GPUs
 (overlays/simulated: images and simulated-GPU settings) and the webhook's

@@ -1,0 +1,643 @@
+// Service: jobs as users see them. Submission (checks, limits), cancel,
+// views and lists, logs, attaching a shell or `run -i` command, reporting
+// its exit. Starting, recovery and the ledger are in service_state.cc; moving
+// jobs along in service_lifecycle.cc. See service.h.
+
+#include "daemon/jobs/service.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "core/strings.h"
+#include "daemon/base/log.h"
+#include "daemon/launch/job_log.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+using core::Result;
+using core::Status;
+
+std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
+                              std::string_view owner) {
+  if (text.size() < 6) return text;  // Nothing to find; most reasons are empty.
+  for (const std::string& e : env) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || e.size() - eq - 1 < 6 || e.size() - eq - 1 > text.size()) {
+      continue;
+    }
+    const std::string_view value = std::string_view(e).substr(eq + 1);
+    if (!owner.empty() && owner.find(value) != std::string_view::npos) continue;
+    for (size_t at; (at = text.find(value)) != std::string::npos;) {
+      text.replace(at, value.size(), "$" + e.substr(0, eq));
+    }
+  }
+  return text;
+}
+
+std::string Service::PublicText(uint64_t job_id, std::string text) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return text;
+  return RedactEnvironment(std::move(text), it->second.env, it->second.user);
+}
+
+Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
+                 RegionStore& regions)
+    : options_(std::move(options)),
+      clock_(clock),
+      inventory_source_(inventory),
+      launcher_(launcher),
+      regions_(regions) {}
+
+Service::~Service() = default;
+
+Status Service::CheckOwner(const Caller& caller, const Job& job) const {
+  if (caller.admin || (caller.local && caller.uid == job.uid)) return Status::Ok();
+  return core::PermissionDeniedError("job " + std::to_string(job.id) + " belongs to " + job.user +
+                                     "; only its owner, root or the admin group may "
+                                     "do this");
+}
+
+namespace {
+
+// The parent pid of `pid` (/proc/<pid>/status PPid), or -1.
+int64_t ParentOf(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("PPid:", 0) == 0) return std::atoll(line.c_str() + 5);
+  }
+  return -1;
+}
+
+// "40s", "25m", "2h5m": rounded up to the second under a minute, else to
+// the minute (a reason is read by people, not parsed).
+std::string RoughDuration(int64_t ms) {
+  ms = std::max<int64_t>(ms, 1000);
+  const int64_t unit = ms < 60'000 ? 1000 : 60'000;
+  return core::FormatDuration(std::chrono::milliseconds((ms + unit - 1) / unit * unit));
+}
+
+uint64_t TotalBytes(const std::vector<std::string>& v) {
+  uint64_t n = 0;
+  for (const std::string& s : v) n += s.size() + 1;  // + the NUL execve counts.
+  return n;
+}
+
+}  // namespace
+
+Status Service::CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const {
+  const uint64_t env = TotalBytes(spec.env), argv = TotalBytes(spec.argv);
+  if (env > options_.max_env_bytes) {
+    return core::InvalidArgumentError(
+        "the job's environment is " + core::FormatBytes(env) + ", over the limit of " +
+        core::FormatBytes(options_.max_env_bytes) +
+        " (max_env_bytes in gpusliced's configuration, docs/CONFIG.md); pass large data in a "
+        "file instead");
+  }
+  if (argv > options_.max_argv_bytes) {
+    return core::InvalidArgumentError(
+        "the job's command line is " + core::FormatBytes(argv) + ", over the limit of " +
+        core::FormatBytes(options_.max_argv_bytes) +
+        " (max_argv_bytes in gpusliced's configuration, docs/CONFIG.md)");
+  }
+  auto q = queued_by_uid_.find(caller.uid);
+  if (q != queued_by_uid_.end() && q->second >= options_.max_queued_jobs_per_user) {
+    return core::ResourceExhaustedError(
+        "user " + caller.user + " already has " + std::to_string(q->second) +
+        " queued jobs, the most one user may have (max_queued_jobs_per_user = " +
+        std::to_string(options_.max_queued_jobs_per_user) +
+        " in gpusliced's configuration, docs/CONFIG.md); wait for some to start or cancel some");
+  }
+  return Status::Ok();
+}
+
+Job Service::NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
+                    core::JobMode mode) const {
+  Job job;
+  job.id = id;
+  // The owner is the caller's credentials, never anything in the request.
+  job.uid = caller.uid;
+  job.gid = caller.gid;
+  job.user = caller.user;
+  job.request = std::move(request);
+  job.mode = mode;
+  job.submitted_ms = clock_.NowMs();
+  return job;
+}
+
+Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
+  if (degraded())
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): not accepting new jobs");
+  if (!caller.local) {
+    return core::PermissionDeniedError(
+        "jobs can only be submitted over the local socket, so they run as the caller");
+  }
+  GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(spec.labels));
+  if (options_.slurm_only && !caller.admin) {
+    // Only slurmstepd can make such a caller: its real uid is root while it
+    // acts as the user, which no user's own process can be. The real uid is
+    // the one read when the connection was accepted, and it counts only
+    // while that process runs: a pid looked up now could be a root process
+    // that took the pid of the user's, which ended.
+    const bool stepd = caller.process && caller.process->identity().real_uid == 0;
+    if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !stepd) {
+      return core::PermissionDeniedError(
+          "this node's GPUs are handed out by Slurm (slurm_only): ask for them with srun, "
+          "sbatch or salloc (--gres=gpu:N, --gpu-mem, --gpu-share)");
+    }
+    GPUSLICE_RETURN_IF_ERROR(caller.process->CheckRunning());
+  }
+  if (spec.mode == core::JobMode::kExternal) return SubmitExternal(caller, std::move(spec));
+  if (spec.paused || !spec.gpu_uuids.empty()) {
+    return core::InvalidArgumentError(
+        "paused and gpu_uuids are for external jobs (mode external) only");
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(spec.fields));
+  if (spec.mode != core::JobMode::kShell && spec.argv.empty()) {
+    return core::InvalidArgumentError("no command given (gpuslice run [options] -- cmd args...)");
+  }
+  if (spec.cwd.empty() || spec.cwd[0] != '/') {
+    return core::InvalidArgumentError("cwd must be an absolute path, got '" + spec.cwd + "'");
+  }
+  for (const std::string& e : spec.env) {
+    if (e.find('=') == std::string::npos || e[0] == '=') {
+      return core::InvalidArgumentError("env entry '" + e.substr(0, 64) + "' is not KEY=value");
+    }
+  }
+  GPUSLICE_RETURN_IF_ERROR(CheckSubmitLimits(caller, spec));
+  if (spec.restartable && spec.mode == core::JobMode::kShell) {
+    return core::InvalidArgumentError(
+        "--restartable: a shell or a command run by the client (run -i) cannot be restarted by "
+        "the daemon");
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, CheckDependencies(spec.after));
+  uint64_t id = next_id_;
+  GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
+  Status ever = capacity_->CouldEverFit(request);
+  if (!ever.ok()) {
+    capacity_->ForgetDemand(id);
+    // Refused at once, never queued forever.
+    return core::InvalidArgumentError(ever.message());
+  }
+  Job job = NewJob(caller, id, std::move(request), spec.mode);
+  job.argv = std::move(spec.argv);
+  job.cwd = std::move(spec.cwd);
+  job.env = std::move(spec.env);
+  job.restartable = spec.restartable;
+  job.no_idle_reclaim = spec.no_idle_reclaim;
+  job.after = std::move(spec.after);
+  job.labels = std::move(spec.labels);
+  if (Status c = CheckContainerSpec(spec, &job); !c.ok()) {
+    capacity_->ForgetDemand(id);
+    return c;
+  }
+  if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
+    capacity_->ForgetDemand(id);
+    return q;
+  }
+  if (!Persist(job, std::nullopt)) {
+    capacity_->ForgetDemand(id);
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): job not accepted");
+  }
+  ++next_id_;
+  jobs_[id] = job;
+  IndexJob(job);
+  RecordEvent("submitted", id, job.user,
+              job.request.Describe() +
+                  (job.after.empty() ? "" : ", after " + core::FormatDependencies(job.after)));
+  WaitFor(id, pending);
+  Enqueue(jobs_[id]);
+  RequestSchedule();
+  return View(jobs_[id]);
+}
+
+void Service::Enqueue(const Job& job) {
+  core::QueuedJob q;
+  q.id = job.id;
+  q.priority = job.request.priority;
+  q.seq = job.id;
+  q.max_runtime = job.request.max_runtime;
+  q.estimate = EstimateOf(job);
+  q.shape = capacity_->ShapeOf(job.id);
+  // Its rank from the factors of the last ranking (the queue is ranked
+  // again within a second); its group named now, for that ranking.
+  (void)GroupNameOf(job.gid);
+  q.rank = RankOf(job, clock_.NowMs());
+  auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
+  queue_.insert(pos, q);
+  ++queued_by_uid_[job.uid];
+}
+
+void Service::Dequeue(uint64_t id) {
+  auto it = std::find_if(queue_.begin(), queue_.end(),
+                         [&](const core::QueuedJob& q) { return q.id == id; });
+  if (it == queue_.end()) return;
+  queue_.erase(it);
+  auto job = jobs_.find(id);
+  if (job == jobs_.end()) return;
+  auto n = queued_by_uid_.find(job->second.uid);
+  if (n != queued_by_uid_.end() && --n->second == 0) queued_by_uid_.erase(n);
+}
+
+Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exit_code) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (exit_code && job.mode != core::JobMode::kExternal) {
+    return core::InvalidArgumentError(
+        "exit_code: only the release of an external job (a Slurm step's slice) says how its "
+        "work ended; job " +
+        std::to_string(id) + " records its own");
+  }
+  if (degraded() && !ledger_) {
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): cannot record a cancel");
+  }
+  std::string who =
+      "cancelled by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user);
+  if (job.state == JobState::kQueued) {
+    FinishJob(job, JobState::kCancelled, -1, who);
+    Schedule();
+    return Status::Ok();
+  }
+  if (job.state != JobState::kRunning && job.state != JobState::kSuspended) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
+                                         std::string(core::JobStateName(job.state)) + ")");
+  }
+  if (job.mode == core::JobMode::kExternal && !HeldProcesses(job).empty()) {
+    // A bound job whose processes still run (an admin cancels a Slurm step's
+    // slice): they are ended as a launched job's are, then the slice goes.
+    Live& l = live_[id];
+    if (!l.ending) {
+      l.ending = JobState::kCancelled;
+      l.ending_reason = who;
+      l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
+      SignalHeld(job, SIGTERM);
+    }
+    return Status::Ok();
+  }
+  if (job.mode == core::JobMode::kExternal) {
+    // Released: its slice goes now. Nothing was killed, so it exited, with
+    // the status its owner reports (a Slurm step's, so a failed step does
+    // not show exit 0), else 0.
+    FinishJob(job, JobState::kExited, exit_code.value_or(0),
+              "released by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
+    Schedule();
+    return Status::Ok();
+  }
+  Live& l = live_[id];
+  if (!l.ending) {
+    l.ending = JobState::kCancelled;
+    l.ending_reason = who;
+    l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
+    (void)launcher_.SignalGroup(job.pid, SIGTERM);
+    if (job.mode == core::JobMode::kShell) (void)launcher_.SignalGroup(job.pid, SIGHUP);
+  }
+  return Status::Ok();
+}
+
+JobView Service::View(const Job& job) {
+  JobView v{job, 0, "", std::nullopt, {}, DependenciesOf(job), ""};
+  if (job.state == JobState::kRunning || job.state == JobState::kSuspended) {
+    if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
+    v.flags = FlagsOf(job.id);
+    if (auto l = live_.find(job.id); l != live_.end())
+      v.checkpoint_error = l->second.checkpoint_error;
+  }
+  if (job.IsLive() && options_.rules.fair_share.enabled && !fair_factors_.empty()) {
+    auto group = group_names_.find(job.gid);
+    v.fair_share = core::JobFairShare(fair_factors_, job.user,
+                                      group == group_names_.end() ? "" : group->second);
+  }
+  // A suspended job waits in the queue too once its processes asked to be
+  // resumed (resume on demand).
+  auto l = live_.find(job.id);
+  const bool resume_demand =
+      job.state == JobState::kSuspended && l != live_.end() && l->second.resume_asked_ms != 0;
+  if (job.state != JobState::kQueued && !resume_demand) return v;
+  if (waiting_index_stale_) {
+    waiting_index_.clear();
+    waiting_index_.reserve(last_waiting_.size());
+    for (size_t i = 0; i < last_waiting_.size(); ++i) waiting_index_[last_waiting_[i].id] = i;
+    waiting_index_stale_ = false;
+  }
+  auto w = waiting_index_.find(job.id);
+  if (w != waiting_index_.end()) {
+    const core::WaitingJob& wj = last_waiting_[w->second];
+    v.queue_position = wj.position;
+    std::string head = std::to_string(plan_head_);
+    switch (wj.reason) {
+      case core::WaitReason::kHead: {
+        v.waiting_for = "first in line: " + capacity_->WhyNotNow(job.id);
+        if (auto p = preempting_.find(job.id); p != preempting_.end()) {
+          std::string ids;
+          for (uint64_t id : p->second) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+          v.waiting_for += "; preempting job(s) " + ids;
+        } else if (auto n = preempt_note_.find(job.id); n != preempt_note_.end()) {
+          v.waiting_for += "; cannot preempt: " + n->second;
+        }
+        if (auto r = reclaiming_.find(job.id); r != reclaiming_.end()) {
+          std::vector<std::string> ids;
+          for (uint64_t id : r->second) ids.push_back(std::to_string(id));
+          v.waiting_for += "; taking its group's quota back from job(s) " + core::Join(ids, ", ");
+        }
+        if (job.id == plan_head_ && head_expected_start_ms_) {
+          v.expected_start_ms = head_expected_start_ms_;
+          v.waiting_for +=
+              "; expected to start in about " +
+              RoughDuration(*head_expected_start_ms_ - clock_.NowMs()) +
+              (head_estimated_ ? " (by run-time estimates)" : " (by maximum run times)");
+        }
+        // Last, so that the command a hint names ends the line.
+        if (!defrag_moving_.empty()) {
+          std::vector<std::string> ids;
+          for (uint64_t id : defrag_moving_) ids.push_back(std::to_string(id));
+          v.waiting_for += "; moving job(s) " + core::Join(ids, ", ") + " to make room";
+        } else {
+          v.waiting_for += MoveHintFor(job);
+        }
+        break;
+      }
+      case core::WaitReason::kBehindHead:
+        v.waiting_for = "behind job " + head + ": " + capacity_->WhyNotNow(job.id);
+        break;
+      case core::WaitReason::kWouldDelayHead:
+        v.waiting_for = "fits now, but starting it would delay job " + head + " (first in line)";
+        break;
+      case core::WaitReason::kNotConsidered:
+        v.waiting_for = "behind job " + head + "; not yet considered for backfill";
+        break;
+      case core::WaitReason::kNeverFits:
+        v.waiting_for = "can never fit";
+        break;
+      case core::WaitReason::kBorrowWait: {
+        auto b = borrow_why_.find(job.id);
+        v.waiting_for = "borrowing over its group's quota (" +
+                        (b == borrow_why_.end() ? std::string("over quota") : b->second) +
+                        "): waits for idle capacity: " + capacity_->WhyNotNow(job.id);
+        break;
+      }
+      case core::WaitReason::kHeld: {
+        if (job.hold != core::HoldKind::kNone) {
+          v.waiting_for = job.hold == core::HoldKind::kAdmin
+                              ? "held by an admin (an admin releases it: gpuslice release " +
+                                    std::to_string(job.id) + ")"
+                              : "held (gpuslice release " + std::to_string(job.id) + ")";
+          break;
+        }
+        if (waiting_on_.count(job.id) > 0) {
+          v.waiting_for = WaitingForDependencies(job);
+          break;
+        }
+        auto q = quota_wait_.find(job.id);
+        v.waiting_for =
+            "quota: " + (q == quota_wait_.end() ? std::string("over quota") : q->second);
+        break;
+      }
+    }
+  }
+  if (resume_demand) {
+    v.waiting_for = "waiting for GPU memory to resume on demand" +
+                    (v.waiting_for.empty() ? std::string() : ": " + v.waiting_for);
+  }
+  return v;
+}
+
+Result<JobView> Service::Get(uint64_t id) {
+  Flush();
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  return View(it->second);
+}
+
+std::vector<JobView> Service::List(bool include_finished) {
+  Flush();
+  std::vector<JobView> out;
+  for (const auto& [id, job] : jobs_) {
+    if (include_finished || job.IsLive()) out.push_back(View(job));
+  }
+  return out;
+}
+
+void Service::IndexJob(const Job& job) { ids_by_user_[job.user].insert(job.id); }
+
+void Service::UnindexJob(const Job& job) {
+  auto it = ids_by_user_.find(job.user);
+  if (it == ids_by_user_.end()) return;
+  it->second.erase(job.id);
+  if (it->second.empty()) ids_by_user_.erase(it);
+}
+
+void Service::VisitCandidates(const JobQuery& q,
+                              const std::function<bool(const Job&)>& visit) const {
+  auto emit = [&](uint64_t id) {
+    auto j = jobs_.find(id);
+    return j == jobs_.end() || visit(j->second);
+  };
+  // Running and suspended jobs only: the live table holds exactly those.
+  const bool held_states_only =
+      !q.states.empty() && std::all_of(q.states.begin(), q.states.end(), [](JobState s) {
+        return s == JobState::kRunning || s == JobState::kSuspended;
+      });
+  if (held_states_only) {
+    for (auto it = live_.upper_bound(q.after_id); it != live_.end(); ++it) {
+      if (!emit(it->first)) return;
+    }
+    return;
+  }
+  if (!q.users.empty()) {
+    // The owners' id lists merged in id order (a few users at most).
+    using It = std::set<uint64_t>::const_iterator;
+    std::vector<std::pair<It, It>> runs;
+    std::set<std::string> users(q.users.begin(), q.users.end());
+    for (const std::string& u : users) {
+      auto ids = ids_by_user_.find(u);
+      if (ids != ids_by_user_.end())
+        runs.emplace_back(ids->second.upper_bound(q.after_id), ids->second.end());
+    }
+    while (true) {
+      std::pair<It, It>* next = nullptr;
+      for (auto& r : runs) {
+        if (r.first != r.second && (next == nullptr || *r.first < *next->first)) next = &r;
+      }
+      if (next == nullptr) return;
+      if (!emit(*next->first++)) return;
+    }
+  }
+  for (auto it = jobs_.upper_bound(q.after_id); it != jobs_.end(); ++it) {
+    if (!visit(it->second)) return;
+  }
+}
+
+JobPage Service::Query(const JobQuery& q) {
+  Flush();
+  JobPage page;
+  const std::string& default_pool = options_.rules.default_pool;
+  VisitCandidates(q, [&](const Job& job) {
+    if (!JobMatches(job, q, default_pool)) return true;
+    if (q.limit != 0 && page.jobs.size() == q.limit) {
+      // One more matches: the page is full, and the next one starts here.
+      page.next_cursor = page.jobs.back().job.id;
+      return false;
+    }
+    page.jobs.push_back(View(job));
+    return true;
+  });
+  return page;
+}
+
+JobSummary Service::Summary(const JobQuery& q) {
+  Flush();
+  JobSummaryBuilder builder;
+  const std::string& default_pool = options_.rules.default_pool;
+  JobQuery from_start = q;
+  from_start.after_id = 0;
+  VisitCandidates(from_start, [&](const Job& job) {
+    if (JobMatches(job, q, default_pool)) {
+      builder.Add(job, job.request.pool.empty() ? default_pool : job.request.pool);
+    }
+    return true;
+  });
+  JobSummary out;
+  out.counts = builder.counts();
+  out.groups = builder.Take();
+  out.groups_total = out.groups.size();
+  if (q.limit != 0 && out.groups.size() > q.limit) out.groups.resize(q.limit);
+  // Only each group's first member gets a view (its position and reason).
+  for (const JobGroup& g : out.groups) out.first.push_back(View(jobs_.at(g.ids.front())));
+  return out;
+}
+
+Result<std::vector<Transition>> Service::History(uint64_t id) {
+  if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_reason_);
+  return ledger_->Transitions(id);
+}
+
+size_t Service::running_count() const {
+  size_t n = 0;
+  for (const auto& [id, l] : live_) n += IsSuspended(id) ? 0 : 1;
+  return n;
+}
+
+std::map<uint32_t, std::vector<uint64_t>> Service::SlicesByGpu() const {
+  std::map<uint32_t, std::vector<uint64_t>> out;
+  for (const auto& [id, l] : live_) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second.state == JobState::kSuspended) continue;
+    for (uint32_t g : it->second.allocation.gpu_indices) out[g].push_back(id);
+  }
+  return out;
+}
+
+Result<LogChunk> Service::ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
+                                  uint64_t offset, uint64_t limit) const {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  const Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (stream != "stdout" && stream != "stderr") {
+    return core::InvalidArgumentError("stream must be stdout or stderr, not '" + stream + "'");
+  }
+  LogChunk chunk;
+  chunk.state = job.state;
+  chunk.exit_code = job.exit_code;
+  chunk.next_offset = offset;
+  // Offsets count the job's output since it started, across trims of a
+  // capped log (job_log.h).
+  limit = std::min<uint64_t>(limit, 4u << 20);
+  GPUSLICE_ASSIGN_OR_RETURN(LogRead read, ReadJobLog(JobDir(id) + "/" + stream, offset, limit));
+  chunk.data = std::move(read.data);
+  chunk.next_offset = read.next_offset;
+  return chunk;
+}
+
+Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (job.mode != core::JobMode::kShell) {
+    return core::FailedPreconditionError(
+        "only shell jobs and run -i commands are attached by the client");
+  }
+  if (job.state != JobState::kRunning || job.pid != 0) {
+    return core::FailedPreconditionError("job " + std::to_string(id) +
+                                         " is not waiting for its client to start it");
+  }
+  // The pid must be the caller's own process and (unless an admin calls) a
+  // child of the calling process itself: the client's held command, never
+  // any other process (moved into the job's cgroup, `cancel` would end it).
+  // A pidfd names the process checked: if it ended and its pid were reused
+  // (by someone else's process) before the cgroup write, the probe after
+  // the write fails.
+  struct stat st;
+  std::string proc = "/proc/" + std::to_string(pid);
+  if (pid <= 0 || stat(proc.c_str(), &st) != 0) {
+    return core::InvalidArgumentError("no process " + std::to_string(pid));
+  }
+  const int pidfd = int(syscall(SYS_pidfd_open, pid_t(pid), 0));
+  if (pidfd < 0) return core::InvalidArgumentError("no process " + std::to_string(pid));
+  struct PidFd {
+    int fd;
+    ~PidFd() { close(fd); }
+  } holder{pidfd};
+  if (stat(proc.c_str(), &st) != 0 || (st.st_uid != caller.uid && !caller.admin)) {
+    return core::PermissionDeniedError("process " + std::to_string(pid) + " is not yours");
+  }
+  if (!caller.admin) {
+    // The calling process as pinned at accept: its parent link read, then
+    // proved by its pidfd to be still running, so that the pid compared
+    // was the caller's and no newcomer's.
+    if (!caller.process || ParentOf(pid) != caller.process->pid()) {
+      return core::PermissionDeniedError("process " + std::to_string(pid) +
+                                         " is not a child of the calling process");
+    }
+    GPUSLICE_RETURN_IF_ERROR(caller.process->CheckRunning());
+  }
+  // Into the job's cgroup before it runs anything (the client holds it until
+  // this answers): a `setsid` child cannot leave the job, cancel ends all of
+  // it, and --cpus/--host-mem apply. Refused, the client does not start it.
+  GPUSLICE_RETURN_IF_ERROR(launcher_.AttachProcess(
+      id, pid, {job.request.host_cpu_milli, job.request.host_memory_bytes}));
+  if (syscall(SYS_pidfd_send_signal, pidfd, 0, nullptr, 0) != 0) {
+    LogWarn("job " + std::to_string(id) + ": process " + std::to_string(pid) +
+            " ended while it was being attached; its pid may name another process now");
+    return core::FailedPreconditionError("process " + std::to_string(pid) +
+                                         " ended while it was being attached");
+  }
+  live_[id].in_cgroup = launcher_.UsesCgroups();
+  job.pid = pid;
+  job.pid_start_time = ProcessStartTime(pid);
+  Persist(job, JobState::kRunning);
+  return Status::Ok();
+}
+
+Status Service::ReportExit(const Caller& caller, uint64_t id, int exit_code) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, it->second));
+  if (it->second.mode != core::JobMode::kShell) {
+    return core::FailedPreconditionError(
+        "only shell jobs and run -i commands report their own exit");
+  }
+  auto l = live_.find(id);
+  if (l == live_.end()) return Status::Ok();  // Already ended.
+  l->second.reported_exit = exit_code;
+  WatchRunning();
+  Schedule();
+  return Status::Ok();
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,818 @@
+#pragma once
+
+// The node daemon's state machine: jobs, the queue, what each job holds,
+// launching and watching processes, restart recovery and degraded mode. The
+// HTTP layer (api.h) calls it; it calls the seams (Clock, Inventory,
+// Launcher, RegionStore) and the ledger. One thread: the daemon's event
+// loop calls every method, so nothing here locks.
+//
+// Degraded: when the ledger cannot be opened or written, or the GPUs cannot
+// be read, the service keeps serving reads (status, gpus, jobs it knows) and
+// keeps watching running jobs, but refuses new work with kUnavailable and the
+// reason, like watchman's poisoned state.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/dependency.h"
+#include "core/schedule/fair_share.h"
+#include "core/job.h"
+#include "core/placement_policy.h"
+#include "core/preemption.h"
+#include "core/queue.h"
+#include "core/quota.h"
+#include "daemon/base/clock.h"
+#include "daemon/compute/region_store.h"
+#include "daemon/config/policy_config.h"
+#include "daemon/jobs/job_query.h"
+#include "daemon/jobs/service_views.h"
+#include "daemon/launch/cdi.h"
+#include "daemon/launch/checkpointer.h"
+#include "daemon/launch/launcher.h"
+#include "daemon/node/inventory.h"
+#include "daemon/launch/peer_process.h"
+#include "daemon/node/process_table.h"
+#include "daemon/placement/capacity.h"
+#include "daemon/placement/memory_allowance.h"
+#include "daemon/store/ledger.h"
+
+namespace gpuslice::daemon {
+
+// Who is calling, from SO_PEERCRED (unix socket) or a bearer token (TCP).
+struct Caller {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  // The process that opened the connection, pinned at accept (unix socket
+  // only; null over TCP, for the daemon's own submissions, and when the
+  // peer's pid is not visible here). Whatever is decided from the caller's
+  // pid uses it, never a pid looked up later (peer_process.h).
+  std::shared_ptr<const PeerProcess> process;
+  std::string user;
+  bool admin = false;  // root, the admin group, or the TCP token holder.
+  bool local = true;   // Came over the unix socket (can own jobs).
+  // The TCP bearer token holder: reads and cancels only (Api::Handle checks
+  // each route's scope), never anyone's environment.
+  bool token = false;
+};
+
+struct SubmitSpec {
+  core::RequestFields fields;
+  core::JobMode mode = core::JobMode::kSubmit;
+  std::vector<std::string> argv;
+  std::string cwd;
+  std::vector<std::string> env;
+  bool restartable = false;      // Preemption requeues it instead of ending it.
+  bool no_idle_reclaim = false;  // Idle reclaim leaves it alone.
+  // --after: jobs that must end (or exit 0) first (core/dependency.h).
+  std::vector<core::Dependency> after;
+  // --image, --engine: a container job (container_job.h).
+  std::optional<std::string> image;
+  std::optional<std::string> engine;
+  // Labels of any job; for external jobs (mode external): held paused until
+  // resumed, and the GPUs it may be placed on (empty: any).
+  std::map<std::string, std::string> labels;
+  bool paused = false;
+  std::vector<std::string> gpu_uuids;
+  // External jobs: bound to the calling process (Job::holder_pid), released
+  // when it is gone.
+  bool bound_to_caller = false;
+};
+
+// A quota with what its principal's running jobs hold now.
+struct QuotaView {
+  core::Principal who;
+  core::Quota quota;
+  core::QuotaCharge in_use;
+};
+
+// `gpuslice resize`: the new size of a running fraction (unset: unchanged).
+struct ResizeSpec {
+  std::optional<std::string> mem;
+  std::optional<std::string> compute;
+  std::optional<std::string> gpus;      // An elastic job's GPU count, within its range.
+  std::optional<std::string> priority;  // low | normal | high, live.
+  bool force = false;                   // Even below the memory it uses now.
+};
+
+// `gpuslice update`: a queued job's new request (unset: unchanged).
+struct UpdateSpec {
+  std::optional<std::string> mem;
+  std::optional<std::string> compute;
+  std::optional<std::string> priority;
+  std::optional<std::string> after;  // Replaces its dependencies; "" drops them.
+};
+
+// A page of GET /v1/jobs (job_query.h).
+struct JobPage {
+  std::vector<JobView> jobs;
+  // The last id of this page when more jobs match after it (the cursor of
+  // the next page); unset on the last page.
+  std::optional<uint64_t> next_cursor;
+};
+
+// GET /v1/jobs/summary: counts by state and the groups of alike jobs, each
+// with the view of its first member (a queued group: where it stands).
+struct JobSummary {
+  std::map<std::string, uint64_t> counts;
+  std::vector<JobGroup> groups;  // At most the query's limit.
+  size_t groups_total = 0;
+  std::vector<JobView> first;  // One per group.
+};
+
+// The groups (names) a user belongs to, from the system's group database:
+// `gid` and the supplementary groups (getgrouplist). For group quotas.
+std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid);
+// The same as gids (the primary one included).
+std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid);
+
+// `text` with the value of every `env` entry ("K=V", values of 6 or more
+// characters) replaced by "$K": a message shown to others (a job's failure
+// reason, an event) must not carry its owner's environment, e.g. the PATH a
+// "command not found" names.
+std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
+                              std::string_view owner = {});
+
+// Values that are, or are part of, `owner` (the job's user name: USER,
+// LOGNAME) are left alone: the name is shown beside every job anyway, and
+// replacing it would name the user `$LOGNAME` in events and reasons.
+// "container=server, namespace=ml, pod=infer-0" (events, logs).
+std::string LabelsText(const std::map<std::string, std::string>& labels);
+
+struct ServiceOptions {
+  std::string state_dir;
+  std::string shim_path;             // libgpuslice.so preloaded into jobs.
+  std::string sim_lib_dir;           // Prepended to jobs' LD_LIBRARY_PATH when simulated.
+  std::vector<std::string> job_env;  // "K=V" forced into every job (e.g. GPUSLICE_SIM_*).
+  // GPUSLICE_COORD_DIR for jobs (coord_dir.h): slices of all users on one GPU
+  // coordinate their compute shares there. "": the shim's per-user default.
+  std::string coord_dir;
+  // CDI specs of running jobs (cdi.h): where container engines read them.
+  // "": none written.
+  std::string cdi_dir;
+  // ServerConfig::slurm_only: a user (not an admin) may only ask for an
+  // external job bound to a process whose real uid is root that acts for
+  // them (slurmstepd with its privileges dropped: the SPANK plugin).
+  bool slurm_only = false;
+  // ServerConfig::external_gid_base; 0: external slices get no group.
+  uint32_t external_gid_base = 0;
+  // Container jobs: the engines' clients and the admin's words for `run`.
+  std::string podman = "/usr/bin/podman";
+  std::string docker = "/usr/bin/docker";
+  std::vector<std::string> podman_args;
+  std::vector<std::string> docker_args;
+  std::optional<uint32_t> admin_gid;
+  core::Policy policy = core::kDefaultPolicy;  // frag-aware
+  bool backfill = true;
+  int64_t kill_grace_ms = 5000;  // SIGTERM, then SIGKILL after this.
+  size_t history = 1000;         // Finished jobs kept in memory for `ps --all`.
+  // Pools, preemption, watchdog, idle reclaim (policy_config.h).
+  PolicyConfig rules;
+  // A user's groups for group quotas; unset: SystemGroupsOf (tests fake it).
+  std::function<std::vector<std::string>(const std::string& user, uint32_t gid)> groups_of;
+  // Usage sampling (Service::Sample): how often, and the GPU use under which a
+  // running job counts as idle (JobUsage::low_use_ms, jobs.idle_ms).
+  int64_t sample_interval_ms = 1000;
+  double idle_threshold_pct = 30.0;
+  // Owners, process groups and signals of GPU processes (the watchdog and
+  // foreign use); null: /proc (tests give a FakeProcessTable).
+  ProcessTable* processes = nullptr;
+  // What one user may hold in the queue and one job may carry (unbounded,
+  // 10,000 queued jobs with a 7.4 MB environment each take the daemon to
+  // 907 MiB). Config keys of the same names (docs/CONFIG.md).
+  uint32_t max_queued_jobs_per_user = 500;
+  uint64_t max_env_bytes = 256 << 10;
+  uint64_t max_argv_bytes = 256 << 10;
+  // How often a failed ledger write is retried (degraded until it succeeds).
+  int64_t ledger_retry_ms = 2000;
+  // The process groups of job `job`'s processes, found by its identity
+  // (job_finder.h), for a launch the daemon did not see finish. Unset:
+  // FindProcessGroupsByEnv over /proc. Tests fake it; cgroups may replace it.
+  std::function<std::vector<int64_t>(const core::Job& job)> find_job_groups;
+  // Suspend and resume (service_suspend.cc): the driver's process checkpoint
+  // API; null: jobs cannot be suspended (kUnimplemented says so).
+  std::shared_ptr<Checkpointer> checkpointer;
+  // How long a suspension waits for a process's GPU work in flight before it
+  // gives up (the job then runs on, and the failure is reported).
+  uint32_t suspend_lock_timeout_ms = 10000;
+};
+
+// A suspend or resume running on a worker thread (service_suspend.cc).
+struct CheckpointTask;
+
+// Why a job is suspended, and what happens when it cannot be.
+struct SuspendCause {
+  std::string by;  // "alice", "idle reclaim", "preemption by job 12".
+  // Idle reclaim: what to do instead when the job cannot be suspended.
+  std::optional<IdleAction> idle_fallback;
+  std::string idle_text;
+  // Preemption for this job: ended as before when it cannot be suspended;
+  // resumed by the daemon once it fits again when it can.
+  uint64_t preempted_for = 0;
+  // A move (`gpuslice move`): the GPU to resume on once it is suspended.
+  std::string move_to;
+  // Automatic defragmentation: the job whose start the move is for.
+  uint64_t defrag_for = 0;
+  // Over-quota borrowing: the job within its group's quota that reclaims
+  // this borrower's capacity (requeued instead when it cannot be
+  // suspended and is restartable; else it runs on).
+  uint64_t reclaimed_for = 0;
+};
+
+class Service {
+ public:
+  // The share (per mille) a fraction without one takes turns with:
+  // work-conserving, so alone it uses the whole GPU.
+  static constexpr uint32_t kShareOfNoShareMilli = 1;
+  Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
+          RegionStore& regions);
+  ~Service();
+
+  // Opens the ledger, reads the inventory and recovers live jobs. Problems
+  // make the service degraded rather than failing; the returned Status is an
+  // error only for what the daemon cannot run without (the state directory).
+  core::Status Start();
+
+  core::Result<JobView> Submit(const Caller& caller, SubmitSpec spec);
+  // `exit_code`: an external job's owner releasing it says how the work it
+  // held ended (a Slurm step's exit status); refused for other jobs.
+  core::Status Cancel(const Caller& caller, uint64_t id,
+                      std::optional<int> exit_code = std::nullopt);
+  // Get and List first run a pending queue plan, so positions are current.
+  core::Result<JobView> Get(uint64_t id);
+  std::vector<JobView> List(bool include_finished);
+  // The jobs `query` asks for, a page at a time (job_query.h). The page
+  // costs the jobs it holds: candidates come by ascending id from the
+  // cursor on (from the owners' own lists when it names users, from the
+  // running jobs when it asks for those only), and a job gets its full
+  // view only once it is on the page.
+  JobPage Query(const JobQuery& query);
+  // Every job `query` matches, collapsed (JobSummaryBuilder); the limit
+  // applies to the groups.
+  JobSummary Summary(const JobQuery& query);
+  core::Result<std::vector<Transition>> History(uint64_t id);
+  core::Result<LogChunk> ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
+                                 uint64_t offset, uint64_t limit) const;
+  // Shell jobs: the CLI reports the shell's pid once started, and its exit.
+  core::Status Attach(const Caller& caller, uint64_t id, int64_t pid);
+  core::Status ReportExit(const Caller& caller, uint64_t id, int exit_code);
+
+  // Housekeeping, called by the event loop on a timer and on SIGCHLD: reaps
+  // processes, ends jobs whose processes are gone, enforces maximum run
+  // times and kill deadlines, starts what now fits.
+  void Tick();
+  // Runs a queue plan that submissions deferred (see RequestSchedule). The
+  // event loop calls it every few milliseconds; cheap when nothing waits.
+  void Flush();
+  // Resume on demand (service_suspend.cc; docs/SUSPEND.md): reads the
+  // resume request of each suspended job's slice (one pread) and queues, as
+  // a waiting demand, each job whose processes asked during this
+  // suspension. The event loop calls it every 10 ms (and Tick does);
+  // nothing to do for a job already waiting.
+  void WatchResumeRequests();
+
+  // Events: every decision worth telling a user (docs/DAEMON.md lists the
+  // kinds). Stored in the ledger; counted per kind for the metrics.
+  void RecordEvent(std::string kind, uint64_t job_id, std::string user, std::string message);
+  core::Result<std::vector<Event>> Events(const EventQuery& query) const;
+  const std::map<std::string, uint64_t>& EventCounts() const { return event_counts_; }
+
+  // Usage, as of the last sample (Sample runs from Tick once per
+  // sample_interval_ms).
+  std::optional<JobUsage> UsageOf(uint64_t job_id) const;
+  const std::vector<GpuUsage>& GpuUsageNow() const { return gpu_usage_; }
+  // GPU processes outside gpuslice, as of the last sample (charged to their
+  // GPUs in placement; docs/DAEMON.md, "Foreign GPU use").
+  const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_; }
+  const WaitHistogram& QueueWaitHistogram() const { return wait_histogram_; }
+  // Samples now (Tick calls it when due; tests call it directly).
+  void Sample();
+
+  // After a failed ledger write (disk full...): every ledger_retry_ms, and at
+  // once when the state disk has 1 MiB more room than at the failure, writes
+  // what could not be written; when that succeeds, leaves degraded mode and
+  // says so in an event. Likewise, once a slice could not be made for lack
+  // of room, it checks the room on each call (a statvfs while the disk stays
+  // full) and leaves that state when a slice fits. The event loop calls it
+  // on its timer; cheap when the ledger and the disk are fine.
+  void MaintainLedger();
+
+  bool degraded() const { return !degraded_reason_.empty(); }
+  const std::string& degraded_reason() const { return degraded_reason_; }
+  // How jobs' processes are tracked (cgroups, or process groups and why).
+  std::string job_tracking() const { return launcher_.Tracking(); }
+  const InventorySnapshot& inventory() const { return inventory_; }
+  Inventory& inventory_source() { return inventory_source_; }
+  const ServiceOptions& options() const { return options_; }
+  // Variables forced into every job's environment (e.g. GPUSLICE_SIM_*).
+  void set_job_env(std::vector<std::string> env) { options_.job_env = std::move(env); }
+  RegionStore& regions() { return regions_; }
+  size_t queued_count() const { return queue_.size(); }
+  size_t running_count() const;
+  // The environment a job's processes get: the caller's, plus the slice
+  // (CUDA_VISIBLE_DEVICES by UUID, GPUSLICE_SLICE, the shim preloaded, the
+  // simulated driver's directory when the GPUs are simulated).
+  std::vector<std::string> JobEnvironment(const core::Job& job) const;
+  // What a container joining the job's slice is given (its CDI device).
+  // --image/--engine at submission: checked, and set on `job`.
+  core::Status CheckContainerSpec(const SubmitSpec& spec, core::Job* job) const;
+  // A container job's leader: the engine's `run` (container_job.h).
+  core::Result<std::vector<std::string>> ContainerArgv(const core::Job& job) const;
+  static std::vector<std::string> ContainerEngineEnvironment();
+  // Removes an ended container job's container from its engine's store.
+  void RemoveContainer(const core::Job& job);
+  CdiSlice CdiSliceOf(const core::Job& job) const;
+  // The same for a running job of the caller's (or any, for an admin): what
+  // `gpuslice container-args` turns into an engine's plain flags.
+  core::Result<CdiSlice> ContainerOf(const Caller& caller, uint64_t id) const;
+  // Job `id`'s cgroup for a container's --cgroup-parent ("" without cgroups).
+  // "" for an external job: nothing of its own runs in a cgroup of ours.
+  std::string CgroupParentOf(uint64_t id) const {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && it->second.mode == core::JobMode::kExternal) return "";
+    return launcher_.CgroupParent(id);
+  }
+  // `text` (an event's message about job `job_id`) without that job's
+  // environment values, for anyone to read.
+  std::string PublicText(uint64_t job_id, std::string text) const;
+  // Jobs holding each GPU (by inventory index), for `gpuslice gpus`.
+  std::map<uint32_t, std::vector<uint64_t>> SlicesByGpu() const;
+
+  // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
+  // Quotas: admins set and remove them; anyone lists them.
+  core::Status SetQuota(const Caller& caller, const core::Principal& who, const core::Quota& quota);
+  core::Status RemoveQuota(const Caller& caller, const core::Principal& who);
+  std::vector<QuotaView> Quotas();
+  // Live resize of a running fraction (owner or admin): within its quotas
+  // and its GPU; below the memory it uses only with `force`. Or, with
+  // `gpus`, of a running elastic job: to that many GPUs within its range
+  // (growing onto idle GPUs of its pool and island, within its quotas).
+  core::Result<JobView> Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec);
+  // Lets a job paused by idle reclaim launch again, or resumes a suspended
+  // job (owner or admin). A suspended job is put back on the GPUs it had,
+  // which must have room for its slice again (kFailedPrecondition saying
+  // what is missing otherwise); the restore itself runs on a worker thread
+  // (flag "resuming" until it is done).
+  core::Status Resume(const Caller& caller, uint64_t id);
+  // Suspends a running job (owner or admin; service_suspend.cc): its CUDA
+  // processes are locked and checkpointed by the driver (their device memory
+  // moved to host memory), then its slice stops counting against its GPUs.
+  // Returns at once with the flag "suspending"; the job becomes `suspended`,
+  // or stays running with JobView::checkpoint_error, when the worker is done.
+  core::Status Suspend(const Caller& caller, uint64_t id);
+  // Moves a single-GPU job onto GPU `gpu` (owner or admin; service_move.cc):
+  // a running job is suspended and resumed there (flags "suspending", then
+  // "resuming"), a suspended one resumed there. Refused at once when the
+  // target is not of the job's model and pool, or has no room now.
+  core::Status Move(const Caller& caller, uint64_t id, const std::string& gpu);
+  // Queued jobs (service_queued.cc; `gpuslice hold`, `release`, `update`).
+  // Hold keeps a queued job from starting until it is released (owner or
+  // admin; an admin's hold on another's job only an admin releases).
+  core::Result<JobView> Hold(const Caller& caller, uint64_t id);
+  core::Result<JobView> Release(const Caller& caller, uint64_t id);
+  // Changes a queued job's memory, compute share, priority or dependencies
+  // (owner or admin), checked as a submission is (the machine, the quotas,
+  // the priority limits, the jobs named); it keeps its id and its arrival.
+  core::Result<JobView> Update(const Caller& caller, uint64_t id, const UpdateSpec& spec);
+  // Replaces a job's labels (owner or admin); the metrics carry them.
+  core::Result<JobView> SetLabels(const Caller& caller, uint64_t id,
+                                  std::map<std::string, std::string> labels);
+  // Every live job (queued, running, suspended) as the job table holds it,
+  // by id: counts without a view of each (metrics; 10,000 may wait).
+  void ForEachLiveJob(const std::function<void(const core::Job&)>& fn) const {
+    for (const auto& [id, job] : jobs_) {
+      if (job.IsLive()) fn(job);
+    }
+  }
+  // The daemon's clock (Unix milliseconds).
+  int64_t NowMs() const { return clock_.NowMs(); }
+  // The pool of a GPU (by inventory index): the default pool unless the
+  // admin put it in another.
+  const std::string& PoolOf(uint32_t gpu_index) const;
+
+ private:
+  struct Live {
+    int64_t supervisor_pid = 0;  // 0 when re-adopted or a shell.
+    bool supervisor_reaped = false;
+    std::optional<core::JobState> ending;  // Cancel or timeout in progress.
+    std::string ending_reason;
+    int64_t kill_at_ms = 0;            // SIGKILL the group at this time if alive.
+    int64_t group_gone_ms = 0;         // First seen without processes.
+    std::optional<int> reported_exit;  // Shell jobs.
+    // A shell job (or `run -i`) whose process the client had the daemon put
+    // in the job's cgroup (Attach): the job is that cgroup, as a launched
+    // job is; without it, the attached process alone.
+    bool in_cgroup = false;
+    // Policies.
+    bool idle_flagged = false;  // Under the idle threshold for idle_after.
+    bool idle_acted = false;    // The idle action was taken (once per episode).
+    bool paused = false;        // Launches paused by idle reclaim.
+    int64_t idle_base_ms = 0;   // low_use_ms at the last resume.
+    bool over_limit = false;    // The watchdog saw it over its limit.
+    bool stopped = false;       // Stopped by the watchdog (watchdog = stop).
+    bool over_share = false;    // The compute watchdog saw it far over its share.
+    // SM use per GPU of the last samples within the compute window, and the
+    // share and mode they were taken under (a live change starts a new one:
+    // use within the old share is no breach of the new).
+    std::deque<std::pair<int64_t, std::map<uint32_t, double>>> sm_window;
+    uint32_t sm_window_share = 0;
+    bool sm_window_work_conserving = false;
+    // The arbiter's contended time (RegionStore::ContendedNs) at the same
+    // samples: how long others waited for the GPU (work-conserving slices).
+    std::deque<uint64_t> contended_window;
+    // The arbiter's charge (RegionStore::ChargedNs) at the same samples.
+    std::deque<std::optional<uint64_t>> charged_window;
+    // The audit saw it use more than it was charged (AuditCharge): the
+    // arbiter disregards its reports.
+    bool under_reported = false;
+    // The last audit found it short; the next one confirms it (a report
+    // that arrives a sample late, at the start of a burst, is not a lie).
+    bool audit_suspect = false;
+    int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
+    // Suspend or resume in progress on a worker thread (service_suspend.cc).
+    std::shared_ptr<CheckpointTask> checkpoint;
+    bool resuming = false;         // What `checkpoint` does.
+    std::string checkpoint_error;  // Why the last one failed.
+    // Processes that used the GPU while the job was suspended, and ended.
+    std::set<int64_t> escaped;
+    // Resume on demand: when its processes' request put it in the queue (0:
+    // not waiting), and the suspension whose on-demand resume failed (its
+    // requests are not honoured again: its owner resumes it by hand).
+    int64_t resume_asked_ms = 0;
+    uint64_t resume_refused = 0;
+  };
+
+  void Degrade(const std::string& reason);
+  // A slice could not be made for lack of room on the state disk:
+  // degraded until RetrySliceRoom finds room; no job starts meanwhile.
+  void NoRoomForSlices(const std::string& reason);
+  // Called by MaintainLedger: leaves that state once a slice fits again.
+  void RetrySliceRoom();
+  // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
+  // older install left (state dir, job dirs, ledger files).
+  core::Status SecureStateDir();
+  // Persists a change of `job` from state `from`; degrades on failure.
+  bool Persist(const core::Job& job, std::optional<core::JobState> from);
+  core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
+  // Crash-safe launching: a job launched before it is recorded would run
+  // twice after a crash. A job about to be launched is first
+  // recorded as running in its slice with no pid (its launch intent); its
+  // pid follows once known. A restart that finds such a job looks for its
+  // processes instead of starting it again: adopted when found, ended when
+  // its supervisor left an exit status, queued again only when it left no
+  // trace at all (no log file: the launch never began), failed otherwise.
+  // Returns false when the job was ended.
+  bool ResolveInterruptedLaunch(core::Job& job);
+  // Puts a job whose launch intent could not be recorded back in the queue.
+  // A started job back to queued: its slice removed, its allocation and
+  // start forgotten (the capacity it took is the caller's to release).
+  void ForgetStart(core::Job& job);
+  void UndoStart(core::Job& job);
+  // The per-user queue cap and the size limits of a submission.
+  core::Status CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const;
+  std::string JobDir(uint64_t id) const;
+  void Schedule();
+  // Plans now when that is cheap or has not happened for a while; otherwise
+  // leaves it to Flush. With thousands of jobs waiting, planning after every
+  // submission would make submissions O(queue) each; batching keeps them
+  // O(1) and delays a start by at most one Flush period.
+  void RequestSchedule();
+  void StartJob(core::Job& job);
+  // An external job's slice group (SliceLimits::shared_gid), 0 for others.
+  static constexpr uint64_t kExternalGids = 1ull << 20;
+  uint32_t SharedGidOf(const core::Job& job) const;
+  // A job of `caller` as submitted now (queued, nothing held).
+  core::Job NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
+                   core::JobMode mode) const;
+  // POST /v1/jobs with mode external (service_external.cc).
+  core::Result<JobView> SubmitExternal(const Caller& caller, SubmitSpec spec);
+  // A bound external job's processes (Job::holder_pid): those below its
+  // holder in the process tree that run as the job's owner. Only these, and
+  // never the holder itself, are the daemon's to signal.
+  std::vector<int64_t> HeldProcesses(const core::Job& job);
+  bool HolderAlive(const core::Job& job);
+  // "; GPU-x is held whole by job 7 (alice, Slurm job 12): ..." for each of
+  // `uuids` that running jobs hold: why an external job was refused.
+  std::string HoldersOf(const std::vector<std::string>& uuids, core::RequestKind wanted) const;
+  void SignalHeld(const core::Job& job, int signal);
+  // An external job's end in WatchRunning: released when its holder is gone;
+  // ended by the daemon (cancel with processes, deadline, policy) once its
+  // processes are. True when it finished.
+  bool WatchExternal(core::Job& job, Live& l, int64_t now);
+  core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
+  void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
+  void WatchRunning();
+  // A shell job (or run -i) whose processes are gone before its client
+  // reported their exit status: true while the daemon still waits for it.
+  bool AwaitShellExitReport(Live& l, int64_t now);
+  void Recover(std::vector<core::Job> live);
+  void Enqueue(const core::Job& job);
+  void Dequeue(uint64_t id);
+  // The job table's index by owner (Query's candidates for a user filter).
+  void IndexJob(const core::Job& job);
+  void UnindexJob(const core::Job& job);
+  // Calls `visit` with the jobs that may pass `query`, by ascending id above
+  // its cursor, until it returns false.
+  void VisitCandidates(const JobQuery& query,
+                       const std::function<bool(const core::Job&)>& visit) const;
+  JobView View(const core::Job& job);
+  void TrimHistory();
+  void ObserveWait(const core::Job& job);
+  // The slice limits of a job as it is now (StartJob, resize, pause).
+  SliceLimits SliceLimitsOf(const core::Job& job) const;
+  // A fraction without a compute share takes turns anyway, last (see
+  // kShareOfNoShareMilli).
+  static void TakeTurnsWithoutAShare(const core::Job& job, SliceLimits* limits);
+
+  // Dependencies (service_dependencies.cc; docs/DAEMON.md, "Dependencies").
+  // Checks a submission's --after: every job named exists (in memory or in
+  // the ledger) and, if it ended, ended as asked. Returns the ids it still
+  // waits for.
+  core::Result<std::vector<uint64_t>> CheckDependencies(const std::vector<core::Dependency>& after);
+  // A queued job starts waiting for `pending` (held from placement until
+  // they end).
+  void WaitFor(uint64_t id, const std::vector<uint64_t>& pending);
+  // Recover: a queued job read back waits again for its dependencies still
+  // live; returns the reason to cancel it when one ended otherwise than asked.
+  std::optional<std::string> RewaitAfterRestart(const core::Job& job);
+  // FinishJob tells it each end: the dependents of `ended_id` stop waiting
+  // for it, and those it broke (--after ID:ok) are cancelled, which goes on
+  // to their own dependents (a loop, not a recursion, however long the chain).
+  void ReleaseDependents(uint64_t ended_id);
+  // "after job 12 (running), job 13:ok (queued)".
+  std::string WaitingForDependencies(const core::Job& job) const;
+  std::vector<DependencyView> DependenciesOf(const core::Job& job) const;
+
+  // Quotas.
+  core::QuotaOwner OwnerOf(const core::Job& job);
+  core::QuotaCharge RequestCharge(const core::Job& job) const;
+  // What each principal with a quota holds, over the running jobs but one.
+  core::QuotaUsage RunningUsage(uint64_t except_id = 0);
+  core::Status CheckQuotaAtSubmit(const core::Job& job);
+  // Sets the plan's hold (quota waits) and start hooks over `usage`.
+  void HoldForQuotas(core::PlanOptions* options, core::QuotaUsage* usage);
+  void RecordQuotaWaits();
+  // Preemption: the head of the queue may end lower-priority jobs.
+  void MaybePreempt(uint64_t head_id);
+  void ForgetPreemptions();
+  // A preempted restartable job goes back to the queue.
+  void Requeue(core::Job& job, std::string reason);
+  // Idle reclaim and the watchdog, after each sample.
+  void Reclaim();
+  // Suspension (service_suspend.cc). Starts a suspend or resume of `job` on
+  // a worker thread; `by` says who or what asked (events).
+  core::Status StartSuspend(core::Job& job, Live& l, SuspendCause cause);
+  void ActOnIdle(core::Job& job, Live& l, IdleAction action, const std::string& idle);
+  // Ends a preemption victim for job `head_id` (requeued when restartable).
+  void EndForPreemption(core::Job& job, Live& l, uint64_t head_id);
+  // Resumes suspended jobs that asked to be (preemption victims) once
+  // their GPUs have room again and nothing of higher priority waits.
+  void ResumeWhenRoom();
+  // Restart recovery: processes a suspend or resume left half done (the
+  // worker died with the daemon) are put back to what the ledger says.
+  void RecoverCheckpoints(core::Job& job);
+  // RecoverCheckpoints again for the jobs re-adopted at start, once a lock
+  // their processes were asked for before the restart has had its time to
+  // land (the driver carries out a lock whose requester died).
+  void RecheckRecoveredCheckpoints();
+  std::map<uint64_t, int64_t> recheck_checkpoints_at_;  // Job id -> when.
+  // Resumes a suspended job: on `onto` (a move) when given, else on its own
+  // GPUs, else on any GPU of its model and pool with room; `placed`: where
+  // the queue plan placed it (the capacity it holds now), given back on
+  // failure.
+  core::Status StartResume(core::Job& job, Live& l, const std::string& by,
+                           const std::vector<std::string>& onto = {}, bool placed = false);
+  // Resume on demand: what identifies the job's current suspension in its
+  // limits page (SliceLimits::suspension); its queued demand (AskResume),
+  // and what the queue plan does when it starts (ResumeOnDemand) or any
+  // resume makes it moot (DropResumeDemand).
+  static uint64_t SuspensionId(const core::Job& job);
+  void AskResume(core::Job& job, Live& l);
+  void ResumeOnDemand(uint64_t id);
+  void DropResumeDemand(uint64_t id, Live& l);
+  // Moves (service_move.cc): what cannot move at all (a container, an
+  // elastic job), the GPUs a job may move to, and the capacity a resume
+  // takes (held on return).
+  core::Status CanMove(const core::Job& job) const;
+  std::vector<std::string> MoveCandidates(const core::Job& job) const;
+  core::Result<core::Allocation> PlaceForResume(core::Job& job,
+                                                const std::vector<std::string>& onto);
+  // For the job first in line that does not fit, with defragment =
+  // suggest: "; a move would let it start: gpuslice move 7 --gpu GPU-..."
+  // (or "moves would ...: ..., then ...") when moving running jobs would
+  // make room (the placement core's plan, service_schedule.cc), else "".
+  std::string MoveHintFor(const core::Job& head);
+  // What both refuse: no checkpoint API, a worker busy with it, its end.
+  core::Status CanCheckpoint(const core::Job& job, const Live& l, const char* verb) const;
+  // Runs `work` on a worker thread for `task` (FinishCheckpoints applies it).
+  void RunCheckpointTask(core::Job& job, Live& l, std::shared_ptr<CheckpointTask> task,
+                         std::function<CheckpointOutcome(Checkpointer&)> work);
+  // Applies the outcome of finished workers (from Tick).
+  void FinishCheckpoints();
+  // A suspended job whose processes use the GPU anyway (a process the
+  // suspension missed, or one the user restored through the driver): they
+  // are ended, each once, with an event (after each sample).
+  void WatchSuspended(core::Job& job, Live& l, const JobUsage& use);
+  // The processes of `job` that may be CUDA processes: those of its slice
+  // and its process group, and those NVML attributes to it, that run as its
+  // owner (never another user's process, whatever the slice says).
+  std::vector<int64_t> ProcessesOf(const core::Job& job);
+  bool IsSuspended(uint64_t id) const {
+    auto it = jobs_.find(id);
+    return it != jobs_.end() && it->second.state == core::JobState::kSuspended;
+  }
+  // The watchdog (service_watchdog.cc), per running job after each sample;
+  // each returns true when it ended the job.
+  bool WatchMemory(core::Job& job, Live& l, const JobUsage& use);
+  // The daemon's memory limit for `job` on GPU `gpu` (inventory index): its
+  // allocation there; 0 on a GPU it was not given, and while suspended.
+  static uint64_t MemoryLimitOn(const core::Job& job, uint32_t gpu);
+  bool WatchCompute(core::Job& job, Live& l, const JobUsage& use);
+  // The audit of the arbiter's charge against NVML, over WatchCompute's
+  // window (service_watchdog.cc).
+  void AuditCharge(const core::Job& job, Live& l);
+  // Foreign GPU use, after each sample: charges it in placement, with the
+  // memory jobs hold over their limits (`over_limit`: bytes and "job N" per
+  // GPU), reports each process once, and ends those that
+  // `foreign` says to (protect: those that take memory jobs were promised).
+  using OverLimit = std::map<uint32_t, std::pair<uint64_t, std::string>>;
+  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid,
+                    const OverLimit& over_limit);
+  // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
+  // none. The one place that decides membership: the job's process group,
+  // else a slice's process slots when the process is the job user's.
+  std::unordered_map<int64_t, uint64_t> JobsOfProcesses(const std::vector<int64_t>& pids);
+  // Freezes / thaws every process of a job (its group and the processes of
+  // its slice outside it). One seam, so cgroup freezing can replace it.
+  void StopJob(const core::Job& job);
+  void ContinueJob(const core::Job& job);
+  // Ends a job at once (SIGKILL to its group and to its GPU processes
+  // outside it), with an event and a line in its log.
+  void KillJob(core::Job& job, Live& l, const std::string& event_kind, const std::string& why);
+  ProcessTable& Processes();
+  void AppendToStderr(const core::Job& job, const std::string& line);
+  std::vector<std::string> FlagsOf(uint64_t id) const;
+  // Why a running or suspended job holds GPUs outside the pool it asked for
+  // (the admin moved them to another pool, or removed its pool, while it
+  // ran: docs/DAEMON.md, "Restart and recovery"); "" when it does not.
+  std::string OutsidePoolText(const core::Job& job) const;
+  core::Status ResolvePools(std::vector<std::string>* pool_of);
+  // Elastic jobs (service_elastic.cc): shrink for the waiting head, grow when
+  // nothing waits; each change rewrites <job dir>/gpus and signals the job.
+  static bool IsElastic(const core::Job& job);
+  void Elastic(uint64_t head_id);
+  core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
+  // Resize's --gpus: an elastic job to a GPU count the caller asked for.
+  core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job, const ResizeSpec& spec);
+  void WriteGpusFile(const core::Job& job);
+  // An elastic job about to start gives back what its owner's quotas forbid.
+  void FitElasticToQuotas(core::Job& job);
+
+  // Scheduling a team can trust (service_schedule.cc; issue 40).
+  // Fair share: the running jobs' use charged to their users and groups
+  // (decayed usage), the ledger's history read back at start, and the
+  // queue's ranks (fair share + age) recomputed at most once a second
+  // (`force`: now), the queue sorted again by them.
+  void SeedFairShare();
+  void ChargeFairShare(int64_t now);
+  void Rerank(bool force);
+  // The rank a job entering the queue gets, from the factors of the last
+  // ranking.
+  double RankOf(const core::Job& job, int64_t now) const;
+  // The job's primary group by name (its gid when the system has none).
+  const std::string& GroupNameOf(uint32_t gid);
+  // Run-time estimates: what a job without --max-runtime is expected to
+  // run, and a running job as the planner sees it (deadline, expected end).
+  std::optional<std::chrono::milliseconds> EstimateOf(const core::Job& job) const;
+  core::RunningJob PlanEntryOf(const core::Job& job, int64_t now) const;
+  // Fractions are packed while a job of whole GPUs waits (not held).
+  void UpdatePacking();
+  // Automatic defragmentation: moves for the head (defragment = auto), or
+  // the moves it would take, for its reason (suggest). True when moves
+  // were started.
+  bool Defragment(uint64_t head_id);
+  bool Movable(const core::Job& job, int64_t now) const;
+  // Over-quota borrowing: whether a job can give capacity back, what each
+  // running job charges, and the reclaim for a head within its group's
+  // guarantee.
+  bool Borrowable(const core::Job& job) const;
+  std::vector<core::RunningCharge> RunningCharges();
+  void ReclaimBorrowed(uint64_t head_id);
+  void RequeueForReclaim(core::Job& job, Live& l, uint64_t head_id);
+  // Idle reclaim leaves it alone (--no-idle-reclaim, idle_exempt_priority).
+  bool IdleExempt(const core::Job& job) const;
+
+  ServiceOptions options_;
+  Clock& clock_;
+  Inventory& inventory_source_;
+  Launcher& launcher_;
+  RegionStore& regions_;
+  std::unique_ptr<Ledger> ledger_;
+  InventorySnapshot inventory_;
+  CdiSpecs cdi_{""};  // Set from options_.cdi_dir by Start().
+  bool cdi_error_logged_ = false;
+  void SyncCdi();
+  std::unique_ptr<NodeCapacity> capacity_;
+  std::string degraded_reason_;
+
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, core::Job> jobs_;                    // Live and recent finished jobs.
+  std::unordered_map<std::string, std::set<uint64_t>> ids_by_user_;  // Of jobs_, by owner.
+  std::map<uint64_t, Live> live_;                         // Running jobs only.
+  std::vector<core::QueuedJob> queue_;                    // Sorted by core::QueueBefore.
+  std::unordered_map<uint32_t, uint32_t> queued_by_uid_;  // Kept by Enqueue/Dequeue.
+  // From the last plan: each waiting job's position and reason. The text of
+  // the reason is made only when someone looks (View), not on every pass.
+  std::vector<core::WaitingJob> last_waiting_;
+  std::unordered_map<uint64_t, size_t> waiting_index_;  // Built on first lookup.
+  bool waiting_index_stale_ = true;
+  uint64_t plan_head_ = 0;
+  bool schedule_pending_ = false;
+  int64_t last_schedule_ms_ = 0;
+
+  // Ledger writes that failed (job id -> the state its last saved row has),
+  // written again by MaintainLedger.
+  std::map<uint64_t, std::optional<core::JobState>> unsaved_jobs_;
+  bool ledger_write_failed_ = false;  // Degraded by a write, so recoverable.
+  std::string ledger_write_reason_;   // Its reason while it lasts.
+  uint64_t ledger_failed_free_bytes_ = 0;  // Free on the state disk when it failed.
+  int64_t ledger_failed_ms_ = 0;
+  int64_t ledger_retry_at_ms_ = 0;
+  // No room on the state disk for a slice: why (empty: there is), and since.
+  std::string no_room_reason_;
+  int64_t no_room_since_ms_ = 0;
+
+  // Events (in memory only when the ledger is unavailable).
+  std::map<std::string, uint64_t> event_counts_;
+  std::vector<Event> unsaved_events_;
+  // Usage sampling.
+  std::vector<GpuUsage> gpu_usage_;
+  std::unordered_map<uint64_t, JobUsage> usage_;
+  std::vector<ForeignProcess> foreign_;
+  // Foreign pids seen in consecutive samples (reported/acted on at the
+  // second, so a job's process caught between its job's end and NVML's
+  // next update is not called foreign), and those already reported.
+  std::unordered_map<int64_t, int> foreign_seen_;
+  std::set<int64_t> foreign_reported_;
+  std::set<int64_t> foreign_ended_;  // Signalled by `foreign`; forgotten once gone.
+  // The size of a fresh context per GPU, from NVML (the memory watchdog's
+  // allowance, memory_allowance.h).
+  ContextSizes context_sizes_;
+  int64_t last_sample_ms_ = 0;
+  int64_t last_idle_persist_ms_ = 0;
+  bool usage_error_logged_ = false;
+  WaitHistogram wait_histogram_;
+
+  // Policies.
+  core::QuotaBook quotas_;
+  std::unordered_map<uint32_t, core::QuotaOwner> owners_;  // By uid, cached.
+  std::unordered_map<uint64_t, std::string> quota_wait_;   // Held jobs: why.
+  std::unordered_map<uint64_t, std::string> held_now_;     // This pass's holds.
+  std::unordered_set<uint64_t> held_ids_;                  // Queued jobs held by `gpuslice hold`.
+  uint64_t min_gpu_memory_ = 0;                            // What a whole GPU is charged to quotas.
+  std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
+  std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
+  std::map<uint32_t, std::string> pool_of_gpu_;
+
+  // Dependencies: each queued job that waits -> the jobs it still waits for
+  // (live ones; held from placement while not empty), and each such job ->
+  // the jobs waiting for it (entries of jobs no longer waiting are skipped).
+  std::unordered_map<uint64_t, std::vector<uint64_t>> waiting_on_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> dependents_;
+  std::deque<uint64_t> ended_to_release_;  // ReleaseDependents' work list.
+  bool releasing_ = false;
+
+  // Scheduling (service_schedule.cc).
+  std::unique_ptr<core::DecayedUsage> fair_usage_;
+  std::unordered_map<uint64_t, int64_t> fair_charged_ms_;  // Running job -> charged up to.
+  std::map<core::Principal, double> fair_factors_;         // As of the last ranking.
+  int64_t fair_ranked_ms_ = 0;
+  std::unordered_map<uint32_t, std::string> group_names_;
+  std::optional<int64_t> head_expected_start_ms_;  // The last plan's reservation.
+  bool head_estimated_ = false;
+  std::set<uint64_t> defrag_moving_;  // Jobs the daemon is moving for the head.
+  std::unordered_map<uint64_t, std::deque<int64_t>> defrag_moves_at_;  // Per job, last hour.
+  std::unordered_map<uint64_t, int64_t> defrag_refused_until_;         // A move that failed.
+  std::unordered_map<uint64_t, std::string> defrag_hint_;              // suggest: head -> text.
+  uint64_t defrag_checked_head_ = 0;
+  int64_t defrag_checked_ms_ = 0;
+  std::set<uint64_t> opportunistic_now_;                    // Queued borrowers of this pass.
+  std::unordered_map<uint64_t, std::string> borrow_why_;    // Queued borrower -> which quota.
+  std::set<uint64_t> borrowers_now_;                        // Running borrowers as of this pass.
+  std::map<uint64_t, std::vector<uint64_t>> reclaiming_;    // Head -> borrowers it reclaims from.
+  std::unordered_map<uint64_t, std::string> reclaim_note_;  // Head -> why it cannot.
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,476 @@
+// Service: the part that moves jobs along (scheduling, starting, watching,
+// ending). See service.h.
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "core/strings.h"
+#include "daemon/base/log.h"
+#include "daemon/jobs/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+
+namespace {
+
+// A shell job whose client never reports the shell's pid is given up.
+constexpr int64_t kShellAttachTimeoutMs = 60'000;
+// A group that vanished without a status file (re-adopted job) is ended
+// after this long, exit status unknown.
+constexpr int64_t kStatusGraceMs = 2'000;
+
+}  // namespace
+
+std::vector<std::string> Service::JobEnvironment(const Job& job) const {
+  // The caller's environment, minus what the slice decides.
+  auto overridden = [&](const std::string& e) {
+    for (const char* k :
+         {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=", "GPUSLICE_MEMORY_LIMIT=",
+          "GPUSLICE_COORD_DIR=", "GPUSLICE_GPUS_FILE=", "GPUSLICE_LIMITS="}) {
+      if (e.rfind(k, 0) == 0) return true;
+    }
+    for (const std::string& forced : options_.job_env) {
+      if (e.rfind(forced.substr(0, forced.find('=') + 1), 0) == 0) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> env;
+  std::string preload, libpath;
+  for (const std::string& e : job.env) {
+    if (overridden(e)) continue;
+    if (e.rfind("LD_PRELOAD=", 0) == 0) {
+      preload = e.substr(11);
+    } else if (e.rfind("LD_LIBRARY_PATH=", 0) == 0) {
+      libpath = e.substr(16);
+    } else {
+      env.push_back(e);
+    }
+  }
+  env.push_back("CUDA_VISIBLE_DEVICES=" + core::Join(job.allocation.gpu_uuids, ","));
+  env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
+  if (!job.region_path.empty()) env.push_back("GPUSLICE_SLICE=" + job.region_path);
+  const std::string limits_path = regions_.LimitsPathOf(job.region_path);
+  if (!limits_path.empty()) env.push_back("GPUSLICE_LIMITS=" + limits_path);
+  if (IsElastic(job)) env.push_back("GPUSLICE_GPUS_FILE=" + JobDir(job.id) + "/gpus");
+  if (!options_.coord_dir.empty()) env.push_back("GPUSLICE_COORD_DIR=" + options_.coord_dir);
+  if (!options_.shim_path.empty()) {
+    env.push_back("LD_PRELOAD=" + options_.shim_path + (preload.empty() ? "" : ":" + preload));
+  } else if (!preload.empty()) {
+    env.push_back("LD_PRELOAD=" + preload);
+  }
+  if (inventory_.simulated() && !options_.sim_lib_dir.empty()) {
+    libpath = options_.sim_lib_dir + (libpath.empty() ? "" : ":" + libpath);
+  }
+  if (!libpath.empty()) env.push_back("LD_LIBRARY_PATH=" + libpath);
+  for (const std::string& forced : options_.job_env) env.push_back(forced);
+  return env;
+}
+
+void Service::Tick() {
+  if (clock_.NowMs() - last_sample_ms_ >= options_.sample_interval_ms) {
+    Sample();
+    Reclaim();
+  }
+  FinishCheckpoints();
+  if (!recheck_checkpoints_at_.empty()) RecheckRecoveredCheckpoints();
+  ResumeWhenRoom();
+  WatchResumeRequests();
+  WatchRunning();
+  // Elastic jobs first: a shrink that lets the head start makes preempting
+  // for it unnecessary.
+  Elastic(queue_.empty() ? 0 : plan_head_);
+  Schedule();
+  TrimHistory();
+  SyncCdi();
+}
+
+void Service::WatchRunning() {
+  for (int64_t pid : launcher_.Reap()) {
+    for (auto& [id, l] : live_) {
+      if (l.supervisor_pid == pid) l.supervisor_reaped = true;
+    }
+  }
+  int64_t now = clock_.NowMs();
+  std::vector<uint64_t> ids;
+  for (const auto& [id, l] : live_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    Job& job = jobs_[id];
+    Live& l = live_[id];
+    // Maximum run time.
+    auto deadline = job.DeadlineMs();
+    if (!l.ending && deadline && now >= *deadline) {
+      l.ending = JobState::kTimedOut;
+      l.ending_reason =
+          "ran past its maximum run time of " + core::FormatDuration(*job.request.max_runtime);
+      l.kill_at_ms = now + options_.kill_grace_ms;
+      if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+      if (job.mode == core::JobMode::kShell && job.pid > 0) {
+        (void)launcher_.SignalGroup(job.pid, SIGHUP);
+      }
+      if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
+    }
+    if (l.ending && now >= l.kill_at_ms && job.pid > 0) {
+      (void)launcher_.SignalGroup(job.pid, SIGKILL);
+      l.kill_at_ms = INT64_MAX;
+    }
+    if (job.mode == core::JobMode::kExternal) {
+      // Nothing of its own runs: it ends when released (Cancel), when its
+      // holder is gone, or at its deadline (service_external.cc).
+      WatchExternal(job, l, now);
+      continue;
+    }
+    JobState end_state = l.ending.value_or(JobState::kExited);
+    if (end_state == JobState::kQueued) {
+      // Preempted and restartable: back to the queue once its processes are
+      // gone (a shell is never restartable).
+      if (job.mode != core::JobMode::kShell && !launcher_.GroupAlive(job.pid) &&
+          (l.supervisor_pid == 0 || l.supervisor_reaped ||
+           ReadExitStatusFile(JobDir(id) + "/status"))) {
+        Requeue(job, l.ending_reason + "; requeued");
+      }
+      continue;
+    }
+    if (job.mode == core::JobMode::kShell && l.in_cgroup && job.pid != 0) {
+      // The job is its cgroup: it ends when the last of its processes does
+      // (a background process the shell left, or a `setsid` escapee, keeps
+      // it and its allocation), with the exit status the client reported.
+      if (launcher_.GroupAlive(job.pid)) continue;
+      if (AwaitShellExitReport(l, now)) continue;
+      FinishJob(job, end_state, l.reported_exit.value_or(-1),
+                l.ending ? l.ending_reason
+                         : (l.reported_exit
+                                ? ""
+                                : (job.argv.empty() ? "the shell ended" : "the command ended")));
+      continue;
+    }
+    if (job.mode == core::JobMode::kShell) {
+      if (l.reported_exit) {
+        FinishJob(job, end_state, *l.reported_exit, l.ending_reason);
+      } else if (job.pid == 0 && now - job.started_ms > kShellAttachTimeoutMs) {
+        FinishJob(job, JobState::kFailed, -1,
+                  job.argv.empty() ? "the shell was never started by the client"
+                                   : "the command was never started by the client (run -i)");
+      } else if (job.pid != 0 && !launcher_.ProcessAlive(job.pid, job.pid_start_time)) {
+        if (AwaitShellExitReport(l, now)) continue;
+        FinishJob(job, end_state, -1,
+                  l.ending ? l.ending_reason
+                           : (job.argv.empty() ? "the shell ended" : "the command ended"));
+      } else if (job.pid == 0 && l.ending) {
+        FinishJob(job, end_state, -1, l.ending_reason);
+      }
+      continue;
+    }
+    if (launcher_.GroupAlive(job.pid)) continue;
+    // Ended by us (cancel, deadline, policy): that reason; else what the
+    // launcher can tell (the kernel's OOM killer for --host-mem).
+    std::string reason = l.ending ? l.ending_reason : launcher_.EndNote(job.pid);
+    auto code = ReadExitStatusFile(JobDir(id) + "/status");
+    if (code) {
+      FinishJob(job, end_state, *code, reason);
+      continue;
+    }
+    if (l.supervisor_pid != 0 && !l.supervisor_reaped) continue;  // Status on its way.
+    if (l.group_gone_ms == 0) l.group_gone_ms = now;
+    if (now - l.group_gone_ms >= kStatusGraceMs || l.supervisor_pid != 0) {
+      FinishJob(job, end_state, -1,
+                !reason.empty() ? reason : "processes ended; exit status unknown");
+    }
+  }
+}
+
+bool Service::AwaitShellExitReport(Live& l, int64_t now) {
+  // The client waits for its shell (or run -i command) and then reports the
+  // exit status, so the daemon often sees the processes gone first. Waiting
+  // a little for that report keeps the status; a client that died with its
+  // shell never reports, and the job ends without one after the grace.
+  if (l.reported_exit || l.ending) return false;
+  if (l.group_gone_ms == 0) l.group_gone_ms = now;
+  return now - l.group_gone_ms < kStatusGraceMs;
+}
+
+void Service::RequestSchedule() {
+  int64_t now = clock_.NowMs();
+  if (queue_.size() < 64 || now - last_schedule_ms_ >= 20) {
+    Schedule();
+  } else {
+    schedule_pending_ = true;
+  }
+}
+
+void Service::Flush() {
+  if (schedule_pending_) Schedule();
+}
+
+void Service::Schedule() {
+  schedule_pending_ = false;
+  last_schedule_ms_ = clock_.NowMs();
+  waiting_index_stale_ = true;
+  // No room for a slice: nothing could start, and nothing is preempted for
+  // a job that could not start either (RetrySliceRoom schedules again).
+  if (!no_room_reason_.empty()) return;
+  if (queue_.empty() || !capacity_) {
+    last_waiting_.clear();
+    head_expected_start_ms_.reset();
+    if (capacity_) capacity_->set_pack_fractions(false);
+    return;
+  }
+  // Fair share and age (at most once a second), then the queue in order.
+  Rerank(false);
+  UpdatePacking();
+  const int64_t now = clock_.NowMs();
+  std::vector<core::RunningJob> running;
+  for (const auto& [id, l] : live_) {
+    if (IsSuspended(id)) continue;  // Holds nothing to free.
+    running.push_back(PlanEntryOf(jobs_[id], now));
+  }
+  core::PlanOptions opt;
+  // While the daemon moves jobs to make room for the head, nothing else
+  // starts: the room a move frees is the head's (issue 40).
+  opt.backfill = options_.backfill && defrag_moving_.empty();
+  core::QuotaUsage quota_usage;
+  HoldForQuotas(&opt, &quota_usage);
+  if (opt.held) {
+    // A suspended job's resume demand is not held for quotas (nor is a
+    // resume by hand): it had its slice already.
+    opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
+      return !IsSuspended(id) && quota(id);
+    };
+  }
+  if (!waiting_on_.empty() || !held_ids_.empty()) {
+    // A job waiting for its dependencies, or held (`gpuslice hold`), is
+    // held like a quota wait: it takes nothing and is never the head, so it
+    // delays no one (and it is not counted against its quota while it waits).
+    opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
+      return held_ids_.count(id) > 0 || waiting_on_.count(id) > 0 || (quota && quota(id));
+    };
+  }
+  core::QueuePlan plan = core::PlanQueue(queue_, running, now, *capacity_, opt);
+  RecordQuotaWaits();
+  for (uint64_t id : plan.never_fit) {
+    Dequeue(id);
+    if (IsSuspended(id)) continue;  // A resume demand is never failed (TryResume).
+    FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
+  }
+  for (uint64_t id : plan.start) {
+    if (!no_room_reason_.empty()) break;  // The rest stay queued.
+    Dequeue(id);
+    if (IsSuspended(id)) {
+      ResumeOnDemand(id);  // Placed where its processes can be restored.
+      continue;
+    }
+    FitElasticToQuotas(jobs_[id]);
+    StartJob(jobs_[id]);
+  }
+  last_waiting_ = std::move(plan.waiting);
+  plan_head_ = plan.head;
+  head_expected_start_ms_ = plan.head_reservation_ms;
+  head_estimated_ = plan.reservation_estimated;
+  if (!no_room_reason_.empty()) return;  // Nobody is preempted for a job that cannot start.
+  ForgetPreemptions();
+  // Preemption, moves and reclaim act for a job that waits to start, not for
+  // a suspended job that waits to resume: that one gave its room up already.
+  if (plan.head != 0 && jobs_.count(plan.head) && !IsSuspended(plan.head)) {
+    // Moves lose no work: tried (and waited for) before ending or
+    // suspending anyone.
+    const bool moving = Defragment(plan.head) || !defrag_moving_.empty();
+    if (!moving) {
+      MaybePreempt(plan.head);
+      ReclaimBorrowed(plan.head);
+    }
+  }
+}
+
+SliceLimits Service::SliceLimitsOf(const Job& job) const {
+  SliceLimits limits;
+  limits.job_id = job.id;
+  limits.uid = job.uid;
+  limits.gid = job.gid;
+  limits.name = job.request.name;
+  limits.uuids = job.allocation.gpu_uuids;
+  limits.memory_bytes_per_device = job.allocation.memory_bytes_per_gpu;
+  limits.compute_milli = job.allocation.compute_milli;
+  limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
+  limits.priority = job.request.priority;
+  // A paused job stays paused through a resize or a priority change (the
+  // page is rewritten whole); Resume and the idle reclaim set it explicitly.
+  if (auto l = live_.find(job.id); l != live_.end()) limits.launches_paused = l->second.paused;
+  if (job.state == core::JobState::kSuspended) {
+    // Suspended: its GPUs are others' now. A process the suspension missed,
+    // or a new one, may allocate nothing and launch nothing there.
+    limits.memory_bytes_per_device = 0;
+    limits.launches_paused = true;
+    // And a process that makes a CUDA call asks for a resume rather than
+    // fail (or block in the driver) until its owner types one.
+    if (options_.rules.resume_on_demand) limits.suspension = SuspensionId(job);
+  }
+  limits.shared_gid = SharedGidOf(job);
+  TakeTurnsWithoutAShare(job, &limits);
+  return limits;
+}
+
+void Service::TakeTurnsWithoutAShare(const Job& job, SliceLimits* limits) {
+  // A part of a GPU without a compute share still shares that GPU with the
+  // slices beside it. Left out of the turns, it would launch freely and the
+  // GPU's own time-slicing would give it half the GPU against a
+  // high-priority 50% slice (57% against 27%). It takes turns with the smallest
+  // share there is, work-conserving: it runs on whatever the others leave,
+  // yields to their priority and their shares, and is never capped alone.
+  if (job.request.kind == core::RequestKind::kFraction && limits->compute_milli == 0) {
+    limits->compute_milli = kShareOfNoShareMilli;
+    limits->work_conserving = true;
+    limits->no_share = true;
+  }
+}
+
+void Service::StartJob(Job& job) {
+  auto alloc = capacity_->AllocationOf(job.id);
+  if (!alloc) {
+    FinishJob(job, JobState::kFailed, -1, "internal: placed without an allocation");
+    return;
+  }
+  job.allocation = *alloc;
+  job.started_ms = clock_.NowMs();
+  auto region = regions_.Create(SliceLimitsOf(job));
+  if (!region.ok() && region.status().code() == core::StatusCode::kResourceExhausted) {
+    // No room on the state disk: the job waits in the queue, as
+    // do those after it, until there is; never lost. An external job is
+    // never queued: its caller gets the reason.
+    NoRoomForSlices("no room for job slices on the state disk (" + region.status().message() + ")");
+    if (job.mode != core::JobMode::kExternal) {
+      ForgetStart(job);
+      capacity_->Release(job.id);
+      Enqueue(job);
+      return;
+    }
+  }
+  if (!region.ok()) {
+    // Running first, so the failure is a legal transition and the capacity
+    // taken by the plan is given back by FinishJob.
+    job.state = JobState::kRunning;
+    live_[job.id] = Live{};
+    FinishJob(job, JobState::kFailed, -1, "cannot create the slice: " + region.status().message());
+    return;
+  }
+  job.region_path = *region;
+  job.state = JobState::kRunning;
+  Live l;
+  if (job.mode == core::JobMode::kExternal) {
+    // Nothing to launch: its processes come from elsewhere and find the
+    // slice through its CDI device or the environment it hands out.
+    if (cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
+  } else if (job.mode != core::JobMode::kShell) {
+    // Crash safety (a job launched before it is recorded would run twice): the
+    // launch intent (running, its slice, no pid yet) is durable before any
+    // process exists, so a restart looks for the job's processes instead of
+    // starting it again (Service::ResolveInterruptedLaunch).
+    if (!Persist(job, JobState::kQueued)) {
+      UndoStart(job);
+      return;
+    }
+    std::string dir = JobDir(job.id);
+    mkdir(dir.c_str(), 0700);
+    if (IsElastic(job)) WriteGpusFile(job);
+    // Its CDI device exists before its first process: a job that is
+    // `podman run --device gpuslice.dev/slice=$GPUSLICE_JOB_ID ...` finds it.
+    if (cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
+    LaunchSpec spec;
+    spec.argv = job.argv;
+    spec.cwd = job.cwd;
+    spec.env = JobEnvironment(job);
+    spec.uid = job.uid;
+    spec.gid = job.gid;
+    spec.stdout_path = dir + "/stdout";
+    spec.stderr_path = dir + "/stderr";
+    spec.status_path = dir + "/status";
+    spec.job_id = job.id;
+    spec.host_limits = {job.request.host_cpu_milli, job.request.host_memory_bytes};
+    if (!job.image.empty()) {
+      // A container job: its leader is the engine's client, as root, with
+      // a clean environment; the slice goes in as the engine's flags.
+      auto argv = ContainerArgv(job);
+      if (!argv.ok()) {
+        live_[job.id] = l;
+        FinishJob(job, JobState::kFailed, 126,
+                  "cannot run its container: " + argv.status().message());
+        return;
+      }
+      spec.argv = std::move(*argv);
+      spec.env = ContainerEngineEnvironment();
+      spec.engine_as_root = true;
+    }
+    auto ref = launcher_.Launch(spec);
+    if (!ref.ok()) {
+      live_[job.id] = l;
+      int code = ref.status().code() == core::StatusCode::kNotFound ? 127 : 126;
+      // The reason is public (ps, events, the status page): not the PATH
+      // or any other value of the owner's environment.
+      FinishJob(job, JobState::kFailed, code,
+                RedactEnvironment(ref.status().message(), spec.env, job.user));
+      return;
+    }
+    job.pid = ref->pid;
+    job.pid_start_time = ref->start_time;
+    l.supervisor_pid = ref->supervisor_pid;
+  }
+  live_[job.id] = l;
+  const bool launched = job.mode != core::JobMode::kShell && job.mode != core::JobMode::kExternal;
+  Persist(job, launched ? JobState::kRunning : JobState::kQueued);
+  ObserveWait(job);
+  RecordEvent("started", job.id, job.user,
+              "on " +
+                  (job.allocation.gpu_uuids.empty() ? std::string("-")
+                                                    : core::Join(job.allocation.gpu_uuids, ",")) +
+                  (job.pid ? ", pid " + std::to_string(job.pid) : ""));
+  LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +
+          ") started on " + (job.allocation.gpu_uuids.empty() ? "-" : job.allocation.gpu_uuids[0]) +
+          (job.pid ? ", pid " + std::to_string(job.pid) : ""));
+}
+
+void Service::FinishJob(Job& job, JobState state, int exit_code, std::string reason) {
+  JobState from = job.state;
+  if (!core::CanTransition(from, state)) {
+    LogError("job " + std::to_string(job.id) + ": illegal transition " +
+             std::string(core::JobStateName(from)) + " -> " +
+             std::string(core::JobStateName(state)));
+    return;
+  }
+  // A queued job, or a suspended one waiting in the queue to resume.
+  if (from == JobState::kQueued || from == JobState::kSuspended) Dequeue(job.id);
+  held_ids_.erase(job.id);
+  if (capacity_) {
+    capacity_->Release(job.id);
+    capacity_->ForgetDemand(job.id);
+  }
+  if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
+    core::Status s = regions_.Remove(job.region_path);
+    if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
+  }
+  cdi_.Remove(job.id);
+  if (!job.image.empty()) RemoveContainer(job);
+  // Its processes are gone (or being killed): the cgroup goes too.
+  if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
+  live_.erase(job.id);
+  usage_.erase(job.id);
+  job.state = state;
+  job.exit_code = exit_code;
+  job.reason = std::move(reason);
+  job.ended_ms = clock_.NowMs();
+  Persist(job, from);
+  // The event kind is the end state: exited, cancelled, timed_out, failed.
+  std::string what = exit_code >= 0 ? "exit " + std::to_string(exit_code) : std::string();
+  if (!job.reason.empty()) what += (what.empty() ? "" : ": ") + job.reason;
+  RecordEvent(std::string(core::JobStateName(state)), job.id, job.user, what);
+  LogInfo("job " + std::to_string(job.id) + " " + std::string(core::JobStateName(state)) +
+          (exit_code >= 0 ? " (exit " + std::to_string(exit_code) + ")" : "") +
+          (job.reason.empty() ? "" : ": " + job.reason));
+  // Jobs waiting for this one: released, or cancelled (--after ID:ok).
+  ReleaseDependents(job.id);
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,445 @@
+// Service: keeping state. Start (the state directory, the ledger, the
+// inventory), recovery from the ledger after a restart (re-adoption, jobs that
+// ended or were being started while the daemon was down), the ledger's upkeep
+// and degraded mode, and trimming finished jobs from memory. See service.h.
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "daemon/base/log.h"
+#include "daemon/jobs/job_finder.h"
+#include "daemon/jobs/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+using core::Result;
+using core::Status;
+
+namespace {
+
+// Free bytes on the file system of `dir` (the blocks root may use: the
+// daemon's ledger may use them too); 0 when it cannot be told.
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) != 0) return 0;
+  return uint64_t(fs.f_bfree) * fs.f_frsize;
+}
+
+// How much more room than at a failed ledger write makes the next retry come
+// at once instead of at its interval: someone freed space.
+constexpr uint64_t kRoomReturnedBytes = 1 << 20;
+
+}  // namespace
+
+void Service::Degrade(const std::string& reason) {
+  const bool write_failed = reason.rfind("ledger write failed", 0) == 0;
+  if (write_failed && !ledger_write_failed_) {
+    // Recoverable: MaintainLedger retries and leaves degraded mode.
+    ledger_write_failed_ = true;
+    ledger_write_reason_ = reason;
+    ledger_failed_free_bytes_ = FreeBytes(options_.state_dir);
+    ledger_failed_ms_ = clock_.NowMs();
+    ledger_retry_at_ms_ = ledger_failed_ms_ + options_.ledger_retry_ms;
+  }
+  if (degraded_reason_.empty()) {
+    degraded_reason_ = reason;
+    LogError("degraded: " + reason + " (serving reads, refusing new work)");
+    if (write_failed) {
+      RecordEvent("degraded", 0, "",
+                  reason + "; refusing new work, retrying every " +
+                      core::FormatDuration(std::chrono::milliseconds(options_.ledger_retry_ms)));
+    }
+  }
+}
+
+bool Service::Persist(const Job& job, std::optional<JobState> from) {
+  if (!ledger_) return false;
+  Status s = ledger_->SaveJob(job, from, clock_.NowMs());
+  if (!s.ok()) {
+    // The row in the ledger still has the state of the first unsaved change.
+    unsaved_jobs_.emplace(job.id, from);
+    Degrade("ledger write failed: " + s.message());
+    return false;
+  }
+  return true;
+}
+
+void Service::NoRoomForSlices(const std::string& reason) {
+  if (!no_room_reason_.empty()) return;  // The first reason stands until there is room.
+  no_room_reason_ = reason;
+  no_room_since_ms_ = clock_.NowMs();
+  Degrade(reason);
+  RecordEvent("degraded", 0, "", reason + "; new jobs wait, running jobs go on");
+}
+
+void Service::RetrySliceRoom() {
+  if (no_room_reason_.empty()) return;
+  if (Status room = regions_.CheckRoom(); !room.ok()) return;
+  const std::string down =
+      core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - no_room_since_ms_));
+  if (degraded_reason_ == no_room_reason_) {
+    // The ledger may still fail to write: then that is the reason again.
+    degraded_reason_ = ledger_write_failed_ ? ledger_write_reason_ : std::string();
+  }
+  no_room_reason_.clear();
+  LogInfo("room for slices on the state disk again after " + down +
+          (degraded() ? "" : "; accepting new work"));
+  RecordEvent("recovered", 0, "",
+              "room for slices on the state disk again after " + down +
+                  (degraded() ? "; still degraded: " + degraded_reason_ : "; accepting new work"));
+  RequestSchedule();
+}
+
+void Service::MaintainLedger() {
+  RetrySliceRoom();
+  if (!ledger_write_failed_ || !ledger_) return;
+  // Every ledger_retry_ms, and at once when the state disk has room again
+  // (a statvfs per call while the write fails).
+  if (clock_.NowMs() < ledger_retry_at_ms_ &&
+      FreeBytes(options_.state_dir) < ledger_failed_free_bytes_ + kRoomReturnedBytes) {
+    return;
+  }
+  ledger_retry_at_ms_ = clock_.NowMs() + options_.ledger_retry_ms;
+  // Jobs first (they are the truth after a crash), oldest id first; stop at
+  // the first failure and try again later.
+  while (!unsaved_jobs_.empty()) {
+    auto it = unsaved_jobs_.begin();
+    auto job = jobs_.find(it->first);
+    if (job != jobs_.end()) {
+      Status s = ledger_->SaveJob(job->second, it->second, clock_.NowMs());
+      if (!s.ok()) return;
+    }
+    unsaved_jobs_.erase(it);
+  }
+  while (!unsaved_events_.empty()) {
+    if (!ledger_->AddEvent(unsaved_events_.front()).ok()) return;
+    unsaved_events_.erase(unsaved_events_.begin());
+  }
+  ledger_write_failed_ = false;
+  ledger_write_reason_.clear();
+  // Slices may still not fit: then that is the reason again.
+  if (degraded_reason_.rfind("ledger write failed", 0) == 0) degraded_reason_ = no_room_reason_;
+  const std::string down =
+      core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - ledger_failed_ms_));
+  LogInfo("ledger writable again after " + down + (degraded() ? "" : "; accepting new work"));
+  RecordEvent("recovered", 0, "",
+              "ledger writable again after " + down +
+                  (degraded() ? "; still degraded: " + degraded_reason_ : "; accepting new work"));
+}
+
+std::string Service::JobDir(uint64_t id) const {
+  return options_.state_dir + "/jobs/" + std::to_string(id);
+}
+
+Status Service::SecureStateDir() {
+  // Layout v2 (DESIGN, docs/DAEMON.md): others may traverse the state
+  // directory to reach the slice files named in a job's environment, but not
+  // list it; the ledger and job directories are the daemon's alone (the
+  // ledger holds every job's environment). An install made by an
+  // older gpusliced (0755, 0644) is fixed here, at every start.
+  if (mkdir(options_.state_dir.c_str(), 0711) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "create state directory " + options_.state_dir);
+  }
+  struct stat st;
+  if (stat(options_.state_dir.c_str(), &st) != 0) {
+    return ErrnoError(errno, "stat state directory " + options_.state_dir);
+  }
+  if (st.st_uid != geteuid()) {
+    return core::PermissionDeniedError(
+        "state directory " + options_.state_dir + " belongs to uid " + std::to_string(st.st_uid) +
+        ", not to the daemon's user (uid " + std::to_string(geteuid()) + ")");
+  }
+  if (chmod(options_.state_dir.c_str(), 0711) != 0) {
+    return ErrnoError(errno, "chmod 0711 " + options_.state_dir);
+  }
+  std::string jobs_dir = options_.state_dir + "/jobs";
+  if (mkdir(jobs_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoError(errno, "create " + jobs_dir);
+  }
+  if (chmod(jobs_dir.c_str(), 0700) != 0) return ErrnoError(errno, "chmod 0700 " + jobs_dir);
+  if (DIR* d = opendir(jobs_dir.c_str())) {
+    while (struct dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::string dir = jobs_dir + "/" + e->d_name;
+      struct stat js;
+      if (lstat(dir.c_str(), &js) == 0 && S_ISDIR(js.st_mode) && (js.st_mode & 077) != 0) {
+        (void)chmod(dir.c_str(), 0700);
+      }
+    }
+    closedir(d);
+  }
+  return RestrictLedgerFiles(options_.state_dir + "/ledger.db");
+}
+
+Status Service::Start() {
+  GPUSLICE_RETURN_IF_ERROR(SecureStateDir());
+  cdi_ = CdiSpecs(options_.cdi_dir);
+
+  auto inv = inventory_source_.Read();
+  if (!inv.ok()) {
+    Degrade("cannot read the GPUs: " + inv.status().message());
+  } else {
+    inventory_ = *inv;
+    LogInfo("GPUs from " +
+            (inventory_.simulated() ? std::string("the SIMULATED GPU (no NVIDIA "
+                                                  "driver found): ")
+                                    : std::string("NVML: ")) +
+            inventory_.library + ", " + std::to_string(inventory_.gpus.size()) + " GPU(s)");
+  }
+  std::vector<std::string> pool_of;
+  GPUSLICE_RETURN_IF_ERROR(ResolvePools(&pool_of));
+  auto cap =
+      NodeCapacity::Create(inventory_.gpus, options_.policy, pool_of, options_.rules.default_pool);
+  if (!cap.ok()) return cap.status();
+  capacity_ = std::move(*cap);
+  for (const GpuInfo& g : inventory_.gpus) {
+    if (min_gpu_memory_ == 0 || g.memory_total < min_gpu_memory_) min_gpu_memory_ = g.memory_total;
+  }
+
+  std::string ledger_path = options_.state_dir + "/ledger.db";
+  auto ledger = Ledger::Open(ledger_path);
+  if (!ledger.ok()) {
+    Degrade("ledger unreadable: " + ledger.status().message());
+    return Status::Ok();
+  }
+  ledger_ = std::move(*ledger);
+  auto max_id = ledger_->MaxJobId();
+  auto live = ledger_->LoadJobs(/*live_only=*/false);
+  if (!max_id.ok() || !live.ok()) {
+    Degrade("ledger unreadable: " + (!max_id.ok() ? max_id.status() : live.status()).message());
+    ledger_.reset();
+    return Status::Ok();
+  }
+  next_id_ = *max_id + 1;
+  if (auto quotas = ledger_->LoadQuotas(); quotas.ok()) {
+    for (const auto& [who, quota] : *quotas) quotas_.Set(who, quota);
+  } else {
+    Degrade("ledger unreadable: " + quotas.status().message());
+  }
+  if (auto counts = ledger_->EventCountsByKind(); counts.ok()) {
+    for (auto& [kind, n] : *counts) event_counts_[kind] = n;
+  }
+  Recover(std::move(*live));
+  SeedFairShare();
+  Rerank(/*force=*/true);
+  Schedule();
+  SyncCdi();
+  return Status::Ok();
+}
+
+void Service::Recover(std::vector<Job> all) {
+  // Finished jobs: keep the most recent for `ps --all`.
+  std::vector<Job> live;
+  for (Job& j : all) {
+    if (j.IsLive()) {
+      live.push_back(std::move(j));
+    } else {
+      IndexJob(j);
+      jobs_[j.id] = std::move(j);
+    }
+  }
+  int adopted = 0, ended = 0, requeued = 0;
+  std::vector<uint64_t> outside_pool;  // Held outside the pool they asked for.
+  for (Job& j : live) {
+    uint64_t id = j.id;
+    jobs_[id] = std::move(j);
+    Job& job = jobs_[id];
+    IndexJob(job);
+    const bool external = job.mode == core::JobMode::kExternal;
+    if (job.state == JobState::kRunning && job.mode != core::JobMode::kShell && !external &&
+        job.pid == 0 && !ResolveInterruptedLaunch(job)) {
+      ++ended;
+      continue;
+    }
+    Status d = capacity_->SetDemand(id, job.request);
+    if (job.state == JobState::kQueued) {
+      Status ever = d.ok() ? capacity_->CouldEverFit(job.request) : d;
+      if (!ever.ok()) {
+        FinishJob(job, JobState::kFailed, -1, "no longer fits this machine: " + ever.message());
+        continue;
+      }
+      if (auto broken = RewaitAfterRestart(job)) {
+        FinishJob(job, JobState::kCancelled, -1, std::move(*broken));
+        ++ended;
+        continue;
+      }
+      if (job.hold != core::HoldKind::kNone) held_ids_.insert(id);
+      Enqueue(job);
+      ++requeued;
+      continue;
+    }
+    // Running: take back exactly what the ledger says it holds. Suspended:
+    // nothing (it takes its room back when resumed).
+    const bool suspended = job.state == JobState::kSuspended;
+    Status held = !d.ok() ? d : suspended ? Status::Ok() : capacity_->Hold(id, job.allocation);
+    if (!held.ok()) {
+      // The configuration may have moved its GPUs to another pool, or
+      // removed its pool, while it ran: it keeps what it holds, so a pool
+      // change does not kill a running job at the restart. What cannot
+      // be held at all (a GPU gone, taken twice) still fails it below.
+      Status outside = capacity_->HoldOutsidePool(id, job.request,
+                                                  suspended ? core::Allocation{} : job.allocation);
+      if (outside.ok()) {
+        held = outside;
+        outside_pool.push_back(id);
+      }
+    }
+    // Its cgroup, when it was started (or attached) in one, says whether it
+    // lives.
+    const bool in_cgroup = job.pid > 0 && launcher_.Adopt(id, job.pid);
+    // An external job lives until its owner releases it.
+    bool alive = external ? true
+                 : job.mode == core::JobMode::kShell && !in_cgroup
+                     ? launcher_.ProcessAlive(job.pid, job.pid_start_time)
+                     : launcher_.GroupAlive(job.pid);
+    if (!held.ok()) {
+      if (alive) (void)launcher_.SignalGroup(job.pid, SIGKILL);
+      FinishJob(job, JobState::kFailed, -1,
+                "allocation could not be restored after a restart: " + held.message());
+      ++ended;
+      continue;
+    }
+    Live l;
+    l.in_cgroup = job.mode == core::JobMode::kShell && in_cgroup;
+    if (!alive) {
+      // Ended while the daemon was down; the supervisor left the status.
+      auto code = ReadExitStatusFile(JobDir(id) + "/status");
+      FinishJob(job, JobState::kExited, code.value_or(-1),
+                code ? launcher_.EndNote(job.pid)
+                     : "ended while the daemon was down; exit status unknown");
+      ++ended;
+      continue;
+    }
+    if (!job.region_path.empty() && !regions_.Exists(job.region_path)) {
+      LogWarn("job " + std::to_string(id) + ": slice region " + job.region_path +
+              " is gone; its processes keep their mapping");
+    }
+    live_[id] = l;
+    if (!external) {
+      RecoverCheckpoints(job);
+      recheck_checkpoints_at_[id] = clock_.NowMs() + options_.suspend_lock_timeout_ms + 2000;
+    }
+    ++adopted;
+  }
+  // Processes in the cgroup of a job that is not running now (started by a
+  // daemon that died before recording it, so the job is queued again) would
+  // run twice: end them.
+  std::vector<uint64_t> running;
+  for (const auto& [id, l] : live_) running.push_back(id);
+  for (const std::string& stray : launcher_.EndStrays(running)) {
+    LogWarn("killed the processes of cgroup " + stray + ": no running job of this daemon owns it");
+  }
+  for (uint64_t id : outside_pool) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second.IsLive()) continue;
+    const std::string why = OutsidePoolText(it->second);
+    LogWarn("job " + std::to_string(id) + ": " + why);
+    RecordEvent("outside_pool", id, it->second.user, why);
+  }
+  // Finished jobs are trimmed only now: the dependencies of queued jobs were
+  // judged above against all of them.
+  TrimHistory();
+  if (!live.empty()) {
+    LogInfo("recovered from the ledger: " + std::to_string(adopted) +
+            " running job(s) re-adopted, " + std::to_string(ended) + " ended while down, " +
+            std::to_string(requeued) + " queued");
+  }
+}
+
+bool Service::ResolveInterruptedLaunch(Job& job) {
+  const std::string id = std::to_string(job.id);
+  auto find = [&]() {
+    return options_.find_job_groups
+               ? options_.find_job_groups(job)
+               : FindProcessGroupsByEnv(JobIdentityEnv(job.id, job.region_path));
+  };
+  std::vector<int64_t> groups = find();
+  const std::string dir = JobDir(job.id);
+  struct stat st;
+  const bool began = stat((dir + "/stdout").c_str(), &st) == 0;
+  // The log files are opened before the supervisor forks: a launch that
+  // began may still be between fork and exec (the daemon's environment, not
+  // yet the job's); give it a moment to exec before deciding.
+  for (int i = 0; groups.empty() && began && i < 20 && !ReadExitStatusFile(dir + "/status"); ++i) {
+    usleep(50'000);
+    groups = find();
+  }
+  if (!groups.empty()) {
+    job.pid = groups.front();
+    job.pid_start_time = ProcessStartTime(job.pid);
+    if (groups.size() > 1) {
+      LogWarn("job " + id + ": processes in " + std::to_string(groups.size()) +
+              " process groups; tracking group " + std::to_string(job.pid));
+    }
+    Persist(job, JobState::kRunning);
+    RecordEvent("adopted", job.id, job.user,
+                "the daemon stopped while starting it; found running as process group " +
+                    std::to_string(job.pid) + ", not started again");
+    return true;
+  }
+  if (auto code = ReadExitStatusFile(dir + "/status")) {
+    FinishJob(job, JobState::kExited, *code,
+              "ran while the daemon was down (its start was not recorded)");
+    return false;
+  }
+  if (!began) {
+    // Nothing of it ever ran: the slice was made, the launch never began.
+    ForgetStart(job);
+    job.reason = "the daemon stopped before starting it; queued again";
+    Persist(job, JobState::kRunning);
+    RecordEvent("requeued", job.id, job.user, job.reason);
+    return true;
+  }
+  FinishJob(job, JobState::kFailed, -1,
+            "the daemon stopped while starting it and no process of it is left; not started "
+            "again, so that it can never run twice (resubmit it)");
+  return false;
+}
+
+void Service::ForgetStart(Job& job) {
+  if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
+    (void)regions_.Remove(job.region_path);
+  }
+  job.region_path.clear();
+  job.allocation = {};
+  job.started_ms = 0;
+  job.state = JobState::kQueued;
+}
+
+void Service::UndoStart(Job& job) {
+  unsaved_jobs_.erase(job.id);
+  ForgetStart(job);
+  capacity_->Release(job.id);
+  Enqueue(job);
+}
+
+void Service::TrimHistory() {
+  // Oldest finished first; jobs that ended in the last ten minutes stay, so a
+  // client polling for an exit code always finds it.
+  std::vector<std::pair<int64_t, uint64_t>> finished;
+  for (const auto& [id, job] : jobs_) {
+    if (!job.IsLive()) finished.emplace_back(job.ended_ms, id);
+  }
+  if (finished.size() <= options_.history) return;
+  std::sort(finished.begin(), finished.end());
+  int64_t keep_after = clock_.NowMs() - 10 * 60 * 1000;
+  size_t excess = finished.size() - options_.history;
+  for (size_t i = 0; i < excess && finished[i].first < keep_after; ++i) {
+    UnindexJob(jobs_[finished[i].second]);
+    jobs_.erase(finished[i].second);
+  }
+}
+
+}  // namespace gpuslice::daemon

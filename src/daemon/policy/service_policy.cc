@@ -1,0 +1,567 @@
+// Service: quotas, live resize and priority preemption. See service.h and
+// docs/DAEMON.md ("Policies").
+
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "daemon/base/log.h"
+#include "daemon/config/config_check.h"
+#include "daemon/jobs/service.h"
+
+namespace gpuslice::daemon {
+
+using core::Job;
+using core::JobState;
+using core::Result;
+using core::Status;
+
+namespace {
+
+std::string Who(const Caller& c) { return c.user.empty() ? std::to_string(c.uid) : c.user; }
+
+}  // namespace
+
+std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid) {
+  std::vector<gid_t> gids(64);
+  int n = static_cast<int>(gids.size());
+  if (!user.empty() && getgrouplist(user.c_str(), gid, gids.data(), &n) < 0) {
+    gids.resize(static_cast<size_t>(n));
+    if (getgrouplist(user.c_str(), gid, gids.data(), &n) < 0) n = 0;
+  }
+  if (user.empty()) {
+    gids = {gid};
+    n = 1;
+  }
+  gids.resize(static_cast<size_t>(std::max(n, 0)));
+  if (std::find(gids.begin(), gids.end(), gid) == gids.end()) gids.push_back(gid);
+  return std::vector<uint32_t>(gids.begin(), gids.end());
+}
+
+std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid) {
+  std::vector<std::string> out;
+  for (gid_t g : SystemGidsOf(user, gid)) {
+    struct group grp;
+    struct group* found = nullptr;
+    std::vector<char> buf(16384);
+    if (getgrgid_r(g, &grp, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+      out.emplace_back(found->gr_name);
+    }
+  }
+  return out;
+}
+
+core::QuotaOwner Service::OwnerOf(const Job& job) {
+  auto it = owners_.find(job.uid);
+  if (it != owners_.end() && it->second.user == job.user) return it->second;
+  core::QuotaOwner o;
+  o.user = job.user;
+  o.groups = options_.groups_of ? options_.groups_of(job.user, job.gid)
+                                : SystemGroupsOf(job.user, job.gid);
+  owners_[job.uid] = o;
+  return o;
+}
+
+core::QuotaCharge Service::RequestCharge(const Job& job) const {
+  return core::ChargeOfRequest(job.request, min_gpu_memory_);
+}
+
+core::QuotaUsage Service::RunningUsage(uint64_t except_id) {
+  core::QuotaUsage usage;
+  if (quotas_.empty()) return usage;
+  for (const auto& [id, l] : live_) {
+    if (id == except_id) continue;
+    // A suspended job holds no GPU; it counts only if the admin says so.
+    if (IsSuspended(id) && !options_.rules.suspended_counts_in_quota) continue;
+    const Job& job = jobs_[id];
+    quotas_.AddCharge(OwnerOf(job), core::ChargeOfAllocation(job.request, job.allocation), &usage);
+  }
+  return usage;
+}
+
+Status Service::CheckQuotaAtSubmit(const Job& job) {
+  // Pools and priorities the admin restricted.
+  const AccessConfig& access = options_.rules.access;
+  if (!access.pools.empty() || access.max_priority != core::Priority::kHigh ||
+      !access.group_max_priority.empty()) {
+    const std::string& pool =
+        job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
+    GPUSLICE_RETURN_IF_ERROR(
+        CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool, job.request.priority));
+  }
+  if (quotas_.empty()) return Status::Ok();
+  if (options_.rules.quota_borrowing) {
+    // A group's quota is a guarantee: a job bigger than it may still run
+    // as a borrower, if it can give the capacity back.
+    bool borrows = false;
+    std::string why;
+    core::QuotaDecision d =
+        quotas_.DecideBorrowing(OwnerOf(job), RequestCharge(job), {}, &borrows, &why);
+    if (d.verdict == core::QuotaVerdict::kNever) {
+      return core::OutOfRangeError("over quota, can never run: " + d.reason);
+    }
+    if (borrows && !Borrowable(job)) {
+      core::QuotaDecision g = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
+      if (g.verdict == core::QuotaVerdict::kNever) {
+        return core::OutOfRangeError(
+            "over quota, can never run: " + g.reason +
+            " (beyond a group's quota a job runs only as a borrower, which must be able to give "
+            "the capacity back: submit it with --restartable)");
+      }
+    }
+    return Status::Ok();
+  }
+  core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
+  if (d.verdict == core::QuotaVerdict::kNever) {
+    return core::OutOfRangeError("over quota, can never run: " + d.reason);
+  }
+  return Status::Ok();
+}
+
+void Service::HoldForQuotas(core::PlanOptions* opt, core::QuotaUsage* usage) {
+  opportunistic_now_.clear();
+  borrow_why_.clear();
+  borrowers_now_.clear();
+  if (quotas_.empty()) {
+    quota_wait_.clear();
+    return;
+  }
+  const bool borrowing = options_.rules.quota_borrowing;
+  if (borrowing) {
+    const std::vector<core::RunningCharge> running = RunningCharges();
+    borrowers_now_ = core::Borrowers(quotas_, running);
+    *usage = quotas_.UsageWithBorrowers(running, borrowers_now_);
+  } else {
+    *usage = RunningUsage();
+  }
+  held_now_.clear();
+  opt->held = [this, usage, borrowing](uint64_t id) {
+    const Job& job = jobs_[id];
+    if (!borrowing) {
+      core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), *usage);
+      if (d.verdict == core::QuotaVerdict::kFits) return false;
+      held_now_[id] = d.reason;
+      return true;
+    }
+    bool borrows = false;
+    std::string why;
+    core::QuotaDecision d =
+        quotas_.DecideBorrowing(OwnerOf(job), RequestCharge(job), *usage, &borrows, &why);
+    if (d.verdict != core::QuotaVerdict::kFits) {
+      held_now_[id] = d.reason;
+      return true;
+    }
+    if (borrows) {
+      if (!Borrowable(job)) {
+        held_now_[id] = why +
+                        " (beyond its group's quota only a job that can give the capacity back "
+                        "borrows: restartable, or one the daemon can suspend)";
+        return true;
+      }
+      opportunistic_now_.insert(id);
+      borrow_why_[id] = why;
+    }
+    return false;
+  };
+  opt->opportunistic = [this](uint64_t id) { return opportunistic_now_.count(id) > 0; };
+  opt->started = [this, usage](uint64_t id) {
+    const Job& job = jobs_[id];
+    auto a = capacity_->AllocationOf(id);
+    const core::QuotaCharge charge =
+        a ? core::ChargeOfAllocation(job.request, *a) : RequestCharge(job);
+    if (opportunistic_now_.count(id)) {
+      // A borrower counts against its user's quota only.
+      quotas_.AddCharge(core::QuotaOwner{job.user, {}}, charge, usage);
+      borrowers_now_.insert(id);
+      return;
+    }
+    quotas_.AddCharge(OwnerOf(job), charge, usage);
+  };
+}
+
+void Service::RecordQuotaWaits() {
+  // An event when a job starts waiting for a quota (or its reason changes),
+  // not on every pass.
+  for (const auto& [id, reason] : held_now_) {
+    auto it = quota_wait_.find(id);
+    if (it != quota_wait_.end() && it->second == reason) continue;
+    const Job& job = jobs_[id];
+    RecordEvent("quota_wait", id, job.user, reason);
+  }
+  quota_wait_ = std::move(held_now_);
+  held_now_.clear();
+}
+
+Status Service::SetQuota(const Caller& caller, const core::Principal& who,
+                         const core::Quota& quota) {
+  if (!caller.admin) {
+    return core::PermissionDeniedError("only root or the admin group may set quotas");
+  }
+  if (who.name.empty()) return core::InvalidArgumentError("a quota needs a user or group name");
+  if (quota.empty()) return core::InvalidArgumentError("a quota needs at least one limit");
+  if (!ledger_)
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): cannot record a quota");
+  GPUSLICE_RETURN_IF_ERROR(ledger_->SaveQuota(who, quota, clock_.NowMs()));
+  quotas_.Set(who, quota);
+  RecordEvent("quota_set", 0, Who(caller), who.ToString() + ": " + quota.Describe());
+  Schedule();
+  return Status::Ok();
+}
+
+Status Service::RemoveQuota(const Caller& caller, const core::Principal& who) {
+  if (!caller.admin) {
+    return core::PermissionDeniedError("only root or the admin group may remove quotas");
+  }
+  if (!quotas_.Find(who)) return core::NotFoundError("no quota for " + who.ToString());
+  if (!ledger_)
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+                                  "): cannot record a quota");
+  GPUSLICE_RETURN_IF_ERROR(ledger_->RemoveQuota(who));
+  quotas_.Remove(who);
+  RecordEvent("quota_removed", 0, Who(caller), who.ToString());
+  Schedule();
+  return Status::Ok();
+}
+
+Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const ResizeSpec& spec) {
+  const std::string name = "job " + std::to_string(job.id);
+  if (spec.mem || spec.compute) {
+    return core::InvalidArgumentError("--gpus resizes an elastic job; not with --mem or --compute");
+  }
+  if (!IsElastic(job)) {
+    return core::FailedPreconditionError(name + " holds " + job.request.Describe() +
+                                         "; only elastic jobs (--gpus MIN-MAX) change their GPU "
+                                         "count");
+  }
+  uint32_t want = 0;
+  const std::string& text = *spec.gpus;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), want);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+      want < job.request.gpus_min || want > job.request.gpus_max) {
+    return core::InvalidArgumentError("--gpus '" + text.substr(0, 32) + "': " + name + " runs on " +
+                                      std::to_string(job.request.gpus_min) + " to " +
+                                      std::to_string(job.request.gpus_max) + " GPUs");
+  }
+  const uint32_t held = static_cast<uint32_t>(job.allocation.gpu_indices.size());
+  if (want == held) return View(job);
+  if (want > held && !quotas_.empty()) {
+    core::Allocation grown = job.allocation;
+    grown.gpu_indices.resize(want, 0);
+    core::QuotaDecision d = quotas_.Decide(
+        OwnerOf(job), core::ChargeOfAllocation(job.request, grown), RunningUsage(job.id));
+    if (d.verdict != core::QuotaVerdict::kFits) {
+      return core::ResourceExhaustedError("resize to " + std::to_string(want) +
+                                          " GPUs is over quota: " + d.reason);
+    }
+  }
+  Status s = ApplyElastic(job, want, "asked by " + caller.user);
+  if (!s.ok()) {
+    if (s.code() != core::StatusCode::kResourceExhausted) return s;
+    return core::ResourceExhaustedError(name + " holds " + std::to_string(held) + " GPUs; " +
+                                        std::to_string(want - held) +
+                                        " more are not idle in its pool (and on its island) now");
+  }
+  Schedule();
+  return View(job);
+}
+
+std::vector<QuotaView> Service::Quotas() {
+  core::QuotaUsage usage = RunningUsage();
+  std::vector<QuotaView> out;
+  for (const auto& [who, quota] : quotas_.all()) {
+    auto u = usage.find(who);
+    out.push_back({who, quota, u == usage.end() ? core::QuotaCharge{} : u->second});
+  }
+  return out;
+}
+
+Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  if (degraded()) {
+    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): not resizing");
+  }
+  if (job.state != JobState::kRunning) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " is " +
+                                         std::string(core::JobStateName(job.state)) +
+                                         "; only running jobs are resized");
+  }
+  if (spec.gpus) return ResizeElastic(caller, job, spec);
+  std::optional<core::Priority> priority;
+  if (spec.priority) {
+    auto p = core::ParsePriority(*spec.priority);
+    if (!p.ok()) return p.status().WithContext("--priority");
+    priority = *p;
+    const AccessConfig& access = options_.rules.access;
+    const std::string& pool =
+        job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
+    GPUSLICE_RETURN_IF_ERROR(
+        CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool, *priority));
+    if (!spec.mem && !spec.compute) {
+      GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
+      return View(job);
+    }
+  }
+  if (job.request.kind != core::RequestKind::kFraction) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " holds " +
+                                         job.request.Describe() +
+                                         "; only parts of a GPU (--mem jobs) can be resized, "
+                                         "and elastic jobs (--gpus MIN-MAX) with --gpus");
+  }
+  if (!spec.mem && !spec.compute) {
+    return core::InvalidArgumentError("resize needs --mem and/or --compute");
+  }
+  core::ResourceRequest next = job.request;
+  if (spec.mem) {
+    auto b = core::ParseMemorySize(*spec.mem);
+    if (!b.ok()) return b.status().WithContext("--mem");
+    next.memory_bytes = *b;
+  }
+  if (spec.compute) {
+    auto m = core::ParseShareMilli(*spec.compute);
+    if (!m.ok()) return m.status().WithContext("--compute");
+    next.compute_milli = *m;
+  }
+  GPUSLICE_RETURN_IF_ERROR(next.Validate());
+  std::string from = job.request.Describe(), to = next.Describe();
+  if (next.memory_bytes == job.request.memory_bytes &&
+      next.compute_milli == job.request.compute_milli) {
+    if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
+    return View(job);
+  }
+  // Quotas: what the job would hold instead of what it holds.
+  if (!quotas_.empty()) {
+    core::Allocation after = job.allocation;
+    after.memory_bytes_per_gpu = next.memory_bytes;
+    after.compute_milli = next.compute_milli;
+    core::QuotaDecision d =
+        quotas_.Decide(OwnerOf(job), core::ChargeOfAllocation(next, after), RunningUsage(job.id));
+    if (d.verdict != core::QuotaVerdict::kFits) {
+      return core::ResourceExhaustedError("resize to " + to + " is over quota: " + d.reason);
+    }
+  }
+  // Memory in use: a limit under it is refused unless forced.
+  uint64_t used = 0;
+  if (auto u = regions_.Usage(job.region_path); u.ok()) {
+    for (const SliceUsage& s : *u) used = std::max(used, s.used_bytes);
+  }
+  if (next.memory_bytes < used && !spec.force) {
+    return core::FailedPreconditionError(
+        "job " + std::to_string(id) + " uses " + core::FormatBytes(used) + "; a limit of " +
+        core::FormatBytes(next.memory_bytes) +
+        " is below that (--force applies it anyway: new allocations then fail until its use "
+        "falls under the limit)");
+  }
+  GPUSLICE_RETURN_IF_ERROR(capacity_->Resize(id, next));
+  SliceLimits limits = SliceLimitsOf(job);
+  limits.memory_bytes_per_device = next.memory_bytes;
+  limits.compute_milli = next.compute_milli;
+  limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
+  TakeTurnsWithoutAShare(job, &limits);
+  if (Status s = regions_.Update(job.region_path, limits); !s.ok()) {
+    (void)capacity_->Resize(id, job.request);
+    return s.WithContext("update the slice");
+  }
+  job.request.memory_bytes = next.memory_bytes;
+  job.request.compute_milli = next.compute_milli;
+  job.allocation.memory_bytes_per_gpu = next.memory_bytes;
+  job.allocation.compute_milli = next.compute_milli;
+  if (ledger_) {
+    if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
+      Degrade("ledger write failed: " + s.message());
+    }
+  }
+  RecordEvent(
+      "resized", id, job.user,
+      from + " -> " + to + " by " + Who(caller) +
+          (next.memory_bytes < used ? " (forced below the " + core::FormatBytes(used) + " in use)"
+                                    : ""));
+  LogInfo("job " + std::to_string(id) + " resized: " + from + " -> " + to);
+  if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
+  // A smaller job leaves room for the queue.
+  RequestSchedule();
+  return View(job);
+}
+
+Status Service::ChangePriority(const Caller& caller, Job& job, core::Priority priority) {
+  if (job.request.priority == priority) return Status::Ok();
+  const core::Priority before = job.request.priority;
+  job.request.priority = priority;
+  // The slice's turns follow the new priority at once (the limits page and
+  // the arbiter's board); preemption and the queue read it from the job.
+  if (Status s = regions_.Update(job.region_path, SliceLimitsOf(job)); !s.ok()) {
+    job.request.priority = before;
+    return s.WithContext("update the slice");
+  }
+  Persist(job, JobState::kRunning);
+  RecordEvent("resized", job.id, job.user,
+              "priority " + std::string(core::PriorityName(before)) + " -> " +
+                  std::string(core::PriorityName(priority)) + " by " + Who(caller));
+  return Status::Ok();
+}
+
+void Service::MaybePreempt(uint64_t head_id) {
+  const core::PreemptionPolicy& policy = options_.rules.preemption;
+  if (policy.mode == core::PreemptionMode::kNever || head_id == 0) return;
+  auto in_flight = preempting_.find(head_id);
+  if (in_flight != preempting_.end()) return;  // Victims are still ending.
+  preempt_note_.erase(head_id);
+  const Job& head = jobs_[head_id];
+  std::vector<core::PreemptCandidate> running;
+  for (const auto& [id, l] : live_) {
+    if (l.ending) continue;  // Ending anyway.
+    if (IsSuspended(id) || l.checkpoint) continue;  // Holds nothing, or is busy.
+    const Job& job = jobs_[id];
+    // An external job's processes are not the daemon's to end (a pod's
+    // container, a Slurm step): its owner releases it, preemption never does.
+    if (job.mode == core::JobMode::kExternal) continue;
+    core::PreemptCandidate c;
+    c.id = id;
+    c.priority = job.request.priority;
+    c.started_ms = job.started_ms;
+    c.restartable = job.restartable;
+    const core::Allocation& a = job.allocation;
+    switch (job.request.kind) {
+      case core::RequestKind::kWholeGpus:
+        c.gpu_weight = static_cast<double>(a.gpu_indices.size());
+        break;
+      case core::RequestKind::kFraction:
+        c.gpu_weight = job.request.compute_milli ? job.request.compute_milli / 1000.0 : 0.1;
+        break;
+      case core::RequestKind::kMig:
+        c.gpu_weight = job.request.mig.compute_slices / 7.0;
+        break;
+    }
+    running.push_back(c);
+  }
+  if (running.empty()) return;
+  auto plan = core::PlanPreemption(head_id, head.request.priority, running, policy, clock_.NowMs(),
+                                   *capacity_);
+  if (!plan.ok()) {
+    preempt_note_[head_id] = plan.status().message();
+    return;
+  }
+  std::string victims;
+  for (uint64_t v : plan->victims) victims += (victims.empty() ? "" : ", ") + std::to_string(v);
+  size_t suspending = 0;
+  for (uint64_t v : plan->victims) {
+    Job& job = jobs_[v];
+    Live& l = live_[v];
+    // Suspended rather than ended where the driver can checkpoint it: no work
+    // is lost, and it comes back once it fits again. Ended as before when
+    // the suspension cannot even start, or (FinishCheckpoints) fails.
+    if (options_.rules.preempt_by_suspend && options_.checkpointer) {
+      SuspendCause cause;
+      cause.by = "preemption by job " + std::to_string(head_id) + " (" +
+                 std::string(core::PriorityName(head.request.priority)) + " priority)";
+      cause.preempted_for = head_id;
+      Status s = StartSuspend(job, l, cause);
+      if (s.ok()) {
+        ++suspending;
+        RecordEvent("preempted", v, job.user,
+                    cause.by + ": suspending; resumed when it fits again");
+        continue;
+      }
+      RecordEvent("suspend_failed", v, job.user, cause.by + ": " + s.message() + "; ending it");
+    }
+    EndForPreemption(job, l, head_id);
+  }
+  preempting_[head_id] = plan->victims;
+  RecordEvent("preempting", head_id, head.user,
+              std::string(suspending == plan->victims.size() ? "suspending"
+                          : suspending > 0                   ? "suspending or ending"
+                                                             : "ending") +
+                  " lower-priority job(s) " + victims + " to make room (" +
+                  std::to_string(static_cast<int64_t>(plan->lost_gpu_seconds)) +
+                  " GPU-seconds of work lost at most)");
+  LogInfo("job " + std::to_string(head_id) + " preempts job(s) " + victims);
+}
+
+void Service::EndForPreemption(Job& job, Live& l, uint64_t head_id) {
+  const Job& head = jobs_[head_id];
+  l.ending = job.restartable ? JobState::kQueued : JobState::kCancelled;
+  l.ending_reason = "preempted by job " + std::to_string(head_id) + " (" +
+                    std::string(core::PriorityName(head.request.priority)) + " priority)";
+  l.kill_at_ms = clock_.NowMs() + options_.rules.preemption_grace_ms;
+  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+  if (job.mode == core::JobMode::kShell && job.pid > 0) {
+    (void)launcher_.SignalGroup(job.pid, SIGHUP);
+  }
+  RecordEvent(
+      "preempted", job.id, job.user,
+      l.ending_reason + (job.restartable ? "; requeued when it ends" : "; not restartable") +
+          "; SIGTERM, SIGKILL after " +
+          core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
+}
+
+void Service::ForgetPreemptions() {
+  // A head's preemption (or reclaim of borrowed capacity) is over once none
+  // of its victims still runs (a suspended victim holds nothing; one being
+  // suspended still does).
+  for (auto* victims_of : {&preempting_, &reclaiming_}) {
+    for (auto it = victims_of->begin(); it != victims_of->end();) {
+      bool running = std::any_of(it->second.begin(), it->second.end(), [&](uint64_t v) {
+        auto l = live_.find(v);
+        return l != live_.end() && (!IsSuspended(v) || l->second.checkpoint);
+      });
+      it = running ? std::next(it) : victims_of->erase(it);
+    }
+  }
+}
+
+void Service::Requeue(Job& job, std::string reason) {
+  JobState from = job.state;
+  if (capacity_) capacity_->Release(job.id);
+  if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
+    Status s = regions_.Remove(job.region_path);
+    if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
+  }
+  if (!job.image.empty()) RemoveContainer(job);  // Its name is free for the next run.
+  live_.erase(job.id);
+  usage_.erase(job.id);
+  job.state = JobState::kQueued;
+  job.reason = std::move(reason);
+  job.pid = 0;
+  job.pid_start_time = 0;
+  job.region_path.clear();
+  job.allocation = core::Allocation();
+  job.started_ms = 0;
+  // The next run's supervisor writes a new status; an old one would end it.
+  unlink((JobDir(job.id) + "/status").c_str());
+  Persist(job, from);
+  RecordEvent("requeued", job.id, job.user, job.reason);
+  LogInfo("job " + std::to_string(job.id) + " requeued: " + job.reason);
+  Enqueue(job);
+}
+
+Status Service::ResolvePools(std::vector<std::string>* pool_of) {
+  const PolicyConfig& rules = options_.rules;
+  pool_of->clear();
+  pool_of_gpu_.clear();
+  for (const GpuInfo& g : inventory_.gpus) pool_of_gpu_[g.index] = rules.default_pool;
+  if (rules.pools.empty() || inventory_.gpus.empty()) return Status::Ok();
+  GPUSLICE_ASSIGN_OR_RETURN(*pool_of, PoolsOfGpus(rules, inventory_.gpus));
+  for (size_t i = 0; i < pool_of->size(); ++i) {
+    pool_of_gpu_[inventory_.gpus[i].index] = (*pool_of)[i];
+  }
+  std::string summary;
+  for (size_t i = 0; i < pool_of->size(); ++i) {
+    summary += (i ? ", " : "") + std::to_string(inventory_.gpus[i].index) + ":" + (*pool_of)[i];
+  }
+  LogInfo("pools (GPU:pool): " + summary + "; default pool " + rules.default_pool);
+  return Status::Ok();
+}
+
+const std::string& Service::PoolOf(uint32_t gpu_index) const {
+  auto it = pool_of_gpu_.find(gpu_index);
+  return it == pool_of_gpu_.end() ? options_.rules.default_pool : it->second;
+}
+
+}  // namespace gpuslice::daemon
