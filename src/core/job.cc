@@ -194,15 +194,7 @@ Result<ResourceRequest> BuildRequest(const RequestFields& f) {
         ParseGpuCount(*f.gpus, &r.gpus_min, &r.gpus_max).WithContext("--gpus"));
   } else if (f.mem) {
     r.kind = RequestKind::kFraction;
-    auto mem = ParseMemorySize(*f.mem);
-    if (!mem.ok()) return mem.status().WithContext("--mem");
-    if (*mem == 0) return InvalidArgumentError("--mem: must be more than 0 bytes");
-    r.memory_bytes = *mem;
-    if (f.compute) {
-      auto share = ParseShareMilli(*f.compute);
-      if (!share.ok()) return share.status().WithContext("--compute");
-      r.compute_milli = *share;
-    }
+    GPUSLICE_RETURN_IF_ERROR(ApplySliceSize(f.mem, f.compute, &r));
     if (f.compute_mode) {
       if (!f.compute) return InvalidArgumentError("--compute-mode goes with --compute");
       auto mode = ParseComputeMode(*f.compute_mode);

@@ -99,6 +99,22 @@ Result<ComputeMode> ParseComputeMode(std::string_view text) {
                               "': expected hard or work-conserving");
 }
 
+Status ApplySliceSize(const std::optional<std::string>& mem,
+                      const std::optional<std::string>& compute, ResourceRequest* r) {
+  if (mem) {
+    auto bytes = ParseMemorySize(*mem);
+    if (!bytes.ok()) return bytes.status().WithContext("--mem");
+    if (*bytes == 0) return InvalidArgumentError("--mem: must be more than 0 bytes");
+    r->memory_bytes = *bytes;
+  }
+  if (compute) {
+    auto share = ParseShareMilli(*compute);
+    if (!share.ok()) return share.status().WithContext("--compute");
+    r->compute_milli = *share;
+  }
+  return Status::Ok();
+}
+
 Status ResourceRequest::Validate() const {
   switch (kind) {
     case RequestKind::kWholeGpus:

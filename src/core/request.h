@@ -80,6 +80,14 @@ struct ResourceRequest {
   std::string Describe() const;
 };
 
+// A new memory size and/or compute share for a part of one GPU, as
+// `--mem` and `--compute` give them (`update` of a queued job, `resize` of a
+// running one): parsed into `r`, whose other fields stay; errors name the
+// flag. `r` must be a part of one GPU (kFraction); the caller validates the
+// whole request afterwards.
+Status ApplySliceSize(const std::optional<std::string>& mem,
+                      const std::optional<std::string>& compute, ResourceRequest* r);
+
 // Bounds of the host limits (a cgroup needs some memory to start a process
 // at all; the kernel's CFS quota needs at least 1 ms per 100 ms period).
 inline constexpr uint32_t kMinHostCpuMilli = 10;             // 0.01 CPU

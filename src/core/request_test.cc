@@ -189,5 +189,30 @@ TEST(Gres, SlurmsGpuTypeAndCountMapToGpusAndAModel) {
   }
 }
 
+// `update` (a queued job) and `resize` (a running one) read --mem and
+// --compute alike: the same words, the same refusals, each naming its flag.
+TEST(ApplySliceSize, ChangesOnlyWhatIsGivenAndNamesTheFlagItRefuses) {
+  ResourceRequest r;
+  r.kind = RequestKind::kFraction;
+  r.memory_bytes = 8ull << 30;
+  r.compute_milli = 300;
+  ASSERT_TRUE(ApplySliceSize(std::string("4GiB"), std::nullopt, &r).ok());
+  EXPECT_EQ(r.memory_bytes, 4ull << 30);
+  EXPECT_EQ(r.compute_milli, 300u);
+  ASSERT_TRUE(ApplySliceSize(std::nullopt, std::string("50%"), &r).ok());
+  EXPECT_EQ(r.memory_bytes, 4ull << 30);
+  EXPECT_EQ(r.compute_milli, 500u);
+
+  const ResourceRequest before = r;
+  Status zero = ApplySliceSize(std::string("0"), std::nullopt, &r);
+  EXPECT_EQ(zero.message(), "--mem: must be more than 0 bytes");
+  Status bad_mem = ApplySliceSize(std::string("lots"), std::nullopt, &r);
+  EXPECT_NE(bad_mem.message().find("--mem"), std::string::npos) << bad_mem.message();
+  Status bad_share = ApplySliceSize(std::nullopt, std::string("150%"), &r);
+  EXPECT_NE(bad_share.message().find("--compute"), std::string::npos) << bad_share.message();
+  EXPECT_EQ(r.memory_bytes, before.memory_bytes);
+  EXPECT_EQ(r.compute_milli, before.compute_milli);
+}
+
 }  // namespace
 }  // namespace gpuslice::core

@@ -319,16 +319,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
     return core::InvalidArgumentError("resize needs --mem and/or --compute");
   }
   core::ResourceRequest next = job.request;
-  if (spec.mem) {
-    auto b = core::ParseMemorySize(*spec.mem);
-    if (!b.ok()) return b.status().WithContext("--mem");
-    next.memory_bytes = *b;
-  }
-  if (spec.compute) {
-    auto m = core::ParseShareMilli(*spec.compute);
-    if (!m.ok()) return m.status().WithContext("--compute");
-    next.compute_milli = *m;
-  }
+  GPUSLICE_RETURN_IF_ERROR(core::ApplySliceSize(spec.mem, spec.compute, &next));
   GPUSLICE_RETURN_IF_ERROR(next.Validate());
   std::string from = job.request.Describe(), to = next.Describe();
   if (next.memory_bytes == job.request.memory_bytes &&

@@ -31,17 +31,7 @@ Result<core::ResourceRequest> UpdatedRequest(const Job& job, const UpdateSpec& s
         "; --mem and --compute change a part of one GPU (a --mem job): cancel it and submit "
         "the new request instead");
   }
-  if (spec.mem) {
-    auto mem = core::ParseMemorySize(*spec.mem);
-    if (!mem.ok()) return mem.status().WithContext("--mem");
-    if (*mem == 0) return core::InvalidArgumentError("--mem: must be more than 0 bytes");
-    r.memory_bytes = *mem;
-  }
-  if (spec.compute) {
-    auto share = core::ParseShareMilli(*spec.compute);
-    if (!share.ok()) return share.status().WithContext("--compute");
-    r.compute_milli = *share;
-  }
+  GPUSLICE_RETURN_IF_ERROR(core::ApplySliceSize(spec.mem, spec.compute, &r));
   if (spec.priority) {
     auto p = core::ParsePriority(*spec.priority);
     if (!p.ok()) return p.status().WithContext("--priority");
