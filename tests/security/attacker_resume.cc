@@ -8,7 +8,10 @@
 // directory), then, from several threads, for as long as it is told, writes
 // each of those ids and random values into the request word of every
 // version-1 region it can open for writing (its own, from GPUSLICE_SLICE, and
-// every guessed one), through a shared mapping, as fast as it can.
+// every guessed one), through a shared mapping, as fast as it can. With
+// --private it does the same work into words of its own memory instead: the
+// same load on the machine's CPUs, no request reaching the daemon (a
+// baseline for what the requests themselves cost the daemon).
 //   id path=P value=V at=MS        a suspension id read
 //   writable path=P at=MS          a region it can write
 //   refused path=P errno=E at=MS   a region it cannot open for writing
@@ -96,6 +99,13 @@ int AskResume(const Flags& f) {
     words.push_back(
         reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base) + kRegionRequest));
     AppendLine(out, "writable path=" + region + " at=" + std::to_string(NowMs()));
+  }
+  // As many words as it found, in private memory, when told to ask no one.
+  std::vector<std::atomic<uint64_t>> own(f.Has("private") ? words.size() : 0);
+  if (f.Has("private")) {
+    for (size_t i = 0; i < words.size(); ++i) words[i] = &own[i];
+    AppendLine(out, "private words=" + std::to_string(words.size()) +
+                        " at=" + std::to_string(NowMs()));
   }
   std::atomic<uint64_t> writes{0};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
