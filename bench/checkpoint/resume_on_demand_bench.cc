@@ -1,5 +1,5 @@
 // Resume on demand (docs/SUSPEND.md) against a resume by hand and against the
-// copy a resume has to make (issue 40's target: "a suspended notebook's
+// copy a resume has to make (the target: "a suspended notebook's
 // first CUDA call resumes it in <= 1.5x the time of copying its memory
 // back"; figures in docs/PERFORMANCE.md).
 //

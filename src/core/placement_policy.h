@@ -67,7 +67,7 @@ struct PlaceOptions {
   FragmentationCache* frag_cache = nullptr;
   // Parts of a GPU go where the most is used already (binpack), whatever the
   // policy: the queue sets it while jobs of whole GPUs wait, so that
-  // fractions keep together and leave GPUs idle for them (issue 40).
+  // fractions keep together and leave GPUs idle for them.
   bool pack_fractions = false;
 };
 

@@ -124,7 +124,7 @@ struct RunningCharge {
   int64_t started_ms = 0;
 };
 
-// Over-quota borrowing (issue 40; docs/DAEMON.md, "Quotas"). With it on, a
+// Over-quota borrowing (docs/DAEMON.md, "Quotas"). With it on, a
 // group's quota is what its members are guaranteed, not a ceiling: a job
 // that would take a group past its quota may still start on capacity that
 // is idle, as a *borrower*, if it can give the capacity back (it is

@@ -1,4 +1,4 @@
-// End-to-end: scheduling a team can trust (issue 40) with the real
+// End-to-end: scheduling a team can trust with the real
 // gpusliced, gpuslice, shim and three simulated H100s: the whole-GPU job
 // that starved behind an array of slices, automatic defragmentation (moves
 // the daemon makes through the simulated driver's checkpoint API), over-quota

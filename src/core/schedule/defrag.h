@@ -1,6 +1,6 @@
 #pragma once
 
-// Automatic defragmentation (issue 40): when the job first in line does not
+// Automatic defragmentation: when the job first in line does not
 // fit, a few running single-GPU tasks moved to other GPUs may make the room
 // it needs: GPUs made idle for a job of whole GPUs, enough of one GPU for a
 // fraction. ProposeMove (move_proposal.h) finds one such move; PlanDefrag

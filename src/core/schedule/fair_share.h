@@ -1,6 +1,6 @@
 #pragma once
 
-// Fair share and aging: the order of the queue within a priority (issue 40).
+// Fair share and aging: the order of the queue within a priority.
 // Pure; the daemon and the queue replay (`gpuslice-replay --queue`) call the
 // same functions with their own clocks.
 //

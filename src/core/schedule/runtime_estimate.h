@@ -3,7 +3,7 @@
 // Default run-time estimates (Slurm's DefaultTime, but never enforced): how
 // long a job that gave no --max-runtime is expected to run, so that the job
 // first in line gets a reservation time that backfill respects even when no
-// one gives run times (issue 40). Pure: the daemon reads the settings from its
+// one gives run times. Pure: the daemon reads the settings from its
 // configuration, the queue replay from its flags.
 //
 // The estimate of a job is its pool's (`default_runtime.pool.NAME`), else its

@@ -39,7 +39,7 @@ enum class IdleAction { kWarn, kPause, kEnd, kSuspend };
 // their GPU (the default), `kill` ends them all; both spare root's, the
 // admin group's and an allowed group's.
 enum class ForeignAction { kReport, kProtect, kKill };
-// Automatic defragmentation (issue 40): `auto` moves running single-GPU
+// Automatic defragmentation: `auto` moves running single-GPU
 // jobs (suspend, resume elsewhere) when that lets the job first in line
 // start; `suggest` only says which moves would (`gpuslice ps`); `off`.
 enum class DefragMode { kOff, kSuggest, kAuto };
@@ -110,7 +110,7 @@ struct PolicyConfig {
   // Who may use which pool, and the priority each may ask (access.h).
   AccessConfig access;
 
-  // Scheduling a team can trust (issue 40; docs/DAEMON.md, "Placement and
+  // Scheduling a team can trust (docs/DAEMON.md, "Placement and
   // the queue"). Run-time estimates for jobs without --max-runtime, so the
   // head of the queue gets a reservation backfill respects.
   core::RuntimeEstimates runtime_estimates;

@@ -680,7 +680,7 @@ class Service {
   // An elastic job about to start gives back what its owner's quotas forbid.
   void FitElasticToQuotas(core::Job& job);
 
-  // Scheduling a team can trust (service_schedule.cc; issue 40).
+  // Scheduling a team can trust (service_schedule.cc).
   // Fair share: the running jobs' use charged to their users and groups
   // (decayed usage), the ledger's history read back at start, and the
   // queue's ranks (fair share + age) recomputed at most once a second

@@ -231,7 +231,7 @@ void Service::Schedule() {
   }
   core::PlanOptions opt;
   // While the daemon moves jobs to make room for the head, nothing else
-  // starts: the room a move frees is the head's (issue 40).
+  // starts: the room a move frees is the head's.
   opt.backfill = options_.backfill && defrag_moving_.empty();
   core::QuotaUsage quota_usage;
   HoldForQuotas(&opt, &quota_usage);

@@ -1,4 +1,4 @@
-// Service: scheduling a team can trust (issue 40; docs/DAEMON.md, "Placement
+// Service: scheduling a team can trust (docs/DAEMON.md, "Placement
 // and the queue"). Fair share and aging in the queue order, run-time
 // estimates for the head's reservation, packing fractions while whole GPUs
 // wait, automatic defragmentation (moves the daemon makes), over-quota

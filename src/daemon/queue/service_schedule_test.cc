@@ -1,4 +1,4 @@
-// Scheduling a team can trust (service_schedule.cc; issue 40) over a fake
+// Scheduling a team can trust (service_schedule.cc) over a fake
 // driver and a hand-moved clock: the head's expected start from run-time
 // estimates, fair share in the queue order, automatic defragmentation (and
 // what is never moved), packing fractions while a whole-GPU job waits,
@@ -88,7 +88,7 @@ class ScheduleTest : public SuspendTest {
   }
 };
 
-// Issue 40: without run times, the head's reservation was unknown; with
+// Without run times, the head's reservation was unknown; with
 // the default estimate it is due when a running job is expected to end.
 TEST_F(ScheduleTest, TheHeadSaysWhenItExpectsToStartByTheRunTimeEstimates) {
   auto a = SubmitAs(kUser, Gpus("2"));
