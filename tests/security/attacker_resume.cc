@@ -104,8 +104,8 @@ int AskResume(const Flags& f) {
   std::vector<std::atomic<uint64_t>> own(f.Has("private") ? words.size() : 0);
   if (f.Has("private")) {
     for (size_t i = 0; i < words.size(); ++i) words[i] = &own[i];
-    AppendLine(out, "private words=" + std::to_string(words.size()) +
-                        " at=" + std::to_string(NowMs()));
+    AppendLine(out,
+               "private words=" + std::to_string(words.size()) + " at=" + std::to_string(NowMs()));
   }
   std::atomic<uint64_t> writes{0};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);

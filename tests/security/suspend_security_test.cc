@@ -133,8 +133,8 @@ TEST_F(Suspend, AJobAskingToResumeGetsOnlyItsOwnResumeInItsTurnHoweverOftenItAsk
                            "--seconds", "8", "--private", "--out", dry},
                           {"GPUSLICE_SLICE=" + region, "GPUSLICE_LIMITS=" + limits}, "dry");
   ASSERT_GT(spinner, 0);
-  ASSERT_TRUE(WaitFor([&] { return ReadFile(dry).find("private words=") != std::string::npos; },
-                      30))
+  ASSERT_TRUE(
+      WaitFor([&] { return ReadFile(dry).find("private words=") != std::string::npos; }, 30))
       << ReadFile(SpawnLog("dry") + ".err");
   auto [ok_base, p99_base] = latency("baseline (the same threads writing their own memory)");
   ASSERT_EQ(ok_base, 100) << "the baseline itself failed";
