@@ -26,11 +26,20 @@ class RealClock : public Clock {
 class FakeClock : public Clock {
  public:
   explicit FakeClock(int64_t now_ms = 1'700'000'000'000) : now_ms_(now_ms) {}
-  int64_t NowMs() const override { return now_ms_; }
+  // Each read returns the time, then moves it on by `step_ms` (0: it
+  // stands still): work that reads the clock several times sees time pass,
+  // as it does on a real, busy machine.
+  int64_t NowMs() const override {
+    const int64_t now = now_ms_;
+    now_ms_ += step_ms_;
+    return now;
+  }
   void Advance(int64_t ms) { now_ms_ += ms; }
+  void set_step_ms(int64_t step_ms) { step_ms_ = step_ms; }
 
  private:
-  int64_t now_ms_;
+  mutable int64_t now_ms_;
+  int64_t step_ms_ = 0;
 };
 
 }  // namespace gpuslice::daemon

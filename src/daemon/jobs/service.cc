@@ -230,10 +230,14 @@ void Service::Enqueue(const Job& job) {
   q.max_runtime = job.request.max_runtime;
   q.estimate = EstimateOf(job);
   q.shape = capacity_->ShapeOf(job.id);
-  // Its rank from the factors of the last ranking (the queue is ranked
-  // again within a second); its group named now, for that ranking.
+  // Its rank from the factors and at the time of the last ranking (the
+  // queue is ranked again within a second), as every other queued job's
+  // is: ranked at a later instant, a job that waited a millisecond would
+  // outrank one ranked with no wait at the last ranking, and a job
+  // submitted just after the head would pass it. Its group named now, for
+  // that ranking.
   (void)GroupNameOf(job.gid);
-  q.rank = RankOf(job, clock_.NowMs());
+  q.rank = RankOf(job, fair_ranked_ms_);
   auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
   queue_.insert(pos, q);
   ++queued_by_uid_[job.uid];

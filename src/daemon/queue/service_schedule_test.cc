@@ -197,6 +197,45 @@ TEST_F(ScheduleTest, TheDaemonMovesASuspendableJobSoThatTheHeadStarts) {
   EXPECT_TRUE(HasEvent(head->job.id, "defragmenting"));
 }
 
+// Jobs submitted just after the head do not pass it. A job is ranked as of
+// the queue's last ranking, as the head was: ranked at its own later
+// instant, a job that had waited a millisecond between its submission and
+// its place in the queue outranked the head (ranked with no wait), started
+// beside the notebook and took the GPU the head's reservation counted on.
+// The clock moves on at every read here, as time passes on a busy machine.
+TEST_F(ScheduleTest, JobsSubmittedJustAfterTheHeadDoNotPassItInTheQueue) {
+  options_.policy = core::Policy::kSpread;
+  options_.rules.defragment = DefragMode::kOff;
+  Restart();
+  core::RequestFields notebook = Mem("20GiB");
+  notebook.max_runtime = "2m";
+  uint64_t a = WithCuda(SubmitAs(kUser, notebook), kCuda);
+  uint64_t b = WithCuda(SubmitAs(kUser, Mem("20GiB")), kCuda + 1);
+  ASSERT_NE(GpuOf(a), GpuOf(b));
+  auto head = SubmitAs(kUser, Gpus("2"));
+  ASSERT_TRUE(head.ok());
+  ASSERT_EQ(State(head->job.id), JobState::kQueued);
+  clock_.set_step_ms(1);
+  std::vector<uint64_t> array;
+  for (int i = 0; i < 5; ++i) {
+    auto v = SubmitAs(kUser, Mem("20GiB"));
+    ASSERT_TRUE(v.ok());
+    array.push_back(v->job.id);
+  }
+  clock_.set_step_ms(0);
+  EXPECT_EQ(Get(head->job.id).queue_position, 1);
+  // Backfilled only where they cannot delay the head: not beside the
+  // notebook, whose GPU the head's reservation (its 2 minutes) counts on.
+  for (uint64_t id : array) {
+    if (State(id) == JobState::kRunning) {
+      EXPECT_NE(GpuOf(id), GpuOf(a)) << "job " << id;
+    }
+  }
+  ASSERT_EQ(service_->Cancel(TestCaller(kUser), a).ok(), true);
+  service_->Tick();
+  EXPECT_EQ(State(head->job.id), JobState::kRunning) << Get(head->job.id).waiting_for;
+}
+
 TEST_F(ScheduleTest, AJobWithoutACudaProcessIsNeverMoved) {
   options_.policy = core::Policy::kSpread;
   Restart();
