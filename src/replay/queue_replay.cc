@@ -224,7 +224,9 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
   }
   result.tasks = tasks.size() - 1;
   if (result.tasks == 0) {
-    return core::InvalidArgumentError("queue replay: no GPU task fits here in the window");
+    return core::InvalidArgumentError(
+        std::string("queue replay: no GPU task fits here") +
+        (config.from_s > 0 || config.until_s > 0 ? " among those created in the window" : ""));
   }
 
   // Placement as the daemon does it: the policy over the trace's profile.
