@@ -5,6 +5,7 @@
 //                   [--json] [--json-out F] [--csv F] [--plot F.png]
 //   gpuslice-replay --queue --nodes NODES.csv --pods PODS.csv [--arrival-scale 2]
 //                   [--user-mix 40,30,20,10] [--variants today,issue-40,...] [--jobs 2]
+//                   [--from 115d] [--window 7d]
 //                   [--json] [--json-out F]
 //
 // Prints a table (or JSON with --json) of allocation ratio per 5% step of
@@ -113,7 +114,8 @@ int Main(int argc, char** argv) {
   bool queue = false;
   double arrival_scale = 1.0;
   std::string user_mix = "40,30,20,10", variants = "all", half_life = "7d", max_age = "1d",
-              default_runtime = "1h", from = "0s", task_max_runtime = "0s", reserve_after = "0s";
+              default_runtime = "1h", from = "0s", window = "0s", task_max_runtime = "0s",
+              reserve_after = "0s";
   uint32_t max_moves = 2;
   app.add_flag(
       "--queue", queue,
@@ -135,6 +137,9 @@ int Main(int argc, char** argv) {
   app.add_option("--from", from,
                  "--queue: start the replay this far into the trace (e.g. 115d), empty; earlier "
                  "tasks are left out");
+  app.add_option("--window", window,
+                 "--queue: replay only the tasks created within this long after --from (e.g. 7d: "
+                 "a week of trace; default: to the end)");
   app.add_option("--task-max-runtime", task_max_runtime,
                  "--queue: a task runs at most this long (e.g. 12h; default: its whole lifetime)");
   app.add_option("--max-moves", max_moves, "--queue: moves for one waiting task, at most (2)")
@@ -176,11 +181,11 @@ int Main(int argc, char** argv) {
       base.user_mix.push_back(w);
       at = comma + 1;
     }
-    int64_t from_ms = 0;
+    int64_t from_ms = 0, window_ms = 0;
     for (auto [text, out] :
          {std::pair{&half_life, &base.half_life_ms}, std::pair{&max_age, &base.max_age_ms},
           std::pair{&default_runtime, &base.default_runtime_ms}, std::pair{&from, &from_ms},
-          std::pair{&task_max_runtime, &base.max_runtime_ms},
+          std::pair{&window, &window_ms}, std::pair{&task_max_runtime, &base.max_runtime_ms},
           std::pair{&reserve_after, &base.reserve_after_ms}}) {
       // 0 is these options' "off" (their defaults), which ParseDuration,
       // made for settings that must be positive, refuses.
@@ -193,6 +198,7 @@ int Main(int argc, char** argv) {
       *out = d->count();
     }
     base.from_s = from_ms / 1000;
+    if (window_ms > 0) base.until_s = base.from_s + std::max<int64_t>(window_ms / 1000, 1);
     std::vector<QueueReplayConfig> runs;
     for (const QueueReplayConfig& v : QueueReplayVariants(base)) {
       if (variants == "all" ||

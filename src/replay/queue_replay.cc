@@ -105,6 +105,24 @@ double GpusOf(const Demand& d) { return static_cast<double>(d.TotalGpuMilli()) /
 
 }  // namespace
 
+std::vector<double> MaxMinShares(std::span<const double> demands, double total) {
+  const size_t n = demands.size();
+  std::vector<size_t> by_demand(n);
+  for (size_t u = 0; u < n; ++u) by_demand[u] = u;
+  std::stable_sort(by_demand.begin(), by_demand.end(),
+                   [&](size_t a, size_t b) { return demands[a] < demands[b]; });
+  std::vector<double> out(n, 0);
+  double left = std::max(total, 0.0);
+  size_t users_left = n;
+  for (size_t u : by_demand) {
+    const double fair =
+        std::min(std::max(demands[u], 0.0), left / static_cast<double>(users_left--));
+    left -= fair;
+    out[u] = fair;
+  }
+  return out;
+}
+
 std::vector<QueueReplayConfig> QueueReplayVariants(const QueueReplayConfig& base) {
   std::vector<QueueReplayConfig> out;
   QueueReplayConfig today = base;
@@ -145,6 +163,11 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     return core::InvalidArgumentError(
         "queue replay: needs a positive arrival scale, a user mix and a sample step");
   }
+  if (config.until_s != 0 && config.until_s <= config.from_s) {
+    return core::InvalidArgumentError(
+        "queue replay: the window's end (" + std::to_string(config.until_s) +
+        " s) is not after its start (" + std::to_string(config.from_s) + " s)");
+  }
   double mix_total = 0;
   for (double w : config.user_mix) {
     if (!(w > 0)) return core::InvalidArgumentError("queue replay: user weights must be > 0");
@@ -176,6 +199,7 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
       acc += config.user_mix[++user];
     }
     if (t.creation_s < config.from_s) continue;  // Before the replay's start.
+    if (config.until_s != 0 && t.creation_s >= config.until_s) continue;  // After its end.
     if (!core::CouldEverFit(cluster, d).ok()) {
       ++result.never_fit;
       continue;
@@ -199,7 +223,11 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
         "openb pod lists have them)");
   }
   result.tasks = tasks.size() - 1;
-  if (result.tasks == 0) return core::InvalidArgumentError("queue replay: no GPU task fits here");
+  if (result.tasks == 0) {
+    return core::InvalidArgumentError(
+        std::string("queue replay: no GPU task fits here") +
+        (config.from_s > 0 || config.until_s > 0 ? " among those created in the window" : ""));
+  }
 
   // Placement as the daemon does it: the policy over the trace's profile.
   GPUSLICE_ASSIGN_OR_RETURN(core::WorkloadProfile profile,
@@ -234,6 +262,8 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
   std::vector<double> whole_waits, fraction_waits;
   // GPUs each user runs, and asks for in the queue (max-min fairness below).
   std::vector<double> running_gpus(principals.size(), 0), queued_gpus(principals.size(), 0);
+  std::vector<uint64_t> queued_tasks(principals.size(), 0);
+  double all_busy_stretch_ms = 0;
 
   const uint64_t capacity = cluster.TotalGpuMilli();
   double alloc_ms = 0, busy_alloc_ms = 0, busy_ms = 0;
@@ -257,6 +287,7 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     departures.push({at + t.duration_ms, id});
     running[id] = at;
     queued_gpus[t.user] -= GpusOf((*demands)[id]);
+    --queued_tasks[t.user];
     running_gpus[t.user] += GpusOf((*demands)[id]);
     result.users[t.user].gpu_hours += GpusOf((*demands)[id]) * t.duration_ms / 3.6e6;
   };
@@ -353,24 +384,37 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     }
     if (!queue.empty() && dt > 0) {
       // While tasks wait, each user's max-min fair share of what is
-      // allocated: split equally, no user more than it asks for (what it
-      // runs and what it has queued), the rest shared out among the others.
+      // allocated: no user more than it asks for (what it runs and what it
+      // has queued), the rest shared out equally among the others.
       const size_t n = principals.size();
-      std::vector<size_t> by_demand(n);
-      for (size_t u = 0; u < n; ++u) by_demand[u] = u;
-      auto demand = [&](size_t u) { return running_gpus[u] + std::max(queued_gpus[u], 0.0); };
-      std::sort(by_demand.begin(), by_demand.end(),
-                [&](size_t a, size_t b) { return demand(a) < demand(b); });
-      double left = 0;
-      for (size_t u = 0; u < n; ++u) left += running_gpus[u];
-      size_t users_left = n;
-      for (size_t u : by_demand) {
-        const double fair = std::min(demand(u), left / static_cast<double>(users_left--));
-        left -= fair;
-        result.users[u].fair_gpu_hours += fair * dt / 3.6e6;
+      std::vector<double> asks(n);
+      double allocated_gpus = 0;
+      bool all_busy = true;
+      for (size_t u = 0; u < n; ++u) {
+        asks[u] = running_gpus[u] + std::max(queued_gpus[u], 0.0);
+        allocated_gpus += running_gpus[u];
+        all_busy = all_busy && queued_tasks[u] > 0;
+      }
+      const std::vector<double> fair = MaxMinShares(asks, allocated_gpus);
+      for (size_t u = 0; u < n; ++u) {
+        result.users[u].fair_gpu_hours += fair[u] * dt / 3.6e6;
         result.users[u].contended_gpu_hours += running_gpus[u] * dt / 3.6e6;
+        if (all_busy) {
+          result.users[u].all_busy_fair_gpu_hours += fair[u] * dt / 3.6e6;
+          result.users[u].all_busy_gpu_hours += running_gpus[u] * dt / 3.6e6;
+        }
       }
       result.contended_hours += dt / 3.6e6;
+      if (all_busy) {
+        result.all_busy_hours += dt / 3.6e6;
+        all_busy_stretch_ms += dt;
+        result.longest_all_busy_hours =
+            std::max(result.longest_all_busy_hours, all_busy_stretch_ms / 3.6e6);
+      } else {
+        all_busy_stretch_ms = 0;
+      }
+    } else if (dt > 0) {
+      all_busy_stretch_ms = 0;
     }
     while (next_sample <= next) {
       result.alloc_series.push_back({static_cast<double>(next_sample - first) / 3.6e6,
@@ -406,6 +450,7 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
       if (config.estimates) q.estimate = std::chrono::milliseconds(config.default_runtime_ms);
       queue.push_back(q);
       queued_gpus[t.user] += GpusOf(d);
+      ++queued_tasks[t.user];
       ++result.users[t.user].tasks;
     }
     GPUSLICE_RETURN_IF_ERROR(schedule(schedule, now, false));
@@ -427,10 +472,13 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
   result.whole_wait_p95_s = Percentile(whole_waits, 95);
   result.fraction_wait_p50_s = Percentile(fraction_waits, 50);
   result.fraction_wait_p95_s = Percentile(fraction_waits, 95);
+  auto deviation = [](double got, double fair) { return fair > 0 ? (got - fair) / fair : 0; };
   for (UserShare& u : result.users) {
-    u.deviation =
-        u.fair_gpu_hours > 0 ? (u.contended_gpu_hours - u.fair_gpu_hours) / u.fair_gpu_hours : 0;
+    u.deviation = deviation(u.contended_gpu_hours, u.fair_gpu_hours);
     result.max_user_deviation = std::max(result.max_user_deviation, std::abs(u.deviation));
+    u.all_busy_deviation = deviation(u.all_busy_gpu_hours, u.all_busy_fair_gpu_hours);
+    result.max_user_deviation_all_busy =
+        std::max(result.max_user_deviation_all_busy, std::abs(u.all_busy_deviation));
   }
   result.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
@@ -440,35 +488,42 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
 std::string FormatQueueTable(const std::vector<QueueReplayResult>& runs) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof line, "%-14s %6s %6s %8s %8s %8s %8s %6s %7s %7s %7s %6s\n", "config",
+  std::snprintf(line, sizeof line,
+                "%-14s %6s %6s %8s %8s %8s %8s %6s %7s %7s %7s %6s %6s %6s %7s\n", "config",
                 "tasks", "moves", "alloc%", "busy%", "whole95", "frac95", "ratio", "whole50",
-                "frac50", "cont_h", "fair");
+                "frac50", "cont_h", "fair", "all_h", "long_h", "fair_ab");
   out += line;
   for (const QueueReplayResult& r : runs) {
     // A p95 wait under a second counts as one second, so that the ratio
     // stays defined when fractions hardly wait.
     const double ratio = r.whole_wait_p95_s / std::max(r.fraction_wait_p95_s, 1.0);
     std::snprintf(line, sizeof line,
-                  "%-14s %6llu %6llu %8.2f %8.2f %8.0f %8.0f %6.2f %7.0f %7.0f %7.1f %5.1f%%\n",
+                  "%-14s %6llu %6llu %8.2f %8.2f %8.0f %8.0f %6.2f %7.0f %7.0f %7.1f %5.1f%% %6.2f "
+                  "%6.2f %6.1f%%\n",
                   r.config.label.c_str(), static_cast<unsigned long long>(r.tasks),
                   static_cast<unsigned long long>(r.moves), 100 * r.mean_alloc,
                   100 * r.mean_alloc_busy, r.whole_wait_p95_s, r.fraction_wait_p95_s, ratio,
                   r.whole_wait_p50_s, r.fraction_wait_p50_s, r.contended_hours,
-                  100 * r.max_user_deviation);
+                  100 * r.max_user_deviation, r.all_busy_hours, r.longest_all_busy_hours,
+                  100 * r.max_user_deviation_all_busy);
     out += line;
   }
   out +=
       "\n(waits in seconds; alloc% over the run, busy% while a task waited; ratio = whole-GPU "
       "p95 wait / fractional p95 wait (at least 1 s);\n cont_h = hours some task waited; fair = "
-      "largest deviation of a user's GPU-hours then from its max-min fair share)\n";
+      "largest deviation of a user's GPU-hours then from its max-min fair share;\n all_h = hours "
+      "every user had a task waiting, long_h = the longest such stretch, fair_ab = fair over "
+      "all_h)\n";
   for (const QueueReplayResult& r : runs) {
     out += "\n" + r.config.label +
            ": users (weight, tasks, GPU-h, GPU-h while tasks waited, its max-min fair "
-           "share of those, deviation)\n";
+           "share of those, deviation; the same while all users waited)\n";
     for (const UserShare& u : r.users) {
-      std::snprintf(line, sizeof line, "  %-4s %5.1f %6llu %9.1f %9.1f %9.1f %+7.1f%%\n",
+      std::snprintf(line, sizeof line,
+                    "  %-4s %5.1f %6llu %9.1f %9.1f %9.1f %+7.1f%% %9.1f %9.1f %+7.1f%%\n",
                     u.name.c_str(), u.weight, static_cast<unsigned long long>(u.tasks), u.gpu_hours,
-                    u.contended_gpu_hours, u.fair_gpu_hours, 100 * u.deviation);
+                    u.contended_gpu_hours, u.fair_gpu_hours, 100 * u.deviation,
+                    u.all_busy_gpu_hours, u.all_busy_fair_gpu_hours, 100 * u.all_busy_deviation);
       out += line;
     }
   }
@@ -488,7 +543,10 @@ std::string QueueResultsJson(const std::vector<QueueReplayResult>& runs,
                        {"gpu_hours", u.gpu_hours},
                        {"contended_gpu_hours", u.contended_gpu_hours},
                        {"fair_gpu_hours", u.fair_gpu_hours},
-                       {"deviation", u.deviation}});
+                       {"deviation", u.deviation},
+                       {"all_busy_gpu_hours", u.all_busy_gpu_hours},
+                       {"all_busy_fair_gpu_hours", u.all_busy_fair_gpu_hours},
+                       {"all_busy_deviation", u.all_busy_deviation}});
     }
     nlohmann::json series = nlohmann::json::array();
     for (const auto& [h, a] : r.alloc_series) series.push_back({h, a});
@@ -497,6 +555,7 @@ std::string QueueResultsJson(const std::vector<QueueReplayResult>& runs,
                            {"seed", c.seed},
                            {"arrival_scale", c.arrival_scale},
                            {"from_s", c.from_s},
+                           {"until_s", c.until_s},
                            {"max_runtime_ms", c.max_runtime_ms},
                            {"fair_share", c.fair_share},
                            {"estimates", c.estimates},
@@ -519,6 +578,9 @@ std::string QueueResultsJson(const std::vector<QueueReplayResult>& runs,
                            {"fraction_wait_p95_s", r.fraction_wait_p95_s},
                            {"contended_hours", r.contended_hours},
                            {"max_user_deviation", r.max_user_deviation},
+                           {"all_busy_hours", r.all_busy_hours},
+                           {"longest_all_busy_hours", r.longest_all_busy_hours},
+                           {"max_user_deviation_all_busy", r.max_user_deviation_all_busy},
                            {"users", users},
                            {"alloc_series", series},
                            {"wall_seconds", r.wall_seconds}});

@@ -40,6 +40,10 @@ struct QueueReplayConfig {
   // the replay starts empty then: the openb trace holds 25 GPU tasks from
   // its first 115 days, against 7,000 in its last 35.
   int64_t from_s = 0;
+  // Tasks created at or after this (seconds into the trace) are left out
+  // too (0: none), so that a window of the trace, e.g. a week, is replayed
+  // alone. Above from_s when set.
+  int64_t until_s = 0;
   // A task runs at most this long (0: its whole lifetime). Tasks still
   // running when the trace was taken carry its end as their deletion time,
   // so their lifetimes are cut short anyway; a cap keeps a handful of them
@@ -76,6 +80,11 @@ struct UserShare {
   double contended_gpu_hours = 0;
   double fair_gpu_hours = 0;
   double deviation = 0;
+  // The same, only while every user had a task waiting (issue 40's "when
+  // all are busy"): then each user wants more than it holds.
+  double all_busy_gpu_hours = 0;
+  double all_busy_fair_gpu_hours = 0;
+  double all_busy_deviation = 0;
 };
 
 struct QueueReplayResult {
@@ -98,10 +107,22 @@ struct QueueReplayResult {
   double fraction_wait_p50_s = 0, fraction_wait_p95_s = 0;
   double contended_hours = 0;  // Some task waited (the same as busy_hours).
   double max_user_deviation = 0;
+  // Time every user had a task waiting, in all and its longest unbroken
+  // stretch (a stretch of minutes cannot show fair share: what runs then
+  // mostly started before anything waited), and the largest deviation then.
+  double all_busy_hours = 0;
+  double longest_all_busy_hours = 0;
+  double max_user_deviation_all_busy = 0;
   std::vector<UserShare> users;
   std::vector<std::pair<double, double>> alloc_series;  // (hours, allocated share).
   double wall_seconds = 0;
 };
+
+// The max-min fair split of `total` among users asking for `demands`: each
+// gets an equal part of what is left, or what it asks for when that is less
+// (users are served from the smallest demand up). The parts sum to
+// min(total, sum of demands).
+std::vector<double> MaxMinShares(std::span<const double> demands, double total);
 
 // Runs one queue replay of `tasks` (the trace rows, which need creation and
 // deletion times) on `input.cluster` (input.tasks[i] is tasks[i]'s demand).

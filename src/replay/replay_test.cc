@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "replay/queue_replay.h"
 #include "replay/replay_report.h"
 
 namespace gpuslice::replay {
@@ -30,6 +31,93 @@ ReplayInput SmallInput() {
                                         {"d", 2000, 4096, 0, 0, "", 5},
                                         {"e", 8000, 16384, 2, 1000, "", 6}};
   return BuildInput(nodes, tasks).value();
+}
+
+// One node of one whole GPU and whole-GPU tasks with times: "a" holds the
+// GPU from 0 to 3600 s, "b" (created at 60 s, runs an hour) waits for it and
+// holds it until 7200 s, "c" comes at 8000 s, after both ended.
+struct TimedTrace {
+  ReplayInput input;
+  std::vector<core::TraceTask> tasks;
+};
+TimedTrace OneGpuTrace() {
+  std::vector<core::TraceNode> nodes = {{"n0", 32000, 131072, 1, "T4", 2}};
+  std::vector<core::TraceTask> tasks = {{"a", 1000, 1024, 1, 1000, "", 2, 0, 3600},
+                                        {"b", 1000, 1024, 1, 1000, "", 3, 60, 3660},
+                                        {"c", 1000, 1024, 1, 1000, "", 4, 8000, 8600}};
+  return {BuildInput(nodes, tasks).value(), tasks};
+}
+
+QueueReplayConfig TodayConfig(std::vector<double> user_mix) {
+  QueueReplayConfig c = QueueReplayVariants({}).front();
+  c.user_mix = std::move(user_mix);
+  return c;
+}
+
+TEST(MaxMinShares, GiveSmallDemandsInFullAndSplitTheRestEqually) {
+  struct Case {
+    std::vector<double> demands;
+    double total;
+    std::vector<double> want;
+  } cases[] = {
+      {{1, 10, 10}, 9, {1, 4, 4}}, {{10, 1, 10}, 9, {4, 1, 4}},
+      {{5, 5}, 20, {5, 5}},  // Less asked than there is: each gets its ask.
+      {{8, 8, 8}, 6, {2, 2, 2}},   {{0, 3}, 2, {0, 2}},
+  };
+  for (const Case& c : cases) {
+    std::vector<double> got = MaxMinShares(c.demands, c.total);
+    ASSERT_EQ(got.size(), c.want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_DOUBLE_EQ(got[i], c.want[i]) << i;
+  }
+}
+
+TEST(QueueReplay, CountsAllBusyTimeWhileTheOnlyUserHasATaskWaiting) {
+  TimedTrace t = OneGpuTrace();
+  Result<QueueReplayResult> r = RunQueueReplay(t.input, t.tasks, TodayConfig({1}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // "b" waits from 60 s to 3600 s.
+  EXPECT_NEAR(r->contended_hours, 3540.0 / 3600, 1e-9);
+  EXPECT_NEAR(r->all_busy_hours, 3540.0 / 3600, 1e-9);
+  EXPECT_NEAR(r->longest_all_busy_hours, 3540.0 / 3600, 1e-9);
+  EXPECT_NEAR(r->users[0].all_busy_gpu_hours, 3540.0 / 3600, 1e-9);
+  EXPECT_DOUBLE_EQ(r->max_user_deviation_all_busy, 0);
+}
+
+TEST(QueueReplay, DoesNotCountAllBusyTimeWhileSomeUserHasNothingWaiting) {
+  TimedTrace t = OneGpuTrace();
+  // The second user's weight is too small to be drawn: it never waits.
+  Result<QueueReplayResult> r = RunQueueReplay(t.input, t.tasks, TodayConfig({1, 1e-12}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->users[1].tasks, 0u);
+  EXPECT_NEAR(r->contended_hours, 3540.0 / 3600, 1e-9);
+  EXPECT_DOUBLE_EQ(r->all_busy_hours, 0);
+  EXPECT_DOUBLE_EQ(r->longest_all_busy_hours, 0);
+  EXPECT_DOUBLE_EQ(r->users[0].all_busy_gpu_hours, 0);
+}
+
+TEST(QueueReplay, AWindowReplaysOnlyTheTasksCreatedWithinIt) {
+  TimedTrace t = OneGpuTrace();
+  QueueReplayConfig c = TodayConfig({1});
+  c.until_s = 4000;  // Leaves out "c" (created at 8000 s).
+  Result<QueueReplayResult> r = RunQueueReplay(t.input, t.tasks, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tasks, 2u);
+  EXPECT_DOUBLE_EQ(r->simulated_hours, 2.0);  // Until "b" ends.
+  c.from_s = 60;                              // Only "b": it starts at once.
+  r = RunQueueReplay(t.input, t.tasks, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tasks, 1u);
+  EXPECT_DOUBLE_EQ(r->contended_hours, 0);
+}
+
+TEST(QueueReplay, RejectsAWindowThatEndsBeforeItStarts) {
+  TimedTrace t = OneGpuTrace();
+  QueueReplayConfig c = TodayConfig({1});
+  c.from_s = 100;
+  c.until_s = 100;
+  Result<QueueReplayResult> r = RunQueueReplay(t.input, t.tasks, c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().ToString().find("window"), std::string::npos) << r.status().ToString();
 }
 
 TEST(ArrivalSequence, InflatesToTheTargetAndIsDeterministic) {
