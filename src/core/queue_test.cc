@@ -254,7 +254,7 @@ TEST(PlanQueue, NoBackfillWhenDisabled) {
   EXPECT_EQ(p.waiting[1].reason, WaitReason::kBehindHead);
 }
 
-// The issue-40 starvation: two half-full GPUs, a head that needs one of them
+// The all-on starvation: two half-full GPUs, a head that needs one of them
 // whole, and a stream of small jobs without run times.
 TEST(PlanQueue, AnEstimatedEndGivesTheHeadAReservationBackfillRespects) {
   std::map<uint64_t, int> demand = {{100, 6}, {101, 6}, {1, 8}, {2, 4}};

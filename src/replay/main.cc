@@ -4,7 +4,7 @@
 //                   [--inflate 1.3] [--seed 42] [--seeds 10] [--jobs 2]
 //                   [--json] [--json-out F] [--csv F] [--plot F.png]
 //   gpuslice-replay --queue --nodes NODES.csv --pods PODS.csv [--arrival-scale 2]
-//                   [--user-mix 40,30,20,10] [--variants today,issue-40,...] [--jobs 2]
+//                   [--user-mix 40,30,20,10] [--variants today,all-on,...] [--jobs 2]
 //                   [--from 115d] [--window 7d]
 //                   [--json] [--json-out F]
 //
@@ -128,7 +128,7 @@ int Main(int argc, char** argv) {
                  "--queue: how the tasks are shared out among users, as weights (40,30,20,10)");
   app.add_option(
       "--variants", variants,
-      "--queue: today, issue-40, no-defragment, no-fair-share, no-estimates, no-packing, or all");
+      "--queue: today, all-on, no-defragment, no-fair-share, no-estimates, no-packing, or all");
   app.add_option("--half-life", half_life, "--queue: fair share's half-life (7d)");
   app.add_option("--max-age", max_age, "--queue: the wait at which aging stops growing (1d)");
   app.add_option("--default-runtime", default_runtime, "--queue: the run-time estimate (1h)");
@@ -208,7 +208,7 @@ int Main(int argc, char** argv) {
     }
     if (runs.empty())
       return fail(core::InvalidArgumentError("--variants '" + variants +
-                                             "': none of today, issue-40, "
+                                             "': none of today, all-on, "
                                              "no-defragment, no-fair-share, "
                                              "no-estimates"));
     std::vector<core::Result<QueueReplayResult>> out(runs.size(), core::InternalError("not run"));

@@ -130,7 +130,7 @@ std::vector<QueueReplayConfig> QueueReplayVariants(const QueueReplayConfig& base
   today.fair_share = today.estimates = today.defragment = today.pack_fractions = false;
   out.push_back(today);
   QueueReplayConfig all = base;
-  all.label = "issue-40";
+  all.label = "all-on";
   out.push_back(all);
   QueueReplayConfig c = base;
   c.label = "no-defragment";

@@ -1,6 +1,6 @@
 #pragma once
 
-// The queue replay (`gpuslice-replay --queue`, issue 40): the openb trace's
+// The queue replay (`gpuslice-replay --queue`): the openb trace's
 // arrivals and departures (each task's creation and deletion times) through
 // the queue the node daemon runs: core::PlanQueue with its reservations and
 // backfill, core::Place, fair share and aging (core/fair_share.h), run-time
@@ -32,7 +32,7 @@
 namespace gpuslice::replay {
 
 struct QueueReplayConfig {
-  std::string label = "issue-40";  // Names the run in reports.
+  std::string label = "all-on";  // Names the run in reports.
   core::Policy policy = core::kDefaultPolicy;
   uint64_t seed = 42;
   double arrival_scale = 1.0;
@@ -80,7 +80,7 @@ struct UserShare {
   double contended_gpu_hours = 0;
   double fair_gpu_hours = 0;
   double deviation = 0;
-  // The same, only while every user had a task waiting (issue 40's "when
+  // The same, only while every user had a task waiting (the setting of the fair-share target, "when
   // all are busy"): then each user wants more than it holds.
   double all_busy_gpu_hours = 0;
   double all_busy_fair_gpu_hours = 0;
@@ -132,8 +132,8 @@ core::Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
                                                const QueueReplayConfig& config);
 
 // The configurations `--queue` compares: "today" (priority and arrival,
-// backfill on maximum run times only, no moves), "issue-40" (all on), and
-// each part of issue 40 off in turn.
+// backfill on maximum run times only, no moves), "all-on" (all on), and
+// each part of it off in turn.
 std::vector<QueueReplayConfig> QueueReplayVariants(const QueueReplayConfig& base);
 
 // A table of the runs (one row each), and their JSON.
