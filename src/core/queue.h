@@ -6,7 +6,7 @@
 // waiting jobs start now and why each of the others waits.
 //
 // Order: priority (high first), then rank (higher first: the caller's
-// fair-share and age factors, fair_share.h), then arrival. The first job that
+// fair-share and age factors, schedule/fair_share.h), then arrival. The first job that
 // does not fit is the head; it is never delayed by what starts after it. A
 // later, smaller job may start before it ("backfill") only if either
 //   (a) it will have ended (by its maximum run time) before the head's
@@ -16,7 +16,7 @@
 //       uses only capacity the head does not need.
 // A running job's expected end is its deadline (maximum run time) when it
 // has one, else its estimated end (the daemon's default run-time estimates,
-// runtime_estimate.h), else unknown. Rule (a) trusts deadlines only: an
+// schedule/runtime_estimate.h), else unknown. Rule (a) trusts deadlines only: an
 // estimate is not enforced, so a candidate without a maximum run time is
 // admitted by rule (b) alone. When the head's reservation depends on a job
 // with no expected end, its time is unknown (treated as infinite) and only
@@ -70,7 +70,7 @@ struct QueuedJob {
   // the reservation of the head behind it. Never used for rule (a).
   std::optional<std::chrono::milliseconds> estimate = std::nullopt;
   QueueShape shape;
-  // Order within a priority: higher first (fair_share.h, QueueRank). Equal
+  // Order within a priority: higher first (schedule/fair_share.h, QueueRank). Equal
   // ranks keep arrival order.
   double rank = 0;
 };
@@ -82,7 +82,7 @@ struct RunningJob {
   uint64_t id = 0;
   std::optional<int64_t> ends_at_ms;  // Start + maximum run time, if any.
   // When it is expected to end without a maximum run time (an estimate,
-  // runtime_estimate.h); ignored when ends_at_ms is set.
+  // schedule/runtime_estimate.h); ignored when ends_at_ms is set.
   std::optional<int64_t> expected_end_ms = std::nullopt;
 };
 
