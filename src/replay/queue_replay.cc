@@ -259,7 +259,7 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
   std::vector<core::QueuedJob> queue;
   std::map<uint64_t, int64_t> running;  // id -> charged up to (fair share).
   std::unordered_map<uint64_t, std::deque<int64_t>> moved_at;
-  std::vector<double> whole_waits, fraction_waits;
+  std::vector<double> whole_waits, fraction_waits, multi_waits;
   // GPUs each user runs, and asks for in the queue (max-min fairness below).
   std::vector<double> running_gpus(principals.size(), 0), queued_gpus(principals.size(), 0);
   std::vector<uint64_t> queued_tasks(principals.size(), 0);
@@ -282,8 +282,10 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
   auto start = [&](uint64_t id, int64_t at) {
     Task& t = tasks[id];
     t.start_ms = at;
-    (t.whole ? whole_waits : fraction_waits)
-        .push_back(static_cast<double>(at - t.arrival_ms) / 1000.0);
+    const double waited_s = static_cast<double>(at - t.arrival_ms) / 1000.0;
+    (t.whole ? whole_waits : fraction_waits).push_back(waited_s);
+    if ((*demands)[id].gpus >= 2) multi_waits.push_back(waited_s);
+    result.max_wait_s = std::max(result.max_wait_s, waited_s);
     departures.push({at + t.duration_ms, id});
     running[id] = at;
     queued_gpus[t.user] -= GpusOf((*demands)[id]);
@@ -472,6 +474,8 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
   result.whole_wait_p95_s = Percentile(whole_waits, 95);
   result.fraction_wait_p50_s = Percentile(fraction_waits, 50);
   result.fraction_wait_p95_s = Percentile(fraction_waits, 95);
+  result.multi_tasks = multi_waits.size();
+  result.multi_wait_p95_s = Percentile(multi_waits, 95);
   auto deviation = [](double got, double fair) { return fair > 0 ? (got - fair) / fair : 0; };
   for (UserShare& u : result.users) {
     u.deviation = deviation(u.contended_gpu_hours, u.fair_gpu_hours);
@@ -489,28 +493,30 @@ std::string FormatQueueTable(const std::vector<QueueReplayResult>& runs) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "%-14s %6s %6s %8s %8s %8s %8s %6s %7s %7s %7s %6s %6s %6s %7s\n", "config",
-                "tasks", "moves", "alloc%", "busy%", "whole95", "frac95", "ratio", "whole50",
-                "frac50", "cont_h", "fair", "all_h", "long_h", "fair_ab");
+                "%-14s %6s %6s %8s %8s %8s %8s %6s %7s %7s %8s %8s %7s %6s %6s %6s %7s\n",
+                "config", "tasks", "moves", "alloc%", "busy%", "whole95", "frac95", "ratio",
+                "whole50", "frac50", "multi95", "maxwait", "cont_h", "fair", "all_h", "long_h",
+                "fair_ab");
   out += line;
   for (const QueueReplayResult& r : runs) {
     // A p95 wait under a second counts as one second, so that the ratio
     // stays defined when fractions hardly wait.
     const double ratio = r.whole_wait_p95_s / std::max(r.fraction_wait_p95_s, 1.0);
     std::snprintf(line, sizeof line,
-                  "%-14s %6llu %6llu %8.2f %8.2f %8.0f %8.0f %6.2f %7.0f %7.0f %7.1f %5.1f%% %6.2f "
-                  "%6.2f %6.1f%%\n",
+                  "%-14s %6llu %6llu %8.2f %8.2f %8.0f %8.0f %6.2f %7.0f %7.0f %8.0f %8.0f %7.1f "
+                  "%5.1f%% %6.2f %6.2f %6.1f%%\n",
                   r.config.label.c_str(), static_cast<unsigned long long>(r.tasks),
                   static_cast<unsigned long long>(r.moves), 100 * r.mean_alloc,
                   100 * r.mean_alloc_busy, r.whole_wait_p95_s, r.fraction_wait_p95_s, ratio,
-                  r.whole_wait_p50_s, r.fraction_wait_p50_s, r.contended_hours,
-                  100 * r.max_user_deviation, r.all_busy_hours, r.longest_all_busy_hours,
+                  r.whole_wait_p50_s, r.fraction_wait_p50_s, r.multi_wait_p95_s, r.max_wait_s,
+                  r.contended_hours, 100 * r.max_user_deviation, r.all_busy_hours, r.longest_all_busy_hours,
                   100 * r.max_user_deviation_all_busy);
     out += line;
   }
   out +=
       "\n(waits in seconds; alloc% over the run, busy% while a task waited; ratio = whole-GPU "
-      "p95 wait / fractional p95 wait (at least 1 s);\n cont_h = hours some task waited; fair = "
+      "p95 wait / fractional p95 wait (at least 1 s);\n multi95 = p95 wait of tasks of 2+ GPUs, "
+      "maxwait = the longest wait;\n cont_h = hours some task waited; fair = "
       "largest deviation of a user's GPU-hours then from its max-min fair share;\n all_h = hours "
       "every user had a task waiting, long_h = the longest such stretch, fair_ab = fair over "
       "all_h)\n";
@@ -576,6 +582,9 @@ std::string QueueResultsJson(const std::vector<QueueReplayResult>& runs,
                            {"whole_wait_p95_s", r.whole_wait_p95_s},
                            {"fraction_wait_p50_s", r.fraction_wait_p50_s},
                            {"fraction_wait_p95_s", r.fraction_wait_p95_s},
+                           {"multi_tasks", r.multi_tasks},
+                           {"multi_wait_p95_s", r.multi_wait_p95_s},
+                           {"max_wait_s", r.max_wait_s},
                            {"contended_hours", r.contended_hours},
                            {"max_user_deviation", r.max_user_deviation},
                            {"all_busy_hours", r.all_busy_hours},

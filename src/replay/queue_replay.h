@@ -105,6 +105,11 @@ struct QueueReplayResult {
   uint64_t whole_tasks = 0, fraction_tasks = 0;
   double whole_wait_p50_s = 0, whole_wait_p95_s = 0;
   double fraction_wait_p50_s = 0, fraction_wait_p95_s = 0;
+  // Tasks of two GPUs or more (the ones a queue of small tasks starves):
+  // how many, their p95 wait, and the longest wait of any task.
+  uint64_t multi_tasks = 0;
+  double multi_wait_p95_s = 0;
+  double max_wait_s = 0;
   double contended_hours = 0;  // Some task waited (the same as busy_hours).
   double max_user_deviation = 0;
   // Time every user had a task waiting, in all and its longest unbroken

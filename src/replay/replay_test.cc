@@ -95,6 +95,22 @@ TEST(QueueReplay, DoesNotCountAllBusyTimeWhileSomeUserHasNothingWaiting) {
   EXPECT_DOUBLE_EQ(r->users[0].all_busy_gpu_hours, 0);
 }
 
+// The tasks a queue of small ones starves are reported on their own: a
+// 2-GPU task that waits for a 1-GPU one to leave its node.
+TEST(QueueReplay, ReportsTheWaitOfTasksOfTwoGpusOrMoreAndTheLongestWait) {
+  std::vector<core::TraceNode> nodes = {{"n0", 32000, 131072, 2, "T4", 2}};
+  std::vector<core::TraceTask> tasks = {{"a", 1000, 1024, 1, 1000, "", 2, 0, 3600},
+                                        {"b", 1000, 1024, 2, 1000, "", 3, 60, 3660},
+                                        {"c", 1000, 1024, 1, 1000, "", 4, 8000, 8600}};
+  ReplayInput input = BuildInput(nodes, tasks).value();
+  Result<QueueReplayResult> r = RunQueueReplay(input, tasks, TodayConfig({1}));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->multi_tasks, 1u);
+  EXPECT_DOUBLE_EQ(r->multi_wait_p95_s, 3540);
+  EXPECT_DOUBLE_EQ(r->max_wait_s, 3540);
+  EXPECT_NE(FormatQueueTable({*r}).find("multi95"), std::string::npos);
+}
+
 TEST(QueueReplay, AWindowReplaysOnlyTheTasksCreatedWithinIt) {
   TimedTrace t = OneGpuTrace();
   QueueReplayConfig c = TodayConfig({1});
