@@ -493,10 +493,9 @@ std::string FormatQueueTable(const std::vector<QueueReplayResult>& runs) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "%-14s %6s %6s %8s %8s %8s %8s %6s %7s %7s %8s %8s %7s %6s %6s %6s %7s\n",
-                "config", "tasks", "moves", "alloc%", "busy%", "whole95", "frac95", "ratio",
-                "whole50", "frac50", "multi95", "maxwait", "cont_h", "fair", "all_h", "long_h",
-                "fair_ab");
+                "%-14s %6s %6s %8s %8s %8s %8s %6s %7s %7s %8s %8s %7s %6s %6s %6s %7s\n", "config",
+                "tasks", "moves", "alloc%", "busy%", "whole95", "frac95", "ratio", "whole50",
+                "frac50", "multi95", "maxwait", "cont_h", "fair", "all_h", "long_h", "fair_ab");
   out += line;
   for (const QueueReplayResult& r : runs) {
     // A p95 wait under a second counts as one second, so that the ratio
@@ -509,8 +508,8 @@ std::string FormatQueueTable(const std::vector<QueueReplayResult>& runs) {
                   static_cast<unsigned long long>(r.moves), 100 * r.mean_alloc,
                   100 * r.mean_alloc_busy, r.whole_wait_p95_s, r.fraction_wait_p95_s, ratio,
                   r.whole_wait_p50_s, r.fraction_wait_p50_s, r.multi_wait_p95_s, r.max_wait_s,
-                  r.contended_hours, 100 * r.max_user_deviation, r.all_busy_hours, r.longest_all_busy_hours,
-                  100 * r.max_user_deviation_all_busy);
+                  r.contended_hours, 100 * r.max_user_deviation, r.all_busy_hours,
+                  r.longest_all_busy_hours, 100 * r.max_user_deviation_all_busy);
     out += line;
   }
   out +=
