@@ -465,6 +465,14 @@ class Service {
   core::Status SecureStateDir();
   // Persists a change of `job` from state `from`; degrades on failure.
   bool Persist(const core::Job& job, std::optional<core::JobState> from);
+  // The one place a job's state changes (docs/DAEMON.md, "Events"):
+  // refuses an illegal change (logged; false, nothing changed), sets the
+  // state, writes the job's row and the transition to the ledger (its
+  // reason is job.reason: set the job's other fields first), then records
+  // the event `kind` with `message`. An empty `kind` records none: only
+  // StartJob's launch intent, whose "started" event follows once the launch
+  // has a pid. False also when the ledger write failed (degraded; retried).
+  bool ChangeState(core::Job& job, core::JobState to, std::string kind, std::string message);
   core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
   // Crash-safe launching: a job launched before it is recorded would run
   // twice after a crash. A job about to be launched is first
@@ -476,7 +484,7 @@ class Service {
   // Returns false when the job was ended.
   bool ResolveInterruptedLaunch(core::Job& job);
   // Puts a job whose launch intent could not be recorded back in the queue.
-  // A started job back to queued: its slice removed, its allocation and
+  // A job placed but not started: its slice removed, its allocation and
   // start forgotten (the capacity it took is the caller's to release).
   void ForgetStart(core::Job& job);
   void UndoStart(core::Job& job);
@@ -490,6 +498,8 @@ class Service {
   // O(1) and delays a start by at most one Flush period.
   void RequestSchedule();
   void StartJob(core::Job& job);
+  // The "started" event's message: "on GPU-0,GPU-1, pid 4242".
+  static std::string StartedText(const core::Job& job);
   // An external job's slice group (SliceLimits::shared_gid), 0 for others.
   static constexpr uint64_t kExternalGids = 1ull << 20;
   uint32_t SharedGidOf(const core::Job& job) const;
