@@ -57,7 +57,23 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       clock_(clock),
       inventory_source_(inventory),
       launcher_(launcher),
-      regions_(regions) {}
+      regions_(regions),
+      dependencies_(JobDependencies::Jobs{
+          .find = [this](uint64_t id) -> const Job* {
+            auto it = jobs_.find(id);
+            return it == jobs_.end() ? nullptr : &it->second;
+          },
+          .load = [this](uint64_t id) -> Result<std::optional<Job>> {
+            if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_reason_);
+            return ledger_->LoadJob(id);
+          },
+          .cancel =
+              [this](uint64_t id, std::string reason) {
+                FinishJob(jobs_.at(id), JobState::kCancelled, -1, std::move(reason));
+              },
+          // It may start now: the next Flush plans.
+          .released = [this](uint64_t) { schedule_pending_ = true; },
+      }) {}
 
 Service::~Service() = default;
 
@@ -181,7 +197,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
         "--restartable: a shell or a command run by the client (run -i) cannot be restarted by "
         "the daemon");
   }
-  GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, CheckDependencies(spec.after));
+  GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, dependencies_.Check(spec.after));
   uint64_t id = next_id_;
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
   Status ever = capacity_->CouldEverFit(request);
@@ -216,7 +232,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   RecordEvent("submitted", id, job.user,
               job.request.Describe() +
                   (job.after.empty() ? "" : ", after " + core::FormatDependencies(job.after)));
-  WaitFor(id, pending);
+  dependencies_.WaitFor(id, pending);
   Enqueue(jobs_[id]);
   RequestSchedule();
   return View(jobs_[id]);
@@ -309,7 +325,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
 }
 
 JobView Service::View(const Job& job) {
-  JobView v{job, 0, "", std::nullopt, {}, DependenciesOf(job), ""};
+  JobView v{job, 0, "", std::nullopt, {}, dependencies_.ViewsOf(job), ""};
   if (job.state == JobState::kRunning || job.state == JobState::kSuspended) {
     if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
     v.flags = FlagsOf(job.id);
@@ -397,8 +413,8 @@ JobView Service::View(const Job& job) {
                               : "held (gpuslice release " + std::to_string(job.id) + ")";
           break;
         }
-        if (waiting_on_.count(job.id) > 0) {
-          v.waiting_for = WaitingForDependencies(job);
+        if (dependencies_.Waits(job.id)) {
+          v.waiting_for = dependencies_.WaitingText(job);
           break;
         }
         auto q = quota_wait_.find(job.id);

@@ -48,6 +48,7 @@
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/store/ledger.h"
+#include "daemon/waits/dependencies.h"
 
 namespace gpuslice::daemon {
 
@@ -546,25 +547,6 @@ class Service {
   // kShareOfNoShareMilli).
   static void TakeTurnsWithoutAShare(const core::Job& job, SliceLimits* limits);
 
-  // Dependencies (service_dependencies.cc; docs/DAEMON.md, "Dependencies").
-  // Checks a submission's --after: every job named exists (in memory or in
-  // the ledger) and, if it ended, ended as asked. Returns the ids it still
-  // waits for.
-  core::Result<std::vector<uint64_t>> CheckDependencies(const std::vector<core::Dependency>& after);
-  // A queued job starts waiting for `pending` (held from placement until
-  // they end).
-  void WaitFor(uint64_t id, const std::vector<uint64_t>& pending);
-  // Recover: a queued job read back waits again for its dependencies still
-  // live; returns the reason to cancel it when one ended otherwise than asked.
-  std::optional<std::string> RewaitAfterRestart(const core::Job& job);
-  // FinishJob tells it each end: the dependents of `ended_id` stop waiting
-  // for it, and those it broke (--after ID:ok) are cancelled, which goes on
-  // to their own dependents (a loop, not a recursion, however long the chain).
-  void ReleaseDependents(uint64_t ended_id);
-  // "after job 12 (running), job 13:ok (queued)".
-  std::string WaitingForDependencies(const core::Job& job) const;
-  std::vector<DependencyView> DependenciesOf(const core::Job& job) const;
-
   // Quotas.
   core::QuotaOwner OwnerOf(const core::Job& job);
   core::QuotaCharge RequestCharge(const core::Job& job) const;
@@ -796,13 +778,8 @@ class Service {
   std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
   std::map<uint32_t, std::string> pool_of_gpu_;
 
-  // Dependencies: each queued job that waits -> the jobs it still waits for
-  // (live ones; held from placement while not empty), and each such job ->
-  // the jobs waiting for it (entries of jobs no longer waiting are skipped).
-  std::unordered_map<uint64_t, std::vector<uint64_t>> waiting_on_;
-  std::unordered_map<uint64_t, std::vector<uint64_t>> dependents_;
-  std::deque<uint64_t> ended_to_release_;  // ReleaseDependents' work list.
-  bool releasing_ = false;
+  // Which queued jobs wait for which (--after; waits/dependencies.h).
+  JobDependencies dependencies_;
 
   // Scheduling (service_schedule.cc).
   std::unique_ptr<core::DecayedUsage> fair_usage_;

@@ -242,12 +242,12 @@ void Service::Schedule() {
       return !IsSuspended(id) && quota(id);
     };
   }
-  if (!waiting_on_.empty() || !held_ids_.empty()) {
+  if (dependencies_.AnyWaits() || !held_ids_.empty()) {
     // A job waiting for its dependencies, or held (`gpuslice hold`), is
     // held like a quota wait: it takes nothing and is never the head, so it
     // delays no one (and it is not counted against its quota while it waits).
     opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
-      return held_ids_.count(id) > 0 || waiting_on_.count(id) > 0 || (quota && quota(id));
+      return held_ids_.count(id) > 0 || dependencies_.Waits(id) || (quota && quota(id));
     };
   }
   core::QueuePlan plan = core::PlanQueue(queue_, running, now, *capacity_, opt);
@@ -473,7 +473,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
           (exit_code >= 0 ? " (exit " + std::to_string(exit_code) + ")" : "") +
           (job.reason.empty() ? "" : ": " + job.reason));
   // Jobs waiting for this one: released, or cancelled (--after ID:ok).
-  ReleaseDependents(job.id);
+  dependencies_.Release(job.id);
 }
 
 }  // namespace gpuslice::daemon

@@ -283,7 +283,7 @@ void Service::Recover(std::vector<Job> all) {
         FinishJob(job, JobState::kFailed, -1, "no longer fits this machine: " + ever.message());
         continue;
       }
-      if (auto broken = RewaitAfterRestart(job)) {
+      if (auto broken = dependencies_.Rewait(job)) {
         FinishJob(job, JobState::kCancelled, -1, std::move(*broken));
         ++ended;
         continue;

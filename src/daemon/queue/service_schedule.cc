@@ -160,7 +160,7 @@ void Service::UpdatePacking() {
   if (!capacity_) return;
   bool whole_waits = false;
   for (const core::QueuedJob& q : queue_) {
-    if (waiting_on_.count(q.id)) continue;  // Held for its dependencies.
+    if (dependencies_.Waits(q.id)) continue;  // Held for its dependencies.
     if (jobs_[q.id].request.kind == core::RequestKind::kWholeGpus) {
       whole_waits = true;
       break;
