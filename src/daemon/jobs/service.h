@@ -47,6 +47,7 @@
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
+#include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
 #include "daemon/waits/dependencies.h"
 
@@ -288,7 +289,7 @@ class Service {
   // kinds). Stored in the ledger; counted per kind for the metrics.
   void RecordEvent(std::string kind, uint64_t job_id, std::string user, std::string message);
   core::Result<std::vector<Event>> Events(const EventQuery& query) const;
-  const std::map<std::string, uint64_t>& EventCounts() const { return event_counts_; }
+  const std::map<std::string, uint64_t>& EventCounts() const { return events_.Counts(); }
 
   // Usage, as of the last sample (Sample runs from Tick once per
   // sample_interval_ms).
@@ -746,9 +747,9 @@ class Service {
   std::string no_room_reason_;
   int64_t no_room_since_ms_ = 0;
 
-  // Events (in memory only when the ledger is unavailable).
-  std::map<std::string, uint64_t> event_counts_;
-  std::vector<Event> unsaved_events_;
+  // Events (store/event_log.h; in memory only when the ledger is unavailable).
+  EventLog events_{
+      ledger_, [this](const core::Status& s) { Degrade("ledger write failed: " + s.message()); }};
   // Usage sampling.
   std::vector<GpuUsage> gpu_usage_;
   std::unordered_map<uint64_t, JobUsage> usage_;

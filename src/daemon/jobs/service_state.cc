@@ -136,10 +136,7 @@ void Service::MaintainLedger() {
     }
     unsaved_jobs_.erase(it);
   }
-  while (!unsaved_events_.empty()) {
-    if (!ledger_->AddEvent(unsaved_events_.front()).ok()) return;
-    unsaved_events_.erase(unsaved_events_.begin());
-  }
+  if (!events_.WriteUnsaved()) return;
   ledger_write_failed_ = false;
   ledger_write_reason_.clear();
   // Slices may still not fit: then that is the reason again.
@@ -241,9 +238,7 @@ Status Service::Start() {
   } else {
     Degrade("ledger unreadable: " + quotas.status().message());
   }
-  if (auto counts = ledger_->EventCountsByKind(); counts.ok()) {
-    for (auto& [kind, n] : *counts) event_counts_[kind] = n;
-  }
+  events_.LoadCounts();
   Recover(std::move(*live));
   SeedFairShare();
   Rerank(/*force=*/true);
