@@ -332,10 +332,9 @@ JobView Service::View(const Job& job) {
     if (auto l = live_.find(job.id); l != live_.end())
       v.checkpoint_error = l->second.checkpoint_error;
   }
-  if (job.IsLive() && options_.rules.fair_share.enabled && !fair_factors_.empty()) {
+  if (job.IsLive() && options_.rules.fair_share.enabled && fair_share_.ranked()) {
     auto group = group_names_.find(job.gid);
-    v.fair_share = core::JobFairShare(fair_factors_, job.user,
-                                      group == group_names_.end() ? "" : group->second);
+    v.fair_share = fair_share_.FactorOf(job.user, group == group_names_.end() ? "" : group->second);
   }
   // A suspended job waits in the queue too once its processes asked to be
   // resumed (resume on demand).

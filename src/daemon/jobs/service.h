@@ -37,6 +37,7 @@
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
+#include "daemon/fairshare/fair_share_book.h"
 #include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
 #include "daemon/launch/cdi.h"
@@ -783,10 +784,8 @@ class Service {
   JobDependencies dependencies_;
 
   // Scheduling (service_schedule.cc).
-  std::unique_ptr<core::DecayedUsage> fair_usage_;
-  std::unordered_map<uint64_t, int64_t> fair_charged_ms_;  // Running job -> charged up to.
-  std::map<core::Principal, double> fair_factors_;         // As of the last ranking.
-  int64_t fair_ranked_ms_ = 0;
+  // Fair share's decayed use, charges and factors (fairshare/fair_share_book.h).
+  FairShareBook fair_share_{options_.rules.fair_share};
   std::unordered_map<uint32_t, std::string> group_names_;
   std::optional<int64_t> head_expected_start_ms_;  // The last plan's reservation.
   bool head_estimated_ = false;
