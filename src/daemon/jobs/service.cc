@@ -57,7 +57,23 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       clock_(clock),
       inventory_source_(inventory),
       launcher_(launcher),
-      regions_(regions) {}
+      regions_(regions),
+      dependencies_(JobDependencies::Jobs{
+          .find = [this](uint64_t id) -> const Job* {
+            auto it = jobs_.find(id);
+            return it == jobs_.end() ? nullptr : &it->second;
+          },
+          .load = [this](uint64_t id) -> Result<std::optional<Job>> {
+            if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_reason_);
+            return ledger_->LoadJob(id);
+          },
+          .cancel =
+              [this](uint64_t id, std::string reason) {
+                FinishJob(jobs_.at(id), JobState::kCancelled, -1, std::move(reason));
+              },
+          // It may start now: the next Flush plans.
+          .released = [this](uint64_t) { schedule_pending_ = true; },
+      }) {}
 
 Service::~Service() = default;
 
@@ -181,7 +197,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
         "--restartable: a shell or a command run by the client (run -i) cannot be restarted by "
         "the daemon");
   }
-  GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, CheckDependencies(spec.after));
+  GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, dependencies_.Check(spec.after));
   uint64_t id = next_id_;
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
   Status ever = capacity_->CouldEverFit(request);
@@ -216,7 +232,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   RecordEvent("submitted", id, job.user,
               job.request.Describe() +
                   (job.after.empty() ? "" : ", after " + core::FormatDependencies(job.after)));
-  WaitFor(id, pending);
+  dependencies_.WaitFor(id, pending);
   Enqueue(jobs_[id]);
   RequestSchedule();
   return View(jobs_[id]);
@@ -237,7 +253,7 @@ void Service::Enqueue(const Job& job) {
   // submitted just after the head would pass it. Its group named now, for
   // that ranking.
   (void)GroupNameOf(job.gid);
-  q.rank = RankOf(job, fair_ranked_ms_);
+  q.rank = RankOf(job, fair_share_.ranked_ms());
   auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
   queue_.insert(pos, q);
   ++queued_by_uid_[job.uid];
@@ -313,17 +329,16 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
 }
 
 JobView Service::View(const Job& job) {
-  JobView v{job, 0, "", std::nullopt, {}, DependenciesOf(job), ""};
+  JobView v{job, 0, "", std::nullopt, {}, dependencies_.ViewsOf(job), ""};
   if (job.state == JobState::kRunning || job.state == JobState::kSuspended) {
     if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
     v.flags = FlagsOf(job.id);
     if (auto l = live_.find(job.id); l != live_.end())
       v.checkpoint_error = l->second.checkpoint_error;
   }
-  if (job.IsLive() && options_.rules.fair_share.enabled && !fair_factors_.empty()) {
+  if (job.IsLive() && options_.rules.fair_share.enabled && fair_share_.ranked()) {
     auto group = group_names_.find(job.gid);
-    v.fair_share = core::JobFairShare(fair_factors_, job.user,
-                                      group == group_names_.end() ? "" : group->second);
+    v.fair_share = fair_share_.FactorOf(job.user, group == group_names_.end() ? "" : group->second);
   }
   // A suspended job waits in the queue too once its processes asked to be
   // resumed (resume on demand).
@@ -401,8 +416,8 @@ JobView Service::View(const Job& job) {
                               : "held (gpuslice release " + std::to_string(job.id) + ")";
           break;
         }
-        if (waiting_on_.count(job.id) > 0) {
-          v.waiting_for = WaitingForDependencies(job);
+        if (dependencies_.Waits(job.id)) {
+          v.waiting_for = dependencies_.WaitingText(job);
           break;
         }
         auto q = quota_wait_.find(job.id);

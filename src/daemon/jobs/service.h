@@ -37,6 +37,7 @@
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
+#include "daemon/fairshare/fair_share_book.h"
 #include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
 #include "daemon/launch/cdi.h"
@@ -47,7 +48,9 @@
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
+#include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
+#include "daemon/waits/dependencies.h"
 
 namespace gpuslice::daemon {
 
@@ -287,7 +290,7 @@ class Service {
   // kinds). Stored in the ledger; counted per kind for the metrics.
   void RecordEvent(std::string kind, uint64_t job_id, std::string user, std::string message);
   core::Result<std::vector<Event>> Events(const EventQuery& query) const;
-  const std::map<std::string, uint64_t>& EventCounts() const { return event_counts_; }
+  const std::map<std::string, uint64_t>& EventCounts() const { return events_.Counts(); }
 
   // Usage, as of the last sample (Sample runs from Tick once per
   // sample_interval_ms).
@@ -465,6 +468,14 @@ class Service {
   core::Status SecureStateDir();
   // Persists a change of `job` from state `from`; degrades on failure.
   bool Persist(const core::Job& job, std::optional<core::JobState> from);
+  // The one place a job's state changes (docs/DAEMON.md, "Events"):
+  // refuses an illegal change (logged; false, nothing changed), sets the
+  // state, writes the job's row and the transition to the ledger (its
+  // reason is job.reason: set the job's other fields first), then records
+  // the event `kind` with `message`. An empty `kind` records none: only
+  // StartJob's launch intent, whose "started" event follows once the launch
+  // has a pid. False also when the ledger write failed (degraded; retried).
+  bool ChangeState(core::Job& job, core::JobState to, std::string kind, std::string message);
   core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
   // Crash-safe launching: a job launched before it is recorded would run
   // twice after a crash. A job about to be launched is first
@@ -476,7 +487,7 @@ class Service {
   // Returns false when the job was ended.
   bool ResolveInterruptedLaunch(core::Job& job);
   // Puts a job whose launch intent could not be recorded back in the queue.
-  // A started job back to queued: its slice removed, its allocation and
+  // A job placed but not started: its slice removed, its allocation and
   // start forgotten (the capacity it took is the caller's to release).
   void ForgetStart(core::Job& job);
   void UndoStart(core::Job& job);
@@ -490,6 +501,8 @@ class Service {
   // O(1) and delays a start by at most one Flush period.
   void RequestSchedule();
   void StartJob(core::Job& job);
+  // The "started" event's message: "on GPU-0,GPU-1, pid 4242".
+  static std::string StartedText(const core::Job& job);
   // An external job's slice group (SliceLimits::shared_gid), 0 for others.
   static constexpr uint64_t kExternalGids = 1ull << 20;
   uint32_t SharedGidOf(const core::Job& job) const;
@@ -535,25 +548,6 @@ class Service {
   // A fraction without a compute share takes turns anyway, last (see
   // kShareOfNoShareMilli).
   static void TakeTurnsWithoutAShare(const core::Job& job, SliceLimits* limits);
-
-  // Dependencies (service_dependencies.cc; docs/DAEMON.md, "Dependencies").
-  // Checks a submission's --after: every job named exists (in memory or in
-  // the ledger) and, if it ended, ended as asked. Returns the ids it still
-  // waits for.
-  core::Result<std::vector<uint64_t>> CheckDependencies(const std::vector<core::Dependency>& after);
-  // A queued job starts waiting for `pending` (held from placement until
-  // they end).
-  void WaitFor(uint64_t id, const std::vector<uint64_t>& pending);
-  // Recover: a queued job read back waits again for its dependencies still
-  // live; returns the reason to cancel it when one ended otherwise than asked.
-  std::optional<std::string> RewaitAfterRestart(const core::Job& job);
-  // FinishJob tells it each end: the dependents of `ended_id` stop waiting
-  // for it, and those it broke (--after ID:ok) are cancelled, which goes on
-  // to their own dependents (a loop, not a recursion, however long the chain).
-  void ReleaseDependents(uint64_t ended_id);
-  // "after job 12 (running), job 13:ok (queued)".
-  std::string WaitingForDependencies(const core::Job& job) const;
-  std::vector<DependencyView> DependenciesOf(const core::Job& job) const;
 
   // Quotas.
   core::QuotaOwner OwnerOf(const core::Job& job);
@@ -754,9 +748,9 @@ class Service {
   std::string no_room_reason_;
   int64_t no_room_since_ms_ = 0;
 
-  // Events (in memory only when the ledger is unavailable).
-  std::map<std::string, uint64_t> event_counts_;
-  std::vector<Event> unsaved_events_;
+  // Events (store/event_log.h; in memory only when the ledger is unavailable).
+  EventLog events_{
+      ledger_, [this](const core::Status& s) { Degrade("ledger write failed: " + s.message()); }};
   // Usage sampling.
   std::vector<GpuUsage> gpu_usage_;
   std::unordered_map<uint64_t, JobUsage> usage_;
@@ -786,19 +780,12 @@ class Service {
   std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
   std::map<uint32_t, std::string> pool_of_gpu_;
 
-  // Dependencies: each queued job that waits -> the jobs it still waits for
-  // (live ones; held from placement while not empty), and each such job ->
-  // the jobs waiting for it (entries of jobs no longer waiting are skipped).
-  std::unordered_map<uint64_t, std::vector<uint64_t>> waiting_on_;
-  std::unordered_map<uint64_t, std::vector<uint64_t>> dependents_;
-  std::deque<uint64_t> ended_to_release_;  // ReleaseDependents' work list.
-  bool releasing_ = false;
+  // Which queued jobs wait for which (--after; waits/dependencies.h).
+  JobDependencies dependencies_;
 
   // Scheduling (service_schedule.cc).
-  std::unique_ptr<core::DecayedUsage> fair_usage_;
-  std::unordered_map<uint64_t, int64_t> fair_charged_ms_;  // Running job -> charged up to.
-  std::map<core::Principal, double> fair_factors_;         // As of the last ranking.
-  int64_t fair_ranked_ms_ = 0;
+  // Fair share's decayed use, charges and factors (fairshare/fair_share_book.h).
+  FairShareBook fair_share_{options_.rules.fair_share};
   std::unordered_map<uint32_t, std::string> group_names_;
   std::optional<int64_t> head_expected_start_ms_;  // The last plan's reservation.
   bool head_estimated_ = false;

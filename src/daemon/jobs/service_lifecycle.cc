@@ -242,12 +242,12 @@ void Service::Schedule() {
       return !IsSuspended(id) && quota(id);
     };
   }
-  if (!waiting_on_.empty() || !held_ids_.empty()) {
+  if (dependencies_.AnyWaits() || !held_ids_.empty()) {
     // A job waiting for its dependencies, or held (`gpuslice hold`), is
     // held like a quota wait: it takes nothing and is never the head, so it
     // delays no one (and it is not counted against its quota while it waits).
     opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
-      return held_ids_.count(id) > 0 || waiting_on_.count(id) > 0 || (quota && quota(id));
+      return held_ids_.count(id) > 0 || dependencies_.Waits(id) || (quota && quota(id));
     };
   }
   core::QueuePlan plan = core::PlanQueue(queue_, running, now, *capacity_, opt);
@@ -328,6 +328,13 @@ void Service::TakeTurnsWithoutAShare(const Job& job, SliceLimits* limits) {
   }
 }
 
+std::string Service::StartedText(const Job& job) {
+  return "on " +
+         (job.allocation.gpu_uuids.empty() ? std::string("-")
+                                           : core::Join(job.allocation.gpu_uuids, ",")) +
+         (job.pid ? ", pid " + std::to_string(job.pid) : "");
+}
+
 void Service::StartJob(Job& job) {
   auto alloc = capacity_->AllocationOf(job.id);
   if (!alloc) {
@@ -350,26 +357,27 @@ void Service::StartJob(Job& job) {
     }
   }
   if (!region.ok()) {
-    // Running first, so the failure is a legal transition and the capacity
-    // taken by the plan is given back by FinishJob.
-    job.state = JobState::kRunning;
-    live_[job.id] = Live{};
+    // It never left the queue: failed from there (FinishJob gives back the
+    // capacity the plan took), so its history has no start it never made.
     FinishJob(job, JobState::kFailed, -1, "cannot create the slice: " + region.status().message());
     return;
   }
   job.region_path = *region;
-  job.state = JobState::kRunning;
   Live l;
-  if (job.mode == core::JobMode::kExternal) {
-    // Nothing to launch: its processes come from elsewhere and find the
-    // slice through its CDI device or the environment it hands out.
-    if (cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
-  } else if (job.mode != core::JobMode::kShell) {
+  const bool launched = job.mode != core::JobMode::kShell && job.mode != core::JobMode::kExternal;
+  if (!launched) {
+    ChangeState(job, JobState::kRunning, "started", StartedText(job));
+    // Nothing to launch: an external job's processes come from elsewhere
+    // and find the slice through its CDI device or the environment it
+    // hands out; a shell job's client reports its shell (Attach).
+    if (job.mode == core::JobMode::kExternal && cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
+  } else {
     // Crash safety (a job launched before it is recorded would run twice): the
     // launch intent (running, its slice, no pid yet) is durable before any
     // process exists, so a restart looks for the job's processes instead of
-    // starting it again (Service::ResolveInterruptedLaunch).
-    if (!Persist(job, JobState::kQueued)) {
+    // starting it again (Service::ResolveInterruptedLaunch). Its "started"
+    // event follows the launch, with its pid.
+    if (!ChangeState(job, JobState::kRunning, /*kind=*/"", "")) {
       UndoStart(job);
       return;
     }
@@ -419,14 +427,11 @@ void Service::StartJob(Job& job) {
     l.supervisor_pid = ref->supervisor_pid;
   }
   live_[job.id] = l;
-  const bool launched = job.mode != core::JobMode::kShell && job.mode != core::JobMode::kExternal;
-  Persist(job, launched ? JobState::kRunning : JobState::kQueued);
+  if (launched) {
+    Persist(job, JobState::kRunning);  // Its pid.
+    RecordEvent("started", job.id, job.user, StartedText(job));
+  }
   ObserveWait(job);
-  RecordEvent("started", job.id, job.user,
-              "on " +
-                  (job.allocation.gpu_uuids.empty() ? std::string("-")
-                                                    : core::Join(job.allocation.gpu_uuids, ",")) +
-                  (job.pid ? ", pid " + std::to_string(job.pid) : ""));
   LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +
           ") started on " + (job.allocation.gpu_uuids.empty() ? "-" : job.allocation.gpu_uuids[0]) +
           (job.pid ? ", pid " + std::to_string(job.pid) : ""));
@@ -457,20 +462,18 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
   if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
   live_.erase(job.id);
   usage_.erase(job.id);
-  job.state = state;
   job.exit_code = exit_code;
   job.reason = std::move(reason);
   job.ended_ms = clock_.NowMs();
-  Persist(job, from);
   // The event kind is the end state: exited, cancelled, timed_out, failed.
   std::string what = exit_code >= 0 ? "exit " + std::to_string(exit_code) : std::string();
   if (!job.reason.empty()) what += (what.empty() ? "" : ": ") + job.reason;
-  RecordEvent(std::string(core::JobStateName(state)), job.id, job.user, what);
+  ChangeState(job, state, std::string(core::JobStateName(state)), std::move(what));
   LogInfo("job " + std::to_string(job.id) + " " + std::string(core::JobStateName(state)) +
           (exit_code >= 0 ? " (exit " + std::to_string(exit_code) + ")" : "") +
           (job.reason.empty() ? "" : ": " + job.reason));
   // Jobs waiting for this one: released, or cancelled (--after ID:ok).
-  ReleaseDependents(job.id);
+  dependencies_.Release(job.id);
 }
 
 }  // namespace gpuslice::daemon

@@ -76,6 +76,19 @@ bool Service::Persist(const Job& job, std::optional<JobState> from) {
   return true;
 }
 
+bool Service::ChangeState(Job& job, JobState to, std::string kind, std::string message) {
+  const JobState from = job.state;
+  if (!core::CanTransition(from, to)) {
+    LogError("job " + std::to_string(job.id) + ": illegal transition " +
+             std::string(core::JobStateName(from)) + " -> " + std::string(core::JobStateName(to)));
+    return false;
+  }
+  job.state = to;
+  const bool saved = Persist(job, from);
+  if (!kind.empty()) RecordEvent(std::move(kind), job.id, job.user, std::move(message));
+  return saved;
+}
+
 void Service::NoRoomForSlices(const std::string& reason) {
   if (!no_room_reason_.empty()) return;  // The first reason stands until there is room.
   no_room_reason_ = reason;
@@ -123,10 +136,7 @@ void Service::MaintainLedger() {
     }
     unsaved_jobs_.erase(it);
   }
-  while (!unsaved_events_.empty()) {
-    if (!ledger_->AddEvent(unsaved_events_.front()).ok()) return;
-    unsaved_events_.erase(unsaved_events_.begin());
-  }
+  if (!events_.WriteUnsaved()) return;
   ledger_write_failed_ = false;
   ledger_write_reason_.clear();
   // Slices may still not fit: then that is the reason again.
@@ -228,9 +238,7 @@ Status Service::Start() {
   } else {
     Degrade("ledger unreadable: " + quotas.status().message());
   }
-  if (auto counts = ledger_->EventCountsByKind(); counts.ok()) {
-    for (auto& [kind, n] : *counts) event_counts_[kind] = n;
-  }
+  events_.LoadCounts();
   Recover(std::move(*live));
   SeedFairShare();
   Rerank(/*force=*/true);
@@ -270,7 +278,7 @@ void Service::Recover(std::vector<Job> all) {
         FinishJob(job, JobState::kFailed, -1, "no longer fits this machine: " + ever.message());
         continue;
       }
-      if (auto broken = RewaitAfterRestart(job)) {
+      if (auto broken = dependencies_.Rewait(job)) {
         FinishJob(job, JobState::kCancelled, -1, std::move(*broken));
         ++ended;
         continue;
@@ -398,8 +406,7 @@ bool Service::ResolveInterruptedLaunch(Job& job) {
     // Nothing of it ever ran: the slice was made, the launch never began.
     ForgetStart(job);
     job.reason = "the daemon stopped before starting it; queued again";
-    Persist(job, JobState::kRunning);
-    RecordEvent("requeued", job.id, job.user, job.reason);
+    ChangeState(job, JobState::kQueued, "requeued", job.reason);
     return true;
   }
   FinishJob(job, JobState::kFailed, -1,
@@ -415,12 +422,15 @@ void Service::ForgetStart(Job& job) {
   job.region_path.clear();
   job.allocation = {};
   job.started_ms = 0;
-  job.state = JobState::kQueued;
 }
 
 void Service::UndoStart(Job& job) {
   unsaved_jobs_.erase(job.id);
   ForgetStart(job);
+  // Not a transition: the launch intent's ledger write failed and is
+  // dropped above, so the ledger and the events never saw it leave the
+  // queue. The one assignment of a job's state outside ChangeState.
+  job.state = JobState::kQueued;
   capacity_->Release(job.id);
   Enqueue(job);
 }

@@ -269,8 +269,6 @@ void Service::FinishCheckpoints() {
         }
         continue;
       }
-      JobState from = job.state;
-      job.state = JobState::kSuspended;
       job.suspended_since_ms = now;
       // The daemon resumes it by itself once it fits: a preemption victim, a
       // borrower whose capacity was reclaimed, and a job being moved (should
@@ -281,13 +279,15 @@ void Service::FinishCheckpoints() {
       job.reason = "suspended by " + task->by;
       // Closed before its capacity goes: a process the suspension missed
       // (or a new one) may allocate nothing and launch nothing meanwhile.
-      if (Status s = regions_.Update(job.region_path, SliceLimitsOf(job)); !s.ok()) {
+      // The limits of the job as suspended (a copy: its state changes below).
+      Job closed = job;
+      closed.state = JobState::kSuspended;
+      if (Status s = regions_.Update(job.region_path, SliceLimitsOf(closed)); !s.ok()) {
         LogWarn(name + ": cannot close its slice while suspended: " + s.message());
       }
       if (capacity_) capacity_->Release(id);
       usage_.erase(id);
-      Persist(job, from);
-      RecordEvent("suspended", id, job.user,
+      ChangeState(job, JobState::kSuspended, "suspended",
                   "by " + task->by + ": " + std::to_string(out.pids.size()) +
                       " CUDA processes checkpointed to host memory in " + took +
                       (cause.move_to.empty() ? "; its GPUs are free for others"
@@ -341,16 +341,13 @@ void Service::FinishCheckpoints() {
       RequestSchedule();
       continue;
     }
-    JobState from = job.state;
     job.suspended_total_ms += now - job.suspended_since_ms;
     job.suspended_since_ms = 0;
-    job.state = JobState::kRunning;
     job.resume_when_fits = false;
     job.reason.clear();
     l.idle_flagged = l.idle_acted = false;
     l.escaped.clear();
-    Persist(job, from);
-    RecordEvent("resumed", id, job.user,
+    ChangeState(job, JobState::kRunning, "resumed",
                 "by " + task->by + ": " + std::to_string(out.pids.size()) +
                     " CUDA processes restored onto " + core::Join(job.allocation.gpu_uuids, ", ") +
                     " in " + took);

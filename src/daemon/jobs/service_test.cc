@@ -5,9 +5,13 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
+#include "daemon/jobs/service_suspend_fixture.h"
 #include "daemon/jobs/test_support.h"
 #include "daemon/launch/launcher_fake.h"
 
@@ -470,6 +474,119 @@ TEST_F(ServiceTest, SamplerAttributesGpuUseAndCountsIdleTime) {
   auto ended = service_->Get(ij.id);
   ASSERT_TRUE(ended.ok());
   EXPECT_EQ(ended->job.idle_ms, 6000);
+}
+
+// Job state changes (Service::ChangeState): each one a job goes through is
+// one transition in the ledger and one event, in the same order.
+
+// "from>to" for each transition of job `id` in the ledger, oldest first.
+std::vector<std::string> Transitions(Service& service, uint64_t id) {
+  std::vector<std::string> out;
+  auto history = service.History(id);
+  EXPECT_TRUE(history.ok()) << history.status().ToString();
+  if (!history.ok()) return out;
+  for (const Transition& t : *history) out.push_back(t.from + ">" + t.to);
+  return out;
+}
+
+// The event that tells each transition (submitted, started, ...).
+std::string EventOf(const std::string& transition) {
+  static const std::vector<std::pair<std::string, std::string>> kTable = {
+      {">queued", "submitted"},           {"queued>running", "started"},
+      {"running>suspended", "suspended"}, {"suspended>running", "resumed"},
+      {"running>queued", "requeued"},
+  };
+  for (const auto& [t, kind] : kTable) {
+    if (t == transition) return kind;
+  }
+  // An end: the event kind is the end state.
+  return transition.substr(transition.find('>') + 1);
+}
+
+// The events of job `id` that tell a change of its state, oldest first.
+std::vector<std::string> StateEvents(Service& service, uint64_t id) {
+  static const std::vector<std::string> kKinds = {"submitted", "started",   "suspended",
+                                                  "resumed",   "requeued",  "exited",
+                                                  "failed",    "cancelled", "timed_out"};
+  EventQuery q;
+  q.job_id = id;
+  auto events = service.Events(q);
+  EXPECT_TRUE(events.ok()) << events.status().ToString();
+  std::vector<std::string> out;
+  if (!events.ok()) return out;
+  for (const Event& e : *events) {
+    if (std::find(kKinds.begin(), kKinds.end(), e.kind) != kKinds.end()) out.push_back(e.kind);
+  }
+  return out;
+}
+
+std::vector<std::string> EventsOf(const std::vector<std::string>& transitions) {
+  std::vector<std::string> out;
+  for (const std::string& t : transitions) out.push_back(EventOf(t));
+  return out;
+}
+
+using JobStatesTest = SuspendTest;
+
+TEST_F(JobStatesTest, EveryTransitionOfARunIsOneLedgerRowAndOneEventInOrder) {
+  uint64_t a = StartJob();
+  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  Settle(a);
+  ASSERT_EQ(State(a), JobState::kSuspended);
+  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  Settle(a);
+  ASSERT_EQ(State(a), JobState::kRunning);
+  EndProcesses(a);
+  ASSERT_EQ(State(a), JobState::kExited);
+
+  const std::vector<std::string> transitions = Transitions(*service_, a);
+  EXPECT_EQ(transitions, (std::vector<std::string>{">queued", "queued>running", "running>suspended",
+                                                   "suspended>running", "running>exited"}));
+  EXPECT_EQ(StateEvents(*service_, a), EventsOf(transitions));
+  // And so after a restart, read back from the ledger.
+  Restart();
+  EXPECT_EQ(Transitions(*service_, a), transitions);
+  EXPECT_EQ(StateEvents(*service_, a), EventsOf(transitions));
+}
+
+TEST_F(JobStatesTest, APreemptedRestartableJobsRequeueIsOneLedgerRowAndOneEvent) {
+  options_.checkpointer = nullptr;  // Ended and requeued, not suspended.
+  options_.rules.preemption = *core::ParsePreemptionPolicy("lower");
+  options_.rules.preemption_grace_ms = 1000;
+  Restart();
+  SubmitSpec low;
+  low.fields.gpus = "1";
+  low.fields.priority = "low";
+  low.argv = {"train"};
+  low.cwd = "/home/u";
+  low.restartable = true;
+  auto victim = service_->Submit(TestCaller(kUser), low);
+  ASSERT_TRUE(victim.ok()) << victim.status().ToString();
+  ASSERT_EQ(victim->job.state, JobState::kRunning);
+  SubmitSpec high = low;
+  high.fields.priority = "high";
+  high.restartable = false;
+  auto head = service_->Submit(TestCaller(kUser + 1), high);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
+  service_->Tick();  // The fake launcher's processes end at the SIGTERM.
+  ASSERT_EQ(State(victim->job.id), JobState::kQueued);
+
+  const std::vector<std::string> transitions = Transitions(*service_, victim->job.id);
+  EXPECT_EQ(transitions, (std::vector<std::string>{">queued", "queued>running", "running>queued"}));
+  EXPECT_EQ(StateEvents(*service_, victim->job.id), EventsOf(transitions));
+}
+
+TEST_F(JobStatesTest, AJobWhoseSliceCannotBeMadeFailsFromTheQueueWithoutAStartItNeverMade) {
+  regions_.room = core::InternalError("slice store broken");
+  auto v = Submit("8GiB");
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  ASSERT_EQ(State(v->job.id), JobState::kFailed);
+  EXPECT_NE(Get(v->job.id).job.reason.find("cannot create the slice"), std::string::npos)
+      << Get(v->job.id).job.reason;
+
+  const std::vector<std::string> transitions = Transitions(*service_, v->job.id);
+  EXPECT_EQ(transitions, (std::vector<std::string>{">queued", "queued>failed"}));
+  EXPECT_EQ(StateEvents(*service_, v->job.id), EventsOf(transitions));
 }
 
 }  // namespace

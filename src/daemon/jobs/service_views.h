@@ -12,6 +12,7 @@
 
 #include "core/dependency.h"
 #include "core/job.h"
+#include "daemon/waits/dependencies.h"  // DependencyView
 
 namespace gpuslice::daemon {
 
@@ -74,14 +75,6 @@ struct WaitHistogram {
   std::vector<uint64_t> cumulative;  // cumulative[i]: waits <= bounds_s[i].
   uint64_t count = 0;
   double sum_s = 0;
-};
-
-// One of a job's dependencies with where its job stands now (unset state:
-// the job ended long ago and is no longer in memory).
-struct DependencyView {
-  core::Dependency dep;
-  std::optional<core::JobState> state;
-  int exit_code = -1;
 };
 
 // A job plus what only the live daemon knows.

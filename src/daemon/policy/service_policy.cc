@@ -508,7 +508,6 @@ void Service::ForgetPreemptions() {
 }
 
 void Service::Requeue(Job& job, std::string reason) {
-  JobState from = job.state;
   if (capacity_) capacity_->Release(job.id);
   if (!job.region_path.empty() && regions_.Exists(job.region_path)) {
     Status s = regions_.Remove(job.region_path);
@@ -517,7 +516,6 @@ void Service::Requeue(Job& job, std::string reason) {
   if (!job.image.empty()) RemoveContainer(job);  // Its name is free for the next run.
   live_.erase(job.id);
   usage_.erase(job.id);
-  job.state = JobState::kQueued;
   job.reason = std::move(reason);
   job.pid = 0;
   job.pid_start_time = 0;
@@ -526,8 +524,7 @@ void Service::Requeue(Job& job, std::string reason) {
   job.started_ms = 0;
   // The next run's supervisor writes a new status; an old one would end it.
   unlink((JobDir(job.id) + "/status").c_str());
-  Persist(job, from);
-  RecordEvent("requeued", job.id, job.user, job.reason);
+  ChangeState(job, JobState::kQueued, "requeued", job.reason);
   LogInfo("job " + std::to_string(job.id) + " requeued: " + job.reason);
   Enqueue(job);
 }

@@ -1,4 +1,5 @@
-// Service: events and usage sampling. See service.h.
+// Service: events (recorded by EventLog, store/event_log.h) and usage
+// sampling. See service.h.
 
 #include <algorithm>
 #include <optional>
@@ -108,28 +109,11 @@ void Service::RecordEvent(std::string kind, uint64_t job_id, std::string user,
   e.job_id = job_id;
   e.user = std::move(user);
   e.message = std::move(message);
-  ++event_counts_[e.kind];
-  if (ledger_) {
-    auto id = ledger_->AddEvent(e);
-    if (id.ok()) return;
-    Degrade("ledger write failed: " + id.status().message());
-  }
-  // Without a ledger the newest events still show, from memory.
-  e.id = unsaved_events_.empty() ? 1 : unsaved_events_.back().id + 1;
-  unsaved_events_.push_back(std::move(e));
-  if (unsaved_events_.size() > 1000) unsaved_events_.erase(unsaved_events_.begin());
+  events_.Record(std::move(e));
 }
 
 core::Result<std::vector<Event>> Service::Events(const EventQuery& query) const {
-  if (ledger_) return ledger_->Events(query);
-  std::vector<Event> out;
-  for (const Event& e : unsaved_events_) {
-    if (e.at_ms >= query.since_ms && (query.job_id == 0 || e.job_id == query.job_id)) {
-      out.push_back(e);
-    }
-  }
-  if (out.size() > query.limit) out.erase(out.begin(), out.end() - query.limit);
-  return out;
+  return events_.Query(query);
 }
 
 std::optional<JobUsage> Service::UsageOf(uint64_t job_id) const {

@@ -141,7 +141,7 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
                                           " may only wait for jobs submitted before it");
       }
     }
-    GPUSLICE_ASSIGN_OR_RETURN(pending, CheckDependencies(after));
+    GPUSLICE_ASSIGN_OR_RETURN(pending, dependencies_.Check(after));
   }
   // The new request against the machine, the admin's limits and the
   // quotas, as a submission is; nothing changes if any refuses it.
@@ -168,8 +168,7 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
   job.after = std::move(after);
   Enqueue(job);
   if (spec.after) {
-    waiting_on_.erase(id);
-    WaitFor(id, pending);
+    dependencies_.WaitFor(id, pending);
   }
   Persist(job, JobState::kQueued);
   RecordEvent("updated", id, job.user,

@@ -24,7 +24,7 @@ using core::Status;
 
 namespace {
 
-constexpr int64_t kRerankMs = 1000;
+constexpr int64_t kRerankMs = FairShareBook::kRankEveryMs;
 constexpr int64_t kHourMs = 3600 * 1000;
 // A job whose automatic move failed is not planned again for this long.
 constexpr int64_t kDefragRetryMs = kHourMs;
@@ -48,8 +48,8 @@ const std::string& Service::GroupNameOf(uint32_t gid) {
 }
 
 void Service::SeedFairShare() {
-  const core::FairShareConfig& config = options_.rules.fair_share;
-  fair_usage_ = std::make_unique<core::DecayedUsage>(config.half_life_ms);
+  const core::FairShareConfig& config = fair_share_.config();
+  fair_share_.Open();
   if (!ledger_) return;
   const int64_t now = clock_.NowMs();
   const int64_t since = now - kHalfLivesRead * config.half_life_ms;
@@ -69,38 +69,36 @@ void Service::SeedFairShare() {
     const double w = core::GpuWeight(r);
     const int64_t from = std::max(r.allocated_ms, since);
     const int64_t to = r.released_ms == 0 ? now : std::min(r.released_ms, now);
-    fair_usage_->AddInterval({core::PrincipalKind::kUser, r.user}, w, from, to);
-    fair_usage_->AddInterval({core::PrincipalKind::kGroup, GroupNameOf(r.gid)}, w, from, to);
+    fair_share_.Charge(r.user, GroupNameOf(r.gid), w, from, to);
   }
   // Running jobs are charged from now on.
-  for (const auto& [id, l] : live_) fair_charged_ms_[id] = now;
+  for (const auto& [id, l] : live_) fair_share_.MarkCharged(id, now);
 }
 
 void Service::ChargeFairShare(int64_t now) {
-  if (!fair_usage_) return;
+  if (!fair_share_.open()) return;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
-    auto [it, fresh] = fair_charged_ms_.try_emplace(id, job.started_ms > 0 ? job.started_ms : now);
-    const int64_t from = std::max(it->second, job.started_ms);
-    it->second = now;
+    const int64_t from =
+        std::max(fair_share_.AdvanceCharge(id, job.started_ms > 0 ? job.started_ms : now, now),
+                 job.started_ms);
     if (job.state != JobState::kRunning || job.allocation.empty() || now <= from) continue;
     uint64_t gpu_memory = 0;
     for (const GpuInfo& g : inventory_.gpus) {
       if (g.index == job.allocation.gpu_indices[0]) gpu_memory = g.memory_total;
     }
     const double w = core::HeldGpuWeight(job.request, job.allocation, gpu_memory);
-    fair_usage_->AddInterval({core::PrincipalKind::kUser, job.user}, w, from, now);
-    fair_usage_->AddInterval({core::PrincipalKind::kGroup, GroupNameOf(job.gid)}, w, from, now);
+    fair_share_.Charge(job.user, GroupNameOf(job.gid), w, from, now);
   }
   // Jobs no longer live: charged up to their last tick (within a second).
-  std::erase_if(fair_charged_ms_, [&](const auto& e) { return live_.count(e.first) == 0; });
+  fair_share_.ForgetEnded([&](uint64_t id) { return live_.count(id) > 0; });
 }
 
 double Service::RankOf(const Job& job, int64_t now) const {
-  const core::FairShareConfig& config = options_.rules.fair_share;
+  const core::FairShareConfig& config = fair_share_.config();
   auto group = group_names_.find(job.gid);
   const double fs =
-      core::JobFairShare(fair_factors_, job.user, group == group_names_.end() ? "" : group->second);
+      fair_share_.FactorOf(job.user, group == group_names_.end() ? "" : group->second);
   // Its age counts from when it entered the queue: a suspended job waiting
   // to resume on demand entered it when its processes asked, not when it
   // was submitted (that would put it before everyone who waited since).
@@ -115,10 +113,8 @@ double Service::RankOf(const Job& job, int64_t now) const {
 
 void Service::Rerank(bool force) {
   const int64_t now = clock_.NowMs();
-  if (!force && now - fair_ranked_ms_ < kRerankMs) return;
-  fair_ranked_ms_ = now;
+  if (!fair_share_.RankDue(now, force)) return;
   ChargeFairShare(now);
-  const core::FairShareConfig& config = options_.rules.fair_share;
   std::set<core::Principal> active;
   for (const core::QueuedJob& q : queue_) {
     const Job& job = jobs_[q.id];
@@ -130,9 +126,7 @@ void Service::Rerank(bool force) {
     active.insert({core::PrincipalKind::kUser, job.user});
     active.insert({core::PrincipalKind::kGroup, GroupNameOf(job.gid)});
   }
-  fair_factors_ = config.enabled && fair_usage_
-                      ? core::FairShareFactors(fair_usage_->All(now), active, config)
-                      : std::map<core::Principal, double>{};
+  fair_share_.Rank(active, now);
   if (queue_.empty()) return;
   for (core::QueuedJob& q : queue_) q.rank = RankOf(jobs_[q.id], now);
   std::stable_sort(queue_.begin(), queue_.end(), core::QueueBefore);
@@ -160,7 +154,7 @@ void Service::UpdatePacking() {
   if (!capacity_) return;
   bool whole_waits = false;
   for (const core::QueuedJob& q : queue_) {
-    if (waiting_on_.count(q.id)) continue;  // Held for its dependencies.
+    if (dependencies_.Waits(q.id)) continue;  // Held for its dependencies.
     if (jobs_[q.id].request.kind == core::RequestKind::kWholeGpus) {
       whole_waits = true;
       break;

@@ -1,16 +1,8 @@
-// Service: job dependencies (`gpuslice submit --after 12,13:ok`). See
-// docs/DAEMON.md ("Dependencies") and core/dependency.h.
-//
-// A queued job with dependencies still live is *held*: the queue planner
-// skips it (it takes nothing, is never the head, delays no backfill) and
-// `ps` says what it waits for. Each job's end releases the jobs waiting for
-// it; one that ended otherwise than a `:ok` dependency asks cancels them,
-// and their own dependents in turn. What waits for what is derived from the
-// jobs (job.after, persisted in the ledger) and rebuilt after a restart.
+// JobDependencies: the wait-for graph of queued jobs (dependencies.h).
+
+#include "daemon/waits/dependencies.h"
 
 #include <algorithm>
-
-#include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
 
@@ -29,8 +21,8 @@ struct EndOf {
 
 }  // namespace
 
-core::Result<std::vector<uint64_t>> Service::CheckDependencies(
-    const std::vector<Dependency>& after) {
+core::Result<std::vector<uint64_t>> JobDependencies::Check(
+    const std::vector<Dependency>& after) const {
   // Every job is visible to every caller (docs/API.md: lists are, as in
   // squeue), so a user may wait for anyone's job; waiting changes nothing
   // for the job waited for.
@@ -38,12 +30,11 @@ core::Result<std::vector<uint64_t>> Service::CheckDependencies(
   for (const Dependency& d : after) {
     const std::string spec = "--after " + core::FormatDependency(d);
     EndOf end;
-    if (auto it = jobs_.find(d.job_id); it != jobs_.end()) {
-      end = {it->second.state, it->second.exit_code};
+    if (const Job* job = jobs_.find(d.job_id)) {
+      end = {job->state, job->exit_code};
     } else {
       // Finished long ago (no longer in memory): the ledger has it.
-      if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_reason_);
-      GPUSLICE_ASSIGN_OR_RETURN(std::optional<Job> old, ledger_->LoadJob(d.job_id));
+      GPUSLICE_ASSIGN_OR_RETURN(std::optional<Job> old, jobs_.load(d.job_id));
       if (!old) return core::InvalidArgumentError(spec + ": no job " + std::to_string(d.job_id));
       end = {old->state, old->exit_code};
     }
@@ -63,24 +54,28 @@ core::Result<std::vector<uint64_t>> Service::CheckDependencies(
   return pending;
 }
 
-void Service::WaitFor(uint64_t id, const std::vector<uint64_t>& pending) {
+void JobDependencies::WaitFor(uint64_t id, const std::vector<uint64_t>& pending) {
+  // What it waited for before is dropped: the dependents_ entries left
+  // behind are skipped (it no longer waits for them).
+  waiting_on_.erase(id);
   if (pending.empty()) return;
   waiting_on_[id] = pending;
   for (uint64_t dep : pending) dependents_[dep].push_back(id);
 }
 
-std::optional<std::string> Service::RewaitAfterRestart(const Job& job) {
+std::optional<std::string> JobDependencies::Rewait(const Job& job) {
   // Jobs are recovered in id order and a job can only wait for an older one,
-  // so each dependency is in jobs_ already, as it stands after recovery.
+  // so each dependency is in the job table already, as it stands after
+  // recovery.
   std::vector<uint64_t> pending;
   for (const Dependency& d : job.after) {
-    auto it = jobs_.find(d.job_id);
-    if (it == jobs_.end()) {
+    const Job* found = jobs_.find(d.job_id);
+    if (found == nullptr) {
       // Not in the ledger either (it cannot be otherwise short of an edit).
       if (d.kind == core::DependencyKind::kAny) continue;
       return "dependency job " + std::to_string(d.job_id) + " is not in the ledger";
     }
-    const Job& dep = it->second;
+    const Job& dep = *found;
     switch (core::Evaluate(d, dep.state, dep.exit_code)) {
       case DependencyStatus::kWaiting:
         pending.push_back(d.job_id);
@@ -96,7 +91,7 @@ std::optional<std::string> Service::RewaitAfterRestart(const Job& job) {
   return std::nullopt;
 }
 
-void Service::ReleaseDependents(uint64_t ended_id) {
+void JobDependencies::Release(uint64_t ended_id) {
   ended_to_release_.push_back(ended_id);
   if (releasing_) return;  // A cascade: the loop below takes it.
   releasing_ = true;
@@ -108,52 +103,55 @@ void Service::ReleaseDependents(uint64_t ended_id) {
     if (it == dependents_.end()) continue;
     const std::vector<uint64_t> waiting = std::move(it->second);
     dependents_.erase(it);
-    auto ended_it = jobs_.find(id);
-    if (ended_it == jobs_.end()) continue;
-    const Job& ended = ended_it->second;
+    const Job* ended_job = jobs_.find(id);
+    if (ended_job == nullptr) continue;
+    const Job& ended = *ended_job;
     for (uint64_t w : waiting) {
       auto on = waiting_on_.find(w);
       if (on == waiting_on_.end()) continue;  // No longer waits.
       std::erase(on->second, id);
-      Job& job = jobs_.at(w);
-      auto d = std::find_if(job.after.begin(), job.after.end(),
+      const Job* job = jobs_.find(w);
+      if (job == nullptr) {  // Gone from the table: it waits for nothing.
+        waiting_on_.erase(on);
+        continue;
+      }
+      auto d = std::find_if(job->after.begin(), job->after.end(),
                             [&](const Dependency& x) { return x.job_id == id; });
-      if (d != job.after.end() &&
+      if (d != job->after.end() &&
           core::Evaluate(*d, ended.state, ended.exit_code) == DependencyStatus::kBroken) {
         waiting_on_.erase(on);
-        FinishJob(job, JobState::kCancelled, -1,
-                  core::BrokenDependencyReason(*d, ended.state, ended.exit_code));
+        jobs_.cancel(w, core::BrokenDependencyReason(*d, ended.state, ended.exit_code));
         continue;
       }
       if (on->second.empty()) {
         waiting_on_.erase(on);
-        schedule_pending_ = true;  // It may start now: the next Flush plans.
+        jobs_.released(w);  // It may start now.
       }
     }
   }
   releasing_ = false;
 }
 
-std::string Service::WaitingForDependencies(const Job& job) const {
+std::string JobDependencies::WaitingText(const Job& job) const {
   auto on = waiting_on_.find(job.id);
   if (on == waiting_on_.end()) return "";
   std::string out;
   for (const Dependency& d : job.after) {
     if (std::find(on->second.begin(), on->second.end(), d.job_id) == on->second.end()) continue;
-    auto dep = jobs_.find(d.job_id);
+    const Job* dep = jobs_.find(d.job_id);
     out += (out.empty() ? "after job " : ", job ") + core::FormatDependency(d) + " (" +
-           std::string(dep == jobs_.end() ? "?" : core::JobStateName(dep->second.state)) + ")";
+           std::string(dep == nullptr ? "?" : core::JobStateName(dep->state)) + ")";
   }
   return out;
 }
 
-std::vector<DependencyView> Service::DependenciesOf(const Job& job) const {
+std::vector<DependencyView> JobDependencies::ViewsOf(const Job& job) const {
   std::vector<DependencyView> out;
   for (const Dependency& d : job.after) {
     DependencyView v{d, std::nullopt, -1};
-    if (auto dep = jobs_.find(d.job_id); dep != jobs_.end()) {
-      v.state = dep->second.state;
-      v.exit_code = dep->second.exit_code;
+    if (const Job* dep = jobs_.find(d.job_id)) {
+      v.state = dep->state;
+      v.exit_code = dep->exit_code;
     }
     out.push_back(v);
   }
