@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <string_view>
 #include <thread>
 
 #include "cli/commands.h"
@@ -86,12 +87,32 @@ core::Result<json> WaitForStart(Context& ctx, uint64_t id) {
   }
 }
 
+// Whether `chunk`, read from stream offset `asked`, begins with the note a
+// trimmed log starts with ("gpuslice: N bytes of older output dropped\n")
+// for bytes this reader had not read (N > asked): output it skipped.
+bool DroppedNoteAtStart(const std::string& chunk, uint64_t asked) {
+  constexpr std::string_view kHead = "gpuslice: ", kTail = " bytes of older output dropped\n";
+  if (chunk.compare(0, kHead.size(), kHead) != 0) return false;
+  size_t i = kHead.size();
+  uint64_t n = 0;
+  const size_t digits = i;
+  while (i < chunk.size() && i - digits < 20 && chunk[i] >= '0' && chunk[i] <= '9') {
+    n = n * 10 + static_cast<uint64_t>(chunk[i++] - '0');
+  }
+  return i > digits && chunk.compare(i, kTail.size(), kTail) == 0 && n > asked;
+}
+
 }  // namespace
 
 int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_code) {
   std::string base = "/v1/jobs/" + std::to_string(id) + "/logs?stream=";
   const char* streams[2] = {"stdout", "stderr"};
   uint64_t offset[2] = {0, 0};
+  // Whether the last byte shown of each stream ended a line: a chunk that
+  // begins with the daemon's note on dropped output (the log was trimmed
+  // while this reader was behind, docs/DAEMON.md) starts on a line of its
+  // own, not glued to the part of a line shown before the gap.
+  bool at_line_start[2] = {true, true};
   std::string collected[2];  // For --json.
   bool cancel_sent = false;
   std::string state;
@@ -110,16 +131,21 @@ int FollowLogs(Context& ctx, uint64_t id, bool follow, bool for_run, int* exit_c
       auto r = ctx.client->Raw("GET", base + streams[s] + "&offset=" + std::to_string(offset[s]));
       if (!r.ok()) return ReportError(ctx, r.status());
       if (r->status != 200) return ReportError(ctx, ErrorFromResponse(*r));
+      const uint64_t asked = offset[s];
       offset[s] = std::stoull(r->headers["x-gpuslice-next-offset"]);
       state = r->headers["x-gpuslice-job-state"];
       code = std::stoi(r->headers["x-gpuslice-exit-code"]);
       if (!r->body.empty()) {
         got = true;
+        const bool gap = !at_line_start[s] && DroppedNoteAtStart(r->body, asked);
         if (ctx.json && !for_run) {
+          if (gap) collected[s] += '\n';
           collected[s] += r->body;
         } else {
+          if (gap) WriteFd(s == 0 ? 1 : 2, "\n");
           WriteFd(s == 0 ? 1 : 2, r->body);
         }
+        at_line_start[s] = r->body.back() == '\n';
       }
     }
     if (got) continue;
