@@ -8,11 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <map>
-#include <utility>
-
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <utility>
 
 #include "daemon/api/api_json.h"
 #include "daemon/base/log.h"
@@ -471,9 +472,19 @@ core::Status HttpServer::ListenUnix(const std::string& path, uint32_t mode,
     if (!ec) {
       const char kPing[] = "GET /v1/status HTTP/1.0\r\n\r\n";
       (void)!send(probe.native_handle(), kPing, sizeof kPing - 1, MSG_NOSIGNAL);
+      // A signal must not cut the wait short: a live daemon's socket taken
+      // for a dead one would be replaced under it.
       pollfd p{probe.native_handle(), POLLIN, 0};
       char byte;
-      if (poll(&p, 1, 2000) == 1 && recv(probe.native_handle(), &byte, 1, MSG_DONTWAIT) == 1) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      int ready = 0;
+      for (auto left = std::chrono::milliseconds(2000); left.count() > 0;
+           left = std::chrono::duration_cast<std::chrono::milliseconds>(
+               deadline - std::chrono::steady_clock::now())) {
+        ready = poll(&p, 1, static_cast<int>(left.count()));
+        if (ready >= 0 || errno != EINTR) break;
+      }
+      if (ready == 1 && recv(probe.native_handle(), &byte, 1, MSG_DONTWAIT) == 1) {
         return core::AlreadyExistsError("another daemon is listening on " + path);
       }
       LogWarn("replacing " + path + ": it accepts connections but nothing answers (a dead "

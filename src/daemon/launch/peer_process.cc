@@ -59,8 +59,14 @@ class PidfdPeerProcess : public PeerProcess {
     // A pidfd polls readable once its process has ended (a zombie
     // included), and names that process for good: a pid reused since is
     // another process, which this pidfd never names.
+    // A signal pending on this thread (the daemon's SIGCHLD when a job
+    // ends) makes even a zero-timeout poll fail with EINTR, and poll(2) is
+    // never restarted: ask again rather than refuse the caller.
     pollfd p{pidfd_, POLLIN, 0};
-    const int n = poll(&p, 1, 0);
+    int n;
+    do {
+      n = poll(&p, 1, 0);
+    } while (n < 0 && errno == EINTR);
     if (n == 0) return core::Status::Ok();
     if (n < 0) {
       return core::PermissionDeniedError(

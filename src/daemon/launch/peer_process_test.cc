@@ -11,8 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "daemon/launch/launcher.h"
 
@@ -142,6 +144,35 @@ TEST_F(PeerProcessTest, WithoutSoPeerPidfdTheProcessAtThePidMustHaveTheConnectio
   ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
   EXPECT_EQ(PinProcessByPid(gone, geteuid(), getegid()).status().code(),
             core::StatusCode::kPermissionDenied);
+}
+
+// The daemon gets SIGCHLD whenever a job ends, on whichever thread is
+// checking a caller at that moment: poll(2) fails with EINTR then, even with
+// a zero timeout, and the caller was refused ("poll: Interrupted system
+// call") though it was running.
+TEST_F(PeerProcessTest, ASignalDuringTheCheckDoesNotRefuseARunningCaller) {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) {};
+  sa.sa_flags = SA_RESTART;  // poll(2) is never restarted, even so.
+  struct sigaction old {};
+  ASSERT_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+  auto self = PinProcessByPid(getpid(), geteuid(), getegid());
+  ASSERT_TRUE(self.ok()) << self.status().ToString();
+  const pthread_t checker = pthread_self();
+  std::atomic<bool> stop{false};
+  std::thread signaller([&] {
+    while (!stop.load()) pthread_kill(checker, SIGUSR1);
+  });
+  int refused = 0;
+  std::string first;
+  for (int i = 0; i < 20000; ++i) {
+    core::Status s = (*self)->CheckRunning();
+    if (!s.ok() && refused++ == 0) first = s.message();
+  }
+  stop = true;
+  signaller.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_EQ(refused, 0) << first;
 }
 
 }  // namespace
