@@ -24,9 +24,10 @@ import unittest
 # is an error: a new part says where it sits.
 PART_DEPS = {
     "core": set(),
-    "shim": {"core"},
-    "sim": {"core", "shim"},
-    "daemon": {"core", "shim", "slurm"},
+    "slice": {"core"},
+    "shim": {"core", "slice"},
+    "sim": {"core", "slice"},
+    "daemon": {"core", "slice", "slurm"},
     "client": {"core"},
     "cli": {"core", "client"},
     "slurm": {"core", "client"},
@@ -41,7 +42,7 @@ MAX_FILES = 25
 # is an error too: remove it, so that the list only shrinks.
 NOT_YET_SPLIT = {
     "src/core": 61,
-    "src/shim": 77,
+    "src/shim": 41,
     "src/sim": 34,
     "src/cli": 30,
     "src/kubernetes/device_plugin": 42,

@@ -47,9 +47,9 @@
 #include <vector>
 
 #include "daemon/compute/arbiter.h"
-#include "shim/coord_board.h"
-#include "shim/limits_page.h"
-#include "shim/region.h"
+#include "slice/compute/coord_board.h"
+#include "slice/region/limits_page.h"
+#include "slice/region/region.h"
 #include "sim/device_model.h"
 
 namespace compute_harness {

@@ -14,12 +14,12 @@
 
 #include "shim/compute_gate_markers.h"
 #include "shim/config.h"
-#include "shim/coord.h"
-#include "shim/coord_board.h"
-#include "shim/coord_turns.h"
+#include "slice/compute/coord.h"
+#include "slice/compute/coord_board.h"
+#include "slice/compute/coord_turns.h"
 #include "shim/driver.h"
 #include "shim/log.h"
-#include "shim/region.h"
+#include "slice/region/region.h"
 #include "shim/shim_state.h"
 
 namespace gpuslice::shim {

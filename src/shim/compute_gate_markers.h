@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "shim/compute_gate.h"
-#include "shim/coord_turns.h"
+#include "slice/compute/coord_turns.h"
 #include "shim/cuda_api.h"
 
 namespace gpuslice::shim::gate {

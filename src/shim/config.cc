@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "core/units.h"
-#include "shim/region_layout.h"
+#include "slice/region/region_layout.h"
 
 namespace gpuslice::shim {
 

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "core/units.h"
-#include "shim/region_layout.h"
+#include "slice/region/region_layout.h"
 
 namespace gpuslice::shim {
 namespace {

@@ -9,7 +9,7 @@
 #include "shim/context_charge.h"
 #include "shim/driver.h"
 #include "shim/log.h"
-#include "shim/region.h"
+#include "slice/region/region.h"
 #include "shim/shim_state.h"
 
 namespace gpuslice::shim {

@@ -26,8 +26,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "shim/admission.h"
-#include "shim/region_layout.h"
+#include "slice/region/admission.h"
+#include "slice/region/region_layout.h"
 
 namespace gpuslice::shim {
 

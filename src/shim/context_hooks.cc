@@ -15,7 +15,7 @@
 // load is never refused.
 
 #include "shim/context_admission.h"
-#include "shim/region_layout.h"
+#include "slice/region/region_layout.h"
 #include "shim/wrapper_util.h"
 
 namespace gpuslice::shim {

@@ -6,7 +6,7 @@
 
 #include "shim/config.h"
 #include "shim/driver.h"
-#include "shim/region_layout.h"
+#include "slice/region/region_layout.h"
 #include "shim/wrapper_util.h"
 
 namespace gpuslice::shim {

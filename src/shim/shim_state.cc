@@ -14,10 +14,10 @@
 #include "shim/config.h"
 #include "shim/context_admission.h"
 #include "shim/driver.h"
-#include "shim/limits_page.h"
+#include "slice/region/limits_page.h"
 #include "shim/log.h"
 #include "shim/pool_tracker.h"
-#include "shim/region.h"
+#include "slice/region/region.h"
 #include "shim/resume_on_demand.h"
 
 namespace gpuslice::shim {

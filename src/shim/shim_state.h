@@ -12,10 +12,10 @@
 #include <atomic>
 #include <cstdint>
 
-#include "shim/admission.h"
+#include "slice/region/admission.h"
 #include "shim/alloc_table.h"
 #include "shim/cuda_api.h"
-#include "shim/region_layout.h"
+#include "slice/region/region_layout.h"
 
 namespace gpuslice::shim {
 

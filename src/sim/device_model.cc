@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <map>
 
-#include "shim/pid_namespace.h"
+#include "slice/base/pid_namespace.h"
 #include "sim/process_liveness.h"
 #include "sim/sim_clock.h"
 

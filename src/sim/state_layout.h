@@ -188,7 +188,7 @@ struct ProcessSlot {
   std::atomic<uint64_t> generation;  // Bumped on every claim.
   // The inode of the process's PID namespace: `pid` is its pid there (a
   // process in a container knows no other). 0 in files of older builds:
-  // the reader's own namespace. Readers translate (shim/pid_namespace.h).
+  // the reader's own namespace. Readers translate (slice/base/pid_namespace.h).
   uint64_t pid_ns;
   // Checkpoint and restore (docs/SIMULATOR.md, "Checkpoint and restore").
   // Formerly reserved zero bytes: zero is "running, no request, no service

@@ -284,7 +284,7 @@ class BoardWatch {
       if (fd < 0) continue;
       struct stat st {};
       // 64 slices of 128 bytes after a 512-byte header: job_id at 0, flags
-      // at 20 (src/shim/coord_board_layout.h).
+      // at 20 (src/slice/compute/coord_board_layout.h).
       if (fstat(fd, &st) == 0 && st.st_size >= 512 + 64 * 128) {
         void* m = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
         if (m != MAP_FAILED) {

@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "shim/region.h"
+#include "slice/region/region.h"
 #include "sim/device_model.h"
 
 namespace gpuslice::shim {

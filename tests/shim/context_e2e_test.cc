@@ -20,7 +20,7 @@
 
 #include "core/units.h"
 #include "shim/context_charge.h"
-#include "shim/region.h"
+#include "slice/region/region.h"
 #include "sim/device_model.h"
 #include "subprocess.h"
 

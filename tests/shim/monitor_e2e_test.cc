@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/units.h"
-#include "shim/region.h"
+#include "slice/region/region.h"
 #include "subprocess.h"
 
 namespace gpuslice::shim {

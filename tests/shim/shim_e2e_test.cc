@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "core/units.h"
-#include "shim/limits_page.h"
-#include "shim/region.h"
+#include "slice/region/limits_page.h"
+#include "slice/region/region.h"
 #include "subprocess.h"
 
 namespace gpuslice::shim {

@@ -20,8 +20,8 @@
 #include "daemon/base/log.h"
 #include "daemon/compute/arbiter_members.h"
 #include "daemon/launch/launcher.h"
-#include "shim/coord.h"
-#include "shim/coord_board.h"
+#include "slice/compute/coord.h"
+#include "slice/compute/coord_board.h"
 
 namespace gpuslice::daemon {
 

@@ -8,7 +8,7 @@
 // members file (`<slices dir>/job-<id>/members`, the job's, 0600) carries
 // what its processes report: waiting, work in flight, heartbeat, and a
 // doorbell. The arbiter reads those reports with pread(2) as untrusted
-// input, runs the policy of shim/compute_policy.h over them with the shares
+// input, runs the policy of slice/compute/compute_policy.h over them with the shares
 // and priorities the daemon gave (Register/Update, from the job's
 // allocation), and writes the board, waking the launchers on every change.
 //
@@ -40,8 +40,8 @@
 
 #include "core/status.h"
 #include "daemon/compute/region_store.h"
-#include "shim/compute_policy.h"
-#include "shim/coord_board_layout.h"
+#include "slice/compute/compute_policy.h"
+#include "slice/compute/coord_board_layout.h"
 
 namespace gpuslice::daemon {
 

@@ -3,9 +3,9 @@
 
 #include "daemon/compute/arbiter.h"
 #include "daemon/compute/arbiter_test_fixture.h"
-#include "shim/coord.h"
-#include "shim/coord_board.h"
-#include "shim/coord_turns.h"
+#include "slice/compute/coord.h"
+#include "slice/compute/coord_board.h"
+#include "slice/compute/coord_turns.h"
 
 // The arbiter's charge of a process that missed its heartbeats, and its
 // quiet tick.

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "shim/coord_board_layout.h"
+#include "slice/compute/coord_board_layout.h"
 
 namespace gpuslice::daemon {
 

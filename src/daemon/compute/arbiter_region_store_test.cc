@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "shim/coord_board.h"
+#include "slice/compute/coord_board.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -17,8 +17,8 @@
 
 #include "daemon/compute/arbiter_members.h"
 #include "daemon/compute/arbiter_test_fixture.h"
-#include "shim/coord.h"
-#include "shim/coord_board.h"
+#include "slice/compute/coord.h"
+#include "slice/compute/coord_board.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "daemon/compute/arbiter.h"
-#include "shim/coord_board.h"
+#include "slice/compute/coord_board.h"
 
 namespace gpuslice::daemon::arbiter_testing {
 

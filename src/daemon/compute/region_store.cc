@@ -13,12 +13,12 @@
 
 #include "daemon/base/log.h"
 #include "daemon/launch/launcher.h"
-#include "shim/allocate_file.h"
-#include "shim/coord_board_layout.h"
-#include "shim/limits_page.h"
-#include "shim/region.h"
-#include "shim/region_layout.h"
-#include "shim/region_snapshot.h"
+#include "slice/base/allocate_file.h"
+#include "slice/compute/coord_board_layout.h"
+#include "slice/region/limits_page.h"
+#include "slice/region/region.h"
+#include "slice/region/region_layout.h"
+#include "slice/region/region_snapshot.h"
 
 namespace gpuslice::daemon {
 namespace {

@@ -15,9 +15,9 @@
 #include <fstream>
 #include <functional>
 
-#include "shim/admission.h"
-#include "shim/limits_page.h"
-#include "shim/region.h"
+#include "slice/region/admission.h"
+#include "slice/region/limits_page.h"
+#include "slice/region/region.h"
 
 namespace gpuslice::daemon {
 namespace {

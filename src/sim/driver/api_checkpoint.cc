@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "shim/pid_namespace.h"
+#include "slice/base/pid_namespace.h"
 #include "sim/checkpoint_channel.h"
 #include "sim/driver/driver.h"
 
