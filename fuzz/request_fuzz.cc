@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/job.h"
-#include "core/request.h"
+#include "core/jobs/job.h"
+#include "core/jobs/request.h"
 #include "core/units.h"
 
 using namespace gpuslice::core;

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "daemon/compute/arbiter_members.h"
-#include "shim/coord_board_layout.h"
-#include "shim/region_layout.h"
-#include "shim/region_snapshot.h"
+#include "slice/compute/coord_board_layout.h"
+#include "slice/region/region_layout.h"
+#include "slice/region/region_snapshot.h"
 
 namespace {
 

@@ -43,7 +43,7 @@
 
 #include "bench_daemon.h"
 #include "client/client.h"
-#include "core/queue.h"
+#include "core/schedule/queue.h"
 #include "daemon/placement/capacity.h"
 
 namespace {

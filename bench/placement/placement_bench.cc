@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/placement_policy.h"
+#include "core/placement/placement_policy.h"
 #include "core/units.h"
 
 namespace gpuslice::core {

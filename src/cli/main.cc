@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <iostream>
 
-#include "cli/commands.h"
-#include "cli/suggest.h"
+#include "cli/commands/commands.h"
+#include "cli/parse/suggest.h"
 #include "core/version.h"
 
 namespace {

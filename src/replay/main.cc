@@ -24,8 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/placement_policy.h"
-#include "core/trace.h"
+#include "core/placement/placement_policy.h"
+#include "core/placement/trace.h"
 #include "core/units.h"
 #include "core/version.h"
 #include "replay/queue_replay.h"

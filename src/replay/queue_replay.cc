@@ -14,9 +14,9 @@
 
 #include "core/schedule/defrag.h"
 #include "core/schedule/fair_share.h"
-#include "core/placement_profile.h"
-#include "core/placement_random.h"
-#include "core/queue.h"
+#include "core/placement/placement_profile.h"
+#include "core/placement/placement_random.h"
+#include "core/schedule/queue.h"
 #include "core/schedule/runtime_estimate.h"
 
 namespace gpuslice::replay {

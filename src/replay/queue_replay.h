@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "core/placement_policy.h"
+#include "core/placement/placement_policy.h"
 #include "core/status.h"
-#include "core/trace.h"
+#include "core/placement/trace.h"
 #include "replay/replay.h"
 
 namespace gpuslice::replay {

@@ -7,9 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "core/move_proposal.h"
-#include "core/placement_profile.h"
-#include "core/placement_random.h"
+#include "core/placement/move_proposal.h"
+#include "core/placement/placement_profile.h"
+#include "core/placement/placement_random.h"
 #include "core/units.h"
 
 namespace gpuslice::replay {

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "core/placement_model.h"
-#include "core/placement_policy.h"
+#include "core/placement/placement_model.h"
+#include "core/placement/placement_policy.h"
 #include "core/status.h"
-#include "core/trace.h"
+#include "core/placement/trace.h"
 
 namespace gpuslice::replay {
 

@@ -6,9 +6,9 @@
 
 #include <atomic>
 
-#include "shim/context_charge.h"
+#include "shim/base/context_charge.h"
 #include "shim/driver.h"
-#include "shim/log.h"
+#include "shim/base/log.h"
 #include "slice/region/region.h"
 #include "shim/shim_state.h"
 

@@ -30,7 +30,7 @@
 
 #include <cstdint>
 
-#include "shim/cuda_api.h"
+#include "shim/base/cuda_api.h"
 
 namespace gpuslice::shim {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "shim/hooks.h"
-#include "shim/log.h"
+#include "shim/base/log.h"
 
 extern "C" {
 __attribute__((visibility("hidden"))) void* (*gpuslice_real_dlsym)(void*, const char*) = nullptr;

@@ -8,7 +8,7 @@
 // The real dlsym/dlvsym come from glibc's own symbol table (we interpose the
 // exported names, so calling "dlsym" from here would reach ourselves).
 
-#include "shim/cuda_api.h"
+#include "shim/base/cuda_api.h"
 
 extern "C" {
 // Used by the dlsym/dlvsym trampolines (dl_hooks.cc), hence C names.

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "shim/cuda_api.h"
+#include "shim/base/cuda_api.h"
 
 namespace gpuslice::shim {
 

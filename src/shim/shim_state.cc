@@ -11,14 +11,14 @@
 #include <memory>
 #include <string>
 
-#include "shim/config.h"
+#include "shim/base/config.h"
 #include "shim/context_admission.h"
 #include "shim/driver.h"
 #include "slice/region/limits_page.h"
-#include "shim/log.h"
+#include "shim/base/log.h"
 #include "shim/pool_tracker.h"
 #include "slice/region/region.h"
-#include "shim/resume_on_demand.h"
+#include "shim/base/resume_on_demand.h"
 
 namespace gpuslice::shim {
 

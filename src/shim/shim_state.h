@@ -13,8 +13,8 @@
 #include <cstdint>
 
 #include "slice/region/admission.h"
-#include "shim/alloc_table.h"
-#include "shim/cuda_api.h"
+#include "shim/base/alloc_table.h"
+#include "shim/base/cuda_api.h"
 #include "slice/region/region_layout.h"
 
 namespace gpuslice::shim {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/units.h"
-#include "shim/context_charge.h"
+#include "shim/base/context_charge.h"
 #include "slice/region/region.h"
 #include "sim/device_model.h"
 #include "subprocess.h"

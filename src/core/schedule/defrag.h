@@ -23,9 +23,9 @@
 #include <span>
 #include <vector>
 
-#include "core/move_proposal.h"
-#include "core/placement_model.h"
-#include "core/placement_policy.h"
+#include "core/placement/move_proposal.h"
+#include "core/placement/placement_model.h"
+#include "core/placement/placement_policy.h"
 #include "core/status.h"
 
 namespace gpuslice::core {

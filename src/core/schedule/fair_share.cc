@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
-#include "core/usage.h"
+#include "core/jobs/usage.h"
 
 namespace gpuslice::core {
 namespace {

@@ -35,8 +35,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/job.h"
-#include "core/quota.h"
+#include "core/jobs/job.h"
+#include "core/schedule/quota.h"
 #include "core/status.h"
 
 namespace gpuslice::core {

@@ -1,6 +1,6 @@
 #include "daemon/api/api_json.h"
 
-#include "core/dependency.h"
+#include "core/jobs/dependency.h"
 #include "daemon/launch/container_job.h"
 
 namespace gpuslice::daemon {

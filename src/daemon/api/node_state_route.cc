@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "core/placement_model.h"
+#include "core/placement/placement_model.h"
 
 namespace gpuslice::daemon {
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // GET /v1/usage?since_ms=&until_ms=&by=user|group|job: accounting from the
-// ledger's allocation rows (core/usage.h does the arithmetic; the definitions
+// ledger's allocation rows (core/jobs/usage.h does the arithmetic; the definitions
 // are in docs/ACCOUNTING.md).
 //
 // Who sees what: an admin (root, the admin group, the TCP token holder) sees
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "core/usage.h"
+#include "core/jobs/usage.h"
 #include "daemon/api/api.h"
 #include "daemon/node/inventory.h"
 #include "daemon/store/ledger.h"

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/placement_policy.h"
+#include "core/placement/placement_policy.h"
 #include "core/status.h"
 #include "daemon/base/log.h"
 #include "daemon/config/policy_config.h"

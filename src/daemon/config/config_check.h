@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/job.h"
+#include "core/jobs/job.h"
 #include "core/status.h"
 #include "daemon/config/config.h"
 #include "daemon/node/inventory.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/schedule/fair_share.h"
-#include "core/preemption.h"
+#include "core/schedule/preemption.h"
 #include "core/schedule/runtime_estimate.h"
 #include "core/status.h"
 #include "daemon/config/access.h"

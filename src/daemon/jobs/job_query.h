@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/job.h"
+#include "core/jobs/job.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {

@@ -27,13 +27,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/dependency.h"
+#include "core/jobs/dependency.h"
 #include "core/schedule/fair_share.h"
-#include "core/job.h"
-#include "core/placement_policy.h"
-#include "core/preemption.h"
-#include "core/queue.h"
-#include "core/quota.h"
+#include "core/jobs/job.h"
+#include "core/placement/placement_policy.h"
+#include "core/schedule/preemption.h"
+#include "core/schedule/queue.h"
+#include "core/schedule/quota.h"
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
@@ -79,7 +79,7 @@ struct SubmitSpec {
   std::vector<std::string> env;
   bool restartable = false;      // Preemption requeues it instead of ending it.
   bool no_idle_reclaim = false;  // Idle reclaim leaves it alone.
-  // --after: jobs that must end (or exit 0) first (core/dependency.h).
+  // --after: jobs that must end (or exit 0) first (core/jobs/dependency.h).
   std::vector<core::Dependency> after;
   // --image, --engine: a container job (container_job.h).
   std::optional<std::string> image;

@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "core/relocation.h"
+#include "core/placement/relocation.h"
 #include "core/strings.h"
 #include "daemon/jobs/service.h"
 

@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <atomic>
 
-#include "core/relocation.h"
+#include "core/placement/relocation.h"
 #include "core/strings.h"
 #include "daemon/base/log.h"
 #include "daemon/jobs/service.h"

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dependency.h"
-#include "core/job.h"
+#include "core/jobs/dependency.h"
+#include "core/jobs/job.h"
 #include "daemon/waits/dependencies.h"  // DependencyView
 
 namespace gpuslice::daemon {

@@ -32,12 +32,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/job.h"
-#include "core/move_proposal.h"
-#include "core/placement_model.h"
-#include "core/placement_policy.h"
-#include "core/placement_profile.h"
-#include "core/queue.h"
+#include "core/jobs/job.h"
+#include "core/placement/move_proposal.h"
+#include "core/placement/placement_model.h"
+#include "core/placement/placement_policy.h"
+#include "core/placement/placement_profile.h"
+#include "core/schedule/queue.h"
 #include "daemon/node/inventory.h"
 
 namespace gpuslice::daemon {

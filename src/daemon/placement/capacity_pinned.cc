@@ -9,7 +9,7 @@
 #include <map>
 
 #include "core/schedule/defrag.h"
-#include "core/move_proposal.h"
+#include "core/placement/move_proposal.h"
 #include "core/strings.h"
 #include "daemon/placement/capacity.h"
 

@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/elastic.h"
+#include "core/jobs/elastic.h"
 #include "daemon/base/log.h"
 #include "daemon/jobs/service.h"
 

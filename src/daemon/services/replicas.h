@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/autoscale.h"
+#include "core/jobs/autoscale.h"
 #include "core/status.h"
 #include "daemon/base/clock.h"
 #include "daemon/jobs/service.h"

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/autoscale.h"
+#include "core/jobs/autoscale.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {

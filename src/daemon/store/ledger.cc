@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "core/dependency.h"
+#include "core/jobs/dependency.h"
 #include "daemon/store/ledger_schema.h"
 #include "daemon/store/sqlite_stmt.h"
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "core/job.h"
-#include "core/quota.h"
+#include "core/jobs/job.h"
+#include "core/schedule/quota.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {

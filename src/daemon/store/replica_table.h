@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/autoscale.h"
+#include "core/jobs/autoscale.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {

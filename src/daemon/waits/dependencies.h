@@ -2,7 +2,7 @@
 
 // Job dependencies (`gpuslice submit --after 12,13:ok`): which queued jobs
 // wait for which, and what each job's end does to those waiting for it.
-// docs/DAEMON.md ("Dependencies"), core/dependency.h.
+// docs/DAEMON.md ("Dependencies"), core/jobs/dependency.h.
 //
 // A queued job with dependencies still live waits: the queue planner holds
 // it (it takes nothing, is never the head, delays no backfill) and `ps`
@@ -22,8 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/dependency.h"
-#include "core/job.h"
+#include "core/jobs/dependency.h"
+#include "core/jobs/job.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {

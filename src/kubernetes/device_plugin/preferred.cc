@@ -4,8 +4,8 @@
 #include <map>
 #include <set>
 
-#include "core/placement_policy.h"
-#include "core/placement_profile.h"
+#include "core/placement/placement_policy.h"
+#include "core/placement/placement_profile.h"
 
 namespace gpuslice::kubernetes {
 

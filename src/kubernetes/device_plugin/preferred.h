@@ -4,7 +4,7 @@
 // a container should get. The kubelet counts IDs; the plugin says where.
 //
 //   fractions (gpu-memory, gpu-share): all IDs on ONE GPU, the GPU chosen by
-//     the core placement (src/core/placement_policy.h, the frag-aware
+//     the core placement (src/core/placement/placement_policy.h, the frag-aware
 //     default) over what the daemon reports free on each GPU, among the GPUs
 //     with enough IDs available (and the one of must_include, if any). A GPU
 //     where the other half of a fraction (a share for memory, memory for a

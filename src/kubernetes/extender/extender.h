@@ -6,7 +6,7 @@
 // latest Snapshot (node_state.h) published by the poller and the
 // allocations it assumed at bind; no I/O on the filter and prioritize path.
 //
-// Placement is the core's (src/core/placement_policy.h): the nodes' reports
+// Placement is the core's (src/core/placement/placement_policy.h): the nodes' reports
 // become one core::ClusterState (GPUs in MIG mode are counted apart, as
 // free instances per profile, like the daemon does), rebuilt when a new
 // snapshot arrives or an assumption changes, and every candidate node is
@@ -27,9 +27,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/placement_model.h"
-#include "core/placement_policy.h"
-#include "core/placement_profile.h"
+#include "core/placement/placement_model.h"
+#include "core/placement/placement_policy.h"
+#include "core/placement/placement_profile.h"
 #include "core/status.h"
 #include "kubernetes/extender/extender_json.h"
 #include "kubernetes/extender/kube_api.h"

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/placement_policy.h"
+#include "core/placement/placement_policy.h"
 #include "kubernetes/extender/extender.h"
 #include "kubernetes/extender/extender_http.h"
 #include "kubernetes/extender/kube_api.h"

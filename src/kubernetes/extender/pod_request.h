@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "core/placement_model.h"
+#include "core/placement/placement_model.h"
 #include "core/status.h"
 
 namespace gpuslice::kubernetes {

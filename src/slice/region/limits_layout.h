@@ -106,7 +106,7 @@ static_assert(sizeof(LimitsHeader) == kLimitsHeaderSize);
 // under the `placement` sequence counter: odd while the UUID is rewritten,
 // +2 per move, so a reader copies the UUID between two equal even loads. The
 // encodings of compute_mode and priority are those of the region's
-// DeviceEntry (shim/config.h: kRegionMode*, kRegionPriorityDefault), so the
+// DeviceEntry (shim/base/config.h: kRegionMode*, kRegionPriorityDefault), so the
 // compute gate reads either the same way.
 struct alignas(64) LimitsEntry {
   char uuid[kUuidBytes];                      // "GPU-..." or "MIG-...", NUL-terminated.

@@ -155,7 +155,7 @@ class Region {
   uint32_t ShareOf(uint32_t index) const {
     return controls_[index].share->load(std::memory_order_acquire);
   }
-  // The stored encodings (shim/config.h: kRegionMode*, kRegionPriorityDefault).
+  // The stored encodings (shim/base/config.h: kRegionMode*, kRegionPriorityDefault).
   uint32_t ModeOf(uint32_t index) const {
     return controls_[index].mode->load(std::memory_order_relaxed);
   }
