@@ -26,7 +26,7 @@
 #include "client/client.h"
 #include "fake_kubelet.h"
 #include "harness.h"
-#include "kubernetes/device_plugin/devices.h"
+#include "kubernetes/device_plugin/base/devices.h"
 
 namespace {
 

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "core/units.h"
-#include "kubernetes/extender/extender.h"
-#include "kubernetes/extender/extender_http.h"
+#include "kubernetes/extender/placement/extender.h"
+#include "kubernetes/extender/server/extender_http.h"
 
 namespace gpuslice::kubernetes {
 namespace {

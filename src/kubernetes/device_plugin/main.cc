@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "client/client.h"
-#include "kubernetes/device_plugin/daemon_client.h"
-#include "kubernetes/device_plugin/flags.h"
-#include "kubernetes/device_plugin/kubelet.h"
-#include "kubernetes/device_plugin/log.h"
+#include "kubernetes/device_plugin/daemon/daemon_client.h"
+#include "kubernetes/device_plugin/base/flags.h"
+#include "kubernetes/device_plugin/kubelet/kubelet.h"
+#include "kubernetes/device_plugin/base/log.h"
 #include "kubernetes/device_plugin/plugin.h"
-#include "kubernetes/device_plugin/pod_annotations.h"
+#include "kubernetes/device_plugin/kubelet/pod_annotations.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <thread>
 #include <utility>
 
-#include "kubernetes/device_plugin/log.h"
+#include "kubernetes/device_plugin/base/log.h"
 
 namespace gpuslice::kubernetes {
 

@@ -21,13 +21,13 @@
 #include <string>
 
 #include "core/status.h"
-#include "kubernetes/device_plugin/allocator.h"
-#include "kubernetes/device_plugin/daemon_client.h"
-#include "kubernetes/device_plugin/device_table.h"
-#include "kubernetes/device_plugin/job_book.h"
-#include "kubernetes/device_plugin/kubelet.h"
-#include "kubernetes/device_plugin/reconciler.h"
-#include "kubernetes/device_plugin/resource_server.h"
+#include "kubernetes/device_plugin/daemon/allocator.h"
+#include "kubernetes/device_plugin/daemon/daemon_client.h"
+#include "kubernetes/device_plugin/kubelet/device_table.h"
+#include "kubernetes/device_plugin/daemon/job_book.h"
+#include "kubernetes/device_plugin/kubelet/kubelet.h"
+#include "kubernetes/device_plugin/kubelet/reconciler.h"
+#include "kubernetes/device_plugin/kubelet/resource_server.h"
 
 namespace gpuslice::kubernetes {
 

@@ -12,11 +12,11 @@
 #include <thread>
 
 #include "core/placement/placement_policy.h"
-#include "kubernetes/extender/extender.h"
-#include "kubernetes/extender/extender_http.h"
-#include "kubernetes/extender/kube_api.h"
-#include "kubernetes/extender/node_poller.h"
-#include "kubernetes/extender/webhook_server.h"
+#include "kubernetes/extender/placement/extender.h"
+#include "kubernetes/extender/server/extender_http.h"
+#include "kubernetes/extender/kube/kube_api.h"
+#include "kubernetes/extender/kube/node_poller.h"
+#include "kubernetes/extender/server/webhook_server.h"
 
 namespace gk = gpuslice::kubernetes;
 

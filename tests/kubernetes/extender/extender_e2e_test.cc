@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "harness.h"
-#include "kubernetes/extender/http_client.h"
+#include "kubernetes/extender/kube/http_client.h"
 
 namespace gpuslice::e2e {
 namespace {
