@@ -1,5 +1,5 @@
 // Fuzzes the daemon's readers of what a job writes: the slice
-// region (shim::RegionSnapshot, as the daemon's region store reads it) and
+// region (slice::RegionSnapshot, as the daemon's region store reads it) and
 // the compute members file (daemon::ReadReport, the arbiter's). Both files
 // are the job's: they may hold any bytes, at any length, at any moment. A
 // reader must give a report or an error, never crash, hang or read outside
@@ -33,9 +33,9 @@
 
 namespace {
 
-namespace bd = gpuslice::shim::board;
-namespace rl = gpuslice::shim::layout;
-using gpuslice::shim::RegionSnapshot;
+namespace bd = gpuslice::slice::board;
+namespace rl = gpuslice::slice::layout;
+using gpuslice::slice::RegionSnapshot;
 
 template <typename T>
 void Put(std::vector<uint8_t>& b, uint64_t at, T v) {

@@ -55,9 +55,9 @@
 namespace compute_harness {
 
 namespace fs = std::filesystem;
-using gpuslice::shim::ComputeMode;
-using gpuslice::shim::LimitsPage;
-using gpuslice::shim::Region;
+using gpuslice::slice::ComputeMode;
+using gpuslice::slice::LimitsPage;
+using gpuslice::slice::Region;
 
 // The simulator's per-process busy time is sampled every 25 ms. Settling is
 // judged over 200 ms windows and give-back over 50 ms ones; a window ends on
@@ -82,17 +82,17 @@ void SleepNs(uint64_t ns) {
 
 // A tenant's limits page as the daemon writes it for a job (--arbiter):
 // unlimited memory, the tenant's share, mode and priority.
-gpuslice::shim::LimitsOptions LimitsOptionsOf(const std::string& uuid, const Tenant& t,
-                                              double share) {
-  gpuslice::shim::DeviceControls c;
+gpuslice::slice::LimitsOptions LimitsOptionsOf(const std::string& uuid, const Tenant& t,
+                                               double share) {
+  gpuslice::slice::DeviceControls c;
   c.uuid = uuid;
   c.share_milli = uint32_t(share * 10);
-  c.mode = t.mode == "hard" ? gpuslice::shim::ComputeMode::kHard
-                            : gpuslice::shim::ComputeMode::kWorkConserving;
+  c.mode = t.mode == "hard" ? gpuslice::slice::ComputeMode::kHard
+                            : gpuslice::slice::ComputeMode::kWorkConserving;
   c.priority = t.priority == "high"  ? gpuslice::core::Priority::kHigh
                : t.priority == "low" ? gpuslice::core::Priority::kLow
                                      : gpuslice::core::Priority::kNormal;
-  gpuslice::shim::LimitsOptions o;
+  gpuslice::slice::LimitsOptions o;
   o.devices = {c};
   o.mode = geteuid() == 0 ? 0644 : 0444;
   return o;
@@ -199,14 +199,14 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
   if (arbiter != nullptr && !g_trace_path.empty()) {
     tracing = true;
     tracer = std::thread([&, path = g_trace_path + "." + std::to_string(NowNs())] {
-      std::unique_ptr<gpuslice::shim::BoardView> view;
+      std::unique_ptr<gpuslice::slice::BoardView> view;
       std::FILE* f = std::fopen(path.c_str(), "w");
       if (f == nullptr) return;
       std::fprintf(f, "# %s\n", sc.name.c_str());
       while (tracing) {
         const double t = double(NowNs() - t0) / 1e9;
         if (view == nullptr) {
-          auto b = gpuslice::shim::BoardView::Open(arbiter->BoardPath(uuid));
+          auto b = gpuslice::slice::BoardView::Open(arbiter->BoardPath(uuid));
           if (b.ok()) view = std::move(*b);
         }
         if (view != nullptr && t >= 1.0 && t < 3.0) {
@@ -271,10 +271,10 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
             std::fprintf(stderr, "limits page: %s\n", page.status().message().c_str());
           // And a closed region listing the GPU, as the daemon makes it (the
           // shim resolves the region's devices against the page at open).
-          gpuslice::shim::RegionOptions ro;
+          gpuslice::slice::RegionOptions ro;
           ro.name = "job-" + std::to_string(i + 1);
           ro.closed = true;
-          ro.devices = {{uuid, gpuslice::shim::layout::kUnlimited}};
+          ro.devices = {{uuid, gpuslice::slice::layout::kUnlimited}};
           auto region = Region::Create(run[i].region, ro);
           if (!region.ok()) std::fprintf(stderr, "region: %s\n", region.status().message().c_str());
         }
@@ -405,9 +405,9 @@ nlohmann::json RunScenario(const Scenario& sc, double scale, std::vector<double>
   j["scenario"] = sc.name;
   j["seconds"] = seconds;
   if (g_arbiter) j["arbiter"] = true;
-  std::unique_ptr<gpuslice::shim::BoardView> board;
+  std::unique_ptr<gpuslice::slice::BoardView> board;
   if (arbiter != nullptr) {
-    auto b = gpuslice::shim::BoardView::Open(arbiter->BoardPath(uuid));
+    auto b = gpuslice::slice::BoardView::Open(arbiter->BoardPath(uuid));
     if (b.ok()) board = std::move(*b);
   }
   const size_t ka = index_at(sc.measure_from_s * scale), kb = samples.size() - 1;

@@ -90,7 +90,7 @@ bool DriverMemoryLocked(int dev, bool listed, uint64_t* driver) {
     found = true;
   }
   if (listed && !found) return false;
-  const layout::ProcessSlot& slot = OwnSlot();
+  const slice::layout::ProcessSlot& slot = OwnSlot();
   *driver = DriverMemoryTarget(used, slot.used_bytes[dev].load(std::memory_order_relaxed),
                                slot.overhead_bytes[dev].load(std::memory_order_relaxed), 0);
   return true;
@@ -124,16 +124,16 @@ bool ResyncLocked(int dev) {
 // the owner word.
 bool LearnerAlive(uint64_t word) {
   const uint32_t slot = LearnerSlot(word);
-  if (slot >= layout::kMaxProcesses) return false;  // No shim writes that: clear it.
+  if (slot >= slice::layout::kMaxProcesses) return false;  // No shim writes that: clear it.
   return SliceRegion()->slot(slot).owner.load(std::memory_order_relaxed) ==
-         layout::MakeOwner(LearnerPid(word), layout::kEntryReady);
+         slice::layout::MakeOwner(LearnerPid(word), slice::layout::kEntryReady);
 }
 
 // Waits while another creation learns `dev`'s context size. True once
 // nobody learns (the size is known, or the learner gave up or died); false
 // after kLearnerWaitMs.
 bool WaitWhileLearning(int dev) {
-  layout::DeviceEntry& entry = SliceDevice(dev);
+  slice::layout::DeviceEntry& entry = SliceDevice(dev);
   for (int ms = 0;; ++ms) {
     const uint64_t word = entry.context_learner.load(std::memory_order_acquire);
     if (!IsLearning(word)) return true;
@@ -142,7 +142,7 @@ bool WaitWhileLearning(int dev) {
       continue;
     }
     if (ms >= kLearnerWaitMs) return false;
-    if (ms % kSweepEveryMs == kSweepEveryMs - 1) SliceRegion()->Sweep(RealProcessProbe());
+    if (ms % kSweepEveryMs == kSweepEveryMs - 1) SliceRegion()->Sweep(slice::RealProcessProbe());
     timespec one_ms{0, 1000000};
     nanosleep(&one_ms, nullptr);
   }
@@ -150,19 +150,20 @@ bool WaitWhileLearning(int dev) {
 
 bool OverLimit(int dev, bool grew) {
   const uint64_t limit = SliceLimit(dev);
-  return grew && limit != layout::kUnlimited && SliceUsed(dev) > limit;
+  return grew && limit != slice::layout::kUnlimited && SliceUsed(dev) > limit;
 }
 
 // Reserves for a context about to be created on slice device `dev`.
 CUresult Reserve(int dev, ContextTicket* t) {
-  layout::DeviceEntry& entry = SliceDevice(dev);
-  layout::ProcessSlot& slot = OwnSlot();
+  slice::layout::DeviceEntry& entry = SliceDevice(dev);
+  slice::layout::ProcessSlot& slot = OwnSlot();
   const uint32_t d = uint32_t(dev);
   while (true) {
     uint64_t size = 0;
     if (LearntContextSize(entry, &size)) {
       for (int attempt = 0; attempt < 2; ++attempt) {
-        if (attempt == 1) SliceRegion()->Sweep(RealProcessProbe());  // Dead processes' memory.
+        if (attempt == 1)
+          SliceRegion()->Sweep(slice::RealProcessProbe());  // Dead processes' memory.
         Guard guard;
         if (TryReserveContext(entry, slot, d, size, SliceLimit(dev))) {
           // A process's first context on the device is charged the learnt
@@ -173,7 +174,7 @@ CUresult Reserve(int dev, ContextTicket* t) {
           return CUDA_SUCCESS;
         }
       }
-      CountRefusal(entry);
+      slice::CountRefusal(entry);
       GPUSLICE_LOG(kDebug, "a context of %llu bytes does not fit in slice device %d",
                    static_cast<unsigned long long>(size), dev);
       return CUDA_ERROR_OUT_OF_MEMORY;
@@ -189,16 +190,16 @@ CUresult Reserve(int dev, ContextTicket* t) {
       t->measured_before = DriverMemoryLocked(dev, /*listed=*/false, &t->driver_before);
       // The context's size is unknown: hold all the room left, so that
       // nothing else of the slice is admitted beside it whatever it takes.
-      t->reserved = limit == layout::kUnlimited ? 0 : ReserveHeadroom(entry, slot, d, limit);
+      t->reserved = limit == slice::layout::kUnlimited ? 0 : ReserveHeadroom(entry, slot, d, limit);
       g_ledger.AddPending(dev, t->reserved);
       return CUDA_SUCCESS;
     }
-    if (limit == layout::kUnlimited) {
+    if (limit == slice::layout::kUnlimited) {
       t->measure = true;  // Nothing to protect: counted from NVML afterwards.
       return CUDA_SUCCESS;
     }
     if (!WaitWhileLearning(dev)) {
-      CountRefusal(entry);
+      slice::CountRefusal(entry);
       GPUSLICE_LOG(kWarn,
                    "the slice's first context on device %d has been in creation for %d s; "
                    "refusing this one",
@@ -212,8 +213,8 @@ CUresult Reserve(int dev, ContextTicket* t) {
 // context it created and returns that charge (what its destroy returns).
 // `grew`: the slice now holds more for it than was reserved.
 uint64_t SettleLocked(const ContextTicket& t, bool* grew) {
-  layout::DeviceEntry& entry = SliceDevice(t.dev);
-  layout::ProcessSlot& slot = OwnSlot();
+  slice::layout::DeviceEntry& entry = SliceDevice(t.dev);
+  slice::layout::ProcessSlot& slot = OwnSlot();
   const uint32_t d = uint32_t(t.dev);
   g_ledger.SubPending(t.dev, t.reserved);
   *grew = false;

@@ -30,8 +30,8 @@ namespace {
 constexpr int kMaxOrdinals = 64;
 
 // Set once during initialisation, before the phase is published.
-Region* g_region = nullptr;
-layout::ProcessSlot* g_slot = nullptr;
+slice::Region* g_region = nullptr;
+slice::layout::ProcessSlot* g_slot = nullptr;
 uint32_t g_slot_index = 0;
 bool g_have_slot = false;
 bool g_standalone = false;  // The region is a standalone one (ours to clean up).
@@ -40,7 +40,7 @@ ShimConfig* g_config = nullptr;
 // A slot that is never part of any region: used when the slice has no free
 // slot, so that admission has something to point at (and refuses: see
 // Admit).
-layout::ProcessSlot g_orphan_slot{};
+slice::layout::ProcessSlot g_orphan_slot{};
 
 AllocTable g_pointers;
 AllocTable g_vmm_handles;
@@ -66,17 +66,18 @@ uint64_t UnixNanos() {
 // this process is still held to the slice's limits on its own rather than
 // to none. Other processes of the job each get theirs; the daemon's
 // watchdog bounds what they hold together (docs/SECURITY.md).
-core::Result<std::unique_ptr<Region>> PrivateRegion(const std::string& limits_path) {
-  GPUSLICE_ASSIGN_OR_RETURN(std::unique_ptr<LimitsPage> page,
-                            LimitsPage::OpenReadOnly(limits_path));
-  RegionOptions options;
+core::Result<std::unique_ptr<slice::Region>> PrivateRegion(const std::string& limits_path) {
+  GPUSLICE_ASSIGN_OR_RETURN(std::unique_ptr<slice::LimitsPage> page,
+                            slice::LimitsPage::OpenReadOnly(limits_path));
+  slice::RegionOptions options;
   options.name = "private";
   options.closed = true;
-  for (const DeviceControls& d : page->Devices()) options.devices.push_back({d.uuid, d.limit_bytes});
+  for (const slice::DeviceControls& d : page->Devices())
+    options.devices.push_back({d.uuid, d.limit_bytes});
   char path[96];
   std::snprintf(path, sizeof(path), "/dev/shm/gpuslice-private-%d-%llu", static_cast<int>(getpid()),
                 static_cast<unsigned long long>(UnixNanos()));
-  core::Result<std::unique_ptr<Region>> region = Region::Create(path, options);
+  core::Result<std::unique_ptr<slice::Region>> region = slice::Region::Create(path, options);
   unlink(path);
   return region;
 }
@@ -98,7 +99,7 @@ void AtForkChild() {
 }
 
 bool ClaimOwnSlot() {
-  uint64_t start = ProcessStartTime(getpid()).value_or(0);
+  uint64_t start = slice::ProcessStartTime(getpid()).value_or(0);
   core::Result<uint32_t> slot = g_region->ClaimSlot(getpid(), start);
   if (!slot.ok()) {
     GPUSLICE_LOG(kError, "%s; this process may not allocate GPU memory",
@@ -132,10 +133,11 @@ int Initialize() {
     // (even a bad value) cannot lift a slice the daemon or an ancestor made.
     // A daemon slice's page first: it says whether the slice's region
     // belongs to a group of its own (LimitsHeader::shared_gid).
-    core::Result<std::unique_ptr<LimitsPage>> page = core::NotFoundError("no limits page");
-    if (!config.limits_path.empty()) page = LimitsPage::OpenReadOnly(config.limits_path);
+    core::Result<std::unique_ptr<slice::LimitsPage>> page = core::NotFoundError("no limits page");
+    if (!config.limits_path.empty()) page = slice::LimitsPage::OpenReadOnly(config.limits_path);
     const uint32_t shared_gid = page.ok() ? (*page)->header().shared_gid : 0;
-    core::Result<std::unique_ptr<Region>> region = Region::Open(config.slice_path, shared_gid);
+    core::Result<std::unique_ptr<slice::Region>> region =
+        slice::Region::Open(config.slice_path, shared_gid);
     if (!region.ok() && region.status().code() == core::StatusCode::kNotFound) {
       // No region yet: a standalone slice (a valid limit) creates it.
       if (!config.Standalone()) {
@@ -152,13 +154,13 @@ int Initialize() {
         GPUSLICE_LOG(kError, "%s; running without a memory limit", prepared.message().c_str());
         return kPhasePassThrough;
       }
-      RegionOptions options;
+      slice::RegionOptions options;
       options.name = "standalone";
-      region = Region::OpenOrCreate(config.slice_path, options);
+      region = slice::Region::OpenOrCreate(config.slice_path, options);
     }
     bool private_region = false;
     if (!region.ok() && !config.limits_path.empty()) {
-      core::Result<std::unique_ptr<Region>> own = PrivateRegion(config.limits_path);
+      core::Result<std::unique_ptr<slice::Region>> own = PrivateRegion(config.limits_path);
       private_region = own.ok();
       if (own.ok()) {
         GPUSLICE_LOG(kError, "%s: %s; this process alone is held to the slice's limits", kEnvSlice,
@@ -231,7 +233,7 @@ __attribute__((destructor)) void OnUnload() {
     // Last one out of a standalone slice: remove the file. (A descendant
     // that opened the file but has not claimed its slot yet would end up
     // alone in the removed region; docs/SHIM.md, "Known limits".)
-    (void)Region::Remove(g_region->path());
+    (void)slice::Region::Remove(g_region->path());
   }
 }
 
@@ -262,12 +264,12 @@ int StartSlow() {
 
 bool DriverReady() { return LoadCuda(); }
 
-layout::DeviceEntry& SliceDevice(int index) { return g_region->device(uint32_t(index)); }
-layout::ProcessSlot& OwnSlot() { return *g_slot; }
+slice::layout::DeviceEntry& SliceDevice(int index) { return g_region->device(uint32_t(index)); }
+slice::layout::ProcessSlot& OwnSlot() { return *g_slot; }
 bool HaveSlot() { return g_have_slot; }
 uint32_t OwnSlotIndex() { return g_slot_index; }
 AllocTable& Pointers() { return g_pointers; }
-Region* SliceRegion() { return g_region; }
+slice::Region* SliceRegion() { return g_region; }
 const ShimConfig* Config() { return g_config; }
 AllocTable& VmmHandles() { return g_vmm_handles; }
 AllocTable& Arrays() { return g_arrays; }
@@ -295,7 +297,7 @@ int SliceDeviceForOrdinal(CUdevice ordinal) {
   int value;
   if (index.ok()) {
     value = int(*index) + 1;
-    layout::DeviceEntry& entry = g_region->device(*index);
+    slice::layout::DeviceEntry& entry = g_region->device(*index);
     if (g_config->has_share && !g_region->closed() &&
         entry.compute_share_milli.load(std::memory_order_relaxed) == 0) {
       // Standalone: the first process to use the device fixes its share,
@@ -328,21 +330,21 @@ int CurrentSliceDevice() {
 
 bool Admit(int dev, uint64_t bytes) {
   if (!g_have_slot) return false;
-  layout::DeviceEntry& device = SliceDevice(dev);
-  if (TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
+  slice::layout::DeviceEntry& device = SliceDevice(dev);
+  if (slice::TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
     return true;
   }
   // Would fail: reclaim what dead processes and idle pools hold, then retry.
-  g_region->Sweep(RealProcessProbe());
+  g_region->Sweep(slice::RealProcessProbe());
   ResyncPools();
-  if (TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
+  if (slice::TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
     return true;
   }
   if (WaitForContextLearner(dev) &&
-      TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
+      slice::TryCharge(device, *g_slot, uint32_t(dev), bytes, g_region->LimitOf(uint32_t(dev)))) {
     return true;
   }
-  CountRefusal(device);
+  slice::CountRefusal(device);
   return false;
 }
 

@@ -17,9 +17,11 @@
 #include "shim/base/cuda_api.h"
 #include "slice/region/region_layout.h"
 
-namespace gpuslice::shim {
-
+namespace gpuslice::slice {
 class Region;
+}  // namespace gpuslice::slice
+
+namespace gpuslice::shim {
 
 enum Phase : int {
   kPhaseUninit = 0,
@@ -60,8 +62,8 @@ int CurrentSliceDevice();
 // The slice device for a device ordinal as this process sees it.
 int SliceDeviceForOrdinal(CUdevice ordinal);
 
-layout::DeviceEntry& SliceDevice(int index);
-layout::ProcessSlot& OwnSlot();
+slice::layout::DeviceEntry& SliceDevice(int index);
+slice::layout::ProcessSlot& OwnSlot();
 // Whether this process holds a slot of the slice (else OwnSlot() is a slot
 // of no region and nothing may be charged), and which.
 bool HaveSlot();
@@ -73,10 +75,10 @@ uint32_t OwnSlotIndex();
 // created (context_admission.h: it holds the room meanwhile).
 bool Admit(int dev, uint64_t bytes);
 inline void Unadmit(int dev, uint64_t bytes) {
-  Uncharge(SliceDevice(dev), OwnSlot(), uint32_t(dev), bytes);
+  slice::Uncharge(SliceDevice(dev), OwnSlot(), uint32_t(dev), bytes);
 }
 inline void Force(int dev, uint64_t bytes) {
-  ForceCharge(SliceDevice(dev), OwnSlot(), uint32_t(dev), bytes);
+  slice::ForceCharge(SliceDevice(dev), OwnSlot(), uint32_t(dev), bytes);
 }
 // Limit and usage of a slice device, for the memory queries.
 uint64_t SliceLimit(int dev);
@@ -86,7 +88,7 @@ int SliceDeviceForUuid(const char* uuid);
 
 // The slice region (nullptr unless enforcing) and the configuration
 // (nullptr before initialisation), for the compute gate.
-Region* SliceRegion();
+slice::Region* SliceRegion();
 const struct ShimConfig* Config();
 
 // Allocation tables: device pointers, VMM handles, arrays.

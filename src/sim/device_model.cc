@@ -148,18 +148,18 @@ void DeviceModel::Unlock() { pthread_mutex_unlock(&state_->header.lock); }
 bool DeviceModel::SlotAlive(int slot) const {
   const ProcessSlot& s = state_->slots[slot];
   if (s.state.load(std::memory_order_acquire) != layout::kSlotLive) return false;
-  if (s.pid_ns != 0 && s.pid_ns != shim::OwnPidNamespace()) {
+  if (s.pid_ns != 0 && s.pid_ns != slice::OwnPidNamespace()) {
     // A process of another PID namespace (a container, or the host seen from
     // one): alive unless the reader can see it is gone.
-    return shim::LivenessOf(s.pid_ns, s.pid, s.start_time) != shim::Liveness::kDead;
+    return slice::LivenessOf(s.pid_ns, s.pid, s.start_time) != slice::Liveness::kDead;
   }
   return ProcessAlive(s.pid, s.start_time);
 }
 
 pid_t DeviceModel::VisiblePidOf(const ProcessSlot& s) const {
-  if (s.pid_ns == 0 || s.pid_ns == shim::OwnPidNamespace()) return s.pid;
+  if (s.pid_ns == 0 || s.pid_ns == slice::OwnPidNamespace()) return s.pid;
   // NVML names processes by the reader's pids (the real driver: the host's).
-  pid_t visible = shim::VisiblePid(s.pid_ns, s.pid, s.start_time);
+  pid_t visible = slice::VisiblePid(s.pid_ns, s.pid, s.start_time);
   return visible != 0 ? visible : s.pid;
 }
 
@@ -186,7 +186,7 @@ void DeviceModel::FreeSlotLocked(int slot) {
 Status DeviceModel::Register() {
   if (slot_ >= 0) return Status::Ok();
   pid_t pid = getpid();
-  uint64_t start = shim::OwnStartTime();  // Right in a container too (its /proc).
+  uint64_t start = slice::OwnStartTime();  // Right in a container too (its /proc).
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) Reap();
     Lock();
@@ -195,7 +195,7 @@ Status DeviceModel::Register() {
       if (s.state.load(std::memory_order_acquire) != layout::kSlotFree) continue;
       s.pid = pid;
       s.start_time = start;
-      s.pid_ns = shim::OwnPidNamespace();
+      s.pid_ns = slice::OwnPidNamespace();
       ResetCheckpointFields(&s);
       for (uint32_t u = 0; u < layout::kMaxUnits; ++u) {
         ProcessUnit& pu = s.units[u];

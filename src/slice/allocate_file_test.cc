@@ -23,7 +23,7 @@
 #include "slice/region/limits_page.h"
 #include "slice/region/region.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 // Every file of the region library that is written through a mapping, made
@@ -135,4 +135,4 @@ TEST_F(AllocatedFiles, OnAFullDiskCreationFailsWithNoSpaceAndNeverFaults) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

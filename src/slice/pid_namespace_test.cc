@@ -13,7 +13,7 @@
 
 #include "slice/region/region.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 // What a process in its own PID namespace knows of itself.
@@ -159,4 +159,4 @@ TEST(PidNamespace, OwnRecordsUseThePidAsIs) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

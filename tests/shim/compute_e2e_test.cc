@@ -160,12 +160,13 @@ class ComputeShareTest : public ::testing::Test {
       const double now_s = double(NowNs() - t0) / 1e9;
       if (!changed && now_s >= change.at_s) {
         changed = true;
-        auto region = Region::Open(RegionPath(change.tenant));
+        auto region = slice::Region::Open(RegionPath(change.tenant));
         ASSERT_TRUE(region.ok()) << region.status().ToString();
         auto devices = (*region)->Devices();
         ASSERT_FALSE(devices.empty());
-        core::Status s = (*region)->SetComputeShare(devices[0].uuid, change.share_milli,
-                                                    ComputeMode::kHard, core::Priority::kNormal);
+        core::Status s =
+            (*region)->SetComputeShare(devices[0].uuid, change.share_milli,
+                                       slice::ComputeMode::kHard, core::Priority::kNormal);
         ASSERT_TRUE(s.ok()) << s.ToString();
       }
       // Busy time of a pid the simulator still lists (a process that has

@@ -116,13 +116,13 @@ class ContextAdmissionTest : public ::testing::Test {
   }
   std::string RegionPath() const { return dir_ + "/slice.region"; }
   // A daemon-style (closed) region of the GPU with `limit`, made afresh.
-  std::unique_ptr<Region> MakeRegion(uint64_t limit) {
+  std::unique_ptr<slice::Region> MakeRegion(uint64_t limit) {
     std::filesystem::remove(RegionPath());
-    RegionOptions options;
+    slice::RegionOptions options;
     options.name = "test";
     options.closed = true;
     options.devices = {{uuid_, limit}};
-    auto r = Region::Create(RegionPath(), options);
+    auto r = slice::Region::Create(RegionPath(), options);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -196,7 +196,7 @@ TEST_F(ContextAdmissionTest, RacingContextCreationsNeverTakeTheSliceOverItsCap) 
   constexpr int kRounds = 20;
   const uint64_t cap = kGiB;              // 3 x (300 + 32) MiB fit, a fourth context does not.
   const uint64_t allocation = 32 * kMiB;  // Each process's allocation in its context.
-  std::unique_ptr<Region> region;
+  std::unique_ptr<slice::Region> region;
   uint64_t samples = 0;
   for (int round = 0; round < kRounds; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));

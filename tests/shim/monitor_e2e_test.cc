@@ -62,14 +62,14 @@ class MonitorE2eTest : public ::testing::Test {
     Output o = testing::Run({GPUSLICE_PROBE_PATH, "info"}, Bare(), 60);
     return o.values["uuid0"];
   }
-  std::unique_ptr<Region> MakeRegion(uint64_t limit) {
+  std::unique_ptr<slice::Region> MakeRegion(uint64_t limit) {
     const std::string uuid = DeviceUuid();
     EXPECT_FALSE(uuid.empty());
-    RegionOptions options;
+    slice::RegionOptions options;
     options.name = "monitor";
     options.closed = true;
     options.devices = {{uuid, limit}};
-    auto r = Region::Create(RegionPath(), options);
+    auto r = slice::Region::Create(RegionPath(), options);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -113,7 +113,7 @@ class MonitorE2eTest : public ::testing::Test {
 };
 
 TEST_F(MonitorE2eTest, ARefusedAllocationIsCountedOnceAndAGrantedOneNotAtAll) {
-  std::unique_ptr<Region> region = MakeRegion(kGiB);
+  std::unique_ptr<slice::Region> region = MakeRegion(kGiB);
   ASSERT_NE(region, nullptr);
   Output fits = testing::Run({GPUSLICE_PROBE_PATH, "alloc", "alloc", std::to_string(512 * kMiB)},
                              InSlice(), 60);
@@ -136,7 +136,7 @@ TEST_F(MonitorE2eTest, ARefusedAllocationIsCountedOnceAndAGrantedOneNotAtAll) {
 }
 
 TEST_F(MonitorE2eTest, APauseHoldsALaunchLoopAndClearingItResumesTheSameProcess) {
-  std::unique_ptr<Region> region = MakeRegion(4 * kGiB);
+  std::unique_ptr<slice::Region> region = MakeRegion(4 * kGiB);
   ASSERT_NE(region, nullptr);
   const std::string uuid = region->Devices()[0].uuid;
   Session loop({GPUSLICE_LAUNCH_LOOP_PATH, CountPath(), "100", "60"}, InSlice());
@@ -162,10 +162,11 @@ TEST_F(MonitorE2eTest, APauseHoldsALaunchLoopAndClearingItResumesTheSameProcess)
 }
 
 TEST_F(MonitorE2eTest, LaunchesHeldByAHardShareAddUpAsThrottledTime) {
-  std::unique_ptr<Region> region = MakeRegion(4 * kGiB);
+  std::unique_ptr<slice::Region> region = MakeRegion(4 * kGiB);
   ASSERT_NE(region, nullptr);
   const std::string uuid = region->Devices()[0].uuid;
-  ASSERT_TRUE(region->SetComputeShare(uuid, 200, ComputeMode::kHard, core::Priority::kNormal).ok());
+  ASSERT_TRUE(
+      region->SetComputeShare(uuid, 200, slice::ComputeMode::kHard, core::Priority::kNormal).ok());
   const auto start = std::chrono::steady_clock::now();
   Output o = testing::Run({GPUSLICE_LAUNCH_LOOP_PATH, CountPath(), "1000", "1.5"}, InSlice(), 60);
   const auto wall = std::chrono::steady_clock::now() - start;
@@ -180,7 +181,7 @@ TEST_F(MonitorE2eTest, LaunchesHeldByAHardShareAddUpAsThrottledTime) {
 
 TEST_F(MonitorE2eTest, WithoutAShareOrPauseNothingIsThrottled) {
   // Proves the test above can fail: the same loop alone, no share.
-  std::unique_ptr<Region> region = MakeRegion(4 * kGiB);
+  std::unique_ptr<slice::Region> region = MakeRegion(4 * kGiB);
   ASSERT_NE(region, nullptr);
   Output o = testing::Run({GPUSLICE_LAUNCH_LOOP_PATH, CountPath(), "1000", "1"}, InSlice(), 60);
   ASSERT_EQ(o.exit_code, 0) << o.out << o.err;

@@ -85,12 +85,12 @@ class ShimTest : public ::testing::Test {
   }
 
   // A daemon-style (closed) region listing the given devices.
-  std::unique_ptr<Region> MakeRegion(const std::vector<DeviceLimit>& devices) {
-    RegionOptions options;
+  std::unique_ptr<slice::Region> MakeRegion(const std::vector<slice::DeviceLimit>& devices) {
+    slice::RegionOptions options;
     options.name = "test";
     options.closed = true;
     options.devices = devices;
-    auto r = Region::Create(dir_ + "/slice.region", options);
+    auto r = slice::Region::Create(dir_ + "/slice.region", options);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return r.ok() ? std::move(*r) : nullptr;
   }
@@ -100,8 +100,8 @@ class ShimTest : public ::testing::Test {
   // job cannot write, the daemon's limits page (root 0644) listing `uuid`
   // with `limit`, and the job's region (0600, owned by `job_uid`).
   struct DaemonSlice {
-    std::unique_ptr<LimitsPage> limits;  // The daemon's writable mapping.
-    std::unique_ptr<Region> region;
+    std::unique_ptr<slice::LimitsPage> limits;  // The daemon's writable mapping.
+    std::unique_ptr<slice::Region> region;
     std::string limits_path;
     std::string region_path;
   };
@@ -112,21 +112,21 @@ class ShimTest : public ::testing::Test {
     chmod(dir.c_str(), 0755);
     s.limits_path = dir + "/limits";
     s.region_path = dir + "/region";
-    LimitsOptions page;
+    slice::LimitsOptions page;
     page.name = "job-1";
     page.job_id = 1;
-    DeviceControls c;
+    slice::DeviceControls c;
     c.uuid = uuid;
     c.limit_bytes = limit;
     page.devices = {c};
-    auto limits = LimitsPage::Create(s.limits_path, page);
+    auto limits = slice::LimitsPage::Create(s.limits_path, page);
     EXPECT_TRUE(limits.ok()) << limits.status().ToString();
     if (limits.ok()) s.limits = std::move(*limits);
-    RegionOptions region;
+    slice::RegionOptions region;
     region.name = "job-1";
     region.closed = true;
     region.devices = {{uuid, 0}};
-    auto r = Region::Create(s.region_path, region);
+    auto r = slice::Region::Create(s.region_path, region);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (r.ok()) s.region = std::move(*r);
     EXPECT_EQ(chown(s.region_path.c_str(), job_uid, job_uid), 0);
@@ -342,7 +342,8 @@ TEST_F(ShimTest, ARegionLimitRewrittenTo40GiBDoesNotLiftTheLimitsPage) {
   ASSERT_NE(slice.region, nullptr);
   ASSERT_TRUE(slice.region->SetLimit(uuid, 40 * kGiB).ok());
   ASSERT_TRUE(
-      slice.region->SetComputeShare(uuid, 1000, ComputeMode::kWorkConserving, core::Priority::kHigh)
+      slice.region
+          ->SetComputeShare(uuid, 1000, slice::ComputeMode::kWorkConserving, core::Priority::kHigh)
           .ok());
   const Env env = InDaemonSlice(slice);
   Output fill = Probe({"fill", "alloc", std::to_string(512 * kMiB)}, env);
@@ -441,11 +442,11 @@ TEST_F(ShimTest, AJobUserCannotWriteItsLimitsPageAndIsHeldToIt) {
   pid_t pid = fork();
   if (pid == 0) {
     if (setgid(kJob) != 0 || setuid(kJob) != 0) _exit(100);
-    auto region = Region::Open(slice.region_path);  // Its own: allowed.
+    auto region = slice::Region::Open(slice.region_path);  // Its own: allowed.
     if (!region.ok() || !(*region)->SetLimit(uuid, 40 * kGiB).ok()) _exit(1);
     if (open(slice.limits_path.c_str(), O_RDWR) >= 0 || errno != EACCES) _exit(2);
     if (open(slice.limits_path.c_str(), O_WRONLY | O_TRUNC) >= 0) _exit(3);
-    if (LimitsPage::OpenForUpdate(slice.limits_path).ok()) _exit(4);
+    if (slice::LimitsPage::OpenForUpdate(slice.limits_path).ok()) _exit(4);
     if (chmod(slice.limits_path.c_str(), 0666) == 0) _exit(5);
     if (rename(slice.region_path.c_str(), slice.limits_path.c_str()) == 0) _exit(6);
     _exit(0);

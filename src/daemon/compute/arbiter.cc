@@ -25,11 +25,11 @@
 
 namespace gpuslice::daemon {
 
-namespace bd = shim::board;
+namespace bd = slice::board;
 
 namespace {
 
-uint64_t MonotonicNs() { return shim::MonotonicNs(); }
+uint64_t MonotonicNs() { return slice::MonotonicNs(); }
 
 int FutexWaitv(struct futex_waitv* waiters, unsigned n, uint64_t deadline_ns) {
   timespec ts{time_t(deadline_ns / 1000000000ull), long(deadline_ns % 1000000000ull)};
@@ -60,7 +60,7 @@ class GpuArbiter {
     uint32_t priority = 1;
     bool paused = false;
     bool shareless = false;  // Registered without a share of its own (SliceView::shareless).
-    shim::SliceView state;   // Tokens, virtual time, charge, idle time.
+    slice::SliceView state;  // Tokens, virtual time, charge, idle time.
     uint32_t doorbell_seen = 0;
     bool doorbell_broken = false;  // The file was truncated: not waited on.
     uint64_t contended_ns = 0;     // Another slice waited for its turn (ContendedNs).
@@ -123,7 +123,7 @@ class GpuArbiter {
       e.state.idle_since_ns = MonotonicNs();
     }
     // Whatever turn the old arbiter left is void: decide afresh.
-    turn_ = shim::TurnView{};
+    turn_ = slice::TurnView{};
     PublishTurn(true, false);
   }
 
@@ -228,13 +228,13 @@ class GpuArbiter {
   // active tick.
   uint64_t Tick(uint64_t now_ns) {
     std::lock_guard<std::mutex> lock(mu_);
-    shim::SliceView views[bd::kBoardSlices];
+    slice::SliceView views[bd::kBoardSlices];
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
       Entry& e = entries_[i];
       if (!e.used) continue;
       const Report r = ReadReport(*e.members, e.device_index, now_ns, e.gpu_seen);
       e.doorbell_seen = r.doorbell;
-      shim::SliceView& v = views[i];
+      slice::SliceView& v = views[i];
       v = e.state;
       v.live = r.live;
       v.waiting = r.waiting && !e.paused;  // A paused slice gets no turns.
@@ -242,8 +242,8 @@ class GpuArbiter {
       v.gpu_time = r.gpu_time;  // Disregarded while distrusted (SliceView::ChargedByReports).
       v.gpu_ns = r.gpu_ns;
       v.share_milli = e.share_milli;
-      v.mode = e.mode == bd::kModeWorkConserving ? shim::coord::kModeWorkConserving
-                                                 : shim::coord::kModeHard;
+      v.mode = e.mode == bd::kModeWorkConserving ? slice::coord::kModeWorkConserving
+                                                 : slice::coord::kModeHard;
       v.priority = e.priority;
       v.shareless = e.shareless;
     }
@@ -266,13 +266,13 @@ class GpuArbiter {
       if (waiters > (self ? 1u : 0u)) e.contended_ns += elapsed;
       e.was_waiting = views[i].waiting && views[i].live;
     }
-    const shim::Outcome out = shim::Advance(now_ns, last_tick_, turn_, views, options_.params);
+    const slice::Outcome out = slice::Advance(now_ns, last_tick_, turn_, views, options_.params);
     last_tick_ = std::max(now_ns, last_tick_);
     bool active = turn_.holder >= 0;
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
       Entry& e = entries_[i];
       if (!e.used) continue;
-      const shim::SliceView& v = views[i];
+      const slice::SliceView& v = views[i];
       active |= v.Active();
       e.state.tokens_ns = v.tokens_ns;
       e.state.vtime = v.vtime;
@@ -322,22 +322,22 @@ class GpuArbiter {
   }
 
   // Whether the open turn needs no decision before the quiet tick (issue
-  // 19), as shim::CooperativeTurns::QuietNs judges it for the cooperative
+  // 19), as slice::CooperativeTurns::QuietNs judges it for the cooperative
   // file: the slices that launch (the holder, its co-runners) are trusted,
   // every hard one among them has tokens for two quiet ticks and an active
   // one (its reports may lag by a quiet tick of its own processes), the
   // others have nothing waiting or in flight, and, unless the holder is
   // alone, no process waits. Whatever would change the turn rings a
   // doorbell or pokes first: an idle slice that starts to launch, a launch
-  // that starts to wait (shim::BoardTurns::Publish), Register, Update and
+  // that starts to wait (slice::BoardTurns::Publish), Register, Update and
   // Drop. Needs mu_.
-  bool QuietTurn(const shim::SliceView* views) const {
-    if (turn_.state != shim::coord::kTurnOpen || turn_.holder < 0) return false;
+  bool QuietTurn(const slice::SliceView* views) const {
+    if (turn_.state != slice::coord::kTurnOpen || turn_.holder < 0) return false;
     const int64_t margin = int64_t(2 * options_.quiet_tick_ns + options_.active_tick_ns);
     bool alone = true, waiting = false;
     for (uint32_t i = 0; i < bd::kBoardSlices; ++i) {
       if (!entries_[i].used) continue;
-      const shim::SliceView& v = views[i];
+      const slice::SliceView& v = views[i];
       waiting |= v.live && v.waiting;
       if (int32_t(i) != turn_.holder) alone = false;
       if (int32_t(i) != turn_.holder && !v.corun) {
@@ -345,7 +345,7 @@ class GpuArbiter {
         continue;
       }
       if (v.distrusted) return false;
-      if (v.mode == shim::coord::kModeHard && v.tokens_ns < margin) return false;
+      if (v.mode == slice::coord::kModeHard && v.tokens_ns < margin) return false;
     }
     return alone || !waiting;
   }
@@ -364,7 +364,7 @@ class GpuArbiter {
       h.holder.store(turn_.holder, std::memory_order_relaxed);
       h.turn_state.store(uint32_t(turn_.state), std::memory_order_relaxed);
       h.turn_start_ns.store(turn_.start_ns, std::memory_order_relaxed);
-      if (turn_.state == shim::coord::kTurnOpen) h.turns.fetch_add(1, std::memory_order_relaxed);
+      if (turn_.state == slice::coord::kTurnOpen) h.turns.fetch_add(1, std::memory_order_relaxed);
       if (preempted) h.preemptions.fetch_add(1, std::memory_order_relaxed);
     }
     h.turn_end_ns.store(turn_.end_ns, std::memory_order_relaxed);
@@ -452,7 +452,7 @@ class GpuArbiter {
   const ArbiterOptions& options_;
   std::mutex mu_;
   Entry entries_[bd::kBoardSlices];  // Guarded by mu_; index = board slice index.
-  shim::TurnView turn_;              // Guarded by mu_.
+  slice::TurnView turn_;             // Guarded by mu_.
   uint64_t last_tick_;               // Guarded by mu_.
   std::atomic<uint32_t> control_{0};
   std::atomic<bool> stop_{false};
@@ -472,7 +472,7 @@ std::string Arbiter::MembersPath(uint64_t job_id) const {
 }
 
 std::string Arbiter::BoardPath(const std::string& uuid) const {
-  return shim::BoardPath(options_.coord_dir, uuid);
+  return slice::BoardPath(options_.coord_dir, uuid);
 }
 
 core::Result<GpuArbiter*> Arbiter::Gpu(const std::string& uuid) {
@@ -482,7 +482,7 @@ core::Result<GpuArbiter*> Arbiter::Gpu(const std::string& uuid) {
     return core::FailedPreconditionError("no coordination directory for the compute boards");
   }
   GPUSLICE_ASSIGN_OR_RETURN(void* board,
-                            shim::CreateOrOpenBoard(BoardPath(uuid), uuid, options_.board_mode));
+                            slice::CreateOrOpenBoard(BoardPath(uuid), uuid, options_.board_mode));
   auto gpu = std::make_unique<GpuArbiter>(uuid, board, options_);
   gpu->Adopt(nullptr);  // Not recovered: whatever it records is stale.
   GpuArbiter* raw = gpu.get();
@@ -521,9 +521,9 @@ core::Result<std::shared_ptr<MembersHandle>> Arbiter::Members(const SliceLimits&
   handle->gid = limits.gid;
   handle->path = dir + "/members";
   GPUSLICE_ASSIGN_OR_RETURN(
-      handle->fd, shim::CreateMembersFile(handle->path, limits.job_id, limits.uid,
-                                          limits.shared_gid != 0 ? limits.shared_gid : limits.gid,
-                                          limits.shared_gid != 0 ? 0660 : 0600));
+      handle->fd, slice::CreateMembersFile(handle->path, limits.job_id, limits.uid,
+                                           limits.shared_gid != 0 ? limits.shared_gid : limits.gid,
+                                           limits.shared_gid != 0 ? 0660 : 0600));
   handle->map = mmap(nullptr, bd::kMembersSize, PROT_READ, MAP_SHARED, handle->fd, 0);
   if (handle->map == MAP_FAILED) return ErrnoError(errno, "map " + handle->path);
   members_[limits.job_id] = handle;
@@ -558,14 +558,14 @@ core::Status Arbiter::Recover() {
     return h;
   };
   for (const std::string& path : boards) {
-    auto board = shim::CreateOrOpenBoard(path, "", options_.board_mode);
+    auto board = slice::CreateOrOpenBoard(path, "", options_.board_mode);
     if (!board.ok()) {
       LogWarn("compute arbiter: " + board.status().message());
       continue;
     }
     const auto* h = static_cast<const bd::BoardHeader*>(*board);
     std::string uuid(h->uuid, strnlen(h->uuid, sizeof(h->uuid)));
-    if (uuid.empty() || gpus_.count(uuid) || shim::BoardPath(options_.coord_dir, uuid) != path) {
+    if (uuid.empty() || gpus_.count(uuid) || slice::BoardPath(options_.coord_dir, uuid) != path) {
       munmap(*board, bd::kBoardSize);
       continue;
     }

@@ -48,8 +48,8 @@ namespace gpuslice::daemon {
 struct ArbiterOptions {
   std::string coord_dir;   // Boards: <coord_dir>/gpu-<uuid>.board; empty: none (shares refused).
   std::string slices_dir;  // Members files: <slices_dir>/job-<id>/members.
-  shim::PolicyParams params = [] {
-    shim::PolicyParams p;
+  slice::PolicyParams params = [] {
+    slice::PolicyParams p;
     p.charge_blocking_holder = true;
     p.charge_from_previous_report = true;  // The launchers ring on both edges.
     p.corun = true;  // Slices of low duty launch beside the holder.
@@ -67,7 +67,7 @@ struct ArbiterOptions {
   // launch-then-synchronise loop alone shares 2 cores with this thread and
   // its own gate thread: at the active cadence it reached 0.82-0.87 of what
   // it reaches without gpuslice, 0.87-0.97 with both at 1 ms.
-  uint64_t quiet_tick_ns = shim::board::kQuietTickNs;
+  uint64_t quiet_tick_ns = slice::board::kQuietTickNs;
   uint64_t min_tick_gap_ns = 25'000;  // Doorbell rate limit.
   // Board mode: 0644 when the daemon is root; 0444 otherwise (its jobs run
   // as itself and must not find the board writable by them).
@@ -120,7 +120,7 @@ class Arbiter {
   // GPUs; nullopt when it is on no board. See RegionStore::ChargedNs.
   std::optional<uint64_t> ChargedNs(uint64_t job_id) const;
   // From now on the job's reports are ignored and it is charged the wall
-  // time of its turns (shim::SliceView::distrusted), on every GPU it is
+  // time of its turns (slice::SliceView::distrusted), on every GPU it is
   // registered on, now or after an update or a move, until it is dropped.
   // See RegionStore::DistrustReports.
   void DistrustReports(uint64_t job_id);

@@ -18,7 +18,7 @@ using arbiter_testing::kGpu;
 using arbiter_testing::kMs;
 using arbiter_testing::Limits;
 using arbiter_testing::Write;
-namespace bd = shim::board;
+namespace bd = slice::board;
 
 // A process whose heartbeat lapses (descheduled past
 // kMemberTimeoutNs on an overloaded machine, not dead) is charged, when it
@@ -31,7 +31,7 @@ TEST_F(ArbiterTest, AProcessThatMissedItsHeartbeatsIsNotChargedTwice) {
   ASSERT_TRUE(a.Register(Limits(1, 500)).ok());
   auto members = Members(a, 1);
   ASSERT_NE(members, nullptr);
-  uint64_t now = shim::MonotonicNs();
+  uint64_t now = slice::MonotonicNs();
   Write(*members, 0, bd::kMemberGpuTime | bd::kMemberInflight, now);
   members->slot(0).gpu_ns.store(400 * kMs);
   a.TickForTest(kGpu, now);
@@ -57,15 +57,15 @@ TEST_F(ArbiterTest, AProcessThatMissedItsHeartbeatsIsNotChargedTwice) {
 
 // While the open turn needs no decision (its holder alone, tokens
 // to spare) the arbiter decides at the quiet tick, and the holder's
-// processes (shim::BoardTurns::QuietNs) judge the turn quiet too; another
+// processes (slice::BoardTurns::QuietNs) judge the turn quiet too; another
 // slice with work, a distrusted holder or a cap close by bring the active
 // tick back. A 20 us launch-then-synchronise loop alone reached 0.82-0.87 of
 // its unshared speed with both ticking at 200 us.
 TEST_F(ArbiterTest, AQuietTurnIsDecidedAtTheQuietTick) {
   Arbiter a(options_);
   ASSERT_TRUE(a.Register(Limits(1, 300)).ok());
-  shim::BoardTurns turns(Board(a), Members(a, 1), 0, a.BoardPath(kGpu));
-  uint64_t now = shim::MonotonicNs();
+  slice::BoardTurns turns(Board(a), Members(a, 1), 0, a.BoardPath(kGpu));
+  uint64_t now = slice::MonotonicNs();
   ASSERT_TRUE(turns.Join(getpid(), now).ok());
   // The slice's process: waiting until its turn opens, then in flight, using
   // `duty` of the wall time.

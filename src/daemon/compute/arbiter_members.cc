@@ -9,7 +9,7 @@
 
 namespace gpuslice::daemon {
 
-namespace bd = shim::board;
+namespace bd = slice::board;
 
 namespace {
 

@@ -31,12 +31,12 @@ struct MembersHandle {
   void* map = MAP_FAILED;
 
   ~MembersHandle() {
-    if (map != MAP_FAILED) munmap(map, shim::board::kMembersSize);
+    if (map != MAP_FAILED) munmap(map, slice::board::kMembersSize);
     if (fd >= 0) close(fd);
   }
   const void* doorbell() const {
     return map == MAP_FAILED ? nullptr
-                             : static_cast<const char*>(map) + shim::board::kDoorbellOffset;
+                             : static_cast<const char*>(map) + slice::board::kDoorbellOffset;
   }
 };
 
@@ -65,7 +65,7 @@ struct GpuSeen {
 // Reads the members file once (pread, never the mapping) and reduces it to a
 // Report for the slice's device `device_index`; `seen` is updated.
 Report ReadReport(const MembersHandle& m, uint32_t device_index, uint64_t now_ns,
-                  GpuSeen (&seen)[shim::board::kMembersPerSlice]);
+                  GpuSeen (&seen)[slice::board::kMembersPerSlice]);
 
 // The members file a job already has (a daemon restarted under it), or null
 // when it is missing or not that job's user's.

@@ -66,7 +66,7 @@ TEST_F(ArbiterRegionStoreTest, CreateUpdateAndRemoveReachTheArbiter) {
   ASSERT_TRUE(path.ok()) << path.status().ToString();
   EXPECT_TRUE(inner.regions.count(*path));
   EXPECT_TRUE(fs::exists(arbiter.MembersPath(5)));
-  auto board = shim::BoardView::Open(arbiter.BoardPath(kGpu));
+  auto board = slice::BoardView::Open(arbiter.BoardPath(kGpu));
   ASSERT_TRUE(board.ok()) << board.status().ToString();
   const int32_t at = (*board)->FindSlice(5, -1);
   ASSERT_GE(at, 0);
@@ -76,7 +76,7 @@ TEST_F(ArbiterRegionStoreTest, CreateUpdateAndRemoveReachTheArbiter) {
   up.launches_paused = true;
   ASSERT_TRUE(store.Update(*path, up).ok());
   EXPECT_EQ((*board)->slice(uint32_t(at)).share_milli.load(), 600u);
-  EXPECT_EQ((*board)->slice(uint32_t(at)).flags.load(), shim::board::kSlicePaused);
+  EXPECT_EQ((*board)->slice(uint32_t(at)).flags.load(), slice::board::kSlicePaused);
   EXPECT_EQ(inner.updates.size(), 1u);
 
   // The fake's paths carry no job id; a real one does.

@@ -30,16 +30,16 @@ using arbiter_testing::kMs;
 using arbiter_testing::kUs;
 using arbiter_testing::Limits;
 using arbiter_testing::Write;
-namespace bd = shim::board;
+namespace bd = slice::board;
 namespace fs = std::filesystem;
 
 // What one slice's processes write, step by step: honest (as our shim), or
 // an attack. `holds_open`: the board says this slice holds an open turn;
 // `draining`: its turn closes and its queued work still runs.
 using Behaviour =
-    std::function<void(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining)>;
+    std::function<void(slice::MembersFile& m, uint64_t now, bool holds_open, bool draining)>;
 
-void Honest(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) {
+void Honest(slice::MembersFile& m, uint64_t now, bool holds_open, bool draining) {
   // Always has work: waits unless its turn is open; in flight while it runs.
   Write(m, 0,
         (holds_open ? 0 : bd::kMemberWaiting) | (holds_open || draining ? bd::kMemberInflight : 0),
@@ -48,7 +48,7 @@ void Honest(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) 
 
 // Our shim: the same, and it reports the GPU time its work
 // used (the model's step while it runs), so it is charged that.
-void HonestGpuTime(shim::MembersFile& m, uint64_t now, bool holds_open, bool draining) {
+void HonestGpuTime(slice::MembersFile& m, uint64_t now, bool holds_open, bool draining) {
   Write(m, 0,
         bd::kMemberGpuTime | (holds_open ? 0 : bd::kMemberWaiting) |
             (holds_open || draining ? bd::kMemberInflight : 0),
@@ -63,11 +63,11 @@ void HonestGpuTime(shim::MembersFile& m, uint64_t now, bool holds_open, bool dra
 struct Model {
   explicit Model(Arbiter& a) : arbiter(a) {}
   Arbiter& arbiter;
-  std::vector<std::unique_ptr<shim::MembersFile>> members;
+  std::vector<std::unique_ptr<slice::MembersFile>> members;
   std::vector<Behaviour> behaviours;
-  std::unique_ptr<shim::BoardView> board;
+  std::unique_ptr<slice::BoardView> board;
   std::vector<uint64_t> board_index;  // Slice i's job id.
-  uint64_t now = shim::MonotonicNs() + kMs;
+  uint64_t now = slice::MonotonicNs() + kMs;
   uint64_t step_ns = 100 * kUs;
   uint64_t drain_ns = 200 * kUs;
   uint64_t drain_left = 0;
@@ -113,7 +113,7 @@ std::pair<double, double> Victims(const ArbiterOptions& options, const Behaviour
   Model m{a};
   m.board_index = {1, 2, 3};
   auto open = [&](uint64_t job) {
-    auto f = shim::MembersFile::Open(a.MembersPath(job));
+    auto f = slice::MembersFile::Open(a.MembersPath(job));
     EXPECT_TRUE(f.ok());
     return std::move(*f);
   };
@@ -121,7 +121,7 @@ std::pair<double, double> Victims(const ArbiterOptions& options, const Behaviour
   m.members.push_back(open(2));
   m.members.push_back(open(3));
   m.behaviours = {victim, victim, attack};
-  auto board = shim::BoardView::Open(a.BoardPath(kGpu));
+  auto board = slice::BoardView::Open(a.BoardPath(kGpu));
   EXPECT_TRUE(board.ok());
   m.board = std::move(*board);
   constexpr uint64_t kRun = 3'000 * kMs;
@@ -150,28 +150,28 @@ TEST_F(ArbiterTest, WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShar
   std::mt19937_64 rng(13);
   const std::vector<Attack> attacks = {
       {"garbage in every byte",
-       [&](shim::MembersFile& m, uint64_t, bool, bool) {
+       [&](slice::MembersFile& m, uint64_t, bool, bool) {
          unsigned char* p = reinterpret_cast<unsigned char*>(&m.slot(0)) - bd::kMembersSlotsOffset;
          for (uint64_t i = 0; i < bd::kMembersSize; ++i) p[i] = uint8_t(rng());
        }},
       {"garbage flags in live slots",
-       [&](shim::MembersFile& m, uint64_t now, bool, bool) {
+       [&](slice::MembersFile& m, uint64_t now, bool, bool) {
          for (uint32_t s = 0; s < bd::kMembersPerSlice; ++s) Write(m, s, uint32_t(rng()), now);
        }},
-      {"waits forever, never in flight", [](shim::MembersFile& m, uint64_t now, bool,
+      {"waits forever, never in flight", [](slice::MembersFile& m, uint64_t now, bool,
                                             bool) { Write(m, 0, bd::kMemberWaiting, now); }},
-      {"in flight forever: never drains", [](shim::MembersFile& m, uint64_t now, bool,
+      {"in flight forever: never drains", [](slice::MembersFile& m, uint64_t now, bool,
                                              bool) { Write(m, 0, bd::kMemberInflight, now); }},
       {"waits and in flight forever",
-       [](shim::MembersFile& m, uint64_t now, bool, bool) {
+       [](slice::MembersFile& m, uint64_t now, bool, bool) {
          Write(m, 0, bd::kMemberWaiting | bd::kMemberInflight, now);
        }},
       {"reports idle as soon as it holds the turn",
-       [](shim::MembersFile& m, uint64_t now, bool open, bool) {
+       [](slice::MembersFile& m, uint64_t now, bool open, bool) {
          Write(m, 0, open ? 0 : bd::kMemberWaiting, now);
        }},
       {"claims another device, a future heartbeat, another job id",
-       [](shim::MembersFile& m, uint64_t now, bool, bool) {
+       [](slice::MembersFile& m, uint64_t now, bool, bool) {
          Write(m, 0, bd::kMemberWaiting | bd::kMemberInflight, now + 10'000 * kMs);
          m.slot(1).owner.store(uint64_t{1} << 32 | 1);
          m.slot(1).device_index.store(7);
@@ -184,15 +184,15 @@ TEST_F(ArbiterTest, WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShar
       // A slice that says it reports GPU time is charged what it
       // reports, so it lies about that too.
       {"reports no GPU time, waits and in flight forever",
-       [](shim::MembersFile& m, uint64_t now, bool, bool) {
+       [](slice::MembersFile& m, uint64_t now, bool, bool) {
          Write(m, 0, bd::kMemberGpuTime | bd::kMemberWaiting | bd::kMemberInflight, now);
        }},
       {"reports no GPU time and idle as soon as it holds the turn",
-       [](shim::MembersFile& m, uint64_t now, bool open, bool) {
+       [](slice::MembersFile& m, uint64_t now, bool open, bool) {
          Write(m, 0, bd::kMemberGpuTime | (open ? 0 : bd::kMemberWaiting), now);
        }},
       {"a GPU time counter of garbage, in every slot",
-       [&](shim::MembersFile& m, uint64_t now, bool, bool) {
+       [&](slice::MembersFile& m, uint64_t now, bool, bool) {
          for (uint32_t s = 0; s < bd::kMembersPerSlice; ++s) {
            Write(m, s, bd::kMemberGpuTime | bd::kMemberWaiting, now);
            m.slot(s).gpu_ns.store(rng() >> (rng() % 64));
@@ -212,7 +212,7 @@ TEST_F(ArbiterTest, WhateverASliceWritesIntoItsMembersFileTheOthersKeepTheirShar
 }
 
 TEST_F(ArbiterTest, ASliceThatTruncatesItsMembersFileOnlyLosesItsOwnTurns) {
-  auto cut = [this](shim::MembersFile&, uint64_t, bool, bool) {
+  auto cut = [this](slice::MembersFile&, uint64_t, bool, bool) {
     ASSERT_EQ(truncate((dir_ + "/slices/job-3/members").c_str(), 0), 0);
   };
   auto [a, b] = Victims(options_, cut);
@@ -227,9 +227,9 @@ TEST(ArbiterMembers, AMembersFileCutShortReportsNothingAtAll) {
   MembersHandle m;
   m.fd = int(syscall(SYS_memfd_create, "members", 0u));
   ASSERT_GE(m.fd, 0);
-  GpuSeen seen[shim::board::kMembersPerSlice] = {};
-  for (off_t size : {off_t(0), off_t(100), off_t(shim::board::kMembersSlotsOffset - 1),
-                     off_t(shim::board::kMembersSlotsOffset), off_t(shim::board::kMembersSize)}) {
+  GpuSeen seen[slice::board::kMembersPerSlice] = {};
+  for (off_t size : {off_t(0), off_t(100), off_t(slice::board::kMembersSlotsOffset - 1),
+                     off_t(slice::board::kMembersSlotsOffset), off_t(slice::board::kMembersSize)}) {
     SCOPED_TRACE(size);
     ASSERT_EQ(ftruncate(m.fd, size), 0);
     Report r = ReadReport(m, 0, 1'000'000'000, seen);
@@ -271,7 +271,7 @@ TEST_F(ArbiterTest, APausedSliceGetsNoTurns) {
   ASSERT_TRUE(a.Register(l).ok());
   auto m = Members(a, 1);
   auto board = Board(a);
-  uint64_t now = shim::MonotonicNs() + kMs;
+  uint64_t now = slice::MonotonicNs() + kMs;
   for (int i = 0; i < 50; ++i) {
     now += 100 * kUs;
     Write(*m, 0, bd::kMemberWaiting, now);
@@ -359,7 +359,7 @@ TEST_F(ArbiterTest, ARestartedArbiterRecoversItsSlicesFromTheBoards) {
   EXPECT_EQ(board->FindSlice(3, -1), -1);
   // And it arbitrates: job 1 waits and gets the GPU.
   auto m = Members(b, 1);
-  const uint64_t now = shim::MonotonicNs() + kMs;
+  const uint64_t now = slice::MonotonicNs() + kMs;
   Write(*m, 0, bd::kMemberWaiting, now);
   b.TickForTest(kGpu, now);
   EXPECT_EQ(board->header().holder.load(), board->FindSlice(1, -1));
@@ -374,9 +374,9 @@ TEST_F(ArbiterTest, AnUpdateOfAnUnknownJobKeepsItsMembersFile) {
   }
   fs::remove_all(dir_ + "/coord");  // Its board is gone: nothing to recover.
   ASSERT_EQ(mkdir((dir_ + "/coord").c_str(), 0755), 0);
-  auto before = shim::MembersFile::Open(options_.slices_dir + "/job-4/members");
+  auto before = slice::MembersFile::Open(options_.slices_dir + "/job-4/members");
   ASSERT_TRUE(before.ok());
-  const uint64_t now = shim::MonotonicNs() + kMs;
+  const uint64_t now = slice::MonotonicNs() + kMs;
   Write(**before, 0, bd::kMemberWaiting, now);
   Arbiter b(options_);
   ASSERT_TRUE(b.Recover().ok());
@@ -400,7 +400,7 @@ TEST_F(ArbiterTest, TheDoorbellWakesTheArbiterAndIsRateLimited) {
   // the GPU well before that.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const auto start = std::chrono::steady_clock::now();
-  Write(*m1, 0, bd::kMemberWaiting, shim::MonotonicNs());
+  Write(*m1, 0, bd::kMemberWaiting, slice::MonotonicNs());
   m1->Ring();
   while (board->header().holder.load() != board->FindSlice(1, -1) &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
@@ -414,7 +414,7 @@ TEST_F(ArbiterTest, TheDoorbellWakesTheArbiterAndIsRateLimited) {
   const uint64_t ticks0 = board->header().ticks.load();
   const auto flood_start = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - flood_start < std::chrono::milliseconds(200)) {
-    Write(*m1, 0, bd::kMemberInflight, shim::MonotonicNs());
+    Write(*m1, 0, bd::kMemberInflight, slice::MonotonicNs());
     m2->Ring();
   }
   const double seconds =
@@ -441,7 +441,7 @@ TEST_F(ArbiterTest, ContendedTimeCountsOnlyWhileAnotherSliceWaits) {
   m.board_index = {1, 2};
   m.members.push_back(Members(a, 1));
   m.members.push_back(Members(a, 2));
-  auto idle = [](shim::MembersFile& f, uint64_t now, bool, bool) { Write(f, 0, 0, now); };
+  auto idle = [](slice::MembersFile& f, uint64_t now, bool, bool) { Write(f, 0, 0, now); };
   m.behaviours = {Honest, idle};
   m.board = Board(a);
   m.Run(500 * kMs);
@@ -470,7 +470,7 @@ TEST_F(ArbiterTest, ADistrustedSliceIsChargedTheWallTimeOfItsTurns) {
   Model m{a};
   m.board_index = {1};
   m.members.push_back(Members(a, 1));
-  m.behaviours = {[](shim::MembersFile& f, uint64_t now, bool open, bool draining) {
+  m.behaviours = {[](slice::MembersFile& f, uint64_t now, bool open, bool draining) {
     Write(f, 0,
           bd::kMemberGpuTime | (open ? 0 : bd::kMemberWaiting) |
               (open || draining ? bd::kMemberInflight : 0),
@@ -505,7 +505,7 @@ TEST_F(ArbiterTest, ADistrustedSliceStaysDistrustedAfterAMove) {
     ASSERT_TRUE(a.Register(l).ok());
   }
   a.DistrustReports(1);
-  uint64_t now = shim::MonotonicNs() + kMs;  // The new GPU's clock, one for both runs.
+  uint64_t now = slice::MonotonicNs() + kMs;  // The new GPU's clock, one for both runs.
   auto charged_after_move = [&](uint64_t job) {
     SliceLimits l = Limits(job, 300);
     l.uuids = {kOther};
@@ -539,20 +539,20 @@ struct CoRunResult {
 CoRunResult RunLoops(const ArbiterOptions& options, const std::vector<uint32_t>& shares,
                      const std::vector<double>& duty) {
   Arbiter a(options);
-  std::vector<std::unique_ptr<shim::MembersFile>> members;
+  std::vector<std::unique_ptr<slice::MembersFile>> members;
   for (size_t i = 0; i < shares.size(); ++i) {
     EXPECT_TRUE(a.Register(Limits(i + 1, shares[i])).ok());
-    auto f = shim::MembersFile::Open(a.MembersPath(i + 1));
+    auto f = slice::MembersFile::Open(a.MembersPath(i + 1));
     EXPECT_TRUE(f.ok());
     members.push_back(std::move(*f));
   }
-  auto board = shim::BoardView::Open(a.BoardPath(kGpu));
+  auto board = slice::BoardView::Open(a.BoardPath(kGpu));
   EXPECT_TRUE(board.ok());
   constexpr uint64_t kStep = 100 * kUs;
   constexpr uint64_t kWarm = 300 * kMs, kRun = 3'000 * kMs;
   CoRunResult out;
   out.used.assign(shares.size(), 0);
-  uint64_t now = shim::MonotonicNs() + kMs;
+  uint64_t now = slice::MonotonicNs() + kMs;
   for (uint64_t t = 0; t < kWarm + kRun; t += kStep) {
     now += kStep;
     const bd::BoardHeader& h = (*board)->header();

@@ -18,7 +18,7 @@
 
 namespace gpuslice::daemon::arbiter_testing {
 
-namespace bd = shim::board;
+namespace bd = slice::board;
 namespace fs = std::filesystem;
 
 inline constexpr uint64_t kUs = 1'000;
@@ -55,13 +55,13 @@ class ArbiterTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  std::unique_ptr<shim::MembersFile> Members(Arbiter& a, uint64_t job) {
-    auto m = shim::MembersFile::Open(a.MembersPath(job));
+  std::unique_ptr<slice::MembersFile> Members(Arbiter& a, uint64_t job) {
+    auto m = slice::MembersFile::Open(a.MembersPath(job));
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     return m.ok() ? std::move(*m) : nullptr;
   }
-  std::unique_ptr<shim::BoardView> Board(Arbiter& a) {
-    auto b = shim::BoardView::Open(a.BoardPath(kGpu));
+  std::unique_ptr<slice::BoardView> Board(Arbiter& a) {
+    auto b = slice::BoardView::Open(a.BoardPath(kGpu));
     EXPECT_TRUE(b.ok()) << b.status().ToString();
     return b.ok() ? std::move(*b) : nullptr;
   }
@@ -72,7 +72,7 @@ class ArbiterTest : public ::testing::Test {
 
 // A member slot as a process of this test's pid writes it: claimed, on the
 // slice's first device, `flags`, beating at `now`.
-inline void Write(shim::MembersFile& m, uint32_t slot, uint32_t flags, uint64_t now) {
+inline void Write(slice::MembersFile& m, uint32_t slot, uint32_t flags, uint64_t now) {
   bd::MemberSlot& s = m.slot(slot);
   s.owner.store((uint64_t{uint32_t(getpid())} << 32) | 1);
   s.device_index.store(0);

@@ -35,12 +35,12 @@ std::string Basename(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-shim::DeviceControls ControlsOf(const SliceLimits& limits, const std::string& uuid) {
-  shim::DeviceControls c;
+slice::DeviceControls ControlsOf(const SliceLimits& limits, const std::string& uuid) {
+  slice::DeviceControls c;
   c.uuid = uuid;
   c.limit_bytes = limits.memory_bytes_per_device;
   c.share_milli = limits.compute_milli;
-  c.mode = limits.work_conserving ? shim::ComputeMode::kWorkConserving : shim::ComputeMode::kHard;
+  c.mode = limits.work_conserving ? slice::ComputeMode::kWorkConserving : slice::ComputeMode::kHard;
   c.priority = limits.priority;
   c.launches_paused = limits.launches_paused;
   return c;
@@ -74,9 +74,9 @@ class JobRegionFile {
   JobRegionFile& operator=(const JobRegionFile&) = delete;
 
   // What the job reports now (its header and devices), from this file.
-  core::Result<shim::RegionSnapshot> Devices() const {
+  core::Result<slice::RegionSnapshot> Devices() const {
     if (fd_ < 0) return ErrnoError(err_, "open slice region " + path_);
-    return shim::RegionSnapshot::ReadFrom(fd_, path_, shim::RegionSnapshot::Part::kDevices);
+    return slice::RegionSnapshot::ReadFrom(fd_, path_, slice::RegionSnapshot::Part::kDevices);
   }
   // One field, with one pwrite(2): the shim reads each with one atomic load.
   template <typename T>
@@ -93,8 +93,8 @@ class JobRegionFile {
   // limits_generation + 1, after the fields it announces (the shim reads
   // them after an acquire load of it). The daemon is the only writer of
   // the generation of its slices; a job that writes it fools only itself.
-  core::Status BumpGeneration(const shim::RegionSnapshot& before) const {
-    return Write<uint64_t>(offsetof(shim::layout::RegionHeader, limits_generation),
+  core::Status BumpGeneration(const slice::RegionSnapshot& before) const {
+    return Write<uint64_t>(offsetof(slice::layout::RegionHeader, limits_generation),
                            before.limits_generation() + 1);
   }
 
@@ -109,12 +109,12 @@ class JobRegionFile {
 // field, in the order Region::SetComputeShare stores them (mode and priority
 // before the share), then the generation.
 core::Status WriteLegacyControls(const std::string& path, const SliceLimits& limits) {
-  namespace l = shim::layout;
+  namespace l = slice::layout;
   JobRegionFile file(path);
-  GPUSLICE_ASSIGN_OR_RETURN(shim::RegionSnapshot now, file.Devices());
+  GPUSLICE_ASSIGN_OR_RETURN(slice::RegionSnapshot now, file.Devices());
   for (const std::string& uuid : limits.uuids) {
     GPUSLICE_ASSIGN_OR_RETURN(uint32_t i, now.FindDevice(uuid));
-    auto at = [i](size_t field) { return shim::DeviceFieldOffset(i, field); };
+    auto at = [i](size_t field) { return slice::DeviceFieldOffset(i, field); };
     GPUSLICE_RETURN_IF_ERROR(file.Write<uint64_t>(at(offsetof(l::DeviceEntry, limit_bytes)),
                                                   limits.memory_bytes_per_device));
     GPUSLICE_RETURN_IF_ERROR(file.Write<uint32_t>(at(offsetof(l::DeviceEntry, compute_mode)),
@@ -135,19 +135,20 @@ core::Status RenameRegionDevices(const std::string& path,
                                  const std::vector<std::pair<std::string, std::string>>& pairs) {
   JobRegionFile file(path);
   for (const auto& [from, to] : pairs) {
-    if (to.empty() || to.size() >= shim::layout::kUuidBytes) {
+    if (to.empty() || to.size() >= slice::layout::kUuidBytes) {
       return core::InvalidArgumentError("bad device UUID '" + to + "'");
     }
-    GPUSLICE_ASSIGN_OR_RETURN(shim::RegionSnapshot now, file.Devices());
+    GPUSLICE_ASSIGN_OR_RETURN(slice::RegionSnapshot now, file.Devices());
     GPUSLICE_ASSIGN_OR_RETURN(uint32_t i, now.FindDevice(from));
-    if (shim::SameUuid(from, to)) continue;
+    if (slice::SameUuid(from, to)) continue;
     if (now.FindDevice(to).ok()) {
       return core::AlreadyExistsError("device " + to + " is part of slice " + path + " already");
     }
-    char name[shim::layout::kUuidBytes] = {};
+    char name[slice::layout::kUuidBytes] = {};
     std::memcpy(name, to.data(), to.size());
-    GPUSLICE_RETURN_IF_ERROR(file.WriteBytes(
-        shim::DeviceFieldOffset(i, offsetof(shim::layout::DeviceEntry, uuid)), name, sizeof name));
+    GPUSLICE_RETURN_IF_ERROR(
+        file.WriteBytes(slice::DeviceFieldOffset(i, offsetof(slice::layout::DeviceEntry, uuid)),
+                        name, sizeof name));
     GPUSLICE_RETURN_IF_ERROR(file.BumpGeneration(now));
   }
   return core::Status::Ok();
@@ -156,7 +157,7 @@ core::Status RenameRegionDevices(const std::string& path,
 // What one slice takes on the state disk, all of it allocated at creation:
 // the region, the limits page, the members file (the compute arbiter's).
 constexpr uint64_t kSliceBytes =
-    shim::layout::kRegionSize + shim::layout::kLimitsPageSize + shim::board::kMembersSize;
+    slice::layout::kRegionSize + slice::layout::kLimitsPageSize + slice::board::kMembersSize;
 
 }  // namespace
 
@@ -189,7 +190,7 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
   (void)RemoveSliceDir(dir);
   ForgetPage(dir + "/" + kLimitsName);
   const std::string legacy = dir_ + "/job-" + id + ".slice";  // An older daemon's.
-  if (access(legacy.c_str(), F_OK) == 0) (void)shim::Region::Remove(legacy);
+  if (access(legacy.c_str(), F_OK) == 0) (void)slice::Region::Remove(legacy);
   // The daemon's, 0755: the job can read and map what is in it but cannot
   // rename, replace or add anything.
   if (mkdir(dir.c_str(), 0755) != 0) return ErrnoError(errno, "create slice directory " + dir);
@@ -199,33 +200,33 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
   };
   if (chmod(dir.c_str(), 0755) != 0) return fail(ErrnoError(errno, "chmod " + dir));
   const std::string name =
-      limits.name.empty() ? "job-" + id : limits.name.substr(0, shim::layout::kNameBytes - 1);
+      limits.name.empty() ? "job-" + id : limits.name.substr(0, slice::layout::kNameBytes - 1);
 
   // The daemon's decisions, before the region, so that no process of the
   // job can ever find a region without them.
-  shim::LimitsOptions page;
+  slice::LimitsOptions page;
   page.name = name;
   page.job_id = limits.job_id;
   page.shared_gid = limits.shared_gid;
   page.mode = root ? 0644 : 0444;
   for (const std::string& uuid : limits.uuids) page.devices.push_back(ControlsOf(limits, uuid));
   const std::string limits_path = dir + "/" + kLimitsName;
-  auto created = shim::LimitsPage::Create(limits_path, page);
+  auto created = slice::LimitsPage::Create(limits_path, page);
   if (!created.ok()) return fail(created.status().WithContext("create limits page " + limits_path));
 
   // The job's reports. Closed: it lists the slice's devices (the shim finds
   // a device's usage counters by UUID). Its own limit and compute fields
   // stay 0: nothing reads them in a slice that has a limits page, and a
   // shim too old to know the page gets no memory rather than no limit.
-  shim::RegionOptions options;
+  slice::RegionOptions options;
   options.name = name;
   options.closed = true;
   for (const std::string& uuid : limits.uuids) options.devices.push_back({uuid, 0});
   const std::string path = dir + "/" + kRegionName;
-  auto region = shim::Region::Create(path, options);
+  auto region = slice::Region::Create(path, options);
   if (!region.ok()) return fail(region.status().WithContext("create slice region " + path));
   // The daemon's mapping goes before the file becomes the job's: from here
-  // on it reads the region only as a copy (shim::RegionSnapshot).
+  // on it reads the region only as a copy (slice::RegionSnapshot).
   region->reset();
   if (root && chown(path.c_str(), limits.uid,
                     limits.shared_gid != 0 ? limits.shared_gid : limits.gid) != 0) {
@@ -243,7 +244,7 @@ core::Result<std::string> ShimRegionStore::Create(const SliceLimits& limits) {
 
 core::Status ShimRegionStore::Remove(const std::string& path) {
   const std::string dir = SliceDirOf(path);
-  if (dir.empty()) return shim::Region::Remove(path);  // An older daemon's slice file.
+  if (dir.empty()) return slice::Region::Remove(path);  // An older daemon's slice file.
   ForgetPage(dir + "/" + kLimitsName);
   return RemoveSliceDir(dir);
 }
@@ -252,17 +253,17 @@ bool ShimRegionStore::Exists(const std::string& path) { return access(path.c_str
 
 core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& path) {
   // A copy, never a mapping: the region is the job's file and may shrink.
-  auto region = shim::RegionSnapshot::Read(path, shim::RegionSnapshot::Part::kDevices);
+  auto region = slice::RegionSnapshot::Read(path, slice::RegionSnapshot::Part::kDevices);
   if (!region.ok()) return region.status();
   const std::string limits_path = LimitsPathOf(path);
   std::vector<SliceUsage> out;
   if (limits_path.empty()) {
     // An older daemon's slice: its only limits are in the job's file, which
     // decides nothing here.
-    for (const shim::DeviceUsage& d : region->Devices()) {
+    for (const slice::DeviceUsage& d : region->Devices()) {
       SliceUsage u;
       u.uuid = d.uuid;
-      u.limit_bytes = shim::layout::kUnlimited;
+      u.limit_bytes = slice::layout::kUnlimited;
       u.used_bytes = d.used_bytes;
       u.peak_bytes = d.peak_bytes;
       u.refused_allocs = d.refused_allocs;
@@ -271,21 +272,21 @@ core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& 
     }
     return out;
   }
-  std::vector<shim::DeviceControls> decided;
-  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](shim::LimitsPage& page) {
+  std::vector<slice::DeviceControls> decided;
+  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](slice::LimitsPage& page) {
     decided = page.Devices();
     return core::Status::Ok();
   }));
   // The devices are the ones the daemon gave the slice (its page), whatever
   // the job wrote into its region's device list; the numbers beside them
   // are what the job's processes report.
-  const std::vector<shim::DeviceUsage> reported = region->Devices();
-  for (const shim::DeviceControls& c : decided) {
+  const std::vector<slice::DeviceUsage> reported = region->Devices();
+  for (const slice::DeviceControls& c : decided) {
     SliceUsage u;
     u.uuid = c.uuid;
     u.limit_bytes = c.limit_bytes;
-    for (const shim::DeviceUsage& d : reported) {
-      if (!shim::SameUuid(d.uuid, c.uuid)) continue;
+    for (const slice::DeviceUsage& d : reported) {
+      if (!slice::SameUuid(d.uuid, c.uuid)) continue;
       u.used_bytes = d.used_bytes;
       u.peak_bytes = d.peak_bytes;
       u.refused_allocs = d.refused_allocs;
@@ -298,17 +299,17 @@ core::Result<std::vector<SliceUsage>> ShimRegionStore::Usage(const std::string& 
 }
 
 core::Result<std::vector<int32_t>> ShimRegionStore::Pids(const std::string& path) {
-  auto region = shim::RegionSnapshot::Read(path, shim::RegionSnapshot::Part::kAll);
+  auto region = slice::RegionSnapshot::Read(path, slice::RegionSnapshot::Part::kAll);
   if (!region.ok()) return region.status();
   std::vector<int32_t> out;
-  for (const shim::ProcessUsage& p : region->Processes()) out.push_back(p.pid);
+  for (const slice::ProcessUsage& p : region->Processes()) out.push_back(p.pid);
   return out;
 }
 
 core::Status ShimRegionStore::Update(const std::string& path, const SliceLimits& limits) {
   const std::string limits_path = LimitsPathOf(path);
   if (!limits_path.empty()) {
-    return WithPage(limits_path, [&](shim::LimitsPage& page) {
+    return WithPage(limits_path, [&](slice::LimitsPage& page) {
       for (const std::string& uuid : limits.uuids) {
         GPUSLICE_RETURN_IF_ERROR(page.Set(ControlsOf(limits, uuid)).WithContext(limits_path));
       }
@@ -330,7 +331,7 @@ core::Status ShimRegionStore::Move(const std::string& path,
     return core::UnimplementedError("slice " + path +
                                     " was made by an older daemon: it has no limits page to move");
   }
-  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](shim::LimitsPage& page) {
+  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](slice::LimitsPage& page) {
     for (size_t i = 0; i < pairs.size(); ++i) {
       core::Status s = page.MoveDevice(pairs[i].first, pairs[i].second);
       if (!s.ok()) {
@@ -353,13 +354,13 @@ core::Result<std::vector<std::string>> ShimRegionStore::Devices(const std::strin
   const std::string limits_path = LimitsPathOf(path);
   std::vector<std::string> out;
   if (limits_path.empty()) {
-    auto region = shim::RegionSnapshot::Read(path, shim::RegionSnapshot::Part::kDevices);
+    auto region = slice::RegionSnapshot::Read(path, slice::RegionSnapshot::Part::kDevices);
     if (!region.ok()) return region.status();
-    for (const shim::DeviceUsage& d : region->Devices()) out.push_back(d.uuid);
+    for (const slice::DeviceUsage& d : region->Devices()) out.push_back(d.uuid);
     return out;
   }
-  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](shim::LimitsPage& page) {
-    for (const shim::DeviceControls& c : page.Devices()) out.push_back(c.uuid);
+  GPUSLICE_RETURN_IF_ERROR(WithPage(limits_path, [&](slice::LimitsPage& page) {
+    for (const slice::DeviceControls& c : page.Devices()) out.push_back(c.uuid);
     return core::Status::Ok();
   }));
   return out;
@@ -372,7 +373,7 @@ core::Result<uint64_t> ShimRegionStore::ResumeRequest(const std::string& region_
   // like any report of the job's.
   const int fd = open(region_path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return ErrnoError(errno, "open slice region " + region_path);
-  using shim::layout::RegionHeader;
+  using slice::layout::RegionHeader;
   unsigned char header[sizeof(RegionHeader)];
   const ssize_t n = pread(fd, header, sizeof(header), 0);
   const int err = errno;
@@ -383,8 +384,8 @@ core::Result<uint64_t> ShimRegionStore::ResumeRequest(const std::string& region_
   std::memcpy(&magic, header + offsetof(RegionHeader, magic), sizeof(magic));
   std::memcpy(&version, header + offsetof(RegionHeader, version), sizeof(version));
   std::memcpy(&request, header + offsetof(RegionHeader, resume_request), sizeof(request));
-  if (n != static_cast<ssize_t>(sizeof(header)) || magic != shim::layout::kRegionMagic ||
-      version != shim::layout::kRegionVersion) {
+  if (n != static_cast<ssize_t>(sizeof(header)) || magic != slice::layout::kRegionMagic ||
+      version != slice::layout::kRegionVersion) {
     return core::FailedPreconditionError("slice region " + region_path +
                                          " is not a version-1 region (rewritten by its job?)");
   }
@@ -405,7 +406,7 @@ core::Status ShimRegionStore::CheckRoom() {
   unlink(probe.c_str());
   int fd = open(probe.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return ErrnoError(errno, "probe room for a slice in " + dir_);
-  const int err = shim::AllocateFile(fd, kSliceBytes);
+  const int err = slice::AllocateFile(fd, kSliceBytes);
   close(fd);
   unlink(probe.c_str());
   if (err != 0) return ErrnoError(err, "no room for a slice in " + dir_);
@@ -413,11 +414,11 @@ core::Status ShimRegionStore::CheckRoom() {
 }
 
 core::Status ShimRegionStore::WithPage(const std::string& limits_path,
-                                       const std::function<core::Status(shim::LimitsPage&)>& fn) {
+                                       const std::function<core::Status(slice::LimitsPage&)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pages_.find(limits_path);
   if (it == pages_.end()) {
-    auto page = shim::LimitsPage::OpenForUpdate(limits_path);
+    auto page = slice::LimitsPage::OpenForUpdate(limits_path);
     if (!page.ok()) return page.status();
     it = pages_.emplace(limits_path, std::move(*page)).first;
   }

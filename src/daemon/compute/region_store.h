@@ -23,7 +23,7 @@
 #include "core/status.h"
 #include "core/units.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 class LimitsPage;
 }
 
@@ -57,7 +57,7 @@ struct SliceLimits {
   uint32_t shared_gid = 0;
   // A part of a GPU asked for without a compute share: it takes turns at
   // the smallest share (compute_milli), work-conserving, and any slice with
-  // a share takes the GPU from it on demand (shim::SliceView::shareless).
+  // a share takes the GPU from it on demand (slice::SliceView::shareless).
   bool no_share = false;
 };
 
@@ -153,11 +153,11 @@ class RegionStore {
 // slice, which the job cannot write (so it cannot rename or replace what is
 // in it):
 //   <dir>/job-<id>/          the daemon's, 0755
-//   <dir>/job-<id>/limits    the daemon's decisions (shim::LimitsPage): the
+//   <dir>/job-<id>/limits    the daemon's decisions (slice::LimitsPage): the
 //                            daemon's, 0644 (0444 when the daemon is not
 //                            root: its jobs run as its own user, and the
 //                            shim refuses a page its process could write)
-//   <dir>/job-<id>/region    the job's reports (shim::Region): the job's
+//   <dir>/job-<id>/region    the job's reports (slice::Region): the job's
 //                            user, 0600; the path Create returns
 // Slices of an older daemon (one file, <dir>/job-<id>.slice, holding limits
 // and reports) stay readable, updatable and removable, so a restarted
@@ -195,12 +195,12 @@ class ShimRegionStore : public RegionStore {
   // that is not root made 0444 is opened by lifting its write bit, which is
   // best done rarely).
   core::Status WithPage(const std::string& limits_path,
-                        const std::function<core::Status(shim::LimitsPage&)>& fn);
+                        const std::function<core::Status(slice::LimitsPage&)>& fn);
   void ForgetPage(const std::string& limits_path);
 
   std::string dir_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<shim::LimitsPage>> pages_;  // Guarded by mu_.
+  std::map<std::string, std::unique_ptr<slice::LimitsPage>> pages_;  // Guarded by mu_.
 };
 
 // In memory. Paths: "/fake/slice-<id>" for the region, "/fake/limits-<id>"

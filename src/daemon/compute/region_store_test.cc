@@ -98,10 +98,10 @@ TEST_F(ShimRegionStoreTest, EachDeviceGetsTheShareModeAndPriority) {
     auto path = store.Create(l);
     ASSERT_TRUE(path.ok()) << path.status().ToString();
     // In the daemon's limits page, which the job's shim reads.
-    auto page = shim::LimitsPage::OpenForUpdate(store.LimitsPathOf(*path));
+    auto page = slice::LimitsPage::OpenForUpdate(store.LimitsPathOf(*path));
     ASSERT_TRUE(page.ok()) << page.status().ToString();
     for (const std::string& uuid : l.uuids) {
-      const shim::layout::LimitsEntry* e = (*page)->Find(uuid);
+      const slice::layout::LimitsEntry* e = (*page)->Find(uuid);
       ASSERT_NE(e, nullptr) << uuid;
       EXPECT_EQ(e->limit_bytes.load(), 4 * core::kGiB) << uuid;
       EXPECT_EQ(e->compute_share_milli.load(), c.share_milli) << uuid;
@@ -111,7 +111,7 @@ TEST_F(ShimRegionStoreTest, EachDeviceGetsTheShareModeAndPriority) {
     }
     // The job's region lists the devices (for its usage counters) and
     // decides nothing: its own limit and compute fields stay 0.
-    auto region = shim::Region::Open(*path);
+    auto region = slice::Region::Open(*path);
     ASSERT_TRUE(region.ok()) << region.status().ToString();
     for (const std::string& uuid : l.uuids) {
       auto index = (*region)->FindDevice(uuid);
@@ -140,7 +140,7 @@ TEST_F(ShimRegionStoreTest, LaunchesPausedIsSetAtCreateAndFollowsUpdates) {
   l.launches_paused = true;
   auto path = store.Create(l);
   ASSERT_TRUE(path.ok()) << path.status().ToString();
-  auto page = shim::LimitsPage::OpenForUpdate(store.LimitsPathOf(*path));
+  auto page = slice::LimitsPage::OpenForUpdate(store.LimitsPathOf(*path));
   ASSERT_TRUE(page.ok()) << page.status().ToString();
   for (const auto& d : (*page)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
   l.launches_paused = false;
@@ -150,9 +150,9 @@ TEST_F(ShimRegionStoreTest, LaunchesPausedIsSetAtCreateAndFollowsUpdates) {
   ASSERT_TRUE(store.Update(*path, l).ok());
   for (const auto& d : (*page)->Devices()) EXPECT_TRUE(d.launches_paused) << d.uuid;
   // Never in the job's region.
-  auto region = shim::Region::Open(*path);
+  auto region = slice::Region::Open(*path);
   ASSERT_TRUE(region.ok());
-  for (const shim::DeviceUsage& d : (*region)->Devices()) EXPECT_FALSE(d.launches_paused);
+  for (const slice::DeviceUsage& d : (*region)->Devices()) EXPECT_FALSE(d.launches_paused);
 }
 
 // Resume on demand: the daemon says "suspended" in its page, the job asks
@@ -163,7 +163,7 @@ TEST_F(ShimRegionStoreTest, TheSuspensionGoesToThePageAndTheRequestIsReadFromThe
   SliceLimits l = Limits(4, {"GPU-aaaa"});
   auto path = store.Create(l);
   ASSERT_TRUE(path.ok()) << path.status().ToString();
-  auto page = shim::LimitsPage::OpenReadOnly(store.LimitsPathOf(*path));
+  auto page = slice::LimitsPage::OpenReadOnly(store.LimitsPathOf(*path));
   ASSERT_TRUE(page.ok()) << page.status().ToString();
   EXPECT_EQ((*page)->suspension(), 0u);
   l.memory_bytes_per_device = 0;
@@ -174,7 +174,7 @@ TEST_F(ShimRegionStoreTest, TheSuspensionGoesToThePageAndTheRequestIsReadFromThe
   EXPECT_EQ(*store.ResumeRequest(*path), 0u) << "nobody asked yet";
 
   // The job's process asks, through its own mapping of its region.
-  auto job = shim::Region::Open(*path);
+  auto job = slice::Region::Open(*path);
   ASSERT_TRUE(job.ok());
   (*job)->header().resume_request.store(1'700'000'123'456);
   auto asked = store.ResumeRequest(*path);
@@ -220,11 +220,11 @@ TEST_F(ShimRegionStoreTest, UsageCarriesTheShimsRefusalAndThrottleCounters) {
   ShimRegionStore store(dir_ + "/slices");
   auto path = store.Create(Limits(4, {"GPU-aaaa"}));
   ASSERT_TRUE(path.ok()) << path.status().ToString();
-  auto region = shim::Region::Open(*path);
+  auto region = slice::Region::Open(*path);
   ASSERT_TRUE(region.ok());
   // What the shim does in a job's processes (admission.h, the compute gate).
-  shim::CountRefusal((*region)->device(0));
-  shim::CountRefusal((*region)->device(0));
+  slice::CountRefusal((*region)->device(0));
+  slice::CountRefusal((*region)->device(0));
   (*region)->device(0).throttled_ns.fetch_add(2'500'000);
   auto usage = store.Usage(*path);
   ASSERT_TRUE(usage.ok()) << usage.status().ToString();
@@ -274,7 +274,7 @@ TEST_F(ShimRegionStoreTest, TheJobCannotWriteReplaceOrRemoveItsLimitsPage) {
                      close(fd);
                      // The limits page: read and map, never write.
                      if (open(limits.c_str(), O_RDWR) >= 0 || errno != EACCES) return 2;
-                     if (!shim::LimitsPage::OpenReadOnly(limits).ok()) return 3;
+                     if (!slice::LimitsPage::OpenReadOnly(limits).ok()) return 3;
                      if (chmod(limits.c_str(), 0666) == 0) return 4;
                      // Nor replace it, remove it or add beside it.
                      if (rename(path->c_str(), limits.c_str()) == 0) return 5;
@@ -283,7 +283,7 @@ TEST_F(ShimRegionStoreTest, TheJobCannotWriteReplaceOrRemoveItsLimitsPage) {
                      return 0;
                    }),
             0);
-  auto page = shim::LimitsPage::OpenReadOnly(limits);
+  auto page = slice::LimitsPage::OpenReadOnly(limits);
   ASSERT_TRUE(page.ok());
   EXPECT_EQ((*page)->Devices()[0].limit_bytes, 4 * core::kGiB);
 }
@@ -296,7 +296,7 @@ TEST_F(ShimRegionStoreTest, UsageAndUpdateNeverTakeALimitFromTheRegion) {
   SliceLimits l = Limits(14, {"GPU-aaaa", "GPU-bbbb"});
   auto path = store.Create(l);
   ASSERT_TRUE(path.ok()) << path.status().ToString();
-  auto region = shim::Region::Open(*path);
+  auto region = slice::Region::Open(*path);
   ASSERT_TRUE(region.ok());
   (*region)->device(0).limit_bytes.store(~0ull);
   (*region)->device(0).used_bytes.store(20 * core::kGiB);
@@ -357,14 +357,14 @@ TEST_F(ShimRegionStoreTest, OnlySlicesOfThisLayoutHaveALimitsPage) {
 TEST_F(ShimRegionStoreTest, AnOlderDaemonsSliceFileIsStillReadUpdatedAndRemoved) {
   ASSERT_EQ(mkdir((dir_ + "/slices").c_str(), 0755), 0);
   const std::string path = dir_ + "/slices/job-5.slice";
-  shim::RegionOptions o;
+  slice::RegionOptions o;
   o.name = "job-5";
   o.closed = true;
   o.devices = {{"GPU-aaaa", 4 * core::kGiB}};
-  auto old = shim::Region::Create(path, o);
+  auto old = slice::Region::Create(path, o);
   ASSERT_TRUE(old.ok()) << old.status().ToString();
   uint32_t slot = *(*old)->ClaimSlot(getpid(), 0);
-  shim::ForceCharge((*old)->device(0), (*old)->slot(slot), 0, core::kGiB);
+  slice::ForceCharge((*old)->device(0), (*old)->slot(slot), 0, core::kGiB);
   ShimRegionStore store(dir_ + "/slices");
   ASSERT_TRUE(store.Exists(path));
   EXPECT_EQ(store.LimitsPathOf(path), "");
@@ -402,7 +402,7 @@ TEST_F(ShimRegionStoreTest, AMoveRenamesTheDeviceInThePageAndInTheJobsRegion) {
   ShimRegionStore store(dir_ + "/slices");
   auto path = store.Create(Limits(4, {"GPU-aaaa", "GPU-bbbb"}));
   ASSERT_TRUE(path.ok()) << path.status().ToString();
-  auto region = shim::Region::Open(*path);
+  auto region = slice::Region::Open(*path);
   ASSERT_TRUE(region.ok());
   const uint64_t generation = (*region)->header().limits_generation.load();
   ASSERT_TRUE(store.Move(*path, {{"GPU-aaaa", "GPU-cccc"}}, Limits(4, {})).ok());
@@ -431,7 +431,7 @@ TEST_F(ShimRegionStoreTest, AJobThatTruncatesItsRegionInALoopNeverFaultsTheDaemo
   if (root) l.uid = l.gid = kJobUid;
   auto path = store.Create(l);
   ASSERT_TRUE(path.ok()) << path.status().ToString();
-  std::string header(shim::layout::kHeaderSize, '\0');
+  std::string header(slice::layout::kHeaderSize, '\0');
   {
     std::ifstream in(*path, std::ios::binary);
     in.read(header.data(), std::streamsize(header.size()));
@@ -444,7 +444,7 @@ TEST_F(ShimRegionStoreTest, AJobThatTruncatesItsRegionInALoopNeverFaultsTheDaemo
     if (fd < 0) _exit(101);
     if (root && (setgid(kJobUid) != 0 || setuid(kJobUid) != 0)) _exit(100);
     while (true) {  // Until killed.
-      if (ftruncate(fd, 0) != 0 || ftruncate(fd, shim::layout::kRegionSize) != 0 ||
+      if (ftruncate(fd, 0) != 0 || ftruncate(fd, slice::layout::kRegionSize) != 0 ||
           pwrite(fd, header.data(), header.size(), 0) != ssize_t(header.size())) {
         _exit(102);
       }

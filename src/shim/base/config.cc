@@ -13,11 +13,11 @@
 namespace gpuslice::shim {
 
 uint64_t ShimConfig::LimitFor(int ordinal) const {
-  if (!has_limit) return layout::kUnlimited;
+  if (!has_limit) return slice::layout::kUnlimited;
   auto it = limits.find(ordinal);
   if (it != limits.end()) return it->second;
   it = limits.find(-1);
-  return it != limits.end() ? it->second : layout::kUnlimited;
+  return it != limits.end() ? it->second : slice::layout::kUnlimited;
 }
 
 ShimConfig ReadShimConfig(const std::function<const char*(const char*)>& env) {

@@ -30,7 +30,7 @@ TEST(ShimConfig, NothingSetMeansNoSliceAndNoProblems) {
   EXPECT_FALSE(c.has_limit);
   EXPECT_TRUE(c.slice_path.empty());
   EXPECT_TRUE(c.problems.empty());
-  EXPECT_EQ(c.LimitFor(0), layout::kUnlimited);
+  EXPECT_EQ(c.LimitFor(0), slice::layout::kUnlimited);
 }
 
 TEST(ShimConfig, OneLimitAppliesToEveryDevice) {
@@ -45,7 +45,7 @@ TEST(ShimConfig, PerDeviceLimitsLeaveOtherDevicesUnlimited) {
   ASSERT_TRUE(c.has_limit);
   EXPECT_EQ(c.LimitFor(0), 4 * kGiB);
   EXPECT_EQ(c.LimitFor(1), 2 * kGiB);
-  EXPECT_EQ(c.LimitFor(2), layout::kUnlimited);
+  EXPECT_EQ(c.LimitFor(2), slice::layout::kUnlimited);
 }
 
 // Table-driven: every bad value gives one line naming the variable and the

@@ -48,7 +48,7 @@ constexpr uint32_t LearnerSlot(uint64_t word) {
 // The learnt size of one fresh context on `device`, or false if nobody has
 // learnt it yet. A non-zero context_bytes counts as learnt whatever the
 // learner word says (regions whose size an older shim cached).
-inline bool LearntContextSize(const layout::DeviceEntry& device, uint64_t* bytes) {
+inline bool LearntContextSize(const slice::layout::DeviceEntry& device, uint64_t* bytes) {
   // Acquire: pairs with the release in PublishContextSize, so a reader that
   // sees kContextLearnt reads the size stored before it.
   const uint64_t word = device.context_learner.load(std::memory_order_acquire);
@@ -60,14 +60,14 @@ inline bool LearntContextSize(const layout::DeviceEntry& device, uint64_t* bytes
 
 // Claims the learning of `device`'s context size for `word` (LearnerWord).
 // False when another process or thread holds it, or it is learnt.
-inline bool ClaimLearning(layout::DeviceEntry& device, uint64_t word) {
+inline bool ClaimLearning(slice::layout::DeviceEntry& device, uint64_t word) {
   uint64_t none = 0;
   return device.context_learner.compare_exchange_strong(none, word, std::memory_order_relaxed);
 }
 
 // The learner's result: `bytes` becomes the device's context size (unless
 // one is cached already: the first to learn wins) and the claim ends.
-inline void PublishContextSize(layout::DeviceEntry& device, uint64_t word, uint64_t bytes) {
+inline void PublishContextSize(slice::layout::DeviceEntry& device, uint64_t word, uint64_t bytes) {
   uint64_t none = 0;
   device.context_bytes.compare_exchange_strong(none, bytes, std::memory_order_relaxed);
   // Release: the size above is visible to whoever sees kContextLearnt.
@@ -77,15 +77,15 @@ inline void PublishContextSize(layout::DeviceEntry& device, uint64_t word, uint6
 
 // Ends a claim without a result (the creation failed, NVML could not tell, or
 // the learner died): the next creator learns.
-inline void AbandonLearning(layout::DeviceEntry& device, uint64_t word) {
+inline void AbandonLearning(slice::layout::DeviceEntry& device, uint64_t word) {
   device.context_learner.compare_exchange_strong(word, 0, std::memory_order_relaxed);
 }
 
 // Reserves `bytes` for a context about to be created, within `limit`.
 // False (and nothing changed) when it does not fit.
-inline bool TryReserveContext(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-                              uint64_t bytes, uint64_t limit) {
-  if (!TryCharge(device, slot, d, bytes, limit)) return false;
+inline bool TryReserveContext(slice::layout::DeviceEntry& device, slice::layout::ProcessSlot& slot,
+                              uint32_t d, uint64_t bytes, uint64_t limit) {
+  if (!slice::TryCharge(device, slot, d, bytes, limit)) return false;
   slot.overhead_bytes[d].fetch_add(bytes, std::memory_order_relaxed);
   return true;
 }
@@ -93,8 +93,8 @@ inline bool TryReserveContext(layout::DeviceEntry& device, layout::ProcessSlot& 
 // Reserves everything left under `limit` (the learner's reservation) and
 // returns how much that was; 0 when nothing is left. The peak is not raised:
 // the hold is a lock on the room, not memory anyone uses.
-inline uint64_t ReserveHeadroom(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-                                uint64_t limit) {
+inline uint64_t ReserveHeadroom(slice::layout::DeviceEntry& device,
+                                slice::layout::ProcessSlot& slot, uint32_t d, uint64_t limit) {
   uint64_t used = device.used_bytes.load(std::memory_order_relaxed);
   uint64_t take = 0;
   do {
@@ -108,24 +108,24 @@ inline uint64_t ReserveHeadroom(layout::DeviceEntry& device, layout::ProcessSlot
 
 // Returns `bytes` of context charge (a reservation given back, a context
 // destroyed): the slot first, then the device (admission.h's order).
-inline void ReturnContext(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-                          uint64_t bytes) {
-  SaturatingSub(slot.overhead_bytes[d], bytes);
-  Uncharge(device, slot, d, bytes);
+inline void ReturnContext(slice::layout::DeviceEntry& device, slice::layout::ProcessSlot& slot,
+                          uint32_t d, uint64_t bytes) {
+  slice::SaturatingSub(slot.overhead_bytes[d], bytes);
+  slice::Uncharge(device, slot, d, bytes);
 }
 
 // Adds `bytes` of driver memory the driver has already taken (a context
 // larger than reserved, a module): forced, whatever the limit.
-inline void ForceDriverMemory(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-                              uint64_t bytes) {
-  ForceCharge(device, slot, d, bytes);
+inline void ForceDriverMemory(slice::layout::DeviceEntry& device, slice::layout::ProcessSlot& slot,
+                              uint32_t d, uint64_t bytes) {
+  slice::ForceCharge(device, slot, d, bytes);
   slot.overhead_bytes[d].fetch_add(bytes, std::memory_order_relaxed);
 }
 
 // Turns a reservation of `reserved` into a charge of `actual` for a context
 // that now exists: more is forced (the driver has taken it), less returned.
-inline void SettleContext(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-                          uint64_t reserved, uint64_t actual) {
+inline void SettleContext(slice::layout::DeviceEntry& device, slice::layout::ProcessSlot& slot,
+                          uint32_t d, uint64_t reserved, uint64_t actual) {
   if (actual > reserved) ForceDriverMemory(device, slot, d, actual - reserved);
   if (actual < reserved) ReturnContext(device, slot, d, reserved - actual);
 }
@@ -144,8 +144,8 @@ constexpr uint64_t DriverMemoryTarget(uint64_t nvml_used, uint64_t charged, uint
 }
 
 // Moves the slot's overhead on `d` to `target` (ResyncDriverMemory).
-inline void SetDriverMemory(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d,
-                            uint64_t target) {
+inline void SetDriverMemory(slice::layout::DeviceEntry& device, slice::layout::ProcessSlot& slot,
+                            uint32_t d, uint64_t target) {
   const uint64_t overhead = slot.overhead_bytes[d].load(std::memory_order_relaxed);
   if (target > overhead) ForceDriverMemory(device, slot, d, target - overhead);
   if (target < overhead) ReturnContext(device, slot, d, overhead - target);
@@ -230,7 +230,7 @@ class ContextLedger {
   };
   Created created_[kMaxCreated];
   Primary primaries_[kMaxOrdinals];
-  uint64_t pending_[layout::kMaxDevices] = {};
+  uint64_t pending_[slice::layout::kMaxDevices] = {};
 };
 
 }  // namespace gpuslice::shim

@@ -14,9 +14,10 @@ constexpr uint64_t kMiB = 1ull << 20;
 
 // One slice device and two process slots, in plain memory.
 struct Slice {
-  std::unique_ptr<layout::DeviceEntry> device = std::make_unique<layout::DeviceEntry>();
-  std::unique_ptr<layout::ProcessSlot> a = std::make_unique<layout::ProcessSlot>();
-  std::unique_ptr<layout::ProcessSlot> b = std::make_unique<layout::ProcessSlot>();
+  std::unique_ptr<slice::layout::DeviceEntry> device =
+      std::make_unique<slice::layout::DeviceEntry>();
+  std::unique_ptr<slice::layout::ProcessSlot> a = std::make_unique<slice::layout::ProcessSlot>();
+  std::unique_ptr<slice::layout::ProcessSlot> b = std::make_unique<slice::layout::ProcessSlot>();
   uint64_t used() const { return device->used_bytes.load(); }
 };
 
@@ -58,21 +59,22 @@ TEST(ContextCharge, SettlingReturnsWhatTheContextDidNotTakeAndForcesWhatItTookBe
 TEST(ContextCharge, TheLearnersHoldTakesAllTheRoomLeftAndNothingElseFitsBesideIt) {
   Slice s;
   const uint64_t limit = 1000 * kMiB;
-  ASSERT_TRUE(TryCharge(*s.device, *s.b, 0, 100 * kMiB, limit));  // Another process's allocation.
+  ASSERT_TRUE(
+      slice::TryCharge(*s.device, *s.b, 0, 100 * kMiB, limit));  // Another process's allocation.
   EXPECT_EQ(ReserveHeadroom(*s.device, *s.a, 0, limit), 900 * kMiB);
   EXPECT_EQ(s.used(), limit);
-  EXPECT_FALSE(TryCharge(*s.device, *s.b, 0, 1, limit));
+  EXPECT_FALSE(slice::TryCharge(*s.device, *s.b, 0, 1, limit));
   EXPECT_FALSE(TryReserveContext(*s.device, *s.b, 0, 1, limit));
   EXPECT_EQ(s.device->peak_bytes.load(), 100 * kMiB) << "the hold is not memory anyone used";
   SettleContext(*s.device, *s.a, 0, 900 * kMiB, 300 * kMiB);  // What NVML measured.
   EXPECT_EQ(s.used(), 400 * kMiB);
   EXPECT_EQ(s.a->overhead_bytes[0].load(), 300 * kMiB);
-  EXPECT_TRUE(TryCharge(*s.device, *s.b, 0, 600 * kMiB, limit));
+  EXPECT_TRUE(slice::TryCharge(*s.device, *s.b, 0, 600 * kMiB, limit));
 }
 
 TEST(ContextCharge, AFullSliceLeavesTheLearnerNoRoomToHold) {
   Slice s;
-  ASSERT_TRUE(TryCharge(*s.device, *s.b, 0, 1000 * kMiB, 1000 * kMiB));
+  ASSERT_TRUE(slice::TryCharge(*s.device, *s.b, 0, 1000 * kMiB, 1000 * kMiB));
   EXPECT_EQ(ReserveHeadroom(*s.device, *s.a, 0, 1000 * kMiB), 0u);
   // A limit lowered below what is used: still nothing, never a wrap-around.
   EXPECT_EQ(ReserveHeadroom(*s.device, *s.a, 0, 500 * kMiB), 0u);
@@ -92,13 +94,13 @@ TEST(ContextCharge, RacingReservationsNeverAddUpToMoreThanTheLimit) {
     std::vector<std::thread> threads;
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&, t] {
-        layout::ProcessSlot& slot = t % 2 == 0 ? *s.a : *s.b;
+        slice::layout::ProcessSlot& slot = t % 2 == 0 ? *s.a : *s.b;
         while (!go.load()) {
         }
         if (TryReserveContext(*s.device, slot, 0, 300 * kMiB, limit)) {
           ++granted;
           // An allocation in the context beside the others' reservations.
-          (void)TryCharge(*s.device, slot, 0, 50 * kMiB, limit);
+          (void)slice::TryCharge(*s.device, slot, 0, 50 * kMiB, limit);
         }
       });
     }
@@ -130,7 +132,7 @@ TEST(ContextCharge, DriverMemoryIsWhatNvmlShowsBeyondTheAllocationsPlusWhatItCan
 
 TEST(ContextCharge, SetDriverMemoryMovesTheOverheadBothWays) {
   Slice s;
-  ASSERT_TRUE(TryCharge(*s.device, *s.a, 0, 64, 1000));
+  ASSERT_TRUE(slice::TryCharge(*s.device, *s.a, 0, 64, 1000));
   SetDriverMemory(*s.device, *s.a, 0, 300);
   EXPECT_EQ(s.used(), 364u);
   EXPECT_EQ(s.a->overhead_bytes[0].load(), 300u);

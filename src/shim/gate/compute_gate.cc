@@ -99,7 +99,7 @@ std::atomic<int32_t> g_member{-1};
 // The cooperative file's decisions (set by Start): its members co-run when
 // their loops leave the GPU idle (PolicyParams::corun), as under the
 // daemon's arbiter, unless GPUSLICE_COMPUTE_CORUN=0.
-PolicyParams g_params;
+slice::PolicyParams g_params;
 std::atomic<uint32_t> g_share{0};  // Current share (from the region), 0: none.
 // The region's launches_paused flag as last read: the gate stays closed
 // while it is set, whatever the share (the daemon's idle reclaim).
@@ -128,7 +128,8 @@ void Resolve(T* out, const char* name) {
 }
 
 uint32_t SharedMode(uint32_t region_mode) {
-  return region_mode == kRegionModeWorkConserving ? coord::kModeWorkConserving : coord::kModeHard;
+  return region_mode == kRegionModeWorkConserving ? slice::coord::kModeWorkConserving
+                                                  : slice::coord::kModeHard;
 }
 uint32_t SharedPriority(uint32_t region_priority) {
   return region_priority == kRegionPriorityDefault ? 1 : region_priority - 1;
@@ -153,7 +154,7 @@ void RefreshGate() {
     return;
   }
   const bool ours = !paused && g_member.load(std::memory_order_relaxed) >= 0 &&
-                    g_coord->HoldsOpenTurn(MonotonicNs());
+                    g_coord->HoldsOpenTurn(slice::MonotonicNs());
   uint32_t seen = g_gate.load(std::memory_order_relaxed);
   while (true) {
     const uint32_t gate = seen == kGateOff ? 1 : seen;  // A share or a pause appeared: closed.
@@ -167,7 +168,7 @@ void RefreshGate() {
     // already moved past (reopening credits it had voided).
     if (g_gate.compare_exchange_weak(seen, next, std::memory_order_release,
                                      std::memory_order_relaxed)) {
-      if (ours) g_gate_opened_ns.store(MonotonicNs(), std::memory_order_relaxed);
+      if (ours) g_gate_opened_ns.store(slice::MonotonicNs(), std::memory_order_relaxed);
       return;
     }
   }
@@ -177,10 +178,10 @@ void RefreshGate() {
 bool Publish(uint64_t now, bool inflight, bool ring = true) {
   if (g_member.load(std::memory_order_relaxed) < 0) return false;
   uint32_t flags = 0;
-  if (g_waiters.load(std::memory_order_relaxed) > 0) flags |= coord::kMemberWaiting;
-  if (inflight) flags |= coord::kMemberInflight;
+  if (g_waiters.load(std::memory_order_relaxed) > 0) flags |= slice::coord::kMemberWaiting;
+  if (inflight) flags |= slice::coord::kMemberInflight;
   // Every batch's GPU time is added to the slice (PollMarkersLocked).
-  flags |= coord::kMemberGpuTime;
+  flags |= slice::coord::kMemberGpuTime;
   return g_coord->Publish(flags, now, ring);
 }
 
@@ -190,13 +191,13 @@ bool Publish(uint64_t now, bool inflight, bool ring = true) {
 // elsewhere, docs/SUSPEND.md): follow that GPU's board. The process is
 // checkpointed while the page changes, so its first launch after the
 // restore already sees the new board, or the one after the next tick.
-void FollowPlacement(const Region& region) {
+void FollowPlacement(const slice::Region& region) {
   const uint32_t seq = region.PlacementSeqOf(uint32_t(g_device));
   if (seq == g_placement) return;
   std::string uuid;
   uint32_t placement = 0;
   if (!region.PlacementOf(uint32_t(g_device), &uuid, &placement)) return;  // Mid-move.
-  const std::string path = BoardPath(Config()->coord_dir, uuid);
+  const std::string path = slice::BoardPath(Config()->coord_dir, uuid);
   core::Status moved = g_coord->MoveTo(path);
   if (!moved.ok()) {
     GPUSLICE_LOG(kWarn, "the slice moved to %s but its compute turns cannot follow: %s",
@@ -211,7 +212,7 @@ void FollowRegion(uint64_t now) {
   // Through the region's accessors: the daemon's limits page when there is
   // one, never a field the job can rewrite. ShareOf is an acquire load, so
   // mode and priority read after it go with it.
-  const Region& region = *SliceRegion();
+  const slice::Region& region = *SliceRegion();
   FollowPlacement(region);
   const uint32_t share = region.ShareOf(uint32_t(g_device));
   const uint32_t mode = SharedMode(region.ModeOf(uint32_t(g_device)));
@@ -231,7 +232,7 @@ void FollowRegion(uint64_t now) {
       g_member.store(-1, std::memory_order_relaxed);
       return;
     }
-    g_coord->Configure(share, coord::Mode(mode), priority);
+    g_coord->Configure(share, slice::coord::Mode(mode), priority);
     if (share == 0) {
       g_coord->Leave(getpid());
       g_member.store(-1, std::memory_order_relaxed);
@@ -251,7 +252,7 @@ void* BackgroundMain(void*) {
   // reports the drain.
   prctl(PR_SET_TIMERSLACK, 5000, 0, 0, 0);
   while (g_phase.load(std::memory_order_acquire) == kPhaseEnforcing) {
-    const uint64_t now = MonotonicNs();
+    const uint64_t now = slice::MonotonicNs();
     FollowRegion(now);
     bool inflight;
     uint64_t queued_ns;  // Work queued and not yet charged, as estimated.
@@ -309,32 +310,34 @@ std::string CoordDir(const ShimConfig& config, mode_t* mode) {
 // GPUSLICE_COORD_DIR) follows the daemon's board, read-only, and reports
 // into its slice's members file; a standalone slice uses the cooperative
 // file of its user.
-core::Result<std::unique_ptr<Turns>> OpenTurns(const ShimConfig& config, Region* region, int dev) {
+core::Result<std::unique_ptr<slice::Turns>> OpenTurns(const ShimConfig& config,
+                                                      slice::Region* region, int dev) {
   // Where the daemon says the device is (its limits page; moves rewrite
   // it), else the region's own UUID.
   std::string uuid = region->device(uint32_t(dev)).uuid;
   uint32_t placement = 0;
   (void)region->PlacementOf(uint32_t(dev), &uuid, &placement);
   if (!config.coord_dir.empty()) {
-    const std::string board_path = BoardPath(config.coord_dir, uuid);
+    const std::string board_path = slice::BoardPath(config.coord_dir, uuid);
     if (access(board_path.c_str(), F_OK) == 0) {
-      core::Result<std::unique_ptr<BoardView>> board = BoardView::Open(board_path);
+      core::Result<std::unique_ptr<slice::BoardView>> board = slice::BoardView::Open(board_path);
       if (!board.ok()) return board.status();
-      core::Result<std::unique_ptr<MembersFile>> members =
-          MembersFile::Open(MembersPath(getenv("GPUSLICE_LIMITS"), region->path()));
+      core::Result<std::unique_ptr<slice::MembersFile>> members =
+          slice::MembersFile::Open(slice::MembersPath(getenv("GPUSLICE_LIMITS"), region->path()));
       if (!members.ok()) return members.status();
-      return std::unique_ptr<Turns>(
-          new BoardTurns(std::move(*board), std::move(*members), uint32_t(dev), board_path));
+      return std::unique_ptr<slice::Turns>(
+          new slice::BoardTurns(std::move(*board), std::move(*members), uint32_t(dev), board_path));
     }
   }
   mode_t mode = 0600;
   const std::string dir = CoordDir(config, &mode);
   if (config.coord_dir.empty()) GPUSLICE_RETURN_IF_ERROR(PrepareSliceDir(dir, geteuid()));
-  const std::string path = CoordPath(dir, uuid);
-  core::Result<std::unique_ptr<Coordinator>> coord = Coordinator::OpenOrCreate(path, uuid, mode);
+  const std::string path = slice::CoordPath(dir, uuid);
+  core::Result<std::unique_ptr<slice::Coordinator>> coord =
+      slice::Coordinator::OpenOrCreate(path, uuid, mode);
   if (!coord.ok()) return coord.status();
-  return std::unique_ptr<Turns>(new CooperativeTurns(
-      std::move(*coord), SliceKey(region->path(), region->header().created_unix_ns), path));
+  return std::unique_ptr<slice::Turns>(new slice::CooperativeTurns(
+      std::move(*coord), slice::SliceKey(region->path(), region->header().created_unix_ns), path));
 }
 
 // Decides, once per process, whether launches are coordinated. False:
@@ -357,7 +360,7 @@ bool Start() {
     GPUSLICE_LOG(kWarn, "the driver lacks event functions; compute shares are not enforced");
     return false;
   }
-  core::Result<std::unique_ptr<Turns>> turns = OpenTurns(*Config(), SliceRegion(), dev);
+  core::Result<std::unique_ptr<slice::Turns>> turns = OpenTurns(*Config(), SliceRegion(), dev);
   if (!turns.ok()) {
     GPUSLICE_LOG(kWarn, "compute shares not enforced: %s", turns.status().message().c_str());
     return false;
@@ -367,9 +370,9 @@ bool Start() {
   g_params.corun = Config()->compute_corun;
   // Only the cooperative file decides with these (the daemon's arbiter has
   // its own): one user's own slices (PolicyParams).
-  g_params.corun_capped_max_host_duty_milli = kCoRunOwnSlicesMaxHostDutyMilli;
+  g_params.corun_capped_max_host_duty_milli = slice::kCoRunOwnSlicesMaxHostDutyMilli;
   g_placement = SliceRegion()->PlacementSeqOf(uint32_t(dev));
-  FollowRegion(MonotonicNs());
+  FollowRegion(slice::MonotonicNs());
   pthread_t thread;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
@@ -418,7 +421,7 @@ void MarkBatchEnd(CUstream stream, bool per_thread) {
   // the thread's next slow path instead.
   if (Capturing(stream, per_thread)) return;
   std::lock_guard<std::mutex> lock(g_mu);
-  MarkLocked(stream, per_thread, MonotonicNs());
+  MarkLocked(stream, per_thread, slice::MonotonicNs());
 }
 
 void MarkAfterLaunch(CUstream stream, bool per_thread) {
@@ -473,7 +476,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
   // Launches into a capturing stream only record graph nodes; the graph's
   // launch is what gets gated.
   if (Capturing(stream, per_thread)) return;
-  const uint64_t start = MonotonicNs();
+  const uint64_t start = slice::MonotonicNs();
   bool waiting = false;
   bool granted = false;
   uint64_t paused_ns = 0;  // Time held by a pause: neither throttling nor a reason to give up.
@@ -501,7 +504,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
       gate = g_gate.load(std::memory_order_acquire);
       if (gate == kGateOff) break;
     }
-    uint64_t now = MonotonicNs();
+    uint64_t now = slice::MonotonicNs();
     if (ReadPaused()) {
       // Held for as long as the daemon says, without the 30 s bound: the
       // pause is a decision, not a coordination failure. Not published as
@@ -509,7 +512,7 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
       RefreshGate();
       timespec ts{0, 1'000'000};
       nanosleep(&ts, nullptr);
-      paused_ns += MonotonicNs() - now;
+      paused_ns += slice::MonotonicNs() - now;
       continue;
     }
     if ((gate & 1) == 0) {
@@ -588,19 +591,19 @@ void WaitForLaunch(CUstream stream, bool per_thread) {
     g_waiters.fetch_sub(1, std::memory_order_relaxed);
     // Only launches that really waited are counted, once each, on the slow
     // path; the fast path never touches the region.
-    const uint64_t waited = MonotonicNs() - start - paused_ns;
+    const uint64_t waited = slice::MonotonicNs() - start - paused_ns;
     SliceDevice(g_device).throttled_ns.fetch_add(waited, std::memory_order_relaxed);
   }
   // Work is about to be queued: say so now rather than at the background
   // thread's next tick, and wake the arbiter once it is queued (the slice
   // is charged from the arbiter's next decision on).
   if (granted) {
-    t_gate.ring_after_launch = Publish(MonotonicNs(), true, /*ring=*/false);
+    t_gate.ring_after_launch = Publish(slice::MonotonicNs(), true, /*ring=*/false);
     // Last, so that as little as possible lies between the bracket's first
     // event and the launch.
     // Not while another slice's work may share the GPU: the bracket would
     // time its slices of the GPU too (the GPU time-slices between processes).
-    const uint64_t now = MonotonicNs();
+    const uint64_t now = slice::MonotonicNs();
     t_gate.contended = g_coord->OthersInflight();
     const bool settled = now - g_gate_opened_ns.load(std::memory_order_relaxed) >= kBracketSettleNs;
     t_gate.mark_at =

@@ -5,7 +5,7 @@
 namespace gpuslice::shim::gate {
 
 Fns g_fns;
-Turns* g_coord = nullptr;
+slice::Turns* g_coord = nullptr;
 
 namespace {
 
@@ -220,7 +220,7 @@ CUevent RecordEvent(CUstream stream, bool per_thread, bool timed,
   if (g_fns.event_create(&ev, timed ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
     return nullptr;
   }
-  if (recording_ns != nullptr) *recording_ns = MonotonicNs();
+  if (recording_ns != nullptr) *recording_ns = slice::MonotonicNs();
   const CUresult r = per_thread && g_fns.event_record_ptsz != nullptr
                          ? g_fns.event_record_ptsz(ev, stream)
                          : g_fns.event_record(ev, stream);
@@ -351,7 +351,7 @@ void CloseBracket(CUstream stream, bool per_thread) {
   CUevent start = t_gate.bracket;
   t_gate.bracket = nullptr;
   // See Bracket: was the stream idle when the bracket opened?
-  const uint64_t gap = MonotonicNs() - t_bracket_opened_ns;
+  const uint64_t gap = slice::MonotonicNs() - t_bracket_opened_ns;
   const bool idle = g_fns.event_query(start) == CUDA_SUCCESS;
   // Pending with nothing of ours before it: waiting for the GPU, not for us;
   // stamped at its record unless another slice's context held the GPU.

@@ -35,7 +35,7 @@ struct Fns {
 extern Fns g_fns;
 // The turns this process follows (coord_turns.h), set once by the gate's
 // start: where each batch's GPU time is reported.
-extern Turns* g_coord;
+extern slice::Turns* g_coord;
 
 extern std::mutex g_mu;
 extern int g_marker_count;  // Markers pending. Guarded by g_mu.

@@ -31,7 +31,7 @@ CUresult CUDAAPI Create(CUevent* ev, unsigned int) {
 }
 CUresult CUDAAPI Record(CUevent ev, CUstream) {
   reinterpret_cast<FakeEvent*>(ev)->stamp_ns =
-      (g_kernel_ns > 0 ? g_launch_end_ns : MonotonicNs()) + g_kernel_ns;
+      (g_kernel_ns > 0 ? g_launch_end_ns : slice::MonotonicNs()) + g_kernel_ns;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI Query(CUevent ev) {
@@ -46,14 +46,14 @@ CUresult CUDAAPI Elapsed(float* ms, CUevent a, CUevent b) {
 }
 
 // The turns the gate reports to: only what the markers ask.
-class FakeTurns : public Turns {
+class FakeTurns : public slice::Turns {
  public:
   core::Status Join(int32_t, uint64_t) override { return core::Status::Ok(); }
   bool Joined(int32_t) const override { return true; }
   void Leave(int32_t) override {}
-  void Configure(uint32_t, coord::Mode, uint32_t) override {}
+  void Configure(uint32_t, slice::coord::Mode, uint32_t) override {}
   bool Publish(uint32_t, uint64_t, bool) override { return false; }
-  bool Decide(uint64_t, const PolicyParams&) override { return true; }
+  bool Decide(uint64_t, const slice::PolicyParams&) override { return true; }
   bool HoldsOpenTurn(uint64_t) const override { return true; }
   bool Outranked(uint32_t) const override { return false; }
   bool OthersInflight() const override { return false; }
@@ -98,13 +98,13 @@ class GateMarkersTest : public ::testing::Test {
     start->done = !pending;
     timespec call{0, 200'000};
     nanosleep(&call, nullptr);
-    g_launch_end_ns = MonotonicNs();
+    g_launch_end_ns = slice::MonotonicNs();
     g_kernel_ns = kernel_ns;
     CloseBracket(nullptr, false);
     g_kernel_ns = 0;
     for (FakeEvent& e : g_events) e.done = true;
     std::lock_guard<std::mutex> lock(g_mu);
-    PollMarkersLocked(MonotonicNs());
+    PollMarkersLocked(slice::MonotonicNs());
   }
 
   // The per-launch GPU time the gate now charges: what a marker of 1,000
@@ -114,9 +114,9 @@ class GateMarkersTest : public ::testing::Test {
     t_gate.credits = 0;
     const uint64_t before = turns_.charged_ns;
     std::lock_guard<std::mutex> lock(g_mu);
-    MarkLocked(nullptr, false, MonotonicNs());
+    MarkLocked(nullptr, false, slice::MonotonicNs());
     for (FakeEvent& e : g_events) e.done = true;
-    PollMarkersLocked(MonotonicNs());
+    PollMarkersLocked(slice::MonotonicNs());
     return double(turns_.charged_ns - before) / 1000;
   }
 

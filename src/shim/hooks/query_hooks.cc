@@ -20,7 +20,7 @@ struct View {
 // The slice's view of a device whose driver reports `total`/`free`.
 View SliceView(int dev, uint64_t total, uint64_t free) {
   uint64_t limit = SliceLimit(dev);
-  if (limit == layout::kUnlimited) return {total, free};
+  if (limit == slice::layout::kUnlimited) return {total, free};
   uint64_t used = SliceUsed(dev);
   uint64_t left = limit > used ? limit - used : 0;
   View v{std::min(total, limit), std::min(free, left)};

@@ -83,7 +83,7 @@ int UnitOf(const CUuuid& uuid) {
 // The thread `tid` of the target's namespace, as the caller names it.
 int VisibleTid(const CheckpointTarget& target, pid_t ns_tid) {
   const layout::ProcessSlot& s = Driver::Get().model()->state()->slots[target.slot];
-  if (s.pid_ns == 0 || s.pid_ns == gpuslice::shim::OwnPidNamespace()) return ns_tid;
+  if (s.pid_ns == 0 || s.pid_ns == gpuslice::slice::OwnPidNamespace()) return ns_tid;
   // /proc/<pid>/task/<tid>/status's NSpid line ends with the tid in the
   // thread's own namespace.
   std::string dir = "/proc/" + std::to_string(target.pid) + "/task";

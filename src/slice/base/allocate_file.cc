@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 int AllocateFile(int fd, uint64_t size) {
   int err;
@@ -16,4 +16,4 @@ int AllocateFile(int fd, uint64_t size) {
   return err;
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 // Sets the size of `fd` to at least `size` bytes, every one of them
 // allocated. Returns 0, or the errno value (ENOSPC, EDQUOT, EFBIG...). On a
@@ -25,4 +25,4 @@ namespace gpuslice::shim {
 // block instead, with the same result.
 int AllocateFile(int fd, uint64_t size);
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

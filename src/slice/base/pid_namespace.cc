@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 // Reads a small /proc file into `buf` (NUL-terminated); false if absent.
@@ -153,4 +153,4 @@ Liveness LivenessOf(uint64_t ns, pid_t ns_pid, uint64_t start_time) {
   return OwnPidNamespace() == kInitPidNamespace ? Liveness::kDead : Liveness::kUnknown;
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 // The initial PID namespace's inode number (fixed by the kernel,
 // PROC_PID_INIT_INO): a reader in it sees every process of the machine.
@@ -49,4 +49,4 @@ enum class Liveness { kAlive, kDead, kUnknown };
 // reader is itself in a container); callers must then keep what it holds.
 Liveness LivenessOf(uint64_t ns, pid_t ns_pid, uint64_t start_time);
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

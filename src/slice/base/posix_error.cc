@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 core::Status PosixError(const std::string& context, int err) {
   std::string msg = context + ": " + std::strerror(err);
@@ -24,4 +24,4 @@ core::Status PosixError(const std::string& context, int err) {
   }
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

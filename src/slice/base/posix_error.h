@@ -7,10 +7,10 @@
 
 #include "core/status.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 // "<context>: <strerror>" with a code that says what went wrong: NotFound,
 // AlreadyExists, PermissionDenied, ResourceExhausted, else Internal.
 core::Status PosixError(const std::string& context, int err);
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 int64_t BucketCap(const SliceView& s, const PolicyParams& p) {
@@ -476,4 +476,4 @@ Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<Sli
   return out;
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

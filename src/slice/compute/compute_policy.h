@@ -28,7 +28,7 @@
 
 #include "slice/compute/coord_layout.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 struct PolicyParams {
   uint64_t turn_ns = 20'000'000;            // Longest turn.
@@ -271,4 +271,4 @@ void Charge(SliceView& s, uint64_t ns);
 Outcome Advance(uint64_t now_ns, uint64_t last_ns, TurnView& turn, std::span<SliceView> slices,
                 const PolicyParams& p);
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

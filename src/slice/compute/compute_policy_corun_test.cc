@@ -8,7 +8,7 @@
 #include "slice/compute/compute_policy.h"
 #include "slice/compute/compute_policy_test_models.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using policy_test::ArbiterParams;
@@ -278,4 +278,4 @@ TEST(ComputePolicy, ATurnEndingBesideACoRunnerGoesToItAtOnce) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -7,7 +7,7 @@
 
 #include "slice/compute/compute_policy_test_models.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using policy_test::ArbiterParams;
@@ -401,4 +401,4 @@ TEST(ComputePolicy, AHolderThatReportsItsKernelLateIsChargedForItOnce) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -10,7 +10,7 @@
 
 #include "slice/compute/compute_policy.h"
 
-namespace gpuslice::shim::policy_test {
+namespace gpuslice::slice::policy_test {
 
 inline constexpr uint64_t kMs = 1'000'000;
 
@@ -132,4 +132,4 @@ inline PolicyParams ArbiterParams(bool corun = true) {
   return p;
 }
 
-}  // namespace gpuslice::shim::policy_test
+}  // namespace gpuslice::slice::policy_test

@@ -17,7 +17,7 @@
 #include "slice/base/allocate_file.h"
 #include "slice/base/posix_error.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using coord::CoordHeader;
@@ -362,4 +362,4 @@ void Coordinator::WaitTurnChange(uint32_t seq, uint64_t timeout_ns) const {
           nullptr, 0);
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

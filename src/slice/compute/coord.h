@@ -19,7 +19,7 @@
 #include "slice/compute/compute_policy.h"
 #include "slice/compute/coord_layout.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 // CLOCK_MONOTONIC in ns: the clock of every timestamp in the file (one
 // clock for all processes of a host).
@@ -76,4 +76,4 @@ class Coordinator {
   coord::CoordHeader* header_;
 };
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -16,7 +16,7 @@
 #include "slice/compute/coord.h"
 #include "slice/base/posix_error.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using board::BoardHeader;
@@ -317,4 +317,4 @@ void MembersFile::Ring() {
   syscall(SYS_futex, &header_->doorbell, FUTEX_WAKE, 1, nullptr, nullptr, 0);
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

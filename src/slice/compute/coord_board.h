@@ -20,7 +20,7 @@
 #include "core/status.h"
 #include "slice/compute/coord_board_layout.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 // "<dir>/gpu-<uuid>.board", the UUID spelt as in CoordPath.
 std::string BoardPath(const std::string& dir, std::string_view uuid);
@@ -99,4 +99,4 @@ class MembersFile {
   board::MembersHeader* header_;
 };
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -27,7 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gpuslice::shim::board {
+namespace gpuslice::slice::board {
 
 inline constexpr uint64_t kBoardMagic = 0x44524f4253555047ull;    // "GPUSBORD" little-endian.
 inline constexpr uint64_t kMembersMagic = 0x424d454d53555047ull;  // "GPUSMEMB" little-endian.
@@ -201,4 +201,4 @@ inline constexpr uint64_t kDoorbellOffset = offsetof(MembersHeader, doorbell);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
-}  // namespace gpuslice::shim::board
+}  // namespace gpuslice::slice::board

@@ -11,7 +11,7 @@
 
 #include "slice/compute/coord.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 namespace fs = std::filesystem;
@@ -127,4 +127,4 @@ TEST_F(CoordBoardTest, MembersFileClaimsSlotsAndRingsTheDoorbell) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -27,7 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gpuslice::shim::coord {
+namespace gpuslice::slice::coord {
 
 inline constexpr uint64_t kCoordMagic = 0x44524f4353555047ull;  // "GPUSCORD" little-endian.
 inline constexpr uint32_t kCoordVersion = 1;
@@ -180,4 +180,4 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
-}  // namespace gpuslice::shim::coord
+}  // namespace gpuslice::slice::coord

@@ -11,7 +11,7 @@
 
 #include "slice/compute/coord_turns.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 class CoordTest : public ::testing::Test {
@@ -193,4 +193,4 @@ TEST_F(CoordTest, CoRunningSlicesAreQuietWhileNobodyWaits) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -4,7 +4,7 @@
 
 #include "slice/region/region_layout.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 // A slice whose turn is quiet with this much of its cap left (QuietNs) rings
@@ -334,4 +334,4 @@ void BoardTurns::AddGpuNs(uint64_t ns) {
   if (s >= 0) members_->slot(uint32_t(s)).gpu_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -24,7 +24,7 @@
 #include "slice/compute/coord.h"
 #include "slice/compute/coord_board.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 class Turns {
  public:
@@ -183,4 +183,4 @@ class BoardTurns : public Turns {
   std::atomic<uint32_t> published_{0};
 };
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -22,7 +22,7 @@
 
 #include "slice/region/region_layout.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 // Raises `peak` to at least `value`.
 inline void RaisePeak(std::atomic<uint64_t>& peak, uint64_t value) {
@@ -83,4 +83,4 @@ inline void Uncharge(layout::DeviceEntry& device, layout::ProcessSlot& slot, uin
   SaturatingSub(device.used_bytes, bytes);
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -32,7 +32,7 @@
 
 #include "slice/region/region_layout.h"
 
-namespace gpuslice::shim::layout {
+namespace gpuslice::slice::layout {
 
 inline constexpr uint64_t kLimitsMagic = 0x544d494c53555047ull;  // "GPUSLIMT" little-endian.
 inline constexpr uint32_t kLimitsVersion = 1;
@@ -133,4 +133,4 @@ inline constexpr uint64_t kLimitsEntriesOffset = kLimitsHeaderSize;
 static_assert(kLimitsEntriesOffset + uint64_t{kLimitsEntrySize} * kMaxDevices <= kLimitsPageSize);
 static_assert(kLimitsEntriesOffset % 64 == 0);
 
-}  // namespace gpuslice::shim::layout
+}  // namespace gpuslice::slice::layout

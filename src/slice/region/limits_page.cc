@@ -13,7 +13,7 @@
 #include "slice/base/allocate_file.h"
 #include "slice/base/posix_error.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using core::Result;
@@ -352,4 +352,4 @@ bool LimitsPage::ReadPlacement(uint32_t index, std::string* uuid, uint32_t* plac
   return true;
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

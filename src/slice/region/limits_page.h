@@ -28,7 +28,7 @@
 #include "slice/region/limits_layout.h"
 #include "slice/region/region.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 // What the daemon decided for one device of a slice.
 struct DeviceControls {
@@ -121,4 +121,4 @@ class LimitsPage {
   uint32_t count_ = 0;  // Validated device_count, fixed at creation.
 };
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

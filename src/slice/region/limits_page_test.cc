@@ -18,7 +18,7 @@
 #include "slice/region/admission.h"
 #include "slice/region/region.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using core::kGiB;
@@ -543,4 +543,4 @@ TEST(RegionWithLimitsPage, WithoutAPageTheRegionsOwnFieldsDecide) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

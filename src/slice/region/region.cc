@@ -18,7 +18,7 @@
 #include "slice/base/pid_namespace.h"
 #include "slice/base/posix_error.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using core::Result;
@@ -597,4 +597,4 @@ std::vector<ProcessUsage> Region::Processes() const {
   return out;
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

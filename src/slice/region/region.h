@@ -30,7 +30,7 @@
 #include "core/units.h"
 #include "slice/region/region_layout.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 class LimitsPage;
 
@@ -242,4 +242,4 @@ class Region {
   bool limits_refused_ = false;         // AttachLimits(nullptr): nothing is granted.
 };
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -28,7 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gpuslice::shim::layout {
+namespace gpuslice::slice::layout {
 
 inline constexpr uint64_t kRegionMagic = 0x4e47455253555047ull;  // "GPUSREGN" little-endian.
 inline constexpr uint32_t kRegionVersion = 1;
@@ -206,4 +206,4 @@ inline constexpr uint64_t kRegionSize = kProcessesOffset + uint64_t{kProcessSlot
 static_assert(kDevicesOffset % 64 == 0 && kProcessesOffset % 64 == 0);
 static_assert(kRegionSize == 512 + 6144 + 524288);
 
-}  // namespace gpuslice::shim::layout
+}  // namespace gpuslice::slice::layout

@@ -11,7 +11,7 @@
 #include "slice/base/pid_namespace.h"
 #include "slice/base/posix_error.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using core::Result;
@@ -164,4 +164,4 @@ uint64_t RegionSnapshot::limits_generation() const {
   return Field<uint64_t>(offsetof(RegionHeader, limits_generation));
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

@@ -11,7 +11,7 @@
 // cannot fault. Whatever bytes it holds parse to devices and processes, or
 // to an error that means "no report"; nothing read here is ever a decision.
 //
-// The shim keeps its own mapping (shim::Region): the file is its own job's.
+// The shim keeps its own mapping (slice::Region): the file is its own job's.
 //
 // Thread safety: a snapshot is an immutable value; any thread may read it.
 
@@ -23,7 +23,7 @@
 #include "core/status.h"
 #include "slice/region/region.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 
 class RegionSnapshot {
  public:
@@ -77,4 +77,4 @@ constexpr uint64_t DeviceFieldOffset(uint32_t index, uint64_t field_offset) {
   return layout::kDevicesOffset + uint64_t{index} * layout::kDeviceEntrySize + field_offset;
 }
 
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

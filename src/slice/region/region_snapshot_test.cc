@@ -18,7 +18,7 @@
 #include "core/units.h"
 #include "slice/region/admission.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using core::kGiB;
@@ -227,4 +227,4 @@ TEST_F(RegionSnapshotTest, AnyBytesParseToAReportOrAClearError) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice

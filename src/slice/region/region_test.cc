@@ -20,7 +20,7 @@
 #include "core/units.h"
 #include "slice/region/admission.h"
 
-namespace gpuslice::shim {
+namespace gpuslice::slice {
 namespace {
 
 using core::kGiB;
@@ -55,7 +55,7 @@ class FakeProbe final : public ProcessProbe {
 // Standalone admission: the limit is the device's own field (what
 // Region::LimitOf reads while no limits page is attached).
 bool TryCharge(layout::DeviceEntry& device, layout::ProcessSlot& slot, uint32_t d, uint64_t bytes) {
-  return shim::TryCharge(device, slot, d, bytes, device.limit_bytes.load());
+  return slice::TryCharge(device, slot, d, bytes, device.limit_bytes.load());
 }
 
 RegionOptions OneDevice(uint64_t limit) {
@@ -439,4 +439,4 @@ TEST(Region, RacingProcessesAndThreadsNeverOvershootTheLimit) {
 }
 
 }  // namespace
-}  // namespace gpuslice::shim
+}  // namespace gpuslice::slice
