@@ -344,8 +344,8 @@ int main(int argc, char** argv) {
                 service.inventory().library + ")");
   }
 
-  gd::DoctorOptions doctor_options{config.shim,         config.sim_lib_dir,     options.job_env,
-                                   launcher.Tracking(), launcher.UsesCgroups(), config.socket};
+  gd::DoctorOptions doctor_options{config.shim, config.sim_lib_dir, options.job_env,
+                                   launcher.Tracking(), launcher.UsesCgroups()};
   gd::Doctor doctor(doctor_options, service.inventory());
   gd::Api api(service, doctor);
   gd::MetricsOptions metrics_options;

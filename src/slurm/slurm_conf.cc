@@ -208,8 +208,8 @@ std::vector<SlurmCheck> CheckSlurm(const SlurmSetup& setup) {
     // socket lets in, would pass while every user's step is refused.
     add("slurm_plugin_socket", true,
         "the plugin's socket= is " + config->socket +
-            ", where gpusliced listens; whether a user's step can connect is not checked (the "
-            "daemon is not root)",
+            ", where gpusliced listens; whether a user's step can connect is not checked "
+            "(run doctor as root to check it)",
         true);
   } else if (!probe.reachable) {
     add("slurm_plugin_socket", false,

@@ -1,9 +1,8 @@
 #pragma once
 
 // `gpuslice doctor` on a Slurm node (docs/SLURM.md): is Slurm set up so that
-// the SPANK plugin gives each GPU step a slice? Pure: the daemon reads the
-// files and device nodes (daemon/doctor_slurm.cc) and passes their text and
-// facts here.
+// the SPANK plugin gives each GPU step a slice? Pure: slurm_doctor.cc reads
+// the files and device nodes and passes their text and facts here.
 
 #include <cstdint>
 #include <map>

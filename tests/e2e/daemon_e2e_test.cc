@@ -1,14 +1,14 @@
 // End-to-end: the real gpusliced, gpuslice, shim and simulated GPU.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -190,6 +190,68 @@ TEST_F(E2E, GpusAndDoctorSaySimulatedAndJsonParses) {
   }
   EXPECT_TRUE(shim_ok) << doc.out;
   EXPECT_EQ(json::parse(d.Cli({"status", "--json"}).out)["state"], "ok");
+}
+
+// The Slurm checks are the CLI's (the daemon links no integration): on a
+// node with a slurm.conf they join the daemon's, judging the socket the CLI
+// reached the daemon at; without one there are none.
+TEST_F(E2E, DoctorOnASlurmNodeAddsTheSlurmChecksForTheSocketItReached) {
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
+  const std::string node = std::string(host).substr(0, std::string(host).find('.'));
+  const std::string conf_dir = d.dir() + "/slurm";
+  ASSERT_EQ(mkdir(conf_dir.c_str(), 0755), 0);
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(conf_dir + "/" + name) << text;
+  };
+  write("slurm.conf", "ClusterName=c\nGresTypes=gpu\nProctrackType=proctrack/cgroup\nNodeName=" +
+                          node + " Gres=gpu:1\n");
+  write("gres.conf", "NodeName=" + node + " Name=gpu File=" + conf_dir + "/no-such-device\n");
+  auto doctor = [&](const std::string& socket) {
+    write("plugstack.conf",
+          "required /usr/lib/gpuslice/libgpuslice_spank.so socket=" + socket + "\n");
+    CliResult r =
+        d.CliWithInput({"doctor", "--json"}, "", {"SLURM_CONF=" + conf_dir + "/slurm.conf"});
+    const json out = json::parse(r.out);
+    json checks = json::object();
+    for (const json& c : out["checks"]) checks[c["name"].get<std::string>()] = c;
+    return std::make_pair(r, checks);
+  };
+
+  auto [right, checks] = doctor(d.socket());
+  for (const char* name :
+       {"slurm_gres_types", "slurm_plugstack", "slurm_plugin_socket", "slurm_gres_devices"}) {
+    ASSERT_TRUE(checks.contains(name)) << name << " missing: " << right.out;
+  }
+  EXPECT_TRUE(checks["slurm_gres_types"]["ok"].get<bool>()) << right.out;
+  EXPECT_TRUE(checks["slurm_plugstack"]["ok"].get<bool>()) << right.out;
+  // Whether a user of the socket's group gets in depends on this machine's
+  // groups; that the plugin's socket= is the one reached does not.
+  const std::string socket_detail = checks["slurm_plugin_socket"]["detail"];
+  EXPECT_NE(socket_detail.find(d.socket()), std::string::npos) << right.out;
+  EXPECT_EQ(socket_detail.find("but gpusliced listens on"), std::string::npos) << right.out;
+  // The device gres.conf names is not there: a failed check fails doctor.
+  EXPECT_FALSE(checks["slurm_gres_devices"]["ok"].get<bool>()) << right.out;
+  EXPECT_NE(checks["slurm_gres_devices"]["detail"].get<std::string>().find("no-such-device"),
+            std::string::npos)
+      << right.out;
+  EXPECT_EQ(right.exit_code, 1) << right.out;
+
+  auto [wrong, wrong_checks] = doctor("/run/elsewhere.sock");
+  EXPECT_FALSE(wrong_checks["slurm_plugin_socket"]["ok"].get<bool>()) << wrong.out;
+  EXPECT_NE(wrong_checks["slurm_plugin_socket"]["detail"].get<std::string>().find(
+                "connects to /run/elsewhere.sock but gpusliced listens on " + d.socket()),
+            std::string::npos)
+      << wrong.out;
+
+  CliResult plain =
+      d.CliWithInput({"doctor", "--json"}, "", {"SLURM_CONF=" + conf_dir + "/none.conf"});
+  const json plain_out = json::parse(plain.out);
+  for (const json& c : plain_out["checks"]) {
+    EXPECT_NE(c["name"].get<std::string>().rfind("slurm_", 0), 0u) << plain.out;
+  }
+  // Without Slurm checks, doctor's verdict is the daemon's own.
+  EXPECT_EQ(plain.exit_code, plain_out["ok"].get<bool>() ? 0 : 1) << plain.out;
 }
 
 TEST_F(E2E, ShellRunsInASliceAndReleasesItOnExit) {

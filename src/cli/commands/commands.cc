@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <map>
 
 #include "cli/parse/job_select.h"
 #include "cli/view/ps_view.h"
@@ -15,6 +16,7 @@
 #include "core/jobs/job.h"
 #include "core/strings.h"
 #include "core/units.h"
+#include "slurm/slurm_doctor.h"
 
 extern char** environ;
 
@@ -346,9 +348,28 @@ int Gpus(Context& ctx) {
   return 0;
 }
 
+// On a Slurm node, the Slurm checks join the daemon's (the daemon links no
+// integration): they judge the socket this CLI reached the daemon at, and
+// the GPUs the daemon has.
+void AddSlurmChecks(Context& ctx, json& doctor) {
+  std::map<uint32_t, std::string> minors;
+  auto gpus = ctx.client->Call("GET", "/v1/gpus");
+  if (gpus.ok()) {
+    for (const json& g : (*gpus)["gpus"]) {
+      const int64_t minor = g.value("minor", int64_t{-1});
+      if (minor >= 0) minors[static_cast<uint32_t>(minor)] = g.value("uuid", "");
+    }
+  }
+  for (json& c : slurm::SlurmDoctorChecks(ctx.client->socket_path(), minors)) {
+    if (!c.value("note", false) && !c.value("ok", false)) doctor["ok"] = false;
+    doctor["checks"].push_back(std::move(c));
+  }
+}
+
 int Doctor(Context& ctx) {
   auto r = ctx.client->Call("GET", "/v1/doctor");
   if (!r.ok()) return ReportError(ctx, r.status());
+  AddSlurmChecks(ctx, *r);
   if (ctx.json) {
     std::cout << r->dump(2) << "\n";
   } else {

@@ -170,10 +170,6 @@ json Doctor::Run() {
       add("cuda_runtime", verdict.compatible, cudart[0] + ": " + verdict.detail);
     }
   }
-  for (const json& c : SlurmDoctorChecks(options_, inventory_)) {
-    checks.push_back(c);
-    if (!c.value("note", false)) all_ok = all_ok && c.value("ok", false);
-  }
   return {{"ok", all_ok},
           {"simulated", inventory_.simulated()},
           {"driver_version", inventory_.driver_version},

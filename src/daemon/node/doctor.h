@@ -4,7 +4,9 @@
 // CUDA and NVML versions, whether the shim loads, whether the installed CUDA
 // runtime is compatible with the driver. Each probe that loads a library runs
 // in a forked child, so a crashing or hanging library cannot take the daemon
-// down (a probe that takes over 5 s is reported as hung).
+// down (a probe that takes over 5 s is reported as hung). A Slurm node's
+// checks are the CLI's (src/slurm/slurm_doctor.h): the daemon links no
+// integration.
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +25,6 @@ struct DoctorOptions {
   // cgroups a process that calls setsid escapes its job.
   std::string job_tracking;
   bool job_cgroups = false;
-  // The API socket: the Slurm plugin must be told this path (doctor_slurm.cc).
-  std::string daemon_socket;
 };
 
 // CUDA versions are encoded as 1000 * major + 10 * minor (13000 = 13.0).
@@ -41,10 +41,6 @@ std::string CudaVersionString(int v);
 
 // What runs on the simulated GPU and what does not, as doctor says it.
 extern const char* const kSimulatorScope;
-
-// The Slurm checks (doctor_slurm.cc): none when there is no slurm.conf
-// ($SLURM_CONF, else /etc/slurm/slurm.conf).
-nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySnapshot& inv);
 
 class Doctor {
  public:

@@ -1,7 +1,4 @@
-// doctor on a Slurm node: reads slurm.conf, gres.conf, plugstack.conf (and
-// the files it includes) and stats gres.conf's device nodes; the verdicts
-// are slurm::CheckSlurm's (src/slurm/slurm_conf.h). A machine without a
-// slurm.conf is not a Slurm node: no checks.
+#include "slurm/slurm_doctor.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -20,10 +17,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "daemon/node/doctor.h"
 #include "slurm/slurm_conf.h"
 
-namespace gpuslice::daemon {
+namespace gpuslice::slurm {
 
 namespace {
 
@@ -42,10 +38,10 @@ std::string DirOf(const std::string& path) {
 
 // plugstack.conf with its includes followed (relative patterns are relative
 // to the including file's folder, as Slurm reads them), at most 8 deep.
-void ReadPlugstack(const std::string& path, int depth, std::vector<slurm::PlugstackEntry>* out) {
+void ReadPlugstack(const std::string& path, int depth, std::vector<PlugstackEntry>* out) {
   auto text = ReadText(path);
   if (!text || depth > 8) return;
-  for (slurm::PlugstackEntry& e : slurm::ParsePlugstack(*text)) {
+  for (PlugstackEntry& e : ParsePlugstack(*text)) {
     if (!e.include) {
       out->push_back(std::move(e));
       continue;
@@ -62,8 +58,8 @@ void ReadPlugstack(const std::string& path, int depth, std::vector<slurm::Plugst
 // Connects to `path` as an ordinary user of the socket's group (nobody,
 // with that group only), in a child that drops root first: what a Slurm
 // user's slurmstepd, privileges dropped, meets.
-slurm::SocketProbe ProbeSocketAsGroupMember(const std::string& path) {
-  slurm::SocketProbe p;
+SocketProbe ProbeSocketAsGroupMember(const std::string& path) {
+  SocketProbe p;
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     p.checked = geteuid() == 0;
@@ -100,7 +96,7 @@ slurm::SocketProbe ProbeSocketAsGroupMember(const std::string& path) {
   const uid_t nobody = 65534;
   pid_t child = fork();
   if (child == 0) {
-    // Only system calls here: the daemon has threads.
+    // Only system calls here: the caller may have threads.
     if (setgroups(1, &gid) != 0 || setgid(gid) != 0 || setuid(nobody) != 0) _exit(100);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) _exit(101);
@@ -123,19 +119,20 @@ slurm::SocketProbe ProbeSocketAsGroupMember(const std::string& path) {
 
 }  // namespace
 
-nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySnapshot& inv) {
+nlohmann::json SlurmDoctorChecks(const std::string& daemon_socket,
+                                 const std::map<uint32_t, std::string>& gpu_minors) {
   nlohmann::json checks = nlohmann::json::array();
   const char* env = std::getenv("SLURM_CONF");
   const std::string conf_path = env != nullptr && *env != '\0' ? env : "/etc/slurm/slurm.conf";
   auto conf = ReadText(conf_path);
   if (!conf) return checks;
-  slurm::SlurmSetup s;
+  SlurmSetup s;
   s.slurm_conf_path = conf_path;
   s.slurm_conf = *conf;
   const std::string dir = DirOf(conf_path);
   s.gres_conf = ReadText(dir + "/gres.conf").value_or("");
   std::string plugstack = dir + "/plugstack.conf";
-  for (const slurm::ConfLine& line : slurm::ParseConfLines(*conf)) {
+  for (const ConfLine& line : ParseConfLines(*conf)) {
     if (auto it = line.find("plugstackconfig"); it != line.end()) plugstack = it->second;
   }
   ReadPlugstack(plugstack, 0, &s.plugstack);
@@ -143,9 +140,9 @@ nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySn
   gethostname(host, sizeof host - 1);
   s.hostname = host;
   s.hostname = s.hostname.substr(0, s.hostname.find('.'));
-  for (const std::string& path : slurm::GresDevicePaths(s.gres_conf, s.hostname)) {
+  for (const std::string& path : GresDevicePaths(s.gres_conf, s.hostname)) {
     struct stat st;
-    slurm::DeviceNode d;
+    DeviceNode d;
     if (stat(path.c_str(), &st) == 0) {
       d.exists = true;
       d.is_char = S_ISCHR(st.st_mode);
@@ -154,12 +151,10 @@ nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySn
     }
     s.devices[path] = d;
   }
-  s.daemon_socket = options.daemon_socket;
-  s.socket_probe = ProbeSocketAsGroupMember(options.daemon_socket);
-  for (const GpuInfo& g : inv.gpus) {
-    if (g.minor >= 0) s.gpu_minors[static_cast<uint32_t>(g.minor)] = g.uuid;
-  }
-  for (const slurm::SlurmCheck& c : slurm::CheckSlurm(s)) {
+  s.daemon_socket = daemon_socket;
+  s.socket_probe = ProbeSocketAsGroupMember(daemon_socket);
+  s.gpu_minors = gpu_minors;
+  for (const SlurmCheck& c : CheckSlurm(s)) {
     nlohmann::json j = {{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}};
     if (c.note) j["note"] = true;
     checks.push_back(std::move(j));
@@ -167,4 +162,4 @@ nlohmann::json SlurmDoctorChecks(const DoctorOptions& options, const InventorySn
   return checks;
 }
 
-}  // namespace gpuslice::daemon
+}  // namespace gpuslice::slurm
