@@ -718,22 +718,15 @@ std::optional<size_t> NodeCapacity::FlatOf(uint32_t gpu_index) const {
 }
 
 void NodeCapacity::SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who) {
-  std::optional<size_t> flat = FlatOf(gpu_index);
-  if (!flat) return;
-  auto it = foreign_.find(*flat);
-  if (it == foreign_.end()) {
-    if (bytes == 0) return;
-    it = foreign_.emplace(*flat, Foreign{}).first;
-    it->second.gpu_index = gpu_index;
-  }
-  Foreign& f = it->second;
-  f.who = std::move(who);
-  if (f.want == bytes && f.charged == f.Wanted()) return;
-  f.want = bytes;
-  ChargeForeign(*flat);
+  SetForeignPart(gpu_index, &Foreign::want, &Foreign::who, bytes, std::move(who));
 }
 
 void NodeCapacity::SetOverLimit(uint32_t gpu_index, uint64_t bytes, std::string who) {
+  SetForeignPart(gpu_index, &Foreign::over, &Foreign::over_who, bytes, std::move(who));
+}
+
+void NodeCapacity::SetForeignPart(uint32_t gpu_index, uint64_t Foreign::*part,
+                                  std::string Foreign::*part_who, uint64_t bytes, std::string who) {
   std::optional<size_t> flat = FlatOf(gpu_index);
   if (!flat) return;
   auto it = foreign_.find(*flat);
@@ -743,9 +736,9 @@ void NodeCapacity::SetOverLimit(uint32_t gpu_index, uint64_t bytes, std::string 
     it->second.gpu_index = gpu_index;
   }
   Foreign& f = it->second;
-  f.over_who = std::move(who);
-  if (f.over == bytes && f.charged == f.Wanted()) return;
-  f.over = bytes;
+  f.*part_who = std::move(who);
+  if (f.*part == bytes && f.charged == f.Wanted()) return;
+  f.*part = bytes;
   ChargeForeign(*flat);
 }
 

@@ -253,6 +253,11 @@ class NodeCapacity : public core::CapacityModel {
   std::optional<size_t> FlatOf(uint32_t gpu_index) const;
   static core::Demand ForeignDemand(uint64_t bytes);
   core::Placement FlatPlacement(size_t flat) const;
+  // SetForeign and SetOverLimit: one of the two parts a GPU's foreign
+  // charge is made of (`part` bytes, named by `part_who`), charged again
+  // when it changed.
+  void SetForeignPart(uint32_t gpu_index, uint64_t Foreign::*part, std::string Foreign::*part_who,
+                      uint64_t bytes, std::string who);
   // (Re)charges one GPU's foreign use as far as its free memory allows.
   void ChargeForeign(size_t flat);
   // After memory was given back: charges what foreign use still lacks.
