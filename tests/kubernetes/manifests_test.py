@@ -85,7 +85,7 @@ def pod_spec(doc):
 def plugin_resources():
     """The resource names the device plugin accepts (ParseResource in its
     devices.cc: what it registers with the kubelet), MIG profiles aside."""
-    with open(os.path.join(PLUGIN_SOURCES, "devices.cc")) as f:
+    with open(os.path.join(PLUGIN_SOURCES, "base", "devices.cc")) as f:
         text = f.read()
     names = {"gpuslice.dev/" + s for s in re.findall(r'if \(s == "([a-z-]+)"\) return Resource', text)}
     if 'kMigPrefix = "mig-"' in text:
