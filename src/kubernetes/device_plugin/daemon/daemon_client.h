@@ -3,7 +3,7 @@
 // The device plugin's view of gpusliced: the few calls it makes, as an
 // interface so that the plugin's logic is tested against a fake, and one
 // implementation over the daemon's HTTP/JSON API on its unix socket (the
-// CLI's client, src/cli/client.h). The daemon API is docs/API.md plus the
+// client library, src/client/client.h). The daemon API is docs/API.md plus the
 // external jobs (mode "external", labels, paused).
 //
 // Errors: kUnavailable when the daemon cannot be reached; otherwise the
