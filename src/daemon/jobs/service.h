@@ -50,6 +50,7 @@
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
+#include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
 
 namespace gpuslice::daemon {
@@ -295,7 +296,7 @@ class Service {
   // Usage, as of the last sample (Sample runs from Tick once per
   // sample_interval_ms).
   std::optional<JobUsage> UsageOf(uint64_t job_id) const;
-  const std::vector<GpuUsage>& GpuUsageNow() const { return gpu_usage_; }
+  const std::vector<GpuUsage>& GpuUsageNow() const { return usage_.gpus(); }
   // GPU processes outside gpuslice, as of the last sample (charged to their
   // GPUs in placement; docs/DAEMON.md, "Foreign GPU use").
   const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_; }
@@ -751,9 +752,9 @@ class Service {
   // Events (store/event_log.h; in memory only when the ledger is unavailable).
   EventLog events_{
       ledger_, [this](const core::Status& s) { Degrade("ledger write failed: " + s.message()); }};
-  // Usage sampling.
-  std::vector<GpuUsage> gpu_usage_;
-  std::unordered_map<uint64_t, JobUsage> usage_;
+  // Usage sampling: each job's usage, the GPUs', context sizes
+  // (usage/usage_book.h).
+  UsageBook usage_;
   std::vector<ForeignProcess> foreign_;
   // Foreign pids seen in consecutive samples (reported/acted on at the
   // second, so a job's process caught between its job's end and NVML's
@@ -761,12 +762,6 @@ class Service {
   std::unordered_map<int64_t, int> foreign_seen_;
   std::set<int64_t> foreign_reported_;
   std::set<int64_t> foreign_ended_;  // Signalled by `foreign`; forgotten once gone.
-  // The size of a fresh context per GPU, from NVML (the memory watchdog's
-  // allowance, memory_allowance.h).
-  ContextSizes context_sizes_;
-  int64_t last_sample_ms_ = 0;
-  int64_t last_idle_persist_ms_ = 0;
-  bool usage_error_logged_ = false;
   WaitHistogram wait_histogram_;
 
   // Policies.

@@ -52,8 +52,8 @@ void Service::StopJob(const Job& job) {
   // The job's cgroup freezer when it has one (it also holds processes that
   // left the group, and a frozen job cannot notice or undo it); else SIGSTOP.
   if (job.pid > 0) (void)launcher_.StopGroup(job.pid, true);
-  if (auto u = usage_.find(job.id); u != usage_.end()) {
-    SignalOutsideGroup(Processes(), u->second.pids, job, SIGSTOP);
+  if (const JobUsage* u = usage_.Find(job.id)) {
+    SignalOutsideGroup(Processes(), u->pids, job, SIGSTOP);
   }
 }
 
@@ -63,8 +63,8 @@ void Service::ContinueJob(const Job& job) {
     SignalHeld(job, SIGCONT);
   }
   if (job.pid > 0) (void)launcher_.StopGroup(job.pid, false);
-  if (auto u = usage_.find(job.id); u != usage_.end()) {
-    SignalOutsideGroup(Processes(), u->second.pids, job, SIGCONT);
+  if (const JobUsage* u = usage_.Find(job.id)) {
+    SignalOutsideGroup(Processes(), u->pids, job, SIGCONT);
   }
 }
 
@@ -87,8 +87,8 @@ void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const st
   if (job.holder_pid > 0) SignalHeld(job, SIGKILL);
   // GPU processes of the job outside its group (a process that left it but
   // is still the job's, by its slice and its owner).
-  if (auto u = usage_.find(job.id); u != usage_.end()) {
-    SignalOutsideGroup(Processes(), u->second.pids, job, SIGKILL);
+  if (const JobUsage* u = usage_.Find(job.id)) {
+    SignalOutsideGroup(Processes(), u->pids, job, SIGKILL);
   }
   RecordEvent(event_kind, job.id, job.user, why + "; killed");
   AppendToStderr(job, "job " + std::to_string(job.id) + " killed by the watchdog: " + why);
@@ -121,7 +121,7 @@ bool Service::WatchMemory(Job& job, Live& l, const JobUsage& use) {
     auto r = use.registered_by_gpu.find(gpu);
     const uint32_t registered = r == use.registered_by_gpu.end() ? 0 : r->second;
     const std::optional<uint64_t> context =
-        rules.watchdog_allowance_bytes ? rules.watchdog_allowance_bytes : context_sizes_.Of(gpu);
+        rules.watchdog_allowance_bytes ? rules.watchdog_allowance_bytes : usage_.ContextSizeOf(gpu);
     const uint64_t allowance =
         MemoryAllowance(registered, context, rules.watchdog_allowance_max_bytes);
     if (held <= limit + allowance) continue;
@@ -373,7 +373,7 @@ void Service::WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_p
   // instance (they share the instance's memory).
   std::unordered_map<int64_t, std::vector<std::string>> instance_of;
   std::set<uint32_t> mig_gpus;
-  for (const GpuUsage& g : gpu_usage_) {
+  for (const GpuUsage& g : usage_.gpus()) {
     auto info = std::find_if(inventory_.gpus.begin(), inventory_.gpus.end(),
                              [&](const GpuInfo& x) { return x.index == g.index; });
     bool mig = info != inventory_.gpus.end() && info->mig_enabled;
