@@ -50,6 +50,7 @@
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
+#include "daemon/usage/foreign_use.h"
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
 
@@ -299,7 +300,7 @@ class Service {
   const std::vector<GpuUsage>& GpuUsageNow() const { return usage_.gpus(); }
   // GPU processes outside gpuslice, as of the last sample (charged to their
   // GPUs in placement; docs/DAEMON.md, "Foreign GPU use").
-  const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_; }
+  const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_.processes(); }
   const WaitHistogram& QueueWaitHistogram() const { return wait_histogram_; }
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
@@ -638,13 +639,6 @@ class Service {
   // The audit of the arbiter's charge against NVML, over WatchCompute's
   // window (service_watchdog.cc).
   void AuditCharge(const core::Job& job, Live& l);
-  // Foreign GPU use, after each sample: charges it in placement, with the
-  // memory jobs hold over their limits (`over_limit`: bytes and "job N" per
-  // GPU), reports each process once, and ends those that
-  // `foreign` says to (protect: those that take memory jobs were promised).
-  using OverLimit = std::map<uint32_t, std::pair<uint64_t, std::string>>;
-  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid,
-                    const OverLimit& over_limit);
   // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
   // none. The one place that decides membership: the job's process group,
   // else a slice's process slots when the process is the job user's.
@@ -755,13 +749,12 @@ class Service {
   // Usage sampling: each job's usage, the GPUs', context sizes
   // (usage/usage_book.h).
   UsageBook usage_;
-  std::vector<ForeignProcess> foreign_;
-  // Foreign pids seen in consecutive samples (reported/acted on at the
-  // second, so a job's process caught between its job's end and NVML's
-  // next update is not called foreign), and those already reported.
-  std::unordered_map<int64_t, int> foreign_seen_;
-  std::set<int64_t> foreign_reported_;
-  std::set<int64_t> foreign_ended_;  // Signalled by `foreign`; forgotten once gone.
+  // GPU processes outside gpuslice: charged, reported, ended after each
+  // sample (usage/foreign_use.h).
+  ForeignUse foreign_{{[this](const std::string& user, const std::string& message) {
+                         RecordEvent("foreign_process", 0, user, message);
+                       },
+                       [this]() -> ProcessTable& { return Processes(); }}};
   WaitHistogram wait_histogram_;
 
   // Policies.

@@ -12,24 +12,11 @@
 
 #include "core/jobs/dependency.h"
 #include "core/jobs/job.h"
+#include "daemon/usage/foreign_use.h"   // ForeignProcess
 #include "daemon/usage/usage_book.h"    // JobUsage
 #include "daemon/waits/dependencies.h"  // DependencyView
 
 namespace gpuslice::daemon {
-
-// A GPU process that belongs to no job (NVML lists it; no job's process
-// group or slice claims it), as of the last sample.
-struct ForeignProcess {
-  uint32_t gpu_index = 0;
-  uint32_t pid = 0;
-  uint64_t used_memory = 0;
-  int64_t uid = -1;  // -1: the process is gone (its owner unknown).
-  std::string user;  // "?" when unknown.
-  // Root, the admin group or an allowed group: `foreign` never ends it.
-  bool spared = false;
-  // The MIG device it runs in ("MIG-..."), on a GPU in MIG mode; "" else.
-  std::string mig_uuid;
-};
 
 // Queue waits of started jobs (submitted -> started), for the metrics'
 // histogram: cumulative counts per upper bound, like Prometheus buckets.

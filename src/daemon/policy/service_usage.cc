@@ -6,7 +6,6 @@
 #include <string>
 #include <unordered_set>
 
-#include "daemon/base/log.h"
 #include "daemon/jobs/service.h"
 
 namespace gpuslice::daemon {
@@ -137,7 +136,7 @@ void Service::Sample() {
   for (const GpuUsage& g : usage_.gpus()) {
     for (const GpuProcess& p : g.processes) {
       auto it = job_of_pid.find(p.pid);
-      if (it == job_of_pid.end()) continue;  // Foreign (WatchForeign).
+      if (it == job_of_pid.end()) continue;  // Foreign (ForeignUse).
       usage_.AddProcess(it->second, g.index, p,
                         registered[it->second].count(static_cast<int32_t>(p.pid)) > 0);
     }
@@ -145,7 +144,7 @@ void Service::Sample() {
   // Memory jobs' processes hold over their limits: taken in
   // placement at once, before the watchdog acts on it (or while it is
   // within the allowance), so that no job is placed where it is not there.
-  OverLimit over_limit;
+  ForeignUse::OverLimit over_limit;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
     for (const auto& [gpu, held] : usage_.Find(id)->nvml_memory_by_gpu) {
@@ -156,7 +155,21 @@ void Service::Sample() {
       who += (who.empty() ? "job " : ", job ") + std::to_string(id);
     }
   }
-  WatchForeign(job_of_pid, over_limit);
+  // The processes a root-owned external job's slice names (a pod's
+  // containers, docs/KUBERNETES.md): they run as uids nobody knows in
+  // advance, so their claim does not make them the job's, but only holders
+  // of the slice's own group can write those slots. Charged, never ended.
+  std::unordered_map<int64_t, uint64_t> container_of;
+  for (const auto& [id, l] : live_) {
+    const Job& job = jobs_[id];
+    if (SharedGidOf(job) == 0 || job.region_path.empty()) continue;
+    if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
+      for (int32_t pid : *pids) container_of.emplace(pid, id);
+    }
+  }
+  const std::string admin_group = options_.admin_gid ? GroupNameOf(*options_.admin_gid) : "";
+  foreign_.Watch({usage_.gpus(), inventory_, job_of_pid, container_of, over_limit, options_.rules,
+                  admin_group, capacity_.get()});
   bool persist_idle = usage_.IdlePersistDue(now);
   for (auto& [id, l] : live_) {
     Job& job = jobs_[id];
