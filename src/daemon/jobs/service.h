@@ -50,6 +50,8 @@
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
+#include "daemon/usage/foreign_use.h"
+#include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
 
 namespace gpuslice::daemon {
@@ -295,10 +297,10 @@ class Service {
   // Usage, as of the last sample (Sample runs from Tick once per
   // sample_interval_ms).
   std::optional<JobUsage> UsageOf(uint64_t job_id) const;
-  const std::vector<GpuUsage>& GpuUsageNow() const { return gpu_usage_; }
+  const std::vector<GpuUsage>& GpuUsageNow() const { return usage_.gpus(); }
   // GPU processes outside gpuslice, as of the last sample (charged to their
   // GPUs in placement; docs/DAEMON.md, "Foreign GPU use").
-  const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_; }
+  const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_.processes(); }
   const WaitHistogram& QueueWaitHistogram() const { return wait_histogram_; }
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
@@ -637,13 +639,6 @@ class Service {
   // The audit of the arbiter's charge against NVML, over WatchCompute's
   // window (service_watchdog.cc).
   void AuditCharge(const core::Job& job, Live& l);
-  // Foreign GPU use, after each sample: charges it in placement, with the
-  // memory jobs hold over their limits (`over_limit`: bytes and "job N" per
-  // GPU), reports each process once, and ends those that
-  // `foreign` says to (protect: those that take memory jobs were promised).
-  using OverLimit = std::map<uint32_t, std::pair<uint64_t, std::string>>;
-  void WatchForeign(const std::unordered_map<int64_t, uint64_t>& job_of_pid,
-                    const OverLimit& over_limit);
   // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
   // none. The one place that decides membership: the job's process group,
   // else a slice's process slots when the process is the job user's.
@@ -751,22 +746,15 @@ class Service {
   // Events (store/event_log.h; in memory only when the ledger is unavailable).
   EventLog events_{
       ledger_, [this](const core::Status& s) { Degrade("ledger write failed: " + s.message()); }};
-  // Usage sampling.
-  std::vector<GpuUsage> gpu_usage_;
-  std::unordered_map<uint64_t, JobUsage> usage_;
-  std::vector<ForeignProcess> foreign_;
-  // Foreign pids seen in consecutive samples (reported/acted on at the
-  // second, so a job's process caught between its job's end and NVML's
-  // next update is not called foreign), and those already reported.
-  std::unordered_map<int64_t, int> foreign_seen_;
-  std::set<int64_t> foreign_reported_;
-  std::set<int64_t> foreign_ended_;  // Signalled by `foreign`; forgotten once gone.
-  // The size of a fresh context per GPU, from NVML (the memory watchdog's
-  // allowance, memory_allowance.h).
-  ContextSizes context_sizes_;
-  int64_t last_sample_ms_ = 0;
-  int64_t last_idle_persist_ms_ = 0;
-  bool usage_error_logged_ = false;
+  // Usage sampling: each job's usage, the GPUs', context sizes
+  // (usage/usage_book.h).
+  UsageBook usage_;
+  // GPU processes outside gpuslice: charged, reported, ended after each
+  // sample (usage/foreign_use.h).
+  ForeignUse foreign_{{[this](const std::string& user, const std::string& message) {
+                         RecordEvent("foreign_process", 0, user, message);
+                       },
+                       [this]() -> ProcessTable& { return Processes(); }}};
   WaitHistogram wait_histogram_;
 
   // Policies.

@@ -73,7 +73,7 @@ std::vector<std::string> Service::JobEnvironment(const Job& job) const {
 }
 
 void Service::Tick() {
-  if (clock_.NowMs() - last_sample_ms_ >= options_.sample_interval_ms) {
+  if (usage_.Due(clock_.NowMs(), options_.sample_interval_ms)) {
     Sample();
     Reclaim();
   }
@@ -461,7 +461,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
   // Its processes are gone (or being killed): the cgroup goes too.
   if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
   live_.erase(job.id);
-  usage_.erase(job.id);
+  usage_.Forget(job.id);
   job.exit_code = exit_code;
   job.reason = std::move(reason);
   job.ended_ms = clock_.NowMs();

@@ -73,8 +73,8 @@ std::vector<int64_t> Service::ProcessesOf(const Job& job) {
       candidates.insert(candidates.end(), pids->begin(), pids->end());
     }
   }
-  if (auto u = usage_.find(job.id); u != usage_.end()) {
-    candidates.insert(candidates.end(), u->second.pids.begin(), u->second.pids.end());
+  if (const JobUsage* u = usage_.Find(job.id)) {
+    candidates.insert(candidates.end(), u->pids.begin(), u->pids.end());
   }
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
@@ -286,7 +286,7 @@ void Service::FinishCheckpoints() {
         LogWarn(name + ": cannot close its slice while suspended: " + s.message());
       }
       if (capacity_) capacity_->Release(id);
-      usage_.erase(id);
+      usage_.Forget(id);
       ChangeState(job, JobState::kSuspended, "suspended",
                   "by " + task->by + ": " + std::to_string(out.pids.size()) +
                       " CUDA processes checkpointed to host memory in " + took +

@@ -36,8 +36,8 @@ void Service::Reclaim() {
   std::vector<uint64_t> ids;
   for (const auto& [id, l] : live_) ids.push_back(id);
   for (uint64_t id : ids) {
-    auto u = usage_.find(id);
-    if (u == usage_.end() || u->second.sampled_ms == 0) continue;
+    const JobUsage* u = usage_.Find(id);
+    if (u == nullptr || u->sampled_ms == 0) continue;
     Job& job = jobs_[id];
     Live& l = live_[id];
     if (l.ending) {
@@ -48,7 +48,7 @@ void Service::Reclaim() {
       }
       continue;
     }
-    const JobUsage& use = u->second;
+    const JobUsage& use = *u;
     if (job.state == JobState::kSuspended) {
       WatchSuspended(job, l, use);
       continue;  // Holds no GPU: neither idle nor over any limit.
@@ -173,7 +173,7 @@ Status Service::Resume(const Caller& caller, uint64_t id) {
   l->second.paused = false;
   l->second.idle_acted = l->second.idle_flagged = false;
   // Idle time counts afresh from now.
-  if (auto u = usage_.find(id); u != usage_.end()) l->second.idle_base_ms = u->second.low_use_ms;
+  if (const JobUsage* u = usage_.Find(id)) l->second.idle_base_ms = u->low_use_ms;
   RecordEvent("resumed", id, job.user,
               "launches allowed again by " +
                   (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
