@@ -234,7 +234,7 @@ void Service::Schedule() {
   // starts: the room a move frees is the head's.
   opt.backfill = options_.backfill && defrag_moving_.empty();
   core::QuotaUsage quota_usage;
-  HoldForQuotas(&opt, &quota_usage);
+  quotas_.HoldForQuotas(&opt, &quota_usage);
   if (opt.held) {
     // A suspended job's resume demand is not held for quotas (nor is a
     // resume by hand): it had its slice already.
@@ -251,7 +251,11 @@ void Service::Schedule() {
     };
   }
   core::QueuePlan plan = core::PlanQueue(queue_, running, now, *capacity_, opt);
-  RecordQuotaWaits();
+  // An event when a job starts waiting for a quota (or its reason
+  // changes), not on every pass.
+  quotas_.RecordWaits([this](uint64_t id, const std::string& reason) {
+    RecordEvent("quota_wait", id, jobs_[id].user, reason);
+  });
   for (uint64_t id : plan.never_fit) {
     Dequeue(id);
     if (IsSuspended(id)) continue;  // A resume demand is never failed (TryResume).
