@@ -427,10 +427,7 @@ JobView Service::View(const Job& job) {
       }
       case core::WaitReason::kHeld: {
         if (job.hold != core::HoldKind::kNone) {
-          v.waiting_for = job.hold == core::HoldKind::kAdmin
-                              ? "held by an admin (an admin releases it: gpuslice release " +
-                                    std::to_string(job.id) + ")"
-                              : "held (gpuslice release " + std::to_string(job.id) + ")";
+          v.waiting_for = JobHolds::WaitingText(job);
           break;
         }
         if (dependencies_.Waits(job.id)) {

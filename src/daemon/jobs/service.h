@@ -52,6 +52,7 @@
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
 #include "daemon/waits/dependencies.h"
+#include "daemon/waits/holds.h"
 
 namespace gpuslice::daemon {
 
@@ -766,13 +767,14 @@ class Service {
   // Quotas, whom jobs are charged to, and the queue's quota verdicts
   // (quotas/quota_keeper.h).
   QuotaKeeper quotas_;
-  std::unordered_set<uint64_t> held_ids_;                  // Queued jobs held by `gpuslice hold`.
   std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
   std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
   std::map<uint32_t, std::string> pool_of_gpu_;
 
   // Which queued jobs wait for which (--after; waits/dependencies.h).
   JobDependencies dependencies_;
+  // Which queued jobs are held by `gpuslice hold` (waits/holds.h).
+  JobHolds holds_;
 
   // Scheduling (service_schedule.cc).
   // Fair share's decayed use, charges and factors (fairshare/fair_share_book.h).

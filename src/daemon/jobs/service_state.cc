@@ -283,7 +283,7 @@ void Service::Recover(std::vector<Job> all) {
         ++ended;
         continue;
       }
-      if (job.hold != core::HoldKind::kNone) held_ids_.insert(id);
+      if (job.hold != core::HoldKind::kNone) holds_.Hold(id);
       Enqueue(job);
       ++requeued;
       continue;
