@@ -58,6 +58,23 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       inventory_source_(inventory),
       launcher_(launcher),
       regions_(regions),
+      quotas_(QuotaKeeper::Jobs{
+                  .for_each_charged =
+                      [this](const std::function<void(const Job&)>& visit) {
+                        for (const auto& [id, l] : live_) {
+                          // A suspended job holds no GPU; it counts only if the
+                          // admin says so.
+                          if (IsSuspended(id) && !options_.rules.suspended_counts_in_quota)
+                            continue;
+                          visit(jobs_[id]);
+                        }
+                      },
+                  .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+                  .placed = [this](uint64_t id) { return capacity_->AllocationOf(id); },
+                  .borrowable = [this](const Job& job) { return Borrowable(job); },
+                  .groups_of = options_.groups_of ? options_.groups_of : SystemGroupsOf,
+              },
+              options_.rules.quota_borrowing),
       dependencies_(JobDependencies::Jobs{
           .find = [this](uint64_t id) -> const Job* {
             auto it = jobs_.find(id);
@@ -402,27 +419,23 @@ JobView Service::View(const Job& job) {
         v.waiting_for = "can never fit";
         break;
       case core::WaitReason::kBorrowWait: {
-        auto b = borrow_why_.find(job.id);
+        const std::string* b = quotas_.BorrowReason(job.id);
         v.waiting_for = "borrowing over its group's quota (" +
-                        (b == borrow_why_.end() ? std::string("over quota") : b->second) +
+                        (b == nullptr ? std::string("over quota") : *b) +
                         "): waits for idle capacity: " + capacity_->WhyNotNow(job.id);
         break;
       }
       case core::WaitReason::kHeld: {
         if (job.hold != core::HoldKind::kNone) {
-          v.waiting_for = job.hold == core::HoldKind::kAdmin
-                              ? "held by an admin (an admin releases it: gpuslice release " +
-                                    std::to_string(job.id) + ")"
-                              : "held (gpuslice release " + std::to_string(job.id) + ")";
+          v.waiting_for = JobHolds::WaitingText(job);
           break;
         }
         if (dependencies_.Waits(job.id)) {
           v.waiting_for = dependencies_.WaitingText(job);
           break;
         }
-        auto q = quota_wait_.find(job.id);
-        v.waiting_for =
-            "quota: " + (q == quota_wait_.end() ? std::string("over quota") : q->second);
+        const std::string* q = quotas_.WaitReason(job.id);
+        v.waiting_for = "quota: " + (q == nullptr ? std::string("over quota") : *q);
         break;
       }
     }

@@ -48,11 +48,13 @@
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
+#include "daemon/quotas/quota_keeper.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
 #include "daemon/usage/foreign_use.h"
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
+#include "daemon/waits/holds.h"
 
 namespace gpuslice::daemon {
 
@@ -551,15 +553,9 @@ class Service {
   // kShareOfNoShareMilli).
   static void TakeTurnsWithoutAShare(const core::Job& job, SliceLimits* limits);
 
-  // Quotas.
-  core::QuotaOwner OwnerOf(const core::Job& job);
-  core::QuotaCharge RequestCharge(const core::Job& job) const;
-  // What each principal with a quota holds, over the running jobs but one.
-  core::QuotaUsage RunningUsage(uint64_t except_id = 0);
+  // The pools and priorities the admin restricted, then the quotas
+  // (QuotaKeeper::CheckAtSubmit): a submission, or an update of a queued job.
   core::Status CheckQuotaAtSubmit(const core::Job& job);
-  // Sets the plan's hold (quota waits) and start hooks over `usage`.
-  void HoldForQuotas(core::PlanOptions* options, core::QuotaUsage* usage);
-  void RecordQuotaWaits();
   // Preemption: the head of the queue may end lower-priority jobs.
   void MaybePreempt(uint64_t head_id);
   void ForgetPreemptions();
@@ -693,11 +689,9 @@ class Service {
   // were started.
   bool Defragment(uint64_t head_id);
   bool Movable(const core::Job& job, int64_t now) const;
-  // Over-quota borrowing: whether a job can give capacity back, what each
-  // running job charges, and the reclaim for a head within its group's
-  // guarantee.
+  // Over-quota borrowing: whether a job can give capacity back, and the
+  // reclaim for a head within its group's guarantee.
   bool Borrowable(const core::Job& job) const;
-  std::vector<core::RunningCharge> RunningCharges();
   void ReclaimBorrowed(uint64_t head_id);
   void RequeueForReclaim(core::Job& job, Live& l, uint64_t head_id);
   // Idle reclaim leaves it alone (--no-idle-reclaim, idle_exempt_priority).
@@ -758,18 +752,17 @@ class Service {
   WaitHistogram wait_histogram_;
 
   // Policies.
-  core::QuotaBook quotas_;
-  std::unordered_map<uint32_t, core::QuotaOwner> owners_;  // By uid, cached.
-  std::unordered_map<uint64_t, std::string> quota_wait_;   // Held jobs: why.
-  std::unordered_map<uint64_t, std::string> held_now_;     // This pass's holds.
-  std::unordered_set<uint64_t> held_ids_;                  // Queued jobs held by `gpuslice hold`.
-  uint64_t min_gpu_memory_ = 0;                            // What a whole GPU is charged to quotas.
+  // Quotas, whom jobs are charged to, and the queue's quota verdicts
+  // (quotas/quota_keeper.h).
+  QuotaKeeper quotas_;
   std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
   std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
   std::map<uint32_t, std::string> pool_of_gpu_;
 
   // Which queued jobs wait for which (--after; waits/dependencies.h).
   JobDependencies dependencies_;
+  // Which queued jobs are held by `gpuslice hold` (waits/holds.h).
+  JobHolds holds_;
 
   // Scheduling (service_schedule.cc).
   // Fair share's decayed use, charges and factors (fairshare/fair_share_book.h).
@@ -783,9 +776,6 @@ class Service {
   std::unordered_map<uint64_t, std::string> defrag_hint_;              // suggest: head -> text.
   uint64_t defrag_checked_head_ = 0;
   int64_t defrag_checked_ms_ = 0;
-  std::set<uint64_t> opportunistic_now_;                    // Queued borrowers of this pass.
-  std::unordered_map<uint64_t, std::string> borrow_why_;    // Queued borrower -> which quota.
-  std::set<uint64_t> borrowers_now_;                        // Running borrowers as of this pass.
   std::map<uint64_t, std::vector<uint64_t>> reclaiming_;    // Head -> borrowers it reclaims from.
   std::unordered_map<uint64_t, std::string> reclaim_note_;  // Head -> why it cannot.
 };

@@ -74,7 +74,8 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   }
   // Never queued, so a quota must have room now, beside what runs.
   if (!quotas_.empty()) {
-    core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), RunningUsage(0));
+    core::QuotaDecision d =
+        quotas_.Decide(quotas_.OwnerOf(job), quotas_.RequestCharge(job), quotas_.RunningUsage(0));
     if (d.verdict != core::QuotaVerdict::kFits) {
       capacity_->ForgetDemand(id);
       return core::FailedPreconditionError("over quota now: " + d.reason);

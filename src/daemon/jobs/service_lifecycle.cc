@@ -234,7 +234,7 @@ void Service::Schedule() {
   // starts: the room a move frees is the head's.
   opt.backfill = options_.backfill && defrag_moving_.empty();
   core::QuotaUsage quota_usage;
-  HoldForQuotas(&opt, &quota_usage);
+  quotas_.HoldForQuotas(&opt, &quota_usage);
   if (opt.held) {
     // A suspended job's resume demand is not held for quotas (nor is a
     // resume by hand): it had its slice already.
@@ -242,16 +242,20 @@ void Service::Schedule() {
       return !IsSuspended(id) && quota(id);
     };
   }
-  if (dependencies_.AnyWaits() || !held_ids_.empty()) {
+  if (dependencies_.AnyWaits() || holds_.any()) {
     // A job waiting for its dependencies, or held (`gpuslice hold`), is
     // held like a quota wait: it takes nothing and is never the head, so it
     // delays no one (and it is not counted against its quota while it waits).
     opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
-      return held_ids_.count(id) > 0 || dependencies_.Waits(id) || (quota && quota(id));
+      return holds_.Holds(id) || dependencies_.Waits(id) || (quota && quota(id));
     };
   }
   core::QueuePlan plan = core::PlanQueue(queue_, running, now, *capacity_, opt);
-  RecordQuotaWaits();
+  // An event when a job starts waiting for a quota (or its reason
+  // changes), not on every pass.
+  quotas_.RecordWaits([this](uint64_t id, const std::string& reason) {
+    RecordEvent("quota_wait", id, jobs_[id].user, reason);
+  });
   for (uint64_t id : plan.never_fit) {
     Dequeue(id);
     if (IsSuspended(id)) continue;  // A resume demand is never failed (TryResume).
@@ -447,7 +451,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
   }
   // A queued job, or a suspended one waiting in the queue to resume.
   if (from == JobState::kQueued || from == JobState::kSuspended) Dequeue(job.id);
-  held_ids_.erase(job.id);
+  holds_.Release(job.id);
   if (capacity_) {
     capacity_->Release(job.id);
     capacity_->ForgetDemand(job.id);

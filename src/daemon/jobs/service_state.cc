@@ -215,7 +215,7 @@ Status Service::Start() {
   if (!cap.ok()) return cap.status();
   capacity_ = std::move(*cap);
   for (const GpuInfo& g : inventory_.gpus) {
-    if (min_gpu_memory_ == 0 || g.memory_total < min_gpu_memory_) min_gpu_memory_ = g.memory_total;
+    quotas_.NoteGpuMemory(g.memory_total);
   }
 
   std::string ledger_path = options_.state_dir + "/ledger.db";
@@ -283,7 +283,7 @@ void Service::Recover(std::vector<Job> all) {
         ++ended;
         continue;
       }
-      if (job.hold != core::HoldKind::kNone) held_ids_.insert(id);
+      if (job.hold != core::HoldKind::kNone) holds_.Hold(id);
       Enqueue(job);
       ++requeued;
       continue;

@@ -465,11 +465,7 @@ void Service::ResumeWhenRoom() {
     // A job that would borrow over its group's quota again takes only idle
     // capacity, as when it started: not while a job waits first in line.
     if (plan_head_ != 0 && !queue_.empty() && options_.rules.quota_borrowing && !quotas_.empty()) {
-      std::vector<core::RunningCharge> running = RunningCharges();
-      std::erase_if(running, [&](const core::RunningCharge& r) { return r.id == id; });
-      running.push_back({id, OwnerOf(job), core::ChargeOfAllocation(job.request, job.allocation),
-                         clock_.NowMs()});
-      if (core::Borrowers(quotas_, running).count(id)) continue;
+      if (quotas_.WouldBorrow(job, clock_.NowMs())) continue;
     }
     // Quiet when there is no room yet: it is tried again every tick.
     if (Status s = StartResume(job, live_[id], "the daemon (room again)"); !s.ok()) continue;

@@ -131,8 +131,8 @@ void Service::FitElasticToQuotas(Job& job) {
   auto a = capacity_->AllocationOf(job.id);
   if (!a) return;
   // The queue admitted it by its minimum; it may have been placed on more.
-  core::QuotaUsage usage = RunningUsage(job.id);
-  core::QuotaOwner owner = OwnerOf(job);
+  core::QuotaUsage usage = quotas_.RunningUsage(job.id);
+  core::QuotaOwner owner = quotas_.OwnerOf(job);
   for (uint32_t n = static_cast<uint32_t>(a->gpu_indices.size()); n > job.request.gpus_min; --n) {
     if (quotas_.Decide(owner, core::ChargeOfAllocation(job.request, *a), usage).verdict ==
         core::QuotaVerdict::kFits) {
@@ -202,8 +202,9 @@ void Service::Elastic(uint64_t head_id) {
       if (!quotas_.empty()) {
         core::Allocation grown = job.allocation;
         grown.gpu_indices.resize(held + more, 0);
-        core::QuotaDecision d = quotas_.Decide(
-            OwnerOf(job), core::ChargeOfAllocation(job.request, grown), RunningUsage(job.id));
+        core::QuotaDecision d =
+            quotas_.Decide(quotas_.OwnerOf(job), core::ChargeOfAllocation(job.request, grown),
+                           quotas_.RunningUsage(job.id));
         if (d.verdict != core::QuotaVerdict::kFits) continue;
       }
       if (ApplyElastic(job, held + more, s.reason).ok()) break;

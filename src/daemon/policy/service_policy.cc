@@ -55,34 +55,6 @@ std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid) {
   return out;
 }
 
-core::QuotaOwner Service::OwnerOf(const Job& job) {
-  auto it = owners_.find(job.uid);
-  if (it != owners_.end() && it->second.user == job.user) return it->second;
-  core::QuotaOwner o;
-  o.user = job.user;
-  o.groups = options_.groups_of ? options_.groups_of(job.user, job.gid)
-                                : SystemGroupsOf(job.user, job.gid);
-  owners_[job.uid] = o;
-  return o;
-}
-
-core::QuotaCharge Service::RequestCharge(const Job& job) const {
-  return core::ChargeOfRequest(job.request, min_gpu_memory_);
-}
-
-core::QuotaUsage Service::RunningUsage(uint64_t except_id) {
-  core::QuotaUsage usage;
-  if (quotas_.empty()) return usage;
-  for (const auto& [id, l] : live_) {
-    if (id == except_id) continue;
-    // A suspended job holds no GPU; it counts only if the admin says so.
-    if (IsSuspended(id) && !options_.rules.suspended_counts_in_quota) continue;
-    const Job& job = jobs_[id];
-    quotas_.AddCharge(OwnerOf(job), core::ChargeOfAllocation(job.request, job.allocation), &usage);
-  }
-  return usage;
-}
-
 Status Service::CheckQuotaAtSubmit(const Job& job) {
   // Pools and priorities the admin restricted.
   const AccessConfig& access = options_.rules.access;
@@ -90,110 +62,10 @@ Status Service::CheckQuotaAtSubmit(const Job& job) {
       !access.group_max_priority.empty()) {
     const std::string& pool =
         job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
-    GPUSLICE_RETURN_IF_ERROR(
-        CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool, job.request.priority));
+    GPUSLICE_RETURN_IF_ERROR(CheckAccess(access, job.user, job.uid, quotas_.OwnerOf(job).groups,
+                                         pool, job.request.priority));
   }
-  if (quotas_.empty()) return Status::Ok();
-  if (options_.rules.quota_borrowing) {
-    // A group's quota is a guarantee: a job bigger than it may still run
-    // as a borrower, if it can give the capacity back.
-    bool borrows = false;
-    std::string why;
-    core::QuotaDecision d =
-        quotas_.DecideBorrowing(OwnerOf(job), RequestCharge(job), {}, &borrows, &why);
-    if (d.verdict == core::QuotaVerdict::kNever) {
-      return core::OutOfRangeError("over quota, can never run: " + d.reason);
-    }
-    if (borrows && !Borrowable(job)) {
-      core::QuotaDecision g = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
-      if (g.verdict == core::QuotaVerdict::kNever) {
-        return core::OutOfRangeError(
-            "over quota, can never run: " + g.reason +
-            " (beyond a group's quota a job runs only as a borrower, which must be able to give "
-            "the capacity back: submit it with --restartable)");
-      }
-    }
-    return Status::Ok();
-  }
-  core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), {});
-  if (d.verdict == core::QuotaVerdict::kNever) {
-    return core::OutOfRangeError("over quota, can never run: " + d.reason);
-  }
-  return Status::Ok();
-}
-
-void Service::HoldForQuotas(core::PlanOptions* opt, core::QuotaUsage* usage) {
-  opportunistic_now_.clear();
-  borrow_why_.clear();
-  borrowers_now_.clear();
-  if (quotas_.empty()) {
-    quota_wait_.clear();
-    return;
-  }
-  const bool borrowing = options_.rules.quota_borrowing;
-  if (borrowing) {
-    const std::vector<core::RunningCharge> running = RunningCharges();
-    borrowers_now_ = core::Borrowers(quotas_, running);
-    *usage = quotas_.UsageWithBorrowers(running, borrowers_now_);
-  } else {
-    *usage = RunningUsage();
-  }
-  held_now_.clear();
-  opt->held = [this, usage, borrowing](uint64_t id) {
-    const Job& job = jobs_[id];
-    if (!borrowing) {
-      core::QuotaDecision d = quotas_.Decide(OwnerOf(job), RequestCharge(job), *usage);
-      if (d.verdict == core::QuotaVerdict::kFits) return false;
-      held_now_[id] = d.reason;
-      return true;
-    }
-    bool borrows = false;
-    std::string why;
-    core::QuotaDecision d =
-        quotas_.DecideBorrowing(OwnerOf(job), RequestCharge(job), *usage, &borrows, &why);
-    if (d.verdict != core::QuotaVerdict::kFits) {
-      held_now_[id] = d.reason;
-      return true;
-    }
-    if (borrows) {
-      if (!Borrowable(job)) {
-        held_now_[id] = why +
-                        " (beyond its group's quota only a job that can give the capacity back "
-                        "borrows: restartable, or one the daemon can suspend)";
-        return true;
-      }
-      opportunistic_now_.insert(id);
-      borrow_why_[id] = why;
-    }
-    return false;
-  };
-  opt->opportunistic = [this](uint64_t id) { return opportunistic_now_.count(id) > 0; };
-  opt->started = [this, usage](uint64_t id) {
-    const Job& job = jobs_[id];
-    auto a = capacity_->AllocationOf(id);
-    const core::QuotaCharge charge =
-        a ? core::ChargeOfAllocation(job.request, *a) : RequestCharge(job);
-    if (opportunistic_now_.count(id)) {
-      // A borrower counts against its user's quota only.
-      quotas_.AddCharge(core::QuotaOwner{job.user, {}}, charge, usage);
-      borrowers_now_.insert(id);
-      return;
-    }
-    quotas_.AddCharge(OwnerOf(job), charge, usage);
-  };
-}
-
-void Service::RecordQuotaWaits() {
-  // An event when a job starts waiting for a quota (or its reason changes),
-  // not on every pass.
-  for (const auto& [id, reason] : held_now_) {
-    auto it = quota_wait_.find(id);
-    if (it != quota_wait_.end() && it->second == reason) continue;
-    const Job& job = jobs_[id];
-    RecordEvent("quota_wait", id, job.user, reason);
-  }
-  quota_wait_ = std::move(held_now_);
-  held_now_.clear();
+  return quotas_.CheckAtSubmit(job);
 }
 
 Status Service::SetQuota(const Caller& caller, const core::Principal& who,
@@ -252,8 +124,9 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
   if (want > held && !quotas_.empty()) {
     core::Allocation grown = job.allocation;
     grown.gpu_indices.resize(want, 0);
-    core::QuotaDecision d = quotas_.Decide(
-        OwnerOf(job), core::ChargeOfAllocation(job.request, grown), RunningUsage(job.id));
+    core::QuotaDecision d =
+        quotas_.Decide(quotas_.OwnerOf(job), core::ChargeOfAllocation(job.request, grown),
+                       quotas_.RunningUsage(job.id));
     if (d.verdict != core::QuotaVerdict::kFits) {
       return core::ResourceExhaustedError("resize to " + std::to_string(want) +
                                           " GPUs is over quota: " + d.reason);
@@ -271,7 +144,7 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
 }
 
 std::vector<QuotaView> Service::Quotas() {
-  core::QuotaUsage usage = RunningUsage();
+  core::QuotaUsage usage = quotas_.RunningUsage();
   std::vector<QuotaView> out;
   for (const auto& [who, quota] : quotas_.all()) {
     auto u = usage.find(who);
@@ -303,7 +176,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
     const std::string& pool =
         job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
     GPUSLICE_RETURN_IF_ERROR(
-        CheckAccess(access, job.user, job.uid, OwnerOf(job).groups, pool, *priority));
+        CheckAccess(access, job.user, job.uid, quotas_.OwnerOf(job).groups, pool, *priority));
     if (!spec.mem && !spec.compute) {
       GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
       return View(job);
@@ -332,8 +205,8 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
     core::Allocation after = job.allocation;
     after.memory_bytes_per_gpu = next.memory_bytes;
     after.compute_milli = next.compute_milli;
-    core::QuotaDecision d =
-        quotas_.Decide(OwnerOf(job), core::ChargeOfAllocation(next, after), RunningUsage(job.id));
+    core::QuotaDecision d = quotas_.Decide(
+        quotas_.OwnerOf(job), core::ChargeOfAllocation(next, after), quotas_.RunningUsage(job.id));
     if (d.verdict != core::QuotaVerdict::kFits) {
       return core::ResourceExhaustedError("resize to " + to + " is over quota: " + d.reason);
     }

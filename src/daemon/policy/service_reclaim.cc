@@ -192,7 +192,7 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   if (l->second.stopped) flags.push_back("stopped");
   if (l->second.over_share) flags.push_back("over_share");
   if (l->second.under_reported) flags.push_back("under_reported");
-  if (borrowers_now_.count(id)) flags.push_back("borrowing");
+  if (quotas_.borrowers().count(id)) flags.push_back("borrowing");
   if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
     flags.push_back("preempted");
   }

@@ -68,7 +68,7 @@ Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
     job.hold = before;
     return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): hold not recorded");
   }
-  held_ids_.insert(id);
+  holds_.Hold(id);
   RecordEvent(
       "held", id, job.user,
       "held by " + Who(caller) +
@@ -102,7 +102,7 @@ Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
     return core::UnavailableError("daemon degraded (" + degraded_reason_ +
                                   "): release not recorded");
   }
-  held_ids_.erase(id);
+  holds_.Release(id);
   RecordEvent("released", id, job.user, "released by " + Who(caller));
   Schedule();
   return View(job);

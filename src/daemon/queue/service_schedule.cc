@@ -259,32 +259,16 @@ bool Service::Borrowable(const Job& job) const {
          job.mode != core::JobMode::kExternal && job.image.empty();
 }
 
-std::vector<core::RunningCharge> Service::RunningCharges() {
-  std::vector<core::RunningCharge> out;
-  for (const auto& [id, l] : live_) {
-    if (IsSuspended(id) && !options_.rules.suspended_counts_in_quota) continue;
-    const Job& job = jobs_[id];
-    out.push_back(
-        {id, OwnerOf(job), core::ChargeOfAllocation(job.request, job.allocation), job.started_ms});
-  }
-  return out;
-}
-
 void Service::ReclaimBorrowed(uint64_t head_id) {
-  if (!options_.rules.quota_borrowing || quotas_.empty() || head_id == 0) return;
+  if (!quotas_.borrowing() || quotas_.empty() || head_id == 0) return;
   if (reclaiming_.count(head_id)) return;  // Its borrowers are still leaving.
   reclaim_note_.erase(head_id);
   const Job& head = jobs_[head_id];
   // Only a job within a group's guarantee reclaims: some group quota of its
   // owner applies (and, the head not being a borrower, has room for it).
-  const core::QuotaOwner owner = OwnerOf(head);
-  bool guaranteed = false;
-  for (const auto& [who, quota] : quotas_.all()) {
-    guaranteed = guaranteed || (who.kind == core::PrincipalKind::kGroup && owner.IsCharged(who));
-  }
-  if (!guaranteed) return;
+  if (!quotas_.Guaranteed(head)) return;
   std::vector<core::PreemptCandidate> candidates;
-  for (uint64_t id : borrowers_now_) {
+  for (uint64_t id : quotas_.borrowers()) {
     auto l = live_.find(id);
     if (l == live_.end() || l->second.ending || l->second.checkpoint || IsSuspended(id)) continue;
     const Job& job = jobs_[id];
@@ -294,7 +278,7 @@ void Service::ReclaimBorrowed(uint64_t head_id) {
     c.priority = job.request.priority;
     c.started_ms = job.started_ms;
     c.restartable = job.restartable;
-    c.gpu_weight = core::HeldGpuWeight(job.request, job.allocation, min_gpu_memory_);
+    c.gpu_weight = core::HeldGpuWeight(job.request, job.allocation, quotas_.whole_gpu_bytes());
     candidates.push_back(c);
   }
   if (candidates.empty()) return;
