@@ -233,8 +233,7 @@ void Service::Schedule() {
   // While the daemon moves jobs to make room for the head, nothing else
   // starts: the room a move frees is the head's.
   opt.backfill = options_.backfill && defrag_moving_.empty();
-  core::QuotaUsage quota_usage;
-  quotas_.HoldForQuotas(&opt, &quota_usage);
+  quotas_.HoldForQuotas(&opt);
   if (opt.held) {
     // A suspended job's resume demand is not held for quotas (nor is a
     // resume by hand): it had its slice already.

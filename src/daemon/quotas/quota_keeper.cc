@@ -77,78 +77,36 @@ Status QuotaKeeper::CheckAtSubmit(const Job& job) {
   return Status::Ok();
 }
 
-void QuotaKeeper::HoldForQuotas(core::PlanOptions* opt, core::QuotaUsage* usage) {
-  opportunistic_now_.clear();
-  borrow_why_.clear();
-  borrowers_now_.clear();
+void QuotaKeeper::HoldForQuotas(core::PlanOptions* opt) {
+  pass_.reset();
   if (book_.empty()) {
     quota_wait_.clear();
     return;
   }
-  const bool borrowing = borrowing_;
-  if (borrowing) {
-    const std::vector<core::RunningCharge> running = RunningCharges();
-    borrowers_now_ = core::Borrowers(book_, running);
-    *usage = book_.UsageWithBorrowers(running, borrowers_now_);
-  } else {
-    *usage = RunningUsage();
-  }
-  held_now_.clear();
-  opt->held = [this, usage, borrowing](uint64_t id) {
-    const Job& job = jobs_.job(id);
-    if (!borrowing) {
-      core::QuotaDecision d = book_.Decide(OwnerOf(job), RequestCharge(job), *usage);
-      if (d.verdict == core::QuotaVerdict::kFits) return false;
-      held_now_[id] = d.reason;
-      return true;
-    }
-    bool borrows = false;
-    std::string why;
-    core::QuotaDecision d =
-        book_.DecideBorrowing(OwnerOf(job), RequestCharge(job), *usage, &borrows, &why);
-    if (d.verdict != core::QuotaVerdict::kFits) {
-      held_now_[id] = d.reason;
-      return true;
-    }
-    if (borrows) {
-      if (!jobs_.borrowable(job)) {
-        held_now_[id] = why +
-                        " (beyond its group's quota only a job that can give the capacity back "
-                        "borrows: restartable, or one the daemon can suspend)";
-        return true;
-      }
-      opportunistic_now_.insert(id);
-      borrow_why_[id] = why;
-    }
-    return false;
-  };
-  opt->opportunistic = [this](uint64_t id) { return opportunistic_now_.count(id) > 0; };
-  opt->started = [this, usage](uint64_t id) {
+  core::QuotaPass::Jobs hooks;
+  hooks.owner = [this](uint64_t id) { return OwnerOf(jobs_.job(id)); };
+  hooks.ask = [this](uint64_t id) { return RequestCharge(jobs_.job(id)); };
+  hooks.started_charge = [this](uint64_t id) {
     const Job& job = jobs_.job(id);
     auto a = jobs_.placed(id);
-    const core::QuotaCharge charge =
-        a ? core::ChargeOfAllocation(job.request, *a) : RequestCharge(job);
-    if (opportunistic_now_.count(id)) {
-      // A borrower counts against its user's quota only.
-      book_.AddCharge(core::QuotaOwner{job.user, {}}, charge, usage);
-      borrowers_now_.insert(id);
-      return;
-    }
-    book_.AddCharge(OwnerOf(job), charge, usage);
+    return a ? core::ChargeOfAllocation(job.request, *a) : RequestCharge(job);
   };
+  hooks.borrowable = [this](uint64_t id) { return jobs_.borrowable(jobs_.job(id)); };
+  pass_.emplace(book_, borrowing_, std::move(hooks), RunningCharges());
+  pass_->Attach(opt);
 }
 
 void QuotaKeeper::RecordWaits(
     const std::function<void(uint64_t id, const std::string& reason)>& started_waiting) {
+  if (!pass_) return;
   // Told when a job starts waiting for a quota (or its reason changes), not
   // on every pass.
-  for (const auto& [id, reason] : held_now_) {
+  for (const auto& [id, reason] : pass_->held()) {
     auto it = quota_wait_.find(id);
     if (it != quota_wait_.end() && it->second == reason) continue;
     started_waiting(id, reason);
   }
-  quota_wait_ = std::move(held_now_);
-  held_now_.clear();
+  quota_wait_ = pass_->held();
 }
 
 const std::string* QuotaKeeper::WaitReason(uint64_t id) const {
@@ -157,8 +115,17 @@ const std::string* QuotaKeeper::WaitReason(uint64_t id) const {
 }
 
 const std::string* QuotaKeeper::BorrowReason(uint64_t id) const {
-  auto it = borrow_why_.find(id);
-  return it == borrow_why_.end() ? nullptr : &it->second;
+  return pass_ ? pass_->BorrowReason(id) : nullptr;
+}
+
+const std::set<uint64_t>& QuotaKeeper::borrowers() const {
+  static const std::set<uint64_t> kNone;
+  return pass_ ? pass_->borrowers() : kNone;
+}
+
+const core::QuotaUsage& QuotaKeeper::PassUsage() const {
+  static const core::QuotaUsage kNone;
+  return pass_ ? pass_->usage() : kNone;
 }
 
 bool QuotaKeeper::WouldBorrow(const Job& job, int64_t now_ms) {
@@ -169,13 +136,6 @@ bool QuotaKeeper::WouldBorrow(const Job& job, int64_t now_ms) {
   return core::Borrowers(book_, running).count(job.id) > 0;
 }
 
-bool QuotaKeeper::Guaranteed(const Job& job) {
-  const core::QuotaOwner owner = OwnerOf(job);
-  bool guaranteed = false;
-  for (const auto& [who, quota] : book_.all()) {
-    guaranteed = guaranteed || (who.kind == core::PrincipalKind::kGroup && owner.IsCharged(who));
-  }
-  return guaranteed;
-}
+bool QuotaKeeper::Guaranteed(const Job& job) { return core::IsGuaranteed(book_, OwnerOf(job)); }
 
 }  // namespace gpuslice::daemon

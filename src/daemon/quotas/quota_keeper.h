@@ -25,6 +25,7 @@
 #include "core/jobs/job.h"
 #include "core/schedule/queue.h"
 #include "core/schedule/quota.h"
+#include "core/schedule/quota_pass.h"
 #include "core/status.h"
 
 namespace gpuslice::daemon {
@@ -86,10 +87,9 @@ class QuotaKeeper {
   core::Status CheckAtSubmit(const core::Job& job);
 
   // A queue pass: sets the plan's `held` (quota waits), `opportunistic`
-  // (borrowers) and `started` hooks, over `usage`, which the hooks keep
-  // counting as the pass starts jobs (it must outlive the pass). Nothing
-  // when there are no quotas.
-  void HoldForQuotas(core::PlanOptions* options, core::QuotaUsage* usage);
+  // (borrowers) and `started` hooks (core::QuotaPass, kept until the next
+  // pass). Nothing when there are no quotas.
+  void HoldForQuotas(core::PlanOptions* options);
   // After the pass: the jobs its hooks held for a quota become the waiting
   // ones; `started_waiting` is told of each that waits anew, or for a new
   // reason (an event, not one per pass).
@@ -103,7 +103,10 @@ class QuotaKeeper {
   const std::string* BorrowReason(uint64_t id) const;
   // The running jobs that borrow beyond their group's quota as of the last
   // pass.
-  const std::set<uint64_t>& borrowers() const { return borrowers_now_; }
+  const std::set<uint64_t>& borrowers() const;
+  // What the last pass decided against, the jobs it started included
+  // (empty before the first pass and without quotas).
+  const core::QuotaUsage& PassUsage() const;
   // Whether `job`, running again from `now_ms` beside the running jobs,
   // would borrow beyond its group's quota.
   bool WouldBorrow(const core::Job& job, int64_t now_ms);
@@ -118,10 +121,8 @@ class QuotaKeeper {
   std::unordered_map<uint32_t, core::QuotaOwner> owners_;  // By uid, cached.
   uint64_t min_gpu_memory_ = 0;                            // What a whole GPU is charged to quotas.
   std::unordered_map<uint64_t, std::string> quota_wait_;   // Held jobs: why.
-  std::unordered_map<uint64_t, std::string> held_now_;     // This pass's holds.
-  std::set<uint64_t> opportunistic_now_;                   // Queued borrowers of this pass.
-  std::unordered_map<uint64_t, std::string> borrow_why_;   // Queued borrower -> which quota.
-  std::set<uint64_t> borrowers_now_;                       // Running borrowers as of this pass.
+  // The last queue pass's verdicts: its holds, queued and running borrowers.
+  std::optional<core::QuotaPass> pass_;
 };
 
 }  // namespace gpuslice::daemon

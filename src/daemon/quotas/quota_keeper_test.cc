@@ -86,8 +86,7 @@ TEST(QuotaKeeper, WithoutQuotasNothingIsChargedAndTheQueueIsNotHeld) {
   t.Run(1, "alice", 1000, 8 * kGiB);
   EXPECT_TRUE(keeper.RunningUsage().empty());
   core::PlanOptions opt;
-  core::QuotaUsage usage;
-  keeper.HoldForQuotas(&opt, &usage);
+  keeper.HoldForQuotas(&opt);
   EXPECT_FALSE(opt.held);
   EXPECT_FALSE(opt.started);
   EXPECT_TRUE(keeper.CheckAtSubmit(t.Add(2, "alice", 1000, 80 * kGiB)).ok());
@@ -171,8 +170,7 @@ TEST(QuotaKeeper, AQueuedJobOverItsQuotaIsHeldAndItsWaitIsToldOncePerReason) {
   std::vector<std::pair<uint64_t, std::string>> told;
   auto pass = [&] {
     core::PlanOptions opt;
-    core::QuotaUsage usage;
-    keeper.HoldForQuotas(&opt, &usage);
+    keeper.HoldForQuotas(&opt);
     const bool held = opt.held && opt.held(2);
     keeper.RecordWaits(
         [&](uint64_t id, const std::string& reason) { told.emplace_back(id, reason); });
@@ -197,12 +195,11 @@ TEST(QuotaKeeper, AJobStartedInAPassCountsAgainstTheQuotaForTheJobsAfterIt) {
   t.Add(1, "alice", 1000, 6 * kGiB);
   t.Add(2, "alice", 1000, 6 * kGiB);
   core::PlanOptions opt;
-  core::QuotaUsage usage;
-  keeper.HoldForQuotas(&opt, &usage);
+  keeper.HoldForQuotas(&opt);
   ASSERT_TRUE(opt.held && opt.started);
   EXPECT_FALSE(opt.held(1));
   opt.started(1);
-  EXPECT_EQ(usage[kAlice].memory_bytes, 6 * kGiB);
+  EXPECT_EQ(keeper.PassUsage().at(kAlice).memory_bytes, 6 * kGiB);
   EXPECT_TRUE(opt.held(2)) << "two jobs of one user do not both start on one quota's room";
 }
 
@@ -216,8 +213,7 @@ TEST(QuotaKeeper, ABorrowerStartsOnIdleCapacityAndIsKnownAsOneFromThen) {
   t.Add(2, "bob", 1001, 8 * kGiB);
   t.borrowable.insert(2);
   core::PlanOptions opt;
-  core::QuotaUsage usage;
-  keeper.HoldForQuotas(&opt, &usage);
+  keeper.HoldForQuotas(&opt);
   ASSERT_TRUE(opt.held && opt.opportunistic && opt.started);
   EXPECT_FALSE(opt.held(2));
   EXPECT_TRUE(opt.opportunistic(2));
@@ -227,7 +223,8 @@ TEST(QuotaKeeper, ABorrowerStartsOnIdleCapacityAndIsKnownAsOneFromThen) {
   t.placed[2].memory_bytes_per_gpu = 8 * kGiB;
   opt.started(2);
   EXPECT_EQ(keeper.borrowers(), std::set<uint64_t>{2});
-  EXPECT_EQ(usage[kMl].memory_bytes, 8 * kGiB) << "a borrower is not charged to its group";
+  EXPECT_EQ(keeper.PassUsage().at(kMl).memory_bytes, 8 * kGiB)
+      << "a borrower is not charged to its group";
 
   // The next pass finds it among the running jobs: the later of the two.
   Job& two = t.jobs.at(2);
@@ -235,8 +232,7 @@ TEST(QuotaKeeper, ABorrowerStartsOnIdleCapacityAndIsKnownAsOneFromThen) {
   two.started_ms = 200;
   t.running.insert(2);
   core::PlanOptions next;
-  core::QuotaUsage next_usage;
-  keeper.HoldForQuotas(&next, &next_usage);
+  keeper.HoldForQuotas(&next);
   EXPECT_EQ(keeper.borrowers(), std::set<uint64_t>{2});
   EXPECT_EQ(keeper.BorrowReason(2), nullptr) << "it no longer waits to borrow";
   EXPECT_TRUE(keeper.Guaranteed(t.jobs.at(1)));
