@@ -128,7 +128,8 @@ int Main(int argc, char** argv) {
                  "--queue: how the tasks are shared out among users, as weights (40,30,20,10)");
   app.add_option(
       "--variants", variants,
-      "--queue: today, all-on, no-defragment, no-fair-share, no-estimates, no-packing, or all");
+      "--queue: today, all-on, no-defragment, no-fair-share, no-estimates, no-packing, quotas, or "
+      "all");
   app.add_option("--half-life", half_life, "--queue: fair share's half-life (7d)");
   app.add_option("--max-age", max_age, "--queue: the wait at which aging stops growing (1d)");
   app.add_option("--default-runtime", default_runtime, "--queue: the run-time estimate (1h)");

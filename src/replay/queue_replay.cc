@@ -12,11 +12,13 @@
 #include <set>
 #include <unordered_map>
 
-#include "core/schedule/defrag.h"
-#include "core/schedule/fair_share.h"
 #include "core/placement/placement_profile.h"
 #include "core/placement/placement_random.h"
+#include "core/schedule/defrag.h"
+#include "core/schedule/fair_share.h"
+#include "core/schedule/preemption.h"
 #include "core/schedule/queue.h"
+#include "core/schedule/quota_pass.h"
 #include "core/schedule/runtime_estimate.h"
 
 namespace gpuslice::replay {
@@ -98,7 +100,9 @@ struct Task {
   int64_t arrival_ms = 0;
   int64_t duration_ms = 0;
   int64_t start_ms = -1;
-  bool whole = false;  // Whole GPUs; else a part of one.
+  int64_t end_ms = 0;    // While it runs: when it departs.
+  bool started = false;  // Ever (a suspended borrower's wait counts once).
+  bool whole = false;    // Whole GPUs; else a part of one.
 };
 
 double GpusOf(const Demand& d) { return static_cast<double>(d.TotalGpuMilli()) / 1000.0; }
@@ -148,6 +152,10 @@ std::vector<QueueReplayConfig> QueueReplayVariants(const QueueReplayConfig& base
   c.label = "no-packing";
   c.pack_fractions = false;
   out.push_back(c);
+  c = base;
+  c.label = "quotas";
+  c.quotas = true;
+  out.push_back(c);
   return out;
 }
 
@@ -162,6 +170,13 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
       config.from_s < 0 || config.max_runtime_ms < 0) {
     return core::InvalidArgumentError(
         "queue replay: needs a positive arrival scale, a user mix and a sample step");
+  }
+  for (uint32_t u : config.task_users) {
+    if (u >= config.user_mix.size()) {
+      return core::InvalidArgumentError("queue replay: task user " + std::to_string(u) +
+                                        " is not one of the " +
+                                        std::to_string(config.user_mix.size()) + " users");
+    }
   }
   if (config.until_s != 0 && config.until_s <= config.from_s) {
     return core::InvalidArgumentError(
@@ -198,6 +213,7 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     for (double acc = config.user_mix[0]; user + 1 < config.user_mix.size() && draw >= acc;) {
       acc += config.user_mix[++user];
     }
+    if (i < config.task_users.size()) user = config.task_users[i];
     if (t.creation_s < config.from_s) continue;  // Before the replay's start.
     if (config.until_s != 0 && t.creation_s >= config.until_s) continue;  // After its end.
     if (!core::CouldEverFit(cluster, d).ok()) {
@@ -249,6 +265,26 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     result.users.push_back({principals.back().name, config.user_mix[u]});
   }
 
+  // Deserved quotas: an equal part of the GPUs for each user's group.
+  core::QuotaBook quotas;
+  std::vector<core::QuotaOwner> owners;
+  for (size_t u = 0; u < principals.size(); ++u) {
+    owners.push_back({principals[u].name, {"g" + std::to_string(u)}});
+    if (config.quotas) {
+      core::Quota q;
+      q.compute_milli = static_cast<uint32_t>(cluster.TotalGpuMilli() / principals.size());
+      quotas.Set({core::PrincipalKind::kGroup, owners.back().groups[0]}, q);
+    }
+  }
+  auto quota_charge = [&](uint64_t id) {
+    const Demand& d = (*demands)[id];
+    core::QuotaCharge c;
+    c.gpus = d.IsWhole() ? d.gpus : 0;
+    c.compute_milli = static_cast<uint32_t>(d.TotalGpuMilli());
+    c.jobs = 1;
+    return c;
+  };
+
   std::vector<uint64_t> order;
   for (uint64_t id = 1; id < tasks.size(); ++id) order.push_back(id);
   std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
@@ -282,11 +318,15 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
   auto start = [&](uint64_t id, int64_t at) {
     Task& t = tasks[id];
     t.start_ms = at;
-    const double waited_s = static_cast<double>(at - t.arrival_ms) / 1000.0;
-    (t.whole ? whole_waits : fraction_waits).push_back(waited_s);
-    if ((*demands)[id].gpus >= 2) multi_waits.push_back(waited_s);
-    result.max_wait_s = std::max(result.max_wait_s, waited_s);
-    departures.push({at + t.duration_ms, id});
+    if (!t.started) {
+      const double waited_s = static_cast<double>(at - t.arrival_ms) / 1000.0;
+      (t.whole ? whole_waits : fraction_waits).push_back(waited_s);
+      if ((*demands)[id].gpus >= 2) multi_waits.push_back(waited_s);
+      result.max_wait_s = std::max(result.max_wait_s, waited_s);
+      t.started = true;
+    }
+    t.end_ms = at + t.duration_ms;
+    departures.push({t.end_ms, id});
     running[id] = at;
     queued_gpus[t.user] -= GpusOf((*demands)[id]);
     --queued_tasks[t.user];
@@ -294,8 +334,75 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     result.users[t.user].gpu_hours += GpusOf((*demands)[id]) * t.duration_ms / 3.6e6;
   };
 
+  auto enqueue = [&](uint64_t id) {
+    const Task& t = tasks[id];
+    const Demand& d = (*demands)[id];
+    core::QueuedJob q;
+    q.id = id;
+    q.seq = id;
+    q.shape.gpus = d.gpus;
+    q.shape.milli = d.gpu_milli;
+    // GPU memory is untracked in the trace; the CPU a task needs takes its
+    // place, so a shape only dominates one it needs no less CPU than.
+    q.shape.mem = d.cpu_milli;
+    q.shape.constraint = d.model_mask;
+    if (config.estimates) q.estimate = std::chrono::milliseconds(config.default_runtime_ms);
+    queue.push_back(q);
+    queued_gpus[t.user] += GpusOf(d);
+    ++queued_tasks[t.user];
+  };
+  // Ends a running task's time on the GPUs: its use charged to fair share.
+  auto stop = [&](uint64_t id, int64_t at) {
+    if (config.fair_share) {
+      const int64_t since = running[id];
+      if (at > since)
+        usage.AddInterval(principals[tasks[id].user], GpusOf((*demands)[id]), since, at);
+    }
+    running.erase(id);
+    running_gpus[tasks[id].user] -= GpusOf((*demands)[id]);
+    model.Release(id);
+  };
+  // A borrower suspended for a task within its quota: back to the queue
+  // with the run time it has left (its stale departure is skipped).
+  auto suspend = [&](uint64_t id, int64_t at) {
+    Task& t = tasks[id];
+    stop(id, at);
+    t.duration_ms = std::max<int64_t>(t.end_ms - at, 1);
+    result.users[t.user].gpu_hours -= GpusOf((*demands)[id]) * t.duration_ms / 3.6e6;
+    t.start_ms = -1;
+    t.end_ms = 0;
+    enqueue(id);
+    ++result.reclaims;
+  };
+
+  // Over-quota reclaim, as Service::ReclaimBorrowed does it: a head within
+  // its group's quota takes capacity back from borrowers, then the queue is
+  // planned again.
+  auto reclaim = [&](auto& schedule_again, uint64_t head, const core::QuotaPass& pass,
+                     int64_t at) -> Status {
+    if (!config.quotas || !core::IsGuaranteed(quotas, owners[tasks[head].user])) {
+      return Status::Ok();
+    }
+    std::vector<core::PreemptCandidate> candidates;
+    for (uint64_t id : pass.borrowers()) {
+      if (!running.count(id)) continue;
+      core::PreemptCandidate c;
+      c.id = id;
+      c.started_ms = tasks[id].start_ms;
+      c.restartable = true;
+      c.gpu_weight = GpusOf((*demands)[id]);
+      candidates.push_back(c);
+    }
+    if (candidates.empty()) return Status::Ok();
+    Result<core::PreemptionPlan> victims = core::ChooseVictims(head, candidates, at, model);
+    if (!victims.ok()) return Status::Ok();  // Even all of them would not make room.
+    if (config.fair_share) charge(at);
+    for (uint64_t v : victims->victims) suspend(v, at);
+    return schedule_again(schedule_again, at, /*after_moves=*/true);
+  };
+
   // One scheduling pass, as Service::Schedule runs it; a second one after
-  // moves were made for the head.
+  // moves were made, or borrowers suspended, for the head.
   auto schedule = [&](auto& self, int64_t at, bool after_moves) -> Status {
     if (queue.empty()) return Status::Ok();
     ++result.plans;
@@ -330,12 +437,26 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     opt.use_estimates = [&](uint64_t id) {
       return at - tasks[id].arrival_ms >= config.reserve_after_ms;
     };
+    std::vector<core::RunningCharge> charges;
+    if (config.quotas) {
+      for (const auto& [id, since] : running) {
+        charges.push_back({id, owners[tasks[id].user], quota_charge(id), tasks[id].start_ms});
+      }
+    }
+    core::QuotaPass::Jobs hooks;
+    hooks.owner = [&](uint64_t id) { return owners[tasks[id].user]; };
+    hooks.ask = quota_charge;
+    hooks.started_charge = quota_charge;
+    hooks.borrowable = [](uint64_t) { return true; };
+    core::QuotaPass quota_pass(quotas, /*borrowing=*/true, std::move(hooks), charges);
+    quota_pass.Attach(&opt);
     const core::QueuePlan plan = core::PlanQueue(queue, now_running, at, model, opt);
     for (uint64_t id : plan.start) start(id, at);
     if (!plan.start.empty()) {
       std::erase_if(queue, [&](const core::QueuedJob& q) { return tasks[q.id].start_ms >= 0; });
     }
-    if (!config.defragment || plan.head == 0 || after_moves) return Status::Ok();
+    if (plan.head == 0 || after_moves) return Status::Ok();
+    if (!config.defragment) return reclaim(self, plan.head, quota_pass, at);
     // Moves for the head: running single-GPU tasks, each kept to its GPU's
     // model (a process is restored only onto a GPU of its kind), each moved
     // at most moves_per_hour times an hour.
@@ -361,7 +482,7 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     GPUSLICE_ASSIGN_OR_RETURN(
         std::optional<core::DefragPlan> moves,
         core::PlanDefrag(model.state(), (*demands)[plan.head], placed, popt, dopt));
-    if (!moves) return Status::Ok();
+    if (!moves) return reclaim(self, plan.head, quota_pass, at);
     for (const core::MoveProposal& m : moves->moves) {
       if (!model.Move(m.task_id, m.to)) {
         return core::InternalError("queue replay: a planned move did not fit");
@@ -425,34 +546,15 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     }
     now = next;
     while (!departures.empty() && departures.top().first <= now) {
-      const uint64_t id = departures.top().second;
+      const auto [end, id] = departures.top();
       departures.pop();
-      if (config.fair_share) {
-        const int64_t since = running[id];
-        if (now > since) {
-          usage.AddInterval(principals[tasks[id].user], GpusOf((*demands)[id]), since, now);
-        }
-      }
-      running.erase(id);
-      running_gpus[tasks[id].user] -= GpusOf((*demands)[id]);
-      model.Release(id);
+      // A suspended borrower's departure went with its suspension.
+      if (!running.count(id) || tasks[id].end_ms != end) continue;
+      stop(id, now);
     }
     while (next_arrival < order.size() && tasks[order[next_arrival]].arrival_ms <= now) {
       const Task& t = tasks[order[next_arrival++]];
-      const Demand& d = (*demands)[t.id];
-      core::QueuedJob q;
-      q.id = t.id;
-      q.seq = t.id;
-      q.shape.gpus = d.gpus;
-      q.shape.milli = d.gpu_milli;
-      // GPU memory is untracked in the trace; the CPU a task needs takes its
-      // place, so a shape only dominates one it needs no less CPU than.
-      q.shape.mem = d.cpu_milli;
-      q.shape.constraint = d.model_mask;
-      if (config.estimates) q.estimate = std::chrono::milliseconds(config.default_runtime_ms);
-      queue.push_back(q);
-      queued_gpus[t.user] += GpusOf(d);
-      ++queued_tasks[t.user];
+      enqueue(t.id);
       ++result.users[t.user].tasks;
     }
     GPUSLICE_RETURN_IF_ERROR(schedule(schedule, now, false));
@@ -493,23 +595,25 @@ std::string FormatQueueTable(const std::vector<QueueReplayResult>& runs) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "%-14s %6s %6s %8s %8s %8s %8s %6s %7s %7s %8s %8s %7s %6s %6s %6s %7s\n", "config",
-                "tasks", "moves", "alloc%", "busy%", "whole95", "frac95", "ratio", "whole50",
-                "frac50", "multi95", "maxwait", "cont_h", "fair", "all_h", "long_h", "fair_ab");
+                "%-14s %6s %6s %7s %8s %8s %8s %8s %6s %7s %7s %8s %8s %7s %6s %6s %6s %7s\n",
+                "config", "tasks", "moves", "reclaim", "alloc%", "busy%", "whole95", "frac95",
+                "ratio", "whole50", "frac50", "multi95", "maxwait", "cont_h", "fair", "all_h",
+                "long_h", "fair_ab");
   out += line;
   for (const QueueReplayResult& r : runs) {
     // A p95 wait under a second counts as one second, so that the ratio
     // stays defined when fractions hardly wait.
     const double ratio = r.whole_wait_p95_s / std::max(r.fraction_wait_p95_s, 1.0);
-    std::snprintf(line, sizeof line,
-                  "%-14s %6llu %6llu %8.2f %8.2f %8.0f %8.0f %6.2f %7.0f %7.0f %8.0f %8.0f %7.1f "
-                  "%5.1f%% %6.2f %6.2f %6.1f%%\n",
-                  r.config.label.c_str(), static_cast<unsigned long long>(r.tasks),
-                  static_cast<unsigned long long>(r.moves), 100 * r.mean_alloc,
-                  100 * r.mean_alloc_busy, r.whole_wait_p95_s, r.fraction_wait_p95_s, ratio,
-                  r.whole_wait_p50_s, r.fraction_wait_p50_s, r.multi_wait_p95_s, r.max_wait_s,
-                  r.contended_hours, 100 * r.max_user_deviation, r.all_busy_hours,
-                  r.longest_all_busy_hours, 100 * r.max_user_deviation_all_busy);
+    std::snprintf(
+        line, sizeof line,
+        "%-14s %6llu %6llu %7llu %8.2f %8.2f %8.0f %8.0f %6.2f %7.0f %7.0f %8.0f %8.0f %7.1f "
+        "%5.1f%% %6.2f %6.2f %6.1f%%\n",
+        r.config.label.c_str(), static_cast<unsigned long long>(r.tasks),
+        static_cast<unsigned long long>(r.moves), static_cast<unsigned long long>(r.reclaims),
+        100 * r.mean_alloc, 100 * r.mean_alloc_busy, r.whole_wait_p95_s, r.fraction_wait_p95_s,
+        ratio, r.whole_wait_p50_s, r.fraction_wait_p50_s, r.multi_wait_p95_s, r.max_wait_s,
+        r.contended_hours, 100 * r.max_user_deviation, r.all_busy_hours, r.longest_all_busy_hours,
+        100 * r.max_user_deviation_all_busy);
     out += line;
   }
   out +=
@@ -566,10 +670,12 @@ std::string QueueResultsJson(const std::vector<QueueReplayResult>& runs,
                            {"estimates", c.estimates},
                            {"defragment", c.defragment},
                            {"pack_fractions", c.pack_fractions},
+                           {"quotas", c.quotas},
                            {"capacity_gpus", r.capacity_gpus},
                            {"tasks", r.tasks},
                            {"never_fit", r.never_fit},
                            {"moves", r.moves},
+                           {"reclaims", r.reclaims},
                            {"plans", r.plans},
                            {"simulated_hours", r.simulated_hours},
                            {"mean_alloc", r.mean_alloc},

@@ -50,6 +50,9 @@ struct QueueReplayConfig {
   // (up to 30 days) from being most of a user's GPU-hours.
   int64_t max_runtime_ms = 0;
   std::vector<double> user_mix = {40, 30, 20, 10};
+  // Each trace row's user (an index into user_mix), for a trace whose
+  // owners are known; rows past its end are drawn with the weights.
+  std::vector<uint32_t> task_users;
   // The daemon's scheduling, each part on or off ("today" = all off).
   bool fair_share = true;
   int64_t half_life_ms = 7LL * 24 * 3600 * 1000;
@@ -64,6 +67,15 @@ struct QueueReplayConfig {
   uint32_t moves_per_hour = 2;
   bool pack_fractions = true;
   bool backfill = true;
+  // Deserved quotas with over-quota borrowing (core/schedule/quota_pass.h,
+  // docs/DAEMON.md "Over-quota borrowing"), as an admin sets them for fair
+  // shares: each user is the one member of its own group, whose quota
+  // guarantees an equal part of the GPUs (compute, 100% per GPU). A task
+  // beyond its group's part starts as a borrower on idle capacity; when a
+  // task within its part is first in line and does not fit, borrowers are
+  // chosen (core::ChooseVictims) and suspended, and go back to the queue
+  // with the run time they have left (every task counts as suspendable).
+  bool quotas = false;
   // The allocation series' step.
   int64_t sample_ms = 3600 * 1000;
 };
@@ -93,6 +105,7 @@ struct QueueReplayResult {
   uint64_t tasks = 0;          // GPU tasks replayed.
   uint64_t never_fit = 0;      // Dropped: no node here could ever hold them.
   uint64_t moves = 0;          // Tasks moved to let the head start.
+  uint64_t reclaims = 0;       // Borrowers suspended for a task within its quota.
   uint64_t plans = 0;          // Scheduling passes.
   double simulated_hours = 0;  // First arrival to last departure.
   // Time-weighted allocated share of the GPU capacity: while some task

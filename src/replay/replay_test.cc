@@ -111,6 +111,46 @@ TEST(QueueReplay, ReportsTheWaitOfTasksOfTwoGpusOrMoreAndTheLongestWait) {
   EXPECT_NE(FormatQueueTable({*r}).find("multi95"), std::string::npos);
 }
 
+// Deserved quotas: two users, each guaranteed one of the node's two GPUs.
+// User 0 takes both (the second as a borrower); user 1's task, within its
+// guarantee, takes the borrowed GPU back at once, and the borrower goes on
+// with the run time it had left once a GPU is free again.
+TEST(QueueReplay, ATaskWithinItsGroupsQuotaTakesTheBorrowedGpuBack) {
+  std::vector<core::TraceNode> nodes = {{"n0", 32000, 131072, 2, "T4", 2}};
+  std::vector<core::TraceTask> tasks = {{"a", 1000, 1024, 1, 1000, "", 2, 0, 7200},
+                                        {"b", 1000, 1024, 1, 1000, "", 3, 1, 7201},
+                                        {"c", 1000, 1024, 1, 1000, "", 4, 61, 3661}};
+  ReplayInput input = BuildInput(nodes, tasks).value();
+  QueueReplayConfig c = QueueReplayVariants({}).back();
+  ASSERT_EQ(c.label, "quotas");
+  c.user_mix = {1, 1};
+  c.task_users = {0, 0, 1};
+  Result<QueueReplayResult> r = RunQueueReplay(input, tasks, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->reclaims, 1u);
+  EXPECT_DOUBLE_EQ(r->max_wait_s, 0) << "c starts on arrival; b's wait counts once, at its start";
+  // b ran 60 s, was suspended, and ran its other 7,140 s after c left
+  // (3,661 s): everything ended at 10,801 s, 2 GPU-hours each for b and a.
+  EXPECT_NEAR(r->simulated_hours, 10801.0 / 3600, 1e-9);
+  EXPECT_NEAR(r->users[0].gpu_hours, 4.0, 1e-9);
+  EXPECT_NEAR(r->users[1].gpu_hours, 1.0, 1e-9);
+
+  c.quotas = false;  // Without quotas c waits for a to end.
+  r = RunQueueReplay(input, tasks, c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->reclaims, 0u);
+  EXPECT_DOUBLE_EQ(r->max_wait_s, 7139);
+}
+
+TEST(QueueReplay, RefusesATaskUserOutsideTheUserMix) {
+  TimedTrace t = OneGpuTrace();
+  QueueReplayConfig c = TodayConfig({1, 1});
+  c.task_users = {0, 2};
+  Result<QueueReplayResult> r = RunQueueReplay(t.input, t.tasks, c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("task user 2"), std::string::npos) << r.status().message();
+}
+
 TEST(QueueReplay, AWindowReplaysOnlyTheTasksCreatedWithinIt) {
   TimedTrace t = OneGpuTrace();
   QueueReplayConfig c = TodayConfig({1});
