@@ -58,6 +58,31 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       inventory_source_(inventory),
       launcher_(launcher),
       regions_(regions),
+      containers_(
+          {options_.shim_path, options_.sim_lib_dir, options_.coord_dir, options_.cdi_dir,
+           options_.podman, options_.docker, options_.podman_args, options_.docker_args},
+          ContainerJobs::Jobs{
+              .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
+              .job_env = [this]() -> const std::vector<std::string>& { return options_.job_env; },
+              .shared_gid = [this](const Job& job) { return SharedGidOf(job); },
+              .gpus_file =
+                  [this](const Job& job) {
+                    return IsElastic(job) ? JobDir(job.id) + "/gpus" : std::string();
+                  },
+              .limits_path =
+                  [this](const std::string& region) { return regions_.LimitsPathOf(region); },
+              .gids_of = SystemGidsOf,
+              .for_each_running =
+                  [this](const std::function<void(const Job&)>& visit) {
+                    for (const auto& [id, l] : live_) {
+                      auto it = jobs_.find(id);
+                      if (it != jobs_.end() && it->second.state == JobState::kRunning) {
+                        visit(it->second);
+                      }
+                    }
+                  },
+          },
+          launcher),
       quotas_(QuotaKeeper::Jobs{
                   .for_each_charged =
                       [this](const std::function<void(const Job&)>& visit) {
@@ -231,7 +256,9 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   job.no_idle_reclaim = spec.no_idle_reclaim;
   job.after = std::move(spec.after);
   job.labels = std::move(spec.labels);
-  if (Status c = CheckContainerSpec(spec, &job); !c.ok()) {
+  if (Status c = containers_.CheckSpec(spec.image, spec.engine, spec.mode == core::JobMode::kShell,
+                                       spec.cwd, &job);
+      !c.ok()) {
     capacity_->ForgetDemand(id);
     return c;
   }

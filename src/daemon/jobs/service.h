@@ -28,23 +28,24 @@
 #include <vector>
 
 #include "core/jobs/dependency.h"
-#include "core/schedule/fair_share.h"
 #include "core/jobs/job.h"
 #include "core/placement/placement_policy.h"
+#include "core/schedule/fair_share.h"
 #include "core/schedule/preemption.h"
 #include "core/schedule/queue.h"
 #include "core/schedule/quota.h"
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
+#include "daemon/containers/container_jobs.h"
 #include "daemon/fairshare/fair_share_book.h"
 #include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
 #include "daemon/launch/cdi.h"
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
-#include "daemon/node/inventory.h"
 #include "daemon/launch/peer_process.h"
+#include "daemon/node/inventory.h"
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
@@ -332,16 +333,8 @@ class Service {
   // (CUDA_VISIBLE_DEVICES by UUID, GPUSLICE_SLICE, the shim preloaded, the
   // simulated driver's directory when the GPUs are simulated).
   std::vector<std::string> JobEnvironment(const core::Job& job) const;
-  // What a container joining the job's slice is given (its CDI device).
-  // --image/--engine at submission: checked, and set on `job`.
-  core::Status CheckContainerSpec(const SubmitSpec& spec, core::Job* job) const;
-  // A container job's leader: the engine's `run` (container_job.h).
-  core::Result<std::vector<std::string>> ContainerArgv(const core::Job& job) const;
-  static std::vector<std::string> ContainerEngineEnvironment();
-  // Removes an ended container job's container from its engine's store.
-  void RemoveContainer(const core::Job& job);
-  CdiSlice CdiSliceOf(const core::Job& job) const;
-  // The same for a running job of the caller's (or any, for an admin): what
+  // What a container joining a running job's slice of the caller's (or
+  // any, for an admin) is given (containers/container_jobs.h): what
   // `gpuslice container-args` turns into an engine's plain flags.
   core::Result<CdiSlice> ContainerOf(const Caller& caller, uint64_t id) const;
   // Job `id`'s cgroup for a container's --cgroup-parent ("" without cgroups).
@@ -704,9 +697,9 @@ class Service {
   RegionStore& regions_;
   std::unique_ptr<Ledger> ledger_;
   InventorySnapshot inventory_;
-  CdiSpecs cdi_{""};  // Set from options_.cdi_dir by Start().
-  bool cdi_error_logged_ = false;
-  void SyncCdi();
+  // CDI specs of running jobs and container jobs
+  // (containers/container_jobs.h); specs are written from Start() on.
+  ContainerJobs containers_;
   std::unique_ptr<NodeCapacity> capacity_;
   std::string degraded_reason_;
 

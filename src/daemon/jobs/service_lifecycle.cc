@@ -87,7 +87,7 @@ void Service::Tick() {
   Elastic(queue_.empty() ? 0 : plan_head_);
   Schedule();
   TrimHistory();
-  SyncCdi();
+  containers_.SyncCdi();
 }
 
 void Service::WatchRunning() {
@@ -373,7 +373,7 @@ void Service::StartJob(Job& job) {
     // Nothing to launch: an external job's processes come from elsewhere
     // and find the slice through its CDI device or the environment it
     // hands out; a shell job's client reports its shell (Attach).
-    if (job.mode == core::JobMode::kExternal && cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
+    if (job.mode == core::JobMode::kExternal) containers_.WriteCdi(job);
   } else {
     // Crash safety (a job launched before it is recorded would run twice): the
     // launch intent (running, its slice, no pid yet) is durable before any
@@ -389,7 +389,7 @@ void Service::StartJob(Job& job) {
     if (IsElastic(job)) WriteGpusFile(job);
     // Its CDI device exists before its first process: a job that is
     // `podman run --device gpuslice.dev/slice=$GPUSLICE_JOB_ID ...` finds it.
-    if (cdi_.enabled()) (void)cdi_.Write(CdiSliceOf(job));
+    containers_.WriteCdi(job);
     LaunchSpec spec;
     spec.argv = job.argv;
     spec.cwd = job.cwd;
@@ -404,7 +404,7 @@ void Service::StartJob(Job& job) {
     if (!job.image.empty()) {
       // A container job: its leader is the engine's client, as root, with
       // a clean environment; the slice goes in as the engine's flags.
-      auto argv = ContainerArgv(job);
+      auto argv = containers_.Argv(job);
       if (!argv.ok()) {
         live_[job.id] = l;
         FinishJob(job, JobState::kFailed, 126,
@@ -412,7 +412,7 @@ void Service::StartJob(Job& job) {
         return;
       }
       spec.argv = std::move(*argv);
-      spec.env = ContainerEngineEnvironment();
+      spec.env = ContainerJobs::EngineEnvironment();
       spec.engine_as_root = true;
     }
     auto ref = launcher_.Launch(spec);
@@ -459,8 +459,8 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     core::Status s = regions_.Remove(job.region_path);
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
-  cdi_.Remove(job.id);
-  if (!job.image.empty()) RemoveContainer(job);
+  containers_.RemoveCdi(job.id);
+  if (!job.image.empty()) containers_.RemoveContainer(job);
   // Its processes are gone (or being killed): the cgroup goes too.
   if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
   live_.erase(job.id);

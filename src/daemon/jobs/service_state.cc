@@ -195,7 +195,7 @@ Status Service::SecureStateDir() {
 
 Status Service::Start() {
   GPUSLICE_RETURN_IF_ERROR(SecureStateDir());
-  cdi_ = CdiSpecs(options_.cdi_dir);
+  containers_.OpenCdi();
 
   auto inv = inventory_source_.Read();
   if (!inv.ok()) {
@@ -243,7 +243,7 @@ Status Service::Start() {
   SeedFairShare();
   Rerank(/*force=*/true);
   Schedule();
-  SyncCdi();
+  containers_.SyncCdi();
   return Status::Ok();
 }
 

@@ -386,7 +386,7 @@ void Service::Requeue(Job& job, std::string reason) {
     Status s = regions_.Remove(job.region_path);
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
-  if (!job.image.empty()) RemoveContainer(job);  // Its name is free for the next run.
+  if (!job.image.empty()) containers_.RemoveContainer(job);  // Its name is free for the next run.
   live_.erase(job.id);
   usage_.Forget(job.id);
   job.reason = std::move(reason);
