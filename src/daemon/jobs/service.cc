@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -27,6 +28,18 @@ using core::Job;
 using core::JobState;
 using core::Result;
 using core::Status;
+
+namespace {
+
+// Free bytes on the file system of `dir` (the blocks root may use: the
+// daemon's ledger may use them too); 0 when it cannot be told.
+uint64_t FreeBytes(const std::string& dir) {
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) != 0) return 0;
+  return uint64_t(fs.f_bfree) * fs.f_frsize;
+}
+
+}  // namespace
 
 std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
                               std::string_view owner) {
@@ -83,6 +96,23 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   },
           },
           launcher),
+      degraded_(
+          DegradedMode::Hooks{
+              .now_ms = [this] { return clock_.NowMs(); },
+              .free_bytes = [this] { return FreeBytes(options_.state_dir); },
+              .save_job = [this](uint64_t id, std::optional<JobState> from) -> Status {
+                if (!ledger_) return core::UnavailableError("no ledger");
+                auto it = jobs_.find(id);
+                if (it == jobs_.end()) return Status::Ok();
+                return ledger_->SaveJob(it->second, from, clock_.NowMs());
+              },
+              .write_events = [this] { return events_.WriteUnsaved(); },
+              .check_room = [this] { return regions_.CheckRoom(); },
+              .record = [this](const std::string& kind,
+                               const std::string& message) { RecordEvent(kind, 0, "", message); },
+              .room_again = [this] { RequestSchedule(); },
+          },
+          options_.ledger_retry_ms),
       quotas_(QuotaKeeper::Jobs{
                   .for_each_charged =
                       [this](const std::function<void(const Job&)>& visit) {
@@ -106,7 +136,8 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
             return it == jobs_.end() ? nullptr : &it->second;
           },
           .load = [this](uint64_t id) -> Result<std::optional<Job>> {
-            if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_reason_);
+            if (!ledger_)
+              return core::UnavailableError("ledger unavailable: " + degraded_.reason());
             return ledger_->LoadJob(id);
           },
           .cancel =
@@ -195,7 +226,7 @@ Job Service::NewJob(const Caller& caller, uint64_t id, core::ResourceRequest req
 
 Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   if (degraded())
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): not accepting new jobs");
   if (!caller.local) {
     return core::PermissionDeniedError(
@@ -268,7 +299,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   }
   if (!Persist(job, std::nullopt)) {
     capacity_->ForgetDemand(id);
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): job not accepted");
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): job not accepted");
   }
   ++next_id_;
   jobs_[id] = job;
@@ -326,7 +357,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
         std::to_string(id) + " records its own");
   }
   if (degraded() && !ledger_) {
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): cannot record a cancel");
   }
   std::string who =
@@ -580,7 +611,7 @@ JobSummary Service::Summary(const JobQuery& q) {
 }
 
 Result<std::vector<Transition>> Service::History(uint64_t id) {
-  if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_reason_);
+  if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_.reason());
   return ledger_->Transitions(id);
 }
 

@@ -50,6 +50,7 @@
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/quotas/quota_keeper.h"
+#include "daemon/store/degraded_mode.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
 #include "daemon/usage/foreign_use.h"
@@ -317,8 +318,8 @@ class Service {
   // on its timer; cheap when the ledger and the disk are fine.
   void MaintainLedger();
 
-  bool degraded() const { return !degraded_reason_.empty(); }
-  const std::string& degraded_reason() const { return degraded_reason_; }
+  bool degraded() const { return degraded_.degraded(); }
+  const std::string& degraded_reason() const { return degraded_.reason(); }
   // How jobs' processes are tracked (cgroups, or process groups and why).
   std::string job_tracking() const { return launcher_.Tracking(); }
   const InventorySnapshot& inventory() const { return inventory_; }
@@ -454,12 +455,6 @@ class Service {
     uint64_t resume_refused = 0;
   };
 
-  void Degrade(const std::string& reason);
-  // A slice could not be made for lack of room on the state disk:
-  // degraded until RetrySliceRoom finds room; no job starts meanwhile.
-  void NoRoomForSlices(const std::string& reason);
-  // Called by MaintainLedger: leaves that state once a slice fits again.
-  void RetrySliceRoom();
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
   // older install left (state dir, job dirs, ledger files).
   core::Status SecureStateDir();
@@ -701,7 +696,9 @@ class Service {
   // (containers/container_jobs.h); specs are written from Start() on.
   ContainerJobs containers_;
   std::unique_ptr<NodeCapacity> capacity_;
-  std::string degraded_reason_;
+  // Why new work is refused, if it is, and the failed ledger writes and
+  // lack of room for slices it heals from (store/degraded_mode.h).
+  DegradedMode degraded_;
 
   uint64_t next_id_ = 1;
   std::map<uint64_t, core::Job> jobs_;                    // Live and recent finished jobs.
@@ -718,21 +715,10 @@ class Service {
   bool schedule_pending_ = false;
   int64_t last_schedule_ms_ = 0;
 
-  // Ledger writes that failed (job id -> the state its last saved row has),
-  // written again by MaintainLedger.
-  std::map<uint64_t, std::optional<core::JobState>> unsaved_jobs_;
-  bool ledger_write_failed_ = false;  // Degraded by a write, so recoverable.
-  std::string ledger_write_reason_;   // Its reason while it lasts.
-  uint64_t ledger_failed_free_bytes_ = 0;  // Free on the state disk when it failed.
-  int64_t ledger_failed_ms_ = 0;
-  int64_t ledger_retry_at_ms_ = 0;
-  // No room on the state disk for a slice: why (empty: there is), and since.
-  std::string no_room_reason_;
-  int64_t no_room_since_ms_ = 0;
-
   // Events (store/event_log.h; in memory only when the ledger is unavailable).
-  EventLog events_{
-      ledger_, [this](const core::Status& s) { Degrade("ledger write failed: " + s.message()); }};
+  EventLog events_{ledger_, [this](const core::Status& s) {
+                     degraded_.Degrade("ledger write failed: " + s.message());
+                   }};
   // Usage sampling: each job's usage, the GPUs', context sizes
   // (usage/usage_book.h).
   UsageBook usage_;

@@ -93,7 +93,7 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   if (!Persist(job, std::nullopt)) {
     capacity_->Release(id);
     capacity_->ForgetDemand(id);
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): job not accepted");
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): job not accepted");
   }
   ++next_id_;
   jobs_[id] = std::move(job);

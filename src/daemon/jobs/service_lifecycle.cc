@@ -213,7 +213,7 @@ void Service::Schedule() {
   waiting_index_stale_ = true;
   // No room for a slice: nothing could start, and nothing is preempted for
   // a job that could not start either (RetrySliceRoom schedules again).
-  if (!no_room_reason_.empty()) return;
+  if (degraded_.no_room()) return;
   if (queue_.empty() || !capacity_) {
     last_waiting_.clear();
     head_expected_start_ms_.reset();
@@ -261,7 +261,7 @@ void Service::Schedule() {
     FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
   }
   for (uint64_t id : plan.start) {
-    if (!no_room_reason_.empty()) break;  // The rest stay queued.
+    if (degraded_.no_room()) break;  // The rest stay queued.
     Dequeue(id);
     if (IsSuspended(id)) {
       ResumeOnDemand(id);  // Placed where its processes can be restored.
@@ -274,7 +274,7 @@ void Service::Schedule() {
   plan_head_ = plan.head;
   head_expected_start_ms_ = plan.head_reservation_ms;
   head_estimated_ = plan.reservation_estimated;
-  if (!no_room_reason_.empty()) return;  // Nobody is preempted for a job that cannot start.
+  if (degraded_.no_room()) return;  // Nobody is preempted for a job that cannot start.
   ForgetPreemptions();
   // Preemption, moves and reclaim act for a job that waits to start, not for
   // a suspended job that waits to resume: that one gave its room up already.
@@ -351,7 +351,8 @@ void Service::StartJob(Job& job) {
     // No room on the state disk: the job waits in the queue, as
     // do those after it, until there is; never lost. An external job is
     // never queued: its caller gets the reason.
-    NoRoomForSlices("no room for job slices on the state disk (" + region.status().message() + ")");
+    degraded_.NoRoom("no room for job slices on the state disk (" + region.status().message() +
+                     ")");
     if (job.mode != core::JobMode::kExternal) {
       ForgetStart(job);
       capacity_->Release(job.id);

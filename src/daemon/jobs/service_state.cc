@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -27,50 +26,11 @@ using core::JobState;
 using core::Result;
 using core::Status;
 
-namespace {
-
-// Free bytes on the file system of `dir` (the blocks root may use: the
-// daemon's ledger may use them too); 0 when it cannot be told.
-uint64_t FreeBytes(const std::string& dir) {
-  struct statvfs fs {};
-  if (statvfs(dir.c_str(), &fs) != 0) return 0;
-  return uint64_t(fs.f_bfree) * fs.f_frsize;
-}
-
-// How much more room than at a failed ledger write makes the next retry come
-// at once instead of at its interval: someone freed space.
-constexpr uint64_t kRoomReturnedBytes = 1 << 20;
-
-}  // namespace
-
-void Service::Degrade(const std::string& reason) {
-  const bool write_failed = reason.rfind("ledger write failed", 0) == 0;
-  if (write_failed && !ledger_write_failed_) {
-    // Recoverable: MaintainLedger retries and leaves degraded mode.
-    ledger_write_failed_ = true;
-    ledger_write_reason_ = reason;
-    ledger_failed_free_bytes_ = FreeBytes(options_.state_dir);
-    ledger_failed_ms_ = clock_.NowMs();
-    ledger_retry_at_ms_ = ledger_failed_ms_ + options_.ledger_retry_ms;
-  }
-  if (degraded_reason_.empty()) {
-    degraded_reason_ = reason;
-    LogError("degraded: " + reason + " (serving reads, refusing new work)");
-    if (write_failed) {
-      RecordEvent("degraded", 0, "",
-                  reason + "; refusing new work, retrying every " +
-                      core::FormatDuration(std::chrono::milliseconds(options_.ledger_retry_ms)));
-    }
-  }
-}
-
 bool Service::Persist(const Job& job, std::optional<JobState> from) {
   if (!ledger_) return false;
   Status s = ledger_->SaveJob(job, from, clock_.NowMs());
   if (!s.ok()) {
-    // The row in the ledger still has the state of the first unsaved change.
-    unsaved_jobs_.emplace(job.id, from);
-    Degrade("ledger write failed: " + s.message());
+    degraded_.Unsaved(job.id, from, s.message());
     return false;
   }
   return true;
@@ -89,65 +49,7 @@ bool Service::ChangeState(Job& job, JobState to, std::string kind, std::string m
   return saved;
 }
 
-void Service::NoRoomForSlices(const std::string& reason) {
-  if (!no_room_reason_.empty()) return;  // The first reason stands until there is room.
-  no_room_reason_ = reason;
-  no_room_since_ms_ = clock_.NowMs();
-  Degrade(reason);
-  RecordEvent("degraded", 0, "", reason + "; new jobs wait, running jobs go on");
-}
-
-void Service::RetrySliceRoom() {
-  if (no_room_reason_.empty()) return;
-  if (Status room = regions_.CheckRoom(); !room.ok()) return;
-  const std::string down =
-      core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - no_room_since_ms_));
-  if (degraded_reason_ == no_room_reason_) {
-    // The ledger may still fail to write: then that is the reason again.
-    degraded_reason_ = ledger_write_failed_ ? ledger_write_reason_ : std::string();
-  }
-  no_room_reason_.clear();
-  LogInfo("room for slices on the state disk again after " + down +
-          (degraded() ? "" : "; accepting new work"));
-  RecordEvent("recovered", 0, "",
-              "room for slices on the state disk again after " + down +
-                  (degraded() ? "; still degraded: " + degraded_reason_ : "; accepting new work"));
-  RequestSchedule();
-}
-
-void Service::MaintainLedger() {
-  RetrySliceRoom();
-  if (!ledger_write_failed_ || !ledger_) return;
-  // Every ledger_retry_ms, and at once when the state disk has room again
-  // (a statvfs per call while the write fails).
-  if (clock_.NowMs() < ledger_retry_at_ms_ &&
-      FreeBytes(options_.state_dir) < ledger_failed_free_bytes_ + kRoomReturnedBytes) {
-    return;
-  }
-  ledger_retry_at_ms_ = clock_.NowMs() + options_.ledger_retry_ms;
-  // Jobs first (they are the truth after a crash), oldest id first; stop at
-  // the first failure and try again later.
-  while (!unsaved_jobs_.empty()) {
-    auto it = unsaved_jobs_.begin();
-    auto job = jobs_.find(it->first);
-    if (job != jobs_.end()) {
-      Status s = ledger_->SaveJob(job->second, it->second, clock_.NowMs());
-      if (!s.ok()) return;
-    }
-    unsaved_jobs_.erase(it);
-  }
-  if (!events_.WriteUnsaved()) return;
-  ledger_write_failed_ = false;
-  ledger_write_reason_.clear();
-  // Slices may still not fit: then that is the reason again.
-  if (degraded_reason_.rfind("ledger write failed", 0) == 0) degraded_reason_ = no_room_reason_;
-  const std::string down =
-      core::FormatDuration(std::chrono::milliseconds(clock_.NowMs() - ledger_failed_ms_));
-  LogInfo("ledger writable again after " + down + (degraded() ? "" : "; accepting new work"));
-  RecordEvent("recovered", 0, "",
-              "ledger writable again after " + down +
-                  (degraded() ? "; still degraded: " + degraded_reason_ : "; accepting new work"));
-}
+void Service::MaintainLedger() { degraded_.Maintain(); }
 
 std::string Service::JobDir(uint64_t id) const {
   return options_.state_dir + "/jobs/" + std::to_string(id);
@@ -199,7 +101,7 @@ Status Service::Start() {
 
   auto inv = inventory_source_.Read();
   if (!inv.ok()) {
-    Degrade("cannot read the GPUs: " + inv.status().message());
+    degraded_.Degrade("cannot read the GPUs: " + inv.status().message());
   } else {
     inventory_ = *inv;
     LogInfo("GPUs from " +
@@ -221,14 +123,15 @@ Status Service::Start() {
   std::string ledger_path = options_.state_dir + "/ledger.db";
   auto ledger = Ledger::Open(ledger_path);
   if (!ledger.ok()) {
-    Degrade("ledger unreadable: " + ledger.status().message());
+    degraded_.Degrade("ledger unreadable: " + ledger.status().message());
     return Status::Ok();
   }
   ledger_ = std::move(*ledger);
   auto max_id = ledger_->MaxJobId();
   auto live = ledger_->LoadJobs(/*live_only=*/false);
   if (!max_id.ok() || !live.ok()) {
-    Degrade("ledger unreadable: " + (!max_id.ok() ? max_id.status() : live.status()).message());
+    degraded_.Degrade("ledger unreadable: " +
+                      (!max_id.ok() ? max_id.status() : live.status()).message());
     ledger_.reset();
     return Status::Ok();
   }
@@ -236,7 +139,7 @@ Status Service::Start() {
   if (auto quotas = ledger_->LoadQuotas(); quotas.ok()) {
     for (const auto& [who, quota] : *quotas) quotas_.Set(who, quota);
   } else {
-    Degrade("ledger unreadable: " + quotas.status().message());
+    degraded_.Degrade("ledger unreadable: " + quotas.status().message());
   }
   events_.LoadCounts();
   Recover(std::move(*live));
@@ -425,7 +328,7 @@ void Service::ForgetStart(Job& job) {
 }
 
 void Service::UndoStart(Job& job) {
-  unsaved_jobs_.erase(job.id);
+  degraded_.DropUnsaved(job.id);
   ForgetStart(job);
   // Not a transition: the launch intent's ledger write failed and is
   // dropped above, so the ledger and the events never saw it leave the

@@ -168,7 +168,7 @@ Status Service::StartResume(Job& job, Live& l, const std::string& by,
     return s;
   }
   const std::string name = "job " + std::to_string(job.id);
-  if (!capacity_) return core::UnavailableError("the GPUs are unknown: " + degraded_reason_);
+  if (!capacity_) return core::UnavailableError("the GPUs are unknown: " + degraded_.reason());
   // Its room first, so that nothing is placed there while it is restored.
   core::Allocation target;
   if (placed) {

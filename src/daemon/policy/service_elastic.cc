@@ -102,14 +102,14 @@ Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
       LogWarn("job " + std::to_string(job.id) +
               ": cannot recreate its slice: " + region.status().message());
       if (region.status().code() == core::StatusCode::kResourceExhausted) {
-        NoRoomForSlices("no room for job slices on the state disk (" + region.status().message() +
-                        ")");
+        degraded_.NoRoom("no room for job slices on the state disk (" + region.status().message() +
+                         ")");
       }
     }
   }
   if (ledger_) {
     if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
-      Degrade("ledger write failed: " + s.message());
+      degraded_.Degrade("ledger write failed: " + s.message());
     }
   }
   WriteGpusFile(job);

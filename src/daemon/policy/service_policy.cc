@@ -76,7 +76,7 @@ Status Service::SetQuota(const Caller& caller, const core::Principal& who,
   if (who.name.empty()) return core::InvalidArgumentError("a quota needs a user or group name");
   if (quota.empty()) return core::InvalidArgumentError("a quota needs at least one limit");
   if (!ledger_)
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): cannot record a quota");
   GPUSLICE_RETURN_IF_ERROR(ledger_->SaveQuota(who, quota, clock_.NowMs()));
   quotas_.Set(who, quota);
@@ -91,7 +91,7 @@ Status Service::RemoveQuota(const Caller& caller, const core::Principal& who) {
   }
   if (!quotas_.Find(who)) return core::NotFoundError("no quota for " + who.ToString());
   if (!ledger_)
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): cannot record a quota");
   GPUSLICE_RETURN_IF_ERROR(ledger_->RemoveQuota(who));
   quotas_.Remove(who);
@@ -159,7 +159,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (degraded()) {
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): not resizing");
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): not resizing");
   }
   if (job.state != JobState::kRunning) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is " +
@@ -239,7 +239,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   job.allocation.compute_milli = next.compute_milli;
   if (ledger_) {
     if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
-      Degrade("ledger write failed: " + s.message());
+      degraded_.Degrade("ledger write failed: " + s.message());
     }
   }
   RecordEvent(

@@ -49,7 +49,7 @@ Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (!ledger_) {
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): cannot record a hold");
   }
   if (job.state != JobState::kQueued) {
@@ -66,7 +66,8 @@ Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
   job.hold = kind;
   if (!Persist(job, JobState::kQueued)) {
     job.hold = before;
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): hold not recorded");
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
+                                  "): hold not recorded");
   }
   holds_.Hold(id);
   RecordEvent(
@@ -83,7 +84,7 @@ Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (!ledger_) {
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): cannot record a release");
   }
   if (job.state != JobState::kQueued || job.hold == core::HoldKind::kNone) {
@@ -99,7 +100,7 @@ Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
   job.hold = core::HoldKind::kNone;
   if (!Persist(job, JobState::kQueued)) {
     job.hold = before;
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ +
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): release not recorded");
   }
   holds_.Release(id);
@@ -114,7 +115,7 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (degraded()) {
-    return core::UnavailableError("daemon degraded (" + degraded_reason_ + "): not updating");
+    return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): not updating");
   }
   if (job.state != JobState::kQueued) {
     return core::FailedPreconditionError(
