@@ -64,6 +64,21 @@ std::string Service::PublicText(uint64_t job_id, std::string text) const {
   return RedactEnvironment(std::move(text), it->second.env, it->second.user);
 }
 
+namespace {
+
+// The suspension a component that makes room for the head asks for.
+SuspendCause CauseOf(const SuspendToMakeRoom& why) {
+  SuspendCause cause;
+  cause.by = why.by;
+  cause.preempted_for = why.preempted_for;
+  cause.reclaimed_for = why.reclaimed_for;
+  cause.move_to = why.move_to;
+  cause.defrag_for = why.defrag_for;
+  return cause;
+}
+
+}  // namespace
+
 Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
                  RegionStore& regions)
     : options_(std::move(options)),
@@ -126,10 +141,48 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                       },
                   .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
                   .placed = [this](uint64_t id) { return capacity_->AllocationOf(id); },
-                  .borrowable = [this](const Job& job) { return Borrowable(job); },
+                  .borrowable = [this](const Job& job) { return preemptions_.Borrowable(job); },
                   .groups_of = options_.groups_of ? options_.groups_of : SystemGroupsOf,
               },
               options_.rules.quota_borrowing),
+      preemptions_(
+          Preemptions::Jobs{
+              .for_each_live =
+                  [this](const std::function<void(const LiveJob&)>& visit) {
+                    for (const auto& [id, l] : live_) visit(*LiveJobOf(id));
+                  },
+              .live = [this](uint64_t id) { return LiveJobOf(id); },
+              .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+              .capacity = [this]() -> const core::CapacityModel& { return *capacity_; },
+              .suspend =
+                  [this](uint64_t id, const SuspendToMakeRoom& why) {
+                    return StartSuspend(jobs_[id], live_[id], CauseOf(why));
+                  },
+              .end =
+                  [this](uint64_t id, JobState then, std::string reason, int64_t kill_at_ms,
+                         bool hang_up) {
+                    const Job& job = jobs_[id];
+                    Live& l = live_[id];
+                    l.ending = then;
+                    l.ending_reason = std::move(reason);
+                    l.kill_at_ms = kill_at_ms;
+                    if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+                    if (hang_up && job.mode == core::JobMode::kShell && job.pid > 0) {
+                      (void)launcher_.SignalGroup(job.pid, SIGHUP);
+                    }
+                  },
+              .record =
+                  [this](std::string kind, uint64_t id, std::string user, std::string message) {
+                    RecordEvent(std::move(kind), id, std::move(user), std::move(message));
+                  },
+          },
+          Preemptions::Quotas{
+              .borrowing = [this]() { return quotas_.borrowing() && !quotas_.empty(); },
+              .borrowers = [this]() -> const std::set<uint64_t>& { return quotas_.borrowers(); },
+              .guaranteed = [this](const Job& job) { return quotas_.Guaranteed(job); },
+              .whole_gpu_bytes = [this]() { return quotas_.whole_gpu_bytes(); },
+          },
+          options_.rules, options_.checkpointer.get(), clock_),
       dependencies_(JobDependencies::Jobs{
           .find = [this](uint64_t id) -> const Job* {
             auto it = jobs_.find(id);
@@ -146,7 +199,44 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               },
           // It may start now: the next Flush plans.
           .released = [this](uint64_t) { schedule_pending_ = true; },
-      }) {}
+      }),
+      defrag_(Defragmenter::Jobs{
+                  .find = [this](uint64_t id) -> const Job* {
+                    auto it = jobs_.find(id);
+                    return it == jobs_.end() ? nullptr : &it->second;
+                  },
+                  .live = [this](uint64_t id) { return LiveJobOf(id); },
+                  .can_move = [this](const Job& job) { return CanMove(job); },
+                  .has_cuda_processes =
+                      [this](const Job& job) {
+                        auto pids = regions_.Pids(job.region_path);
+                        return pids.ok() && !pids->empty();
+                      },
+                  .plan =
+                      [this](uint64_t head_id, uint32_t max_moves,
+                             const std::function<bool(uint64_t)>& movable) {
+                        return capacity_->PlanDefragFor(head_id, max_moves, movable);
+                      },
+                  .suspend =
+                      [this](uint64_t id, const SuspendToMakeRoom& why) {
+                        return StartSuspend(jobs_[id], live_[id], CauseOf(why));
+                      },
+                  .record =
+                      [this](std::string kind, uint64_t id, std::string user, std::string message) {
+                        RecordEvent(std::move(kind), id, std::move(user), std::move(message));
+                      },
+              },
+              options_.rules, options_.checkpointer.get(), clock_) {}
+
+std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return std::nullopt;
+  const Live& l = it->second;
+  return LiveJob{.job = &jobs_[id],
+                 .ending = l.ending.has_value(),
+                 .checkpointing = l.checkpoint != nullptr,
+                 .stopped = l.stopped};
+}
 
 Service::~Service() = default;
 
@@ -435,18 +525,7 @@ JobView Service::View(const Job& job) {
     switch (wj.reason) {
       case core::WaitReason::kHead: {
         v.waiting_for = "first in line: " + capacity_->WhyNotNow(job.id);
-        if (auto p = preempting_.find(job.id); p != preempting_.end()) {
-          std::string ids;
-          for (uint64_t id : p->second) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
-          v.waiting_for += "; preempting job(s) " + ids;
-        } else if (auto n = preempt_note_.find(job.id); n != preempt_note_.end()) {
-          v.waiting_for += "; cannot preempt: " + n->second;
-        }
-        if (auto r = reclaiming_.find(job.id); r != reclaiming_.end()) {
-          std::vector<std::string> ids;
-          for (uint64_t id : r->second) ids.push_back(std::to_string(id));
-          v.waiting_for += "; taking its group's quota back from job(s) " + core::Join(ids, ", ");
-        }
+        v.waiting_for += preemptions_.WaitingText(job.id);
         if (job.id == plan_head_ && head_expected_start_ms_) {
           v.expected_start_ms = head_expected_start_ms_;
           v.waiting_for +=
@@ -455,13 +534,7 @@ JobView Service::View(const Job& job) {
               (head_estimated_ ? " (by run-time estimates)" : " (by maximum run times)");
         }
         // Last, so that the command a hint names ends the line.
-        if (!defrag_moving_.empty()) {
-          std::vector<std::string> ids;
-          for (uint64_t id : defrag_moving_) ids.push_back(std::to_string(id));
-          v.waiting_for += "; moving job(s) " + core::Join(ids, ", ") + " to make room";
-        } else {
-          v.waiting_for += MoveHintFor(job);
-        }
+        v.waiting_for += defrag_.WaitingText(job.id);
         break;
       }
       case core::WaitReason::kBehindHead:

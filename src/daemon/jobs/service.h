@@ -46,6 +46,8 @@
 #include "daemon/launch/launcher.h"
 #include "daemon/launch/peer_process.h"
 #include "daemon/node/inventory.h"
+#include "daemon/makeroom/defragmenter.h"
+#include "daemon/makeroom/preemptions.h"
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
@@ -544,9 +546,6 @@ class Service {
   // The pools and priorities the admin restricted, then the quotas
   // (QuotaKeeper::CheckAtSubmit): a submission, or an update of a queued job.
   core::Status CheckQuotaAtSubmit(const core::Job& job);
-  // Preemption: the head of the queue may end lower-priority jobs.
-  void MaybePreempt(uint64_t head_id);
-  void ForgetPreemptions();
   // A preempted restartable job goes back to the queue.
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
@@ -555,8 +554,6 @@ class Service {
   // a worker thread; `by` says who or what asked (events).
   core::Status StartSuspend(core::Job& job, Live& l, SuspendCause cause);
   void ActOnIdle(core::Job& job, Live& l, IdleAction action, const std::string& idle);
-  // Ends a preemption victim for job `head_id` (requeued when restartable).
-  void EndForPreemption(core::Job& job, Live& l, uint64_t head_id);
   // Resumes suspended jobs that asked to be (preemption victims) once
   // their GPUs have room again and nothing of higher priority waits.
   void ResumeWhenRoom();
@@ -589,11 +586,6 @@ class Service {
   std::vector<std::string> MoveCandidates(const core::Job& job) const;
   core::Result<core::Allocation> PlaceForResume(core::Job& job,
                                                 const std::vector<std::string>& onto);
-  // For the job first in line that does not fit, with defragment =
-  // suggest: "; a move would let it start: gpuslice move 7 --gpu GPU-..."
-  // (or "moves would ...: ..., then ...") when moving running jobs would
-  // make room (the placement core's plan, service_schedule.cc), else "".
-  std::string MoveHintFor(const core::Job& head);
   // What both refuse: no checkpoint API, a worker busy with it, its end.
   core::Status CanCheckpoint(const core::Job& job, const Live& l, const char* verb) const;
   // Runs `work` on a worker thread for `task` (FinishCheckpoints applies it).
@@ -672,16 +664,9 @@ class Service {
   core::RunningJob PlanEntryOf(const core::Job& job, int64_t now) const;
   // Fractions are packed while a job of whole GPUs waits (not held).
   void UpdatePacking();
-  // Automatic defragmentation: moves for the head (defragment = auto), or
-  // the moves it would take, for its reason (suggest). True when moves
-  // were started.
-  bool Defragment(uint64_t head_id);
-  bool Movable(const core::Job& job, int64_t now) const;
-  // Over-quota borrowing: whether a job can give capacity back, and the
-  // reclaim for a head within its group's guarantee.
-  bool Borrowable(const core::Job& job) const;
-  void ReclaimBorrowed(uint64_t head_id);
-  void RequeueForReclaim(core::Job& job, Live& l, uint64_t head_id);
+  // Job `id` as the components that make room for the head see it
+  // (makeroom/live_job.h); unset when it is neither running nor suspended.
+  std::optional<LiveJob> LiveJobOf(uint64_t id);
   // Idle reclaim leaves it alone (--no-idle-reclaim, idle_exempt_priority).
   bool IdleExempt(const core::Job& job) const;
 
@@ -734,8 +719,9 @@ class Service {
   // Quotas, whom jobs are charged to, and the queue's quota verdicts
   // (quotas/quota_keeper.h).
   QuotaKeeper quotas_;
-  std::map<uint64_t, std::vector<uint64_t>> preempting_;   // Head -> its victims.
-  std::unordered_map<uint64_t, std::string> preempt_note_;  // Head -> why it cannot.
+  // Preemption and the reclaim of borrowed capacity: whom each head ends
+  // or suspends, and why it cannot (makeroom/preemptions.h).
+  Preemptions preemptions_;
   std::map<uint32_t, std::string> pool_of_gpu_;
 
   // Which queued jobs wait for which (--after; waits/dependencies.h).
@@ -749,14 +735,9 @@ class Service {
   std::unordered_map<uint32_t, std::string> group_names_;
   std::optional<int64_t> head_expected_start_ms_;  // The last plan's reservation.
   bool head_estimated_ = false;
-  std::set<uint64_t> defrag_moving_;  // Jobs the daemon is moving for the head.
-  std::unordered_map<uint64_t, std::deque<int64_t>> defrag_moves_at_;  // Per job, last hour.
-  std::unordered_map<uint64_t, int64_t> defrag_refused_until_;         // A move that failed.
-  std::unordered_map<uint64_t, std::string> defrag_hint_;              // suggest: head -> text.
-  uint64_t defrag_checked_head_ = 0;
-  int64_t defrag_checked_ms_ = 0;
-  std::map<uint64_t, std::vector<uint64_t>> reclaiming_;    // Head -> borrowers it reclaims from.
-  std::unordered_map<uint64_t, std::string> reclaim_note_;  // Head -> why it cannot.
+  // Automatic moves for the head: in flight, per job per hour, refused,
+  // suggested (makeroom/defragmenter.h).
+  Defragmenter defrag_;
 };
 
 }  // namespace gpuslice::daemon

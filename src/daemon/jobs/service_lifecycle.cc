@@ -232,7 +232,7 @@ void Service::Schedule() {
   core::PlanOptions opt;
   // While the daemon moves jobs to make room for the head, nothing else
   // starts: the room a move frees is the head's.
-  opt.backfill = options_.backfill && defrag_moving_.empty();
+  opt.backfill = options_.backfill && !defrag_.moving();
   quotas_.HoldForQuotas(&opt);
   if (opt.held) {
     // A suspended job's resume demand is not held for quotas (nor is a
@@ -275,16 +275,16 @@ void Service::Schedule() {
   head_expected_start_ms_ = plan.head_reservation_ms;
   head_estimated_ = plan.reservation_estimated;
   if (degraded_.no_room()) return;  // Nobody is preempted for a job that cannot start.
-  ForgetPreemptions();
+  preemptions_.Forget();
   // Preemption, moves and reclaim act for a job that waits to start, not for
   // a suspended job that waits to resume: that one gave its room up already.
   if (plan.head != 0 && jobs_.count(plan.head) && !IsSuspended(plan.head)) {
     // Moves lose no work: tried (and waited for) before ending or
     // suspending anyone.
-    const bool moving = Defragment(plan.head) || !defrag_moving_.empty();
+    const bool moving = defrag_.Defragment(plan.head) || defrag_.moving();
     if (!moving) {
-      MaybePreempt(plan.head);
-      ReclaimBorrowed(plan.head);
+      preemptions_.Preempt(plan.head);
+      preemptions_.Reclaim(plan.head);
     }
   }
 }

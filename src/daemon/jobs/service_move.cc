@@ -158,11 +158,4 @@ Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) 
   return StartSuspend(job, l->second, cause);
 }
 
-std::string Service::MoveHintFor(const Job& head) {
-  // With defragment = suggest, the moves Defragment planned for the head
-  // (with auto it makes them itself; with off it plans none).
-  auto hint = defrag_hint_.find(head.id);
-  return hint == defrag_hint_.end() ? "" : hint->second;
-}
-
 }  // namespace gpuslice::daemon

@@ -259,14 +259,11 @@ void Service::FinishCheckpoints() {
         if (cause.idle_fallback) {
           ActOnIdle(job, l, *cause.idle_fallback, cause.idle_text);
         } else if (cause.preempted_for != 0 && jobs_.count(cause.preempted_for)) {
-          EndForPreemption(job, l, cause.preempted_for);
+          preemptions_.EndForPreemption(job, cause.preempted_for);
         } else if (requeue) {
-          RequeueForReclaim(job, l, cause.reclaimed_for);
+          preemptions_.RequeueForReclaim(job, cause.reclaimed_for);
         }
-        if (cause.defrag_for != 0) {
-          // Not planned again for a while: it would fail the same way.
-          defrag_refused_until_[id] = now + 3600 * 1000;
-        }
+        if (cause.defrag_for != 0) defrag_.MoveFailed(id, now);
         continue;
       }
       job.suspended_since_ms = now;

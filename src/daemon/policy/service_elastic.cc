@@ -166,7 +166,7 @@ void Service::Elastic(uint64_t head_id) {
   if (head_id != 0) {
     // Shrink only when that makes the head fit, checked on a copy.
     const Job& head = jobs_[head_id];
-    if (preempting_.count(head_id)) return;
+    if (preemptions_.Preempting(head_id)) return;
     uint32_t idle = capacity_->IdleGpus();
     uint32_t wants = head.request.kind == core::RequestKind::kWholeGpus ? head.request.gpus_min : 1;
     if (wants <= idle) return;  // Not for want of idle GPUs (islands, pools): leave it.

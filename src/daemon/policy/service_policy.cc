@@ -1,9 +1,9 @@
-// Service: quotas, live resize and priority preemption. See service.h and
-// docs/DAEMON.md ("Policies").
+// Service: quotas, live resize and requeueing a preempted job. See
+// service.h and docs/DAEMON.md ("Policies"); whom preemption ends is
+// makeroom/preemptions.h's.
 
 #include <grp.h>
 #include <pwd.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -269,115 +269,6 @@ Status Service::ChangePriority(const Caller& caller, Job& job, core::Priority pr
               "priority " + std::string(core::PriorityName(before)) + " -> " +
                   std::string(core::PriorityName(priority)) + " by " + Who(caller));
   return Status::Ok();
-}
-
-void Service::MaybePreempt(uint64_t head_id) {
-  const core::PreemptionPolicy& policy = options_.rules.preemption;
-  if (policy.mode == core::PreemptionMode::kNever || head_id == 0) return;
-  auto in_flight = preempting_.find(head_id);
-  if (in_flight != preempting_.end()) return;  // Victims are still ending.
-  preempt_note_.erase(head_id);
-  const Job& head = jobs_[head_id];
-  std::vector<core::PreemptCandidate> running;
-  for (const auto& [id, l] : live_) {
-    if (l.ending) continue;  // Ending anyway.
-    if (IsSuspended(id) || l.checkpoint) continue;  // Holds nothing, or is busy.
-    const Job& job = jobs_[id];
-    // An external job's processes are not the daemon's to end (a pod's
-    // container, a Slurm step): its owner releases it, preemption never does.
-    if (job.mode == core::JobMode::kExternal) continue;
-    core::PreemptCandidate c;
-    c.id = id;
-    c.priority = job.request.priority;
-    c.started_ms = job.started_ms;
-    c.restartable = job.restartable;
-    const core::Allocation& a = job.allocation;
-    switch (job.request.kind) {
-      case core::RequestKind::kWholeGpus:
-        c.gpu_weight = static_cast<double>(a.gpu_indices.size());
-        break;
-      case core::RequestKind::kFraction:
-        c.gpu_weight = job.request.compute_milli ? job.request.compute_milli / 1000.0 : 0.1;
-        break;
-      case core::RequestKind::kMig:
-        c.gpu_weight = job.request.mig.compute_slices / 7.0;
-        break;
-    }
-    running.push_back(c);
-  }
-  if (running.empty()) return;
-  auto plan = core::PlanPreemption(head_id, head.request.priority, running, policy, clock_.NowMs(),
-                                   *capacity_);
-  if (!plan.ok()) {
-    preempt_note_[head_id] = plan.status().message();
-    return;
-  }
-  std::string victims;
-  for (uint64_t v : plan->victims) victims += (victims.empty() ? "" : ", ") + std::to_string(v);
-  size_t suspending = 0;
-  for (uint64_t v : plan->victims) {
-    Job& job = jobs_[v];
-    Live& l = live_[v];
-    // Suspended rather than ended where the driver can checkpoint it: no work
-    // is lost, and it comes back once it fits again. Ended as before when
-    // the suspension cannot even start, or (FinishCheckpoints) fails.
-    if (options_.rules.preempt_by_suspend && options_.checkpointer) {
-      SuspendCause cause;
-      cause.by = "preemption by job " + std::to_string(head_id) + " (" +
-                 std::string(core::PriorityName(head.request.priority)) + " priority)";
-      cause.preempted_for = head_id;
-      Status s = StartSuspend(job, l, cause);
-      if (s.ok()) {
-        ++suspending;
-        RecordEvent("preempted", v, job.user,
-                    cause.by + ": suspending; resumed when it fits again");
-        continue;
-      }
-      RecordEvent("suspend_failed", v, job.user, cause.by + ": " + s.message() + "; ending it");
-    }
-    EndForPreemption(job, l, head_id);
-  }
-  preempting_[head_id] = plan->victims;
-  RecordEvent("preempting", head_id, head.user,
-              std::string(suspending == plan->victims.size() ? "suspending"
-                          : suspending > 0                   ? "suspending or ending"
-                                                             : "ending") +
-                  " lower-priority job(s) " + victims + " to make room (" +
-                  std::to_string(static_cast<int64_t>(plan->lost_gpu_seconds)) +
-                  " GPU-seconds of work lost at most)");
-  LogInfo("job " + std::to_string(head_id) + " preempts job(s) " + victims);
-}
-
-void Service::EndForPreemption(Job& job, Live& l, uint64_t head_id) {
-  const Job& head = jobs_[head_id];
-  l.ending = job.restartable ? JobState::kQueued : JobState::kCancelled;
-  l.ending_reason = "preempted by job " + std::to_string(head_id) + " (" +
-                    std::string(core::PriorityName(head.request.priority)) + " priority)";
-  l.kill_at_ms = clock_.NowMs() + options_.rules.preemption_grace_ms;
-  if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
-  if (job.mode == core::JobMode::kShell && job.pid > 0) {
-    (void)launcher_.SignalGroup(job.pid, SIGHUP);
-  }
-  RecordEvent(
-      "preempted", job.id, job.user,
-      l.ending_reason + (job.restartable ? "; requeued when it ends" : "; not restartable") +
-          "; SIGTERM, SIGKILL after " +
-          core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
-}
-
-void Service::ForgetPreemptions() {
-  // A head's preemption (or reclaim of borrowed capacity) is over once none
-  // of its victims still runs (a suspended victim holds nothing; one being
-  // suspended still does).
-  for (auto* victims_of : {&preempting_, &reclaiming_}) {
-    for (auto it = victims_of->begin(); it != victims_of->end();) {
-      bool running = std::any_of(it->second.begin(), it->second.end(), [&](uint64_t v) {
-        auto l = live_.find(v);
-        return l != live_.end() && (!IsSuspended(v) || l->second.checkpoint);
-      });
-      it = running ? std::next(it) : victims_of->erase(it);
-    }
-  }
 }
 
 void Service::Requeue(Job& job, std::string reason) {
