@@ -58,6 +58,24 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       inventory_source_(inventory),
       launcher_(launcher),
       regions_(regions),
+      watchdog_(
+          options_.rules, options_.sample_interval_ms, regions_,
+          Watchdog::Hooks{
+              .kill =
+                  [this](const Job& job, const std::string& kind, const std::string& why) {
+                    KillJob(jobs_.at(job.id), live_.at(job.id), kind, why);
+                  },
+              .stop = [this](const Job& job) { StopJob(job); },
+              .resume = [this](const Job& job) { ContinueJob(job); },
+              .record =
+                  [this](const std::string& kind, const Job& job, const std::string& message) {
+                    RecordEvent(kind, job.id, job.user, message);
+                  },
+              .tell = [this](const Job& job,
+                             const std::string& line) { AppendToStderr(job, line); },
+              .context_size = [this](uint32_t gpu) { return usage_.ContextSizeOf(gpu); },
+              .elastic = [](const Job& job) { return IsElastic(job); },
+          }),
       quotas_(QuotaKeeper::Jobs{
                   .for_each_charged =
                       [this](const std::function<void(const Job&)>& visit) {

@@ -170,7 +170,7 @@ bool Service::Movable(const Job& job, int64_t now) const {
   }
   if (!CanMove(job).ok()) return false;  // A container, an elastic job.
   auto l = live_.find(job.id);
-  if (l == live_.end() || l->second.checkpoint || l->second.ending || l->second.stopped) {
+  if (l == live_.end() || l->second.checkpoint || l->second.ending || watchdog_.Stopped(job.id)) {
     return false;
   }
   // A job with no CUDA process cannot be suspended (docs/SUSPEND.md): the
