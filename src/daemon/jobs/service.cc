@@ -128,6 +128,24 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .room_again = [this] { RequestSchedule(); },
           },
           options_.ledger_retry_ms),
+      watchdog_(
+          options_.rules, options_.sample_interval_ms, regions_,
+          Watchdog::Hooks{
+              .kill =
+                  [this](const Job& job, const std::string& kind, const std::string& why) {
+                    KillJob(jobs_.at(job.id), live_.at(job.id), kind, why);
+                  },
+              .stop = [this](const Job& job) { StopJob(job); },
+              .resume = [this](const Job& job) { ContinueJob(job); },
+              .record =
+                  [this](const std::string& kind, const Job& job, const std::string& message) {
+                    RecordEvent(kind, job.id, job.user, message);
+                  },
+              .tell = [this](const Job& job,
+                             const std::string& line) { AppendToStderr(job, line); },
+              .context_size = [this](uint32_t gpu) { return usage_.ContextSizeOf(gpu); },
+              .elastic = [](const Job& job) { return IsElastic(job); },
+          }),
       quotas_(QuotaKeeper::Jobs{
                   .for_each_charged =
                       [this](const std::function<void(const Job&)>& visit) {
@@ -235,7 +253,7 @@ std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   return LiveJob{.job = &jobs_[id],
                  .ending = l.ending.has_value(),
                  .checkpointing = l.checkpoint != nullptr,
-                 .stopped = l.stopped};
+                 .stopped = watchdog_.Stopped(id)};
 }
 
 Service::~Service() = default;

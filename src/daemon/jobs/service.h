@@ -59,6 +59,7 @@
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
 #include "daemon/waits/holds.h"
+#include "daemon/watch/watchdog.h"
 
 namespace gpuslice::daemon {
 
@@ -423,26 +424,6 @@ class Service {
     bool idle_acted = false;    // The idle action was taken (once per episode).
     bool paused = false;        // Launches paused by idle reclaim.
     int64_t idle_base_ms = 0;   // low_use_ms at the last resume.
-    bool over_limit = false;    // The watchdog saw it over its limit.
-    bool stopped = false;       // Stopped by the watchdog (watchdog = stop).
-    bool over_share = false;    // The compute watchdog saw it far over its share.
-    // SM use per GPU of the last samples within the compute window, and the
-    // share and mode they were taken under (a live change starts a new one:
-    // use within the old share is no breach of the new).
-    std::deque<std::pair<int64_t, std::map<uint32_t, double>>> sm_window;
-    uint32_t sm_window_share = 0;
-    bool sm_window_work_conserving = false;
-    // The arbiter's contended time (RegionStore::ContendedNs) at the same
-    // samples: how long others waited for the GPU (work-conserving slices).
-    std::deque<uint64_t> contended_window;
-    // The arbiter's charge (RegionStore::ChargedNs) at the same samples.
-    std::deque<std::optional<uint64_t>> charged_window;
-    // The audit saw it use more than it was charged (AuditCharge): the
-    // arbiter disregards its reports.
-    bool under_reported = false;
-    // The last audit found it short; the next one confirms it (a report
-    // that arrives a sample late, at the start of a burst, is not a lie).
-    bool audit_suspect = false;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
     // Suspend or resume in progress on a worker thread (service_suspend.cc).
     std::shared_ptr<CheckpointTask> checkpoint;
@@ -605,16 +586,6 @@ class Service {
     auto it = jobs_.find(id);
     return it != jobs_.end() && it->second.state == core::JobState::kSuspended;
   }
-  // The watchdog (service_watchdog.cc), per running job after each sample;
-  // each returns true when it ended the job.
-  bool WatchMemory(core::Job& job, Live& l, const JobUsage& use);
-  // The daemon's memory limit for `job` on GPU `gpu` (inventory index): its
-  // allocation there; 0 on a GPU it was not given, and while suspended.
-  static uint64_t MemoryLimitOn(const core::Job& job, uint32_t gpu);
-  bool WatchCompute(core::Job& job, Live& l, const JobUsage& use);
-  // The audit of the arbiter's charge against NVML, over WatchCompute's
-  // window (service_watchdog.cc).
-  void AuditCharge(const core::Job& job, Live& l);
   // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
   // none. The one place that decides membership: the job's process group,
   // else a slice's process slots when the process is the job user's.
@@ -713,6 +684,9 @@ class Service {
                          RecordEvent("foreign_process", 0, user, message);
                        },
                        [this]() -> ProcessTable& { return Processes(); }}};
+  // The enforcement watchdog: each running job's watch state, and what it
+  // does about a breach (watch/watchdog.h).
+  Watchdog watchdog_;
   WaitHistogram wait_histogram_;
 
   // Policies.

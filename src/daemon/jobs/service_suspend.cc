@@ -147,7 +147,7 @@ Status Service::StartSuspend(Job& job, Live& l, SuspendCause cause) {
     return core::FailedPreconditionError(
         name + " is an external job (Slurm or Kubernetes): its engine owns its processes");
   }
-  if (l.stopped) {
+  if (watchdog_.Stopped(job.id)) {
     return core::FailedPreconditionError(name +
                                          " is stopped by the watchdog: its processes cannot "
                                          "finish the GPU work a suspension waits for");

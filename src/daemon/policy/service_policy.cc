@@ -280,6 +280,7 @@ void Service::Requeue(Job& job, std::string reason) {
   if (!job.image.empty()) containers_.RemoveContainer(job);  // Its name is free for the next run.
   live_.erase(job.id);
   usage_.Forget(job.id);
+  watchdog_.Forget(job.id);
   job.reason = std::move(reason);
   job.pid = 0;
   job.pid_start_time = 0;

@@ -42,10 +42,7 @@ void Service::Reclaim() {
     Live& l = live_[id];
     if (l.ending) {
       // A stopped job being ended must run to take its SIGTERM.
-      if (l.stopped) {
-        ContinueJob(job);
-        l.stopped = false;
-      }
+      watchdog_.LetEnd(job);
       continue;
     }
     const JobUsage& use = *u;
@@ -55,9 +52,9 @@ void Service::Reclaim() {
     }
     if (l.checkpoint) continue;  // Being suspended: its processes are locked.
 
-    // The watchdog (service_watchdog.cc).
-    if (WatchMemory(job, l, use) || WatchCompute(job, l, use)) continue;
-    if (l.stopped) continue;  // Frozen by the watchdog, not idle.
+    // The watchdog (watch/watchdog.h).
+    if (watchdog_.Watch(job, use)) continue;
+    if (watchdog_.Stopped(id)) continue;  // Frozen by the watchdog, not idle.
 
     // Idle reclaim.
     if (rules.idle_after_ms <= 0) continue;
@@ -188,10 +185,7 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   if (l->second.resume_asked_ms != 0) flags.push_back("resume_asked");
   if (l->second.idle_flagged) flags.push_back("idle");
   if (l->second.paused) flags.push_back("paused");
-  if (l->second.over_limit) flags.push_back("over_limit");
-  if (l->second.stopped) flags.push_back("stopped");
-  if (l->second.over_share) flags.push_back("over_share");
-  if (l->second.under_reported) flags.push_back("under_reported");
+  watchdog_.AppendFlags(id, &flags);
   if (quotas_.borrowers().count(id)) flags.push_back("borrowing");
   if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
     flags.push_back("preempted");

@@ -148,7 +148,7 @@ void Service::Sample() {
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
     for (const auto& [gpu, held] : usage_.Find(id)->nvml_memory_by_gpu) {
-      const uint64_t limit = MemoryLimitOn(job, gpu);
+      const uint64_t limit = Watchdog::MemoryLimitOn(job, gpu);
       if (held <= limit) continue;
       auto& [bytes, who] = over_limit[gpu];
       bytes += held - limit;
