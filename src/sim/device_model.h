@@ -28,8 +28,10 @@
 #include <vector>
 
 #include "core/status.h"
+#include "sim/device_faults.h"
 #include "sim/sim_config.h"
 #include "sim/state_layout.h"
+#include "sim/utilization_meter.h"
 
 namespace gpuslice::sim {
 
@@ -102,11 +104,6 @@ struct ProcessUsage {
   uint64_t launches = 0;
 };
 
-struct UtilSample {
-  uint64_t timestamp_us = 0;  // Unix epoch.
-  uint64_t busy_ns = 0;       // Cumulative.
-};
-
 struct ProcessUtilization {
   pid_t pid = 0;
   uint64_t timestamp_us = 0;  // Of the newest sample used.
@@ -156,7 +153,7 @@ class DeviceModel {
   void ForgetUnit(uint32_t unit);
 
   // Reads, from any process. They reap dead processes and take a sample
-  // when one is due.
+  // when one is due (meter()).
   MemoryInfo UnitMemory(uint32_t unit);
   MemoryInfo DeviceMemory(uint32_t device);  // Sum over the GPU's units.
   // A process whose GPU state is checkpointed (docs/SIMULATOR.md,
@@ -165,33 +162,17 @@ class DeviceModel {
   std::vector<ProcessUsage> DeviceProcesses(uint32_t device);  // Per pid, summed.
   uint64_t UnitBusyNs(uint32_t unit) const;
   uint64_t UnitLaunches(uint32_t unit) const;
-  // Busy share over the last 1/6 .. 1 s (windowed like NVML), 0..100: one
-  // second after the last kernel ended it reads 0.
-  uint32_t UnitUtilizationPercent(uint32_t unit);
-  uint32_t DeviceUtilizationPercent(uint32_t device);  // SM-weighted over units.
-  // Samples of the unit's cumulative busy time newer than `since_us`, oldest first.
-  std::vector<UtilSample> UnitSamples(uint32_t unit, uint64_t since_us);
+  // Utilisation samples, utilisation per unit and device, and the sensors
+  // derived from it (temperature, power).
+  UtilizationMeter& meter() { return meter_; }
   // Per live process using the unit: its share over the window from its
   // newest sample at or before `since_us` (or its oldest) to its newest.
   // Processes with no sample newer than `since_us` are left out.
   std::vector<ProcessUtilization> ProcessUtilizationSince(uint32_t unit, uint64_t since_us);
-  // Simulated sensors, derived from recent utilisation.
-  uint32_t TemperatureC(uint32_t device);
-  uint32_t PowerMilliwatts(uint32_t device);
 
-  // Faults of a physical GPU (docs/SIMULATOR.md, "Faults"), for tests and
-  // demos of monitoring: seen by every process through NVML.
-  // An XID event with `code` (79: fallen off the bus, 48: double-bit ECC...).
-  void InjectXid(uint32_t device, uint32_t code);
-  // Adds to the volatile ECC error counts.
-  void AddEccErrors(uint32_t device, uint64_t corrected, uint64_t uncorrected);
-  // Reports `celsius` as the GPU's temperature; 0 returns to the modelled one.
-  void SetTemperature(uint32_t device, int32_t celsius);
-  layout::DeviceHealth& Health(uint32_t device) { return state_->header.health[device]; }
+  // Faults of the physical GPUs: XID events, ECC errors, a set temperature.
+  DeviceFaults& faults() { return faults_; }
 
-  // Takes a utilisation sample of every unit and process if ~166 ms have
-  // passed since the last one. Cheap when none is due.
-  void MaybeSample();
   // Frees the slots of dead processes (gone, zombie, or pid reused), giving
   // back their memory, contexts and arbiter. Returns how many.
   int Reap();
@@ -215,12 +196,8 @@ class DeviceModel {
   layout::SharedState* state_ = nullptr;
   int slot_ = -1;
   pid_t registered_pid_ = 0;  // A forked child must not free its parent's slot.
+  DeviceFaults faults_;
+  UtilizationMeter meter_;
 };
-
-// Interval at which samples are taken.
-inline constexpr uint64_t kSampleIntervalUs = 166667;
-// UnitUtilizationPercent never looks further back than this (real NVML's
-// utilisation window is at most one second).
-inline constexpr uint64_t kMaxUtilizationWindowUs = 1000000;
 
 }  // namespace gpuslice::sim

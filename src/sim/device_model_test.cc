@@ -261,20 +261,20 @@ TEST_F(DeviceModelTest, UtilizationFollowsBusyTime) {
   auto m = OpenModel();
   ASSERT_TRUE(m->Register().ok());
   ASSERT_TRUE(m->AddContext(0).ok());
-  m->MaybeSample();  // Baseline.
-  EXPECT_EQ(m->UnitUtilizationPercent(0), 0u);
+  m->meter().MaybeSample();  // Baseline.
+  EXPECT_EQ(m->meter().UnitUtilizationPercent(0), 0u);
   usleep(200000);
   // More busy time than wall time since the baseline: reads as 100%.
   m->AddBusy(0, 400000000);
-  EXPECT_EQ(m->UnitUtilizationPercent(0), 100u);
-  EXPECT_EQ(m->DeviceUtilizationPercent(0), 100u);
-  EXPECT_GT(m->TemperatureC(0), 60u);
-  EXPECT_EQ(m->PowerMilliwatts(0), 700000u);
+  EXPECT_EQ(m->meter().UnitUtilizationPercent(0), 100u);
+  EXPECT_EQ(m->meter().DeviceUtilizationPercent(0), 100u);
+  EXPECT_GT(m->meter().TemperatureC(0), 60u);
+  EXPECT_EQ(m->meter().PowerMilliwatts(0), 700000u);
   std::vector<ProcessUtilization> p = m->ProcessUtilizationSince(0, 0);
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].pid, getpid());
   EXPECT_EQ(p[0].sm_percent, 100u);
-  EXPECT_GE(m->UnitSamples(0, 0).size(), 2u);
+  EXPECT_GE(m->meter().UnitSamples(0, 0).size(), 2u);
   EXPECT_TRUE(m->ProcessUtilizationSince(0, p[0].timestamp_us).empty());
 }
 
@@ -285,17 +285,17 @@ TEST_F(DeviceModelTest, UtilizationWindowReachesBackAtMostOneSecond) {
   auto m = OpenModel();
   ASSERT_TRUE(m->Register().ok());
   ASSERT_TRUE(m->AddContext(0).ok());
-  m->MaybeSample();  // Baseline.
+  m->meter().MaybeSample();  // Baseline.
   usleep(1200000);
   // Work reported just now (a long kernel, at its end) counts in full.
   m->AddBusy(0, 1500000000);
-  EXPECT_GE(m->UnitUtilizationPercent(0), 95u);  // That read took a sample.
+  EXPECT_GE(m->meter().UnitUtilizationPercent(0), 95u);  // That read took a sample.
   // 150 ms of work right after that sample, then 1.2 s without samples:
   // the old window (back to the sample) read ~12%.
   m->AddBusy(0, 150000000);
   usleep(1200000);
-  EXPECT_EQ(m->UnitUtilizationPercent(0), 0u);
-  EXPECT_EQ(m->TemperatureC(0), 31u);
+  EXPECT_EQ(m->meter().UnitUtilizationPercent(0), 0u);
+  EXPECT_EQ(m->meter().TemperatureC(0), 31u);
 }
 
 TEST_F(DeviceModelTest, OptionsFromEnvironmentRejectBadValuesNamingTheVariable) {

@@ -66,13 +66,13 @@ int main(int argc, char** argv) {
   const uint32_t device = uint32_t(gpu);
   unsigned long long a = 0, b = 0;
   if (what == "xid" && argc == 4 && Number(argv[3], &a) && a > 0 && a <= 0xffffffffull) {
-    (*model)->InjectXid(device, uint32_t(a));
+    (*model)->faults().InjectXid(device, uint32_t(a));
   } else if (what == "ecc" && argc == 5 && Number(argv[3], &a) && Number(argv[4], &b)) {
-    (*model)->AddEccErrors(device, a, b);
+    (*model)->faults().AddEccErrors(device, a, b);
   } else if (what == "temperature" && argc == 4 && std::string(argv[3]) == "auto") {
-    (*model)->SetTemperature(device, 0);
+    (*model)->faults().SetTemperature(device, 0);
   } else if (what == "temperature" && argc == 4 && Number(argv[3], &a) && a > 0 && a < 200) {
-    (*model)->SetTemperature(device, int32_t(a));
+    (*model)->faults().SetTemperature(device, int32_t(a));
   } else {
     return Usage();
   }

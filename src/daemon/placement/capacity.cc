@@ -5,26 +5,14 @@
 
 #include "core/strings.h"
 #include "core/units.h"
+#include "daemon/placement/flat_gpu.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 using core::Status;
 
-using capacity_detail::IsOfProfile;
-using capacity_detail::kGpusPerNode;
-
 }  // namespace
-
-namespace capacity_detail {
-
-bool IsOfProfile(const MigInstance& m, const core::MigProfile& profile) {
-  if (!m.profile.empty()) return m.profile == profile.ToString();
-  // Unnamed instance: match by memory (decimal GB, as profiles say).
-  return (m.memory_total + 500'000'000ull) / 1'000'000'000ull == profile.memory_gb;
-}
-
-}  // namespace capacity_detail
 
 core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
     const std::vector<GpuInfo>& gpus, core::Policy policy, const std::vector<std::string>& pool_of,
@@ -39,7 +27,7 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
   }
   std::unique_ptr<NodeCapacity> c(new NodeCapacity());
   c->options_.policy = policy;
-  c->default_pool_ = default_pool;
+  c->pools_ = PoolIndex(default_pool);
   core::NodeState node;
   auto flush = [&]() -> Status {
     if (node.gpus.empty()) return Status::Ok();
@@ -56,11 +44,9 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
   for (size_t i = 0; i < gpus.size(); ++i) {
     const GpuInfo& g = gpus[i];
     std::string pool = pool_of.empty() ? std::string() : pool_of[i];
-    if (!pool.empty()) c->pool_masks_.emplace(pool, 0);
+    if (!pool.empty()) c->pools_.Add(pool);
     if (g.mig_enabled) {
-      for (const MigInstance& m : g.mig) {
-        c->mig_.push_back({g.index, g.model, m, false, pool, "", 0});
-      }
+      for (const MigInstance& m : g.mig) c->mig_.Add(g.index, g.model, m, pool);
       continue;
     }
     core::GpuState s;
@@ -68,7 +54,7 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
     std::string model = g.model.empty() ? "gpu" : g.model;
     if (!pool.empty()) model += "@" + pool;
     GPUSLICE_ASSIGN_OR_RETURN(s.model, c->state_.InternModel(model));
-    if (!pool.empty()) c->pool_masks_[pool] |= 1ull << s.model;
+    if (!pool.empty()) c->pools_.AddModel(pool, s.model);
     s.island = static_cast<int16_t>(g.island);
     node.gpus.push_back(s);
     c->node_gpus_->push_back(g);
@@ -78,61 +64,10 @@ core::Result<std::unique_ptr<NodeCapacity>> NodeCapacity::Create(
   return c;
 }
 
-int NodeCapacity::FindMig(const core::ResourceRequest& request, const std::string& pool,
-                          bool free_only) const {
-  for (size_t i = 0; i < mig_.size(); ++i) {
-    if (free_only && !mig_[i].Free()) continue;
-    if (!pool.empty() && mig_[i].pool != pool) continue;
-    if (!MigModelAllowed(mig_[i], request)) continue;
-    if (IsOfProfile(mig_[i].instance, request.mig)) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-bool NodeCapacity::MigModelAllowed(const MigUnit& m, const core::ResourceRequest& request) {
-  if (request.gpu_models.empty()) return true;
-  return std::any_of(request.gpu_models.begin(), request.gpu_models.end(),
-                     [&](const std::string& w) { return core::GpuModelMatches(w, m.model); });
-}
-
-uint64_t NodeCapacity::ModelMaskFor(const core::ResourceRequest& request,
-                                    const std::string& pool) const {
-  uint64_t mask = pool.empty() ? 0 : pool_masks_.at(pool);
-  if (request.gpu_models.empty()) return mask;
-  // Models are interned as "model@pool": the name NVML gives is before '@'.
-  uint64_t models = 0;
-  const std::vector<std::string>& names = state_.models();
-  for (size_t i = 0; i < names.size(); ++i) {
-    const std::string base = names[i].substr(0, names[i].rfind('@'));
-    for (const std::string& w : request.gpu_models) {
-      if (core::GpuModelMatches(w, base)) models |= 1ull << i;
-    }
-  }
-  return pool.empty() ? models : (mask & models);
-}
-
-std::vector<std::string> NodeCapacity::Pools() const {
-  std::vector<std::string> out;
-  for (const auto& [name, mask] : pool_masks_) out.push_back(name);
-  if (out.empty()) out.push_back(default_pool_);
-  return out;
-}
-
-core::Result<std::string> NodeCapacity::PoolOf(const core::ResourceRequest& request) const {
-  const std::string& pool = request.pool.empty() ? default_pool_ : request.pool;
-  if (pool_masks_.empty() ? pool == default_pool_ : pool_masks_.count(pool) > 0) {
-    return pool_masks_.empty() ? std::string() : pool;
-  }
-  std::string have;
-  for (const std::string& p : Pools()) have += (have.empty() ? "" : ", ") + p;
-  return core::InvalidArgumentError("--pool: no pool '" + request.pool +
-                                    "' on this machine (pools: " + have + ")");
-}
-
 Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request) {
   DemandEntry e;
   e.request = request;
-  GPUSLICE_ASSIGN_OR_RETURN(e.pool, PoolOf(request));
+  GPUSLICE_ASSIGN_OR_RETURN(e.pool, pools_.Resolve(request));
   if (request.kind == core::RequestKind::kMig) {
     if (mig_.empty()) {
       return core::InvalidArgumentError("--mig " + request.mig.ToString() +
@@ -142,7 +77,7 @@ Status NodeCapacity::SetDemand(uint64_t id, const core::ResourceRequest& request
     core::ResourceRequest r = request;
     if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
     GPUSLICE_ASSIGN_OR_RETURN(e.demand, core::DemandFromRequest(r));
-    uint64_t mask = ModelMaskFor(request, e.pool);
+    uint64_t mask = pools_.ModelMaskFor(request, e.pool, state_.models());
     e.demand.model_mask = mask;
     // A pool of MIG GPUs only (or no GPU of the models asked) has no mask
     // bit; 0 would mean "any GPU".
@@ -199,7 +134,7 @@ void NodeCapacity::EnsureProfile() {
 }
 
 Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
-  GPUSLICE_ASSIGN_OR_RETURN(std::string pool, PoolOf(request));
+  GPUSLICE_ASSIGN_OR_RETURN(std::string pool, pools_.Resolve(request));
   std::string in_pool = pool.empty() ? "" : " in pool '" + pool + "'";
   if (!request.gpu_models.empty()) {
     // The models of the GPUs it could use (MIG instances for a MIG request,
@@ -211,15 +146,14 @@ Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
       for (const std::string& w : request.gpu_models) any = any || core::GpuModelMatches(w, model);
     };
     if (request.kind == core::RequestKind::kMig) {
-      for (const MigUnit& m : mig_) {
+      for (const MigInstances::Unit& m : mig_.units()) {
         if (pool.empty() || m.pool == pool) consider(m.model);
       }
     } else {
       for (size_t i = 0; i < node_gpus_->size(); ++i) {
         const core::GpuState& g =
             state_.node(static_cast<uint32_t>(i / kGpusPerNode)).gpus[i % kGpusPerNode];
-        const std::string& interned = state_.models()[g.model];
-        if (pool.empty() || interned.substr(interned.rfind('@') + 1) == pool) {
+        if (pool.empty() || PoolIndex::PoolOfModel(state_.models()[g.model]) == pool) {
           consider((*node_gpus_)[i].model);
         }
       }
@@ -236,9 +170,9 @@ Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
       return core::OutOfRangeError("--mig " + request.mig.ToString() +
                                    ": no GPU on this machine is in MIG mode");
     }
-    if (FindMig(request, pool, /*free_only=*/false) < 0) {
+    if (mig_.Find(request, pool, /*free_only=*/false) < 0) {
       std::string have;
-      for (const MigUnit& m : mig_) {
+      for (const MigInstances::Unit& m : mig_.units()) {
         if (!pool.empty() && m.pool != pool) continue;
         if (have.find(m.instance.profile) == std::string::npos) {
           have += (have.empty() ? "" : ", ") + m.instance.profile;
@@ -253,13 +187,13 @@ Status NodeCapacity::CouldEverFit(const core::ResourceRequest& request) const {
   core::ResourceRequest r = request;
   if (r.kind == core::RequestKind::kFraction && r.compute_milli == 0) r.compute_milli = 1;
   GPUSLICE_ASSIGN_OR_RETURN(core::Demand d, core::DemandFromRequest(r));
-  if (!pool.empty()) d.model_mask = pool_masks_.at(pool);
+  if (!pool.empty()) d.model_mask = pools_.MaskOf(pool);
   // GPUs in MIG mode hold only MIG instances: say so, and how to ask for one.
   std::string mig_note;
   {
     std::vector<uint32_t> mig_gpus;
     std::string profiles;
-    for (const MigUnit& m : mig_) {
+    for (const MigInstances::Unit& m : mig_.units()) {
       if (!pool.empty() && m.pool != pool) continue;
       if (std::find(mig_gpus.begin(), mig_gpus.end(), m.gpu_index) == mig_gpus.end()) {
         mig_gpus.push_back(m.gpu_index);
@@ -317,14 +251,12 @@ Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
   if (held_.count(id))
     return core::AlreadyExistsError("job " + std::to_string(id) + " holds already");
   if (it->second.request.kind == core::RequestKind::kMig) {
-    for (size_t i = 0; i < mig_.size(); ++i) {
-      if (!a.gpu_uuids.empty() && mig_[i].instance.uuid == a.gpu_uuids[0]) {
-        if (mig_[i].taken)
-          return core::AlreadyExistsError("MIG " + a.gpu_uuids[0] + " is taken twice");
-        mig_[i].taken = true;
-        held_[id] = {core::Placement{}, static_cast<int>(i)};
-        return Status::Ok();
-      }
+    const int i = a.gpu_uuids.empty() ? -1 : mig_.IndexOf(a.gpu_uuids[0]);
+    if (i >= 0) {
+      if (!mig_.Take(i))
+        return core::AlreadyExistsError("MIG " + a.gpu_uuids[0] + " is taken twice");
+      held_[id] = {core::Placement{}, i};
+      return Status::Ok();
     }
     return core::NotFoundError("job " + std::to_string(id) + " held a MIG instance that is gone");
   }
@@ -349,7 +281,7 @@ Status NodeCapacity::Hold(uint64_t id, const core::Allocation& a) {
   std::sort(p.gpus.begin(), p.gpus.begin() + p.gpu_count);
   Held h{p, -1};
   GPUSLICE_RETURN_IF_ERROR(state_.Allocate(HeldDemand(it->second, h), p));
-  bounds_dirty_ = true;
+  bounds_.Invalidate();
   held_[id] = h;
   return Status::Ok();
 }
@@ -385,7 +317,7 @@ Status NodeCapacity::Resize(uint64_t id, const core::ResourceRequest& request) {
   next.model_mask = d->second.demand.model_mask;
   const core::Placement& p = h->second.placement;
   GPUSLICE_RETURN_IF_ERROR(state_.Release(d->second.demand, p));
-  bounds_dirty_ = true;
+  bounds_.Invalidate();
   if (Status s = state_.Allocate(next, p); !s.ok()) {
     const core::GpuState& g = state_.node(p.node).gpus[p.gpus[0]];
     std::string free = core::FormatBytes(g.mem_free) + " + " + core::FormatShareMilli(g.milli_free);
@@ -397,22 +329,9 @@ Status NodeCapacity::Resize(uint64_t id, const core::ResourceRequest& request) {
   }
   d->second.demand = next;
   d->second.request = request;
-  RechargeForeign();  // A shrink may have freed what foreign use lacked.
+  // A shrink may have freed what foreign use lacked.
+  if (foreign_.Recharge(state_)) bounds_.Invalidate();
   return Status::Ok();
-}
-
-const NodeCapacity::Bounds& NodeCapacity::CurrentBounds() {
-  if (!bounds_dirty_) return bounds_;
-  bounds_ = Bounds();
-  for (const core::NodeState& n : state_.nodes()) {
-    for (const core::GpuState& g : n.gpus) {
-      bounds_.max_mem_free = std::max(bounds_.max_mem_free, g.mem_free);
-      bounds_.max_milli_free = std::max(bounds_.max_milli_free, g.milli_free);
-      if (g.IsIdle()) ++bounds_.idle_gpus;
-    }
-  }
-  bounds_dirty_ = false;
-  return bounds_;
 }
 
 std::unique_ptr<core::CapacityModel> NodeCapacity::Clone() const {
@@ -425,17 +344,17 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
   if (it == demands_->end() || held_.count(id)) return core::FitResult::kNever;
   const DemandEntry& e = it->second;
   if (e.request.kind == core::RequestKind::kMig) {
-    int i = FindMig(e.request, e.pool, /*free_only=*/true);
+    int i = mig_.Find(e.request, e.pool, /*free_only=*/true);
     if (i < 0) {
-      return FindMig(e.request, e.pool, false) < 0 ? core::FitResult::kNever
-                                                   : core::FitResult::kNotNow;
+      return mig_.Find(e.request, e.pool, false) < 0 ? core::FitResult::kNever
+                                                     : core::FitResult::kNotNow;
     }
-    mig_[i].taken = true;
+    (void)mig_.Take(i);  // Free, so not taken.
     held_[id] = {core::Placement{}, i};
     return core::FitResult::kPlaced;
   }
   if (!e.ever_fits) return core::FitResult::kNever;
-  const Bounds& b = CurrentBounds();
+  const FreeBounds::Bounds& b = bounds_.Of(state_);
   if (e.demand.IsWhole()
           ? e.demand.gpus > b.idle_gpus
           : e.demand.gpu_mem > b.max_mem_free || e.demand.gpu_milli > b.max_milli_free) {
@@ -458,7 +377,7 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
       more.gpus = n;
       auto p = core::Place(state_, more, options);
       if (p.ok() && state_.Allocate(more, *p).ok()) {
-        bounds_dirty_ = true;
+        bounds_.Invalidate();
         held_[id] = {*p, -1};
         return core::FitResult::kPlaced;
       }
@@ -470,7 +389,7 @@ core::FitResult NodeCapacity::TryPlace(uint64_t id) {
                                                                      : core::FitResult::kNever;
   }
   if (!state_.Allocate(e.demand, *p).ok()) return core::FitResult::kNotNow;
-  bounds_dirty_ = true;
+  bounds_.Invalidate();
   held_[id] = {*p, -1};
   return core::FitResult::kPlaced;
 }
@@ -479,16 +398,16 @@ void NodeCapacity::Release(uint64_t id) {
   auto h = held_.find(id);
   if (h == held_.end()) return;
   if (h->second.mig >= 0) {
-    mig_[h->second.mig].taken = false;
+    mig_.Give(h->second.mig);
   } else {
     auto d = demands_->find(id);
     if (d != demands_->end()) {
       (void)state_.Release(HeldDemand(d->second, h->second), h->second.placement);
     }
-    bounds_dirty_ = true;
+    bounds_.Invalidate();
   }
   held_.erase(h);
-  RechargeForeign();
+  if (foreign_.Recharge(state_)) bounds_.Invalidate();
 }
 
 bool NodeCapacity::Mirror(uint64_t id, const core::CapacityModel& source) {
@@ -499,12 +418,11 @@ bool NodeCapacity::Mirror(uint64_t id, const core::CapacityModel& source) {
   auto d = demands_->find(id);
   if (h == from.held_.end() || d == demands_->end() || held_.count(id)) return false;
   if (h->second.mig >= 0) {
-    if (mig_[h->second.mig].taken) return false;
-    mig_[h->second.mig].taken = true;
+    if (!mig_.Take(h->second.mig)) return false;
   } else if (!state_.Allocate(HeldDemand(d->second, h->second), h->second.placement).ok()) {
     return false;
   }
-  bounds_dirty_ = true;
+  bounds_.Invalidate();
   held_[id] = h->second;
   return true;
 }
@@ -556,9 +474,9 @@ core::Result<core::Allocation> NodeCapacity::SetElasticGpus(uint64_t id, uint32_
     (void)state_.Allocate(old_demand, h->second.placement);
     return s;
   }
-  bounds_dirty_ = true;
+  bounds_.Invalidate();
   h->second.placement = p;
-  RechargeForeign();
+  if (foreign_.Recharge(state_)) bounds_.Invalidate();
   return *AllocationOf(id);
 }
 
@@ -569,7 +487,7 @@ std::optional<core::Allocation> NodeCapacity::AllocationOf(uint64_t id) const {
   core::Allocation a;
   const core::ResourceRequest& r = d->second.request;
   if (h->second.mig >= 0) {
-    const MigUnit& m = mig_[h->second.mig];
+    const MigInstances::Unit& m = mig_.at(h->second.mig);
     a.gpu_indices = {m.gpu_index};
     a.gpu_uuids = {m.instance.uuid};
     a.memory_bytes_per_gpu = m.instance.memory_total;
@@ -615,7 +533,7 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
     // Instances of its profile that processes outside gpuslice hold: nothing
     // a user sees in the queue explains those.
     std::string foreign;
-    for (const MigUnit& m : mig_) {
+    for (const MigInstances::Unit& m : mig_.units()) {
       if (m.foreign.empty() || (!e.pool.empty() && m.pool != e.pool)) continue;
       if (!IsOfProfile(m.instance, e.request.mig)) continue;
       foreign += "; " + m.instance.uuid + " (GPU " + std::to_string(m.gpu_index) +
@@ -641,19 +559,10 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
   std::string where = e.pool.empty() ? "" : " in pool '" + e.pool + "'";
   // What processes outside gpuslice hold on the GPUs it may use: the
   // reason a user cannot guess from `gpuslice gpus` alone.
-  std::string foreign;
-  for (const auto& [flat, f] : foreign_) {
-    const core::GpuState& g = state_.node(FlatPlacement(flat).node).gpus[flat % kGpusPerNode];
-    if (!e.demand.AllowsModel(g.model)) continue;
-    if (f.want > 0) {
-      foreign += "; GPU " + std::to_string(f.gpu_index) + ": " + core::FormatBytes(f.want) +
-                 " held by processes outside gpuslice (" + f.who + ")";
-    }
-    if (f.over > 0) {
-      foreign += "; GPU " + std::to_string(f.gpu_index) + ": " + core::FormatBytes(f.over) +
-                 " held beyond their limits by " + f.over_who;
-    }
-  }
+  const std::string foreign = foreign_.Describe([&](size_t flat) {
+    const core::Placement p = FlatPlacement(flat);
+    return e.demand.AllowsModel(state_.node(p.node).gpus[p.gpus[0]].model);
+  });
   if (e.demand.IsWhole()) {
     return "needs " + std::to_string(e.demand.gpus) + " idle GPU" +
            (e.demand.gpus == 1 ? "" : "s") + (e.demand.gpus > 1 ? " on one island" : "") + where +
@@ -665,51 +574,6 @@ std::string NodeCapacity::WhyNotNow(uint64_t id) const {
          (e.request.compute_milli > 0 ? " + " + core::FormatShareMilli(best_milli) : "") + foreign;
 }
 
-core::Demand NodeCapacity::ForeignDemand(uint64_t bytes) {
-  // One per-mille of compute: a placement needs a share to hold memory, and
-  // this keeps a whole-GPU request off the GPU.
-  return core::Demand::Fraction(1, bytes);
-}
-
-core::Placement NodeCapacity::FlatPlacement(size_t flat) const {
-  core::Placement p;
-  p.node = static_cast<uint32_t>(flat / kGpusPerNode);
-  p.gpu_count = 1;
-  p.gpus[0] = static_cast<uint8_t>(flat % kGpusPerNode);
-  return p;
-}
-
-void NodeCapacity::ChargeForeign(size_t flat) {
-  auto it = foreign_.find(flat);
-  if (it == foreign_.end()) return;
-  Foreign& f = it->second;
-  core::Placement p = FlatPlacement(flat);
-  if (f.held) {
-    (void)state_.Release(ForeignDemand(f.charged), p);
-    f.held = false;
-    f.charged = 0;
-    bounds_dirty_ = true;
-  }
-  if (f.Wanted() == 0) {
-    foreign_.erase(it);
-    return;
-  }
-  const core::GpuState& g = state_.node(p.node).gpus[p.gpus[0]];
-  uint64_t bytes = std::min(f.Wanted(), g.mem_free);
-  if (bytes == 0 || g.milli_free == 0) return;  // Full: charged when jobs give back.
-  if (state_.Allocate(ForeignDemand(bytes), p).ok()) {
-    f.held = true;
-    f.charged = bytes;
-    bounds_dirty_ = true;
-  }
-}
-
-void NodeCapacity::RechargeForeign() {
-  for (auto& [flat, f] : foreign_) {
-    if (f.charged < f.Wanted()) ChargeForeign(flat);
-  }
-}
-
 std::optional<size_t> NodeCapacity::FlatOf(uint32_t gpu_index) const {
   auto g = std::find_if(node_gpus_->begin(), node_gpus_->end(),
                         [&](const GpuInfo& x) { return x.index == gpu_index; });
@@ -718,70 +582,33 @@ std::optional<size_t> NodeCapacity::FlatOf(uint32_t gpu_index) const {
 }
 
 void NodeCapacity::SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who) {
-  SetForeignPart(gpu_index, &Foreign::want, &Foreign::who, bytes, std::move(who));
+  std::optional<size_t> flat = FlatOf(gpu_index);
+  if (!flat) return;
+  if (foreign_.Set(state_, *flat, gpu_index, ForeignCharges::Part::kForeign, bytes,
+                   std::move(who))) {
+    bounds_.Invalidate();
+  }
 }
 
 void NodeCapacity::SetOverLimit(uint32_t gpu_index, uint64_t bytes, std::string who) {
-  SetForeignPart(gpu_index, &Foreign::over, &Foreign::over_who, bytes, std::move(who));
-}
-
-void NodeCapacity::SetForeignPart(uint32_t gpu_index, uint64_t Foreign::*part,
-                                  std::string Foreign::*part_who, uint64_t bytes, std::string who) {
   std::optional<size_t> flat = FlatOf(gpu_index);
   if (!flat) return;
-  auto it = foreign_.find(*flat);
-  if (it == foreign_.end()) {
-    if (bytes == 0) return;
-    it = foreign_.emplace(*flat, Foreign{}).first;
-    it->second.gpu_index = gpu_index;
+  if (foreign_.Set(state_, *flat, gpu_index, ForeignCharges::Part::kOverLimit, bytes,
+                   std::move(who))) {
+    bounds_.Invalidate();
   }
-  Foreign& f = it->second;
-  f.*part_who = std::move(who);
-  if (f.*part == bytes && f.charged == f.Wanted()) return;
-  f.*part = bytes;
-  ChargeForeign(*flat);
 }
 
 uint64_t NodeCapacity::UnpromisedBytes(uint32_t gpu_index) const {
   std::optional<size_t> flat = FlatOf(gpu_index);
   if (!flat) return 0;
   const core::Placement p = FlatPlacement(*flat);
-  uint64_t unpromised = state_.node(p.node).gpus[p.gpus[0]].mem_free;
   // What foreign use is charged was no job's either.
-  if (auto f = foreign_.find(*flat); f != foreign_.end() && f->second.held) {
-    unpromised += f->second.charged;
-  }
-  return unpromised;
-}
-
-uint64_t NodeCapacity::ForeignCharged(uint32_t gpu_index) const {
-  for (const auto& [flat, f] : foreign_) {
-    if (f.gpu_index == gpu_index) return f.charged;
-  }
-  return 0;
+  return state_.node(p.node).gpus[p.gpus[0]].mem_free + foreign_.ChargedAt(*flat);
 }
 
 void NodeCapacity::SetForeignMig(const std::string& mig_uuid, uint64_t bytes, std::string who) {
-  for (MigUnit& m : mig_) {
-    if (m.instance.uuid != mig_uuid) continue;
-    m.foreign_bytes = who.empty() ? 0 : bytes;
-    m.foreign = std::move(who);
-    return;
-  }
-}
-
-std::string NodeCapacity::ForeignMig(const std::string& mig_uuid) const {
-  for (const MigUnit& m : mig_) {
-    if (m.instance.uuid == mig_uuid) return m.foreign;
-  }
-  return "";
-}
-
-bool NodeCapacity::MigHeldByJob(const std::string& mig_uuid) const {
-  for (const MigUnit& m : mig_) {
-    if (m.instance.uuid == mig_uuid) return m.taken;
-  }
-  return false;
+  mig_.SetForeign(mig_uuid, bytes, std::move(who));
 }
 
 }  // namespace gpuslice::daemon

@@ -20,7 +20,11 @@
 // request is placed only on its pool's GPUs. Each GPU's model is interned as
 // "model@pool", so a pool is a set of model indices and a request's pool is
 // its demand's model mask: the placement core needs no notion of pools, and
-// queue shapes of different pools never compare.
+// queue shapes of different pools never compare (PoolIndex).
+//
+// Its parts: the MIG instances (MigInstances), the foreign use charged to
+// the GPUs (ForeignCharges), the pools (PoolIndex) and the bounds that turn
+// most requests away without a placement (FreeBounds).
 
 #include <cstdint>
 #include <deque>
@@ -39,18 +43,12 @@
 #include "core/placement/placement_profile.h"
 #include "core/schedule/queue.h"
 #include "daemon/node/inventory.h"
+#include "daemon/placement/foreign_charges.h"
+#include "daemon/placement/free_bounds.h"
+#include "daemon/placement/mig_instances.h"
+#include "daemon/placement/pool_index.h"
 
 namespace gpuslice::daemon {
-
-// Shared by capacity.cc and capacity_pinned.cc.
-namespace capacity_detail {
-// core::ClusterState holds at most kMaxGpusPerNode GPUs per node; larger
-// inventories (the placement benchmark's 1,000 GPUs) are split into nodes of
-// that many GPUs, and a multi-GPU job stays within one of them.
-inline constexpr size_t kGpusPerNode = core::kMaxGpusPerNode;
-// Whether a MIG instance is of `profile` (by name, else by its memory).
-bool IsOfProfile(const MigInstance& m, const core::MigProfile& profile);
-}  // namespace capacity_detail
 
 class NodeCapacity : public core::CapacityModel {
  public:
@@ -74,10 +72,9 @@ class NodeCapacity : public core::CapacityModel {
   // shrinks it by giving back its last GPUs; kResourceExhausted (nothing
   // changed) when there is nothing to grow onto.
   core::Result<core::Allocation> SetElasticGpus(uint64_t id, uint32_t count);
-  uint32_t IdleGpus() { return CurrentBounds().idle_gpus; }
-  // The pools, in name order; and whether `name` is one.
-  std::vector<std::string> Pools() const;
-  const std::string& default_pool() const { return default_pool_; }
+  uint32_t IdleGpus() { return bounds_.Of(state_).idle_gpus; }
+  // The pools, the default one, and how requests name them.
+  const PoolIndex& pools() const { return pools_; }
   void ForgetDemand(uint64_t id);
   // kOutOfRange (never fits) with a message naming what is never enough.
   core::Status CouldEverFit(const core::ResourceRequest& request) const;
@@ -151,9 +148,9 @@ class NodeCapacity : public core::CapacityModel {
   // as jobs give memory back. A GPU in MIG mode is charged per instance
   // (SetForeignMig); here it is ignored.
   void SetForeign(uint32_t gpu_index, uint64_t bytes, std::string who);
-  // What is charged for foreign use on the GPU now, jobs' use over their
-  // limits included (at most what was set).
-  uint64_t ForeignCharged(uint32_t gpu_index) const;
+  // What is charged for foreign use on each GPU now, jobs' use over their
+  // limits included (ForeignCharges::Charged, at most what was set).
+  const ForeignCharges& foreign() const { return foreign_; }
   // Foreign use of the MIG instance with UUID `mig_uuid` ("MIG-..."): while
   // `who` names processes belonging to no job that run in it, it is not
   // handed to a job; "" frees it. An instance is placed whole, so any such
@@ -161,11 +158,10 @@ class NodeCapacity : public core::CapacityModel {
   // job that holds the instance already keeps it (as with SetForeign); it
   // is not placed again until both are gone. Unknown UUIDs are ignored.
   void SetForeignMig(const std::string& mig_uuid, uint64_t bytes, std::string who);
-  // Who holds the MIG instance outside gpuslice, as set; "" when nobody.
-  std::string ForeignMig(const std::string& mig_uuid) const;
-  // Whether a job holds the MIG instance (foreign use there takes what the
-  // job was promised).
-  bool MigHeldByJob(const std::string& mig_uuid) const;
+  // The MIG instances: who holds one outside gpuslice (ForeignOf), whether a
+  // job holds one (HeldByJob: foreign use there takes what the job was
+  // promised).
+  const MigInstances& mig() const { return mig_; }
 
   // Memory that jobs' processes hold on the GPU beyond their limits there
   // (NVML; a process that escaped the shim, before the watchdog ends it):
@@ -194,74 +190,21 @@ class NodeCapacity : public core::CapacityModel {
     core::Placement placement;  // For GPU demands.
     int mig = -1;               // Index into mig_ for MIG demands.
   };
-  struct MigUnit {
-    uint32_t gpu_index;
-    std::string model;  // Of its GPU (--gpu-model).
-    MigInstance instance;
-    bool taken = false;  // By a job.
-    std::string pool;
-    // Foreign use (SetForeignMig): who, and the bytes they hold.
-    std::string foreign;
-    uint64_t foreign_bytes = 0;
-    bool Free() const { return !taken && foreign.empty(); }
-  };
   struct DemandEntry {
     core::ResourceRequest request;
     core::Demand demand;
     bool ever_fits = true;  // CouldEverFit, decided once at SetDemand.
     std::string pool;       // "" when the machine has one pool.
   };
-  // The model mask of `request`'s pool ("" = all) and GPU models (all when
-  // it names none). 0 when no GPU of the pool is of those models.
-  uint64_t ModelMaskFor(const core::ResourceRequest& request, const std::string& pool) const;
-  // Whether a MIG instance is of a model `request` may use.
-  static bool MigModelAllowed(const MigUnit& m, const core::ResourceRequest& request);
-  // Upper bounds of what one placement could get now, so most requests that
-  // cannot fit a busy machine are turned away without running a placement.
-  // Recomputed lazily after any change.
-  struct Bounds {
-    uint64_t max_mem_free = 0;
-    uint32_t max_milli_free = 0;
-    uint32_t idle_gpus = 0;
-  };
-  const Bounds& CurrentBounds();
   using DemandTable = std::unordered_map<uint64_t, DemandEntry>;
 
   NodeCapacity() = default;
-  // A MIG instance of `profile` in `pool` ("": any pool).
-  int FindMig(const core::ResourceRequest& request, const std::string& pool, bool free_only) const;
   // What a held job's placement holds: its demand, with an elastic job's
   // current GPU count.
   static core::Demand HeldDemand(const DemandEntry& e, const Held& h);
-  // The request's pool, or an error naming the pools there are.
-  core::Result<std::string> PoolOf(const core::ResourceRequest& request) const;
-  // Foreign use on one GPU: what the caller set, what is charged (a
-  // Fraction of 1 per-mille and `charged` bytes, while `held`). Jobs' use
-  // over their limits (SetOverLimit) is charged with it.
-  struct Foreign {
-    uint32_t gpu_index = 0;
-    uint64_t want = 0;
-    uint64_t over = 0;  // Jobs' use over their limits.
-    uint64_t charged = 0;
-    bool held = false;
-    std::string who;
-    std::string over_who;
-    uint64_t Wanted() const { return want + over; }
-  };
   // The flat position of the GPU with inventory index `gpu_index`; nullopt
   // for a GPU in MIG mode or none.
   std::optional<size_t> FlatOf(uint32_t gpu_index) const;
-  static core::Demand ForeignDemand(uint64_t bytes);
-  core::Placement FlatPlacement(size_t flat) const;
-  // SetForeign and SetOverLimit: one of the two parts a GPU's foreign
-  // charge is made of (`part` bytes, named by `part_who`), charged again
-  // when it changed.
-  void SetForeignPart(uint32_t gpu_index, uint64_t Foreign::*part, std::string Foreign::*part_who,
-                      uint64_t bytes, std::string who);
-  // (Re)charges one GPU's foreign use as far as its free memory allows.
-  void ChargeForeign(size_t flat);
-  // After memory was given back: charges what foreign use still lacks.
-  void RechargeForeign();
   // Running single-GPU-or-more jobs as the move planners see them, by id.
   std::vector<core::PlacedTask> PlacedTasks(const std::function<bool(uint64_t)>& movable) const;
   // The placement options moves are planned with (no fragmentation cache).
@@ -275,16 +218,13 @@ class NodeCapacity : public core::CapacityModel {
   // Flat GPU position (node * kMaxGpusPerNode + GPU) -> inventory GPU
   // (non-MIG GPUs only). Immutable after Create, so clones share it.
   std::shared_ptr<std::vector<GpuInfo>> node_gpus_ = std::make_shared<std::vector<GpuInfo>>();
-  std::vector<MigUnit> mig_;
-  // Pool name -> model mask of its GPUs (empty when there is one pool).
-  std::map<std::string, uint64_t> pool_masks_;
-  std::string default_pool_ = "default";
+  MigInstances mig_;
+  PoolIndex pools_;
   // Shared with clones: clones only read it, and live no longer than one
   // planning pass, during which no demand is added.
   std::shared_ptr<DemandTable> demands_ = std::make_shared<DemandTable>();
   std::unordered_map<uint64_t, Held> held_;
-  Bounds bounds_;
-  bool bounds_dirty_ = true;
+  FreeBounds bounds_;
   // The learnt workload profile (shared with clones, immutable).
   std::shared_ptr<const core::WorkloadProfile> profile_;
   // Resume demands (SetResumeTarget), copied into clones with the rest.
@@ -294,7 +234,7 @@ class NodeCapacity : public core::CapacityModel {
   };
   core::FitResult TryResume(uint64_t id, const ResumeTarget& target);
   std::unordered_map<uint64_t, ResumeTarget> resume_;
-  std::map<size_t, Foreign> foreign_;  // By flat GPU position.
+  ForeignCharges foreign_;
   std::deque<core::Demand> recent_;    // Demands that ended, newest last.
   size_t profile_changes_ = 0;         // Demands added or ended since the build.
   // Each node's fragmentation under profile_, by node version (copied into

@@ -8,15 +8,14 @@
 #include <algorithm>
 #include <map>
 
-#include "core/schedule/defrag.h"
 #include "core/placement/move_proposal.h"
+#include "core/schedule/defrag.h"
 #include "core/strings.h"
 #include "daemon/placement/capacity.h"
+#include "daemon/placement/flat_gpu.h"
 
 namespace gpuslice::daemon {
 
-using capacity_detail::IsOfProfile;
-using capacity_detail::kGpusPerNode;
 using core::Status;
 
 void NodeCapacity::SetResumeTarget(uint64_t id, core::Allocation own,
@@ -57,12 +56,12 @@ Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candid
   const std::string names = core::Join(candidates, ", ");
   if (e.request.kind == core::RequestKind::kMig) {
     // A MIG instance named by its own UUID or by its GPU's.
-    for (size_t i = 0; i < mig_.size(); ++i) {
-      const MigUnit& m = mig_[i];
+    for (size_t i = 0; i < mig_.units().size(); ++i) {
+      const MigInstances::Unit& m = mig_.at(i);
       if (!m.Free() || (!e.pool.empty() && m.pool != e.pool)) continue;
-      if (!IsOfProfile(m.instance, e.request.mig) || !MigModelAllowed(m, e.request)) continue;
+      if (!IsOfProfile(m.instance, e.request.mig) || !m.ModelAllowed(e.request)) continue;
       if (!named(m.instance.uuid) && !named((*node_gpus_)[m.gpu_index].uuid)) continue;
-      mig_[i].taken = true;
+      (void)mig_.Take(i);  // Free, so not taken.
       held_[id] = {core::Placement{}, static_cast<int>(i)};
       return Status::Ok();
     }
@@ -121,7 +120,7 @@ Status NodeCapacity::PlaceOn(uint64_t id, const std::vector<std::string>& candid
       last = s.message();
       continue;
     }
-    bounds_dirty_ = true;
+    bounds_.Invalidate();
     held_[id] = {p, -1};
     return Status::Ok();
   }

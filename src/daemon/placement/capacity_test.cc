@@ -249,7 +249,7 @@ TEST(NodeCapacity, PoolsRestrictPlacementToTheirGpus) {
   auto c = NodeCapacity::Create({Gpu(0), Gpu(1), Gpu(2)}, core::Policy::kBinpack,
                                 {"inference", "shared", "shared"}, "shared");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ((*c)->Pools(), (std::vector<std::string>{"inference", "shared"}));
+  EXPECT_EQ((*c)->pools().Names(), (std::vector<std::string>{"inference", "shared"}));
   core::ResourceRequest whole;
   whole.kind = core::RequestKind::kWholeGpus;
   whole.gpus_min = whole.gpus_max = 1;
@@ -375,7 +375,7 @@ TEST(NodeCapacity, ForeignMemorySendsAJobToTheOtherGpuOrMakesItWait) {
   auto c = NodeCapacity::Create({big0, big1}, core::Policy::kBinpack);
   ASSERT_TRUE(c.ok());
   (*c)->SetForeign(0, 70 * core::kGiB, "pid 4242, user bob");
-  EXPECT_EQ((*c)->ForeignCharged(0), 70 * core::kGiB);
+  EXPECT_EQ((*c)->foreign().Charged(0), 70 * core::kGiB);
   ASSERT_TRUE((*c)->SetDemand(1, Fraction(40, 300)).ok());
   ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
   EXPECT_EQ((*c)->AllocationOf(1)->gpu_indices, std::vector<uint32_t>{1}) << "not beside the 70 GiB";
@@ -389,7 +389,7 @@ TEST(NodeCapacity, ForeignMemorySendsAJobToTheOtherGpuOrMakesItWait) {
       << why;
   // The foreign process ends: the job fits.
   (*c)->SetForeign(0, 0, "");
-  EXPECT_EQ((*c)->ForeignCharged(0), 0u);
+  EXPECT_EQ((*c)->foreign().Charged(0), 0u);
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
   EXPECT_EQ((*c)->AllocationOf(2)->gpu_indices, std::vector<uint32_t>{0});
 }
@@ -405,9 +405,10 @@ TEST(NodeCapacity, ForeignMemoryKeepsWholeGpuRequestsOffAndIsChargedOnceJobsGive
   // 20 GiB foreign beside a 30 GiB job on a 40 GiB GPU: only the free 10 GiB
   // can be charged now (the job keeps what it holds).
   (*c)->SetForeign(0, 20 * core::kGiB, "pid 1, user x");
-  EXPECT_EQ((*c)->ForeignCharged(0), 10 * core::kGiB);
+  EXPECT_EQ((*c)->foreign().Charged(0), 10 * core::kGiB);
   (*c)->Release(1);
-  EXPECT_EQ((*c)->ForeignCharged(0), 20 * core::kGiB) << "charged in full once the job gave back";
+  EXPECT_EQ((*c)->foreign().Charged(0), 20 * core::kGiB)
+      << "charged in full once the job gave back";
   ASSERT_TRUE((*c)->SetDemand(2, whole).ok());
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow) << "a GPU with foreign use is not idle";
   EXPECT_NE((*c)->WhyNotNow(2).find("outside gpuslice"), std::string::npos);
@@ -430,7 +431,7 @@ TEST(NodeCapacity, MemoryAJobHoldsOverItsLimitIsTakenAtOnceBesideForeignUse) {
   EXPECT_EQ((*c)->UnpromisedBytes(0), 39 * core::kGiB);
   (*c)->SetOverLimit(0, 23 * core::kGiB, "job 1");
   (*c)->SetForeign(0, 2 * core::kGiB, "pid 4242, user bob");
-  EXPECT_EQ((*c)->ForeignCharged(0), 25 * core::kGiB);
+  EXPECT_EQ((*c)->foreign().Charged(0), 25 * core::kGiB);
   EXPECT_EQ((*c)->UnpromisedBytes(0), 39 * core::kGiB) << "what is charged was nobody's promise";
   ASSERT_TRUE((*c)->SetDemand(2, Fraction(30, 300)).ok());
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kNotNow) << "39 - 25 GiB free < 30";
@@ -441,18 +442,18 @@ TEST(NodeCapacity, MemoryAJobHoldsOverItsLimitIsTakenAtOnceBesideForeignUse) {
       << why;
   // Clearing one keeps the other.
   (*c)->SetOverLimit(0, 0, "");
-  EXPECT_EQ((*c)->ForeignCharged(0), 2 * core::kGiB);
+  EXPECT_EQ((*c)->foreign().Charged(0), 2 * core::kGiB);
   EXPECT_EQ((*c)->WhyNotNow(2).find("beyond their limits"), std::string::npos);
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
   EXPECT_EQ((*c)->UnpromisedBytes(0), 9 * core::kGiB);
   // Over a promise: only what is free is charged; the rest once jobs give back.
   (*c)->SetOverLimit(0, 20 * core::kGiB, "job 1");
-  EXPECT_EQ((*c)->ForeignCharged(0), 9 * core::kGiB);
+  EXPECT_EQ((*c)->foreign().Charged(0), 9 * core::kGiB);
   (*c)->Release(2);
-  EXPECT_EQ((*c)->ForeignCharged(0), 22 * core::kGiB);
+  EXPECT_EQ((*c)->foreign().Charged(0), 22 * core::kGiB);
   (*c)->SetForeign(0, 0, "");
   (*c)->SetOverLimit(0, 0, "");
-  EXPECT_EQ((*c)->ForeignCharged(0), 0u);
+  EXPECT_EQ((*c)->foreign().Charged(0), 0u);
   EXPECT_EQ((*c)->UnpromisedBytes(0), 39 * core::kGiB);
   EXPECT_EQ((*c)->UnpromisedBytes(7), 0u) << "no such GPU";
 }
@@ -477,8 +478,8 @@ TEST(NodeCapacity, AMigInstanceWithAForeignProcessIsNotHandedToAJob) {
   mig.mig = {1, 10};
   for (uint64_t id = 1; id <= 2; ++id) ASSERT_TRUE((*c)->SetDemand(id, mig).ok());
   (*c)->SetForeignMig("MIG-0", 2 * core::kGiB, "pid 4242, user bob");
-  EXPECT_EQ((*c)->ForeignMig("MIG-0"), "pid 4242, user bob");
-  EXPECT_EQ((*c)->ForeignMig("MIG-1"), "");
+  EXPECT_EQ((*c)->mig().ForeignOf("MIG-0"), "pid 4242, user bob");
+  EXPECT_EQ((*c)->mig().ForeignOf("MIG-1"), "");
   // The first job goes to the other instance; the second waits, and says why.
   ASSERT_EQ((*c)->TryPlace(1), core::FitResult::kPlaced);
   EXPECT_EQ((*c)->AllocationOf(1)->gpu_uuids, std::vector<std::string>{"MIG-1"});
@@ -493,7 +494,7 @@ TEST(NodeCapacity, AMigInstanceWithAForeignProcessIsNotHandedToAJob) {
   EXPECT_EQ(plan->TryPlace(2), core::FitResult::kNotNow);
   // The foreign process ends: the instance is placed again.
   (*c)->SetForeignMig("MIG-0", 0, "");
-  EXPECT_EQ((*c)->ForeignMig("MIG-0"), "");
+  EXPECT_EQ((*c)->mig().ForeignOf("MIG-0"), "");
   ASSERT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
   EXPECT_EQ((*c)->AllocationOf(2)->gpu_uuids, std::vector<std::string>{"MIG-0"});
 }
@@ -521,7 +522,7 @@ TEST(NodeCapacity, AMigInstanceAJobHoldsStaysItsAndIsFreeOnlyWhenForeignUseEndsT
   // Whole-GPU foreign use is unchanged beside it, and an unknown UUID is ignored.
   (*c)->SetForeignMig("MIG-9", 1, "pid 1, user x");
   (*c)->SetForeign(1, 30 * core::kGiB, "pid 5, user y");
-  EXPECT_EQ((*c)->ForeignCharged(1), 30 * core::kGiB);
+  EXPECT_EQ((*c)->foreign().Charged(1), 30 * core::kGiB);
   (*c)->SetForeignMig("MIG-0", 0, "");
   EXPECT_EQ((*c)->TryPlace(2), core::FitResult::kPlaced);
 }

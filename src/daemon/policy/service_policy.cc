@@ -61,7 +61,7 @@ Status Service::CheckQuotaAtSubmit(const Job& job) {
   if (!access.pools.empty() || access.max_priority != core::Priority::kHigh ||
       !access.group_max_priority.empty()) {
     const std::string& pool =
-        job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
+        job.request.pool.empty() ? capacity_->pools().default_pool() : job.request.pool;
     GPUSLICE_RETURN_IF_ERROR(CheckAccess(access, job.user, job.uid, quotas_.OwnerOf(job).groups,
                                          pool, job.request.priority));
   }
@@ -174,7 +174,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
     priority = *p;
     const AccessConfig& access = options_.rules.access;
     const std::string& pool =
-        job.request.pool.empty() ? capacity_->default_pool() : job.request.pool;
+        job.request.pool.empty() ? capacity_->pools().default_pool() : job.request.pool;
     GPUSLICE_RETURN_IF_ERROR(
         CheckAccess(access, job.user, job.uid, quotas_.OwnerOf(job).groups, pool, *priority));
     if (!spec.mem && !spec.compute) {

@@ -128,7 +128,7 @@ void Service::Rerank(bool force) {
 std::optional<std::chrono::milliseconds> Service::EstimateOf(const Job& job) const {
   if (job.request.max_runtime) return std::nullopt;
   const std::string& pool =
-      job.request.pool.empty() && capacity_ ? capacity_->default_pool() : job.request.pool;
+      job.request.pool.empty() && capacity_ ? capacity_->pools().default_pool() : job.request.pool;
   return options_.rules.runtime_estimates.For(pool, job.request.priority);
 }
 

@@ -177,7 +177,7 @@ void ForeignUse::Watch(const Sample& sample) {
     for (const ForeignProcess& f : now) {
       if (!endable(f) || !instance_of.count(f.pid)) continue;
       for (const std::string& uuid : instance_of[f.pid]) {
-        if (!capacity->MigHeldByJob(uuid)) continue;
+        if (!capacity->mig().HeldByJob(uuid)) continue;
         to_end.insert(f.pid);
         end_why[f.pid] = "it runs in MIG " + uuid + ", which a job holds";
         break;

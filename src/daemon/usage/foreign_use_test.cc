@@ -162,11 +162,11 @@ TEST_F(ForeignUseTest, ForeignUseAndJobsOverTheirLimitsAreChargedToTheGpuUntilGo
   OnGpu(10, 3 * core::kGiB);
   over_limit_[0] = {2 * core::kGiB, "job 4"};
   Watch(capacity->get());
-  EXPECT_EQ((*capacity)->ForeignCharged(0), 5 * core::kGiB);
+  EXPECT_EQ((*capacity)->foreign().Charged(0), 5 * core::kGiB);
   processes_.clear();
   over_limit_.clear();
   Watch(capacity->get());
-  EXPECT_EQ((*capacity)->ForeignCharged(0), 0u);
+  EXPECT_EQ((*capacity)->foreign().Charged(0), 0u);
 }
 
 TEST_F(ForeignUseTest, ProtectEndsTheLargestUntilTheRestFitsWhatNoJobWasPromised) {

@@ -131,7 +131,7 @@ void Executor::RunKernel(uint64_t cost_ns) {
     model_->AddBusy(unit(), step);
     if (remaining > 0 && slicer_.MaybeYield(cursor_, &back)) cursor_ = std::max(cursor_, back);
   }
-  model_->MaybeSample();
+  model_->meter().MaybeSample();
 }
 
 void Executor::Loop() {

@@ -170,7 +170,7 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t dev
     if (target.is_mig() || unit == gpuslice::sim::layout::kNoUnit) {
       return NVML_ERROR_NOT_SUPPORTED;
     }
-    *utilization = {access.model().UnitUtilizationPercent(unit), 0};
+    *utilization = {access.model().meter().UnitUtilizationPercent(unit), 0};
     return NVML_SUCCESS;
   });
 }
@@ -228,7 +228,7 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device,
   return WithDevice(device, [&](Access& access, NvmlTarget target) {
     if (temp == nullptr || sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
     if (target.is_mig()) return NVML_ERROR_NOT_SUPPORTED;
-    *temp = access.model().TemperatureC(target.device);
+    *temp = access.model().meter().TemperatureC(target.device);
     return NVML_SUCCESS;
   });
 }
@@ -239,7 +239,7 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device,
   return WithDevice(device, [&](Access& access, NvmlTarget target) {
     if (power == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     if (target.is_mig()) return NVML_ERROR_NOT_SUPPORTED;
-    *power = access.model().PowerMilliwatts(target.device);
+    *power = access.model().meter().PowerMilliwatts(target.device);
     return NVML_SUCCESS;
   });
 }

@@ -41,7 +41,7 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t devic
     }
     if (target.is_mig()) return NVML_ERROR_NOT_SUPPORTED;
     // The simulated GPU has never been reloaded: aggregate == volatile.
-    const gpuslice::sim::layout::DeviceHealth& h = access.model().Health(target.device);
+    const gpuslice::sim::layout::DeviceHealth& h = access.model().faults().Health(target.device);
     *eccCounts = errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED
                      ? h.ecc_corrected.load(std::memory_order_relaxed)
                      : h.ecc_uncorrected.load(std::memory_order_relaxed);
@@ -75,7 +75,7 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
       return NVML_ERROR_NOT_SUPPORTED;
     }
     const uint64_t now =
-        access.model().Health(target.device).xid_count.load(std::memory_order_acquire);
+        access.model().faults().Health(target.device).xid_count.load(std::memory_order_acquire);
     std::lock_guard<std::mutex> lock(set->mu);
     for (const auto& r : set->registrations) {
       if (r.device == target.device) return NVML_SUCCESS;
@@ -98,7 +98,7 @@ GPUSLICE_NVML_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEv
       if (access.status() != NVML_SUCCESS) return access.status();
       std::lock_guard<std::mutex> lock(set->mu);
       for (auto& r : set->registrations) {
-        const gpuslice::sim::layout::DeviceHealth& h = access.model().Health(r.device);
+        const gpuslice::sim::layout::DeviceHealth& h = access.model().faults().Health(r.device);
         const uint64_t count = h.xid_count.load(std::memory_order_acquire);
         if (count <= r.seen) continue;
         // Events older than the ring are lost, as a slow reader of NVML's

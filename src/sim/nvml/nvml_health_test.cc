@@ -56,8 +56,8 @@ class NvmlHealthTest : public ::testing::Test {
 TEST_F(NvmlHealthTest, EccCountsAreZeroThenFollowInjectedErrorsPerGpu) {
   EXPECT_EQ(Ecc(0, NVML_MEMORY_ERROR_TYPE_CORRECTED), 0u);
   EXPECT_EQ(Ecc(0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED), 0u);
-  faults_->AddEccErrors(0, 5, 1);
-  faults_->AddEccErrors(0, 2, 0);
+  faults_->faults().AddEccErrors(0, 5, 1);
+  faults_->faults().AddEccErrors(0, 2, 0);
   EXPECT_EQ(Ecc(0, NVML_MEMORY_ERROR_TYPE_CORRECTED), 7u);
   EXPECT_EQ(Ecc(0, NVML_MEMORY_ERROR_TYPE_UNCORRECTED), 1u);
   EXPECT_EQ(Ecc(1, NVML_MEMORY_ERROR_TYPE_CORRECTED), 0u);
@@ -74,7 +74,7 @@ TEST_F(NvmlHealthTest, EccCountsAreZeroThenFollowInjectedErrorsPerGpu) {
 }
 
 TEST_F(NvmlHealthTest, XidEventsAfterRegistrationArriveOnceInOrder) {
-  faults_->InjectXid(0, 13);  // Before registration: not reported.
+  faults_->faults().InjectXid(0, 13);  // Before registration: not reported.
   unsigned long long types = 0;
   ASSERT_EQ(nvmlDeviceGetSupportedEventTypes(Gpu(0), &types), NVML_SUCCESS);
   EXPECT_EQ(types, static_cast<unsigned long long>(nvmlEventTypeXidCriticalError));
@@ -83,9 +83,9 @@ TEST_F(NvmlHealthTest, XidEventsAfterRegistrationArriveOnceInOrder) {
   ASSERT_EQ(nvmlDeviceRegisterEvents(Gpu(0), nvmlEventTypeXidCriticalError, set), NVML_SUCCESS);
   nvmlEventData_t e{};
   EXPECT_EQ(nvmlEventSetWait_v2(set, &e, 0), NVML_ERROR_TIMEOUT);
-  faults_->InjectXid(0, 79);
-  faults_->InjectXid(0, 48);
-  faults_->InjectXid(1, 31);  // GPU 1 is not registered.
+  faults_->faults().InjectXid(0, 79);
+  faults_->faults().InjectXid(0, 48);
+  faults_->faults().InjectXid(1, 31);  // GPU 1 is not registered.
   ASSERT_EQ(nvmlEventSetWait_v2(set, &e, 1000), NVML_SUCCESS);
   EXPECT_EQ(e.device, Gpu(0));
   EXPECT_EQ(e.eventType, static_cast<unsigned long long>(nvmlEventTypeXidCriticalError));
@@ -103,12 +103,12 @@ TEST_F(NvmlHealthTest, AFixedTemperatureIsReportedUntilSetBackToAuto) {
   unsigned int t = 0;
   ASSERT_EQ(nvmlDeviceGetTemperature(Gpu(0), NVML_TEMPERATURE_GPU, &t), NVML_SUCCESS);
   EXPECT_LT(t, 80u);  // Modelled: 31 C idle to 78 C busy.
-  faults_->SetTemperature(0, 95);
+  faults_->faults().SetTemperature(0, 95);
   ASSERT_EQ(nvmlDeviceGetTemperature(Gpu(0), NVML_TEMPERATURE_GPU, &t), NVML_SUCCESS);
   EXPECT_EQ(t, 95u);
   ASSERT_EQ(nvmlDeviceGetTemperature(Gpu(1), NVML_TEMPERATURE_GPU, &t), NVML_SUCCESS);
   EXPECT_LT(t, 80u);
-  faults_->SetTemperature(0, 0);
+  faults_->faults().SetTemperature(0, 0);
   ASSERT_EQ(nvmlDeviceGetTemperature(Gpu(0), NVML_TEMPERATURE_GPU, &t), NVML_SUCCESS);
   EXPECT_LT(t, 80u);
 }
