@@ -281,7 +281,7 @@ void Service::MaybePreempt(uint64_t head_id) {
   std::vector<core::PreemptCandidate> running;
   for (const auto& [id, l] : live_) {
     if (l.ending) continue;  // Ending anyway.
-    if (IsSuspended(id) || l.checkpoint) continue;  // Holds nothing, or is busy.
+    if (IsSuspended(id) || suspender_.Busy(id)) continue;  // Holds nothing, or is busy.
     const Job& job = jobs_[id];
     // An external job's processes are not the daemon's to end (a pod's
     // container, a Slurm step): its owner releases it, preemption never does.
@@ -320,13 +320,13 @@ void Service::MaybePreempt(uint64_t head_id) {
     Live& l = live_[v];
     // Suspended rather than ended where the driver can checkpoint it: no work
     // is lost, and it comes back once it fits again. Ended as before when
-    // the suspension cannot even start, or (FinishCheckpoints) fails.
+    // the suspension cannot even start, or (Suspender::Finish) fails.
     if (options_.rules.preempt_by_suspend && options_.checkpointer) {
       SuspendCause cause;
       cause.by = "preemption by job " + std::to_string(head_id) + " (" +
                  std::string(core::PriorityName(head.request.priority)) + " priority)";
       cause.preempted_for = head_id;
-      Status s = StartSuspend(job, l, cause);
+      Status s = suspender_.Suspend(job, cause);
       if (s.ok()) {
         ++suspending;
         RecordEvent("preempted", v, job.user,
@@ -373,7 +373,7 @@ void Service::ForgetPreemptions() {
     for (auto it = victims_of->begin(); it != victims_of->end();) {
       bool running = std::any_of(it->second.begin(), it->second.end(), [&](uint64_t v) {
         auto l = live_.find(v);
-        return l != live_.end() && (!IsSuspended(v) || l->second.checkpoint);
+        return l != live_.end() && (!IsSuspended(v) || suspender_.Busy(v));
       });
       it = running ? std::next(it) : victims_of->erase(it);
     }
@@ -388,6 +388,7 @@ void Service::Requeue(Job& job, std::string reason) {
   }
   if (!job.image.empty()) RemoveContainer(job);  // Its name is free for the next run.
   live_.erase(job.id);
+  suspender_.Forget(job.id);
   usage_.Forget(job.id);
   job.reason = std::move(reason);
   job.pid = 0;

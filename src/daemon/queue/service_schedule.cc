@@ -104,9 +104,7 @@ double Service::RankOf(const Job& job, int64_t now) const {
   // was submitted (that would put it before everyone who waited since).
   int64_t queued_since = job.submitted_ms;
   if (job.state == JobState::kSuspended) {
-    if (auto l = live_.find(job.id); l != live_.end() && l->second.resume_asked_ms != 0) {
-      queued_since = l->second.resume_asked_ms;
-    }
+    if (const int64_t asked = suspender_.ResumeAskedMs(job.id); asked != 0) queued_since = asked;
   }
   return core::QueueRank(fs, now - queued_since, config);
 }
@@ -168,9 +166,9 @@ bool Service::Movable(const Job& job, int64_t now) const {
   if (job.allocation.gpu_uuids.size() != 1 || job.request.kind == core::RequestKind::kMig) {
     return false;
   }
-  if (!CanMove(job).ok()) return false;  // A container, an elastic job.
+  if (!suspender_.CanMove(job).ok()) return false;  // A container, an elastic job.
   auto l = live_.find(job.id);
-  if (l == live_.end() || l->second.checkpoint || l->second.ending || l->second.stopped) {
+  if (l == live_.end() || suspender_.Busy(job.id) || l->second.ending || l->second.stopped) {
     return false;
   }
   // A job with no CUDA process cannot be suspended (docs/SUSPEND.md): the
@@ -196,7 +194,7 @@ bool Service::Defragment(uint64_t head_id) {
   // Moves in flight are done once their job's worker is.
   std::erase_if(defrag_moving_, [&](uint64_t id) {
     auto l = live_.find(id);
-    return l == live_.end() || !l->second.checkpoint;
+    return l == live_.end() || !suspender_.Busy(id);
   });
   for (auto& [id, times] : defrag_moves_at_) {
     while (!times.empty() && now - times.front() >= kHourMs) times.pop_front();
@@ -235,7 +233,7 @@ bool Service::Defragment(uint64_t head_id) {
     cause.by = "the daemon " + why;
     cause.move_to = m.to_uuid;
     cause.defrag_for = head_id;
-    if (Status s = StartSuspend(job, live_[m.job_id], cause); !s.ok()) {
+    if (Status s = suspender_.Suspend(job, cause); !s.ok()) {
       defrag_refused_until_[m.job_id] = now + kDefragRetryMs;
       RecordEvent("move_failed", m.job_id, job.user, "automatic move " + why + ": " + s.message());
       continue;
@@ -270,7 +268,7 @@ void Service::ReclaimBorrowed(uint64_t head_id) {
   std::vector<core::PreemptCandidate> candidates;
   for (uint64_t id : quotas_.borrowers()) {
     auto l = live_.find(id);
-    if (l == live_.end() || l->second.ending || l->second.checkpoint || IsSuspended(id)) continue;
+    if (l == live_.end() || l->second.ending || suspender_.Busy(id) || IsSuspended(id)) continue;
     const Job& job = jobs_[id];
     if (job.mode == core::JobMode::kExternal) continue;
     core::PreemptCandidate c;
@@ -298,7 +296,7 @@ void Service::ReclaimBorrowed(uint64_t head_id) {
       SuspendCause cause;
       cause.by = by;
       cause.reclaimed_for = head_id;
-      Status s = StartSuspend(job, l, cause);
+      Status s = suspender_.Suspend(job, cause);
       if (s.ok()) {
         RecordEvent("reclaimed", v, job.user,
                     "over its group's quota: " + by + ": suspending; resumed when there is room");
