@@ -174,7 +174,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .capacity = [this]() -> const core::CapacityModel& { return *capacity_; },
               .suspend =
                   [this](uint64_t id, const SuspendToMakeRoom& why) {
-                    return StartSuspend(jobs_[id], live_[id], CauseOf(why));
+                    return suspender_.Suspend(jobs_[id], CauseOf(why));
                   },
               .end =
                   [this](uint64_t id, JobState then, std::string reason, int64_t kill_at_ms,
@@ -218,13 +218,50 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           // It may start now: the next Flush plans.
           .released = [this](uint64_t) { schedule_pending_ = true; },
       }),
+      suspender_(
+          Suspender::Jobs{
+              .live = [this](uint64_t id) -> Job* {
+                return live_.count(id) ? &jobs_[id] : nullptr;
+              },
+              .ending = [this](uint64_t id) { return live_.count(id) && live_[id].ending; },
+              .stopped = [this](uint64_t id) { return watchdog_.Stopped(id); },
+              .change_state =
+                  [this](Job& job, JobState to, std::string kind, std::string message) {
+                    return ChangeState(job, to, std::move(kind), std::move(message));
+                  },
+              .persist = [this](const Job& job) { Persist(job, job.state); },
+              .record_event =
+                  [this](std::string kind, uint64_t id, std::string user, std::string message) {
+                    RecordEvent(std::move(kind), id, std::move(user), std::move(message));
+                  },
+              .limits_of = [this](const Job& job) { return SliceLimitsOf(job); },
+              .capacity = [this] { return capacity_.get(); },
+              .degraded_reason = [this] { return degraded_.reason(); },
+              .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
+              .pool_of = [this](uint32_t gpu) -> const std::string& { return PoolOf(gpu); },
+              .usage = [this](uint64_t id) { return usage_.Find(id); },
+              .forget_usage = [this](uint64_t id) { usage_.Forget(id); },
+              .processes = [this]() -> ProcessTable& { return Processes(); },
+              .append_to_stderr = [this](const Job& job,
+                                         const std::string& line) { AppendToStderr(job, line); },
+              .suspend_failed =
+                  [this](Job& job, const SuspendCause& cause) { AfterFailedSuspend(job, cause); },
+              .resumed =
+                  [this](uint64_t id) {
+                    Live& l = live_[id];
+                    l.idle_flagged = l.idle_acted = false;
+                  },
+              .drop_resume_demand = [this](uint64_t id) { DropResumeDemand(id); },
+              .request_schedule = [this] { RequestSchedule(); },
+          },
+          clock_, regions_, options_.checkpointer, options_.suspend_lock_timeout_ms),
       defrag_(Defragmenter::Jobs{
                   .find = [this](uint64_t id) -> const Job* {
                     auto it = jobs_.find(id);
                     return it == jobs_.end() ? nullptr : &it->second;
                   },
                   .live = [this](uint64_t id) { return LiveJobOf(id); },
-                  .can_move = [this](const Job& job) { return CanMove(job); },
+                  .can_move = [this](const Job& job) { return suspender_.CanMove(job); },
                   .has_cuda_processes =
                       [this](const Job& job) {
                         auto pids = regions_.Pids(job.region_path);
@@ -237,7 +274,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                       },
                   .suspend =
                       [this](uint64_t id, const SuspendToMakeRoom& why) {
-                        return StartSuspend(jobs_[id], live_[id], CauseOf(why));
+                        return suspender_.Suspend(jobs_[id], CauseOf(why));
                       },
                   .record =
                       [this](std::string kind, uint64_t id, std::string user, std::string message) {
@@ -252,7 +289,7 @@ std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   const Live& l = it->second;
   return LiveJob{.job = &jobs_[id],
                  .ending = l.ending.has_value(),
-                 .checkpointing = l.checkpoint != nullptr,
+                 .checkpointing = suspender_.Busy(id),
                  .stopped = watchdog_.Stopped(id)};
 }
 
@@ -516,8 +553,7 @@ JobView Service::View(const Job& job) {
   if (job.state == JobState::kRunning || job.state == JobState::kSuspended) {
     if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
     v.flags = FlagsOf(job.id);
-    if (auto l = live_.find(job.id); l != live_.end())
-      v.checkpoint_error = l->second.checkpoint_error;
+    v.checkpoint_error = suspender_.Error(job.id);
   }
   if (job.IsLive() && options_.rules.fair_share.enabled && fair_share_.ranked()) {
     auto group = group_names_.find(job.gid);
@@ -525,9 +561,8 @@ JobView Service::View(const Job& job) {
   }
   // A suspended job waits in the queue too once its processes asked to be
   // resumed (resume on demand).
-  auto l = live_.find(job.id);
   const bool resume_demand =
-      job.state == JobState::kSuspended && l != live_.end() && l->second.resume_asked_ms != 0;
+      job.state == JobState::kSuspended && suspender_.ResumeAskedMs(job.id) != 0;
   if (job.state != JobState::kQueued && !resume_demand) return v;
   if (waiting_index_stale_) {
     waiting_index_.clear();

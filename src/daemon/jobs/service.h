@@ -55,6 +55,7 @@
 #include "daemon/store/degraded_mode.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
+#include "daemon/suspend/suspender.h"
 #include "daemon/usage/foreign_use.h"
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
@@ -213,34 +214,12 @@ struct ServiceOptions {
   // (job_finder.h), for a launch the daemon did not see finish. Unset:
   // FindProcessGroupsByEnv over /proc. Tests fake it; cgroups may replace it.
   std::function<std::vector<int64_t>(const core::Job& job)> find_job_groups;
-  // Suspend and resume (service_suspend.cc): the driver's process checkpoint
+  // Suspend and resume (suspend/suspender.h): the driver's process checkpoint
   // API; null: jobs cannot be suspended (kUnimplemented says so).
   std::shared_ptr<Checkpointer> checkpointer;
   // How long a suspension waits for a process's GPU work in flight before it
   // gives up (the job then runs on, and the failure is reported).
   uint32_t suspend_lock_timeout_ms = 10000;
-};
-
-// A suspend or resume running on a worker thread (service_suspend.cc).
-struct CheckpointTask;
-
-// Why a job is suspended, and what happens when it cannot be.
-struct SuspendCause {
-  std::string by;  // "alice", "idle reclaim", "preemption by job 12".
-  // Idle reclaim: what to do instead when the job cannot be suspended.
-  std::optional<IdleAction> idle_fallback;
-  std::string idle_text;
-  // Preemption for this job: ended as before when it cannot be suspended;
-  // resumed by the daemon once it fits again when it can.
-  uint64_t preempted_for = 0;
-  // A move (`gpuslice move`): the GPU to resume on once it is suspended.
-  std::string move_to;
-  // Automatic defragmentation: the job whose start the move is for.
-  uint64_t defrag_for = 0;
-  // Over-quota borrowing: the job within its group's quota that reclaims
-  // this borrower's capacity (requeued instead when it cannot be
-  // suspended and is restartable; else it runs on).
-  uint64_t reclaimed_for = 0;
 };
 
 class Service {
@@ -425,17 +404,6 @@ class Service {
     bool paused = false;        // Launches paused by idle reclaim.
     int64_t idle_base_ms = 0;   // low_use_ms at the last resume.
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
-    // Suspend or resume in progress on a worker thread (service_suspend.cc).
-    std::shared_ptr<CheckpointTask> checkpoint;
-    bool resuming = false;         // What `checkpoint` does.
-    std::string checkpoint_error;  // Why the last one failed.
-    // Processes that used the GPU while the job was suspended, and ended.
-    std::set<int64_t> escaped;
-    // Resume on demand: when its processes' request put it in the queue (0:
-    // not waiting), and the suspension whose on-demand resume failed (its
-    // requests are not honoured again: its owner resumes it by hand).
-    int64_t resume_asked_ms = 0;
-    uint64_t resume_refused = 0;
   };
 
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
@@ -531,57 +499,20 @@ class Service {
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
   void Reclaim();
-  // Suspension (service_suspend.cc). Starts a suspend or resume of `job` on
-  // a worker thread; `by` says who or what asked (events).
-  core::Status StartSuspend(core::Job& job, Live& l, SuspendCause cause);
   void ActOnIdle(core::Job& job, Live& l, IdleAction action, const std::string& idle);
   // Resumes suspended jobs that asked to be (preemption victims) once
   // their GPUs have room again and nothing of higher priority waits.
   void ResumeWhenRoom();
-  // Restart recovery: processes a suspend or resume left half done (the
-  // worker died with the daemon) are put back to what the ledger says.
-  void RecoverCheckpoints(core::Job& job);
-  // RecoverCheckpoints again for the jobs re-adopted at start, once a lock
-  // their processes were asked for before the restart has had its time to
-  // land (the driver carries out a lock whose requester died).
-  void RecheckRecoveredCheckpoints();
-  std::map<uint64_t, int64_t> recheck_checkpoints_at_;  // Job id -> when.
-  // Resumes a suspended job: on `onto` (a move) when given, else on its own
-  // GPUs, else on any GPU of its model and pool with room; `placed`: where
-  // the queue plan placed it (the capacity it holds now), given back on
-  // failure.
-  core::Status StartResume(core::Job& job, Live& l, const std::string& by,
-                           const std::vector<std::string>& onto = {}, bool placed = false);
-  // Resume on demand: what identifies the job's current suspension in its
-  // limits page (SliceLimits::suspension); its queued demand (AskResume),
+  // Resume on demand (suspend/suspender.h): its queued demand (AskResume),
   // and what the queue plan does when it starts (ResumeOnDemand) or any
   // resume makes it moot (DropResumeDemand).
-  static uint64_t SuspensionId(const core::Job& job);
-  void AskResume(core::Job& job, Live& l);
+  void AskResume(core::Job& job);
   void ResumeOnDemand(uint64_t id);
-  void DropResumeDemand(uint64_t id, Live& l);
-  // Moves (service_move.cc): what cannot move at all (a container, an
-  // elastic job), the GPUs a job may move to, and the capacity a resume
-  // takes (held on return).
-  core::Status CanMove(const core::Job& job) const;
-  std::vector<std::string> MoveCandidates(const core::Job& job) const;
-  core::Result<core::Allocation> PlaceForResume(core::Job& job,
-                                                const std::vector<std::string>& onto);
-  // What both refuse: no checkpoint API, a worker busy with it, its end.
-  core::Status CanCheckpoint(const core::Job& job, const Live& l, const char* verb) const;
-  // Runs `work` on a worker thread for `task` (FinishCheckpoints applies it).
-  void RunCheckpointTask(core::Job& job, Live& l, std::shared_ptr<CheckpointTask> task,
-                         std::function<CheckpointOutcome(Checkpointer&)> work);
-  // Applies the outcome of finished workers (from Tick).
-  void FinishCheckpoints();
-  // A suspended job whose processes use the GPU anyway (a process the
-  // suspension missed, or one the user restored through the driver): they
-  // are ended, each once, with an event (after each sample).
-  void WatchSuspended(core::Job& job, Live& l, const JobUsage& use);
-  // The processes of `job` that may be CUDA processes: those of its slice
-  // and its process group, and those NVML attributes to it, that run as its
-  // owner (never another user's process, whatever the slice says).
-  std::vector<int64_t> ProcessesOf(const core::Job& job);
+  void DropResumeDemand(uint64_t id);
+  // A suspension that failed: what its cause does instead (idle reclaim's
+  // fallback, preemption's end, a reclaim's requeue, no defragmentation
+  // move of it for a while).
+  void AfterFailedSuspend(core::Job& job, const SuspendCause& cause);
   bool IsSuspended(uint64_t id) const {
     auto it = jobs_.find(id);
     return it != jobs_.end() && it->second.state == core::JobState::kSuspended;
@@ -702,6 +633,9 @@ class Service {
   JobDependencies dependencies_;
   // Which queued jobs are held by `gpuslice hold` (waits/holds.h).
   JobHolds holds_;
+  // Suspensions, resumes and moves: each job's checkpoint worker and what
+  // it left (suspend/suspender.h).
+  Suspender suspender_;
 
   // Scheduling (service_schedule.cc).
   // Fair share's decayed use, charges and factors (fairshare/fair_share_book.h).

@@ -77,8 +77,8 @@ void Service::Tick() {
     Sample();
     Reclaim();
   }
-  FinishCheckpoints();
-  if (!recheck_checkpoints_at_.empty()) RecheckRecoveredCheckpoints();
+  suspender_.Finish();
+  suspender_.RecheckRecovered();
   ResumeWhenRoom();
   WatchResumeRequests();
   WatchRunning();
@@ -310,7 +310,7 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
     limits.launches_paused = true;
     // And a process that makes a CUDA call asks for a resume rather than
     // fail (or block in the driver) until its owner types one.
-    if (options_.rules.resume_on_demand) limits.suspension = SuspensionId(job);
+    if (options_.rules.resume_on_demand) limits.suspension = Suspender::SuspensionId(job);
   }
   limits.shared_gid = SharedGidOf(job);
   TakeTurnsWithoutAShare(job, &limits);
@@ -465,6 +465,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
   // Its processes are gone (or being killed): the cgroup goes too.
   if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
   live_.erase(job.id);
+  suspender_.Forget(job.id);
   usage_.Forget(job.id);
   watchdog_.Forget(job.id);
   job.exit_code = exit_code;

@@ -20,77 +20,6 @@ using core::Job;
 using core::JobState;
 using core::Status;
 
-Status Service::CanMove(const Job& job) const {
-  const std::string name = "job " + std::to_string(job.id);
-  if (!job.image.empty()) {
-    return core::FailedPreconditionError(name +
-                                         " runs in a container, which reaches only the device "
-                                         "nodes of the GPUs it started on");
-  }
-  if (job.request.kind == core::RequestKind::kWholeGpus &&
-      job.request.gpus_min != job.request.gpus_max) {
-    return core::FailedPreconditionError(name +
-                                         " is elastic: it changes GPUs by growing and "
-                                         "shrinking, not by moving");
-  }
-  return Status::Ok();
-}
-
-std::vector<std::string> Service::MoveCandidates(const Job& job) const {
-  // GPUs of the model and pool of those it has: the driver restores a
-  // process only onto a GPU of the same kind, and a job stays in its pool.
-  std::vector<std::string> models, pools;
-  for (uint32_t index : job.allocation.gpu_indices) {
-    for (const GpuInfo& g : inventory_.gpus) {
-      if (g.index != index) continue;
-      models.push_back(g.model);
-      pools.push_back(PoolOf(g.index));
-    }
-  }
-  std::vector<std::string> out;
-  for (const GpuInfo& g : inventory_.gpus) {
-    if (std::find(models.begin(), models.end(), g.model) == models.end()) continue;
-    if (std::find(pools.begin(), pools.end(), PoolOf(g.index)) == pools.end()) continue;
-    out.push_back(g.uuid);
-  }
-  return out;
-}
-
-core::Result<core::Allocation> Service::PlaceForResume(Job& job,
-                                                       const std::vector<std::string>& onto) {
-  const std::string name = "job " + std::to_string(job.id);
-  std::vector<std::string> candidates = onto;
-  if (onto.empty()) {
-    // Its own GPUs first.
-    Status held = capacity_->Hold(job.id, job.allocation);
-    if (held.ok()) return job.allocation;
-    std::string why = held.message();
-    if (held.code() == core::StatusCode::kFailedPrecondition ||
-        held.code() == core::StatusCode::kResourceExhausted) {
-      why = capacity_->WhyNotNow(job.id);
-    }
-    const std::string own = name + " cannot resume now: its GPUs (" +
-                            core::Join(job.allocation.gpu_uuids, ", ") +
-                            ") lack room for its slice: " + why;
-    if (!CanMove(job).ok()) return core::FailedPreconditionError(own);
-    candidates = MoveCandidates(job);
-    if (Status placed = capacity_->PlaceOn(job.id, candidates); !placed.ok()) {
-      return core::FailedPreconditionError(own +
-                                           "; nor does any other GPU of its model have "
-                                           "room");
-    }
-  } else if (Status placed = capacity_->PlaceOn(job.id, candidates); !placed.ok()) {
-    return core::FailedPreconditionError(name + " cannot move to " + core::Join(onto, ", ") + ": " +
-                                         placed.message());
-  }
-  std::optional<core::Allocation> a = capacity_->AllocationOf(job.id);
-  if (!a) {
-    capacity_->Release(job.id);
-    return core::InternalError(name + ": placed, but its allocation is unknown");
-  }
-  return *a;
-}
-
 Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
@@ -108,7 +37,7 @@ Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) 
                                          std::to_string(job.allocation.gpu_uuids.size()) +
                                          " GPUs: only a single-GPU job can be moved");
   }
-  GPUSLICE_RETURN_IF_ERROR(CanMove(job));
+  GPUSLICE_RETURN_IF_ERROR(suspender_.CanMove(job));
   if (job.mode == core::JobMode::kExternal) {
     return core::FailedPreconditionError(name +
                                          " is an external job (Slurm or Kubernetes): its engine "
@@ -116,7 +45,7 @@ Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) 
   }
   // The target: a GPU of this machine (or, for a MIG job, a MIG instance
   // or its GPU) of the job's model and pool.
-  const std::vector<std::string> allowed = MoveCandidates(job);
+  const std::vector<std::string> allowed = suspender_.MoveCandidates(job);
   auto gpu_of = [&](const std::string& uuid) -> const GpuInfo* {
     for (const GpuInfo& g : inventory_.gpus) {
       if (g.uuid == uuid) return &g;
@@ -138,8 +67,8 @@ Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) 
     return core::FailedPreconditionError(name + " is on " + gpu + " already");
   }
   const std::string by = caller.user.empty() ? "uid " + std::to_string(caller.uid) : caller.user;
-  if (job.state == JobState::kSuspended) return StartResume(job, l->second, by, {gpu});
-  GPUSLICE_RETURN_IF_ERROR(CanCheckpoint(job, l->second, "move"));
+  if (job.state == JobState::kSuspended) return suspender_.Resume(job, by, {gpu});
+  GPUSLICE_RETURN_IF_ERROR(suspender_.CanCheckpoint(job, "move"));
   // Refused before anything is suspended when the target has no room now
   // (it is placed for real once the suspension is done).
   if (capacity_) {
@@ -155,7 +84,7 @@ Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) 
   SuspendCause cause;
   cause.by = by;
   cause.move_to = gpu;
-  return StartSuspend(job, l->second, cause);
+  return suspender_.Suspend(job, cause);
 }
 
 }  // namespace gpuslice::daemon

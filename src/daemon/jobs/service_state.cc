@@ -239,8 +239,7 @@ void Service::Recover(std::vector<Job> all) {
     }
     live_[id] = l;
     if (!external) {
-      RecoverCheckpoints(job);
-      recheck_checkpoints_at_[id] = clock_.NowMs() + options_.suspend_lock_timeout_ms + 2000;
+      suspender_.Recover(job);
     }
     ++adopted;
   }

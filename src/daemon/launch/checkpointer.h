@@ -10,7 +10,7 @@
 //
 // The calls block (a lock waits for the work in flight, a checkpoint copies
 // the process's device memory to host memory): the service runs them on a
-// worker thread, never on its event loop (service_suspend.cc). A Checkpointer
+// worker thread, never on its event loop (suspend/suspender.cc). A Checkpointer
 // must therefore be callable from any thread.
 
 #include <cstdint>

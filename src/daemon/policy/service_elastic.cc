@@ -149,7 +149,8 @@ void Service::Elastic(uint64_t head_id) {
   std::vector<core::ElasticJob> elastic;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
-    if (!IsElastic(job) || l.ending || job.allocation.empty() || IsSuspended(id) || l.checkpoint) {
+    if (!IsElastic(job) || l.ending || job.allocation.empty() || IsSuspended(id) ||
+        suspender_.Busy(id)) {
       continue;
     }
     core::ElasticJob e;

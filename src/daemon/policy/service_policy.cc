@@ -279,6 +279,7 @@ void Service::Requeue(Job& job, std::string reason) {
   }
   if (!job.image.empty()) containers_.RemoveContainer(job);  // Its name is free for the next run.
   live_.erase(job.id);
+  suspender_.Forget(job.id);
   usage_.Forget(job.id);
   watchdog_.Forget(job.id);
   job.reason = std::move(reason);

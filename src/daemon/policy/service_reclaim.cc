@@ -47,10 +47,10 @@ void Service::Reclaim() {
     }
     const JobUsage& use = *u;
     if (job.state == JobState::kSuspended) {
-      WatchSuspended(job, l, use);
+      suspender_.WatchSuspended(job, use);
       continue;  // Holds no GPU: neither idle nor over any limit.
     }
-    if (l.checkpoint) continue;  // Being suspended: its processes are locked.
+    if (suspender_.Busy(id)) continue;  // Being suspended: its processes are locked.
 
     // The watchdog (watch/watchdog.h).
     if (watchdog_.Watch(job, use)) continue;
@@ -140,7 +140,7 @@ void Service::ActOnIdle(Job& job, Live& l, IdleAction action, const std::string&
       cause.by = "idle reclaim";
       cause.idle_fallback = options_.rules.idle_suspend_fallback;
       cause.idle_text = idle;
-      if (Status s = StartSuspend(job, l, cause); !s.ok()) {
+      if (Status s = suspender_.Suspend(job, cause); !s.ok()) {
         // Cannot even start (no checkpoint API, a stopped job): the fallback now.
         RecordEvent("suspend_failed", id, job.user, "idle reclaim: " + s.message());
         ActOnIdle(job, l, options_.rules.idle_suspend_fallback, idle);
@@ -158,8 +158,7 @@ Status Service::Resume(const Caller& caller, uint64_t id) {
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   auto l = live_.find(id);
   if (job.state == JobState::kSuspended && l != live_.end()) {
-    return StartResume(job, l->second,
-                       caller.user.empty() ? std::to_string(caller.uid) : caller.user);
+    return suspender_.Resume(job, caller.user.empty() ? std::to_string(caller.uid) : caller.user);
   }
   if (l == live_.end() || !l->second.paused) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is not paused");
@@ -181,8 +180,7 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   std::vector<std::string> flags;
   auto l = live_.find(id);
   if (l == live_.end()) return flags;
-  if (l->second.checkpoint) flags.push_back(l->second.resuming ? "resuming" : "suspending");
-  if (l->second.resume_asked_ms != 0) flags.push_back("resume_asked");
+  flags = suspender_.Flags(id);
   if (l->second.idle_flagged) flags.push_back("idle");
   if (l->second.paused) flags.push_back("paused");
   watchdog_.AppendFlags(id, &flags);

@@ -97,9 +97,7 @@ double Service::RankOf(const Job& job, int64_t now) const {
   // was submitted (that would put it before everyone who waited since).
   int64_t queued_since = job.submitted_ms;
   if (job.state == JobState::kSuspended) {
-    if (auto l = live_.find(job.id); l != live_.end() && l->second.resume_asked_ms != 0) {
-      queued_since = l->second.resume_asked_ms;
-    }
+    if (const int64_t asked = suspender_.ResumeAskedMs(job.id); asked != 0) queued_since = asked;
   }
   return core::QueueRank(fs, now - queued_since, config);
 }
