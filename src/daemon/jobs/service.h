@@ -55,6 +55,7 @@
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
 #include "daemon/waits/holds.h"
+#include "daemon/watch/idle_reclaim.h"
 #include "daemon/watch/watchdog.h"
 
 namespace gpuslice::daemon {
@@ -424,10 +425,10 @@ class Service {
     // job is; without it, the attached process alone.
     bool in_cgroup = false;
     // Policies.
-    bool idle_flagged = false;  // Under the idle threshold for idle_after.
-    bool idle_acted = false;    // The idle action was taken (once per episode).
-    bool paused = false;        // Launches paused by idle reclaim.
-    int64_t idle_base_ms = 0;   // low_use_ms at the last resume.
+    // Launches paused (its limits page says so): by idle reclaim, by the
+    // watchdog (an external job it cannot kill), or since its submission
+    // (an external job asked paused); until `gpuslice resume`.
+    bool paused = false;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
     // Suspend or resume in progress on a worker thread (service_suspend.cc).
     std::shared_ptr<CheckpointTask> checkpoint;
@@ -547,7 +548,6 @@ class Service {
   // Suspension (service_suspend.cc). Starts a suspend or resume of `job` on
   // a worker thread; `by` says who or what asked (events).
   core::Status StartSuspend(core::Job& job, Live& l, SuspendCause cause);
-  void ActOnIdle(core::Job& job, Live& l, IdleAction action, const std::string& idle);
   // Ends a preemption victim for job `head_id` (requeued when restartable).
   void EndForPreemption(core::Job& job, Live& l, uint64_t head_id);
   // Resumes suspended jobs that asked to be (preemption victims) once
@@ -665,8 +665,6 @@ class Service {
   bool Borrowable(const core::Job& job) const;
   void ReclaimBorrowed(uint64_t head_id);
   void RequeueForReclaim(core::Job& job, Live& l, uint64_t head_id);
-  // Idle reclaim leaves it alone (--no-idle-reclaim, idle_exempt_priority).
-  bool IdleExempt(const core::Job& job) const;
 
   ServiceOptions options_;
   Clock& clock_;
@@ -723,6 +721,9 @@ class Service {
   // The enforcement watchdog: each running job's watch state, and what it
   // does about a breach (watch/watchdog.h).
   Watchdog watchdog_;
+  // Idle reclaim: each running job's idle episode, and what is done about
+  // it (watch/idle_reclaim.h).
+  IdleReclaim idle_;
   WaitHistogram wait_histogram_;
 
   // Policies.

@@ -257,7 +257,7 @@ void Service::FinishCheckpoints() {
         RecordEvent("suspend_failed", id, job.user,
                     l.checkpoint_error + " (asked by " + task->by + ")" + instead);
         if (cause.idle_fallback) {
-          ActOnIdle(job, l, *cause.idle_fallback, cause.idle_text);
+          idle_.Act(job, *cause.idle_fallback, cause.idle_text);
         } else if (cause.preempted_for != 0 && jobs_.count(cause.preempted_for)) {
           EndForPreemption(job, l, cause.preempted_for);
         } else if (requeue) {
@@ -345,7 +345,7 @@ void Service::FinishCheckpoints() {
     job.suspended_since_ms = 0;
     job.resume_when_fits = false;
     job.reason.clear();
-    l.idle_flagged = l.idle_acted = false;
+    idle_.Resumed(id);
     l.escaped.clear();
     ChangeState(job, JobState::kRunning, "resumed",
                 "by " + task->by + ": " + std::to_string(out.pids.size()) +

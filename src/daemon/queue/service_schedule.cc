@@ -326,10 +326,4 @@ void Service::RequeueForReclaim(Job& job, Live& l, uint64_t head_id) {
           core::FormatDuration(std::chrono::milliseconds(options_.rules.preemption_grace_ms)));
 }
 
-bool Service::IdleExempt(const Job& job) const {
-  if (job.no_idle_reclaim) return true;
-  const auto& exempt = options_.rules.idle_exempt_priority;
-  return exempt && job.request.priority >= *exempt;
-}
-
 }  // namespace gpuslice::daemon
