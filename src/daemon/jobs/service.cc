@@ -146,6 +146,39 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .context_size = [this](uint32_t gpu) { return usage_.ContextSizeOf(gpu); },
               .elastic = [](const Job& job) { return IsElastic(job); },
           }),
+      idle_(options_.rules,
+            IdleReclaim::Hooks{
+                .paused = [this](const Job& job) { return live_.at(job.id).paused; },
+                .pause = [this](const Job& job) -> Status {
+                  SliceLimits limits = SliceLimitsOf(job);
+                  limits.launches_paused = true;
+                  GPUSLICE_RETURN_IF_ERROR(regions_.Update(job.region_path, limits));
+                  live_.at(job.id).paused = true;
+                  return Status::Ok();
+                },
+                .end =
+                    [this](const Job& job, const std::string& reason) {
+                      Live& l = live_.at(job.id);
+                      l.ending = JobState::kCancelled;
+                      l.ending_reason = reason;
+                      l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
+                      if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
+                      if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
+                    },
+                .suspend = [this](const Job& job, const std::string& idle) -> Status {
+                  SuspendCause cause;
+                  cause.by = "idle reclaim";
+                  cause.idle_fallback = options_.rules.idle_suspend_fallback;
+                  cause.idle_text = idle;
+                  return suspender_.Suspend(jobs_.at(job.id), std::move(cause));
+                },
+                .record =
+                    [this](const std::string& kind, const Job& job, const std::string& message) {
+                      RecordEvent(kind, job.id, job.user, message);
+                    },
+                .tell = [this](const Job& job,
+                               const std::string& line) { AppendToStderr(job, line); },
+            }),
       quotas_(QuotaKeeper::Jobs{
                   .for_each_charged =
                       [this](const std::function<void(const Job&)>& visit) {
@@ -246,11 +279,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                                          const std::string& line) { AppendToStderr(job, line); },
               .suspend_failed =
                   [this](Job& job, const SuspendCause& cause) { AfterFailedSuspend(job, cause); },
-              .resumed =
-                  [this](uint64_t id) {
-                    Live& l = live_[id];
-                    l.idle_flagged = l.idle_acted = false;
-                  },
+              .resumed = [this](uint64_t id) { idle_.Resumed(id); },
               .drop_resume_demand = [this](uint64_t id) { DropResumeDemand(id); },
               .request_schedule = [this] { RequestSchedule(); },
           },

@@ -60,6 +60,7 @@
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
 #include "daemon/waits/holds.h"
+#include "daemon/watch/idle_reclaim.h"
 #include "daemon/watch/watchdog.h"
 
 namespace gpuslice::daemon {
@@ -399,10 +400,10 @@ class Service {
     // job is; without it, the attached process alone.
     bool in_cgroup = false;
     // Policies.
-    bool idle_flagged = false;  // Under the idle threshold for idle_after.
-    bool idle_acted = false;    // The idle action was taken (once per episode).
-    bool paused = false;        // Launches paused by idle reclaim.
-    int64_t idle_base_ms = 0;   // low_use_ms at the last resume.
+    // Launches paused (its limits page says so): by idle reclaim, by the
+    // watchdog (an external job it cannot kill), or since its submission
+    // (an external job asked paused); until `gpuslice resume`.
+    bool paused = false;
     int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
   };
 
@@ -499,7 +500,6 @@ class Service {
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
   void Reclaim();
-  void ActOnIdle(core::Job& job, Live& l, IdleAction action, const std::string& idle);
   // Resumes suspended jobs that asked to be (preemption victims) once
   // their GPUs have room again and nothing of higher priority waits.
   void ResumeWhenRoom();
@@ -569,8 +569,6 @@ class Service {
   // Job `id` as the components that make room for the head see it
   // (makeroom/live_job.h); unset when it is neither running nor suspended.
   std::optional<LiveJob> LiveJobOf(uint64_t id);
-  // Idle reclaim leaves it alone (--no-idle-reclaim, idle_exempt_priority).
-  bool IdleExempt(const core::Job& job) const;
 
   ServiceOptions options_;
   Clock& clock_;
@@ -618,6 +616,9 @@ class Service {
   // The enforcement watchdog: each running job's watch state, and what it
   // does about a breach (watch/watchdog.h).
   Watchdog watchdog_;
+  // Idle reclaim: each running job's idle episode, and what is done about
+  // it (watch/idle_reclaim.h).
+  IdleReclaim idle_;
   WaitHistogram wait_histogram_;
 
   // Policies.

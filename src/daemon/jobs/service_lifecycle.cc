@@ -468,6 +468,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
   suspender_.Forget(job.id);
   usage_.Forget(job.id);
   watchdog_.Forget(job.id);
+  idle_.Forget(job.id);
   job.exit_code = exit_code;
   job.reason = std::move(reason);
   job.ended_ms = clock_.NowMs();

@@ -52,10 +52,9 @@ Status Service::Suspend(const Caller& caller, uint64_t id) {
 
 void Service::AfterFailedSuspend(Job& job, const SuspendCause& cause) {
   const uint64_t id = job.id;
-  Live& l = live_[id];
   const bool requeue = cause.reclaimed_for != 0 && job.restartable;
   if (cause.idle_fallback) {
-    ActOnIdle(job, l, *cause.idle_fallback, cause.idle_text);
+    idle_.Act(job, *cause.idle_fallback, cause.idle_text);
   } else if (cause.preempted_for != 0 && jobs_.count(cause.preempted_for)) {
     preemptions_.EndForPreemption(job, cause.preempted_for);
   } else if (requeue) {

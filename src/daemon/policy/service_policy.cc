@@ -282,6 +282,7 @@ void Service::Requeue(Job& job, std::string reason) {
   suspender_.Forget(job.id);
   usage_.Forget(job.id);
   watchdog_.Forget(job.id);
+  idle_.Forget(job.id);
   job.reason = std::move(reason);
   job.pid = 0;
   job.pid_start_time = 0;

@@ -154,10 +154,4 @@ void Service::UpdatePacking() {
   capacity_->set_pack_fractions(whole_waits);
 }
 
-bool Service::IdleExempt(const Job& job) const {
-  if (job.no_idle_reclaim) return true;
-  const auto& exempt = options_.rules.idle_exempt_priority;
-  return exempt && job.request.priority >= *exempt;
-}
-
 }  // namespace gpuslice::daemon
