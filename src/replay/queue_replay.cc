@@ -375,7 +375,7 @@ Result<QueueReplayResult> RunQueueReplay(const ReplayInput& input,
     ++result.reclaims;
   };
 
-  // Over-quota reclaim, as Service::ReclaimBorrowed does it: a head within
+  // Over-quota reclaim, as the daemon's Preemptions::Reclaim does it: a head within
   // its group's quota takes capacity back from borrowers, then the queue is
   // planned again.
   auto reclaim = [&](auto& schedule_again, uint64_t head, const core::QuotaPass& pass,

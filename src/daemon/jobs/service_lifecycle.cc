@@ -212,7 +212,7 @@ void Service::Schedule() {
   last_schedule_ms_ = clock_.NowMs();
   waiting_index_stale_ = true;
   // No room for a slice: nothing could start, and nothing is preempted for
-  // a job that could not start either (RetrySliceRoom schedules again).
+  // a job that could not start either (DegradedMode::Maintain schedules again).
   if (degraded_.no_room()) return;
   if (queue_.empty() || !capacity_) {
     last_waiting_.clear();

@@ -63,7 +63,7 @@ void Preemptions::Preempt(uint64_t head_id) {
     const Job& job = jobs_.job(v);
     // Suspended rather than ended where the driver can checkpoint it: no work
     // is lost, and it comes back once it fits again. Ended as before when
-    // the suspension cannot even start, or (FinishCheckpoints) fails.
+    // the suspension cannot even start, or (Suspender::Finish) fails.
     if (rules_.preempt_by_suspend && checkpointer_) {
       SuspendToMakeRoom cause;
       cause.by = "preemption by job " + std::to_string(head_id) + " (" +
