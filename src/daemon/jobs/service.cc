@@ -92,7 +92,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           ContainerJobs::Jobs{
               .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
               .job_env = [this]() -> const std::vector<std::string>& { return options_.job_env; },
-              .shared_gid = [this](const Job& job) { return SharedGidOf(job); },
+              .shared_gid = [this](const Job& job) { return external_.SharedGidOf(job); },
               .gpus_file =
                   [this](const Job& job) {
                     return IsElastic(job) ? JobDir(job.id) + "/gpus" : std::string();
@@ -111,6 +111,21 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   },
           },
           launcher),
+      external_(options_.external_gid_base,
+                ExternalJobs::Jobs{
+                    .for_each_running =
+                        [this](const std::function<void(const Job&)>& visit) {
+                          for (const auto& [id, job] : jobs_) {
+                            if (job.state == JobState::kRunning) visit(job);
+                          }
+                        },
+                    .processes = [this]() -> ProcessTable& { return Processes(); },
+                    .finish =
+                        [this](Job& job, JobState state, int exit_code, std::string reason) {
+                          FinishJob(job, state, exit_code, std::move(reason));
+                        },
+                },
+                launcher),
       degraded_(
           DegradedMode::Hooks{
               .now_ms = [this] { return clock_.NowMs(); },
@@ -163,7 +178,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                       l.ending_reason = reason;
                       l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
                       if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGTERM);
-                      if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
+                      if (job.holder_pid > 0) external_.SignalHeld(job, SIGTERM);
                     },
                 .suspend = [this](const Job& job, const std::string& idle) -> Status {
                   SuspendCause cause;
@@ -545,7 +560,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
     return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
                                          std::string(core::JobStateName(job.state)) + ")");
   }
-  if (job.mode == core::JobMode::kExternal && !HeldProcesses(job).empty()) {
+  if (job.mode == core::JobMode::kExternal && !external_.HeldProcesses(job).empty()) {
     // A bound job whose processes still run (an admin cancels a Slurm step's
     // slice): they are ended as a launched job's are, then the slice goes.
     Live& l = live_[id];
@@ -553,7 +568,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
       l.ending = JobState::kCancelled;
       l.ending_reason = who;
       l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
-      SignalHeld(job, SIGTERM);
+      external_.SignalHeld(job, SIGTERM);
     }
     return Status::Ok();
   }

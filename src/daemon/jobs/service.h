@@ -38,6 +38,7 @@
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
 #include "daemon/containers/container_jobs.h"
+#include "daemon/external/external_jobs.h"
 #include "daemon/fairshare/fair_share_book.h"
 #include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
@@ -447,27 +448,12 @@ class Service {
   void StartJob(core::Job& job);
   // The "started" event's message: "on GPU-0,GPU-1, pid 4242".
   static std::string StartedText(const core::Job& job);
-  // An external job's slice group (SliceLimits::shared_gid), 0 for others.
-  static constexpr uint64_t kExternalGids = 1ull << 20;
-  uint32_t SharedGidOf(const core::Job& job) const;
   // A job of `caller` as submitted now (queued, nothing held).
   core::Job NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
                    core::JobMode mode) const;
-  // POST /v1/jobs with mode external (service_external.cc).
+  // POST /v1/jobs with mode external (service_external.cc; its own checks,
+  // holders and end: external/external_jobs.h).
   core::Result<JobView> SubmitExternal(const Caller& caller, SubmitSpec spec);
-  // A bound external job's processes (Job::holder_pid): those below its
-  // holder in the process tree that run as the job's owner. Only these, and
-  // never the holder itself, are the daemon's to signal.
-  std::vector<int64_t> HeldProcesses(const core::Job& job);
-  bool HolderAlive(const core::Job& job);
-  // "; GPU-x is held whole by job 7 (alice, Slurm job 12): ..." for each of
-  // `uuids` that running jobs hold: why an external job was refused.
-  std::string HoldersOf(const std::vector<std::string>& uuids, core::RequestKind wanted) const;
-  void SignalHeld(const core::Job& job, int signal);
-  // An external job's end in WatchRunning: released when its holder is gone;
-  // ended by the daemon (cancel with processes, deadline, policy) once its
-  // processes are. True when it finished.
-  bool WatchExternal(core::Job& job, Live& l, int64_t now);
   core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
   void WatchRunning();
@@ -580,6 +566,9 @@ class Service {
   // CDI specs of running jobs and container jobs
   // (containers/container_jobs.h); specs are written from Start() on.
   ContainerJobs containers_;
+  // External jobs' checks, slice groups, holders and end
+  // (external/external_jobs.h).
+  ExternalJobs external_;
   std::unique_ptr<NodeCapacity> capacity_;
   // Why new work is refused, if it is, and the failed ledger writes and
   // lack of room for slices it heals from (store/degraded_mode.h).

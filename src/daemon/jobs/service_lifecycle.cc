@@ -113,7 +113,7 @@ void Service::WatchRunning() {
       if (job.mode == core::JobMode::kShell && job.pid > 0) {
         (void)launcher_.SignalGroup(job.pid, SIGHUP);
       }
-      if (job.holder_pid > 0) SignalHeld(job, SIGTERM);
+      if (job.holder_pid > 0) external_.SignalHeld(job, SIGTERM);
     }
     if (l.ending && now >= l.kill_at_ms && job.pid > 0) {
       (void)launcher_.SignalGroup(job.pid, SIGKILL);
@@ -121,8 +121,8 @@ void Service::WatchRunning() {
     }
     if (job.mode == core::JobMode::kExternal) {
       // Nothing of its own runs: it ends when released (Cancel), when its
-      // holder is gone, or at its deadline (service_external.cc).
-      WatchExternal(job, l, now);
+      // holder is gone, or at its deadline (external/external_jobs.h).
+      external_.Watch(job, l.ending, l.ending_reason, &l.kill_at_ms, now);
       continue;
     }
     JobState end_state = l.ending.value_or(JobState::kExited);
@@ -312,7 +312,7 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
     // fail (or block in the driver) until its owner types one.
     if (options_.rules.resume_on_demand) limits.suspension = Suspender::SuspensionId(job);
   }
-  limits.shared_gid = SharedGidOf(job);
+  limits.shared_gid = external_.SharedGidOf(job);
   TakeTurnsWithoutAShare(job, &limits);
   return limits;
 }

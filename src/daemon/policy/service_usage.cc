@@ -162,7 +162,7 @@ void Service::Sample() {
   std::unordered_map<int64_t, uint64_t> container_of;
   for (const auto& [id, l] : live_) {
     const Job& job = jobs_[id];
-    if (SharedGidOf(job) == 0 || job.region_path.empty()) continue;
+    if (external_.SharedGidOf(job) == 0 || job.region_path.empty()) continue;
     if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
       for (int32_t pid : *pids) container_of.emplace(pid, id);
     }

@@ -33,7 +33,7 @@ void Service::StopJob(const Job& job) {
   // them. The limits in the shim hold it; the daemon only reports.
   if (job.mode == core::JobMode::kExternal) {
     // A bound job's processes are those below its holder, as its owner.
-    if (job.holder_pid > 0) SignalHeld(job, SIGSTOP);
+    if (job.holder_pid > 0) external_.SignalHeld(job, SIGSTOP);
     if (job.holder_pid <= 0) return;
   }
   // The job's cgroup freezer when it has one (it also holds processes that
@@ -47,7 +47,7 @@ void Service::StopJob(const Job& job) {
 void Service::ContinueJob(const Job& job) {
   if (job.mode == core::JobMode::kExternal) {
     if (job.holder_pid <= 0) return;
-    SignalHeld(job, SIGCONT);
+    external_.SignalHeld(job, SIGCONT);
   }
   if (job.pid > 0) (void)launcher_.StopGroup(job.pid, false);
   if (const JobUsage* u = usage_.Find(job.id)) {
@@ -71,7 +71,7 @@ void Service::KillJob(Job& job, Live& l, const std::string& event_kind, const st
   l.ending_reason = "killed by the watchdog: " + why;
   l.kill_at_ms = clock_.NowMs();  // No grace: it is over its limit now.
   if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, SIGKILL);
-  if (job.holder_pid > 0) SignalHeld(job, SIGKILL);
+  if (job.holder_pid > 0) external_.SignalHeld(job, SIGKILL);
   // GPU processes of the job outside its group (a process that left it but
   // is still the job's, by its slice and its owner).
   if (const JobUsage* u = usage_.Find(job.id)) {
