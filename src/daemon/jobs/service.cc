@@ -299,6 +299,33 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .request_schedule = [this] { RequestSchedule(); },
           },
           clock_, regions_, options_.checkpointer, options_.suspend_lock_timeout_ms),
+      ranker_(
+          options_.rules.fair_share, options_.rules.runtime_estimates, clock_,
+          QueueRanker::Hooks{
+              .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+              .for_each_live =
+                  [this](const std::function<void(const Job&)>& visit) {
+                    for (const auto& [id, l] : live_) visit(jobs_[id]);
+                  },
+              .live = [this](uint64_t id) { return live_.count(id) > 0; },
+              .queue = [this]() -> std::vector<core::QueuedJob>& { return queue_; },
+              .resume_asked_ms = [this](uint64_t id) { return suspender_.ResumeAskedMs(id); },
+              .waits_for_dependencies = [this](uint64_t id) { return dependencies_.Waits(id); },
+              .gpu_memory =
+                  [this](uint32_t index) {
+                    uint64_t memory = 0;
+                    for (const GpuInfo& g : inventory_.gpus) {
+                      if (g.index == index) memory = g.memory_total;
+                    }
+                    return memory;
+                  },
+              .default_pool =
+                  [this] { return capacity_ ? capacity_->pools().default_pool() : std::string(); },
+              .pack_fractions =
+                  [this](bool pack) {
+                    if (capacity_) capacity_->set_pack_fractions(pack);
+                  },
+          }),
       defrag_(Defragmenter::Jobs{
                   .find = [this](uint64_t id) -> const Job* {
                     auto it = jobs_.find(id);
@@ -508,16 +535,9 @@ void Service::Enqueue(const Job& job) {
   q.priority = job.request.priority;
   q.seq = job.id;
   q.max_runtime = job.request.max_runtime;
-  q.estimate = EstimateOf(job);
+  q.estimate = ranker_.EstimateOf(job);
   q.shape = capacity_->ShapeOf(job.id);
-  // Its rank from the factors and at the time of the last ranking (the
-  // queue is ranked again within a second), as every other queued job's
-  // is: ranked at a later instant, a job that waited a millisecond would
-  // outrank one ranked with no wait at the last ranking, and a job
-  // submitted just after the head would pass it. Its group named now, for
-  // that ranking.
-  (void)GroupNameOf(job.gid);
-  q.rank = RankOf(job, fair_share_.ranked_ms());
+  q.rank = ranker_.RankOfArrival(job);
   auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
   queue_.insert(pos, q);
   ++queued_by_uid_[job.uid];
@@ -599,9 +619,8 @@ JobView Service::View(const Job& job) {
     v.flags = FlagsOf(job.id);
     v.checkpoint_error = suspender_.Error(job.id);
   }
-  if (job.IsLive() && options_.rules.fair_share.enabled && fair_share_.ranked()) {
-    auto group = group_names_.find(job.gid);
-    v.fair_share = fair_share_.FactorOf(job.user, group == group_names_.end() ? "" : group->second);
+  if (job.IsLive()) {
+    if (auto factor = ranker_.ShownFactorOf(job)) v.fair_share = *factor;
   }
   // A suspended job waits in the queue too once its processes asked to be
   // resumed (resume on demand).
@@ -623,12 +642,12 @@ JobView Service::View(const Job& job) {
       case core::WaitReason::kHead: {
         v.waiting_for = "first in line: " + capacity_->WhyNotNow(job.id);
         v.waiting_for += preemptions_.WaitingText(job.id);
-        if (job.id == plan_head_ && head_expected_start_ms_) {
-          v.expected_start_ms = head_expected_start_ms_;
+        if (const auto& expected = ranker_.head_expected_start_ms();
+            job.id == plan_head_ && expected) {
+          v.expected_start_ms = expected;
           v.waiting_for +=
-              "; expected to start in about " +
-              RoughDuration(*head_expected_start_ms_ - clock_.NowMs()) +
-              (head_estimated_ ? " (by run-time estimates)" : " (by maximum run times)");
+              "; expected to start in about " + RoughDuration(*expected - clock_.NowMs()) +
+              (ranker_.head_estimated() ? " (by run-time estimates)" : " (by maximum run times)");
         }
         // Last, so that the command a hint names ends the line.
         v.waiting_for += defrag_.WaitingText(job.id);

@@ -39,7 +39,6 @@
 #include "daemon/config/policy_config.h"
 #include "daemon/containers/container_jobs.h"
 #include "daemon/external/external_jobs.h"
-#include "daemon/fairshare/fair_share_book.h"
 #include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
 #include "daemon/launch/cdi.h"
@@ -53,6 +52,7 @@
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/quotas/quota_keeper.h"
+#include "daemon/ranking/queue_ranker.h"
 #include "daemon/store/degraded_mode.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
@@ -533,25 +533,9 @@ class Service {
   // An elastic job about to start gives back what its owner's quotas forbid.
   void FitElasticToQuotas(core::Job& job);
 
-  // Scheduling a team can trust (service_schedule.cc).
-  // Fair share: the running jobs' use charged to their users and groups
-  // (decayed usage), the ledger's history read back at start, and the
-  // queue's ranks (fair share + age) recomputed at most once a second
-  // (`force`: now), the queue sorted again by them.
+  // Fair share at start (service_schedule.cc): the ranker's book seeded
+  // with the ledger's history, read as `gpuslice usage` reads it.
   void SeedFairShare();
-  void ChargeFairShare(int64_t now);
-  void Rerank(bool force);
-  // The rank a job entering the queue gets, from the factors of the last
-  // ranking.
-  double RankOf(const core::Job& job, int64_t now) const;
-  // The job's primary group by name (its gid when the system has none).
-  const std::string& GroupNameOf(uint32_t gid);
-  // Run-time estimates: what a job without --max-runtime is expected to
-  // run, and a running job as the planner sees it (deadline, expected end).
-  std::optional<std::chrono::milliseconds> EstimateOf(const core::Job& job) const;
-  core::RunningJob PlanEntryOf(const core::Job& job, int64_t now) const;
-  // Fractions are packed while a job of whole GPUs waits (not held).
-  void UpdatePacking();
   // Job `id` as the components that make room for the head see it
   // (makeroom/live_job.h); unset when it is neither running nor suspended.
   std::optional<LiveJob> LiveJobOf(uint64_t id);
@@ -627,12 +611,10 @@ class Service {
   // it left (suspend/suspender.h).
   Suspender suspender_;
 
-  // Scheduling (service_schedule.cc).
-  // Fair share's decayed use, charges and factors (fairshare/fair_share_book.h).
-  FairShareBook fair_share_{options_.rules.fair_share};
-  std::unordered_map<uint32_t, std::string> group_names_;
-  std::optional<int64_t> head_expected_start_ms_;  // The last plan's reservation.
-  bool head_estimated_ = false;
+  // Scheduling.
+  // The queue's order (fair share and age), run-time estimates, packing and
+  // the last plan's reservation (ranking/queue_ranker.h).
+  QueueRanker ranker_;
   // Automatic moves for the head: in flight, per job per hour, refused,
   // suggested (makeroom/defragmenter.h).
   Defragmenter defrag_;

@@ -216,18 +216,18 @@ void Service::Schedule() {
   if (degraded_.no_room()) return;
   if (queue_.empty() || !capacity_) {
     last_waiting_.clear();
-    head_expected_start_ms_.reset();
+    ranker_.ClearReservation();
     if (capacity_) capacity_->set_pack_fractions(false);
     return;
   }
   // Fair share and age (at most once a second), then the queue in order.
-  Rerank(false);
-  UpdatePacking();
+  ranker_.Rerank(false);
+  ranker_.UpdatePacking();
   const int64_t now = clock_.NowMs();
   std::vector<core::RunningJob> running;
   for (const auto& [id, l] : live_) {
     if (IsSuspended(id)) continue;  // Holds nothing to free.
-    running.push_back(PlanEntryOf(jobs_[id], now));
+    running.push_back(ranker_.PlanEntryOf(jobs_[id], now));
   }
   core::PlanOptions opt;
   // While the daemon moves jobs to make room for the head, nothing else
@@ -272,8 +272,7 @@ void Service::Schedule() {
   }
   last_waiting_ = std::move(plan.waiting);
   plan_head_ = plan.head;
-  head_expected_start_ms_ = plan.head_reservation_ms;
-  head_estimated_ = plan.reservation_estimated;
+  ranker_.SetReservation(plan.head_reservation_ms, plan.reservation_estimated);
   if (degraded_.no_room()) return;  // Nobody is preempted for a job that cannot start.
   preemptions_.Forget();
   // Preemption, moves and reclaim act for a job that waits to start, not for

@@ -144,7 +144,7 @@ Status Service::Start() {
   events_.LoadCounts();
   Recover(std::move(*live));
   SeedFairShare();
-  Rerank(/*force=*/true);
+  ranker_.Rerank(/*force=*/true);
   Schedule();
   containers_.SyncCdi();
   return Status::Ok();

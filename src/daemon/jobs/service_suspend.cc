@@ -140,7 +140,7 @@ void Service::AskResume(Job& job) {
   // neither jumps ahead of nor falls behind jobs already ranked.
   const int64_t asked_ms = clock_.NowMs();
   suspender_.SetResumeAskedMs(job.id, asked_ms);
-  q.rank = RankOf(job, asked_ms);
+  q.rank = ranker_.RankOf(job, asked_ms);
   queue_.insert(std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore), q);
   ++queued_by_uid_[job.uid];
   RecordEvent("resume_asked", job.id, job.user,

@@ -167,7 +167,8 @@ void Service::Sample() {
       for (int32_t pid : *pids) container_of.emplace(pid, id);
     }
   }
-  const std::string admin_group = options_.admin_gid ? GroupNameOf(*options_.admin_gid) : "";
+  const std::string admin_group =
+      options_.admin_gid ? ranker_.GroupNameOf(*options_.admin_gid) : "";
   foreign_.Watch({usage_.gpus(), inventory_, job_of_pid, container_of, over_limit, options_.rules,
                   admin_group, capacity_.get()});
   bool persist_idle = usage_.IdlePersistDue(now);
