@@ -280,7 +280,36 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .suspend_failed =
                   [this](Job& job, const SuspendCause& cause) { AfterFailedSuspend(job, cause); },
               .resumed = [this](uint64_t id) { idle_.Resumed(id); },
-              .drop_resume_demand = [this](uint64_t id) { DropResumeDemand(id); },
+              .resume_on_demand = [this] { return options_.rules.resume_on_demand; },
+              .suspended =
+                  [this] {
+                    std::vector<Job*> out;
+                    for (const auto& [id, l] : live_) {
+                      if (IsSuspended(id)) out.push_back(&jobs_[id]);
+                    }
+                    return out;
+                  },
+              .enqueue = [this](const Job& job,
+                                int64_t asked_ms) { QueueResumeDemand(job, asked_ms); },
+              .dequeue =
+                  [this](uint64_t id) {
+                    Dequeue(id);
+                    waiting_index_stale_ = true;
+                  },
+              .may_resume =
+                  [this](const Job& job) {
+                    // A queued job of higher priority would preempt it again at once.
+                    if (std::any_of(queue_.begin(), queue_.end(), [&](const core::QueuedJob& q) {
+                          return q.priority > job.request.priority;
+                        })) {
+                      return false;
+                    }
+                    // A job that would borrow over its group's quota again takes only
+                    // idle capacity, as when it started: not while a job waits first
+                    // in line.
+                    return !(plan_head_ != 0 && !queue_.empty() && options_.rules.quota_borrowing &&
+                             !quotas_.empty() && quotas_.WouldBorrow(job, clock_.NowMs()));
+                  },
               .request_schedule = [this] { RequestSchedule(); },
           },
           clock_, regions_, options_.checkpointer, options_.suspend_lock_timeout_ms),

@@ -268,12 +268,11 @@ class Service {
   // Runs a queue plan that submissions deferred (see RequestSchedule). The
   // event loop calls it every few milliseconds; cheap when nothing waits.
   void Flush();
-  // Resume on demand (service_suspend.cc; docs/SUSPEND.md): reads the
-  // resume request of each suspended job's slice (one pread) and queues, as
-  // a waiting demand, each job whose processes asked during this
-  // suspension. The event loop calls it every 10 ms (and Tick does);
-  // nothing to do for a job already waiting.
-  void WatchResumeRequests();
+  // Resume on demand (Suspender::WatchResumeRequests; docs/SUSPEND.md):
+  // queues, as a waiting demand, each suspended job whose processes asked
+  // during this suspension. The event loop calls it every 10 ms (and Tick
+  // does); nothing to do for a job already waiting.
+  void WatchResumeRequests() { suspender_.WatchResumeRequests(); }
 
   // Events: every decision worth telling a user (docs/DAEMON.md lists the
   // kinds). Stored in the ledger; counted per kind for the metrics.
@@ -500,15 +499,9 @@ class Service {
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
   void Reclaim();
-  // Resumes suspended jobs that asked to be (preemption victims) once
-  // their GPUs have room again and nothing of higher priority waits.
-  void ResumeWhenRoom();
-  // Resume on demand (suspend/suspender.h): its queued demand (AskResume),
-  // and what the queue plan does when it starts (ResumeOnDemand) or any
-  // resume makes it moot (DropResumeDemand).
-  void AskResume(core::Job& job);
-  void ResumeOnDemand(uint64_t id);
-  void DropResumeDemand(uint64_t id);
+  // Resume on demand (suspend/suspender.h): a suspended job's demand to be
+  // resumed enters the queue as a job submitted now would.
+  void QueueResumeDemand(const core::Job& job, int64_t asked_ms);
   // A suspension that failed: what its cause does instead (idle reclaim's
   // fallback, preemption's end, a reclaim's requeue, no defragmentation
   // move of it for a while).

@@ -79,8 +79,8 @@ void Service::Tick() {
   }
   suspender_.Finish();
   suspender_.RecheckRecovered();
-  ResumeWhenRoom();
-  WatchResumeRequests();
+  suspender_.ResumeWhenRoom();
+  suspender_.WatchResumeRequests();
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
@@ -264,7 +264,7 @@ void Service::Schedule() {
     if (degraded_.no_room()) break;  // The rest stay queued.
     Dequeue(id);
     if (IsSuspended(id)) {
-      ResumeOnDemand(id);  // Placed where its processes can be restored.
+      suspender_.ResumeOnDemand(jobs_[id]);  // Placed where its processes can be restored.
       continue;
     }
     FitElasticToQuotas(jobs_[id]);
