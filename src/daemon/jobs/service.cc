@@ -339,7 +339,32 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                         RecordEvent(std::move(kind), id, std::move(user), std::move(message));
                       },
               },
-              options_.rules, options_.checkpointer.get(), clock_) {}
+              options_.rules, options_.checkpointer.get(), clock_),
+      elastic_(
+          ElasticJobs::Jobs{
+              .for_each_live =
+                  [this](const std::function<void(const LiveJob&)>& visit) {
+                    for (const auto& [id, l] : live_) visit(*LiveJobOf(id));
+                  },
+              .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+              .capacity = [this]() -> NodeCapacity& { return *capacity_; },
+              .preempting = [this](uint64_t id) { return preemptions_.Preempting(id); },
+              .fits_quotas =
+                  [this](const Job& job, uint32_t count) {
+                    if (quotas_.empty()) return true;
+                    core::Allocation grown = job.allocation;
+                    grown.gpu_indices.resize(count, 0);
+                    core::QuotaDecision d = quotas_.Decide(
+                        quotas_.OwnerOf(job), core::ChargeOfAllocation(job.request, grown),
+                        quotas_.RunningUsage(job.id));
+                    return d.verdict == core::QuotaVerdict::kFits;
+                  },
+              .apply = [this](
+                           uint64_t id, uint32_t count,
+                           const std::string& why) { return ApplyElastic(jobs_[id], count, why); },
+              .schedule = [this]() { Schedule(); },
+          },
+          options_.rules, clock_) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   auto it = live_.find(id);

@@ -38,6 +38,7 @@
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
 #include "daemon/containers/container_jobs.h"
+#include "daemon/elastic/elastic_jobs.h"
 #include "daemon/fairshare/fair_share_book.h"
 #include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
@@ -403,7 +404,6 @@ class Service {
     // watchdog (an external job it cannot kill), or since its submission
     // (an external job asked paused); until `gpuslice resume`.
     bool paused = false;
-    int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
   };
 
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
@@ -529,14 +529,12 @@ class Service {
   // ran: docs/DAEMON.md, "Restart and recovery"); "" when it does not.
   std::string OutsidePoolText(const core::Job& job) const;
   core::Status ResolvePools(std::vector<std::string>* pool_of);
-  // Elastic jobs (service_elastic.cc): shrink for the waiting head, grow when
-  // nothing waits; each change rewrites <job dir>/gpus and signals the job.
-  static bool IsElastic(const core::Job& job);
-  void Elastic(uint64_t head_id);
+  // Elastic jobs (service_elastic.cc; when they shrink or grow:
+  // elastic/elastic_jobs.h): each change rewrites <job dir>/gpus and
+  // signals the job.
   core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
   // Resize's --gpus: an elastic job to a GPU count the caller asked for.
   core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job, const ResizeSpec& spec);
-  void WriteGpusFile(const core::Job& job);
   // An elastic job about to start gives back what its owner's quotas forbid.
   void FitElasticToQuotas(core::Job& job);
 
@@ -640,6 +638,9 @@ class Service {
   // Automatic moves for the head: in flight, per job per hour, refused,
   // suggested (makeroom/defragmenter.h).
   Defragmenter defrag_;
+  // When each running elastic job last grew or shrank, and the steps
+  // (elastic/elastic_jobs.h).
+  ElasticJobs elastic_;
 };
 
 }  // namespace gpuslice::daemon

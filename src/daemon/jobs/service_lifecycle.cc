@@ -84,7 +84,7 @@ void Service::Tick() {
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
-  Elastic(queue_.empty() ? 0 : plan_head_);
+  if (capacity_ && !degraded()) elastic_.Adjust(queue_.empty() ? 0 : plan_head_);
   Schedule();
   TrimHistory();
   containers_.SyncCdi();
@@ -387,7 +387,7 @@ void Service::StartJob(Job& job) {
     }
     std::string dir = JobDir(job.id);
     mkdir(dir.c_str(), 0700);
-    if (IsElastic(job)) WriteGpusFile(job);
+    if (IsElastic(job)) WriteGpusFile(job, JobDir(job.id));
     // Its CDI device exists before its first process: a job that is
     // `podman run --device gpuslice.dev/slice=$GPUSLICE_JOB_ID ...` finds it.
     containers_.WriteCdi(job);
