@@ -295,7 +295,36 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .suspend_failed =
                   [this](Job& job, const SuspendCause& cause) { AfterFailedSuspend(job, cause); },
               .resumed = [this](uint64_t id) { idle_.Resumed(id); },
-              .drop_resume_demand = [this](uint64_t id) { DropResumeDemand(id); },
+              .resume_on_demand = [this] { return options_.rules.resume_on_demand; },
+              .suspended =
+                  [this] {
+                    std::vector<Job*> out;
+                    for (const auto& [id, l] : live_) {
+                      if (IsSuspended(id)) out.push_back(&jobs_[id]);
+                    }
+                    return out;
+                  },
+              .enqueue = [this](const Job& job,
+                                int64_t asked_ms) { QueueResumeDemand(job, asked_ms); },
+              .dequeue =
+                  [this](uint64_t id) {
+                    Dequeue(id);
+                    waiting_index_stale_ = true;
+                  },
+              .may_resume =
+                  [this](const Job& job) {
+                    // A queued job of higher priority would preempt it again at once.
+                    if (std::any_of(queue_.begin(), queue_.end(), [&](const core::QueuedJob& q) {
+                          return q.priority > job.request.priority;
+                        })) {
+                      return false;
+                    }
+                    // A job that would borrow over its group's quota again takes only
+                    // idle capacity, as when it started: not while a job waits first
+                    // in line.
+                    return !(plan_head_ != 0 && !queue_.empty() && options_.rules.quota_borrowing &&
+                             !quotas_.empty() && quotas_.WouldBorrow(job, clock_.NowMs()));
+                  },
               .request_schedule = [this] { RequestSchedule(); },
           },
           clock_, regions_, options_.checkpointer, options_.suspend_lock_timeout_ms),
@@ -352,7 +381,32 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                         RecordEvent(std::move(kind), id, std::move(user), std::move(message));
                       },
               },
-              options_.rules, options_.checkpointer.get(), clock_) {}
+              options_.rules, options_.checkpointer.get(), clock_),
+      elastic_(
+          ElasticJobs::Jobs{
+              .for_each_live =
+                  [this](const std::function<void(const LiveJob&)>& visit) {
+                    for (const auto& [id, l] : live_) visit(*LiveJobOf(id));
+                  },
+              .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+              .capacity = [this]() -> NodeCapacity& { return *capacity_; },
+              .preempting = [this](uint64_t id) { return preemptions_.Preempting(id); },
+              .fits_quotas =
+                  [this](const Job& job, uint32_t count) {
+                    if (quotas_.empty()) return true;
+                    core::Allocation grown = job.allocation;
+                    grown.gpu_indices.resize(count, 0);
+                    core::QuotaDecision d = quotas_.Decide(
+                        quotas_.OwnerOf(job), core::ChargeOfAllocation(job.request, grown),
+                        quotas_.RunningUsage(job.id));
+                    return d.verdict == core::QuotaVerdict::kFits;
+                  },
+              .apply = [this](
+                           uint64_t id, uint32_t count,
+                           const std::string& why) { return ApplyElastic(jobs_[id], count, why); },
+              .schedule = [this]() { Schedule(); },
+          },
+          options_.rules, clock_) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   auto it = live_.find(id);

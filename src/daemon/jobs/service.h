@@ -38,6 +38,7 @@
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
 #include "daemon/containers/container_jobs.h"
+#include "daemon/elastic/elastic_jobs.h"
 #include "daemon/external/external_jobs.h"
 #include "daemon/jobs/job_query.h"
 #include "daemon/jobs/service_views.h"
@@ -269,12 +270,11 @@ class Service {
   // Runs a queue plan that submissions deferred (see RequestSchedule). The
   // event loop calls it every few milliseconds; cheap when nothing waits.
   void Flush();
-  // Resume on demand (service_suspend.cc; docs/SUSPEND.md): reads the
-  // resume request of each suspended job's slice (one pread) and queues, as
-  // a waiting demand, each job whose processes asked during this
-  // suspension. The event loop calls it every 10 ms (and Tick does);
-  // nothing to do for a job already waiting.
-  void WatchResumeRequests();
+  // Resume on demand (Suspender::WatchResumeRequests; docs/SUSPEND.md):
+  // queues, as a waiting demand, each suspended job whose processes asked
+  // during this suspension. The event loop calls it every 10 ms (and Tick
+  // does); nothing to do for a job already waiting.
+  void WatchResumeRequests() { suspender_.WatchResumeRequests(); }
 
   // Events: every decision worth telling a user (docs/DAEMON.md lists the
   // kinds). Stored in the ledger; counted per kind for the metrics.
@@ -405,7 +405,6 @@ class Service {
     // watchdog (an external job it cannot kill), or since its submission
     // (an external job asked paused); until `gpuslice resume`.
     bool paused = false;
-    int64_t elastic_changed_ms = 0;  // Last grow or shrink (elastic jobs).
   };
 
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
@@ -486,15 +485,9 @@ class Service {
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
   void Reclaim();
-  // Resumes suspended jobs that asked to be (preemption victims) once
-  // their GPUs have room again and nothing of higher priority waits.
-  void ResumeWhenRoom();
-  // Resume on demand (suspend/suspender.h): its queued demand (AskResume),
-  // and what the queue plan does when it starts (ResumeOnDemand) or any
-  // resume makes it moot (DropResumeDemand).
-  void AskResume(core::Job& job);
-  void ResumeOnDemand(uint64_t id);
-  void DropResumeDemand(uint64_t id);
+  // Resume on demand (suspend/suspender.h): a suspended job's demand to be
+  // resumed enters the queue as a job submitted now would.
+  void QueueResumeDemand(const core::Job& job, int64_t asked_ms);
   // A suspension that failed: what its cause does instead (idle reclaim's
   // fallback, preemption's end, a reclaim's requeue, no defragmentation
   // move of it for a while).
@@ -522,14 +515,12 @@ class Service {
   // ran: docs/DAEMON.md, "Restart and recovery"); "" when it does not.
   std::string OutsidePoolText(const core::Job& job) const;
   core::Status ResolvePools(std::vector<std::string>* pool_of);
-  // Elastic jobs (service_elastic.cc): shrink for the waiting head, grow when
-  // nothing waits; each change rewrites <job dir>/gpus and signals the job.
-  static bool IsElastic(const core::Job& job);
-  void Elastic(uint64_t head_id);
+  // Elastic jobs (service_elastic.cc; when they shrink or grow:
+  // elastic/elastic_jobs.h): each change rewrites <job dir>/gpus and
+  // signals the job.
   core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
   // Resize's --gpus: an elastic job to a GPU count the caller asked for.
   core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job, const ResizeSpec& spec);
-  void WriteGpusFile(const core::Job& job);
   // An elastic job about to start gives back what its owner's quotas forbid.
   void FitElasticToQuotas(core::Job& job);
 
@@ -618,6 +609,9 @@ class Service {
   // Automatic moves for the head: in flight, per job per hour, refused,
   // suggested (makeroom/defragmenter.h).
   Defragmenter defrag_;
+  // When each running elastic job last grew or shrank, and the steps
+  // (elastic/elastic_jobs.h).
+  ElasticJobs elastic_;
 };
 
 }  // namespace gpuslice::daemon

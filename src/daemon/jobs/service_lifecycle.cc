@@ -79,12 +79,12 @@ void Service::Tick() {
   }
   suspender_.Finish();
   suspender_.RecheckRecovered();
-  ResumeWhenRoom();
-  WatchResumeRequests();
+  suspender_.ResumeWhenRoom();
+  suspender_.WatchResumeRequests();
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
-  Elastic(queue_.empty() ? 0 : plan_head_);
+  if (capacity_ && !degraded()) elastic_.Adjust(queue_.empty() ? 0 : plan_head_);
   Schedule();
   TrimHistory();
   containers_.SyncCdi();
@@ -264,7 +264,7 @@ void Service::Schedule() {
     if (degraded_.no_room()) break;  // The rest stay queued.
     Dequeue(id);
     if (IsSuspended(id)) {
-      ResumeOnDemand(id);  // Placed where its processes can be restored.
+      suspender_.ResumeOnDemand(jobs_[id]);  // Placed where its processes can be restored.
       continue;
     }
     FitElasticToQuotas(jobs_[id]);
@@ -386,7 +386,7 @@ void Service::StartJob(Job& job) {
     }
     std::string dir = JobDir(job.id);
     mkdir(dir.c_str(), 0700);
-    if (IsElastic(job)) WriteGpusFile(job);
+    if (IsElastic(job)) WriteGpusFile(job, JobDir(job.id));
     // Its CDI device exists before its first process: a job that is
     // `podman run --device gpuslice.dev/slice=$GPUSLICE_JOB_ID ...` finds it.
     containers_.WriteCdi(job);

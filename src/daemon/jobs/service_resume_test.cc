@@ -1,4 +1,4 @@
-// Resume on demand (service_suspend.cc, docs/SUSPEND.md) over a fake driver
+// Resume on demand (suspend/suspender.h, docs/SUSPEND.md) over a fake driver
 // and fake slices: a suspended job whose process writes the suspension's id
 // into its region is queued as a waiting demand and resumed in queue order
 // when it fits, where it was or on another GPU of its model; a request for

@@ -86,25 +86,9 @@ std::string Suspender::Error(uint64_t id) const {
   return r == nullptr ? "" : r->error;
 }
 
-void Suspender::SetError(uint64_t id, std::string error) { records_[id].error = std::move(error); }
-
 int64_t Suspender::ResumeAskedMs(uint64_t id) const {
   const Record* r = Find(id);
   return r == nullptr ? 0 : r->resume_asked_ms;
-}
-
-void Suspender::SetResumeAskedMs(uint64_t id, int64_t ms) {
-  if (ms == 0 && Find(id) == nullptr) return;
-  records_[id].resume_asked_ms = ms;
-}
-
-uint64_t Suspender::ResumeRefused(uint64_t id) const {
-  const Record* r = Find(id);
-  return r == nullptr ? 0 : r->resume_refused;
-}
-
-void Suspender::RefuseResume(uint64_t id, uint64_t suspension) {
-  records_[id].resume_refused = suspension;
 }
 
 void Suspender::Forget(uint64_t id) {
@@ -255,7 +239,7 @@ Status Suspender::Resume(Job& job, const std::string& by, const std::vector<std:
   task->moves = rel->moves;
   job.allocation = placed_on;
   // Whoever resumes it, a demand it had in the queue is moot now.
-  jobs_.drop_resume_demand(job.id);
+  DropResumeDemand(job.id);
   // The driver wants every GPU the process is on named once anything moves.
   std::vector<GpuRemap> remap;
   if (!rel->moves.empty()) {
@@ -394,6 +378,92 @@ void Suspender::Finish() {
       jobs_.request_schedule();  // Its old room.
     }
   }
+}
+
+void Suspender::ResumeWhenRoom() {
+  if (!jobs_.capacity() || !jobs_.degraded_reason().empty()) return;
+  std::vector<Job*> jobs;
+  for (Job* job : jobs_.suspended()) {
+    if (job->resume_when_fits && !Busy(job->id) && !jobs_.ending(job->id)) jobs.push_back(job);
+  }
+  if (jobs.empty()) return;
+  // Higher priority first, then the longest suspended.
+  std::sort(jobs.begin(), jobs.end(), [](const Job* x, const Job* y) {
+    if (x->request.priority != y->request.priority)
+      return x->request.priority > y->request.priority;
+    return x->suspended_since_ms < y->suspended_since_ms;
+  });
+  for (Job* job : jobs) {
+    if (!jobs_.may_resume(*job)) continue;
+    // Quiet when there is no room yet: it is tried again every tick.
+    if (Status s = Resume(*job, "the daemon (room again)"); !s.ok()) continue;
+  }
+}
+
+void Suspender::WatchResumeRequests() {
+  if (!jobs_.resume_on_demand() || !jobs_.capacity() || !jobs_.degraded_reason().empty()) return;
+  std::vector<Job*> asked;
+  for (Job* job : jobs_.suspended()) {
+    if (Busy(job->id) || jobs_.ending(job->id) || ResumeAskedMs(job->id) != 0) continue;
+    const uint64_t suspension = SuspensionId(*job);
+    if (const Record* r = Find(job->id); r != nullptr && r->resume_refused == suspension) continue;
+    // The job's own report, which only its processes can write: it decides
+    // nothing but "this job, this suspension, wants its GPU back". Any other
+    // value (a stale request, a job's scribbles) is ignored.
+    core::Result<uint64_t> request = regions_.ResumeRequest(job->region_path);
+    if (request.ok() && *request == suspension) asked.push_back(job);
+  }
+  for (Job* job : asked) AskResume(*job);
+  if (!asked.empty()) jobs_.request_schedule();
+}
+
+void Suspender::AskResume(Job& job) {
+  // Back where it was if that has room, else where the driver can move it
+  // (a GPU of its model and pool), as a resume by hand.
+  std::vector<std::string> elsewhere;
+  if (CanMove(job).ok()) elsewhere = MoveCandidates(job);
+  jobs_.capacity()->SetResumeTarget(job.id, job.allocation, std::move(elsewhere));
+  const int64_t asked_ms = clock_.NowMs();
+  records_[job.id].resume_asked_ms = asked_ms;
+  jobs_.enqueue(job, asked_ms);
+  jobs_.record_event("resume_asked", job.id, job.user,
+                     "a CUDA call of one of its processes asked to resume it; it waits in the "
+                     "queue for room on " +
+                         core::Join(job.allocation.gpu_uuids, ", ") +
+                         (CanMove(job).ok() ? " or another GPU of its model" : ""));
+}
+
+void Suspender::ResumeOnDemand(Job& job) {
+  const uint64_t id = job.id;
+  NodeCapacity* capacity = jobs_.capacity();
+  capacity->ForgetResumeTarget(id);
+  Record& r = records_[id];
+  if (jobs_.ending(id)) {
+    // Cancelled while it waited: its room goes back, it is not resumed.
+    capacity->Release(id);
+    r.resume_asked_ms = 0;
+    return;
+  }
+  const std::string by = "its own CUDA call (on demand, after " +
+                         Seconds(clock_.NowMs() - r.resume_asked_ms) + " in the queue)";
+  if (Status s = Resume(job, by, {}, /*placed=*/true, /*on_demand=*/true); !s.ok()) {
+    // Its room went back (Resume); the request is not honoured again for
+    // this suspension.
+    r.resume_asked_ms = 0;
+    r.resume_refused = SuspensionId(job);
+    r.error = "resume failed: " + s.message();
+    jobs_.record_event(
+        "resume_failed", id, job.user,
+        r.error + " (asked by " + by + "); it stays suspended until resumed by hand");
+  }
+}
+
+void Suspender::DropResumeDemand(uint64_t id) {
+  auto it = records_.find(id);
+  if (it == records_.end() || it->second.resume_asked_ms == 0) return;
+  jobs_.dequeue(id);
+  if (NodeCapacity* capacity = jobs_.capacity()) capacity->ForgetResumeTarget(id);
+  it->second.resume_asked_ms = 0;
 }
 
 void Suspender::Recover(Job& job) {

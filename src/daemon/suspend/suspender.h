@@ -106,8 +106,17 @@ class Suspender {
     std::function<void(core::Job& job, const SuspendCause& cause)> suspend_failed;
     // Job `id` runs again after a resume (its idle episode starts afresh).
     std::function<void(uint64_t id)> resumed;
-    // A resume makes job `id`'s demand to be resumed, queued, moot.
-    std::function<void(uint64_t id)> drop_resume_demand;
+    // Resume on demand: whether the admin allows it, the suspended jobs (by
+    // id), a job's demand entering the queue, asked at `asked_ms`, and
+    // leaving it.
+    std::function<bool()> resume_on_demand;
+    std::function<std::vector<core::Job*>()> suspended;
+    std::function<void(const core::Job& job, int64_t asked_ms)> enqueue;
+    std::function<void(uint64_t id)> dequeue;
+    // Whether suspended job `job` may take its room back by itself now
+    // (nothing of higher priority waits, nor would it borrow over its
+    // group's quota while a job waits first in line).
+    std::function<bool(const core::Job& job)> may_resume;
     // Capacity came or went: the queue is planned again.
     std::function<void()> request_schedule;
   };
@@ -141,6 +150,20 @@ class Suspender {
 
   // Applies the outcome of the workers that are done (from Tick).
   void Finish();
+  // Resumes suspended jobs the daemon resumes by itself (a preemption
+  // victim, a reclaimed borrower, a move cut short) once their GPUs, or
+  // others of their model and pool, have room again: higher priority
+  // first, then the longest suspended (from Tick).
+  void ResumeWhenRoom();
+  // Resume on demand (docs/SUSPEND.md): reads the resume request of each
+  // suspended job's slice (one pread) and queues, as a waiting demand, each
+  // job whose processes asked during this suspension. The event loop calls
+  // it every 10 ms (and Tick does); nothing to do for a job already waiting.
+  void WatchResumeRequests();
+  // The queue plan placed job `job`'s demand (the capacity it holds now):
+  // resumed there, unless it is ending; a failure is not retried for this
+  // suspension.
+  void ResumeOnDemand(core::Job& job);
   // Restart recovery: processes a suspend or resume left half done (the
   // worker died with the daemon) are put back to what the ledger says, and
   // checked again (RecheckRecovered) once a lock asked for before the
@@ -163,17 +186,12 @@ class Suspender {
   std::vector<std::string> Flags(uint64_t id) const;
   // Why the last suspend, resume or move of job `id` failed ("": none).
   std::string Error(uint64_t id) const;
-  void SetError(uint64_t id, std::string error);
 
   // Resume on demand: what identifies the job's current suspension in its
-  // limits page (SliceLimits::suspension); when its processes' demand
-  // entered the queue (0: none waits); and the suspension whose demand is
-  // not honoured again (its on-demand resume failed).
+  // limits page (SliceLimits::suspension), and when its processes' demand
+  // entered the queue (0: none waits).
   static uint64_t SuspensionId(const core::Job& job);
   int64_t ResumeAskedMs(uint64_t id) const;
-  void SetResumeAskedMs(uint64_t id, int64_t ms);
-  uint64_t ResumeRefused(uint64_t id) const;
-  void RefuseResume(uint64_t id, uint64_t suspension);
 
   // Job `id` ended or went back to the queue: its record goes (a worker
   // still busy with it is waited for).
@@ -188,6 +206,9 @@ class Suspender {
     std::string error;                     // Why the last one failed.
     // Processes that used the GPU while the job was suspended, and ended.
     std::set<int64_t> escaped;
+    // Resume on demand: when its processes' request put it in the queue (0:
+    // not waiting), and the suspension whose on-demand resume failed (its
+    // requests are not honoured again: its owner resumes it by hand).
     int64_t resume_asked_ms = 0;
     uint64_t resume_refused = 0;
   };
@@ -196,6 +217,10 @@ class Suspender {
   // Runs `work` on a worker thread for `task` (Finish applies it).
   void Run(const core::Job& job, std::shared_ptr<CheckpointTask> task,
            std::function<CheckpointOutcome(Checkpointer&)> work);
+  // Queues job `job`'s demand to be resumed, and drops it (a resume by
+  // any other way makes it moot).
+  void AskResume(core::Job& job);
+  void DropResumeDemand(uint64_t id);
   // The capacity a resume takes (held on return).
   core::Result<core::Allocation> PlaceForResume(core::Job& job,
                                                 const std::vector<std::string>& onto);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -91,7 +92,18 @@ class SuspenderTest : public ::testing::Test {
                                    const std::string& line) { stderr_.push_back(line); },
         .suspend_failed = [this](Job& job, const SuspendCause&) { failed_.insert(job.id); },
         .resumed = [this](uint64_t id) { resumed_.insert(id); },
-        .drop_resume_demand = [this](uint64_t id) { dropped_.insert(id); },
+        .resume_on_demand = [this] { return resume_on_demand_; },
+        .suspended =
+            [this] {
+              std::vector<Job*> out;
+              for (auto& [id, job] : jobs_) {
+                if (job.state == JobState::kSuspended) out.push_back(&job);
+              }
+              return out;
+            },
+        .enqueue = [this](const Job& job, int64_t) { queue_.insert(job.id); },
+        .dequeue = [this](uint64_t id) { queue_.erase(id); },
+        .may_resume = [this](const Job& job) { return !held_back_.count(job.id); },
         .request_schedule = [this] { ++schedules_; },
     };
   }
@@ -149,7 +161,8 @@ class SuspenderTest : public ::testing::Test {
   std::shared_ptr<FakeCheckpointer> checkpointer_;
   std::map<uint64_t, Job> jobs_;
   std::map<uint64_t, JobUsage> usage_;
-  std::set<uint64_t> ending_, stopped_, failed_, resumed_, dropped_;
+  std::set<uint64_t> ending_, stopped_, failed_, resumed_, queue_, held_back_;
+  bool resume_on_demand_ = true;
   std::vector<Event> events_;
   std::vector<std::string> stderr_;
   int persisted_ = 0;
@@ -236,7 +249,6 @@ TEST_F(SuspenderTest, AResumeTakesItsOwnGpuBackAndRestoresItsProcesses) {
   EXPECT_EQ(job.suspended_total_ms, 5000);
   EXPECT_EQ(job.suspended_since_ms, 0);
   EXPECT_EQ(resumed_, std::set<uint64_t>{1});
-  EXPECT_EQ(dropped_, std::set<uint64_t>{1});  // Whatever demand it had is moot.
   EXPECT_FALSE(HasEvent("moved", 1));
 }
 
@@ -335,16 +347,104 @@ TEST_F(SuspenderTest, ARestartPutsBackProcessesASuspensionLeftLocked) {
   EXPECT_EQ(checkpointer_->Get(5001), GpuProcessState::kRunning);
 }
 
+// Job 1 suspended, its processes' request to be resumed in its slice.
+class SuspenderOnDemandTest : public SuspenderTest {
+ protected:
+  Job& SuspendedAndAsking() {
+    Job& job = Running(1, 0, 5001);
+    EXPECT_TRUE(suspender_->Suspend(job, By("alice")).ok());
+    WaitFor(1);
+    regions_.resume_requests[job.region_path] = Suspender::SuspensionId(job);
+    return job;
+  }
+};
+
+TEST_F(SuspenderOnDemandTest, ARequestOfTheCurrentSuspensionQueuesTheJobOnce) {
+  Job& job = SuspendedAndAsking();
+  suspender_->WatchResumeRequests();
+  suspender_->WatchResumeRequests();
+  EXPECT_EQ(queue_, std::set<uint64_t>{1});
+  EXPECT_EQ(suspender_->ResumeAskedMs(1), clock_.NowMs());
+  EXPECT_EQ(suspender_->Flags(1), std::vector<std::string>{"resume_asked"});
+  EXPECT_TRUE(capacity_->HasResumeTarget(1));
+  EXPECT_EQ(std::count_if(events_.begin(), events_.end(),
+                          [](const Event& e) { return e.kind == "resume_asked"; }),
+            1);
+  EXPECT_EQ(job.state, JobState::kSuspended);
+}
+
+TEST_F(SuspenderOnDemandTest, AStaleRequestOrOneTheAdminDoesNotAllowQueuesNothing) {
+  Job& job = SuspendedAndAsking();
+  resume_on_demand_ = false;
+  suspender_->WatchResumeRequests();
+  EXPECT_TRUE(queue_.empty());
+  resume_on_demand_ = true;
+  regions_.resume_requests[job.region_path] = Suspender::SuspensionId(job) - 1;
+  suspender_->WatchResumeRequests();
+  EXPECT_TRUE(queue_.empty());
+  EXPECT_EQ(suspender_->ResumeAskedMs(1), 0);
+}
+
+TEST_F(SuspenderOnDemandTest, ThePlacedDemandResumesTheJobAndLeavesTheQueue) {
+  Job& job = SuspendedAndAsking();
+  suspender_->WatchResumeRequests();
+  ASSERT_EQ(capacity_->TryPlace(1), core::FitResult::kPlaced);
+  suspender_->ResumeOnDemand(job);
+  EXPECT_TRUE(queue_.empty());  // A resume makes the demand moot.
+  EXPECT_EQ(suspender_->ResumeAskedMs(1), 0);
+  WaitFor(1);
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_NE(MessageOf("resumed").find("its own CUDA call (on demand"), std::string::npos)
+      << MessageOf("resumed");
+}
+
+TEST_F(SuspenderOnDemandTest, AFailedOnDemandResumeIsNotAskedAgainForThisSuspension) {
+  Job& job = SuspendedAndAsking();
+  suspender_->WatchResumeRequests();
+  ASSERT_EQ(capacity_->TryPlace(1), core::FitResult::kPlaced);
+  checkpointer_->Fail("restore", 5001, core::InternalError("CUDA_ERROR_OUT_OF_MEMORY"));
+  suspender_->ResumeOnDemand(job);
+  WaitFor(1);
+  EXPECT_EQ(job.state, JobState::kSuspended);
+  EXPECT_FALSE(capacity_->AllocationOf(1).has_value());  // Its room went back.
+  EXPECT_NE(MessageOf("resume_failed").find("until resumed by hand"), std::string::npos)
+      << MessageOf("resume_failed");
+  suspender_->WatchResumeRequests();
+  EXPECT_TRUE(queue_.empty());
+  EXPECT_EQ(suspender_->ResumeAskedMs(1), 0);
+}
+
+TEST_F(SuspenderTest, TheDaemonResumesAJobThatAskedOnceItsRoomIsBackAndNothingOutranksIt) {
+  Job& job = Running(1, 0, 5001);
+  SuspendCause cause = By("preemption by job 2");
+  cause.preempted_for = 2;
+  ASSERT_TRUE(suspender_->Suspend(job, cause).ok());
+  WaitFor(1);
+  ASSERT_TRUE(job.resume_when_fits);
+  Running(2, 0, 5002);
+  Running(3, 1, 5003);
+  suspender_->ResumeWhenRoom();  // No room: quiet, tried again later.
+  EXPECT_FALSE(suspender_->Busy(1));
+  EXPECT_TRUE(suspender_->Error(1).empty());
+  capacity_->Release(2);
+  held_back_.insert(1);  // Something of higher priority waits.
+  suspender_->ResumeWhenRoom();
+  EXPECT_FALSE(suspender_->Busy(1));
+  held_back_.clear();
+  suspender_->ResumeWhenRoom();
+  WaitFor(1);
+  EXPECT_EQ(job.state, JobState::kRunning);
+  EXPECT_FALSE(job.resume_when_fits);
+}
+
 TEST_F(SuspenderTest, ForgettingAJobDropsWhatItKeptOfIt) {
   Job& job = Running(1, 0, 5001);
-  suspender_->SetError(1, "resume failed: no room");
-  suspender_->SetResumeAskedMs(1, 42);
-  suspender_->RefuseResume(1, Suspender::SuspensionId(job));
-  EXPECT_EQ(suspender_->Flags(1), std::vector<std::string>{"resume_asked"});
+  checkpointer_->Fail("lock", 5001, core::DeadlineExceededError("CUDA_ERROR_NOT_READY"));
+  ASSERT_TRUE(suspender_->Suspend(job, By("alice")).ok());
+  WaitFor(1);
+  ASSERT_FALSE(suspender_->Error(1).empty());
   suspender_->Forget(1);
   EXPECT_EQ(suspender_->Error(1), "");
-  EXPECT_EQ(suspender_->ResumeAskedMs(1), 0);
-  EXPECT_EQ(suspender_->ResumeRefused(1), 0u);
   EXPECT_TRUE(suspender_->Flags(1).empty());
 }
 
