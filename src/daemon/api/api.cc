@@ -249,25 +249,25 @@ ApiResponse Api::Status(const ApiRequest&, uint64_t) {
             {"gpu_source", inv.source},
             {"simulated", inv.simulated()},
             {"gpus", inv.gpus.size()},
-            {"queued", service_.queued_count()},
-            {"running", service_.running_count()}};
+            {"queued", service_.table().queued_count()},
+            {"running", service_.table().running_count()}};
   return Json(200, j);
 }
 
 ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
   const InventorySnapshot& inv = service_.inventory();
   auto usage = service_.inventory_source().Usage();
-  auto slices = service_.SlicesByGpu();
+  auto slices = service_.table().SlicesByGpu();
   // Whose each GPU process is (`gpuslice top`'s process rows): a running
   // job's, as its last sample found it, else outside gpuslice.
   std::unordered_map<uint32_t, std::pair<uint64_t, std::string>> whose;
-  service_.ForEachLiveJob([&](const core::Job& job) {
+  service_.table().ForEachLiveJob([&](const core::Job& job) {
     if (job.state != core::JobState::kRunning) return;
-    if (auto u = service_.UsageOf(job.id)) {
+    if (auto u = service_.usage().Of(job.id)) {
       for (int32_t pid : u->pids) whose[static_cast<uint32_t>(pid)] = {job.id, job.user};
     }
   });
-  for (const ForeignProcess& f : service_.ForeignProcesses()) {
+  for (const ForeignProcess& f : service_.foreign().processes()) {
     whose.try_emplace(f.pid, uint64_t{0}, f.user);
   }
   json gpus = json::array();
@@ -307,7 +307,7 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
     // Processes outside gpuslice (as of the last sample), with their owner.
     json foreign = json::array();
     uint64_t foreign_bytes = 0;
-    for (const ForeignProcess& f : service_.ForeignProcesses()) {
+    for (const ForeignProcess& f : service_.foreign().processes()) {
       if (f.gpu_index != g.index) continue;
       json fj = {{"pid", f.pid},
                  {"user", f.user},
@@ -399,7 +399,7 @@ ApiResponse Api::ListEvents(const ApiRequest& req, uint64_t) {
     }
     q.limit = v;
   }
-  auto events = service_.Events(q);
+  auto events = service_.events().Query(q);
   if (!events.ok()) return Error(events.status());
   json out = json::array();
   for (Event& e : *events) {

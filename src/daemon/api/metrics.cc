@@ -127,7 +127,7 @@ void RenderGpus(MetricsText& t, Service& service, const InventorySnapshot& inv,
                 const std::vector<ForeignProcess>& foreign, const std::string& host) {
   std::vector<MetricLabels> labels;
   for (const GpuInfo& g : inv.gpus) labels.push_back(GpuLabels(g, host, service.PoolOf(g.index)));
-  // GpuUsageNow() is in the order of inventory().gpus; it is empty before
+  // usage().gpus() is in the order of inventory().gpus; it is empty before
   // the first sample (and stays so when NVML cannot be read).
   const bool have_usage = usage.size() == inv.gpus.size();
   auto per_gpu = [&](const char* name, MetricType type, const char* help, auto value_of,
@@ -333,7 +333,7 @@ void RenderJobs(MetricsText& t, Service& service, const std::vector<JobView>& jo
   std::vector<std::pair<size_t, JobUsage>> sampled;
   for (size_t i = 0; i < running.size(); ++i) {
     std::optional<JobUsage> u = running[i]->usage;
-    if (!u) u = service.UsageOf(running[i]->job.id);
+    if (!u) u = service.usage().Of(running[i]->job.id);
     if (u) sampled.emplace_back(i, *u);
   }
   auto family = [&](const char* name, MetricType type, const char* help, auto value_of) {
@@ -403,7 +403,7 @@ void RenderScheduler(MetricsText& t, Service& service, const std::vector<JobView
   // no view of each (there may be 10,000).
   std::map<std::pair<std::string, std::string>, uint64_t> by_user;
   const std::string& default_pool = service.options().rules.default_pool;
-  service.ForEachLiveJob([&](const core::Job& job) {
+  service.table().ForEachLiveJob([&](const core::Job& job) {
     if (job.state != core::JobState::kQueued) return;
     const size_t p = size_t(job.request.priority);
     if (p < queued.size()) ++queued[p];
@@ -457,7 +457,7 @@ void RenderScheduler(MetricsText& t, Service& service, const std::vector<JobView
     used("compute", q.in_use.compute_milli / 1000.0);
     used("jobs", q.in_use.jobs);
   }
-  const WaitHistogram& h = service.QueueWaitHistogram();
+  const WaitHistogram& h = service.usage().queue_waits();
   t.Family(kQueueWait, MetricType::kHistogram,
            "Time started jobs waited in the queue, from submission to start (seconds).");
   t.Histogram({}, h.bounds_s, h.cumulative, h.count, h.sum_s);
@@ -466,7 +466,7 @@ void RenderScheduler(MetricsText& t, Service& service, const std::vector<JobView
   t.Family(kEvents, MetricType::kCounter,
            "Events by kind since the ledger was created (submitted, started, finished, "
            "preempted, idle_flagged, idle_action, ...).");
-  for (const auto& [kind, count] : service.EventCounts()) t.Sample({{"kind", kind}}, count);
+  for (const auto& [kind, count] : service.events().Counts()) t.Sample({{"kind", kind}}, count);
 }
 
 void RenderDaemon(MetricsText& t, Service& service, const MetricsOptions& options) {
@@ -504,7 +504,7 @@ std::string RenderMetrics(Service& service, const MetricsOptions& options) {
     }
   }
   MetricsText t;
-  RenderGpus(t, service, inv, service.GpuUsageNow(), totals, service.ForeignProcesses(), host);
+  RenderGpus(t, service, inv, service.usage().gpus(), totals, service.foreign().processes(), host);
   RenderJobs(t, service, jobs, inv, host);
   RenderScheduler(t, service, jobs);
   RenderDaemon(t, service, options);

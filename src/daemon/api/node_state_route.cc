@@ -70,7 +70,7 @@ json NodeStateJson(Service& service) {
     }
   }
   std::map<uint32_t, uint64_t> foreign;
-  for (const ForeignProcess& f : service.ForeignProcesses()) {
+  for (const ForeignProcess& f : service.foreign().processes()) {
     if (f.mig_uuid.empty()) {
       foreign[f.gpu_index] += f.used_memory;
     } else {
@@ -81,7 +81,7 @@ json NodeStateJson(Service& service) {
   json gpus = json::array();
   for (const GpuInfo& g : inv.gpus) {
     bool healthy = true;
-    for (const GpuUsage& u : service.GpuUsageNow()) {
+    for (const GpuUsage& u : service.usage().gpus()) {
       if (u.index == g.index) healthy = Healthy(u);
     }
     const Held h = held.count(g.index) ? held[g.index] : Held{};

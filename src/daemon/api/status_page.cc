@@ -296,7 +296,7 @@ json StatusSnapshot(Service& service) {
                {"uuid", g.uuid},
                {"memory_total", g.memory_total},
                {"mig_enabled", g.mig_enabled}};
-    for (const GpuUsage& u : service.GpuUsageNow()) {
+    for (const GpuUsage& u : service.usage().gpus()) {
       if (u.index != g.index) continue;
       gj["memory_used"] = u.memory_used;
       // Unknown (MIG mode without GPM) is left out: the page shows "?".
@@ -335,7 +335,7 @@ json StatusSnapshot(Service& service) {
   json events = json::array();
   EventQuery q;
   q.limit = kStatusEvents;
-  if (auto ev = service.Events(q); ev.ok()) {
+  if (auto ev = service.events().Query(q); ev.ok()) {
     for (const Event& e : *ev) {
       events.push_back({{"at_ms", e.at_ms},
                         {"kind", e.kind},

@@ -59,8 +59,8 @@ std::string RedactEnvironment(std::string text, const std::vector<std::string>& 
 }
 
 std::string Service::PublicText(uint64_t job_id, std::string text) const {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return text;
+  auto it = table_.jobs().find(job_id);
+  if (it == table_.jobs().end()) return text;
   return RedactEnvironment(std::move(text), it->second.env, it->second.user);
 }
 
@@ -102,9 +102,9 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .gids_of = SystemGidsOf,
               .for_each_running =
                   [this](const std::function<void(const Job&)>& visit) {
-                    for (const auto& [id, l] : live_) {
-                      auto it = jobs_.find(id);
-                      if (it != jobs_.end() && it->second.state == JobState::kRunning) {
+                    for (const auto& [id, l] : table_.live()) {
+                      auto it = table_.jobs().find(id);
+                      if (it != table_.jobs().end() && it->second.state == JobState::kRunning) {
                         visit(it->second);
                       }
                     }
@@ -115,7 +115,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                 ExternalJobs::Jobs{
                     .for_each_running =
                         [this](const std::function<void(const Job&)>& visit) {
-                          for (const auto& [id, job] : jobs_) {
+                          for (const auto& [id, job] : table_.jobs()) {
                             if (job.state == JobState::kRunning) visit(job);
                           }
                         },
@@ -132,8 +132,8 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .free_bytes = [this] { return FreeBytes(options_.state_dir); },
               .save_job = [this](uint64_t id, std::optional<JobState> from) -> Status {
                 if (!ledger_) return core::UnavailableError("no ledger");
-                auto it = jobs_.find(id);
-                if (it == jobs_.end()) return Status::Ok();
+                auto it = table_.jobs().find(id);
+                if (it == table_.jobs().end()) return Status::Ok();
                 return ledger_->SaveJob(it->second, from, clock_.NowMs());
               },
               .write_events = [this] { return events_.WriteUnsaved(); },
@@ -148,7 +148,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           Watchdog::Hooks{
               .kill =
                   [this](const Job& job, const std::string& kind, const std::string& why) {
-                    KillJob(jobs_.at(job.id), live_.at(job.id), kind, why);
+                    KillJob(table_.jobs().at(job.id), table_.live().at(job.id), kind, why);
                   },
               .stop = [this](const Job& job) { StopJob(job); },
               .resume = [this](const Job& job) { ContinueJob(job); },
@@ -163,17 +163,17 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           }),
       idle_(options_.rules,
             IdleReclaim::Hooks{
-                .paused = [this](const Job& job) { return live_.at(job.id).paused; },
+                .paused = [this](const Job& job) { return table_.live().at(job.id).paused; },
                 .pause = [this](const Job& job) -> Status {
                   SliceLimits limits = SliceLimitsOf(job);
                   limits.launches_paused = true;
                   GPUSLICE_RETURN_IF_ERROR(regions_.Update(job.region_path, limits));
-                  live_.at(job.id).paused = true;
+                  table_.live().at(job.id).paused = true;
                   return Status::Ok();
                 },
                 .end =
                     [this](const Job& job, const std::string& reason) {
-                      Live& l = live_.at(job.id);
+                      Live& l = table_.live().at(job.id);
                       l.ending = JobState::kCancelled;
                       l.ending_reason = reason;
                       l.kill_at_ms = clock_.NowMs() + options_.kill_grace_ms;
@@ -185,7 +185,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   cause.by = "idle reclaim";
                   cause.idle_fallback = options_.rules.idle_suspend_fallback;
                   cause.idle_text = idle;
-                  return suspender_.Suspend(jobs_.at(job.id), std::move(cause));
+                  return suspender_.Suspend(table_.jobs().at(job.id), std::move(cause));
                 },
                 .record =
                     [this](const std::string& kind, const Job& job, const std::string& message) {
@@ -197,15 +197,15 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       quotas_(QuotaKeeper::Jobs{
                   .for_each_charged =
                       [this](const std::function<void(const Job&)>& visit) {
-                        for (const auto& [id, l] : live_) {
+                        for (const auto& [id, l] : table_.live()) {
                           // A suspended job holds no GPU; it counts only if the
                           // admin says so.
-                          if (IsSuspended(id) && !options_.rules.suspended_counts_in_quota)
+                          if (table_.IsSuspended(id) && !options_.rules.suspended_counts_in_quota)
                             continue;
-                          visit(jobs_[id]);
+                          visit(table_.jobs()[id]);
                         }
                       },
-                  .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+                  .job = [this](uint64_t id) -> const Job& { return table_.jobs()[id]; },
                   .placed = [this](uint64_t id) { return capacity_->AllocationOf(id); },
                   .borrowable = [this](const Job& job) { return preemptions_.Borrowable(job); },
                   .groups_of = options_.groups_of ? options_.groups_of : SystemGroupsOf,
@@ -215,20 +215,20 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           Preemptions::Jobs{
               .for_each_live =
                   [this](const std::function<void(const LiveJob&)>& visit) {
-                    for (const auto& [id, l] : live_) visit(*LiveJobOf(id));
+                    for (const auto& [id, l] : table_.live()) visit(*LiveJobOf(id));
                   },
               .live = [this](uint64_t id) { return LiveJobOf(id); },
-              .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+              .job = [this](uint64_t id) -> const Job& { return table_.jobs()[id]; },
               .capacity = [this]() -> const core::CapacityModel& { return *capacity_; },
               .suspend =
                   [this](uint64_t id, const SuspendToMakeRoom& why) {
-                    return suspender_.Suspend(jobs_[id], CauseOf(why));
+                    return suspender_.Suspend(table_.jobs()[id], CauseOf(why));
                   },
               .end =
                   [this](uint64_t id, JobState then, std::string reason, int64_t kill_at_ms,
                          bool hang_up) {
-                    const Job& job = jobs_[id];
-                    Live& l = live_[id];
+                    const Job& job = table_.jobs()[id];
+                    Live& l = table_.live()[id];
                     l.ending = then;
                     l.ending_reason = std::move(reason);
                     l.kill_at_ms = kill_at_ms;
@@ -251,8 +251,8 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           options_.rules, options_.checkpointer.get(), clock_),
       dependencies_(JobDependencies::Jobs{
           .find = [this](uint64_t id) -> const Job* {
-            auto it = jobs_.find(id);
-            return it == jobs_.end() ? nullptr : &it->second;
+            auto it = table_.jobs().find(id);
+            return it == table_.jobs().end() ? nullptr : &it->second;
           },
           .load = [this](uint64_t id) -> Result<std::optional<Job>> {
             if (!ledger_)
@@ -261,7 +261,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           },
           .cancel =
               [this](uint64_t id, std::string reason) {
-                FinishJob(jobs_.at(id), JobState::kCancelled, -1, std::move(reason));
+                FinishJob(table_.jobs().at(id), JobState::kCancelled, -1, std::move(reason));
               },
           // It may start now: the next Flush plans.
           .released = [this](uint64_t) { schedule_pending_ = true; },
@@ -269,9 +269,12 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       suspender_(
           Suspender::Jobs{
               .live = [this](uint64_t id) -> Job* {
-                return live_.count(id) ? &jobs_[id] : nullptr;
+                return table_.live().count(id) ? &table_.jobs()[id] : nullptr;
               },
-              .ending = [this](uint64_t id) { return live_.count(id) && live_[id].ending; },
+              .ending =
+                  [this](uint64_t id) {
+                    return table_.live().count(id) && table_.live()[id].ending;
+                  },
               .stopped = [this](uint64_t id) { return watchdog_.Stopped(id); },
               .change_state =
                   [this](Job& job, JobState to, std::string kind, std::string message) {
@@ -299,8 +302,8 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .suspended =
                   [this] {
                     std::vector<Job*> out;
-                    for (const auto& [id, l] : live_) {
-                      if (IsSuspended(id)) out.push_back(&jobs_[id]);
+                    for (const auto& [id, l] : table_.live()) {
+                      if (table_.IsSuspended(id)) out.push_back(&table_.jobs()[id]);
                     }
                     return out;
                   },
@@ -308,22 +311,24 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                                 int64_t asked_ms) { QueueResumeDemand(job, asked_ms); },
               .dequeue =
                   [this](uint64_t id) {
-                    Dequeue(id);
+                    table_.Dequeue(id);
                     waiting_index_stale_ = true;
                   },
               .may_resume =
                   [this](const Job& job) {
                     // A queued job of higher priority would preempt it again at once.
-                    if (std::any_of(queue_.begin(), queue_.end(), [&](const core::QueuedJob& q) {
-                          return q.priority > job.request.priority;
-                        })) {
+                    if (std::any_of(table_.queue().begin(), table_.queue().end(),
+                                    [&](const core::QueuedJob& q) {
+                                      return q.priority > job.request.priority;
+                                    })) {
                       return false;
                     }
                     // A job that would borrow over its group's quota again takes only
                     // idle capacity, as when it started: not while a job waits first
                     // in line.
-                    return !(plan_head_ != 0 && !queue_.empty() && options_.rules.quota_borrowing &&
-                             !quotas_.empty() && quotas_.WouldBorrow(job, clock_.NowMs()));
+                    return !(plan_head_ != 0 && !table_.queue().empty() &&
+                             options_.rules.quota_borrowing && !quotas_.empty() &&
+                             quotas_.WouldBorrow(job, clock_.NowMs()));
                   },
               .request_schedule = [this] { RequestSchedule(); },
           },
@@ -331,13 +336,13 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
       ranker_(
           options_.rules.fair_share, options_.rules.runtime_estimates, clock_,
           QueueRanker::Hooks{
-              .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+              .job = [this](uint64_t id) -> const Job& { return table_.jobs()[id]; },
               .for_each_live =
                   [this](const std::function<void(const Job&)>& visit) {
-                    for (const auto& [id, l] : live_) visit(jobs_[id]);
+                    for (const auto& [id, l] : table_.live()) visit(table_.jobs()[id]);
                   },
-              .live = [this](uint64_t id) { return live_.count(id) > 0; },
-              .queue = [this]() -> std::vector<core::QueuedJob>& { return queue_; },
+              .live = [this](uint64_t id) { return table_.live().count(id) > 0; },
+              .queue = [this]() -> std::vector<core::QueuedJob>& { return table_.queue(); },
               .resume_asked_ms = [this](uint64_t id) { return suspender_.ResumeAskedMs(id); },
               .waits_for_dependencies = [this](uint64_t id) { return dependencies_.Waits(id); },
               .gpu_memory =
@@ -355,40 +360,41 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                     if (capacity_) capacity_->set_pack_fractions(pack);
                   },
           }),
-      defrag_(Defragmenter::Jobs{
-                  .find = [this](uint64_t id) -> const Job* {
-                    auto it = jobs_.find(id);
-                    return it == jobs_.end() ? nullptr : &it->second;
-                  },
-                  .live = [this](uint64_t id) { return LiveJobOf(id); },
-                  .can_move = [this](const Job& job) { return suspender_.CanMove(job); },
-                  .has_cuda_processes =
-                      [this](const Job& job) {
-                        auto pids = regions_.Pids(job.region_path);
-                        return pids.ok() && !pids->empty();
-                      },
-                  .plan =
-                      [this](uint64_t head_id, uint32_t max_moves,
-                             const std::function<bool(uint64_t)>& movable) {
-                        return capacity_->PlanDefragFor(head_id, max_moves, movable);
-                      },
-                  .suspend =
-                      [this](uint64_t id, const SuspendToMakeRoom& why) {
-                        return suspender_.Suspend(jobs_[id], CauseOf(why));
-                      },
-                  .record =
-                      [this](std::string kind, uint64_t id, std::string user, std::string message) {
-                        RecordEvent(std::move(kind), id, std::move(user), std::move(message));
-                      },
+      defrag_(
+          Defragmenter::Jobs{
+              .find = [this](uint64_t id) -> const Job* {
+                auto it = table_.jobs().find(id);
+                return it == table_.jobs().end() ? nullptr : &it->second;
               },
-              options_.rules, options_.checkpointer.get(), clock_),
+              .live = [this](uint64_t id) { return LiveJobOf(id); },
+              .can_move = [this](const Job& job) { return suspender_.CanMove(job); },
+              .has_cuda_processes =
+                  [this](const Job& job) {
+                    auto pids = regions_.Pids(job.region_path);
+                    return pids.ok() && !pids->empty();
+                  },
+              .plan =
+                  [this](uint64_t head_id, uint32_t max_moves,
+                         const std::function<bool(uint64_t)>& movable) {
+                    return capacity_->PlanDefragFor(head_id, max_moves, movable);
+                  },
+              .suspend =
+                  [this](uint64_t id, const SuspendToMakeRoom& why) {
+                    return suspender_.Suspend(table_.jobs()[id], CauseOf(why));
+                  },
+              .record =
+                  [this](std::string kind, uint64_t id, std::string user, std::string message) {
+                    RecordEvent(std::move(kind), id, std::move(user), std::move(message));
+                  },
+          },
+          options_.rules, options_.checkpointer.get(), clock_),
       elastic_(
           ElasticJobs::Jobs{
               .for_each_live =
                   [this](const std::function<void(const LiveJob&)>& visit) {
-                    for (const auto& [id, l] : live_) visit(*LiveJobOf(id));
+                    for (const auto& [id, l] : table_.live()) visit(*LiveJobOf(id));
                   },
-              .job = [this](uint64_t id) -> const Job& { return jobs_[id]; },
+              .job = [this](uint64_t id) -> const Job& { return table_.jobs()[id]; },
               .capacity = [this]() -> NodeCapacity& { return *capacity_; },
               .preempting = [this](uint64_t id) { return preemptions_.Preempting(id); },
               .fits_quotas =
@@ -401,18 +407,19 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                         quotas_.RunningUsage(job.id));
                     return d.verdict == core::QuotaVerdict::kFits;
                   },
-              .apply = [this](
-                           uint64_t id, uint32_t count,
-                           const std::string& why) { return ApplyElastic(jobs_[id], count, why); },
+              .apply =
+                  [this](uint64_t id, uint32_t count, const std::string& why) {
+                    return ApplyElastic(table_.jobs()[id], count, why);
+                  },
               .schedule = [this]() { Schedule(); },
           },
           options_.rules, clock_) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
-  auto it = live_.find(id);
-  if (it == live_.end()) return std::nullopt;
+  auto it = table_.live().find(id);
+  if (it == table_.live().end()) return std::nullopt;
   const Live& l = it->second;
-  return LiveJob{.job = &jobs_[id],
+  return LiveJob{.job = &table_.jobs()[id],
                  .ending = l.ending.has_value(),
                  .checkpointing = suspender_.Busy(id),
                  .stopped = watchdog_.Stopped(id)};
@@ -469,10 +476,10 @@ Status Service::CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) 
         core::FormatBytes(options_.max_argv_bytes) +
         " (max_argv_bytes in gpusliced's configuration, docs/CONFIG.md)");
   }
-  auto q = queued_by_uid_.find(caller.uid);
-  if (q != queued_by_uid_.end() && q->second >= options_.max_queued_jobs_per_user) {
+  if (const uint32_t queued = table_.QueuedOf(caller.uid);
+      queued > 0 && queued >= options_.max_queued_jobs_per_user) {
     return core::ResourceExhaustedError(
-        "user " + caller.user + " already has " + std::to_string(q->second) +
+        "user " + caller.user + " already has " + std::to_string(queued) +
         " queued jobs, the most one user may have (max_queued_jobs_per_user = " +
         std::to_string(options_.max_queued_jobs_per_user) +
         " in gpusliced's configuration, docs/CONFIG.md); wait for some to start or cancel some");
@@ -541,7 +548,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
         "the daemon");
   }
   GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, dependencies_.Check(spec.after));
-  uint64_t id = next_id_;
+  uint64_t id = table_.next_id();
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
   Status ever = capacity_->CouldEverFit(request);
   if (!ever.ok()) {
@@ -571,16 +578,14 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
     capacity_->ForgetDemand(id);
     return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): job not accepted");
   }
-  ++next_id_;
-  jobs_[id] = job;
-  IndexJob(job);
+  table_.Add(job);
   RecordEvent("submitted", id, job.user,
               job.request.Describe() +
                   (job.after.empty() ? "" : ", after " + core::FormatDependencies(job.after)));
   dependencies_.WaitFor(id, pending);
-  Enqueue(jobs_[id]);
+  Enqueue(table_.jobs()[id]);
   RequestSchedule();
-  return View(jobs_[id]);
+  return View(table_.jobs()[id]);
 }
 
 void Service::Enqueue(const Job& job) {
@@ -592,25 +597,12 @@ void Service::Enqueue(const Job& job) {
   q.estimate = ranker_.EstimateOf(job);
   q.shape = capacity_->ShapeOf(job.id);
   q.rank = ranker_.RankOfArrival(job);
-  auto pos = std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore);
-  queue_.insert(pos, q);
-  ++queued_by_uid_[job.uid];
-}
-
-void Service::Dequeue(uint64_t id) {
-  auto it = std::find_if(queue_.begin(), queue_.end(),
-                         [&](const core::QueuedJob& q) { return q.id == id; });
-  if (it == queue_.end()) return;
-  queue_.erase(it);
-  auto job = jobs_.find(id);
-  if (job == jobs_.end()) return;
-  auto n = queued_by_uid_.find(job->second.uid);
-  if (n != queued_by_uid_.end() && --n->second == 0) queued_by_uid_.erase(n);
+  table_.Enqueue(q, job.uid);
 }
 
 Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exit_code) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (exit_code && job.mode != core::JobMode::kExternal) {
@@ -637,7 +629,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
   if (job.mode == core::JobMode::kExternal && !external_.HeldProcesses(job).empty()) {
     // A bound job whose processes still run (an admin cancels a Slurm step's
     // slice): they are ended as a launched job's are, then the slice goes.
-    Live& l = live_[id];
+    Live& l = table_.live()[id];
     if (!l.ending) {
       l.ending = JobState::kCancelled;
       l.ending_reason = who;
@@ -655,7 +647,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
     Schedule();
     return Status::Ok();
   }
-  Live& l = live_[id];
+  Live& l = table_.live()[id];
   if (!l.ending) {
     l.ending = JobState::kCancelled;
     l.ending_reason = who;
@@ -669,7 +661,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
 JobView Service::View(const Job& job) {
   JobView v{job, 0, "", std::nullopt, {}, dependencies_.ViewsOf(job), ""};
   if (job.state == JobState::kRunning || job.state == JobState::kSuspended) {
-    if (job.state == JobState::kRunning) v.usage = UsageOf(job.id);
+    if (job.state == JobState::kRunning) v.usage = usage_.Of(job.id);
     v.flags = FlagsOf(job.id);
     v.checkpoint_error = suspender_.Error(job.id);
   }
@@ -750,75 +742,41 @@ JobView Service::View(const Job& job) {
 
 Result<JobView> Service::Get(uint64_t id) {
   Flush();
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   return View(it->second);
 }
 
 std::vector<JobView> Service::List(bool include_finished) {
   Flush();
   std::vector<JobView> out;
-  for (const auto& [id, job] : jobs_) {
+  for (const auto& [id, job] : table_.jobs()) {
     if (include_finished || job.IsLive()) out.push_back(View(job));
   }
   return out;
 }
 
-void Service::IndexJob(const Job& job) { ids_by_user_[job.user].insert(job.id); }
+namespace {
 
-void Service::UnindexJob(const Job& job) {
-  auto it = ids_by_user_.find(job.user);
-  if (it == ids_by_user_.end()) return;
-  it->second.erase(job.id);
-  if (it->second.empty()) ids_by_user_.erase(it);
-}
-
-void Service::VisitCandidates(const JobQuery& q,
-                              const std::function<bool(const Job&)>& visit) const {
-  auto emit = [&](uint64_t id) {
-    auto j = jobs_.find(id);
-    return j == jobs_.end() || visit(j->second);
-  };
-  // Running and suspended jobs only: the live table holds exactly those.
+// Calls `visit` with the jobs of `table` that may pass `q` (JobTable::
+// VisitCandidates): running and suspended jobs only come from the live
+// jobs alone.
+void VisitCandidates(const JobTable& table, const JobQuery& q,
+                     const std::function<bool(const Job&)>& visit) {
   const bool held_states_only =
       !q.states.empty() && std::all_of(q.states.begin(), q.states.end(), [](JobState s) {
         return s == JobState::kRunning || s == JobState::kSuspended;
       });
-  if (held_states_only) {
-    for (auto it = live_.upper_bound(q.after_id); it != live_.end(); ++it) {
-      if (!emit(it->first)) return;
-    }
-    return;
-  }
-  if (!q.users.empty()) {
-    // The owners' id lists merged in id order (a few users at most).
-    using It = std::set<uint64_t>::const_iterator;
-    std::vector<std::pair<It, It>> runs;
-    std::set<std::string> users(q.users.begin(), q.users.end());
-    for (const std::string& u : users) {
-      auto ids = ids_by_user_.find(u);
-      if (ids != ids_by_user_.end())
-        runs.emplace_back(ids->second.upper_bound(q.after_id), ids->second.end());
-    }
-    while (true) {
-      std::pair<It, It>* next = nullptr;
-      for (auto& r : runs) {
-        if (r.first != r.second && (next == nullptr || *r.first < *next->first)) next = &r;
-      }
-      if (next == nullptr) return;
-      if (!emit(*next->first++)) return;
-    }
-  }
-  for (auto it = jobs_.upper_bound(q.after_id); it != jobs_.end(); ++it) {
-    if (!visit(it->second)) return;
-  }
+  table.VisitCandidates(q.after_id, q.users, held_states_only, visit);
 }
+
+}  // namespace
 
 JobPage Service::Query(const JobQuery& q) {
   Flush();
   JobPage page;
   const std::string& default_pool = options_.rules.default_pool;
-  VisitCandidates(q, [&](const Job& job) {
+  VisitCandidates(table_, q, [&](const Job& job) {
     if (!JobMatches(job, q, default_pool)) return true;
     if (q.limit != 0 && page.jobs.size() == q.limit) {
       // One more matches: the page is full, and the next one starts here.
@@ -837,7 +795,7 @@ JobSummary Service::Summary(const JobQuery& q) {
   const std::string& default_pool = options_.rules.default_pool;
   JobQuery from_start = q;
   from_start.after_id = 0;
-  VisitCandidates(from_start, [&](const Job& job) {
+  VisitCandidates(table_, from_start, [&](const Job& job) {
     if (JobMatches(job, q, default_pool)) {
       builder.Add(job, job.request.pool.empty() ? default_pool : job.request.pool);
     }
@@ -849,7 +807,7 @@ JobSummary Service::Summary(const JobQuery& q) {
   out.groups_total = out.groups.size();
   if (q.limit != 0 && out.groups.size() > q.limit) out.groups.resize(q.limit);
   // Only each group's first member gets a view (its position and reason).
-  for (const JobGroup& g : out.groups) out.first.push_back(View(jobs_.at(g.ids.front())));
+  for (const JobGroup& g : out.groups) out.first.push_back(View(table_.jobs().at(g.ids.front())));
   return out;
 }
 
@@ -858,26 +816,10 @@ Result<std::vector<Transition>> Service::History(uint64_t id) {
   return ledger_->Transitions(id);
 }
 
-size_t Service::running_count() const {
-  size_t n = 0;
-  for (const auto& [id, l] : live_) n += IsSuspended(id) ? 0 : 1;
-  return n;
-}
-
-std::map<uint32_t, std::vector<uint64_t>> Service::SlicesByGpu() const {
-  std::map<uint32_t, std::vector<uint64_t>> out;
-  for (const auto& [id, l] : live_) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || it->second.state == JobState::kSuspended) continue;
-    for (uint32_t g : it->second.allocation.gpu_indices) out[g].push_back(id);
-  }
-  return out;
-}
-
 Result<LogChunk> Service::ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
                                   uint64_t offset, uint64_t limit) const {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   const Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (stream != "stdout" && stream != "stderr") {
@@ -897,8 +839,8 @@ Result<LogChunk> Service::ReadLog(const Caller& caller, uint64_t id, const std::
 }
 
 Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (job.mode != core::JobMode::kShell) {
@@ -950,7 +892,7 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
     return core::FailedPreconditionError("process " + std::to_string(pid) +
                                          " ended while it was being attached");
   }
-  live_[id].in_cgroup = launcher_.UsesCgroups();
+  table_.live()[id].in_cgroup = launcher_.UsesCgroups();
   job.pid = pid;
   job.pid_start_time = ProcessStartTime(pid);
   Persist(job, JobState::kRunning);
@@ -958,15 +900,15 @@ Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {
 }
 
 Status Service::ReportExit(const Caller& caller, uint64_t id, int exit_code) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, it->second));
   if (it->second.mode != core::JobMode::kShell) {
     return core::FailedPreconditionError(
         "only shell jobs and run -i commands report their own exit");
   }
-  auto l = live_.find(id);
-  if (l == live_.end()) return Status::Ok();  // Already ended.
+  auto l = table_.live().find(id);
+  if (l == table_.live().end()) return Status::Ok();  // Already ended.
   l->second.reported_exit = exit_code;
   WatchRunning();
   Schedule();

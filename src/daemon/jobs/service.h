@@ -46,9 +46,9 @@
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
 #include "daemon/launch/peer_process.h"
-#include "daemon/node/inventory.h"
 #include "daemon/makeroom/defragmenter.h"
 #include "daemon/makeroom/preemptions.h"
+#include "daemon/node/inventory.h"
 #include "daemon/node/process_table.h"
 #include "daemon/placement/capacity.h"
 #include "daemon/placement/memory_allowance.h"
@@ -58,6 +58,7 @@
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
 #include "daemon/suspend/suspender.h"
+#include "daemon/table/job_table.h"
 #include "daemon/usage/foreign_use.h"
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
@@ -279,17 +280,16 @@ class Service {
   // Events: every decision worth telling a user (docs/DAEMON.md lists the
   // kinds). Stored in the ledger; counted per kind for the metrics.
   void RecordEvent(std::string kind, uint64_t job_id, std::string user, std::string message);
-  core::Result<std::vector<Event>> Events(const EventQuery& query) const;
-  const std::map<std::string, uint64_t>& EventCounts() const { return events_.Counts(); }
+  // The events recorded, and counts per kind (store/event_log.h).
+  const EventLog& events() const { return events_; }
 
-  // Usage, as of the last sample (Sample runs from Tick once per
-  // sample_interval_ms).
-  std::optional<JobUsage> UsageOf(uint64_t job_id) const;
-  const std::vector<GpuUsage>& GpuUsageNow() const { return usage_.gpus(); }
+  // Usage as of the last sample (Sample runs from Tick once per
+  // sample_interval_ms): each job's, the GPUs', and started jobs' queue
+  // waits (usage/usage_book.h).
+  const UsageBook& usage() const { return usage_; }
   // GPU processes outside gpuslice, as of the last sample (charged to their
   // GPUs in placement; docs/DAEMON.md, "Foreign GPU use").
-  const std::vector<ForeignProcess>& ForeignProcesses() const { return foreign_.processes(); }
-  const WaitHistogram& QueueWaitHistogram() const { return wait_histogram_; }
+  const ForeignUse& foreign() const { return foreign_; }
   // Samples now (Tick calls it when due; tests call it directly).
   void Sample();
 
@@ -312,8 +312,8 @@ class Service {
   // Variables forced into every job's environment (e.g. GPUSLICE_SIM_*).
   void set_job_env(std::vector<std::string> env) { options_.job_env = std::move(env); }
   RegionStore& regions() { return regions_; }
-  size_t queued_count() const { return queue_.size(); }
-  size_t running_count() const;
+  // The job table, read-only (counts, every live job, slices per GPU).
+  const JobTable& table() const { return table_; }
   // The environment a job's processes get: the caller's, plus the slice
   // (CUDA_VISIBLE_DEVICES by UUID, GPUSLICE_SLICE, the shim preloaded, the
   // simulated driver's directory when the GPUs are simulated).
@@ -325,15 +325,13 @@ class Service {
   // Job `id`'s cgroup for a container's --cgroup-parent ("" without cgroups).
   // "" for an external job: nothing of its own runs in a cgroup of ours.
   std::string CgroupParentOf(uint64_t id) const {
-    auto it = jobs_.find(id);
-    if (it != jobs_.end() && it->second.mode == core::JobMode::kExternal) return "";
+    auto it = table_.jobs().find(id);
+    if (it != table_.jobs().end() && it->second.mode == core::JobMode::kExternal) return "";
     return launcher_.CgroupParent(id);
   }
   // `text` (an event's message about job `job_id`) without that job's
   // environment values, for anyone to read.
   std::string PublicText(uint64_t job_id, std::string text) const;
-  // Jobs holding each GPU (by inventory index), for `gpuslice gpus`.
-  std::map<uint32_t, std::vector<uint64_t>> SlicesByGpu() const;
 
   // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
   // Quotas: admins set and remove them; anyone lists them.
@@ -374,13 +372,6 @@ class Service {
   // Replaces a job's labels (owner or admin); the metrics carry them.
   core::Result<JobView> SetLabels(const Caller& caller, uint64_t id,
                                   std::map<std::string, std::string> labels);
-  // Every live job (queued, running, suspended) as the job table holds it,
-  // by id: counts without a view of each (metrics; 10,000 may wait).
-  void ForEachLiveJob(const std::function<void(const core::Job&)>& fn) const {
-    for (const auto& [id, job] : jobs_) {
-      if (job.IsLive()) fn(job);
-    }
-  }
   // The daemon's clock (Unix milliseconds).
   int64_t NowMs() const { return clock_.NowMs(); }
   // The pool of a GPU (by inventory index): the default pool unless the
@@ -388,24 +379,8 @@ class Service {
   const std::string& PoolOf(uint32_t gpu_index) const;
 
  private:
-  struct Live {
-    int64_t supervisor_pid = 0;  // 0 when re-adopted or a shell.
-    bool supervisor_reaped = false;
-    std::optional<core::JobState> ending;  // Cancel or timeout in progress.
-    std::string ending_reason;
-    int64_t kill_at_ms = 0;            // SIGKILL the group at this time if alive.
-    int64_t group_gone_ms = 0;         // First seen without processes.
-    std::optional<int> reported_exit;  // Shell jobs.
-    // A shell job (or `run -i`) whose process the client had the daemon put
-    // in the job's cgroup (Attach): the job is that cgroup, as a launched
-    // job is; without it, the attached process alone.
-    bool in_cgroup = false;
-    // Policies.
-    // Launches paused (its limits page says so): by idle reclaim, by the
-    // watchdog (an external job it cannot kill), or since its submission
-    // (an external job asked paused); until `gpuslice resume`.
-    bool paused = false;
-  };
+  // What the job table keeps of a running or suspended job (table/job_table.h).
+  using Live = LiveState;
 
   // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
   // older install left (state dir, job dirs, ledger files).
@@ -438,6 +413,9 @@ class Service {
   // The per-user queue cap and the size limits of a submission.
   core::Status CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const;
   std::string JobDir(uint64_t id) const;
+  // Finished jobs that ended this recently stay in memory beyond `history`,
+  // so a client polling for an exit code always finds it.
+  static constexpr int64_t kKeepEndedMs = 10 * 60 * 1000;
   void Schedule();
   // Plans now when that is cheap or has not happened for a while; otherwise
   // leaves it to Flush. With thousands of jobs waiting, planning after every
@@ -461,17 +439,7 @@ class Service {
   bool AwaitShellExitReport(Live& l, int64_t now);
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
-  void Dequeue(uint64_t id);
-  // The job table's index by owner (Query's candidates for a user filter).
-  void IndexJob(const core::Job& job);
-  void UnindexJob(const core::Job& job);
-  // Calls `visit` with the jobs that may pass `query`, by ascending id above
-  // its cursor, until it returns false.
-  void VisitCandidates(const JobQuery& query,
-                       const std::function<bool(const core::Job&)>& visit) const;
   JobView View(const core::Job& job);
-  void TrimHistory();
-  void ObserveWait(const core::Job& job);
   // The slice limits of a job as it is now (StartJob, resize, pause).
   SliceLimits SliceLimitsOf(const core::Job& job) const;
   // A fraction without a compute share takes turns anyway, last (see
@@ -492,10 +460,6 @@ class Service {
   // fallback, preemption's end, a reclaim's requeue, no defragmentation
   // move of it for a while).
   void AfterFailedSuspend(core::Job& job, const SuspendCause& cause);
-  bool IsSuspended(uint64_t id) const {
-    auto it = jobs_.find(id);
-    return it != jobs_.end() && it->second.state == core::JobState::kSuspended;
-  }
   // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
   // none. The one place that decides membership: the job's process group,
   // else a slice's process slots when the process is the job user's.
@@ -532,6 +496,9 @@ class Service {
   std::optional<LiveJob> LiveJobOf(uint64_t id);
 
   ServiceOptions options_;
+  // Every job in memory, the live jobs' state, the queue and their indexes
+  // (table/job_table.h). Declared first: the components' callbacks read it.
+  JobTable table_;
   Clock& clock_;
   Inventory& inventory_source_;
   Launcher& launcher_;
@@ -549,12 +516,6 @@ class Service {
   // lack of room for slices it heals from (store/degraded_mode.h).
   DegradedMode degraded_;
 
-  uint64_t next_id_ = 1;
-  std::map<uint64_t, core::Job> jobs_;                    // Live and recent finished jobs.
-  std::unordered_map<std::string, std::set<uint64_t>> ids_by_user_;  // Of jobs_, by owner.
-  std::map<uint64_t, Live> live_;                         // Running jobs only.
-  std::vector<core::QueuedJob> queue_;                    // Sorted by core::QueueBefore.
-  std::unordered_map<uint32_t, uint32_t> queued_by_uid_;  // Kept by Enqueue/Dequeue.
   // From the last plan: each waiting job's position and reason. The text of
   // the reason is made only when someone looks (View), not on every pass.
   std::vector<core::WaitingJob> last_waiting_;
@@ -583,7 +544,6 @@ class Service {
   // Idle reclaim: each running job's idle episode, and what is done about
   // it (watch/idle_reclaim.h).
   IdleReclaim idle_;
-  WaitHistogram wait_histogram_;
 
   // Policies.
   // Quotas, whom jobs are charged to, and the queue's quota verdicts

@@ -10,8 +10,8 @@ using core::Job;
 using core::JobState;
 
 core::Result<CdiSlice> Service::ContainerOf(const Caller& caller, uint64_t id) const {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   const Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (job.state != JobState::kRunning || job.region_path.empty()) {

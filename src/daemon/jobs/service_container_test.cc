@@ -110,7 +110,7 @@ TEST_F(ContainerService, BadRequestsAreRefusedWithTheReasonAndNothingIsQueued) {
   ASSERT_FALSE(no_cgroups.ok());
   EXPECT_NE(no_cgroups.status().message().find("need the daemon to track jobs by cgroup"),
             std::string::npos);
-  EXPECT_EQ(service_->queued_count() + service_->running_count(), 0u);
+  EXPECT_EQ(service_->table().queued_count() + service_->table().running_count(), 0u);
 }
 
 class CdiService : public ::testing::Test {

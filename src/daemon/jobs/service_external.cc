@@ -27,7 +27,7 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
         "do not apply (its processes are started by whoever asked for it)");
   }
   GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, external_.CheckRequest(spec.fields));
-  const uint64_t id = next_id_;
+  const uint64_t id = table_.next_id();
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
   if (Status ever = capacity_->CouldEverFit(request); !ever.ok()) {
     capacity_->ForgetDemand(id);
@@ -69,10 +69,8 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
     capacity_->ForgetDemand(id);
     return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): job not accepted");
   }
-  ++next_id_;
-  jobs_[id] = std::move(job);
-  IndexJob(jobs_[id]);
-  Job& held = jobs_[id];
+  table_.Add(std::move(job));
+  Job& held = table_.jobs()[id];
   RecordEvent("submitted", id, held.user,
               held.request.Describe() + ", external" +
                   (held.labels.empty() ? "" : " (" + LabelsText(held.labels) + ")"));
@@ -88,7 +86,7 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
       FinishJob(held, JobState::kFailed, -1, "cannot pause its slice: " + s.message());
       return s.WithContext("pause the slice");
     }
-    live_[id].paused = true;
+    table_.live()[id].paused = true;
     RecordEvent("paused", id, held.user, "launches held until resumed");
   }
   return View(held);
@@ -96,8 +94,8 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
 
 Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
                                    std::map<std::string, std::string> labels) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(labels));

@@ -160,7 +160,7 @@ TEST_F(HardeningTest, FailureReasonsDoNotShowTheOwnersEnvironment) {
   EXPECT_EQ(job->job.state, core::JobState::kFailed);
   EXPECT_EQ(job->job.reason.find("secret-bin"), std::string::npos) << job->job.reason;
   EXPECT_NE(job->job.reason.find("$PATH"), std::string::npos) << job->job.reason;
-  auto events = service_->Events({});
+  auto events = service_->events().Query({});
   for (const Event& e : *events) EXPECT_EQ(e.message.find("secret-bin"), std::string::npos);
   EXPECT_EQ(RedactEnvironment("x /a/very/long y", {"V=/a/very/long", "S=1"}), "x $V y");
 }
@@ -183,7 +183,7 @@ TEST_F(HardeningTest, JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   EXPECT_EQ(v->job.pid, pid);
   EXPECT_EQ(launcher_.launches.size(), 1u) << "never launched twice";
   bool adopted = false;
-  auto events = service_->Events({});
+  auto events = service_->events().Query({});
   ASSERT_TRUE(events.ok());
   for (const Event& e : *events) adopted = adopted || e.kind == "adopted";
   EXPECT_TRUE(adopted);
@@ -254,7 +254,7 @@ TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   service_->MaintainLedger();
   EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
   bool degraded_event = false, recovered_event = false;
-  auto events = service_->Events({.limit = 1000});
+  auto events = service_->events().Query({.limit = 1000});
   ASSERT_TRUE(events.ok());
   for (const Event& e : *events) {
     degraded_event = degraded_event || e.kind == "degraded";
@@ -312,7 +312,7 @@ TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRo
   EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kRunning);
   EXPECT_EQ(launcher_.launches.size(), launches + 1);
   bool degraded_event = false, recovered_event = false;
-  auto events = service_->Events({.limit = 1000});
+  auto events = service_->events().Query({.limit = 1000});
   ASSERT_TRUE(events.ok());
   for (const Event& e : *events) {
     degraded_event =

@@ -84,24 +84,24 @@ void Service::Tick() {
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
-  if (capacity_ && !degraded()) elastic_.Adjust(queue_.empty() ? 0 : plan_head_);
+  if (capacity_ && !degraded()) elastic_.Adjust(table_.queue().empty() ? 0 : plan_head_);
   Schedule();
-  TrimHistory();
+  table_.TrimHistory(options_.history, clock_.NowMs() - kKeepEndedMs);
   containers_.SyncCdi();
 }
 
 void Service::WatchRunning() {
   for (int64_t pid : launcher_.Reap()) {
-    for (auto& [id, l] : live_) {
+    for (auto& [id, l] : table_.live()) {
       if (l.supervisor_pid == pid) l.supervisor_reaped = true;
     }
   }
   int64_t now = clock_.NowMs();
   std::vector<uint64_t> ids;
-  for (const auto& [id, l] : live_) ids.push_back(id);
+  for (const auto& [id, l] : table_.live()) ids.push_back(id);
   for (uint64_t id : ids) {
-    Job& job = jobs_[id];
-    Live& l = live_[id];
+    Job& job = table_.jobs()[id];
+    Live& l = table_.live()[id];
     // Maximum run time.
     auto deadline = job.DeadlineMs();
     if (!l.ending && deadline && now >= *deadline) {
@@ -196,7 +196,7 @@ bool Service::AwaitShellExitReport(Live& l, int64_t now) {
 
 void Service::RequestSchedule() {
   int64_t now = clock_.NowMs();
-  if (queue_.size() < 64 || now - last_schedule_ms_ >= 20) {
+  if (table_.queue().size() < 64 || now - last_schedule_ms_ >= 20) {
     Schedule();
   } else {
     schedule_pending_ = true;
@@ -214,7 +214,7 @@ void Service::Schedule() {
   // No room for a slice: nothing could start, and nothing is preempted for
   // a job that could not start either (DegradedMode::Maintain schedules again).
   if (degraded_.no_room()) return;
-  if (queue_.empty() || !capacity_) {
+  if (table_.queue().empty() || !capacity_) {
     last_waiting_.clear();
     ranker_.ClearReservation();
     if (capacity_) capacity_->set_pack_fractions(false);
@@ -225,9 +225,9 @@ void Service::Schedule() {
   ranker_.UpdatePacking();
   const int64_t now = clock_.NowMs();
   std::vector<core::RunningJob> running;
-  for (const auto& [id, l] : live_) {
-    if (IsSuspended(id)) continue;  // Holds nothing to free.
-    running.push_back(ranker_.PlanEntryOf(jobs_[id], now));
+  for (const auto& [id, l] : table_.live()) {
+    if (table_.IsSuspended(id)) continue;  // Holds nothing to free.
+    running.push_back(ranker_.PlanEntryOf(table_.jobs()[id], now));
   }
   core::PlanOptions opt;
   // While the daemon moves jobs to make room for the head, nothing else
@@ -238,7 +238,7 @@ void Service::Schedule() {
     // A suspended job's resume demand is not held for quotas (nor is a
     // resume by hand): it had its slice already.
     opt.held = [this, quota = std::move(opt.held)](uint64_t id) {
-      return !IsSuspended(id) && quota(id);
+      return !table_.IsSuspended(id) && quota(id);
     };
   }
   if (dependencies_.AnyWaits() || holds_.any()) {
@@ -249,26 +249,26 @@ void Service::Schedule() {
       return holds_.Holds(id) || dependencies_.Waits(id) || (quota && quota(id));
     };
   }
-  core::QueuePlan plan = core::PlanQueue(queue_, running, now, *capacity_, opt);
+  core::QueuePlan plan = core::PlanQueue(table_.queue(), running, now, *capacity_, opt);
   // An event when a job starts waiting for a quota (or its reason
   // changes), not on every pass.
   quotas_.RecordWaits([this](uint64_t id, const std::string& reason) {
-    RecordEvent("quota_wait", id, jobs_[id].user, reason);
+    RecordEvent("quota_wait", id, table_.jobs()[id].user, reason);
   });
   for (uint64_t id : plan.never_fit) {
-    Dequeue(id);
-    if (IsSuspended(id)) continue;  // A resume demand is never failed (TryResume).
-    FinishJob(jobs_[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
+    table_.Dequeue(id);
+    if (table_.IsSuspended(id)) continue;  // A resume demand is never failed (TryResume).
+    FinishJob(table_.jobs()[id], JobState::kFailed, -1, "can never fit on this machine's GPUs");
   }
   for (uint64_t id : plan.start) {
     if (degraded_.no_room()) break;  // The rest stay queued.
-    Dequeue(id);
-    if (IsSuspended(id)) {
-      suspender_.ResumeOnDemand(jobs_[id]);  // Placed where its processes can be restored.
+    table_.Dequeue(id);
+    if (table_.IsSuspended(id)) {
+      suspender_.ResumeOnDemand(table_.jobs()[id]);  // Placed where its processes can be restored.
       continue;
     }
-    FitElasticToQuotas(jobs_[id]);
-    StartJob(jobs_[id]);
+    FitElasticToQuotas(table_.jobs()[id]);
+    StartJob(table_.jobs()[id]);
   }
   last_waiting_ = std::move(plan.waiting);
   plan_head_ = plan.head;
@@ -277,7 +277,7 @@ void Service::Schedule() {
   preemptions_.Forget();
   // Preemption, moves and reclaim act for a job that waits to start, not for
   // a suspended job that waits to resume: that one gave its room up already.
-  if (plan.head != 0 && jobs_.count(plan.head) && !IsSuspended(plan.head)) {
+  if (plan.head != 0 && table_.jobs().count(plan.head) && !table_.IsSuspended(plan.head)) {
     // Moves lose no work: tried (and waited for) before ending or
     // suspending anyone.
     const bool moving = defrag_.Defragment(plan.head) || defrag_.moving();
@@ -301,7 +301,8 @@ SliceLimits Service::SliceLimitsOf(const Job& job) const {
   limits.priority = job.request.priority;
   // A paused job stays paused through a resize or a priority change (the
   // page is rewritten whole); Resume and the idle reclaim set it explicitly.
-  if (auto l = live_.find(job.id); l != live_.end()) limits.launches_paused = l->second.paused;
+  if (auto l = table_.live().find(job.id); l != table_.live().end())
+    limits.launches_paused = l->second.paused;
   if (job.state == core::JobState::kSuspended) {
     // Suspended: its GPUs are others' now. A process the suspension missed,
     // or a new one, may allocate nothing and launch nothing there.
@@ -406,7 +407,7 @@ void Service::StartJob(Job& job) {
       // a clean environment; the slice goes in as the engine's flags.
       auto argv = containers_.Argv(job);
       if (!argv.ok()) {
-        live_[job.id] = l;
+        table_.live()[job.id] = l;
         FinishJob(job, JobState::kFailed, 126,
                   "cannot run its container: " + argv.status().message());
         return;
@@ -417,7 +418,7 @@ void Service::StartJob(Job& job) {
     }
     auto ref = launcher_.Launch(spec);
     if (!ref.ok()) {
-      live_[job.id] = l;
+      table_.live()[job.id] = l;
       int code = ref.status().code() == core::StatusCode::kNotFound ? 127 : 126;
       // The reason is public (ps, events, the status page): not the PATH
       // or any other value of the owner's environment.
@@ -429,12 +430,12 @@ void Service::StartJob(Job& job) {
     job.pid_start_time = ref->start_time;
     l.supervisor_pid = ref->supervisor_pid;
   }
-  live_[job.id] = l;
+  table_.live()[job.id] = l;
   if (launched) {
     Persist(job, JobState::kRunning);  // Its pid.
     RecordEvent("started", job.id, job.user, StartedText(job));
   }
-  ObserveWait(job);
+  usage_.ObserveQueueWait(job.started_ms - job.submitted_ms);
   LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +
           ") started on " + (job.allocation.gpu_uuids.empty() ? "-" : job.allocation.gpu_uuids[0]) +
           (job.pid ? ", pid " + std::to_string(job.pid) : ""));
@@ -449,7 +450,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
     return;
   }
   // A queued job, or a suspended one waiting in the queue to resume.
-  if (from == JobState::kQueued || from == JobState::kSuspended) Dequeue(job.id);
+  if (from == JobState::kQueued || from == JobState::kSuspended) table_.Dequeue(job.id);
   holds_.Release(job.id);
   if (capacity_) {
     capacity_->Release(job.id);
@@ -463,7 +464,7 @@ void Service::FinishJob(Job& job, JobState state, int exit_code, std::string rea
   if (!job.image.empty()) containers_.RemoveContainer(job);
   // Its processes are gone (or being killed): the cgroup goes too.
   if (job.pid > 0) launcher_.Release(job.pid);  // Untracked (no cgroup): nothing.
-  live_.erase(job.id);
+  table_.live().erase(job.id);
   suspender_.Forget(job.id);
   usage_.Forget(job.id);
   watchdog_.Forget(job.id);

@@ -21,13 +21,14 @@ using core::JobState;
 using core::Status;
 
 Status Service::Move(const Caller& caller, uint64_t id, const std::string& gpu) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   const std::string name = "job " + std::to_string(id);
-  auto l = live_.find(id);
-  if ((job.state != JobState::kRunning && job.state != JobState::kSuspended) || l == live_.end()) {
+  auto l = table_.live().find(id);
+  if ((job.state != JobState::kRunning && job.state != JobState::kSuspended) ||
+      l == table_.live().end()) {
     return core::FailedPreconditionError(name + " is " +
                                          std::string(core::JobStateName(job.state)) +
                                          ": only a running or suspended job can be moved");

@@ -38,7 +38,7 @@ class ResumeOnDemandTest : public SuspendTest {
   int Count(uint64_t id, const std::string& kind) {
     EventQuery q;
     q.job_id = id;
-    auto events = service_->Events(q);
+    auto events = service_->events().Query(q);
     int n = 0;
     if (events.ok()) {
       for (const Event& e : *events) n += e.kind == kind;
@@ -48,7 +48,7 @@ class ResumeOnDemandTest : public SuspendTest {
   std::string LastEvent(uint64_t id, const std::string& kind) {
     EventQuery q;
     q.job_id = id;
-    auto events = service_->Events(q);
+    auto events = service_->events().Query(q);
     std::string message;
     if (events.ok()) {
       for (const Event& e : *events) {
@@ -279,10 +279,10 @@ TEST_F(ResumeOnDemandTest, ACancelWhileItWaitsEndsItAndItsDemand) {
   service_->Tick();
   Ask(a);
   service_->WatchResumeRequests();
-  ASSERT_EQ(service_->queued_count(), 1u);
+  ASSERT_EQ(service_->table().queued_count(), 1u);
   CancelAndEnd(a);
   EXPECT_EQ(State(a), JobState::kCancelled);
-  EXPECT_EQ(service_->queued_count(), 0u);
+  EXPECT_EQ(service_->table().queued_count(), 0u);
   // Its room is not held for it: a new job waits for b only.
   CancelAndEnd(b->job.id);
   auto c = Submit("60GiB");
@@ -310,7 +310,7 @@ TEST_F(ResumeOnDemandTest, AFloodOfRequestsQueuesTheJobOnceAndCostsOneReadPerPas
     service_->WatchResumeRequests();
   }
   EXPECT_EQ(Count(a, "resume_asked"), 1);
-  EXPECT_EQ(service_->queued_count(), 1u);
+  EXPECT_EQ(service_->table().queued_count(), 1u);
   EXPECT_EQ(regions_.resume_reads - before, 101u) << "no reads while it waits";
 }
 

@@ -135,7 +135,7 @@ Status Service::Start() {
     ledger_.reset();
     return Status::Ok();
   }
-  next_id_ = *max_id + 1;
+  table_.ContinueIdsAfter(*max_id);
   if (auto quotas = ledger_->LoadQuotas(); quotas.ok()) {
     for (const auto& [who, quota] : *quotas) quotas_.Set(who, quota);
   } else {
@@ -157,17 +157,14 @@ void Service::Recover(std::vector<Job> all) {
     if (j.IsLive()) {
       live.push_back(std::move(j));
     } else {
-      IndexJob(j);
-      jobs_[j.id] = std::move(j);
+      table_.Add(std::move(j));
     }
   }
   int adopted = 0, ended = 0, requeued = 0;
   std::vector<uint64_t> outside_pool;  // Held outside the pool they asked for.
   for (Job& j : live) {
     uint64_t id = j.id;
-    jobs_[id] = std::move(j);
-    Job& job = jobs_[id];
-    IndexJob(job);
+    Job& job = table_.Add(std::move(j));
     const bool external = job.mode == core::JobMode::kExternal;
     if (job.state == JobState::kRunning && job.mode != core::JobMode::kShell && !external &&
         job.pid == 0 && !ResolveInterruptedLaunch(job)) {
@@ -237,7 +234,7 @@ void Service::Recover(std::vector<Job> all) {
       LogWarn("job " + std::to_string(id) + ": slice region " + job.region_path +
               " is gone; its processes keep their mapping");
     }
-    live_[id] = l;
+    table_.live()[id] = l;
     if (!external) {
       suspender_.Recover(job);
     }
@@ -247,20 +244,20 @@ void Service::Recover(std::vector<Job> all) {
   // daemon that died before recording it, so the job is queued again) would
   // run twice: end them.
   std::vector<uint64_t> running;
-  for (const auto& [id, l] : live_) running.push_back(id);
+  for (const auto& [id, l] : table_.live()) running.push_back(id);
   for (const std::string& stray : launcher_.EndStrays(running)) {
     LogWarn("killed the processes of cgroup " + stray + ": no running job of this daemon owns it");
   }
   for (uint64_t id : outside_pool) {
-    auto it = jobs_.find(id);
-    if (it == jobs_.end() || !it->second.IsLive()) continue;
+    auto it = table_.jobs().find(id);
+    if (it == table_.jobs().end() || !it->second.IsLive()) continue;
     const std::string why = OutsidePoolText(it->second);
     LogWarn("job " + std::to_string(id) + ": " + why);
     RecordEvent("outside_pool", id, it->second.user, why);
   }
   // Finished jobs are trimmed only now: the dependencies of queued jobs were
   // judged above against all of them.
-  TrimHistory();
+  table_.TrimHistory(options_.history, clock_.NowMs() - kKeepEndedMs);
   if (!live.empty()) {
     LogInfo("recovered from the ledger: " + std::to_string(adopted) +
             " running job(s) re-adopted, " + std::to_string(ended) + " ended while down, " +
@@ -335,23 +332,6 @@ void Service::UndoStart(Job& job) {
   job.state = JobState::kQueued;
   capacity_->Release(job.id);
   Enqueue(job);
-}
-
-void Service::TrimHistory() {
-  // Oldest finished first; jobs that ended in the last ten minutes stay, so a
-  // client polling for an exit code always finds it.
-  std::vector<std::pair<int64_t, uint64_t>> finished;
-  for (const auto& [id, job] : jobs_) {
-    if (!job.IsLive()) finished.emplace_back(job.ended_ms, id);
-  }
-  if (finished.size() <= options_.history) return;
-  std::sort(finished.begin(), finished.end());
-  int64_t keep_after = clock_.NowMs() - 10 * 60 * 1000;
-  size_t excess = finished.size() - options_.history;
-  for (size_t i = 0; i < excess && finished[i].first < keep_after; ++i) {
-    UnindexJob(jobs_[finished[i].second]);
-    jobs_.erase(finished[i].second);
-  }
 }
 
 }  // namespace gpuslice::daemon

@@ -26,15 +26,15 @@ std::string Who(const Caller& caller) {
 }  // namespace
 
 Status Service::Suspend(const Caller& caller, uint64_t id) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (job.state == JobState::kSuspended) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is suspended already");
   }
-  auto l = live_.find(id);
-  if (job.state != JobState::kRunning || l == live_.end()) {
+  auto l = table_.live().find(id);
+  if (job.state != JobState::kRunning || l == table_.live().end()) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is " +
                                          std::string(core::JobStateName(job.state)) +
                                          ": only a running job can be suspended");
@@ -49,7 +49,7 @@ void Service::AfterFailedSuspend(Job& job, const SuspendCause& cause) {
   const bool requeue = cause.reclaimed_for != 0 && job.restartable;
   if (cause.idle_fallback) {
     idle_.Act(job, *cause.idle_fallback, cause.idle_text);
-  } else if (cause.preempted_for != 0 && jobs_.count(cause.preempted_for)) {
+  } else if (cause.preempted_for != 0 && table_.jobs().count(cause.preempted_for)) {
     preemptions_.EndForPreemption(job, cause.preempted_for);
   } else if (requeue) {
     preemptions_.RequeueForReclaim(job, cause.reclaimed_for);
@@ -65,7 +65,7 @@ void Service::QueueResumeDemand(const Job& job, int64_t asked_ms) {
   // It arrives now, behind every job submitted so far: it takes the newest
   // one's sequence number and goes in after it (upper_bound), so that asking
   // never jumps the queue, whatever the job's id.
-  q.seq = next_id_ > 1 ? next_id_ - 1 : 0;
+  q.seq = table_.last_id();
   q.shape = capacity_->ShapeOf(job.id);
   // Pinned to its own GPUs first: its failure to fit says nothing about
   // another job's shape, nor theirs about it.
@@ -73,8 +73,7 @@ void Service::QueueResumeDemand(const Job& job, int64_t asked_ms) {
   // Ranked like a job submitted now (fair share, no age yet), so that it
   // neither jumps ahead of nor falls behind jobs already ranked.
   q.rank = ranker_.RankOf(job, asked_ms);
-  queue_.insert(std::upper_bound(queue_.begin(), queue_.end(), q, core::QueueBefore), q);
-  ++queued_by_uid_[job.uid];
+  table_.Enqueue(q, job.uid);
 }
 
 }  // namespace gpuslice::daemon

@@ -40,7 +40,7 @@ TEST_F(SuspendTest, FreesTheGpuForTheQueueAndClosesTheSlice) {
   EXPECT_EQ(Get(a).job.reason, "suspended by u1000");
   service_->Tick();
   EXPECT_EQ(State(b->job.id), JobState::kRunning);  // Its room went to the queue.
-  EXPECT_EQ(service_->running_count(), 1u);
+  EXPECT_EQ(service_->table().running_count(), 1u);
 }
 
 TEST_F(SuspendTest, ResumesOnlyWhenItsGpuHasRoomAndRestoresItsLimits) {
@@ -255,7 +255,7 @@ TEST_F(SuspendTest, AVictimWhoseRestoreFailsIsNotRetriedEveryTick) {
   EXPECT_FALSE(Get(low).job.resume_when_fits);
   EventQuery q;
   q.job_id = low;
-  auto events = service_->Events(q);
+  auto events = service_->events().Query(q);
   ASSERT_TRUE(events.ok());
   int failures = 0;
   for (const Event& e : *events) failures += e.kind == "resume_failed";

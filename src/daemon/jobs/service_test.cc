@@ -273,7 +273,7 @@ TEST_F(ServiceTest, RestartReadoptsRunningJobsWithoutLosingOrDoublingAllocations
   EXPECT_EQ(State(a->job.id), core::JobState::kRunning);
   EXPECT_EQ(State(b->job.id), core::JobState::kRunning);
   EXPECT_EQ(State(c->job.id), core::JobState::kQueued);
-  EXPECT_EQ(service_->running_count(), 2u);
+  EXPECT_EQ(service_->table().running_count(), 2u);
   // Nothing doubled: a new whole GPU does not fit, a 20 GiB slice does.
   EXPECT_EQ(Submit(std::nullopt, "1")->job.state, core::JobState::kQueued);
   // A job that ended while the daemon was down is finished with its code.
@@ -381,7 +381,7 @@ TEST_F(ServiceTest, SubmissionsStartsAndEndsAreEvents) {
   ASSERT_EQ(State(v->job.id), core::JobState::kExited);
   EventQuery q;
   q.job_id = v->job.id;
-  auto events = service_->Events(q);
+  auto events = service_->events().Query(q);
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 3u);
   EXPECT_EQ((*events)[0].kind, "submitted");
@@ -389,10 +389,10 @@ TEST_F(ServiceTest, SubmissionsStartsAndEndsAreEvents) {
   EXPECT_EQ((*events)[2].kind, "exited");
   EXPECT_EQ((*events)[2].message, "exit 3");
   EXPECT_EQ((*events)[2].user, "u1000");
-  EXPECT_EQ(service_->EventCounts().at("exited"), 1u);
+  EXPECT_EQ(service_->events().Counts().at("exited"), 1u);
   // Counts survive a restart (read back from the ledger).
   Restart();
-  EXPECT_EQ(service_->EventCounts().at("submitted"), 1u);
+  EXPECT_EQ(service_->events().Counts().at("submitted"), 1u);
 }
 
 TEST_F(ServiceTest, QueueWaitsAreObservedInTheHistogram) {
@@ -404,7 +404,7 @@ TEST_F(ServiceTest, QueueWaitsAreObservedInTheHistogram) {
   launcher_.Exit(a->job.pid, 0);
   service_->Tick();
   ASSERT_EQ(State(b->job.id), core::JobState::kRunning);
-  const WaitHistogram& h = service_->QueueWaitHistogram();
+  const WaitHistogram& h = service_->usage().queue_waits();
   EXPECT_EQ(h.count, 2u);
   EXPECT_DOUBLE_EQ(h.sum_s, 42.0);
   ASSERT_EQ(h.bounds_s.size(), h.cumulative.size());
@@ -443,8 +443,8 @@ TEST_F(ServiceTest, SamplerAttributesGpuUseAndCountsIdleTime) {
     clock_.Advance(1000);
     service_->Sample();
   }
-  auto b = service_->UsageOf(bj.id);
-  auto d = service_->UsageOf(ij.id);
+  auto b = service_->usage().Of(bj.id);
+  auto d = service_->usage().Of(ij.id);
   ASSERT_TRUE(b && d);
   EXPECT_DOUBLE_EQ(b->gpu_util_pct, 90);
   EXPECT_EQ(b->memory_used_bytes, 3 * core::kGiB);
@@ -459,17 +459,17 @@ TEST_F(ServiceTest, SamplerAttributesGpuUseAndCountsIdleTime) {
   set_use(90, 60);
   clock_.Advance(1000);
   service_->Sample();
-  EXPECT_EQ(service_->UsageOf(ij.id)->low_use_ms, 0);
-  EXPECT_EQ(service_->UsageOf(ij.id)->idle_ms_total, 5000);
+  EXPECT_EQ(service_->usage().Of(ij.id)->low_use_ms, 0);
+  EXPECT_EQ(service_->usage().Of(ij.id)->idle_ms_total, 5000);
   // A long stall of the daemon counts as one interval, not as idle time.
   set_use(90, 1);
   clock_.Advance(3'600'000);
   service_->Sample();
-  EXPECT_EQ(service_->UsageOf(ij.id)->idle_ms_total, 6000);
+  EXPECT_EQ(service_->usage().Of(ij.id)->idle_ms_total, 6000);
   // The idle time is in the ledger once the job ends.
   launcher_.Exit(ij.pid, 0);
   service_->Tick();
-  EXPECT_FALSE(service_->UsageOf(ij.id).has_value());
+  EXPECT_FALSE(service_->usage().Of(ij.id).has_value());
   Restart();
   auto ended = service_->Get(ij.id);
   ASSERT_TRUE(ended.ok());
@@ -510,7 +510,7 @@ std::vector<std::string> StateEvents(Service& service, uint64_t id) {
                                                   "failed",    "cancelled", "timed_out"};
   EventQuery q;
   q.job_id = id;
-  auto events = service.Events(q);
+  auto events = service.events().Query(q);
   EXPECT_TRUE(events.ok()) << events.status().ToString();
   std::vector<std::string> out;
   if (!events.ok()) return out;

@@ -13,19 +13,10 @@
 #include "core/jobs/dependency.h"
 #include "core/jobs/job.h"
 #include "daemon/usage/foreign_use.h"   // ForeignProcess
-#include "daemon/usage/usage_book.h"    // JobUsage
+#include "daemon/usage/usage_book.h"    // JobUsage, WaitHistogram
 #include "daemon/waits/dependencies.h"  // DependencyView
 
 namespace gpuslice::daemon {
-
-// Queue waits of started jobs (submitted -> started), for the metrics'
-// histogram: cumulative counts per upper bound, like Prometheus buckets.
-struct WaitHistogram {
-  std::vector<double> bounds_s;
-  std::vector<uint64_t> cumulative;  // cumulative[i]: waits <= bounds_s[i].
-  uint64_t count = 0;
-  double sum_s = 0;
-};
 
 // A job plus what only the live daemon knows.
 struct JobView {

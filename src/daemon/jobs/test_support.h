@@ -56,7 +56,7 @@ inline Caller TestCaller(uint32_t uid, bool admin = false) {
 inline bool HasEvent(Service& service, uint64_t id, const std::string& kind) {
   EventQuery q;
   q.job_id = id;
-  auto events = service.Events(q);
+  auto events = service.events().Query(q);
   if (!events.ok()) return false;
   for (const Event& e : *events) {
     if (e.kind == kind) return true;

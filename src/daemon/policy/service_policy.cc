@@ -154,8 +154,8 @@ std::vector<QuotaView> Service::Quotas() {
 }
 
 Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (degraded()) {
@@ -278,7 +278,7 @@ void Service::Requeue(Job& job, std::string reason) {
     if (!s.ok()) LogWarn("job " + std::to_string(job.id) + ": " + s.message());
   }
   if (!job.image.empty()) containers_.RemoveContainer(job);  // Its name is free for the next run.
-  live_.erase(job.id);
+  table_.live().erase(job.id);
   suspender_.Forget(job.id);
   usage_.Forget(job.id);
   watchdog_.Forget(job.id);

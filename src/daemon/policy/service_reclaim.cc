@@ -26,14 +26,14 @@ void Service::AppendToStderr(const Job& job, const std::string& line) {
 }
 
 void Service::Reclaim() {
-  bool someone_waits = !queue_.empty();
+  bool someone_waits = !table_.queue().empty();
   std::vector<uint64_t> ids;
-  for (const auto& [id, l] : live_) ids.push_back(id);
+  for (const auto& [id, l] : table_.live()) ids.push_back(id);
   for (uint64_t id : ids) {
     const JobUsage* u = usage_.Find(id);
     if (u == nullptr || u->sampled_ms == 0) continue;
-    Job& job = jobs_[id];
-    Live& l = live_[id];
+    Job& job = table_.jobs()[id];
+    Live& l = table_.live()[id];
     if (l.ending) {
       // A stopped job being ended must run to take its SIGTERM.
       watchdog_.LetEnd(job);
@@ -56,15 +56,15 @@ void Service::Reclaim() {
 }
 
 Status Service::Resume(const Caller& caller, uint64_t id) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  auto l = live_.find(id);
-  if (job.state == JobState::kSuspended && l != live_.end()) {
+  auto l = table_.live().find(id);
+  if (job.state == JobState::kSuspended && l != table_.live().end()) {
     return suspender_.Resume(job, caller.user.empty() ? std::to_string(caller.uid) : caller.user);
   }
-  if (l == live_.end() || !l->second.paused) {
+  if (l == table_.live().end() || !l->second.paused) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is not paused");
   }
   SliceLimits limits = SliceLimitsOf(job);
@@ -80,8 +80,8 @@ Status Service::Resume(const Caller& caller, uint64_t id) {
 
 std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   std::vector<std::string> flags;
-  auto l = live_.find(id);
-  if (l == live_.end()) return flags;
+  auto l = table_.live().find(id);
+  if (l == table_.live().end()) return flags;
   flags = suspender_.Flags(id);
   if (idle_.Flagged(id)) flags.push_back("idle");
   if (l->second.paused) flags.push_back("paused");
@@ -90,7 +90,8 @@ std::vector<std::string> Service::FlagsOf(uint64_t id) const {
   if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
     flags.push_back("preempted");
   }
-  if (auto j = jobs_.find(id); j != jobs_.end() && !OutsidePoolText(j->second).empty()) {
+  if (auto j = table_.jobs().find(id);
+      j != table_.jobs().end() && !OutsidePoolText(j->second).empty()) {
     flags.push_back("outside_pool");
   }
   return flags;

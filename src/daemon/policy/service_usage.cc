@@ -13,14 +13,6 @@ namespace gpuslice::daemon {
 using core::Job;
 using core::JobState;
 
-namespace {
-
-// Upper bounds of the queue-wait histogram, in seconds: from "started at
-// once" to "waited a day", roughly geometric.
-constexpr double kWaitBoundsS[] = {0.1, 1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 21600, 86400};
-
-}  // namespace
-
 std::unordered_map<int64_t, uint64_t> Service::JobsOfProcesses(const std::vector<int64_t>& pids) {
   // First the job whose cgroup holds the pid (the kernel's word: setsid
   // escapees and processes without the shim stay in it); then the job's
@@ -32,8 +24,8 @@ std::unordered_map<int64_t, uint64_t> Service::JobsOfProcesses(const std::vector
   const std::unordered_set<int64_t> asked(pids.begin(), pids.end());
   std::unordered_map<int64_t, uint64_t> job_of_group;
   std::unordered_map<int64_t, uint64_t> claimed;
-  for (const auto& [id, l] : live_) {
-    const Job& job = jobs_[id];
+  for (const auto& [id, l] : table_.live()) {
+    const Job& job = table_.jobs()[id];
     if (job.pid > 0) {
       if (auto members = launcher_.GroupPids(job.pid)) {
         for (int64_t p : *members) {
@@ -57,7 +49,7 @@ std::unordered_map<int64_t, uint64_t> Service::JobsOfProcesses(const std::vector
     auto c = claimed.find(pid);
     if (c == claimed.end()) continue;
     std::optional<ProcessOwner> owner = procs.OwnerOf(pid);
-    if (!owner || owner->uid == jobs_[c->second].uid) out[pid] = c->second;
+    if (!owner || owner->uid == table_.jobs()[c->second].uid) out[pid] = c->second;
   }
   return out;
 }
@@ -79,26 +71,6 @@ void Service::RecordEvent(std::string kind, uint64_t job_id, std::string user,
   events_.Record(std::move(e));
 }
 
-core::Result<std::vector<Event>> Service::Events(const EventQuery& query) const {
-  return events_.Query(query);
-}
-
-std::optional<JobUsage> Service::UsageOf(uint64_t job_id) const { return usage_.Of(job_id); }
-
-void Service::ObserveWait(const Job& job) {
-  WaitHistogram& h = wait_histogram_;
-  if (h.bounds_s.empty()) {
-    h.bounds_s.assign(std::begin(kWaitBoundsS), std::end(kWaitBoundsS));
-    h.cumulative.assign(h.bounds_s.size(), 0);
-  }
-  double wait_s = std::max<int64_t>(0, job.started_ms - job.submitted_ms) / 1000.0;
-  for (size_t i = 0; i < h.bounds_s.size(); ++i) {
-    if (wait_s <= h.bounds_s[i]) ++h.cumulative[i];
-  }
-  ++h.count;
-  h.sum_s += wait_s;
-}
-
 void Service::Sample() {
   int64_t now = clock_.NowMs();
   const int64_t gap = usage_.BeginSample(now, options_.sample_interval_ms);
@@ -107,8 +79,8 @@ void Service::Sample() {
   // What each job's slice reports (job-written: shown, never a limit).
   // Its process slots name the processes the shim registered.
   std::unordered_map<uint64_t, std::unordered_set<int32_t>> registered;
-  for (const auto& [id, l] : live_) {
-    const Job& job = jobs_[id];
+  for (const auto& [id, l] : table_.live()) {
+    const Job& job = table_.jobs()[id];
     // The limit is the daemon's own (the ledger's allocation), never the
     // one in the job-writable region.
     JobUsage& u = usage_.Reset(
@@ -145,8 +117,8 @@ void Service::Sample() {
   // placement at once, before the watchdog acts on it (or while it is
   // within the allowance), so that no job is placed where it is not there.
   ForeignUse::OverLimit over_limit;
-  for (const auto& [id, l] : live_) {
-    const Job& job = jobs_[id];
+  for (const auto& [id, l] : table_.live()) {
+    const Job& job = table_.jobs()[id];
     for (const auto& [gpu, held] : usage_.Find(id)->nvml_memory_by_gpu) {
       const uint64_t limit = Watchdog::MemoryLimitOn(job, gpu);
       if (held <= limit) continue;
@@ -160,8 +132,8 @@ void Service::Sample() {
   // advance, so their claim does not make them the job's, but only holders
   // of the slice's own group can write those slots. Charged, never ended.
   std::unordered_map<int64_t, uint64_t> container_of;
-  for (const auto& [id, l] : live_) {
-    const Job& job = jobs_[id];
+  for (const auto& [id, l] : table_.live()) {
+    const Job& job = table_.jobs()[id];
     if (external_.SharedGidOf(job) == 0 || job.region_path.empty()) continue;
     if (auto pids = regions_.Pids(job.region_path); pids.ok()) {
       for (int32_t pid : *pids) container_of.emplace(pid, id);
@@ -172,8 +144,8 @@ void Service::Sample() {
   foreign_.Watch({usage_.gpus(), inventory_, job_of_pid, container_of, over_limit, options_.rules,
                   admin_group, capacity_.get()});
   bool persist_idle = usage_.IdlePersistDue(now);
-  for (auto& [id, l] : live_) {
-    Job& job = jobs_[id];
+  for (auto& [id, l] : table_.live()) {
+    Job& job = table_.jobs()[id];
     if (job.state == JobState::kSuspended) {
       usage_.HoldsNoGpu(id);
       continue;
@@ -187,7 +159,7 @@ void Service::Sample() {
   }
   if (persist_idle) usage_.IdlePersisted(now);
   // Forget jobs that ended.
-  usage_.ForgetEnded([this](uint64_t id) { return live_.count(id) > 0; });
+  usage_.ForgetEnded([this](uint64_t id) { return table_.live().count(id) > 0; });
 }
 
 }  // namespace gpuslice::daemon

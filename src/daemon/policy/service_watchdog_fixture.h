@@ -106,7 +106,7 @@ class WatchdogTest : public ::testing::Test {
     EventQuery q;
     q.job_id = job_id;
     std::vector<Event> out;
-    auto events = service_->Events(q);
+    auto events = service_->events().Query(q);
     if (!events.ok()) return out;
     for (const Event& e : *events) {
       if (e.kind == kind) out.push_back(e);

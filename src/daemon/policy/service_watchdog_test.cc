@@ -139,8 +139,8 @@ TEST_F(WatchdogTest, ASliceCannotClaimAnotherUsersProcess) {
   Process(v.job.allocation.gpu_indices[0], 1, 10 * core::kGiB, 0, 0);
   Run(2);
   EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);
-  ASSERT_EQ(service_->ForeignProcesses().size(), 1u);
-  EXPECT_EQ(service_->ForeignProcesses()[0].pid, 1u);
+  ASSERT_EQ(service_->foreign().processes().size(), 1u);
+  EXPECT_EQ(service_->foreign().processes()[0].pid, 1u);
 }
 
 TEST_F(WatchdogTest, AKilledJobCannotMakeTheWatchdogSignalAnotherUsersProcess) {
@@ -507,7 +507,7 @@ TEST_F(WatchdogTest, ForeignMemoryIsChargedInPlacementAndReportedOnce) {
   Start();
   Process(0, 4242, 30 * core::kGiB, 0, 2000);
   Run(2);
-  auto foreign = service_->ForeignProcesses();
+  auto foreign = service_->foreign().processes();
   ASSERT_EQ(foreign.size(), 1u);
   EXPECT_EQ(foreign[0].user, "u2000");
   EXPECT_EQ(foreign[0].used_memory, 30 * core::kGiB);
@@ -662,7 +662,7 @@ TEST_F(WatchdogTest, AJobsOwnProcessesAreNotForeign) {
   Process(v.job.allocation.gpu_indices[0], 900, 1 * core::kGiB, 0, 1000, v.job.pid);
   Process(v.job.allocation.gpu_indices[0], 901, 1 * core::kGiB, 0, 1000);
   Run(3);
-  EXPECT_TRUE(service_->ForeignProcesses().empty());
+  EXPECT_TRUE(service_->foreign().processes().empty());
   EXPECT_TRUE(processes_.signals.empty());
 }
 
@@ -688,7 +688,7 @@ TEST_F(WatchdogTest, AForeignProcessInAMigInstanceKeepsJobsOffItUntilItEnds) {
   Start({}, OneMigGpu());
   MigProcess(0, 4242, 3 * core::kGiB, 2000, /*gpu_instance=*/7);
   Run(2);
-  auto foreign = service_->ForeignProcesses();
+  auto foreign = service_->foreign().processes();
   ASSERT_EQ(foreign.size(), 1u);
   EXPECT_EQ(foreign[0].mig_uuid, "MIG-0");
   auto a = SubmitMig("1g.10gb");
@@ -723,8 +723,8 @@ TEST_F(WatchdogTest, AForeignProcessTakesEveryMigDeviceOfItsGpuInstance) {
   Start({}, gpus);
   MigProcess(0, 4242, 1 * core::kGiB, 2000, /*gpu_instance=*/7, /*compute_instance=*/1);
   Run(1);
-  ASSERT_EQ(service_->ForeignProcesses().size(), 1u);
-  EXPECT_EQ(service_->ForeignProcesses()[0].mig_uuid, "MIG-1");
+  ASSERT_EQ(service_->foreign().processes().size(), 1u);
+  EXPECT_EQ(service_->foreign().processes()[0].mig_uuid, "MIG-1");
   auto a = SubmitMig("1g.10gb");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_EQ(Get(a->job.id).job.state, core::JobState::kQueued);
@@ -768,7 +768,7 @@ TEST_F(WatchdogTest, AMigJobIsIdleByItsInstancesActivityAndNeverForNoFigure) {
   Run(63);
   EXPECT_EQ(Get(busy->job.id).job.state, core::JobState::kRunning);
   EXPECT_EQ(Get(idle->job.id).job.state, core::JobState::kCancelled) << "the control";
-  std::optional<JobUsage> u = service_->UsageOf(busy->job.id);
+  std::optional<JobUsage> u = service_->usage().Of(busy->job.id);
   ASSERT_TRUE(u.has_value());
   EXPECT_TRUE(u->gpu_util_known);
   EXPECT_DOUBLE_EQ(u->gpu_util_pct, 95.0);
@@ -780,7 +780,7 @@ TEST_F(WatchdogTest, AMigJobIsIdleByItsInstancesActivityAndNeverForNoFigure) {
   inventory_.usage[0].mig = {{7, 95.0}, {8, -1}};
   Run(120);
   EXPECT_EQ(Get(unmeasured->job.id).job.state, core::JobState::kRunning);
-  u = service_->UsageOf(unmeasured->job.id);
+  u = service_->usage().Of(unmeasured->job.id);
   ASSERT_TRUE(u.has_value());
   EXPECT_FALSE(u->gpu_util_known);
   EXPECT_EQ(u->low_use_ms, 0);

@@ -76,7 +76,7 @@ TEST_F(DependencyTest, AfterOkIsCancelledWhenItsDependencyFailsAndTheCancelCasca
   EXPECT_EQ(State(d), JobState::kRunning) << "b ended (cancelled): an --after b job may run";
   EventQuery q;
   q.job_id = b;
-  auto events = service_->Events(q);
+  auto events = service_->events().Query(q);
   ASSERT_TRUE(events.ok());
   EXPECT_EQ(events->back().kind, "cancelled");
   EXPECT_EQ(events->back().message, "dependency job 1 did not succeed (exit 3)");

@@ -44,8 +44,8 @@ Result<core::ResourceRequest> UpdatedRequest(const Job& job, const UpdateSpec& s
 }  // namespace
 
 Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (!ledger_) {
@@ -79,8 +79,8 @@ Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
 }
 
 Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (!ledger_) {
@@ -110,8 +110,8 @@ Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
 }
 
 Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateSpec& spec) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return core::NotFoundError("no job " + std::to_string(id));
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   if (degraded()) {
@@ -164,7 +164,7 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
     changes.push_back("after " +
                       (after.empty() ? std::string("none") : core::FormatDependencies(after)));
   }
-  Dequeue(id);  // Its place follows its (new) priority; its arrival stays.
+  table_.Dequeue(id);  // Its place follows its (new) priority; its arrival stays.
   job.request = std::move(next);
   job.after = std::move(after);
   Enqueue(job);

@@ -298,7 +298,7 @@ TEST_F(QueuedJobsTest, EventsAndReasonsNameTheUserNotTheVariableHoldingTheName) 
   auto second = service_->Submit(alice, s);
   ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_EQ(State(second->job.id), core::JobState::kQueued);
-  auto events = service_->Events({});
+  auto events = service_->events().Query({});
   ASSERT_TRUE(events.ok());
   bool quota_seen = false;
   for (const Event& e : *events) {

@@ -72,7 +72,7 @@ class ScheduleTest : public SuspendTest {
   int Count(uint64_t id, const std::string& kind) {
     EventQuery q;
     q.job_id = id;
-    auto events = service_->Events(q);
+    auto events = service_->events().Query(q);
     int n = 0;
     for (const Event& e : events.ok() ? *events : std::vector<Event>{}) n += e.kind == kind;
     return n;
@@ -80,7 +80,7 @@ class ScheduleTest : public SuspendTest {
   std::string Message(uint64_t id, const std::string& kind) {
     EventQuery q;
     q.job_id = id;
-    auto events = service_->Events(q);
+    auto events = service_->events().Query(q);
     for (const Event& e : events.ok() ? *events : std::vector<Event>{}) {
       if (e.kind == kind) return e.message;
     }

@@ -154,7 +154,7 @@ Status ReplicaManager::Start() {
   if (!stored.empty()) {
     EventQuery q;
     q.limit = kRecentEvents;
-    if (auto e = service_.Events(q); e.ok()) recent = std::move(*e);
+    if (auto e = service_.events().Query(q); e.ok()) recent = std::move(*e);
   }
   for (StoredService& s : stored) {
     std::string name = s.name;
@@ -338,7 +338,7 @@ void ReplicaManager::TickOne(Managed& m, int64_t now) {
                 "crash loop over: replica " + m.stored.name + "-" + std::to_string(r.index) +
                     " has run " + Dur(now - job.started_ms));
       }
-      auto u = service_.UsageOf(id);
+      auto u = service_.usage().Of(id);
       // A replica NVML has no figure for (a MIG instance without GPM) is
       // left out of the mean, as one not yet sampled: not counted as idle.
       if (u && u->sampled_ms >= job.started_ms && u->gpu_util_known) {
@@ -533,7 +533,7 @@ ServiceView ReplicaManager::View(const Managed& m) {
     if (job.ok()) {
       rv.state = job->job.state;
       if (rv.state == core::JobState::kRunning) {
-        auto u = service_.UsageOf(id);
+        auto u = service_.usage().Of(id);
         if (u && u->sampled_ms >= job->job.started_ms && u->gpu_util_known) {
           rv.use_pct = core::SliceUsePct(u->gpu_util_pct, job->job.allocation.compute_milli);
         }

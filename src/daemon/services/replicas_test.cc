@@ -124,7 +124,7 @@ class ReplicasTest : public ::testing::Test {
   }
 
   size_t CountEvents(const std::string& kind) {
-    auto e = service_->Events(EventQuery{0, 0, 10'000});
+    auto e = service_->events().Query(EventQuery{0, 0, 10'000});
     EXPECT_TRUE(e.ok());
     if (!e.ok()) return 0;
     return std::count_if(e->begin(), e->end(), [&](const Event& ev) { return ev.kind == kind; });

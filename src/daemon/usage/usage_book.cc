@@ -3,6 +3,7 @@
 #include "daemon/usage/usage_book.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "daemon/base/log.h"
@@ -159,6 +160,24 @@ void UsageBook::ForgetEnded(const std::function<bool(uint64_t id)>& live) {
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     it = live(it->first) ? std::next(it) : jobs_.erase(it);
   }
+}
+
+void UsageBook::ObserveQueueWait(int64_t wait_ms) {
+  // Upper bounds in seconds: from "started at once" to "waited a day",
+  // roughly geometric.
+  static constexpr double kBoundsS[] = {0.1, 1,    5,    15,   30,    60,   300,
+                                        900, 1800, 3600, 7200, 21600, 86400};
+  WaitHistogram& h = queue_waits_;
+  if (h.bounds_s.empty()) {
+    h.bounds_s.assign(std::begin(kBoundsS), std::end(kBoundsS));
+    h.cumulative.assign(h.bounds_s.size(), 0);
+  }
+  const double wait_s = std::max<int64_t>(0, wait_ms) / 1000.0;
+  for (size_t i = 0; i < h.bounds_s.size(); ++i) {
+    if (wait_s <= h.bounds_s[i]) ++h.cumulative[i];
+  }
+  ++h.count;
+  h.sum_s += wait_s;
 }
 
 }  // namespace gpuslice::daemon

@@ -61,6 +61,15 @@ struct JobUsage {
   std::map<uint32_t, uint32_t> registered_by_gpu;
 };
 
+// Queue waits of started jobs (submitted -> started), for the metrics'
+// histogram: cumulative counts per upper bound, like Prometheus buckets.
+struct WaitHistogram {
+  std::vector<double> bounds_s;
+  std::vector<uint64_t> cumulative;  // cumulative[i]: waits <= bounds_s[i].
+  uint64_t count = 0;
+  double sum_s = 0;
+};
+
 class UsageBook {
  public:
   // A gap longer than this many intervals is not trusted to stand for the
@@ -130,6 +139,11 @@ class UsageBook {
   void Forget(uint64_t id) { jobs_.erase(id); }
   void ForgetEnded(const std::function<bool(uint64_t id)>& live);
 
+  // A job started after waiting `wait_ms` in the queue (negative: none).
+  void ObserveQueueWait(int64_t wait_ms);
+  // The queue waits of every job started since the daemon started.
+  const WaitHistogram& queue_waits() const { return queue_waits_; }
+
  private:
   std::vector<GpuUsage> gpus_;
   std::unordered_map<uint64_t, JobUsage> jobs_;
@@ -138,6 +152,7 @@ class UsageBook {
   ContextSizes context_sizes_;
   int64_t last_sample_ms_ = 0;
   int64_t last_idle_persist_ms_ = 0;
+  WaitHistogram queue_waits_;
   bool error_logged_ = false;
 };
 

@@ -192,5 +192,22 @@ TEST(UsageBook, EndedJobsAreForgotten) {
   EXPECT_EQ(book.Of(3)->sampled_ms, 1000);
 }
 
+TEST(UsageBook, QueueWaitsAreCountedInCumulativeBucketsInSeconds) {
+  UsageBook book;
+  EXPECT_EQ(book.queue_waits().count, 0u);
+  book.ObserveQueueWait(50);      // 0.05 s: in every bucket.
+  book.ObserveQueueWait(20'000);  // 20 s: from the 30 s bucket on.
+  book.ObserveQueueWait(-5);      // A clock step back counts as no wait.
+  const WaitHistogram& h = book.queue_waits();
+  ASSERT_EQ(h.bounds_s.size(), h.cumulative.size());
+  ASSERT_EQ(h.bounds_s.front(), 0.1);
+  EXPECT_EQ(h.count, 3u);
+  EXPECT_DOUBLE_EQ(h.sum_s, 20.05);
+  EXPECT_EQ(h.cumulative.front(), 2u);
+  for (size_t i = 0; i < h.bounds_s.size(); ++i) {
+    EXPECT_EQ(h.cumulative[i], h.bounds_s[i] >= 20 ? 3u : 2u) << h.bounds_s[i];
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon
