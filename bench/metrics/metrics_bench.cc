@@ -76,7 +76,7 @@ void BM_RenderMetrics(benchmark::State& state) {
     }
     service.Flush();
     service.Sample();
-    if (service.running_count() != size_t(jobs)) {
+    if (service.table().running_count() != size_t(jobs)) {
       state.SkipWithError("not every job runs");
       return;
     }
