@@ -119,7 +119,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                             if (job.state == JobState::kRunning) visit(job);
                           }
                         },
-                    .processes = [this]() -> ProcessTable& { return Processes(); },
+                    .processes = [this]() -> ProcessTable& { return procs_.processes(); },
                     .finish =
                         [this](Job& job, JobState state, int exit_code, std::string reason) {
                           FinishJob(job, state, exit_code, std::move(reason));
@@ -148,16 +148,16 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           Watchdog::Hooks{
               .kill =
                   [this](const Job& job, const std::string& kind, const std::string& why) {
-                    KillJob(table_.jobs().at(job.id), table_.live().at(job.id), kind, why);
+                    procs_.Kill(table_.jobs().at(job.id), table_.live().at(job.id), kind, why);
                   },
-              .stop = [this](const Job& job) { StopJob(job); },
-              .resume = [this](const Job& job) { ContinueJob(job); },
+              .stop = [this](const Job& job) { procs_.Stop(job); },
+              .resume = [this](const Job& job) { procs_.Continue(job); },
               .record =
                   [this](const std::string& kind, const Job& job, const std::string& message) {
                     RecordEvent(kind, job.id, job.user, message);
                   },
               .tell = [this](const Job& job,
-                             const std::string& line) { AppendToStderr(job, line); },
+                             const std::string& line) { procs_.AppendToStderr(job, line); },
               .context_size = [this](uint32_t gpu) { return usage_.ContextSizeOf(gpu); },
               .elastic = [](const Job& job) { return IsElastic(job); },
           }),
@@ -192,7 +192,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                       RecordEvent(kind, job.id, job.user, message);
                     },
                 .tell = [this](const Job& job,
-                               const std::string& line) { AppendToStderr(job, line); },
+                               const std::string& line) { procs_.AppendToStderr(job, line); },
             }),
       quotas_(QuotaKeeper::Jobs{
                   .for_each_charged =
@@ -292,9 +292,11 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .pool_of = [this](uint32_t gpu) -> const std::string& { return PoolOf(gpu); },
               .usage = [this](uint64_t id) { return usage_.Find(id); },
               .forget_usage = [this](uint64_t id) { usage_.Forget(id); },
-              .processes = [this]() -> ProcessTable& { return Processes(); },
-              .append_to_stderr = [this](const Job& job,
-                                         const std::string& line) { AppendToStderr(job, line); },
+              .processes = [this]() -> ProcessTable& { return procs_.processes(); },
+              .append_to_stderr =
+                  [this](const Job& job, const std::string& line) {
+                    procs_.AppendToStderr(job, line);
+                  },
               .suspend_failed =
                   [this](Job& job, const SuspendCause& cause) { AfterFailedSuspend(job, cause); },
               .resumed = [this](uint64_t id) { idle_.Resumed(id); },

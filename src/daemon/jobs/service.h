@@ -38,6 +38,7 @@
 #include "daemon/compute/region_store.h"
 #include "daemon/config/policy_config.h"
 #include "daemon/containers/container_jobs.h"
+#include "daemon/control/job_processes.h"
 #include "daemon/elastic/elastic_jobs.h"
 #include "daemon/external/external_jobs.h"
 #include "daemon/jobs/job_query.h"
@@ -460,19 +461,6 @@ class Service {
   // fallback, preemption's end, a reclaim's requeue, no defragmentation
   // move of it for a while).
   void AfterFailedSuspend(core::Job& job, const SuspendCause& cause);
-  // Which job each of `pids` (GPU processes from NVML) belongs to; absent:
-  // none. The one place that decides membership: the job's process group,
-  // else a slice's process slots when the process is the job user's.
-  std::unordered_map<int64_t, uint64_t> JobsOfProcesses(const std::vector<int64_t>& pids);
-  // Freezes / thaws every process of a job (its group and the processes of
-  // its slice outside it). One seam, so cgroup freezing can replace it.
-  void StopJob(const core::Job& job);
-  void ContinueJob(const core::Job& job);
-  // Ends a job at once (SIGKILL to its group and to its GPU processes
-  // outside it), with an event and a line in its log.
-  void KillJob(core::Job& job, Live& l, const std::string& event_kind, const std::string& why);
-  ProcessTable& Processes();
-  void AppendToStderr(const core::Job& job, const std::string& line);
   std::vector<std::string> FlagsOf(uint64_t id) const;
   // Why a running or suspended job holds GPUs outside the pool it asked for
   // (the admin moved them to another pool, or removed its pool, while it
@@ -532,12 +520,28 @@ class Service {
   // Usage sampling: each job's usage, the GPUs', context sizes
   // (usage/usage_book.h).
   UsageBook usage_;
+  // What the daemon does to a job's processes (stop, continue, kill, a line
+  // in its log) and which job a GPU process is (control/job_processes.h).
+  JobProcesses procs_{
+      options_.state_dir + "/jobs",
+      options_.processes,
+      table_,
+      launcher_,
+      regions_,
+      usage_,
+      external_,
+      clock_,
+      {.slice_limits = [this](const core::Job& job) { return SliceLimitsOf(job); },
+       .record_event =
+           [this](std::string kind, uint64_t id, std::string user, std::string message) {
+             RecordEvent(std::move(kind), id, std::move(user), std::move(message));
+           }}};
   // GPU processes outside gpuslice: charged, reported, ended after each
   // sample (usage/foreign_use.h).
   ForeignUse foreign_{{[this](const std::string& user, const std::string& message) {
                          RecordEvent("foreign_process", 0, user, message);
                        },
-                       [this]() -> ProcessTable& { return Processes(); }}};
+                       [this]() -> ProcessTable& { return procs_.processes(); }}};
   // The enforcement watchdog: each running job's watch state, and what it
   // does about a breach (watch/watchdog.h).
   Watchdog watchdog_;

@@ -15,16 +15,6 @@ using core::Job;
 using core::JobState;
 using core::Status;
 
-void Service::AppendToStderr(const Job& job, const std::string& line) {
-  // The job's own stderr log, so the user reads it with `gpuslice logs`.
-  std::string path = JobDir(job.id) + "/stderr";
-  int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return;
-  std::string text = "gpuslice: " + line + "\n";
-  (void)!write(fd, text.data(), text.size());
-  close(fd);
-}
-
 void Service::Reclaim() {
   bool someone_waits = !table_.queue().empty();
   std::vector<uint64_t> ids;

@@ -13,53 +13,6 @@ namespace gpuslice::daemon {
 using core::Job;
 using core::JobState;
 
-std::unordered_map<int64_t, uint64_t> Service::JobsOfProcesses(const std::vector<int64_t>& pids) {
-  // First the job whose cgroup holds the pid (the kernel's word: setsid
-  // escapees and processes without the shim stay in it); then the job's
-  // process group (jobs without a cgroup); else a slice's process slots. The
-  // slots are job-written, so a claim counts only for a process of the job's
-  // own user (or one already gone): a job cannot hide someone else's process.
-  std::unordered_map<int64_t, uint64_t> out;
-  if (pids.empty()) return out;
-  const std::unordered_set<int64_t> asked(pids.begin(), pids.end());
-  std::unordered_map<int64_t, uint64_t> job_of_group;
-  std::unordered_map<int64_t, uint64_t> claimed;
-  for (const auto& [id, l] : table_.live()) {
-    const Job& job = table_.jobs()[id];
-    if (job.pid > 0) {
-      if (auto members = launcher_.GroupPids(job.pid)) {
-        for (int64_t p : *members) {
-          if (asked.count(p)) out.emplace(p, id);
-        }
-      }
-    }
-    if (job.pid > 0) job_of_group[job.pid] = id;
-    if (job.region_path.empty()) continue;
-    if (auto slots = regions_.Pids(job.region_path); slots.ok()) {
-      for (int32_t p : *slots) claimed.emplace(p, id);
-    }
-  }
-  ProcessTable& procs = Processes();
-  for (int64_t pid : pids) {
-    if (out.count(pid)) continue;
-    if (auto g = job_of_group.find(procs.ProcessGroupOf(pid)); g != job_of_group.end()) {
-      out[pid] = g->second;
-      continue;
-    }
-    auto c = claimed.find(pid);
-    if (c == claimed.end()) continue;
-    std::optional<ProcessOwner> owner = procs.OwnerOf(pid);
-    if (!owner || owner->uid == table_.jobs()[c->second].uid) out[pid] = c->second;
-  }
-  return out;
-}
-
-ProcessTable& Service::Processes() {
-  if (options_.processes) return *options_.processes;
-  static ProcProcessTable real;  // Stateless: /proc and kill(2).
-  return real;
-}
-
 void Service::RecordEvent(std::string kind, uint64_t job_id, std::string user,
                           std::string message) {
   Event e;
@@ -104,7 +57,7 @@ void Service::Sample() {
   for (const GpuUsage& g : usage_.gpus()) {
     for (const GpuProcess& p : g.processes) gpu_pids.push_back(p.pid);
   }
-  std::unordered_map<int64_t, uint64_t> job_of_pid = JobsOfProcesses(gpu_pids);
+  std::unordered_map<int64_t, uint64_t> job_of_pid = procs_.JobsOf(gpu_pids);
   for (const GpuUsage& g : usage_.gpus()) {
     for (const GpuProcess& p : g.processes) {
       auto it = job_of_pid.find(p.pid);
