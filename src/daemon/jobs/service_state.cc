@@ -16,8 +16,8 @@
 #include <cstdlib>
 
 #include "daemon/base/log.h"
-#include "daemon/jobs/job_finder.h"
 #include "daemon/jobs/service.h"
+#include "daemon/node/job_finder.h"
 
 namespace gpuslice::daemon {
 

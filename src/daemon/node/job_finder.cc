@@ -1,4 +1,4 @@
-#include "daemon/jobs/job_finder.h"
+#include "daemon/node/job_finder.h"
 
 #include <dirent.h>
 #include <fcntl.h>
