@@ -29,34 +29,10 @@ using core::JobState;
 using core::Result;
 using core::Status;
 
-std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
-                              std::string_view owner) {
-  if (text.size() < 6) return text;  // Nothing to find; most reasons are empty.
-  for (const std::string& e : env) {
-    size_t eq = e.find('=');
-    if (eq == std::string::npos || e.size() - eq - 1 < 6 || e.size() - eq - 1 > text.size()) {
-      continue;
-    }
-    const std::string_view value = std::string_view(e).substr(eq + 1);
-    if (!owner.empty() && owner.find(value) != std::string_view::npos) continue;
-    for (size_t at; (at = text.find(value)) != std::string::npos;) {
-      text.replace(at, value.size(), "$" + e.substr(0, eq));
-    }
-  }
-  return text;
-}
-
 std::string Service::PublicText(uint64_t job_id, std::string text) const {
   auto it = table_.jobs().find(job_id);
   if (it == table_.jobs().end()) return text;
   return RedactEnvironment(std::move(text), it->second.env, it->second.user);
-}
-
-Status Service::CheckOwner(const Caller& caller, const Job& job) const {
-  if (caller.admin || (caller.local && caller.uid == job.uid)) return Status::Ok();
-  return core::PermissionDeniedError("job " + std::to_string(job.id) + " belongs to " + job.user +
-                                     "; only its owner, root or the admin group may "
-                                     "do this");
 }
 
 namespace {

@@ -41,8 +41,6 @@
 #include "daemon/control/job_processes.h"
 #include "daemon/elastic/elastic_jobs.h"
 #include "daemon/external/external_jobs.h"
-#include "daemon/jobs/job_query.h"
-#include "daemon/jobs/service_views.h"
 #include "daemon/launch/cdi.h"
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
@@ -55,11 +53,17 @@
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/quotas/quota_keeper.h"
 #include "daemon/ranking/queue_ranker.h"
+#include "daemon/requests/caller.h"
+#include "daemon/requests/job_query.h"
+#include "daemon/requests/job_specs.h"
+#include "daemon/requests/job_text.h"
+#include "daemon/requests/job_view.h"
 #include "daemon/store/degraded_mode.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
 #include "daemon/suspend/suspender.h"
 #include "daemon/table/job_table.h"
+#include "daemon/table/job_transitions.h"
 #include "daemon/usage/foreign_use.h"
 #include "daemon/usage/usage_book.h"
 #include "daemon/waits/dependencies.h"
@@ -69,105 +73,11 @@
 
 namespace gpuslice::daemon {
 
-// Who is calling, from SO_PEERCRED (unix socket) or a bearer token (TCP).
-struct Caller {
-  uint32_t uid = 0;
-  uint32_t gid = 0;
-  // The process that opened the connection, pinned at accept (unix socket
-  // only; null over TCP, for the daemon's own submissions, and when the
-  // peer's pid is not visible here). Whatever is decided from the caller's
-  // pid uses it, never a pid looked up later (peer_process.h).
-  std::shared_ptr<const PeerProcess> process;
-  std::string user;
-  bool admin = false;  // root, the admin group, or the TCP token holder.
-  bool local = true;   // Came over the unix socket (can own jobs).
-  // The TCP bearer token holder: reads and cancels only (Api::Handle checks
-  // each route's scope), never anyone's environment.
-  bool token = false;
-};
-
-struct SubmitSpec {
-  core::RequestFields fields;
-  core::JobMode mode = core::JobMode::kSubmit;
-  std::vector<std::string> argv;
-  std::string cwd;
-  std::vector<std::string> env;
-  bool restartable = false;      // Preemption requeues it instead of ending it.
-  bool no_idle_reclaim = false;  // Idle reclaim leaves it alone.
-  // --after: jobs that must end (or exit 0) first (core/jobs/dependency.h).
-  std::vector<core::Dependency> after;
-  // --image, --engine: a container job (container_job.h).
-  std::optional<std::string> image;
-  std::optional<std::string> engine;
-  // Labels of any job; for external jobs (mode external): held paused until
-  // resumed, and the GPUs it may be placed on (empty: any).
-  std::map<std::string, std::string> labels;
-  bool paused = false;
-  std::vector<std::string> gpu_uuids;
-  // External jobs: bound to the calling process (Job::holder_pid), released
-  // when it is gone.
-  bool bound_to_caller = false;
-};
-
-// A quota with what its principal's running jobs hold now.
-struct QuotaView {
-  core::Principal who;
-  core::Quota quota;
-  core::QuotaCharge in_use;
-};
-
-// `gpuslice resize`: the new size of a running fraction (unset: unchanged).
-struct ResizeSpec {
-  std::optional<std::string> mem;
-  std::optional<std::string> compute;
-  std::optional<std::string> gpus;      // An elastic job's GPU count, within its range.
-  std::optional<std::string> priority;  // low | normal | high, live.
-  bool force = false;                   // Even below the memory it uses now.
-};
-
-// `gpuslice update`: a queued job's new request (unset: unchanged).
-struct UpdateSpec {
-  std::optional<std::string> mem;
-  std::optional<std::string> compute;
-  std::optional<std::string> priority;
-  std::optional<std::string> after;  // Replaces its dependencies; "" drops them.
-};
-
-// A page of GET /v1/jobs (job_query.h).
-struct JobPage {
-  std::vector<JobView> jobs;
-  // The last id of this page when more jobs match after it (the cursor of
-  // the next page); unset on the last page.
-  std::optional<uint64_t> next_cursor;
-};
-
-// GET /v1/jobs/summary: counts by state and the groups of alike jobs, each
-// with the view of its first member (a queued group: where it stands).
-struct JobSummary {
-  std::map<std::string, uint64_t> counts;
-  std::vector<JobGroup> groups;  // At most the query's limit.
-  size_t groups_total = 0;
-  std::vector<JobView> first;  // One per group.
-};
-
 // The groups (names) a user belongs to, from the system's group database:
 // `gid` and the supplementary groups (getgrouplist). For group quotas.
 std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid);
 // The same as gids (the primary one included).
 std::vector<uint32_t> SystemGidsOf(const std::string& user, uint32_t gid);
-
-// `text` with the value of every `env` entry ("K=V", values of 6 or more
-// characters) replaced by "$K": a message shown to others (a job's failure
-// reason, an event) must not carry its owner's environment, e.g. the PATH a
-// "command not found" names.
-std::string RedactEnvironment(std::string text, const std::vector<std::string>& env,
-                              std::string_view owner = {});
-
-// Values that are, or are part of, `owner` (the job's user name: USER,
-// LOGNAME) are left alone: the name is shown beside every job anyway, and
-// replacing it would name the user `$LOGNAME` in events and reasons.
-// "container=server, namespace=ml, pod=infer-0" (events, logs).
-std::string LabelsText(const std::map<std::string, std::string>& labels);
 
 struct ServiceOptions {
   std::string state_dir;
@@ -227,7 +137,7 @@ struct ServiceOptions {
   uint32_t suspend_lock_timeout_ms = 10000;
 };
 
-class Service {
+class Service : public JobTransitions {
  public:
   // The share (per mille) a fraction without one takes turns with:
   // work-conserving, so alone it uses the whole GPU.
@@ -280,7 +190,8 @@ class Service {
 
   // Events: every decision worth telling a user (docs/DAEMON.md lists the
   // kinds). Stored in the ledger; counted per kind for the metrics.
-  void RecordEvent(std::string kind, uint64_t job_id, std::string user, std::string message);
+  void RecordEvent(std::string kind, uint64_t job_id, std::string user,
+                   std::string message) override;
   // The events recorded, and counts per kind (store/event_log.h).
   const EventLog& events() const { return events_; }
 
@@ -387,7 +298,7 @@ class Service {
   // older install left (state dir, job dirs, ledger files).
   core::Status SecureStateDir();
   // Persists a change of `job` from state `from`; degrades on failure.
-  bool Persist(const core::Job& job, std::optional<core::JobState> from);
+  bool Persist(const core::Job& job, std::optional<core::JobState> from) override;
   // The one place a job's state changes (docs/DAEMON.md, "Events"):
   // refuses an illegal change (logged; false, nothing changed), sets the
   // state, writes the job's row and the transition to the ledger (its
@@ -395,8 +306,8 @@ class Service {
   // the event `kind` with `message`. An empty `kind` records none: only
   // StartJob's launch intent, whose "started" event follows once the launch
   // has a pid. False also when the ledger write failed (degraded; retried).
-  bool ChangeState(core::Job& job, core::JobState to, std::string kind, std::string message);
-  core::Status CheckOwner(const Caller& caller, const core::Job& job) const;
+  bool ChangeState(core::Job& job, core::JobState to, std::string kind,
+                   std::string message) override;
   // Crash-safe launching: a job launched before it is recorded would run
   // twice after a crash. A job about to be launched is first
   // recorded as running in its slice with no pid (its launch intent); its
@@ -417,12 +328,12 @@ class Service {
   // Finished jobs that ended this recently stay in memory beyond `history`,
   // so a client polling for an exit code always finds it.
   static constexpr int64_t kKeepEndedMs = 10 * 60 * 1000;
-  void Schedule();
+  void Schedule() override;
   // Plans now when that is cheap or has not happened for a while; otherwise
   // leaves it to Flush. With thousands of jobs waiting, planning after every
   // submission would make submissions O(queue) each; batching keeps them
   // O(1) and delays a start by at most one Flush period.
-  void RequestSchedule();
+  void RequestSchedule() override;
   void StartJob(core::Job& job);
   // The "started" event's message: "on GPU-0,GPU-1, pid 4242".
   static std::string StartedText(const core::Job& job);
@@ -433,7 +344,7 @@ class Service {
   // holders and end: external/external_jobs.h).
   core::Result<JobView> SubmitExternal(const Caller& caller, SubmitSpec spec);
   core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
-  void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason);
+  void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason) override;
   void WatchRunning();
   // A shell job (or run -i) whose processes are gone before its client
   // reported their exit status: true while the daemon still waits for it.

@@ -110,10 +110,4 @@ Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
   return View(job);
 }
 
-std::string LabelsText(const std::map<std::string, std::string>& labels) {
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : labels) parts.push_back(k + "=" + v);
-  return core::Join(parts, ", ");
-}
-
 }  // namespace gpuslice::daemon

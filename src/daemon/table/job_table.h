@@ -99,7 +99,7 @@ class JobTable {
   // Calls `visit` with the jobs above id `after_id`, by ascending id, until
   // it returns false: only running and suspended ones when `live_only`,
   // else only those of `users` when it names any, else every job. A query's
-  // candidates (jobs/job_query.h), each costing only what it visits.
+  // candidates (requests/job_query.h), each costing only what it visits.
   void VisitCandidates(uint64_t after_id, const std::vector<std::string>& users, bool live_only,
                        const std::function<bool(const core::Job&)>& visit) const;
 

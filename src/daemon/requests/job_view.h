@@ -1,6 +1,6 @@
 #pragma once
 
-// What the node daemon's Service answers to reads (service.h): a job with
+// What the node daemon answers to reads (jobs/service.h): a job with
 // what only the live daemon knows, its usage, its log, foreign GPU processes
 // and the queue-wait histogram. Plain values, copied out of the service.
 
@@ -12,6 +12,7 @@
 
 #include "core/jobs/dependency.h"
 #include "core/jobs/job.h"
+#include "daemon/requests/job_query.h"  // JobGroup
 #include "daemon/usage/foreign_use.h"   // ForeignProcess
 #include "daemon/usage/usage_book.h"    // JobUsage, WaitHistogram
 #include "daemon/waits/dependencies.h"  // DependencyView
@@ -44,6 +45,23 @@ struct LogChunk {
   uint64_t next_offset = 0;
   core::JobState state = core::JobState::kQueued;
   int exit_code = -1;
+};
+
+// A page of GET /v1/jobs (job_query.h).
+struct JobPage {
+  std::vector<JobView> jobs;
+  // The last id of this page when more jobs match after it (the cursor of
+  // the next page); unset on the last page.
+  std::optional<uint64_t> next_cursor;
+};
+
+// GET /v1/jobs/summary: counts by state and the groups of alike jobs, each
+// with the view of its first member (a queued group: where it stands).
+struct JobSummary {
+  std::map<std::string, uint64_t> counts;
+  std::vector<JobGroup> groups;  // At most the query's limit.
+  size_t groups_total = 0;
+  std::vector<JobView> first;  // One per group.
 };
 
 }  // namespace gpuslice::daemon

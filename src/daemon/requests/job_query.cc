@@ -1,4 +1,4 @@
-#include "daemon/jobs/job_query.h"
+#include "daemon/requests/job_query.h"
 
 #include <algorithm>
 #include <charconv>
