@@ -336,7 +336,7 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
     }
     json sl = json::array();
     for (uint64_t id : slices[g.index]) {
-      auto v = service_.Get(id);
+      auto v = service_.reads().Get(id);
       if (!v.ok()) continue;
       const core::Job& job = v->job;
       json s = {{"job", id},
@@ -403,7 +403,7 @@ ApiResponse Api::ListEvents(const ApiRequest& req, uint64_t) {
   if (!events.ok()) return Error(events.status());
   json out = json::array();
   for (Event& e : *events) {
-    e.message = service_.PublicText(e.job_id, std::move(e.message));
+    e.message = service_.reads().PublicText(e.job_id, std::move(e.message));
     out.push_back(EventToJson(e));
   }
   return Json(200, {{"events", out}});
@@ -412,7 +412,7 @@ ApiResponse Api::ListEvents(const ApiRequest& req, uint64_t) {
 ApiResponse Api::ListJobs(const ApiRequest& req, uint64_t) {
   auto query = ParseJobQuery(req.query);
   if (!query.ok()) return Error(query.status());
-  JobPage page = service_.Query(*query);
+  JobPage page = service_.reads().Query(*query);
   json jobs = json::array();
   for (const JobView& v : page.jobs) jobs.push_back(JobToJson(v));
   json out = {{"jobs", std::move(jobs)},
@@ -429,7 +429,7 @@ ApiResponse Api::JobsSummary(const ApiRequest& req, uint64_t) {
   }
   auto query = ParseJobQuery(req.query);
   if (!query.ok()) return Error(query.status());
-  JobSummary summary = service_.Summary(*query);
+  JobSummary summary = service_.reads().Summary(*query);
   json groups = json::array();
   for (size_t i = 0; i < summary.groups.size(); ++i) {
     const JobGroup& g = summary.groups[i];
@@ -466,10 +466,10 @@ ApiResponse Api::SubmitJob(const ApiRequest& req, uint64_t) {
 }
 
 ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
-  auto v = service_.Get(id);
+  auto v = service_.reads().Get(id);
   if (!v.ok()) return Error(v.status());
   json j = JobToJson(*v);
-  auto history = service_.History(id);
+  auto history = service_.reads().History(id);
   if (history.ok()) {
     json h = json::array();
     for (Transition t : *history) {
@@ -501,7 +501,7 @@ ApiResponse Api::CancelJob(const ApiRequest& req, uint64_t id) {
   }
   core::Status s = service_.Cancel(req.caller, id, exit_code);
   if (!s.ok()) return Error(s);
-  auto v = service_.Get(id);
+  auto v = service_.reads().Get(id);
   return Json(200, v.ok() ? JobToJson(*v) : json{{"id", id}});
 }
 
@@ -515,7 +515,7 @@ ApiResponse Api::JobLogs(const ApiRequest& req, uint64_t id) {
   if (auto it = req.query.find("limit"); it != req.query.end() && !ParseU64(it->second, &limit)) {
     return Error(core::InvalidArgumentError("limit: not a number: '" + it->second + "'"));
   }
-  auto chunk = service_.ReadLog(req.caller, id, stream, offset, limit);
+  auto chunk = service_.reads().ReadLog(req.caller, id, stream, offset, limit);
   if (!chunk.ok()) return Error(chunk.status());
   ApiResponse r{200, std::move(chunk->data), "application/octet-stream", {}};
   r.headers.push_back({"X-Gpuslice-Next-Offset", std::to_string(chunk->next_offset)});
@@ -580,7 +580,7 @@ ApiResponse Api::RemoveQuota(const ApiRequest& req) {
 
 ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
   if (auto s = service_.Resume(req.caller, id); !s.ok()) return Error(s);
-  auto v = service_.Get(id);
+  auto v = service_.reads().Get(id);
   if (!v.ok()) return Error(v.status());
   // A suspended job is being restored by a worker (flag "resuming").
   return Json(v->job.state == core::JobState::kSuspended ? 202 : 200, JobToJson(*v));
@@ -588,7 +588,7 @@ ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
 
 ApiResponse Api::SuspendJob(const ApiRequest& req, uint64_t id) {
   if (auto s = service_.Suspend(req.caller, id); !s.ok()) return Error(s);
-  auto v = service_.Get(id);
+  auto v = service_.reads().Get(id);
   if (!v.ok()) return Error(v.status());
   // Accepted: the worker suspends it; the job's flags say "suspending" until
   // it is `suspended` (or has a checkpoint_error).
@@ -604,7 +604,7 @@ ApiResponse Api::MoveJob(const ApiRequest& req, uint64_t id) {
   if (auto s = service_.Move(req.caller, id, gpu->get<std::string>()); !s.ok()) {
     return Error(s);
   }
-  auto v = service_.Get(id);
+  auto v = service_.reads().Get(id);
   if (!v.ok()) return Error(v.status());
   // Accepted: suspended, then resumed on the target by the worker (flags
   // "suspending", then "resuming").

@@ -491,7 +491,7 @@ std::string RenderMetrics(Service& service, const MetricsOptions& options) {
   JobQuery holding;
   holding.states = {core::JobState::kRunning, core::JobState::kSuspended};
   holding.limit = 0;
-  const std::vector<JobView> jobs = service.Query(holding).jobs;
+  const std::vector<JobView> jobs = service.reads().Query(holding).jobs;
   std::vector<GpuTotals> totals(inv.gpus.size());
   for (const JobView& v : jobs) {
     if (v.job.state != core::JobState::kRunning) continue;

@@ -122,7 +122,7 @@ TEST_F(MetricsListenerTest, EverythingElseIsNotFoundAndNeverReachesTheApi) {
   EXPECT_EQ(Fetch(*address, http::verb::post, "/metrics").status, 404);
   // Not in this listener's list, although the Api has it.
   EXPECT_EQ(Fetch(*address, http::verb::get, "/status").status, 404);
-  EXPECT_TRUE(service_->List(true).empty());
+  EXPECT_TRUE(service_->reads().List(true).empty());
 }
 
 TEST_F(MetricsListenerTest, BadAddressesAreRefusedWithTheReason) {

@@ -45,7 +45,7 @@ json NodeStateJson(Service& service) {
   const InventorySnapshot& inv = service.inventory();
   std::map<uint32_t, Held> held;
   std::map<std::string, bool> mig_taken;  // MIG instance UUID -> held.
-  for (const JobView& v : service.List(false)) {
+  for (const JobView& v : service.reads().List(false)) {
     if (v.job.state != core::JobState::kRunning) continue;
     const core::Allocation& a = v.job.allocation;
     const core::ResourceRequest& r = v.job.request;

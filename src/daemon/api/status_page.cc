@@ -286,7 +286,7 @@ std::string JsonForScript(const json& j) {
 
 json StatusSnapshot(Service& service) {
   const InventorySnapshot& inv = service.inventory();
-  std::vector<JobView> jobs = service.List(false);
+  std::vector<JobView> jobs = service.reads().List(false);
   int64_t now = NowMs();
 
   json gpus = json::array();
@@ -341,7 +341,7 @@ json StatusSnapshot(Service& service) {
                         {"kind", e.kind},
                         {"job", e.job_id},
                         {"user", e.user},
-                        {"message", service.PublicText(e.job_id, e.message)}});
+                        {"message", service.reads().PublicText(e.job_id, e.message)}});
     }
   }
 

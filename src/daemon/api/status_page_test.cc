@@ -90,7 +90,7 @@ class StatusPageTest : public ::testing::Test {
 TEST_F(StatusPageTest, SnapshotHasTheGpuItsSlicesTheQueueAndEvents) {
   JobView running = Submit("60GiB", "train-1");
   JobView queued = Submit("40GiB", "eval");
-  ASSERT_EQ(service_->Get(queued.job.id)->job.state, core::JobState::kQueued);
+  ASSERT_EQ(service_->reads().Get(queued.job.id)->job.state, core::JobState::kQueued);
   regions_.used[running.job.region_path] = 3 * core::kGiB;
 
   ApiResponse r = Get("/status.json");

@@ -1,6 +1,6 @@
-// Service: jobs as users see them. Submission (checks, limits), cancel,
-// views and lists, logs, attaching a shell or `run -i` command, reporting
-// its exit. Starting, recovery and the ledger are in service_state.cc; moving
+// Service: jobs as users ask for them. Submission (checks, limits), cancel,
+// attaching a shell or `run -i` command, reporting its exit (views, lists
+// and logs: reads/job_reads.h). Starting, recovery and the ledger are in service_state.cc; moving
 // jobs along in service_lifecycle.cc. See service.h.
 
 #include "daemon/jobs/service.h"
@@ -20,7 +20,6 @@
 
 #include "core/strings.h"
 #include "daemon/base/log.h"
-#include "daemon/launch/job_log.h"
 
 namespace gpuslice::daemon {
 
@@ -28,12 +27,6 @@ using core::Job;
 using core::JobState;
 using core::Result;
 using core::Status;
-
-std::string Service::PublicText(uint64_t job_id, std::string text) const {
-  auto it = table_.jobs().find(job_id);
-  if (it == table_.jobs().end()) return text;
-  return RedactEnvironment(std::move(text), it->second.env, it->second.user);
-}
 
 namespace {
 
@@ -44,14 +37,6 @@ int64_t ParentOf(int64_t pid) {
     if (line.rfind("PPid:", 0) == 0) return std::atoll(line.c_str() + 5);
   }
   return -1;
-}
-
-// "40s", "25m", "2h5m": rounded up to the second under a minute, else to
-// the minute (a reason is read by people, not parsed).
-std::string RoughDuration(int64_t ms) {
-  ms = std::max<int64_t>(ms, 1000);
-  const int64_t unit = ms < 60'000 ? 1000 : 60'000;
-  return core::FormatDuration(std::chrono::milliseconds((ms + unit - 1) / unit * unit));
 }
 
 uint64_t TotalBytes(const std::vector<std::string>& v) {
@@ -186,7 +171,7 @@ Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
   dependencies_.WaitFor(id, pending);
   Enqueue(table_.jobs()[id]);
   RequestSchedule();
-  return View(table_.jobs()[id]);
+  return reads_.View(table_.jobs()[id]);
 }
 
 void Service::Enqueue(const Job& job) {
@@ -257,186 +242,6 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
     if (job.mode == core::JobMode::kShell) (void)launcher_.SignalGroup(job.pid, SIGHUP);
   }
   return Status::Ok();
-}
-
-JobView Service::View(const Job& job) {
-  JobView v{job, 0, "", std::nullopt, {}, dependencies_.ViewsOf(job), ""};
-  if (job.state == JobState::kRunning || job.state == JobState::kSuspended) {
-    if (job.state == JobState::kRunning) v.usage = usage_.Of(job.id);
-    v.flags = FlagsOf(job.id);
-    v.checkpoint_error = suspender_.Error(job.id);
-  }
-  if (job.IsLive()) {
-    if (auto factor = ranker_.ShownFactorOf(job)) v.fair_share = *factor;
-  }
-  // A suspended job waits in the queue too once its processes asked to be
-  // resumed (resume on demand).
-  const bool resume_demand =
-      job.state == JobState::kSuspended && suspender_.ResumeAskedMs(job.id) != 0;
-  if (job.state != JobState::kQueued && !resume_demand) return v;
-  if (waiting_index_stale_) {
-    waiting_index_.clear();
-    waiting_index_.reserve(last_waiting_.size());
-    for (size_t i = 0; i < last_waiting_.size(); ++i) waiting_index_[last_waiting_[i].id] = i;
-    waiting_index_stale_ = false;
-  }
-  auto w = waiting_index_.find(job.id);
-  if (w != waiting_index_.end()) {
-    const core::WaitingJob& wj = last_waiting_[w->second];
-    v.queue_position = wj.position;
-    std::string head = std::to_string(plan_head_);
-    switch (wj.reason) {
-      case core::WaitReason::kHead: {
-        v.waiting_for = "first in line: " + capacity_->WhyNotNow(job.id);
-        v.waiting_for += preemptions_.WaitingText(job.id);
-        if (const auto& expected = ranker_.head_expected_start_ms();
-            job.id == plan_head_ && expected) {
-          v.expected_start_ms = expected;
-          v.waiting_for +=
-              "; expected to start in about " + RoughDuration(*expected - clock_.NowMs()) +
-              (ranker_.head_estimated() ? " (by run-time estimates)" : " (by maximum run times)");
-        }
-        // Last, so that the command a hint names ends the line.
-        v.waiting_for += defrag_.WaitingText(job.id);
-        break;
-      }
-      case core::WaitReason::kBehindHead:
-        v.waiting_for = "behind job " + head + ": " + capacity_->WhyNotNow(job.id);
-        break;
-      case core::WaitReason::kWouldDelayHead:
-        v.waiting_for = "fits now, but starting it would delay job " + head + " (first in line)";
-        break;
-      case core::WaitReason::kNotConsidered:
-        v.waiting_for = "behind job " + head + "; not yet considered for backfill";
-        break;
-      case core::WaitReason::kNeverFits:
-        v.waiting_for = "can never fit";
-        break;
-      case core::WaitReason::kBorrowWait: {
-        const std::string* b = quotas_.BorrowReason(job.id);
-        v.waiting_for = "borrowing over its group's quota (" +
-                        (b == nullptr ? std::string("over quota") : *b) +
-                        "): waits for idle capacity: " + capacity_->WhyNotNow(job.id);
-        break;
-      }
-      case core::WaitReason::kHeld: {
-        if (job.hold != core::HoldKind::kNone) {
-          v.waiting_for = JobHolds::WaitingText(job);
-          break;
-        }
-        if (dependencies_.Waits(job.id)) {
-          v.waiting_for = dependencies_.WaitingText(job);
-          break;
-        }
-        const std::string* q = quotas_.WaitReason(job.id);
-        v.waiting_for = "quota: " + (q == nullptr ? std::string("over quota") : *q);
-        break;
-      }
-    }
-  }
-  if (resume_demand) {
-    v.waiting_for = "waiting for GPU memory to resume on demand" +
-                    (v.waiting_for.empty() ? std::string() : ": " + v.waiting_for);
-  }
-  return v;
-}
-
-Result<JobView> Service::Get(uint64_t id) {
-  Flush();
-  auto it = table_.jobs().find(id);
-  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
-  return View(it->second);
-}
-
-std::vector<JobView> Service::List(bool include_finished) {
-  Flush();
-  std::vector<JobView> out;
-  for (const auto& [id, job] : table_.jobs()) {
-    if (include_finished || job.IsLive()) out.push_back(View(job));
-  }
-  return out;
-}
-
-namespace {
-
-// Calls `visit` with the jobs of `table` that may pass `q` (JobTable::
-// VisitCandidates): running and suspended jobs only come from the live
-// jobs alone.
-void VisitCandidates(const JobTable& table, const JobQuery& q,
-                     const std::function<bool(const Job&)>& visit) {
-  const bool held_states_only =
-      !q.states.empty() && std::all_of(q.states.begin(), q.states.end(), [](JobState s) {
-        return s == JobState::kRunning || s == JobState::kSuspended;
-      });
-  table.VisitCandidates(q.after_id, q.users, held_states_only, visit);
-}
-
-}  // namespace
-
-JobPage Service::Query(const JobQuery& q) {
-  Flush();
-  JobPage page;
-  const std::string& default_pool = options_.rules.default_pool;
-  VisitCandidates(table_, q, [&](const Job& job) {
-    if (!JobMatches(job, q, default_pool)) return true;
-    if (q.limit != 0 && page.jobs.size() == q.limit) {
-      // One more matches: the page is full, and the next one starts here.
-      page.next_cursor = page.jobs.back().job.id;
-      return false;
-    }
-    page.jobs.push_back(View(job));
-    return true;
-  });
-  return page;
-}
-
-JobSummary Service::Summary(const JobQuery& q) {
-  Flush();
-  JobSummaryBuilder builder;
-  const std::string& default_pool = options_.rules.default_pool;
-  JobQuery from_start = q;
-  from_start.after_id = 0;
-  VisitCandidates(table_, from_start, [&](const Job& job) {
-    if (JobMatches(job, q, default_pool)) {
-      builder.Add(job, job.request.pool.empty() ? default_pool : job.request.pool);
-    }
-    return true;
-  });
-  JobSummary out;
-  out.counts = builder.counts();
-  out.groups = builder.Take();
-  out.groups_total = out.groups.size();
-  if (q.limit != 0 && out.groups.size() > q.limit) out.groups.resize(q.limit);
-  // Only each group's first member gets a view (its position and reason).
-  for (const JobGroup& g : out.groups) out.first.push_back(View(table_.jobs().at(g.ids.front())));
-  return out;
-}
-
-Result<std::vector<Transition>> Service::History(uint64_t id) {
-  if (!ledger_) return core::UnavailableError("ledger unavailable: " + degraded_.reason());
-  return ledger_->Transitions(id);
-}
-
-Result<LogChunk> Service::ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
-                                  uint64_t offset, uint64_t limit) const {
-  auto it = table_.jobs().find(id);
-  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
-  const Job& job = it->second;
-  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  if (stream != "stdout" && stream != "stderr") {
-    return core::InvalidArgumentError("stream must be stdout or stderr, not '" + stream + "'");
-  }
-  LogChunk chunk;
-  chunk.state = job.state;
-  chunk.exit_code = job.exit_code;
-  chunk.next_offset = offset;
-  // Offsets count the job's output since it started, across trims of a
-  // capped log (job_log.h).
-  limit = std::min<uint64_t>(limit, 4u << 20);
-  GPUSLICE_ASSIGN_OR_RETURN(LogRead read, ReadJobLog(JobDir(id) + "/" + stream, offset, limit));
-  chunk.data = std::move(read.data);
-  chunk.next_offset = read.next_offset;
-  return chunk;
 }
 
 Status Service::Attach(const Caller& caller, uint64_t id, int64_t pid) {

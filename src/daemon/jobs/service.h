@@ -53,6 +53,7 @@
 #include "daemon/placement/memory_allowance.h"
 #include "daemon/quotas/quota_keeper.h"
 #include "daemon/ranking/queue_ranker.h"
+#include "daemon/reads/job_reads.h"
 #include "daemon/requests/caller.h"
 #include "daemon/requests/job_query.h"
 #include "daemon/requests/job_specs.h"
@@ -156,21 +157,9 @@ class Service : public JobTransitions {
   // held ended (a Slurm step's exit status); refused for other jobs.
   core::Status Cancel(const Caller& caller, uint64_t id,
                       std::optional<int> exit_code = std::nullopt);
-  // Get and List first run a pending queue plan, so positions are current.
-  core::Result<JobView> Get(uint64_t id);
-  std::vector<JobView> List(bool include_finished);
-  // The jobs `query` asks for, a page at a time (job_query.h). The page
-  // costs the jobs it holds: candidates come by ascending id from the
-  // cursor on (from the owners' own lists when it names users, from the
-  // running jobs when it asks for those only), and a job gets its full
-  // view only once it is on the page.
-  JobPage Query(const JobQuery& query);
-  // Every job `query` matches, collapsed (JobSummaryBuilder); the limit
-  // applies to the groups.
-  JobSummary Summary(const JobQuery& query);
-  core::Result<std::vector<Transition>> History(uint64_t id);
-  core::Result<LogChunk> ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
-                                 uint64_t offset, uint64_t limit) const;
+  // What a job looks like to users: views, lists, pages, the summary, a
+  // job's history and logs, event text (reads/job_reads.h).
+  JobReads& reads() { return reads_; }
   // Shell jobs: the CLI reports the shell's pid once started, and its exit.
   core::Status Attach(const Caller& caller, uint64_t id, int64_t pid);
   core::Status ReportExit(const Caller& caller, uint64_t id, int exit_code);
@@ -241,9 +230,6 @@ class Service : public JobTransitions {
     if (it != table_.jobs().end() && it->second.mode == core::JobMode::kExternal) return "";
     return launcher_.CgroupParent(id);
   }
-  // `text` (an event's message about job `job_id`) without that job's
-  // environment values, for anyone to read.
-  std::string PublicText(uint64_t job_id, std::string text) const;
 
   // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
   // Quotas: admins set and remove them; anyone lists them.
@@ -351,7 +337,6 @@ class Service : public JobTransitions {
   bool AwaitShellExitReport(Live& l, int64_t now);
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
-  JobView View(const core::Job& job);
   // The slice limits of a job as it is now (StartJob, resize, pause).
   SliceLimits SliceLimitsOf(const core::Job& job) const;
   // A fraction without a compute share takes turns anyway, last (see
@@ -372,11 +357,6 @@ class Service : public JobTransitions {
   // fallback, preemption's end, a reclaim's requeue, no defragmentation
   // move of it for a while).
   void AfterFailedSuspend(core::Job& job, const SuspendCause& cause);
-  std::vector<std::string> FlagsOf(uint64_t id) const;
-  // Why a running or suspended job holds GPUs outside the pool it asked for
-  // (the admin moved them to another pool, or removed its pool, while it
-  // ran: docs/DAEMON.md, "Restart and recovery"); "" when it does not.
-  std::string OutsidePoolText(const core::Job& job) const;
   core::Status ResolvePools(std::vector<std::string>* pool_of);
   // Elastic jobs (service_elastic.cc; when they shrink or grow:
   // elastic/elastic_jobs.h): each change rewrites <job dir>/gpus and
@@ -415,12 +395,6 @@ class Service : public JobTransitions {
   // lack of room for slices it heals from (store/degraded_mode.h).
   DegradedMode degraded_;
 
-  // From the last plan: each waiting job's position and reason. The text of
-  // the reason is made only when someone looks (View), not on every pass.
-  std::vector<core::WaitingJob> last_waiting_;
-  std::unordered_map<uint64_t, size_t> waiting_index_;  // Built on first lookup.
-  bool waiting_index_stale_ = true;
-  uint64_t plan_head_ = 0;
   bool schedule_pending_ = false;
   int64_t last_schedule_ms_ = 0;
 
@@ -487,6 +461,10 @@ class Service : public JobTransitions {
   // When each running elastic job last grew or shrank, and the steps
   // (elastic/elastic_jobs.h).
   ElasticJobs elastic_;
+
+  // What a job looks like to users, and the last plan's waiting board
+  // (reads/job_reads.h). Last: its callbacks read the components above.
+  JobReads reads_;
 };
 
 }  // namespace gpuslice::daemon

@@ -232,7 +232,7 @@ TEST_F(BoundJobTest, SlurmOnlyJudgesTheProcessThatConnectedNotWhoHoldsItsPidNow)
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), core::StatusCode::kPermissionDenied);
   EXPECT_NE(v.status().message().find("slurm_only"), std::string::npos) << v.status().message();
-  EXPECT_TRUE(service_->List(true).empty());
+  EXPECT_TRUE(service_->reads().List(true).empty());
 }
 
 TEST_F(BoundJobTest, ARequestOfAHolderThatHasEndedIsRefusedAndHoldsNothing) {
@@ -249,7 +249,7 @@ TEST_F(BoundJobTest, ARequestOfAHolderThatHasEndedIsRefusedAndHoldsNothing) {
     EXPECT_EQ(v.status().code(), core::StatusCode::kPermissionDenied);
     EXPECT_NE(v.status().message().find("(pid 4242) has ended"), std::string::npos)
         << v.status().message();
-    EXPECT_TRUE(service_->List(true).empty());
+    EXPECT_TRUE(service_->reads().List(true).empty());
   }
   // Its room was not kept: a running holder gets the whole GPU.
   EXPECT_TRUE(service_->Submit(Stepd(), Bound("80GiB")).ok());

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "daemon/jobs/service.h"
@@ -149,7 +149,7 @@ TEST_F(CdiService, TheServiceKeepsASpecPerRunningJob) {
   s.cwd = "/home/u";
   auto v = service.Submit(TestCaller(1000), s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  const JobView job = *service.Get(v->job.id);
+  const JobView job = *service.reads().Get(v->job.id);
   ASSERT_EQ(job.job.state, core::JobState::kRunning);
   const std::string path = o.cdi_dir + "/" + CdiSpecFileName(job.job.id);
   ASSERT_TRUE(fs::exists(path));

@@ -89,7 +89,7 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
     table_.live()[id].paused = true;
     RecordEvent("paused", id, held.user, "launches held until resumed");
   }
-  return View(held);
+  return reads_.View(held);
 }
 
 Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
@@ -103,11 +103,11 @@ Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
     return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
                                          std::string(core::JobStateName(job.state)) + ")");
   }
-  if (job.labels == labels) return View(job);
+  if (job.labels == labels) return reads_.View(job);
   job.labels = std::move(labels);
   Persist(job, job.state);
   RecordEvent("labelled", id, job.user, job.labels.empty() ? "no labels" : LabelsText(job.labels));
-  return View(job);
+  return reads_.View(job);
 }
 
 }  // namespace gpuslice::daemon

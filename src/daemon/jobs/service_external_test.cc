@@ -61,7 +61,7 @@ TEST_F(ExternalJobTest, IsRefusedNotQueuedWhenTheGpuIsFull) {
   auto other = service_->Submit(root_, External("20GiB", "", {"GPU-0", "GPU-1"}));
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_EQ(other->job.allocation.gpu_uuids, std::vector<std::string>{"GPU-1"});
-  for (const JobView& j : service_->List(true)) EXPECT_NE(j.job.state, JobState::kQueued);
+  for (const JobView& j : service_->reads().List(true)) EXPECT_NE(j.job.state, JobState::kQueued);
 }
 
 TEST_F(ExternalJobTest, UnknownGpusAndCommandsAreRefusedWithTheReason) {
@@ -168,7 +168,7 @@ TEST_F(ExternalJobTest, PreemptionPassesItBy) {
   clock_.Advance(5000);
   service_->Tick();
   EXPECT_EQ(State(h->job.id), JobState::kQueued);
-  for (const JobView& j : service_->List(false)) {
+  for (const JobView& j : service_->reads().List(false)) {
     if (j.job.mode == core::JobMode::kExternal) {
       EXPECT_EQ(j.job.state, JobState::kRunning);
     }

@@ -156,7 +156,7 @@ TEST_F(HardeningTest, FailureReasonsDoNotShowTheOwnersEnvironment) {
       core::NotFoundError("command 'nope' not found in PATH /home/alice/secret-bin:/usr/bin");
   auto v = Submit("1", 1000, {"PATH=/home/alice/secret-bin:/usr/bin"});
   ASSERT_TRUE(v.ok());
-  auto job = service_->Get(1);
+  auto job = service_->reads().Get(1);
   EXPECT_EQ(job->job.state, core::JobState::kFailed);
   EXPECT_EQ(job->job.reason.find("secret-bin"), std::string::npos) << job->job.reason;
   EXPECT_NE(job->job.reason.find("$PATH"), std::string::npos) << job->job.reason;
@@ -177,7 +177,7 @@ TEST_F(HardeningTest, JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   // The process found by its identity is adopted.
   found_[1] = pid;
   Restart(snap);
-  auto v = service_->Get(1);
+  auto v = service_->reads().Get(1);
   ASSERT_TRUE(v.ok());
   EXPECT_EQ(v->job.state, core::JobState::kRunning);
   EXPECT_EQ(v->job.pid, pid);
@@ -189,7 +189,7 @@ TEST_F(HardeningTest, JobKilledDuringItsLaunchIsAdoptedNotStartedAgain) {
   EXPECT_TRUE(adopted);
   // And recorded: a second restart keeps it.
   Restart(snap);
-  EXPECT_EQ(service_->Get(1)->job.pid, pid);
+  EXPECT_EQ(service_->reads().Get(1)->job.pid, pid);
   EXPECT_EQ(launcher_.launches.size(), 1u);
 }
 
@@ -201,13 +201,13 @@ TEST_F(HardeningTest, LaunchThatLeftNoTraceIsQueuedAgainOneThatBeganIsNot) {
   // No process, no log file: the launch never began; it runs once, now.
   Restart(snap);
   EXPECT_EQ(launcher_.launches.size(), 2u);
-  EXPECT_EQ(service_->Get(1)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(service_->reads().Get(1)->job.state, core::JobState::kRunning);
   // No process, but its log file exists: it may have run; never again.
   fs::create_directories(dir_ + "/snap2/jobs/1");
   std::ofstream(dir_ + "/snap2/jobs/1/stdout") << "";
   Restart(dir_ + "/snap2");
   EXPECT_EQ(launcher_.launches.size(), 2u);
-  auto v = service_->Get(1);
+  auto v = service_->reads().Get(1);
   EXPECT_EQ(v->job.state, core::JobState::kFailed);
   EXPECT_NE(v->job.reason.find("never run twice"), std::string::npos) << v->job.reason;
 }
@@ -265,7 +265,7 @@ TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   EXPECT_TRUE(Submit("1", 3000).ok());
   // What happened while the disk was full reached the ledger.
   Restart();
-  EXPECT_EQ(service_->Get(1)->job.state, core::JobState::kExited);
+  EXPECT_EQ(service_->reads().Get(1)->job.state, core::JobState::kExited);
 }
 
 // With the state disk full, making a starting job's slice must not crash
@@ -275,7 +275,7 @@ TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
 TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRoom) {
   auto running = Submit("1");
   ASSERT_TRUE(running.ok());
-  ASSERT_EQ(service_->Get(running->job.id)->job.state, core::JobState::kRunning);
+  ASSERT_EQ(service_->reads().Get(running->job.id)->job.state, core::JobState::kRunning);
   regions_.room = core::ResourceExhaustedError(
       "create slice region /s/slices/job-2/region: allocate /s/slices/job-2/region.tmp: No space "
       "left on device");
@@ -283,7 +283,7 @@ TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRo
   ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
   const uint64_t id = waiting->job.id;
   const size_t launches = launcher_.launches.size();
-  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kQueued);
+  EXPECT_EQ(service_->reads().Get(id)->job.state, core::JobState::kQueued);
   ASSERT_TRUE(service_->degraded());
   EXPECT_NE(service_->degraded_reason().find("No space left on device"), std::string::npos)
       << service_->degraded_reason();
@@ -300,8 +300,8 @@ TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRo
     service_->MaintainLedger();
   }
   EXPECT_TRUE(service_->degraded());
-  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kQueued);
-  EXPECT_EQ(service_->Get(running->job.id)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(service_->reads().Get(id)->job.state, core::JobState::kQueued);
+  EXPECT_EQ(service_->reads().Get(running->job.id)->job.state, core::JobState::kRunning);
   EXPECT_EQ(launcher_.launches.size(), launches);
   // Room again: the next maintenance sees it, the job starts.
   regions_.room = core::Status::Ok();
@@ -309,7 +309,7 @@ TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRo
   EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
   service_->Flush();
   service_->Tick();
-  EXPECT_EQ(service_->Get(id)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(service_->reads().Get(id)->job.state, core::JobState::kRunning);
   EXPECT_EQ(launcher_.launches.size(), launches + 1);
   bool degraded_event = false, recovered_event = false;
   auto events = service_->events().Query({.limit = 1000});

@@ -84,7 +84,7 @@ void Service::Tick() {
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
-  if (capacity_ && !degraded()) elastic_.Adjust(table_.queue().empty() ? 0 : plan_head_);
+  if (capacity_ && !degraded()) elastic_.Adjust(table_.queue().empty() ? 0 : reads_.plan_head());
   Schedule();
   table_.TrimHistory(options_.history, clock_.NowMs() - kKeepEndedMs);
   containers_.SyncCdi();
@@ -210,12 +210,14 @@ void Service::Flush() {
 void Service::Schedule() {
   schedule_pending_ = false;
   last_schedule_ms_ = clock_.NowMs();
-  waiting_index_stale_ = true;
+  reads_.MarkStale();
   // No room for a slice: nothing could start, and nothing is preempted for
   // a job that could not start either (DegradedMode::Maintain schedules again).
   if (degraded_.no_room()) return;
   if (table_.queue().empty() || !capacity_) {
-    last_waiting_.clear();
+    // Nothing waits; the head stays as the last plan left it (read only
+    // while something waits).
+    reads_.SetPlan({}, reads_.plan_head());
     ranker_.ClearReservation();
     if (capacity_) capacity_->set_pack_fractions(false);
     return;
@@ -270,8 +272,7 @@ void Service::Schedule() {
     FitElasticToQuotas(table_.jobs()[id]);
     StartJob(table_.jobs()[id]);
   }
-  last_waiting_ = std::move(plan.waiting);
-  plan_head_ = plan.head;
+  reads_.SetPlan(std::move(plan.waiting), plan.head);
   ranker_.SetReservation(plan.head_reservation_ms, plan.reservation_estimated);
   if (degraded_.no_room()) return;  // Nobody is preempted for a job that cannot start.
   preemptions_.Forget();

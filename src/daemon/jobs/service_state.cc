@@ -251,7 +251,7 @@ void Service::Recover(std::vector<Job> all) {
   for (uint64_t id : outside_pool) {
     auto it = table_.jobs().find(id);
     if (it == table_.jobs().end() || !it->second.IsLive()) continue;
-    const std::string why = OutsidePoolText(it->second);
+    const std::string why = reads_.OutsidePoolText(it->second);
     LogWarn("job " + std::to_string(id) + ": " + why);
     RecordEvent("outside_pool", id, it->second.user, why);
   }

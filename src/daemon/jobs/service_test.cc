@@ -64,8 +64,8 @@ class ServiceTest : public ::testing::Test {
     c.user = "u" + std::to_string(uid);
     return service_->Submit(c, s);
   }
-  core::JobState State(uint64_t id) { return service_->Get(id)->job.state; }
-  int64_t Pid(uint64_t id) { return service_->Get(id)->job.pid; }
+  core::JobState State(uint64_t id) { return service_->reads().Get(id)->job.state; }
+  int64_t Pid(uint64_t id) { return service_->reads().Get(id)->job.pid; }
   // The caller of shell jobs: this process's parent, as if this process were
   // the client's held shell (the attached process is the caller's child).
   static Caller ShellCaller() {
@@ -168,7 +168,7 @@ TEST_F(ServiceTest, AWorkConservingRequestGivesAWorkConservingSliceAndSurvivesAR
   EXPECT_TRUE(limits.work_conserving);
   EXPECT_EQ(limits.compute_milli, 300u);
   Restart();
-  auto back = service_->Get(v->job.id);
+  auto back = service_->reads().Get(v->job.id);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->job.request.compute_mode, core::ComputeMode::kWorkConserving);
 }
@@ -180,7 +180,7 @@ TEST_F(ServiceTest, RequestThatCanNeverFitIsRefusedAtOnce) {
   EXPECT_NE(big.status().message().find("never fit"), std::string::npos) << big.status().message();
   auto three = Submit(std::nullopt, "3");
   ASSERT_FALSE(three.ok());
-  EXPECT_EQ(service_->List(true).size(), 0u);
+  EXPECT_EQ(service_->reads().List(true).size(), 0u);
 }
 
 TEST_F(ServiceTest, WhatDoesNotFitWaitsAndStartsWhenMemoryFrees) {
@@ -189,11 +189,11 @@ TEST_F(ServiceTest, WhatDoesNotFitWaitsAndStartsWhenMemoryFrees) {
   ASSERT_TRUE(waiting.ok());
   uint64_t id = waiting->job.id;
   EXPECT_EQ(State(id), core::JobState::kQueued);
-  EXPECT_EQ(service_->Get(id)->queue_position, 1);
-  EXPECT_NE(service_->Get(id)->waiting_for.find("first in line"), std::string::npos);
+  EXPECT_EQ(service_->reads().Get(id)->queue_position, 1);
+  EXPECT_NE(service_->reads().Get(id)->waiting_for.find("first in line"), std::string::npos);
   launcher_.Exit(Pid(1), 0);
   service_->Tick();
-  EXPECT_EQ(service_->Get(1)->job.state, core::JobState::kExited);
+  EXPECT_EQ(service_->reads().Get(1)->job.state, core::JobState::kExited);
   EXPECT_EQ(State(id), core::JobState::kRunning);
   EXPECT_TRUE(regions_.regions.count("/fake/slice-1") == 0) << "region removed at the end";
 }
@@ -202,8 +202,8 @@ TEST_F(ServiceTest, HigherPriorityGoesFirstWhenCapacityFrees) {
   ASSERT_TRUE(Submit(std::nullopt, "2").ok());
   auto low = Submit(std::nullopt, "2", "low");
   auto high = Submit(std::nullopt, "2", "high");
-  EXPECT_EQ(service_->Get(high->job.id)->queue_position, 1);
-  EXPECT_EQ(service_->Get(low->job.id)->queue_position, 2);
+  EXPECT_EQ(service_->reads().Get(high->job.id)->queue_position, 1);
+  EXPECT_EQ(service_->reads().Get(low->job.id)->queue_position, 2);
   launcher_.Exit(Pid(1), 0);
   service_->Tick();
   EXPECT_EQ(State(high->job.id), core::JobState::kRunning);
@@ -249,7 +249,7 @@ TEST_F(ServiceTest, MaximumRunTimeEndsTheJob) {
   service_->Tick();
   service_->Tick();
   EXPECT_EQ(State(v->job.id), core::JobState::kTimedOut);
-  EXPECT_EQ(service_->Get(v->job.id)->job.exit_code, 128 + SIGTERM);
+  EXPECT_EQ(service_->reads().Get(v->job.id)->job.exit_code, 128 + SIGTERM);
 }
 
 TEST_F(ServiceTest, CommandThatCannotStartFailsWithItsReason) {
@@ -279,8 +279,8 @@ TEST_F(ServiceTest, RestartReadoptsRunningJobsWithoutLosingOrDoublingAllocations
   // A job that ended while the daemon was down is finished with its code.
   launcher_.Exit(b->job.pid, 4);
   Restart();
-  EXPECT_EQ(service_->Get(b->job.id)->job.state, core::JobState::kExited);
-  EXPECT_EQ(service_->Get(b->job.id)->job.exit_code, 4);
+  EXPECT_EQ(service_->reads().Get(b->job.id)->job.state, core::JobState::kExited);
+  EXPECT_EQ(service_->reads().Get(b->job.id)->job.exit_code, 4);
   EXPECT_EQ(State(c->job.id), core::JobState::kRunning);
 }
 
@@ -299,7 +299,7 @@ TEST_F(ServiceTest, UnreadableLedgerMakesTheServiceDegradedButReadable) {
   auto v = Submit("8GiB", std::nullopt);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), core::StatusCode::kUnavailable);
-  EXPECT_TRUE(service_->List(true).empty());  // Reads still work.
+  EXPECT_TRUE(service_->reads().List(true).empty());  // Reads still work.
   EXPECT_EQ(service_->inventory().gpus.size(), 2u);
 }
 
@@ -354,7 +354,7 @@ TEST_F(ServiceTest, ShellJobKeepsTheExitStatusReportedJustAfterItsProcessEnded) 
     EXPECT_EQ(State(v->job.id), core::JobState::kRunning);
     ASSERT_TRUE(service_->ReportExit(c, v->job.id, 4).ok());  // ...for this.
     EXPECT_EQ(State(v->job.id), core::JobState::kExited);
-    EXPECT_EQ(service_->Get(v->job.id)->job.exit_code, 4);
+    EXPECT_EQ(service_->reads().Get(v->job.id)->job.exit_code, 4);
   }
 }
 
@@ -368,8 +368,8 @@ TEST_F(ServiceTest, ShellJobWhoseClientNeverReportsEndsWithoutAStatusAfterTheGra
   clock_.Advance(2'500);
   service_->Tick();
   ASSERT_EQ(State(v->job.id), core::JobState::kExited);
-  EXPECT_EQ(service_->Get(v->job.id)->job.exit_code, -1);
-  EXPECT_EQ(service_->Get(v->job.id)->job.reason, "the shell ended");
+  EXPECT_EQ(service_->reads().Get(v->job.id)->job.exit_code, -1);
+  EXPECT_EQ(service_->reads().Get(v->job.id)->job.reason, "the shell ended");
 }
 
 TEST_F(ServiceTest, SubmissionsStartsAndEndsAreEvents) {
@@ -454,7 +454,7 @@ TEST_F(ServiceTest, SamplerAttributesGpuUseAndCountsIdleTime) {
   EXPECT_DOUBLE_EQ(d->gpu_util_pct, 2);
   EXPECT_EQ(d->low_use_ms, 5000);
   EXPECT_EQ(d->idle_ms_total, 5000);
-  EXPECT_EQ(service_->Get(ij.id)->usage->low_use_ms, 5000) << "the job view carries it";
+  EXPECT_EQ(service_->reads().Get(ij.id)->usage->low_use_ms, 5000) << "the job view carries it";
   // Use comes back: the low-use streak restarts, the total stays.
   set_use(90, 60);
   clock_.Advance(1000);
@@ -471,7 +471,7 @@ TEST_F(ServiceTest, SamplerAttributesGpuUseAndCountsIdleTime) {
   service_->Tick();
   EXPECT_FALSE(service_->usage().Of(ij.id).has_value());
   Restart();
-  auto ended = service_->Get(ij.id);
+  auto ended = service_->reads().Get(ij.id);
   ASSERT_TRUE(ended.ok());
   EXPECT_EQ(ended->job.idle_ms, 6000);
 }
@@ -482,7 +482,7 @@ TEST_F(ServiceTest, SamplerAttributesGpuUseAndCountsIdleTime) {
 // "from>to" for each transition of job `id` in the ledger, oldest first.
 std::vector<std::string> Transitions(Service& service, uint64_t id) {
   std::vector<std::string> out;
-  auto history = service.History(id);
+  auto history = service.reads().History(id);
   EXPECT_TRUE(history.ok()) << history.status().ToString();
   if (!history.ok()) return out;
   for (const Transition& t : *history) out.push_back(t.from + ">" + t.to);

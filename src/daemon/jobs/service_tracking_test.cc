@@ -64,7 +64,7 @@ TEST_F(ServiceTrackingTest, HostLimitsReachTheLaunchAndSurviveARestart) {
   EXPECT_EQ(spec.host_limits.cpu_milli, 500u);
   EXPECT_EQ(spec.host_limits.memory_bytes, 64ull << 20);
   Restart();
-  auto back = service_->Get(v->job.id);
+  auto back = service_->reads().Get(v->job.id);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->job.request.host_cpu_milli, 500u);
   EXPECT_EQ(back->job.request.host_memory_bytes, 64ull << 20);
@@ -83,11 +83,12 @@ TEST_F(ServiceTrackingTest, AnOomKilledJobSaysSoAndItsCgroupIsReleased) {
   auto v = Submit(std::nullopt, "64MiB");
   ASSERT_TRUE(v.ok());
   int64_t pid = v->job.pid;
-  launcher_.end_notes[pid] = "killed by the kernel's OOM killer: the job reached its host memory "
-                             "limit (--host-mem 64 MiB)";
+  launcher_.end_notes[pid] =
+      "killed by the kernel's OOM killer: the job reached its host memory "
+      "limit (--host-mem 64 MiB)";
   launcher_.Exit(pid, 137);
   service_->Tick();
-  auto done = service_->Get(v->job.id);
+  auto done = service_->reads().Get(v->job.id);
   EXPECT_EQ(done->job.state, core::JobState::kExited);
   EXPECT_EQ(done->job.exit_code, 137);
   EXPECT_NE(done->job.reason.find("OOM killer"), std::string::npos) << done->job.reason;
@@ -104,7 +105,7 @@ TEST_F(ServiceTrackingTest, RestartAdoptsRunningJobsThroughTheLauncherAndEndsThe
   EXPECT_EQ(launcher_.adopted.at(a->job.id), a->job.pid);
   EXPECT_EQ(launcher_.adopted.count(b->job.id), 0u) << "an ended job is not adopted";
   EXPECT_EQ(launcher_.strays_kept, std::vector<uint64_t>{a->job.id});
-  EXPECT_EQ(service_->Get(a->job.id)->job.state, core::JobState::kRunning);
+  EXPECT_EQ(service_->reads().Get(a->job.id)->job.state, core::JobState::kRunning);
 }
 
 }  // namespace

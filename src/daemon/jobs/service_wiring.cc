@@ -278,7 +278,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .dequeue =
                   [this](uint64_t id) {
                     table_.Dequeue(id);
-                    waiting_index_stale_ = true;
+                    reads_.MarkStale();
                   },
               .may_resume =
                   [this](const Job& job) {
@@ -292,7 +292,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                     // A job that would borrow over its group's quota again takes only
                     // idle capacity, as when it started: not while a job waits first
                     // in line.
-                    return !(plan_head_ != 0 && !table_.queue().empty() &&
+                    return !(reads_.plan_head() != 0 && !table_.queue().empty() &&
                              options_.rules.quota_borrowing && !quotas_.empty() &&
                              quotas_.WouldBorrow(job, clock_.NowMs()));
                   },
@@ -379,7 +379,42 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   },
               .schedule = [this]() { Schedule(); },
           },
-          options_.rules, clock_) {}
+          options_.rules, clock_),
+      reads_(
+          table_, clock_, options_.state_dir + "/jobs", options_.rules.default_pool,
+          JobReads::Jobs{
+              .flush = [this] { Flush(); },
+              .transitions = [this](uint64_t id) -> Result<std::vector<Transition>> {
+                if (!ledger_)
+                  return core::UnavailableError("ledger unavailable: " + degraded_.reason());
+                return ledger_->Transitions(id);
+              },
+              .pool_of = [this](uint32_t gpu) -> const std::string& { return PoolOf(gpu); },
+              .suspend_flags = [this](uint64_t id) { return suspender_.Flags(id); },
+              .idle = [this](uint64_t id) { return idle_.Flagged(id); },
+              .watchdog_flags =
+                  [this](uint64_t id, std::vector<std::string>* flags) {
+                    watchdog_.AppendFlags(id, flags);
+                  },
+              .borrowing = [this](uint64_t id) { return quotas_.borrowers().count(id) > 0; },
+              .dependencies = [this](const Job& job) { return dependencies_.ViewsOf(job); },
+              .usage = [this](uint64_t id) { return usage_.Of(id); },
+              .checkpoint_error = [this](uint64_t id) { return suspender_.Error(id); },
+              .fair_share = [this](const Job& job) { return ranker_.ShownFactorOf(job); },
+              .resume_asked_ms = [this](uint64_t id) { return suspender_.ResumeAskedMs(id); },
+              .why_not_now = [this](uint64_t id) { return capacity_->WhyNotNow(id); },
+              .preempt_text = [this](uint64_t head) { return preemptions_.WaitingText(head); },
+              .head_start = [this]() -> std::optional<JobReads::HeadStart> {
+                const std::optional<int64_t>& expected = ranker_.head_expected_start_ms();
+                if (!expected) return std::nullopt;
+                return JobReads::HeadStart{*expected, ranker_.head_estimated()};
+              },
+              .defrag_text = [this](uint64_t head) { return defrag_.WaitingText(head); },
+              .borrow_reason = [this](uint64_t id) { return quotas_.BorrowReason(id); },
+              .quota_wait = [this](uint64_t id) { return quotas_.WaitReason(id); },
+              .waits_for_dependencies = [this](uint64_t id) { return dependencies_.Waits(id); },
+              .dependency_text = [this](const Job& job) { return dependencies_.WaitingText(job); },
+          }) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   auto it = table_.live().find(id);

@@ -85,7 +85,7 @@ class ServiceFixture : public ::testing::Test {
     service_ = std::make_unique<Service>(options_, clock_, inventory_, launcher_, regions_);
     ASSERT_TRUE(service_->Start().ok());
   }
-  JobView Get(uint64_t id) { return *service_->Get(id); }
+  JobView Get(uint64_t id) { return *service_->reads().Get(id); }
   core::JobState State(uint64_t id) { return Get(id).job.state; }
 
   std::string dir_;

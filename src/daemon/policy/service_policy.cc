@@ -120,7 +120,7 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
                                       std::to_string(job.request.gpus_max) + " GPUs");
   }
   const uint32_t held = static_cast<uint32_t>(job.allocation.gpu_indices.size());
-  if (want == held) return View(job);
+  if (want == held) return reads_.View(job);
   if (want > held && !quotas_.empty()) {
     core::Allocation grown = job.allocation;
     grown.gpu_indices.resize(want, 0);
@@ -140,7 +140,7 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
                                         " more are not idle in its pool (and on its island) now");
   }
   Schedule();
-  return View(job);
+  return reads_.View(job);
 }
 
 std::vector<QuotaView> Service::Quotas() {
@@ -179,7 +179,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
         CheckAccess(access, job.user, job.uid, quotas_.OwnerOf(job).groups, pool, *priority));
     if (!spec.mem && !spec.compute) {
       GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
-      return View(job);
+      return reads_.View(job);
     }
   }
   if (job.request.kind != core::RequestKind::kFraction) {
@@ -198,7 +198,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   if (next.memory_bytes == job.request.memory_bytes &&
       next.compute_milli == job.request.compute_milli) {
     if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
-    return View(job);
+    return reads_.View(job);
   }
   // Quotas: what the job would hold instead of what it holds.
   if (!quotas_.empty()) {
@@ -251,7 +251,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
   // A smaller job leaves room for the queue.
   RequestSchedule();
-  return View(job);
+  return reads_.View(job);
 }
 
 Status Service::ChangePriority(const Caller& caller, Job& job, core::Priority priority) {

@@ -83,7 +83,7 @@ class PolicyTest : public ::testing::Test {
     s.env = {"GPUSLICE_ELASTIC_GROW=1"};
     return service_->Submit(TestCaller(1000), s);
   }
-  JobView Get(uint64_t id) { return *service_->Get(id); }
+  JobView Get(uint64_t id) { return *service_->reads().Get(id); }
   core::JobState State(uint64_t id) { return Get(id).job.state; }
   bool HasEvent(uint64_t id, const std::string& kind) {
     return daemon::HasEvent(*service_, id, kind);

@@ -1,6 +1,6 @@
 // Service: the pass after each usage sample (service_usage.cc) that hands
 // each running job to the watchdog (watch/watchdog.h) and idle reclaim
-// (watch/idle_reclaim.h); `gpuslice resume` of a paused job; a job's flags.
+// (watch/idle_reclaim.h); `gpuslice resume` of a paused job.
 // See docs/DAEMON.md ("Idle reclaim", "Enforcement watchdog").
 
 #include <fcntl.h>
@@ -66,39 +66,6 @@ Status Service::Resume(const Caller& caller, uint64_t id) {
               "launches allowed again by " +
                   (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
   return Status::Ok();
-}
-
-std::vector<std::string> Service::FlagsOf(uint64_t id) const {
-  std::vector<std::string> flags;
-  auto l = table_.live().find(id);
-  if (l == table_.live().end()) return flags;
-  flags = suspender_.Flags(id);
-  if (idle_.Flagged(id)) flags.push_back("idle");
-  if (l->second.paused) flags.push_back("paused");
-  watchdog_.AppendFlags(id, &flags);
-  if (quotas_.borrowers().count(id)) flags.push_back("borrowing");
-  if (l->second.ending && l->second.ending_reason.rfind("preempted", 0) == 0) {
-    flags.push_back("preempted");
-  }
-  if (auto j = table_.jobs().find(id);
-      j != table_.jobs().end() && !OutsidePoolText(j->second).empty()) {
-    flags.push_back("outside_pool");
-  }
-  return flags;
-}
-
-std::string Service::OutsidePoolText(const core::Job& job) const {
-  const std::string& pool =
-      job.request.pool.empty() ? options_.rules.default_pool : job.request.pool;
-  std::string moved;
-  for (uint32_t g : job.allocation.gpu_indices) {
-    if (PoolOf(g) == pool) continue;
-    moved +=
-        (moved.empty() ? "GPU " : ", GPU ") + std::to_string(g) + " is in pool '" + PoolOf(g) + "'";
-  }
-  if (moved.empty()) return "";
-  return "outside its pool '" + pool + "' since the configuration changed: " + moved +
-         "; it runs on where it is, and nothing new of pool '" + pool + "' is placed there";
 }
 
 }  // namespace gpuslice::daemon

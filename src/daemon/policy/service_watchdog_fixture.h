@@ -57,7 +57,7 @@ class WatchdogTest : public ::testing::Test {
     s.cwd = "/home/u";
     auto v = service_->Submit(TestCaller(1000), s);
     EXPECT_TRUE(v.ok()) << v.status().ToString();
-    JobView job = *service_->Get(v->job.id);
+    JobView job = *service_->reads().Get(v->job.id);
     EXPECT_EQ(job.job.state, core::JobState::kRunning);
     std::ofstream(launcher_.launches[job.job.pid].stderr_path);
     return job;
@@ -101,7 +101,7 @@ class WatchdogTest : public ::testing::Test {
     s.bound_to_caller = true;
     return service_->Submit(stepd, s);
   }
-  JobView Get(uint64_t id) { return *service_->Get(id); }
+  JobView Get(uint64_t id) { return *service_->reads().Get(id); }
   std::vector<Event> EventsOf(uint64_t job_id, const std::string& kind) {
     EventQuery q;
     q.job_id = job_id;

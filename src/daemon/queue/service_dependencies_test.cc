@@ -44,7 +44,6 @@ class DependencyTest : public ServiceFixture {
     launcher_.Exit(Get(id).job.pid, code);
     service_->Tick();
   }
-
 };
 
 TEST_F(DependencyTest, AJobAfterAnotherWaitsUntilItExitsThenStarts) {
@@ -124,7 +123,7 @@ TEST_F(DependencyTest, AnUnknownJobIsRefusedAndNothingIsQueued) {
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), core::StatusCode::kInvalidArgument);
   EXPECT_EQ(v.status().message(), "--after 99: no job 99");
-  EXPECT_TRUE(service_->List(true).empty());
+  EXPECT_TRUE(service_->reads().List(true).empty());
 }
 
 TEST_F(DependencyTest, AfterOkOnAJobThatAlreadyFailedIsRefusedOnOneThatSucceededStartsAtOnce) {
@@ -154,7 +153,7 @@ TEST_F(DependencyTest, ADependencyForgottenInMemoryIsFoundInTheLedger) {
   clock_.Advance(11 * 60 * 1000);
   options_.history = 0;
   Restart();
-  ASSERT_FALSE(service_->Get(failed).ok()) << "trimmed from memory";
+  ASSERT_FALSE(service_->reads().Get(failed).ok()) << "trimmed from memory";
   EXPECT_FALSE(Submit("1", std::to_string(failed) + ":ok").ok());
   EXPECT_EQ(State(MustSubmit("1", std::to_string(done) + ":ok")), JobState::kRunning);
 }

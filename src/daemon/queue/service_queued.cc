@@ -61,7 +61,7 @@ Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
   const core::HoldKind kind = caller.admin && !(caller.local && caller.uid == job.uid)
                                   ? core::HoldKind::kAdmin
                                   : core::HoldKind::kUser;
-  if (job.hold == core::HoldKind::kAdmin || job.hold == kind) return View(job);
+  if (job.hold == core::HoldKind::kAdmin || job.hold == kind) return reads_.View(job);
   const core::HoldKind before = job.hold;
   job.hold = kind;
   if (!Persist(job, JobState::kQueued)) {
@@ -75,7 +75,7 @@ Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
       "held by " + Who(caller) +
           (kind == core::HoldKind::kAdmin ? " (an admin's hold: only an admin releases it)" : ""));
   Schedule();
-  return View(job);
+  return reads_.View(job);
 }
 
 Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
@@ -106,7 +106,7 @@ Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
   holds_.Release(id);
   RecordEvent("released", id, job.user, "released by " + Who(caller));
   Schedule();
-  return View(job);
+  return reads_.View(job);
 }
 
 Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateSpec& spec) {
@@ -176,7 +176,7 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
               (changes.empty() ? std::string("no change") : core::Join(changes, ", ")) + " by " +
                   Who(caller));
   Schedule();
-  return View(job);
+  return reads_.View(job);
 }
 
 }  // namespace gpuslice::daemon

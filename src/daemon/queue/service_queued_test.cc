@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <set>
 
-#include "daemon/launch/launcher_fake.h"
 #include "daemon/jobs/service.h"
 #include "daemon/jobs/test_support.h"
+#include "daemon/launch/launcher_fake.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -65,7 +65,7 @@ class QueuedJobsTest : public ::testing::Test {
   }
 
   void EndJob(uint64_t id) {
-    launcher_.Exit(service_->Get(id)->job.pid, 0);
+    launcher_.Exit(service_->reads().Get(id)->job.pid, 0);
     service_->Tick();
   }
 
@@ -75,7 +75,7 @@ class QueuedJobsTest : public ::testing::Test {
     return *q;
   }
 
-  core::JobState State(uint64_t id) { return service_->Get(id)->job.state; }
+  core::JobState State(uint64_t id) { return service_->reads().Get(id)->job.state; }
 
   std::string dir_;
   FakeClock clock_;
@@ -97,7 +97,7 @@ TEST_F(QueuedJobsTest, AListComesAPageAtATimeAndTheCursorWalksEveryJobOnce) {
   for (int i = 0; i < 250; ++i) {
     ASSERT_TRUE(Submit(User(i % 2 ? 2 : 3), "8GiB", std::nullopt, "sweep").ok());
   }
-  JobPage first = service_->Query(Query({}));
+  JobPage first = service_->reads().Query(Query({}));
   EXPECT_EQ(first.jobs.size(), kDefaultJobLimit);
   ASSERT_TRUE(first.next_cursor.has_value());
   EXPECT_EQ(*first.next_cursor, first.jobs.back().job.id);
@@ -107,14 +107,14 @@ TEST_F(QueuedJobsTest, AListComesAPageAtATimeAndTheCursorWalksEveryJobOnce) {
   do {
     std::map<std::string, std::string> params = {{"limit", "64"}};
     if (cursor) params["cursor"] = std::to_string(*cursor);
-    JobPage page = service_->Query(Query(params));
+    JobPage page = service_->reads().Query(Query(params));
     for (const JobView& v : page.jobs) EXPECT_TRUE(seen.insert(v.job.id).second) << v.job.id;
     cursor = page.next_cursor;
     ++pages;
   } while (cursor);
   EXPECT_EQ(seen.size(), 251u);
   EXPECT_EQ(pages, 4);
-  EXPECT_EQ(service_->Query(Query({{"limit", "0"}})).jobs.size(), 251u);
+  EXPECT_EQ(service_->reads().Query(Query({{"limit", "0"}})).jobs.size(), 251u);
 }
 
 TEST_F(QueuedJobsTest, FiltersAreAppliedByTheDaemonBeforeThePageIsCut) {
@@ -123,20 +123,20 @@ TEST_F(QueuedJobsTest, FiltersAreAppliedByTheDaemonBeforeThePageIsCut) {
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(Submit(User(3), "8GiB", std::nullopt, "b[" + std::to_string(i) + "]").ok());
   }
-  JobPage mine = service_->Query(Query({{"user", "u3"}}));
+  JobPage mine = service_->reads().Query(Query({{"user", "u3"}}));
   ASSERT_EQ(mine.jobs.size(), 3u);
   EXPECT_FALSE(mine.next_cursor);
   for (const JobView& v : mine.jobs) EXPECT_EQ(v.job.user, "u3");
-  EXPECT_EQ(service_->Query(Query({{"name", "b"}})).jobs.size(), 3u);
-  EXPECT_EQ(service_->Query(Query({{"name", "b[1]"}})).jobs.size(), 1u);
-  JobPage running = service_->Query(Query({{"state", "running"}}));
+  EXPECT_EQ(service_->reads().Query(Query({{"name", "b"}})).jobs.size(), 3u);
+  EXPECT_EQ(service_->reads().Query(Query({{"name", "b[1]"}})).jobs.size(), 1u);
+  JobPage running = service_->reads().Query(Query({{"state", "running"}}));
   ASSERT_EQ(running.jobs.size(), 1u);
   EXPECT_EQ(running.jobs[0].job.id, holder);
-  JobPage both = service_->Query(Query({{"user", "u1,u3"}, {"limit", "2"}}));
+  JobPage both = service_->reads().Query(Query({{"user", "u1,u3"}, {"limit", "2"}}));
   ASSERT_EQ(both.jobs.size(), 2u);
   EXPECT_EQ(both.jobs[0].job.id, holder);
   EXPECT_TRUE(both.next_cursor.has_value());
-  EXPECT_TRUE(service_->Query(Query({{"user", "nobody"}})).jobs.empty());
+  EXPECT_TRUE(service_->reads().Query(Query({{"user", "nobody"}})).jobs.empty());
   // Queued jobs on a page carry their place in line.
   EXPECT_GT(mine.jobs[0].queue_position, 150);
 }
@@ -147,7 +147,7 @@ TEST_F(QueuedJobsTest, ASummaryCollapsesAnArrayAndCountsEveryState) {
     ASSERT_TRUE(Submit(User(2), "8GiB", std::nullopt, "train[" + std::to_string(i) + "]").ok());
   }
   ASSERT_TRUE(Submit(User(3), "4GiB", std::nullopt, "eval").ok());
-  JobSummary s = service_->Summary(Query({}));
+  JobSummary s = service_->reads().Summary(Query({}));
   EXPECT_EQ(s.counts.at("queued"), 41u);
   EXPECT_EQ(s.counts.at("running"), 1u);
   ASSERT_EQ(s.groups.size(), 3u);
@@ -155,7 +155,7 @@ TEST_F(QueuedJobsTest, ASummaryCollapsesAnArrayAndCountsEveryState) {
   EXPECT_EQ(s.groups[1].ids.size(), 40u);
   EXPECT_EQ(s.first[1].queue_position, 1);
   EXPECT_FALSE(s.first[1].waiting_for.empty());
-  JobSummary one = service_->Summary(Query({{"limit", "1"}}));
+  JobSummary one = service_->reads().Summary(Query({{"limit", "1"}}));
   EXPECT_EQ(one.groups.size(), 1u);
   EXPECT_EQ(one.groups_total, 3u);
 }
@@ -171,11 +171,11 @@ TEST_F(QueuedJobsTest, AHeldJobDoesNotStartUntilReleased) {
   EXPECT_NE(held->waiting_for.find("held"), std::string::npos) << held->waiting_for;
   EndJob(holder);
   EXPECT_EQ(State(id), core::JobState::kQueued) << "room is free, but it is held";
-  EXPECT_EQ(service_->Query(Query({{"held", "1"}})).jobs.size(), 1u);
+  EXPECT_EQ(service_->reads().Query(Query({{"held", "1"}})).jobs.size(), 1u);
   // Held across a restart too.
   Restart();
   EXPECT_EQ(State(id), core::JobState::kQueued);
-  EXPECT_EQ(service_->Get(id)->job.hold, core::HoldKind::kUser);
+  EXPECT_EQ(service_->reads().Get(id)->job.hold, core::HoldKind::kUser);
   auto released = service_->Release(User(2), id);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(State(id), core::JobState::kRunning);
@@ -188,7 +188,7 @@ TEST_F(QueuedJobsTest, AnAdminsHoldOnAnothersJobIsReleasedOnlyByAnAdmin) {
   const uint64_t id = job->job.id;
   EXPECT_EQ(service_->Hold(User(3), id).status().code(), core::StatusCode::kPermissionDenied);
   ASSERT_TRUE(service_->Hold(User(0, /*admin=*/true), id).ok());
-  EXPECT_EQ(service_->Get(id)->job.hold, core::HoldKind::kAdmin);
+  EXPECT_EQ(service_->reads().Get(id)->job.hold, core::HoldKind::kAdmin);
   auto refused = service_->Release(User(2), id);
   EXPECT_EQ(refused.status().code(), core::StatusCode::kPermissionDenied);
   EXPECT_NE(refused.status().message().find("held by an admin"), std::string::npos);
@@ -215,7 +215,7 @@ TEST_F(QueuedJobsTest, UpdateChangesAQueuedRequestAndItsPlaceFollowsThePriority)
   auto a = Submit(User(2), "8GiB", std::nullopt);
   auto b = Submit(User(2), "8GiB", std::nullopt);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ(service_->Get(b->job.id)->queue_position, 2);
+  EXPECT_EQ(service_->reads().Get(b->job.id)->queue_position, 2);
   UpdateSpec spec;
   spec.mem = "16GiB";
   spec.compute = "40%";
@@ -226,10 +226,10 @@ TEST_F(QueuedJobsTest, UpdateChangesAQueuedRequestAndItsPlaceFollowsThePriority)
   EXPECT_EQ(v->job.request.compute_milli, 400u);
   EXPECT_EQ(v->job.request.priority, core::Priority::kHigh);
   EXPECT_EQ(v->job.id, b->job.id);
-  EXPECT_EQ(service_->Get(b->job.id)->queue_position, 1);
+  EXPECT_EQ(service_->reads().Get(b->job.id)->queue_position, 1);
   // Kept across a restart.
   Restart();
-  EXPECT_EQ(service_->Get(b->job.id)->job.request.memory_bytes, 16 * core::kGiB);
+  EXPECT_EQ(service_->reads().Get(b->job.id)->job.request.memory_bytes, 16 * core::kGiB);
 }
 
 TEST_F(QueuedJobsTest, UpdateRefusesWhatASubmissionWouldAndChangesNothing) {
@@ -247,7 +247,8 @@ TEST_F(QueuedJobsTest, UpdateRefusesWhatASubmissionWouldAndChangesNothing) {
       {id, Spec(&UpdateSpec::mem, "8"), "--mem"},
       {id, Spec(&UpdateSpec::compute, "150%"), "--compute"},
       {id, Spec(&UpdateSpec::priority, "urgent"), "--priority"},
-      {id, Spec(&UpdateSpec::after, std::to_string(id + 10)), "may only wait for jobs submitted before it"},
+      {id, Spec(&UpdateSpec::after, std::to_string(id + 10)),
+       "may only wait for jobs submitted before it"},
       {id, Spec(&UpdateSpec::after, "x"), "--after 'x'"},
       {whole->job.id, Spec(&UpdateSpec::mem, "8GiB"), "part of one GPU"},
       {id, {}, "update needs"},
@@ -257,7 +258,7 @@ TEST_F(QueuedJobsTest, UpdateRefusesWhatASubmissionWouldAndChangesNothing) {
     ASSERT_FALSE(v.ok()) << c.needle;
     EXPECT_NE(v.status().message().find(c.needle), std::string::npos) << v.status().message();
   }
-  EXPECT_EQ(service_->Get(id)->job.request.memory_bytes, 8 * core::kGiB);
+  EXPECT_EQ(service_->reads().Get(id)->job.request.memory_bytes, 8 * core::kGiB);
   EXPECT_EQ(service_->Update(User(3), id, Spec(&UpdateSpec::priority, "low")).status().code(),
             core::StatusCode::kPermissionDenied);
 }
@@ -267,13 +268,14 @@ TEST_F(QueuedJobsTest, UpdateAfterMakesAJobWaitForAnEarlierOne) {
   auto first = Submit(User(2), "8GiB", std::nullopt);
   auto second = Submit(User(2), "8GiB", std::nullopt);
   ASSERT_TRUE(first.ok() && second.ok());
-  auto v =
-      service_->Update(User(2), second->job.id, Spec(&UpdateSpec::after, std::to_string(first->job.id) + ":ok"));
+  auto v = service_->Update(User(2), second->job.id,
+                            Spec(&UpdateSpec::after, std::to_string(first->job.id) + ":ok"));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EndJob(holder);
   EXPECT_EQ(State(first->job.id), core::JobState::kRunning);
   EXPECT_EQ(State(second->job.id), core::JobState::kQueued);
-  EXPECT_NE(service_->Get(second->job.id)->waiting_for.find("after job"), std::string::npos);
+  EXPECT_NE(service_->reads().Get(second->job.id)->waiting_for.find("after job"),
+            std::string::npos);
   // Dropping the dependency lets it start.
   ASSERT_TRUE(service_->Update(User(2), second->job.id, Spec(&UpdateSpec::after, "")).ok());
   EXPECT_EQ(State(second->job.id), core::JobState::kRunning);
@@ -302,7 +304,7 @@ TEST_F(QueuedJobsTest, EventsAndReasonsNameTheUserNotTheVariableHoldingTheName) 
   ASSERT_TRUE(events.ok());
   bool quota_seen = false;
   for (const Event& e : *events) {
-    const std::string shown = service_->PublicText(e.job_id, e.message);
+    const std::string shown = service_->reads().PublicText(e.job_id, e.message);
     EXPECT_EQ(shown.find("$LOGNAME"), std::string::npos) << shown;
     EXPECT_EQ(shown.find("$USER"), std::string::npos) << shown;
     if (e.kind == "quota_wait") {
@@ -312,7 +314,7 @@ TEST_F(QueuedJobsTest, EventsAndReasonsNameTheUserNotTheVariableHoldingTheName) 
   }
   EXPECT_TRUE(quota_seen);
   ASSERT_TRUE(service_->Cancel(alice, second->job.id).ok());
-  const std::string reason = service_->Get(second->job.id)->job.reason;
+  const std::string reason = service_->reads().Get(second->job.id)->job.reason;
   EXPECT_EQ(RedactEnvironment(reason, s.env, "gstest-alice"), "cancelled by gstest-alice");
   // What is not the name is still hidden.
   EXPECT_EQ(RedactEnvironment("token very-secret-value of gstest-alice", s.env, "gstest-alice"),

@@ -147,7 +147,7 @@ Status ReplicaManager::Start() {
   }
   std::vector<StoredService> stored = std::move(*loaded);
   int64_t now = clock_.NowMs();
-  std::vector<JobView> live_jobs = service_.List(/*include_finished=*/false);
+  std::vector<JobView> live_jobs = service_.reads().List(/*include_finished=*/false);
   // The last scaling decision of each service, for `service ls`, from the
   // newest events (a decision older than those shows as none).
   std::vector<Event> recent;
@@ -186,7 +186,7 @@ Status ReplicaManager::Start() {
       m.replicas[job.id] = Replica{index, false};
     };
     for (uint64_t id : rows) {
-      auto v = service_.Get(id);
+      auto v = service_.reads().Get(id);
       if (v.ok() && v->job.IsLive()) {
         adopt(v->job);
       } else {
@@ -293,7 +293,7 @@ void ReplicaManager::TickOne(Managed& m, int64_t now) {
   for (auto it = m.replicas.begin(); it != m.replicas.end();) {
     uint64_t id = it->first;
     Replica r = it->second;
-    auto v = service_.Get(id);
+    auto v = service_.reads().Get(id);
     if (!v.ok() || !v->job.IsLive()) {
       core::ReplicaEnd end;
       end.stopped_by_service = r.stopping;
@@ -529,7 +529,7 @@ ServiceView ReplicaManager::View(const Managed& m) {
     rv.job_id = id;
     rv.name = m.stored.name + "-" + std::to_string(r.index);
     rv.stopping = r.stopping;
-    auto job = service_.Get(id);
+    auto job = service_.reads().Get(id);
     if (job.ok()) {
       rv.state = job->job.state;
       if (rv.state == core::JobState::kRunning) {

@@ -95,7 +95,7 @@ class ReplicasTest : public ::testing::Test {
       gpus.push_back(u);
     }
     for (const auto& [id, p] : pct) {
-      auto v = service_->Get(id);
+      auto v = service_->reads().Get(id);
       if (!v.ok() || v->job.state != JobState::kRunning) continue;
       regions_.pids[v->job.region_path] = {static_cast<int32_t>(v->job.pid)};
       GpuProcess proc;
@@ -148,7 +148,7 @@ TEST_F(ReplicasTest, CreateSubmitsTheMinimumAsTaggedJobsOfTheOwner) {
   ASSERT_EQ(v->replicas.size(), 2u);
   std::set<std::string> names;
   for (const ReplicaView& r : v->replicas) {
-    auto job = service_->Get(r.job_id);
+    auto job = service_->reads().Get(r.job_id);
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->job.uid, 1000u) << "replicas run as the service's owner";
     EXPECT_EQ(job->job.state, JobState::kRunning);
@@ -167,7 +167,7 @@ TEST_F(ReplicasTest, ARequestNoGpuCanHoldIsRefusedAndNothingStays) {
   auto v = manager_->Create(TestCaller(1000), Spec("big", {1, 2}, "100GiB"));
   EXPECT_EQ(v.status().code(), core::StatusCode::kInvalidArgument) << v.status().ToString();
   EXPECT_TRUE(manager_->List().empty());
-  EXPECT_TRUE(service_->List(false).empty());
+  EXPECT_TRUE(service_->reads().List(false).empty());
   // The name is free again, and nothing comes back after a restart.
   Restart();
   EXPECT_TRUE(manager_->List().empty());
@@ -183,7 +183,8 @@ TEST_F(ReplicasTest, BadNamesAndPoliciesAreRefusedWithTheirField) {
             std::string::npos);
   s = Spec("ok", {1, 2});
   s.request["argv"] = {"x"};
-  EXPECT_EQ(manager_->Create(TestCaller(1000), s).status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_EQ(manager_->Create(TestCaller(1000), s).status().code(),
+            core::StatusCode::kInvalidArgument);
   Caller tcp = TestCaller(1000);
   tcp.local = false;
   EXPECT_EQ(manager_->Create(tcp, Spec("ok", {1, 2})).status().code(),
@@ -244,7 +245,7 @@ TEST_F(ReplicasTest, BusyReplicasScaleUpThroughCoolDownsAndIdleOnesScaleDown) {
   EXPECT_GE(seconds, 29);
   EXPECT_LE(seconds, 32);
   Second();  // The cancelled replica's processes are gone.
-  EXPECT_EQ(service_->Get(newest)->job.state, JobState::kCancelled);
+  EXPECT_EQ(service_->reads().Get(newest)->job.state, JobState::kCancelled);
   ASSERT_EQ(Live("web").size(), 2u);
   EXPECT_EQ(CountEvents("service_stop"), 1u);
   EXPECT_EQ(CountEvents("service_replace"), 0u) << "a replica the service stopped is not replaced";
@@ -310,7 +311,7 @@ TEST_F(ReplicasTest, AReplicaThatExitsIsReplacedAndQuickFailuresBackOff) {
   auto first = Live("web");
   ASSERT_EQ(first.size(), 1u);
   // It served for a minute, then exited: replaced at once, same name.
-  launcher_.Exit(service_->Get(first[0].job_id)->job.pid, 0);
+  launcher_.Exit(service_->reads().Get(first[0].job_id)->job.pid, 0);
   Second();
   auto second = Live("web");
   ASSERT_EQ(second.size(), 1u);
@@ -325,7 +326,7 @@ TEST_F(ReplicasTest, AReplicaThatExitsIsReplacedAndQuickFailuresBackOff) {
   int since = 0;
   for (int i = 0; i < 120; ++i) {
     for (const ReplicaView& r : Live("web")) {
-      auto job = service_->Get(r.job_id);
+      auto job = service_->reads().Get(r.job_id);
       if (job->job.state == JobState::kRunning && launcher_.alive.count(job->job.pid)) {
         launcher_.Exit(job->job.pid, 1);
       }
@@ -379,7 +380,7 @@ TEST_F(ReplicasTest, ARestartReassociatesReplicasAndSubmitsNothingTwice) {
   EXPECT_EQ(names, (std::set<std::string>{"web-1", "web-2", "web-3"}));
 
   // A replica that ended while the daemon was down is replaced.
-  launcher_.Exit(service_->Get(lost)->job.pid, 0);
+  launcher_.Exit(service_->reads().Get(lost)->job.pid, 0);
   Restart();
   for (int i = 0; i < 2; ++i) Second();
   EXPECT_EQ(Live("web").size(), 3u);
@@ -411,11 +412,12 @@ TEST_F(ReplicasTest, OnlyTheOwnerOrAnAdminScalesOrRemoves) {
   ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
   EXPECT_EQ(cancelled->size(), 2u);
   Second();
-  EXPECT_TRUE(service_->List(false).empty()) << "every replica ended";
+  EXPECT_TRUE(service_->reads().List(false).empty()) << "every replica ended";
   EXPECT_TRUE(manager_->List().empty());
   Restart();
   EXPECT_TRUE(manager_->List().empty()) << "removal is durable";
-  EXPECT_TRUE(manager_->Create(TestCaller(1000), Spec("web", {1, 1})).ok()) << "the name is free again";
+  EXPECT_TRUE(manager_->Create(TestCaller(1000), Spec("web", {1, 1})).ok())
+      << "the name is free again";
 }
 
 TEST(ServiceTable, OpensOnlyAnExistingGpusliceLedger) {
