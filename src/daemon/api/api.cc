@@ -616,19 +616,19 @@ ApiResponse Api::LabelJob(const ApiRequest& req, uint64_t id) {
   if (!given.ok()) return Error(given.status());
   auto labels = ParseLabels(*given);
   if (!labels.ok()) return Error(labels.status());
-  auto v = service_.SetLabels(req.caller, id, std::move(*labels));
+  auto v = service_.edits().SetLabels(req.caller, id, std::move(*labels));
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }
 
 ApiResponse Api::HoldJob(const ApiRequest& req, uint64_t id) {
-  auto v = service_.Hold(req.caller, id);
+  auto v = service_.edits().Hold(req.caller, id);
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }
 
 ApiResponse Api::ReleaseJob(const ApiRequest& req, uint64_t id) {
-  auto v = service_.Release(req.caller, id);
+  auto v = service_.edits().Release(req.caller, id);
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }
@@ -636,7 +636,7 @@ ApiResponse Api::ReleaseJob(const ApiRequest& req, uint64_t id) {
 ApiResponse Api::UpdateJob(const ApiRequest& req, uint64_t id) {
   auto spec = ParseUpdateBody(req.body);
   if (!spec.ok()) return Error(spec.status());
-  auto v = service_.Update(req.caller, id, *spec);
+  auto v = service_.edits().Update(req.caller, id, *spec);
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }

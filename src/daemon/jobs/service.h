@@ -39,6 +39,7 @@
 #include "daemon/config/policy_config.h"
 #include "daemon/containers/container_jobs.h"
 #include "daemon/control/job_processes.h"
+#include "daemon/edits/job_edits.h"
 #include "daemon/elastic/elastic_jobs.h"
 #include "daemon/external/external_jobs.h"
 #include "daemon/launch/cdi.h"
@@ -258,18 +259,9 @@ class Service : public JobTransitions {
   // "resuming"), a suspended one resumed there. Refused at once when the
   // target is not of the job's model and pool, or has no room now.
   core::Status Move(const Caller& caller, uint64_t id, const std::string& gpu);
-  // Queued jobs (service_queued.cc; `gpuslice hold`, `release`, `update`).
-  // Hold keeps a queued job from starting until it is released (owner or
-  // admin; an admin's hold on another's job only an admin releases).
-  core::Result<JobView> Hold(const Caller& caller, uint64_t id);
-  core::Result<JobView> Release(const Caller& caller, uint64_t id);
-  // Changes a queued job's memory, compute share, priority or dependencies
-  // (owner or admin), checked as a submission is (the machine, the quotas,
-  // the priority limits, the jobs named); it keeps its id and its arrival.
-  core::Result<JobView> Update(const Caller& caller, uint64_t id, const UpdateSpec& spec);
-  // Replaces a job's labels (owner or admin); the metrics carry them.
-  core::Result<JobView> SetLabels(const Caller& caller, uint64_t id,
-                                  std::map<std::string, std::string> labels);
+  // Changes to a job's request by its owner or an admin: hold, release,
+  // update of a queued job, labels (edits/job_edits.h).
+  JobEdits& edits() { return edits_; }
   // The daemon's clock (Unix milliseconds).
   int64_t NowMs() const { return clock_.NowMs(); }
   // The pool of a GPU (by inventory index): the default pool unless the
@@ -329,7 +321,6 @@ class Service : public JobTransitions {
   // POST /v1/jobs with mode external (service_external.cc; its own checks,
   // holders and end: external/external_jobs.h).
   core::Result<JobView> SubmitExternal(const Caller& caller, SubmitSpec spec);
-  core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason) override;
   void WatchRunning();
   // A shell job (or run -i) whose processes are gone before its client
@@ -465,6 +456,9 @@ class Service : public JobTransitions {
   // What a job looks like to users, and the last plan's waiting board
   // (reads/job_reads.h). Last: its callbacks read the components above.
   JobReads reads_;
+  // Changes to a job's request by its owner or an admin
+  // (edits/job_edits.h).
+  JobEdits edits_;
 };
 
 }  // namespace gpuslice::daemon

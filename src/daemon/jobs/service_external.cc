@@ -92,22 +92,4 @@ Result<JobView> Service::SubmitExternal(const Caller& caller, SubmitSpec spec) {
   return reads_.View(held);
 }
 
-Result<JobView> Service::SetLabels(const Caller& caller, uint64_t id,
-                                   std::map<std::string, std::string> labels) {
-  auto it = table_.jobs().find(id);
-  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
-  Job& job = it->second;
-  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(labels));
-  if (!job.IsLive()) {
-    return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
-                                         std::string(core::JobStateName(job.state)) + ")");
-  }
-  if (job.labels == labels) return reads_.View(job);
-  job.labels = std::move(labels);
-  Persist(job, job.state);
-  RecordEvent("labelled", id, job.user, job.labels.empty() ? "no labels" : LabelsText(job.labels));
-  return reads_.View(job);
-}
-
 }  // namespace gpuslice::daemon

@@ -109,9 +109,10 @@ TEST_F(ExternalJobTest, OnlyItsOwnerOrAnAdminReleasesOrLabelsIt) {
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(service_->Cancel(TestCaller(1001), v->job.id).code(),
             core::StatusCode::kPermissionDenied);
-  EXPECT_EQ(service_->SetLabels(TestCaller(1001), v->job.id, {{"pod", "x"}}).status().code(),
-            core::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(service_->SetLabels(TestCaller(1000), v->job.id, {{"pod", "x"}}).ok());
+  EXPECT_EQ(
+      service_->edits().SetLabels(TestCaller(1001), v->job.id, {{"pod", "x"}}).status().code(),
+      core::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(service_->edits().SetLabels(TestCaller(1000), v->job.id, {{"pod", "x"}}).ok());
 }
 
 TEST_F(ExternalJobTest, PausedUntilResumedAndAResizeKeepsThePause) {
@@ -137,11 +138,11 @@ TEST_F(ExternalJobTest, LabelsAreKeptAcrossARestartAndValidated) {
   s.labels = {{"namespace", "ml"}, {"pod", "infer-0"}};
   auto v = service_->Submit(root_, s);
   ASSERT_TRUE(v.ok());
-  auto l = service_->SetLabels(root_, v->job.id,
-                               {{"namespace", "ml"}, {"pod", "infer-0"}, {"container", "server"}});
+  auto l = service_->edits().SetLabels(
+      root_, v->job.id, {{"namespace", "ml"}, {"pod", "infer-0"}, {"container", "server"}});
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l->job.labels.at("container"), "server");
-  EXPECT_FALSE(service_->SetLabels(root_, v->job.id, {{"bad key", "x"}}).ok());
+  EXPECT_FALSE(service_->edits().SetLabels(root_, v->job.id, {{"bad key", "x"}}).ok());
   Restart();
   JobView after = Get(v->job.id);
   EXPECT_EQ(after.job.state, JobState::kRunning);  // Re-adopted: it lives until released.

@@ -414,7 +414,31 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .quota_wait = [this](uint64_t id) { return quotas_.WaitReason(id); },
               .waits_for_dependencies = [this](uint64_t id) { return dependencies_.Waits(id); },
               .dependency_text = [this](const Job& job) { return dependencies_.WaitingText(job); },
-          }) {}
+          }),
+      edits_(table_, *this, holds_, dependencies_,
+             JobEdits::Jobs{
+                 .health =
+                     [this] {
+                       return JobEdits::Health{.degraded = degraded(),
+                                               .ledger = ledger_ != nullptr,
+                                               .reason = degraded_.reason()};
+                     },
+                 .view = [this](const Job& job) { return reads_.View(job); },
+                 .could_ever_fit =
+                     [this](const core::ResourceRequest& request) {
+                       return capacity_->CouldEverFit(request);
+                     },
+                 .set_demand =
+                     [this](uint64_t id, const core::ResourceRequest& request) {
+                       return capacity_->SetDemand(id, request);
+                     },
+                 .check_quota = [this](const Job& job) { return CheckQuotaAtSubmit(job); },
+                 .enqueue = [this](const Job& job) { Enqueue(job); },
+                 .update_slice =
+                     [this](const Job& job) {
+                       return regions_.Update(job.region_path, SliceLimitsOf(job));
+                     },
+             }) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   auto it = table_.live().find(id);

@@ -178,7 +178,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
     GPUSLICE_RETURN_IF_ERROR(
         CheckAccess(access, job.user, job.uid, quotas_.OwnerOf(job).groups, pool, *priority));
     if (!spec.mem && !spec.compute) {
-      GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
+      GPUSLICE_RETURN_IF_ERROR(edits_.ChangePriority(caller, job, *priority));
       return reads_.View(job);
     }
   }
@@ -197,7 +197,7 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
   std::string from = job.request.Describe(), to = next.Describe();
   if (next.memory_bytes == job.request.memory_bytes &&
       next.compute_milli == job.request.compute_milli) {
-    if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
+    if (priority) GPUSLICE_RETURN_IF_ERROR(edits_.ChangePriority(caller, job, *priority));
     return reads_.View(job);
   }
   // Quotas: what the job would hold instead of what it holds.
@@ -248,27 +248,10 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
           (next.memory_bytes < used ? " (forced below the " + core::FormatBytes(used) + " in use)"
                                     : ""));
   LogInfo("job " + std::to_string(id) + " resized: " + from + " -> " + to);
-  if (priority) GPUSLICE_RETURN_IF_ERROR(ChangePriority(caller, job, *priority));
+  if (priority) GPUSLICE_RETURN_IF_ERROR(edits_.ChangePriority(caller, job, *priority));
   // A smaller job leaves room for the queue.
   RequestSchedule();
   return reads_.View(job);
-}
-
-Status Service::ChangePriority(const Caller& caller, Job& job, core::Priority priority) {
-  if (job.request.priority == priority) return Status::Ok();
-  const core::Priority before = job.request.priority;
-  job.request.priority = priority;
-  // The slice's turns follow the new priority at once (the limits page and
-  // the arbiter's board); preemption and the queue read it from the job.
-  if (Status s = regions_.Update(job.region_path, SliceLimitsOf(job)); !s.ok()) {
-    job.request.priority = before;
-    return s.WithContext("update the slice");
-  }
-  Persist(job, JobState::kRunning);
-  RecordEvent("resized", job.id, job.user,
-              "priority " + std::string(core::PriorityName(before)) + " -> " +
-                  std::string(core::PriorityName(priority)) + " by " + Who(caller));
-  return Status::Ok();
 }
 
 void Service::Requeue(Job& job, std::string reason) {

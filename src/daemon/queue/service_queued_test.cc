@@ -165,7 +165,7 @@ TEST_F(QueuedJobsTest, AHeldJobDoesNotStartUntilReleased) {
   auto job = Submit(User(2), "8GiB", std::nullopt);
   ASSERT_TRUE(job.ok());
   const uint64_t id = job->job.id;
-  auto held = service_->Hold(User(2), id);
+  auto held = service_->edits().Hold(User(2), id);
   ASSERT_TRUE(held.ok()) << held.status().ToString();
   EXPECT_EQ(held->job.hold, core::HoldKind::kUser);
   EXPECT_NE(held->waiting_for.find("held"), std::string::npos) << held->waiting_for;
@@ -176,7 +176,7 @@ TEST_F(QueuedJobsTest, AHeldJobDoesNotStartUntilReleased) {
   Restart();
   EXPECT_EQ(State(id), core::JobState::kQueued);
   EXPECT_EQ(service_->reads().Get(id)->job.hold, core::HoldKind::kUser);
-  auto released = service_->Release(User(2), id);
+  auto released = service_->edits().Release(User(2), id);
   ASSERT_TRUE(released.ok()) << released.status().ToString();
   EXPECT_EQ(State(id), core::JobState::kRunning);
 }
@@ -186,26 +186,27 @@ TEST_F(QueuedJobsTest, AnAdminsHoldOnAnothersJobIsReleasedOnlyByAnAdmin) {
   auto job = Submit(User(2), "8GiB", std::nullopt);
   ASSERT_TRUE(job.ok());
   const uint64_t id = job->job.id;
-  EXPECT_EQ(service_->Hold(User(3), id).status().code(), core::StatusCode::kPermissionDenied);
-  ASSERT_TRUE(service_->Hold(User(0, /*admin=*/true), id).ok());
+  EXPECT_EQ(service_->edits().Hold(User(3), id).status().code(),
+            core::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(service_->edits().Hold(User(0, /*admin=*/true), id).ok());
   EXPECT_EQ(service_->reads().Get(id)->job.hold, core::HoldKind::kAdmin);
-  auto refused = service_->Release(User(2), id);
+  auto refused = service_->edits().Release(User(2), id);
   EXPECT_EQ(refused.status().code(), core::StatusCode::kPermissionDenied);
   EXPECT_NE(refused.status().message().find("held by an admin"), std::string::npos);
-  EXPECT_TRUE(service_->Release(User(0, true), id).ok());
-  EXPECT_EQ(service_->Release(User(0, true), id).status().code(),
+  EXPECT_TRUE(service_->edits().Release(User(0, true), id).ok());
+  EXPECT_EQ(service_->edits().Release(User(0, true), id).status().code(),
             core::StatusCode::kFailedPrecondition)
       << "not held any more";
 }
 
 TEST_F(QueuedJobsTest, OnlyQueuedJobsAreHeldOrUpdated) {
   const uint64_t holder = FillTheMachine();
-  auto hold = service_->Hold(User(1), holder);
+  auto hold = service_->edits().Hold(User(1), holder);
   EXPECT_EQ(hold.status().code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(hold.status().message().find("only a queued job can be held"), std::string::npos);
   UpdateSpec spec;
   spec.priority = "high";
-  auto update = service_->Update(User(1), holder, spec);
+  auto update = service_->edits().Update(User(1), holder, spec);
   EXPECT_EQ(update.status().code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(update.status().message().find("gpuslice resize"), std::string::npos);
 }
@@ -220,7 +221,7 @@ TEST_F(QueuedJobsTest, UpdateChangesAQueuedRequestAndItsPlaceFollowsThePriority)
   spec.mem = "16GiB";
   spec.compute = "40%";
   spec.priority = "high";
-  auto v = service_->Update(User(2), b->job.id, spec);
+  auto v = service_->edits().Update(User(2), b->job.id, spec);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->job.request.memory_bytes, 16 * core::kGiB);
   EXPECT_EQ(v->job.request.compute_milli, 400u);
@@ -254,13 +255,14 @@ TEST_F(QueuedJobsTest, UpdateRefusesWhatASubmissionWouldAndChangesNothing) {
       {id, {}, "update needs"},
   };
   for (const Case& c : cases) {
-    auto v = service_->Update(User(2), c.id, c.spec);
+    auto v = service_->edits().Update(User(2), c.id, c.spec);
     ASSERT_FALSE(v.ok()) << c.needle;
     EXPECT_NE(v.status().message().find(c.needle), std::string::npos) << v.status().message();
   }
   EXPECT_EQ(service_->reads().Get(id)->job.request.memory_bytes, 8 * core::kGiB);
-  EXPECT_EQ(service_->Update(User(3), id, Spec(&UpdateSpec::priority, "low")).status().code(),
-            core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      service_->edits().Update(User(3), id, Spec(&UpdateSpec::priority, "low")).status().code(),
+      core::StatusCode::kPermissionDenied);
 }
 
 TEST_F(QueuedJobsTest, UpdateAfterMakesAJobWaitForAnEarlierOne) {
@@ -268,8 +270,8 @@ TEST_F(QueuedJobsTest, UpdateAfterMakesAJobWaitForAnEarlierOne) {
   auto first = Submit(User(2), "8GiB", std::nullopt);
   auto second = Submit(User(2), "8GiB", std::nullopt);
   ASSERT_TRUE(first.ok() && second.ok());
-  auto v = service_->Update(User(2), second->job.id,
-                            Spec(&UpdateSpec::after, std::to_string(first->job.id) + ":ok"));
+  auto v = service_->edits().Update(
+      User(2), second->job.id, Spec(&UpdateSpec::after, std::to_string(first->job.id) + ":ok"));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EndJob(holder);
   EXPECT_EQ(State(first->job.id), core::JobState::kRunning);
@@ -277,7 +279,7 @@ TEST_F(QueuedJobsTest, UpdateAfterMakesAJobWaitForAnEarlierOne) {
   EXPECT_NE(service_->reads().Get(second->job.id)->waiting_for.find("after job"),
             std::string::npos);
   // Dropping the dependency lets it start.
-  ASSERT_TRUE(service_->Update(User(2), second->job.id, Spec(&UpdateSpec::after, "")).ok());
+  ASSERT_TRUE(service_->edits().Update(User(2), second->job.id, Spec(&UpdateSpec::after, "")).ok());
   EXPECT_EQ(State(second->job.id), core::JobState::kRunning);
 }
 

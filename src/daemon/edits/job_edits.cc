@@ -1,14 +1,15 @@
-// Service: changing a job while it waits (docs/DAEMON.md, "Changing queued
-// jobs"): hold and release (Slurm's `scontrol hold/release`), and update
-// (its `scontrol update`) of the memory, compute share, priority and
-// dependencies of a queued job. A running job is resized instead
-// (service_policy.cc). See service.h.
+// JobEdits: changes to a job's request by its owner or an admin. A running
+// job's memory and compute share are resized instead (service_policy.cc).
+// See job_edits.h.
 
-#include <algorithm>
+#include "daemon/edits/job_edits.h"
+
+#include <utility>
+#include <vector>
 
 #include "core/strings.h"
 #include "core/units.h"
-#include "daemon/jobs/service.h"
+#include "daemon/requests/job_text.h"
 
 namespace gpuslice::daemon {
 
@@ -43,14 +44,21 @@ Result<core::ResourceRequest> UpdatedRequest(const Job& job, const UpdateSpec& s
 
 }  // namespace
 
-Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
+JobEdits::JobEdits(JobTable& table, JobTransitions& transitions, JobHolds& holds,
+                   JobDependencies& dependencies, Jobs jobs)
+    : table_(table),
+      transitions_(transitions),
+      holds_(holds),
+      dependencies_(dependencies),
+      jobs_(std::move(jobs)) {}
+
+Result<JobView> JobEdits::Hold(const Caller& caller, uint64_t id) {
   auto it = table_.jobs().find(id);
   if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  if (!ledger_) {
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
-                                  "): cannot record a hold");
+  if (Health h = jobs_.health(); !h.ledger) {
+    return core::UnavailableError("daemon degraded (" + h.reason + "): cannot record a hold");
   }
   if (job.state != JobState::kQueued) {
     return core::FailedPreconditionError(
@@ -61,31 +69,31 @@ Result<JobView> Service::Hold(const Caller& caller, uint64_t id) {
   const core::HoldKind kind = caller.admin && !(caller.local && caller.uid == job.uid)
                                   ? core::HoldKind::kAdmin
                                   : core::HoldKind::kUser;
-  if (job.hold == core::HoldKind::kAdmin || job.hold == kind) return reads_.View(job);
+  if (job.hold == core::HoldKind::kAdmin || job.hold == kind) return jobs_.view(job);
   const core::HoldKind before = job.hold;
   job.hold = kind;
-  if (!Persist(job, JobState::kQueued)) {
+  if (!transitions_.Persist(job, JobState::kQueued)) {
     job.hold = before;
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
+    // The reason is the failed write's.
+    return core::UnavailableError("daemon degraded (" + jobs_.health().reason +
                                   "): hold not recorded");
   }
   holds_.Hold(id);
-  RecordEvent(
+  transitions_.RecordEvent(
       "held", id, job.user,
       "held by " + Who(caller) +
           (kind == core::HoldKind::kAdmin ? " (an admin's hold: only an admin releases it)" : ""));
-  Schedule();
-  return reads_.View(job);
+  transitions_.Schedule();
+  return jobs_.view(job);
 }
 
-Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
+Result<JobView> JobEdits::Release(const Caller& caller, uint64_t id) {
   auto it = table_.jobs().find(id);
   if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  if (!ledger_) {
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
-                                  "): cannot record a release");
+  if (Health h = jobs_.health(); !h.ledger) {
+    return core::UnavailableError("daemon degraded (" + h.reason + "): cannot record a release");
   }
   if (job.state != JobState::kQueued || job.hold == core::HoldKind::kNone) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is not held (" +
@@ -98,24 +106,24 @@ Result<JobView> Service::Release(const Caller& caller, uint64_t id) {
   }
   const core::HoldKind before = job.hold;
   job.hold = core::HoldKind::kNone;
-  if (!Persist(job, JobState::kQueued)) {
+  if (!transitions_.Persist(job, JobState::kQueued)) {
     job.hold = before;
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
+    return core::UnavailableError("daemon degraded (" + jobs_.health().reason +
                                   "): release not recorded");
   }
   holds_.Release(id);
-  RecordEvent("released", id, job.user, "released by " + Who(caller));
-  Schedule();
-  return reads_.View(job);
+  transitions_.RecordEvent("released", id, job.user, "released by " + Who(caller));
+  transitions_.Schedule();
+  return jobs_.view(job);
 }
 
-Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateSpec& spec) {
+Result<JobView> JobEdits::Update(const Caller& caller, uint64_t id, const UpdateSpec& spec) {
   auto it = table_.jobs().find(id);
   if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
   Job& job = it->second;
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  if (degraded()) {
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): not updating");
+  if (Health h = jobs_.health(); h.degraded) {
+    return core::UnavailableError("daemon degraded (" + h.reason + "): not updating");
   }
   if (job.state != JobState::kQueued) {
     return core::FailedPreconditionError(
@@ -149,9 +157,9 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
   Job candidate = job;
   candidate.request = next;
   candidate.after = after;
-  GPUSLICE_RETURN_IF_ERROR(capacity_->CouldEverFit(next).WithContext("update"));
-  GPUSLICE_RETURN_IF_ERROR(CheckQuotaAtSubmit(candidate));
-  GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, next));
+  GPUSLICE_RETURN_IF_ERROR(jobs_.could_ever_fit(next).WithContext("update"));
+  GPUSLICE_RETURN_IF_ERROR(jobs_.check_quota(candidate));
+  GPUSLICE_RETURN_IF_ERROR(jobs_.set_demand(id, next));
   std::vector<std::string> changes;
   if (next.Describe() != job.request.Describe()) {
     changes.push_back(job.request.Describe() + " -> " + next.Describe());
@@ -167,16 +175,53 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
   table_.Dequeue(id);  // Its place follows its (new) priority; its arrival stays.
   job.request = std::move(next);
   job.after = std::move(after);
-  Enqueue(job);
+  jobs_.enqueue(job);
   if (spec.after) {
     dependencies_.WaitFor(id, pending);
   }
-  Persist(job, JobState::kQueued);
-  RecordEvent("updated", id, job.user,
-              (changes.empty() ? std::string("no change") : core::Join(changes, ", ")) + " by " +
-                  Who(caller));
-  Schedule();
-  return reads_.View(job);
+  transitions_.Persist(job, JobState::kQueued);
+  transitions_.RecordEvent(
+      "updated", id, job.user,
+      (changes.empty() ? std::string("no change") : core::Join(changes, ", ")) + " by " +
+          Who(caller));
+  transitions_.Schedule();
+  return jobs_.view(job);
+}
+
+Result<JobView> JobEdits::SetLabels(const Caller& caller, uint64_t id,
+                                    std::map<std::string, std::string> labels) {
+  auto it = table_.jobs().find(id);
+  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
+  Job& job = it->second;
+  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
+  GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(labels));
+  if (!job.IsLive()) {
+    return core::FailedPreconditionError("job " + std::to_string(id) + " has already ended (" +
+                                         std::string(core::JobStateName(job.state)) + ")");
+  }
+  if (job.labels == labels) return jobs_.view(job);
+  job.labels = std::move(labels);
+  transitions_.Persist(job, job.state);
+  transitions_.RecordEvent("labelled", id, job.user,
+                           job.labels.empty() ? "no labels" : LabelsText(job.labels));
+  return jobs_.view(job);
+}
+
+Status JobEdits::ChangePriority(const Caller& caller, Job& job, core::Priority priority) {
+  if (job.request.priority == priority) return Status::Ok();
+  const core::Priority before = job.request.priority;
+  job.request.priority = priority;
+  // The slice's turns follow the new priority at once (the limits page and
+  // the arbiter's board); preemption and the queue read it from the job.
+  if (Status s = jobs_.update_slice(job); !s.ok()) {
+    job.request.priority = before;
+    return s.WithContext("update the slice");
+  }
+  transitions_.Persist(job, JobState::kRunning);
+  transitions_.RecordEvent("resized", job.id, job.user,
+                           "priority " + std::string(core::PriorityName(before)) + " -> " +
+                               std::string(core::PriorityName(priority)) + " by " + Who(caller));
+  return Status::Ok();
 }
 
 }  // namespace gpuslice::daemon
