@@ -45,7 +45,7 @@ class ServiceTrackingTest : public ::testing::Test {
     Caller c;
     c.uid = c.gid = 1000;
     c.user = "u1000";
-    return service_->Submit(c, s);
+    return service_->intake().Submit(c, s);
   }
 
   std::string dir_;
@@ -83,8 +83,9 @@ TEST_F(ServiceTrackingTest, AnOomKilledJobSaysSoAndItsCgroupIsReleased) {
   auto v = Submit(std::nullopt, "64MiB");
   ASSERT_TRUE(v.ok());
   int64_t pid = v->job.pid;
-  launcher_.end_notes[pid] = "killed by the kernel's OOM killer: the job reached its host memory "
-                             "limit (--host-mem 64 MiB)";
+  launcher_.end_notes[pid] =
+      "killed by the kernel's OOM killer: the job reached its host memory "
+      "limit (--host-mem 64 MiB)";
   launcher_.Exit(pid, 137);
   service_->Tick();
   auto done = service_->Get(v->job.id);

@@ -150,7 +150,7 @@ Result<JobView> Service::Update(const Caller& caller, uint64_t id, const UpdateS
   candidate.request = next;
   candidate.after = after;
   GPUSLICE_RETURN_IF_ERROR(capacity_->CouldEverFit(next).WithContext("update"));
-  GPUSLICE_RETURN_IF_ERROR(CheckQuotaAtSubmit(candidate));
+  GPUSLICE_RETURN_IF_ERROR(intake_.CheckQuotaAtSubmit(candidate));
   GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, next));
   std::vector<std::string> changes;
   if (next.Describe() != job.request.Describe()) {
