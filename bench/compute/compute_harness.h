@@ -24,7 +24,7 @@ struct Tenant {
   double change_to = 0;     // ... to this.
   // Under --arbiter: a daemon slice without a share, which the daemon
   // registers with the smallest share, work-conserving, at its priority
-  // (Service::TakeTurnsWithoutAShare). Otherwise a tenant of share 0 is a
+  // (JobSetup::TakeTurnsWithoutAShare). Otherwise a tenant of share 0 is a
   // process without any slice coordination (a ceiling's reference).
   bool no_share_slice = false;
 };

@@ -69,7 +69,7 @@ void BM_RenderMetrics(benchmark::State& state) {
       s.argv = {"train"};
       s.cwd = "/tmp";
       c.user = "user" + std::to_string(i % 20);
-      if (!service.Submit(c, s).ok()) {
+      if (!service.intake().Submit(c, s).ok()) {
         state.SkipWithError("submit failed");
         return;
       }

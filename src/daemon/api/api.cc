@@ -460,7 +460,7 @@ ApiResponse Api::JobsSummary(const ApiRequest& req, uint64_t) {
 ApiResponse Api::SubmitJob(const ApiRequest& req, uint64_t) {
   auto spec = ParseSubmitBody(req.body);
   if (!spec.ok()) return Error(spec.status());
-  auto v = service_.Submit(req.caller, std::move(*spec));
+  auto v = service_.intake().Submit(req.caller, std::move(*spec));
   if (!v.ok()) return Error(v.status());
   return Json(201, JobToJson(*v));
 }
@@ -486,7 +486,7 @@ ApiResponse Api::GetJob(const ApiRequest& req, uint64_t id) {
   bool owner = req.caller.local && !req.caller.token && req.caller.uid == job.uid;
   if (owner && (job.mode == core::JobMode::kShell || job.mode == core::JobMode::kExternal) &&
       job.state == core::JobState::kRunning) {
-    j["env"] = service_.JobEnvironment(job);
+    j["env"] = service_.setup().JobEnvironment(job);
   }
   return Json(200, j);
 }
@@ -550,7 +550,7 @@ ApiResponse Api::ResizeJob(const ApiRequest& req, uint64_t id) {
 
 ApiResponse Api::ListQuotas(const ApiRequest&, uint64_t) {
   json out = json::array();
-  for (const QuotaView& q : service_.Quotas()) out.push_back(QuotaToJson(q));
+  for (const QuotaView& q : service_.quotas().Quotas()) out.push_back(QuotaToJson(q));
   return Json(200, {{"quotas", out}});
 }
 
@@ -559,8 +559,9 @@ ApiResponse Api::SetQuota(const ApiRequest& req, uint64_t) {
   if (!parsed.ok()) return Error(parsed.status());
   auto quota = core::BuildQuota(parsed->second);
   if (!quota.ok()) return Error(quota.status());
-  if (auto s = service_.SetQuota(req.caller, parsed->first, *quota); !s.ok()) return Error(s);
-  for (const QuotaView& q : service_.Quotas()) {
+  if (auto s = service_.quotas().SetQuota(req.caller, parsed->first, *quota); !s.ok())
+    return Error(s);
+  for (const QuotaView& q : service_.quotas().Quotas()) {
     if (q.who == parsed->first) return Json(200, QuotaToJson(q));
   }
   return Error(core::InternalError("quota set but not listed"));
@@ -573,7 +574,7 @@ ApiResponse Api::RemoveQuota(const ApiRequest& req) {
   who.kind = *kind;
   who.name = req.params.at("name");
   if (auto s = ValidatePrincipalName(who.name); !s.ok()) return Error(s);
-  if (auto s = service_.RemoveQuota(req.caller, who); !s.ok()) return Error(s);
+  if (auto s = service_.quotas().RemoveQuota(req.caller, who); !s.ok()) return Error(s);
   return Json(
       200, {{"scope", core::PrincipalKindName(who.kind)}, {"name", who.name}, {"removed", true}});
 }
@@ -645,7 +646,7 @@ ApiResponse Api::UpdateJob(const ApiRequest& req, uint64_t id) {
 // its CDI device name, and the same as device nodes, mounts and environment
 // for engines without CDI (Docker 20.10).
 ApiResponse Api::JobContainer(const ApiRequest& req, uint64_t id) {
-  auto c = service_.ContainerOf(req.caller, id);
+  auto c = service_.setup().ContainerOf(req.caller, id);
   if (!c.ok()) return Error(c.status());
   json mounts = json::array();
   for (const CdiMount& m : c->mounts) {
@@ -660,7 +661,7 @@ ApiResponse Api::JobContainer(const ApiRequest& req, uint64_t id) {
                     {"device_nodes", c->device_nodes},
                     {"mounts", mounts},
                     {"env", c->env},
-                    {"cgroup_parent", service_.CgroupParentOf(id)},
+                    {"cgroup_parent", service_.setup().CgroupParentOf(id)},
                     {"additional_gids", c->additional_gids}});
 }
 

@@ -427,7 +427,7 @@ void RenderScheduler(MetricsText& t, Service& service, const std::vector<JobView
   t.Family(kQuotaLimit, MetricType::kGauge,
            "A quota's limit by resource (memory in bytes, gpus, compute in GPUs, jobs); only "
            "the limits that are set.");
-  const std::vector<QuotaView> quotas = service.Quotas();
+  const std::vector<QuotaView> quotas = service.quotas().Quotas();
   for (const QuotaView& q : quotas) {
     MetricLabels base = {{"scope", std::string(core::PrincipalKindName(q.who.kind))},
                          {"name", q.who.name}};

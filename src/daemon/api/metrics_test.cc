@@ -109,7 +109,7 @@ class MetricsTest : public ::testing::Test {
     c.uid = 1000;
     c.gid = 1000;
     c.user = "ada";
-    auto v = service_->Submit(c, s);
+    auto v = service_->intake().Submit(c, s);
     EXPECT_TRUE(v.ok()) << v.status().ToString();
     return v.ok() ? *v : JobView{};
   }
@@ -346,7 +346,7 @@ TEST_F(MetricsTest, QuotasShowTheirLimitsAndWhatIsUsedByResource) {
   core::Quota q;
   q.memory_bytes = 20 * core::kGiB;
   q.jobs = 2;
-  ASSERT_TRUE(service_->SetQuota(admin, {core::PrincipalKind::kUser, "ada"}, q).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(admin, {core::PrincipalKind::kUser, "ada"}, q).ok());
   Submit("8GiB", std::nullopt);
   const std::string m = Render();
   EXPECT_TRUE(Has(m,

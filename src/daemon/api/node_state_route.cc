@@ -65,8 +65,8 @@ json NodeStateJson(Service& service) {
       }
       h.memory += a.memory_bytes_per_gpu;
       // No share: compute is uncapped and the daemon places it with the
-      // smallest share (Service::kShareOfNoShareMilli).
-      h.milli += std::max(a.compute_milli, Service::kShareOfNoShareMilli);
+      // smallest share (JobSetup::kShareOfNoShareMilli).
+      h.milli += std::max(a.compute_milli, JobSetup::kShareOfNoShareMilli);
     }
   }
   std::map<uint32_t, uint64_t> foreign;

@@ -55,7 +55,7 @@ class NodeStateRouteTest : public ::testing::Test {
     s.fields = std::move(fields);
     s.argv = {"train"};
     s.cwd = "/home/u";
-    auto v = service_->Submit(TestCaller(1000), s);
+    auto v = service_->intake().Submit(TestCaller(1000), s);
     EXPECT_TRUE(v.ok()) << v.status().ToString();
     return v.ok() ? v->job.id : 0;
   }

@@ -58,7 +58,7 @@ class StatusPageTest : public ::testing::Test {
     c.uid = 1000;
     c.gid = 1000;
     c.user = "alice";
-    auto v = service_->Submit(c, s);
+    auto v = service_->intake().Submit(c, s);
     EXPECT_TRUE(v.ok()) << v.status().ToString();
     return *v;
   }

@@ -257,7 +257,7 @@ TEST(UsageApiRoute, ReadsTheServicesOwnLedger) {
     s.argv = {"x"};
     s.cwd = "/";
     Caller alice = User(1000);
-    ASSERT_TRUE(service.Submit(alice, s).ok());
+    ASSERT_TRUE(service.intake().Submit(alice, s).ok());
     Doctor doctor({}, service.inventory());
     Api api(service, doctor);
     RegisterUsageApi(api, service);

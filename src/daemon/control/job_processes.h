@@ -29,7 +29,7 @@ namespace gpuslice::daemon {
 class JobProcesses {
  public:
   struct Hooks {
-    // The slice limits of a job as it is now (Service::SliceLimitsOf).
+    // The slice limits of a job as it is now (JobSetup::SliceLimitsOf).
     std::function<SliceLimits(const core::Job& job)> slice_limits;
     std::function<void(std::string kind, uint64_t job_id, std::string user, std::string message)>
         record_event;

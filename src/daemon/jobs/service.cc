@@ -1,7 +1,8 @@
-// Service: jobs as users ask for them. Submission (checks, limits), cancel,
-// attaching a shell or `run -i` command, reporting its exit (views, lists
-// and logs: reads/job_reads.h). Starting, recovery and the ledger are in service_state.cc; moving
-// jobs along in service_lifecycle.cc. See service.h.
+// Service: jobs as users ask for them. Cancel, attaching a shell or `run -i`
+// command, reporting its exit (taking in a submission is intake/job_intake.h's;
+// views, lists and logs are reads/job_reads.h's). Starting, recovery and the
+// ledger are in service_state.cc; moving jobs along in service_lifecycle.cc.
+// See service.h.
 
 #include "daemon/jobs/service.h"
 
@@ -39,140 +40,7 @@ int64_t ParentOf(int64_t pid) {
   return -1;
 }
 
-uint64_t TotalBytes(const std::vector<std::string>& v) {
-  uint64_t n = 0;
-  for (const std::string& s : v) n += s.size() + 1;  // + the NUL execve counts.
-  return n;
-}
-
 }  // namespace
-
-Status Service::CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const {
-  const uint64_t env = TotalBytes(spec.env), argv = TotalBytes(spec.argv);
-  if (env > options_.max_env_bytes) {
-    return core::InvalidArgumentError(
-        "the job's environment is " + core::FormatBytes(env) + ", over the limit of " +
-        core::FormatBytes(options_.max_env_bytes) +
-        " (max_env_bytes in gpusliced's configuration, docs/CONFIG.md); pass large data in a "
-        "file instead");
-  }
-  if (argv > options_.max_argv_bytes) {
-    return core::InvalidArgumentError(
-        "the job's command line is " + core::FormatBytes(argv) + ", over the limit of " +
-        core::FormatBytes(options_.max_argv_bytes) +
-        " (max_argv_bytes in gpusliced's configuration, docs/CONFIG.md)");
-  }
-  if (const uint32_t queued = table_.QueuedOf(caller.uid);
-      queued > 0 && queued >= options_.max_queued_jobs_per_user) {
-    return core::ResourceExhaustedError(
-        "user " + caller.user + " already has " + std::to_string(queued) +
-        " queued jobs, the most one user may have (max_queued_jobs_per_user = " +
-        std::to_string(options_.max_queued_jobs_per_user) +
-        " in gpusliced's configuration, docs/CONFIG.md); wait for some to start or cancel some");
-  }
-  return Status::Ok();
-}
-
-Job Service::NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
-                    core::JobMode mode) const {
-  Job job;
-  job.id = id;
-  // The owner is the caller's credentials, never anything in the request.
-  job.uid = caller.uid;
-  job.gid = caller.gid;
-  job.user = caller.user;
-  job.request = std::move(request);
-  job.mode = mode;
-  job.submitted_ms = clock_.NowMs();
-  return job;
-}
-
-Result<JobView> Service::Submit(const Caller& caller, SubmitSpec spec) {
-  if (degraded())
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
-                                  "): not accepting new jobs");
-  if (!caller.local) {
-    return core::PermissionDeniedError(
-        "jobs can only be submitted over the local socket, so they run as the caller");
-  }
-  GPUSLICE_RETURN_IF_ERROR(core::ValidateLabels(spec.labels));
-  if (options_.slurm_only && !caller.admin) {
-    // Only slurmstepd can make such a caller: its real uid is root while it
-    // acts as the user, which no user's own process can be. The real uid is
-    // the one read when the connection was accepted, and it counts only
-    // while that process runs: a pid looked up now could be a root process
-    // that took the pid of the user's, which ended.
-    const bool stepd = caller.process && caller.process->identity().real_uid == 0;
-    if (spec.mode != core::JobMode::kExternal || !spec.bound_to_caller || !stepd) {
-      return core::PermissionDeniedError(
-          "this node's GPUs are handed out by Slurm (slurm_only): ask for them with srun, "
-          "sbatch or salloc (--gres=gpu:N, --gpu-mem, --gpu-share)");
-    }
-    GPUSLICE_RETURN_IF_ERROR(caller.process->CheckRunning());
-  }
-  if (spec.mode == core::JobMode::kExternal) return SubmitExternal(caller, std::move(spec));
-  if (spec.paused || !spec.gpu_uuids.empty()) {
-    return core::InvalidArgumentError(
-        "paused and gpu_uuids are for external jobs (mode external) only");
-  }
-  GPUSLICE_ASSIGN_OR_RETURN(core::ResourceRequest request, core::BuildRequest(spec.fields));
-  if (spec.mode != core::JobMode::kShell && spec.argv.empty()) {
-    return core::InvalidArgumentError("no command given (gpuslice run [options] -- cmd args...)");
-  }
-  if (spec.cwd.empty() || spec.cwd[0] != '/') {
-    return core::InvalidArgumentError("cwd must be an absolute path, got '" + spec.cwd + "'");
-  }
-  for (const std::string& e : spec.env) {
-    if (e.find('=') == std::string::npos || e[0] == '=') {
-      return core::InvalidArgumentError("env entry '" + e.substr(0, 64) + "' is not KEY=value");
-    }
-  }
-  GPUSLICE_RETURN_IF_ERROR(CheckSubmitLimits(caller, spec));
-  if (spec.restartable && spec.mode == core::JobMode::kShell) {
-    return core::InvalidArgumentError(
-        "--restartable: a shell or a command run by the client (run -i) cannot be restarted by "
-        "the daemon");
-  }
-  GPUSLICE_ASSIGN_OR_RETURN(std::vector<uint64_t> pending, dependencies_.Check(spec.after));
-  uint64_t id = table_.next_id();
-  GPUSLICE_RETURN_IF_ERROR(capacity_->SetDemand(id, request));
-  Status ever = capacity_->CouldEverFit(request);
-  if (!ever.ok()) {
-    capacity_->ForgetDemand(id);
-    // Refused at once, never queued forever.
-    return core::InvalidArgumentError(ever.message());
-  }
-  Job job = NewJob(caller, id, std::move(request), spec.mode);
-  job.argv = std::move(spec.argv);
-  job.cwd = std::move(spec.cwd);
-  job.env = std::move(spec.env);
-  job.restartable = spec.restartable;
-  job.no_idle_reclaim = spec.no_idle_reclaim;
-  job.after = std::move(spec.after);
-  job.labels = std::move(spec.labels);
-  if (Status c = containers_.CheckSpec(spec.image, spec.engine, spec.mode == core::JobMode::kShell,
-                                       spec.cwd, &job);
-      !c.ok()) {
-    capacity_->ForgetDemand(id);
-    return c;
-  }
-  if (Status q = CheckQuotaAtSubmit(job); !q.ok()) {
-    capacity_->ForgetDemand(id);
-    return q;
-  }
-  if (!Persist(job, std::nullopt)) {
-    capacity_->ForgetDemand(id);
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() + "): job not accepted");
-  }
-  table_.Add(job);
-  RecordEvent("submitted", id, job.user,
-              job.request.Describe() +
-                  (job.after.empty() ? "" : ", after " + core::FormatDependencies(job.after)));
-  dependencies_.WaitFor(id, pending);
-  Enqueue(table_.jobs()[id]);
-  RequestSchedule();
-  return reads_.View(table_.jobs()[id]);
-}
 
 void Service::Enqueue(const Job& job) {
   core::QueuedJob q;

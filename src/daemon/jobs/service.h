@@ -42,6 +42,7 @@
 #include "daemon/edits/job_edits.h"
 #include "daemon/elastic/elastic_jobs.h"
 #include "daemon/external/external_jobs.h"
+#include "daemon/intake/job_intake.h"
 #include "daemon/launch/cdi.h"
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
@@ -60,6 +61,7 @@
 #include "daemon/requests/job_specs.h"
 #include "daemon/requests/job_text.h"
 #include "daemon/requests/job_view.h"
+#include "daemon/setup/job_setup.h"
 #include "daemon/store/degraded_mode.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
@@ -141,9 +143,6 @@ struct ServiceOptions {
 
 class Service : public JobTransitions {
  public:
-  // The share (per mille) a fraction without one takes turns with:
-  // work-conserving, so alone it uses the whole GPU.
-  static constexpr uint32_t kShareOfNoShareMilli = 1;
   Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
           RegionStore& regions);
   ~Service();
@@ -153,7 +152,8 @@ class Service : public JobTransitions {
   // error only for what the daemon cannot run without (the state directory).
   core::Status Start();
 
-  core::Result<JobView> Submit(const Caller& caller, SubmitSpec spec);
+  // Taking in submissions (intake/job_intake.h): `intake().Submit(...)`.
+  JobIntake& intake() { return intake_; }
   // `exit_code`: an external job's owner releasing it says how the work it
   // held ended (a Slurm step's exit status); refused for other jobs.
   core::Status Cancel(const Caller& caller, uint64_t id,
@@ -216,27 +216,14 @@ class Service : public JobTransitions {
   RegionStore& regions() { return regions_; }
   // The job table, read-only (counts, every live job, slices per GPU).
   const JobTable& table() const { return table_; }
-  // The environment a job's processes get: the caller's, plus the slice
-  // (CUDA_VISIBLE_DEVICES by UUID, GPUSLICE_SLICE, the shim preloaded, the
-  // simulated driver's directory when the GPUs are simulated).
-  std::vector<std::string> JobEnvironment(const core::Job& job) const;
-  // What a container joining a running job's slice of the caller's (or
-  // any, for an admin) is given (containers/container_jobs.h): what
-  // `gpuslice container-args` turns into an engine's plain flags.
-  core::Result<CdiSlice> ContainerOf(const Caller& caller, uint64_t id) const;
-  // Job `id`'s cgroup for a container's --cgroup-parent ("" without cgroups).
-  // "" for an external job: nothing of its own runs in a cgroup of ours.
-  std::string CgroupParentOf(uint64_t id) const {
-    auto it = table_.jobs().find(id);
-    if (it != table_.jobs().end() && it->second.mode == core::JobMode::kExternal) return "";
-    return launcher_.CgroupParent(id);
-  }
+  // What a job is given to run in its slice: its environment, slice
+  // limits, directory, container view and cgroup (setup/job_setup.h).
+  const JobSetup& setup() const { return setup_; }
 
   // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
-  // Quotas: admins set and remove them; anyone lists them.
-  core::Status SetQuota(const Caller& caller, const core::Principal& who, const core::Quota& quota);
-  core::Status RemoveQuota(const Caller& caller, const core::Principal& who);
-  std::vector<QuotaView> Quotas();
+  // Quotas: admins set and remove them; anyone lists them
+  // (quotas/quota_keeper.h).
+  QuotaKeeper& quotas() { return quotas_; }
   // Live resize of a running fraction (owner or admin): within its quotas
   // and its GPU; below the memory it uses only with `force`. Or, with
   // `gpus`, of a running elastic job: to that many GPUs within its range
@@ -300,9 +287,6 @@ class Service : public JobTransitions {
   // start forgotten (the capacity it took is the caller's to release).
   void ForgetStart(core::Job& job);
   void UndoStart(core::Job& job);
-  // The per-user queue cap and the size limits of a submission.
-  core::Status CheckSubmitLimits(const Caller& caller, const SubmitSpec& spec) const;
-  std::string JobDir(uint64_t id) const;
   // Finished jobs that ended this recently stay in memory beyond `history`,
   // so a client polling for an exit code always finds it.
   static constexpr int64_t kKeepEndedMs = 10 * 60 * 1000;
@@ -313,14 +297,6 @@ class Service : public JobTransitions {
   // O(1) and delays a start by at most one Flush period.
   void RequestSchedule() override;
   void StartJob(core::Job& job);
-  // The "started" event's message: "on GPU-0,GPU-1, pid 4242".
-  static std::string StartedText(const core::Job& job);
-  // A job of `caller` as submitted now (queued, nothing held).
-  core::Job NewJob(const Caller& caller, uint64_t id, core::ResourceRequest request,
-                   core::JobMode mode) const;
-  // POST /v1/jobs with mode external (service_external.cc; its own checks,
-  // holders and end: external/external_jobs.h).
-  core::Result<JobView> SubmitExternal(const Caller& caller, SubmitSpec spec);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason) override;
   void WatchRunning();
   // A shell job (or run -i) whose processes are gone before its client
@@ -328,15 +304,7 @@ class Service : public JobTransitions {
   bool AwaitShellExitReport(Live& l, int64_t now);
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
-  // The slice limits of a job as it is now (StartJob, resize, pause).
-  SliceLimits SliceLimitsOf(const core::Job& job) const;
-  // A fraction without a compute share takes turns anyway, last (see
-  // kShareOfNoShareMilli).
-  static void TakeTurnsWithoutAShare(const core::Job& job, SliceLimits* limits);
 
-  // The pools and priorities the admin restricted, then the quotas
-  // (QuotaKeeper::CheckAtSubmit): a submission, or an update of a queued job.
-  core::Status CheckQuotaAtSubmit(const core::Job& job);
   // A preempted restartable job goes back to the queue.
   void Requeue(core::Job& job, std::string reason);
   // Idle reclaim and the watchdog, after each sample.
@@ -381,6 +349,8 @@ class Service : public JobTransitions {
   // External jobs' checks, slice groups, holders and end
   // (external/external_jobs.h).
   ExternalJobs external_;
+  // What a job is given to run in its slice (setup/job_setup.h).
+  JobSetup setup_;
   std::unique_ptr<NodeCapacity> capacity_;
   // Why new work is refused, if it is, and the failed ledger writes and
   // lack of room for slices it heals from (store/degraded_mode.h).
@@ -407,7 +377,7 @@ class Service : public JobTransitions {
       usage_,
       external_,
       clock_,
-      {.slice_limits = [this](const core::Job& job) { return SliceLimitsOf(job); },
+      {.slice_limits = [this](const core::Job& job) { return setup_.SliceLimitsOf(job); },
        .record_event =
            [this](std::string kind, uint64_t id, std::string user, std::string message) {
              RecordEvent(std::move(kind), id, std::move(user), std::move(message));
@@ -459,6 +429,9 @@ class Service : public JobTransitions {
   // Changes to a job's request by its owner or an admin
   // (edits/job_edits.h).
   JobEdits edits_;
+  // Taking in submissions: their checks, limits, quotas and first steps
+  // (intake/job_intake.h). Declared last: it reads most of the above.
+  JobIntake intake_;
 };
 
 }  // namespace gpuslice::daemon

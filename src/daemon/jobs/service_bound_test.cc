@@ -67,7 +67,7 @@ class BoundJobTest : public ServiceFixture {
 };
 
 TEST_F(BoundJobTest, IsReleasedWithinATickOfItsHolderEnding) {
-  auto v = service_->Submit(Stepd(), Bound("4GiB"));
+  auto v = service_->intake().Submit(Stepd(), Bound("4GiB"));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->job.holder_pid, kStepd);
   EXPECT_EQ(v->job.pid, 0);  // Never the job's own process group.
@@ -79,21 +79,21 @@ TEST_F(BoundJobTest, IsReleasedWithinATickOfItsHolderEnding) {
   EXPECT_EQ(after.job.state, JobState::kExited);
   EXPECT_EQ(after.job.exit_code, 0);
   EXPECT_NE(after.job.reason.find("pid 4242"), std::string::npos) << after.job.reason;
-  EXPECT_TRUE(procs_.signals.empty());                          // Nothing signalled: it just ended.
-  EXPECT_TRUE(service_->Submit(Stepd(), Bound("80GiB")).ok());  // The GPU is free.
+  EXPECT_TRUE(procs_.signals.empty());  // Nothing signalled: it just ended.
+  EXPECT_TRUE(service_->intake().Submit(Stepd(), Bound("80GiB")).ok());  // The GPU is free.
 }
 
 TEST_F(BoundJobTest, NeedsACallerProcessAndIsTheCallersOwn) {
   Caller no_pid = TestCaller(kUser);
-  auto v = service_->Submit(no_pid, Bound("4GiB"));
+  auto v = service_->intake().Submit(no_pid, Bound("4GiB"));
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("bound_to_caller"), std::string::npos);
   // Nothing held: the whole GPU is still there.
-  EXPECT_TRUE(service_->Submit(Stepd(), Bound("80GiB")).ok());
+  EXPECT_TRUE(service_->intake().Submit(Stepd(), Bound("80GiB")).ok());
 }
 
 TEST_F(BoundJobTest, SurvivesARestartAndIsReleasedAfterItIfItsHolderIsGone) {
-  auto v = service_->Submit(Stepd(), Bound("4GiB"));
+  auto v = service_->intake().Submit(Stepd(), Bound("4GiB"));
   ASSERT_TRUE(v.ok());
   Restart();
   service_->Tick();
@@ -106,7 +106,7 @@ TEST_F(BoundJobTest, SurvivesARestartAndIsReleasedAfterItIfItsHolderIsGone) {
 }
 
 TEST_F(BoundJobTest, CancelEndsItsRunningProcessesThenReleases) {
-  auto v = service_->Submit(Stepd(), Bound("4GiB"));
+  auto v = service_->intake().Submit(Stepd(), Bound("4GiB"));
   ASSERT_TRUE(v.ok());
   StartTasks();
   ASSERT_TRUE(service_->Cancel(TestCaller(0, true), v->job.id).ok());
@@ -126,7 +126,7 @@ TEST_F(BoundJobTest, CancelEndsItsRunningProcessesThenReleases) {
 }
 
 TEST_F(BoundJobTest, ReleasedByItsPluginWhenNothingRunsAnyMore) {
-  auto v = service_->Submit(Stepd(), Bound("4GiB"));
+  auto v = service_->intake().Submit(Stepd(), Bound("4GiB"));
   ASSERT_TRUE(v.ok());
   // slurm_spank_exit: the tasks have ended; slurmstepd (root) releases it.
   ASSERT_TRUE(service_->Cancel(TestCaller(0, true), v->job.id).ok());
@@ -137,7 +137,7 @@ TEST_F(BoundJobTest, ReleasedByItsPluginWhenNothingRunsAnyMore) {
 TEST_F(BoundJobTest, MaximumRunTimeEndsItsProcesses) {
   SubmitSpec s = Bound("4GiB");
   s.fields.max_runtime = "10s";
-  auto v = service_->Submit(Stepd(), s);
+  auto v = service_->intake().Submit(Stepd(), s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   StartTasks();
   clock_.Advance(11'000);
@@ -149,13 +149,13 @@ TEST_F(BoundJobTest, MaximumRunTimeEndsItsProcesses) {
 }
 
 TEST_F(BoundJobTest, AUsersSliceIsTheirsAndRootsGetsTheSliceGroup) {
-  auto mine = service_->Submit(Stepd(), Bound("4GiB"));
+  auto mine = service_->intake().Submit(Stepd(), Bound("4GiB"));
   ASSERT_TRUE(mine.ok());
   // The step's tasks run as the user, who owns the files as for any job.
   EXPECT_EQ(regions_.regions[mine->job.region_path].shared_gid, 0u);
   EXPECT_EQ(regions_.regions[mine->job.region_path].uid, kUser);
   // Root's external slices (the device plugin's) keep their group.
-  auto roots = service_->Submit(Stepd(0), Bound("4GiB"));
+  auto roots = service_->intake().Submit(Stepd(0), Bound("4GiB"));
   ASSERT_TRUE(roots.ok());
   EXPECT_NE(regions_.regions[roots->job.region_path].shared_gid, 0u);
 }
@@ -167,9 +167,9 @@ TEST_F(BoundJobTest, TheFenceSaysWhoHoldsTheGpu) {
   whole.gpu_uuids = {"GPU-0"};
   whole.bound_to_caller = true;
   whole.labels = {{"slurm_job", "12"}};
-  auto w = service_->Submit(Stepd(), whole);
+  auto w = service_->intake().Submit(Stepd(), whole);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
-  auto shard = service_->Submit(Stepd(1001), Bound("1GiB"));
+  auto shard = service_->intake().Submit(Stepd(1001), Bound("1GiB"));
   ASSERT_FALSE(shard.ok());
   const std::string why = shard.status().message();
   EXPECT_NE(why.find("GPU-0 is held whole by job " + std::to_string(w->job.id) +
@@ -177,10 +177,10 @@ TEST_F(BoundJobTest, TheFenceSaysWhoHoldsTheGpu) {
             std::string::npos)
       << why;
   // And the reverse: slices on GPU-1 keep a whole-GPU step off it.
-  auto s = service_->Submit(Stepd(1001), Bound("1GiB", "GPU-1"));
+  auto s = service_->intake().Submit(Stepd(1001), Bound("1GiB", "GPU-1"));
   ASSERT_TRUE(s.ok());
   whole.gpu_uuids = {"GPU-1"};
-  auto refused = service_->Submit(Stepd(), whole);
+  auto refused = service_->intake().Submit(Stepd(), whole);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("GPU-1 is shared by the slices of job " +
                                             std::to_string(s->job.id) +
@@ -195,12 +195,12 @@ TEST_F(BoundJobTest, TheFenceSaysWhoHoldsTheGpu) {
 TEST_F(BoundJobTest, SlurmOnlyLetsUsersInThroughSlurmstepdAlone) {
   options_.slurm_only = true;
   Restart();
-  EXPECT_TRUE(service_->Submit(Stepd(), Bound("4GiB")).ok());  // slurmstepd: real uid 0.
+  EXPECT_TRUE(service_->intake().Submit(Stepd(), Bound("4GiB")).ok());  // slurmstepd: real uid 0.
   StartTasks();
   Caller own = TestCaller(kUser);
   // The user's own process (real uid 1000) asking directly.
   own.process = std::make_shared<FakePeerProcess>(PeerIdentity{5001, kUser, 1});
-  auto direct = service_->Submit(own, Bound("4GiB", "GPU-1"));
+  auto direct = service_->intake().Submit(own, Bound("4GiB", "GPU-1"));
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.status().code(), core::StatusCode::kPermissionDenied);
   EXPECT_NE(direct.status().message().find("slurm_only"), std::string::npos);
@@ -208,12 +208,13 @@ TEST_F(BoundJobTest, SlurmOnlyLetsUsersInThroughSlurmstepdAlone) {
   run.fields.mem = "1GiB";
   run.argv = {"true"};
   run.cwd = "/tmp";
-  EXPECT_EQ(service_->Submit(Stepd(), run).status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_->intake().Submit(Stepd(), run).status().code(),
+            core::StatusCode::kPermissionDenied);
   SubmitSpec unbound = Bound("1GiB", "GPU-1");
   unbound.bound_to_caller = false;
-  EXPECT_FALSE(service_->Submit(Stepd(), unbound).ok());
+  EXPECT_FALSE(service_->intake().Submit(Stepd(), unbound).ok());
   // Admins (the Kubernetes plugin, root) are not held.
-  EXPECT_TRUE(service_->Submit(TestCaller(0, true), run).ok());
+  EXPECT_TRUE(service_->intake().Submit(TestCaller(0, true), run).ok());
 }
 
 // slurm_only must not ask who owns the caller's pid when the request is
@@ -228,7 +229,7 @@ TEST_F(BoundJobTest, SlurmOnlyJudgesTheProcessThatConnectedNotWhoHoldsItsPidNow)
   launcher_.alive.insert(5001);
   Caller user = TestCaller(kUser);
   user.process = std::make_shared<FakePeerProcess>(PeerIdentity{5001, kUser, 1});
-  auto v = service_->Submit(user, Bound("4GiB"));
+  auto v = service_->intake().Submit(user, Bound("4GiB"));
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), core::StatusCode::kPermissionDenied);
   EXPECT_NE(v.status().message().find("slurm_only"), std::string::npos) << v.status().message();
@@ -244,7 +245,7 @@ TEST_F(BoundJobTest, ARequestOfAHolderThatHasEndedIsRefusedAndHoldsNothing) {
     auto process = std::make_shared<FakePeerProcess>(PeerIdentity{kStepd, 0, kStepdStart});
     process->ended = true;
     stepd.process = process;
-    auto v = service_->Submit(stepd, Bound("4GiB"));
+    auto v = service_->intake().Submit(stepd, Bound("4GiB"));
     ASSERT_FALSE(v.ok());
     EXPECT_EQ(v.status().code(), core::StatusCode::kPermissionDenied);
     EXPECT_NE(v.status().message().find("(pid 4242) has ended"), std::string::npos)
@@ -252,17 +253,17 @@ TEST_F(BoundJobTest, ARequestOfAHolderThatHasEndedIsRefusedAndHoldsNothing) {
     EXPECT_TRUE(service_->reads().List(true).empty());
   }
   // Its room was not kept: a running holder gets the whole GPU.
-  EXPECT_TRUE(service_->Submit(Stepd(), Bound("80GiB")).ok());
+  EXPECT_TRUE(service_->intake().Submit(Stepd(), Bound("80GiB")).ok());
 }
 
 TEST_F(BoundJobTest, TheHolderIsTheProcessAsReadWhenItConnected) {
-  auto v = service_->Submit(Stepd(), Bound("4GiB"));
+  auto v = service_->intake().Submit(Stepd(), Bound("4GiB"));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->job.holder_pid, kStepd);
   EXPECT_EQ(v->job.holder_start_time, kStepdStart);
   Caller remote = TestCaller(kUser);
   remote.process = nullptr;  // Its pid is not visible here.
-  auto refused = service_->Submit(remote, Bound("4GiB", "GPU-1"));
+  auto refused = service_->intake().Submit(remote, Bound("4GiB", "GPU-1"));
   EXPECT_EQ(refused.status().code(), core::StatusCode::kInvalidArgument);
 }
 

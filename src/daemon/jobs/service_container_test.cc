@@ -53,7 +53,7 @@ class ContainerService : public ServiceFixture {
     s.mode = mode;
     s.image = std::move(image);
     s.engine = std::move(engine);
-    return service_->Submit(TestCaller(1000), s);
+    return service_->intake().Submit(TestCaller(1000), s);
   }
 };
 
@@ -147,7 +147,7 @@ TEST_F(CdiService, TheServiceKeepsASpecPerRunningJob) {
   s.fields.mem = "4GiB";
   s.argv = {"podman", "run"};
   s.cwd = "/home/u";
-  auto v = service.Submit(TestCaller(1000), s);
+  auto v = service.intake().Submit(TestCaller(1000), s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   const JobView job = *service.reads().Get(v->job.id);
   ASSERT_EQ(job.job.state, core::JobState::kRunning);
@@ -177,13 +177,13 @@ TEST_F(CdiService, TheServiceKeepsASpecPerRunningJob) {
   EXPECT_TRUE(sim_dir) << e.dump();
   EXPECT_FALSE(e.contains("deviceNodes")) << "the simulated GPU has no device nodes";
   // `container-args`: the same for its owner, not for another user.
-  auto mine = service.ContainerOf(TestCaller(1000), job.job.id);
+  auto mine = service.setup().ContainerOf(TestCaller(1000), job.job.id);
   ASSERT_TRUE(mine.ok()) << mine.status().ToString();
   EXPECT_EQ(CdiSpec(*mine), spec);
-  EXPECT_EQ(service.ContainerOf(TestCaller(1001), job.job.id).status().code(),
+  EXPECT_EQ(service.setup().ContainerOf(TestCaller(1001), job.job.id).status().code(),
             core::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(service.ContainerOf(TestCaller(0, true), job.job.id).ok()) << "an admin";
-  EXPECT_EQ(service.ContainerOf(TestCaller(1000), 999).status().code(),
+  EXPECT_TRUE(service.setup().ContainerOf(TestCaller(0, true), job.job.id).ok()) << "an admin";
+  EXPECT_EQ(service.setup().ContainerOf(TestCaller(1000), 999).status().code(),
             core::StatusCode::kNotFound);
   // It ends: the spec goes, and there is no slice to join.
   ASSERT_TRUE(service.Cancel(TestCaller(1000), job.job.id).ok());
@@ -191,7 +191,7 @@ TEST_F(CdiService, TheServiceKeepsASpecPerRunningJob) {
   clock.Advance(1000);
   service.Tick();
   EXPECT_FALSE(fs::exists(path));
-  auto ended = service.ContainerOf(TestCaller(1000), job.job.id);
+  auto ended = service.setup().ContainerOf(TestCaller(1000), job.job.id);
   EXPECT_EQ(ended.status().code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(ended.status().message().find("only a running job"), std::string::npos);
 }
@@ -223,9 +223,9 @@ TEST_F(CdiService, DriverLibrariesAreNamedByTheirHostPaths) {
   s.fields.mem = "4GiB";
   s.argv = {"sleep", "1"};
   s.cwd = "/";
-  auto v = service.Submit(TestCaller(1000), s);
+  auto v = service.intake().Submit(TestCaller(1000), s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  auto slice = service.ContainerOf(TestCaller(1000), v->job.id);
+  auto slice = service.setup().ContainerOf(TestCaller(1000), v->job.id);
   ASSERT_TRUE(slice.ok()) << slice.status().ToString();
   std::map<std::string, std::string> mounts;
   for (const CdiMount& m : slice->mounts) mounts[m.container_path] = m.host_path;

@@ -33,7 +33,7 @@ class ExternalJobTest : public ServiceFixture {
 };
 
 TEST_F(ExternalJobTest, RunsAtOnceOnTheNamedGpuAndLaunchesNothing) {
-  auto v = service_->Submit(root_, External("8GiB", "30%", {"GPU-1"}));
+  auto v = service_->intake().Submit(root_, External("8GiB", "30%", {"GPU-1"}));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->job.state, JobState::kRunning);
   EXPECT_EQ(v->job.mode, core::JobMode::kExternal);
@@ -51,31 +51,31 @@ TEST_F(ExternalJobTest, RunsAtOnceOnTheNamedGpuAndLaunchesNothing) {
 }
 
 TEST_F(ExternalJobTest, IsRefusedNotQueuedWhenTheGpuIsFull) {
-  ASSERT_TRUE(service_->Submit(root_, External("70GiB", "", {"GPU-0"})).ok());
-  auto v = service_->Submit(root_, External("20GiB", "", {"GPU-0"}));
+  ASSERT_TRUE(service_->intake().Submit(root_, External("70GiB", "", {"GPU-0"})).ok());
+  auto v = service_->intake().Submit(root_, External("20GiB", "", {"GPU-0"}));
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(v.status().message().find("does not fit now"), std::string::npos)
       << v.status().message();
   // Nothing was left behind: the other GPU still takes it, and no job was queued.
-  auto other = service_->Submit(root_, External("20GiB", "", {"GPU-0", "GPU-1"}));
+  auto other = service_->intake().Submit(root_, External("20GiB", "", {"GPU-0", "GPU-1"}));
   ASSERT_TRUE(other.ok()) << other.status().ToString();
   EXPECT_EQ(other->job.allocation.gpu_uuids, std::vector<std::string>{"GPU-1"});
   for (const JobView& j : service_->reads().List(true)) EXPECT_NE(j.job.state, JobState::kQueued);
 }
 
 TEST_F(ExternalJobTest, UnknownGpusAndCommandsAreRefusedWithTheReason) {
-  auto v = service_->Submit(root_, External("8GiB", "", {"GPU-9"}));
+  auto v = service_->intake().Submit(root_, External("8GiB", "", {"GPU-9"}));
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("GPU-9"), std::string::npos) << v.status().message();
   SubmitSpec with_argv = External("8GiB");
   with_argv.argv = {"true"};
-  v = service_->Submit(root_, with_argv);
+  v = service_->intake().Submit(root_, with_argv);
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.status().message().find("runs nothing"), std::string::npos);
   SubmitSpec paused_host = Host("8GiB");
   paused_host.paused = true;
-  EXPECT_FALSE(service_->Submit(root_, paused_host).ok());
+  EXPECT_FALSE(service_->intake().Submit(root_, paused_host).ok());
 }
 
 TEST_F(ExternalJobTest, WholeGpusAndMigFollowTheNamedDevices) {
@@ -83,16 +83,16 @@ TEST_F(ExternalJobTest, WholeGpusAndMigFollowTheNamedDevices) {
   whole.mode = core::JobMode::kExternal;
   whole.fields.gpus = "1";
   whole.gpu_uuids = {"GPU-1"};
-  auto v = service_->Submit(root_, whole);
+  auto v = service_->intake().Submit(root_, whole);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->job.allocation.gpu_uuids, std::vector<std::string>{"GPU-1"});
   // GPU-1 is taken whole: a fraction there is refused, GPU-0 still takes one.
-  EXPECT_FALSE(service_->Submit(root_, External("1GiB", "", {"GPU-1"})).ok());
-  EXPECT_TRUE(service_->Submit(root_, External("1GiB", "", {"GPU-0"})).ok());
+  EXPECT_FALSE(service_->intake().Submit(root_, External("1GiB", "", {"GPU-1"})).ok());
+  EXPECT_TRUE(service_->intake().Submit(root_, External("1GiB", "", {"GPU-0"})).ok());
 }
 
 TEST_F(ExternalJobTest, ReleaseEndsItExitedAndFreesTheGpu) {
-  auto v = service_->Submit(root_, External("70GiB", "", {"GPU-0"}));
+  auto v = service_->intake().Submit(root_, External("70GiB", "", {"GPU-0"}));
   ASSERT_TRUE(v.ok());
   const std::string region = v->job.region_path;
   ASSERT_TRUE(service_->Cancel(root_, v->job.id).ok());
@@ -101,11 +101,11 @@ TEST_F(ExternalJobTest, ReleaseEndsItExitedAndFreesTheGpu) {
   EXPECT_EQ(after.job.exit_code, 0);
   EXPECT_NE(after.job.reason.find("released by"), std::string::npos) << after.job.reason;
   EXPECT_EQ(regions_.regions.count(region), 0u);
-  EXPECT_TRUE(service_->Submit(root_, External("70GiB", "", {"GPU-0"})).ok());
+  EXPECT_TRUE(service_->intake().Submit(root_, External("70GiB", "", {"GPU-0"})).ok());
 }
 
 TEST_F(ExternalJobTest, OnlyItsOwnerOrAnAdminReleasesOrLabelsIt) {
-  auto v = service_->Submit(TestCaller(1000), External("8GiB"));
+  auto v = service_->intake().Submit(TestCaller(1000), External("8GiB"));
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(service_->Cancel(TestCaller(1001), v->job.id).code(),
             core::StatusCode::kPermissionDenied);
@@ -118,7 +118,7 @@ TEST_F(ExternalJobTest, OnlyItsOwnerOrAnAdminReleasesOrLabelsIt) {
 TEST_F(ExternalJobTest, PausedUntilResumedAndAResizeKeepsThePause) {
   SubmitSpec s = External("8GiB", "", {"GPU-0"});
   s.paused = true;
-  auto v = service_->Submit(root_, s);
+  auto v = service_->intake().Submit(root_, s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   const std::string region = v->job.region_path;
   EXPECT_TRUE(regions_.regions[region].launches_paused);
@@ -136,7 +136,7 @@ TEST_F(ExternalJobTest, PausedUntilResumedAndAResizeKeepsThePause) {
 TEST_F(ExternalJobTest, LabelsAreKeptAcrossARestartAndValidated) {
   SubmitSpec s = External("8GiB");
   s.labels = {{"namespace", "ml"}, {"pod", "infer-0"}};
-  auto v = service_->Submit(root_, s);
+  auto v = service_->intake().Submit(root_, s);
   ASSERT_TRUE(v.ok());
   auto l = service_->edits().SetLabels(
       root_, v->job.id, {{"namespace", "ml"}, {"pod", "infer-0"}, {"container", "server"}});
@@ -149,8 +149,9 @@ TEST_F(ExternalJobTest, LabelsAreKeptAcrossARestartAndValidated) {
   EXPECT_EQ(after.job.mode, core::JobMode::kExternal);
   EXPECT_EQ(after.job.labels.at("container"), "server");
   // Its GPU memory is still held after the restart.
-  EXPECT_FALSE(
-      service_->Submit(root_, External("75GiB", "", {after.job.allocation.gpu_uuids[0]})).ok());
+  EXPECT_FALSE(service_->intake()
+                   .Submit(root_, External("75GiB", "", {after.job.allocation.gpu_uuids[0]}))
+                   .ok());
 }
 
 TEST_F(ExternalJobTest, PreemptionPassesItBy) {
@@ -158,13 +159,13 @@ TEST_F(ExternalJobTest, PreemptionPassesItBy) {
   Restart();
   SubmitSpec low = External("80GiB", "", {"GPU-0"});
   low.fields.priority = "low";
-  ASSERT_TRUE(service_->Submit(root_, low).ok());
+  ASSERT_TRUE(service_->intake().Submit(root_, low).ok());
   SubmitSpec low2 = External("80GiB", "", {"GPU-1"});
   low2.fields.priority = "low";
-  ASSERT_TRUE(service_->Submit(root_, low2).ok());
+  ASSERT_TRUE(service_->intake().Submit(root_, low2).ok());
   SubmitSpec high = Host("80GiB");
   high.fields.priority = "high";
-  auto h = service_->Submit(TestCaller(1000), high);
+  auto h = service_->intake().Submit(TestCaller(1000), high);
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   clock_.Advance(5000);
   service_->Tick();
@@ -177,7 +178,7 @@ TEST_F(ExternalJobTest, PreemptionPassesItBy) {
 }
 
 TEST_F(ExternalJobTest, PriorityChangesLive) {
-  auto v = service_->Submit(root_, External("8GiB", "30%"));
+  auto v = service_->intake().Submit(root_, External("8GiB", "30%"));
   ASSERT_TRUE(v.ok());
   ResizeSpec r;
   r.priority = "high";
@@ -192,7 +193,7 @@ TEST_F(ExternalJobTest, PriorityChangesLive) {
   SubmitSpec whole;
   whole.mode = core::JobMode::kExternal;
   whole.fields.gpus = "1";
-  auto w = service_->Submit(root_, whole);
+  auto w = service_->intake().Submit(root_, whole);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   r.priority = "low";
   EXPECT_TRUE(service_->Resize(root_, w->job.id, r).ok());

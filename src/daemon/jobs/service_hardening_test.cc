@@ -87,7 +87,7 @@ class HardeningTest : public ::testing::Test {
     s.argv = std::move(argv);
     s.cwd = "/home/u";
     s.env = std::move(env);
-    return service_->Submit(TestCaller(uid), s);
+    return service_->intake().Submit(TestCaller(uid), s);
   }
 
   std::string dir_, state_, mount_;

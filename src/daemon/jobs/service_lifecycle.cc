@@ -27,51 +27,6 @@ constexpr int64_t kStatusGraceMs = 2'000;
 
 }  // namespace
 
-std::vector<std::string> Service::JobEnvironment(const Job& job) const {
-  // The caller's environment, minus what the slice decides.
-  auto overridden = [&](const std::string& e) {
-    for (const char* k :
-         {"CUDA_VISIBLE_DEVICES=", "GPUSLICE_SLICE=", "GPUSLICE_JOB_ID=", "GPUSLICE_MEMORY_LIMIT=",
-          "GPUSLICE_COORD_DIR=", "GPUSLICE_GPUS_FILE=", "GPUSLICE_LIMITS="}) {
-      if (e.rfind(k, 0) == 0) return true;
-    }
-    for (const std::string& forced : options_.job_env) {
-      if (e.rfind(forced.substr(0, forced.find('=') + 1), 0) == 0) return true;
-    }
-    return false;
-  };
-  std::vector<std::string> env;
-  std::string preload, libpath;
-  for (const std::string& e : job.env) {
-    if (overridden(e)) continue;
-    if (e.rfind("LD_PRELOAD=", 0) == 0) {
-      preload = e.substr(11);
-    } else if (e.rfind("LD_LIBRARY_PATH=", 0) == 0) {
-      libpath = e.substr(16);
-    } else {
-      env.push_back(e);
-    }
-  }
-  env.push_back("CUDA_VISIBLE_DEVICES=" + core::Join(job.allocation.gpu_uuids, ","));
-  env.push_back("GPUSLICE_JOB_ID=" + std::to_string(job.id));
-  if (!job.region_path.empty()) env.push_back("GPUSLICE_SLICE=" + job.region_path);
-  const std::string limits_path = regions_.LimitsPathOf(job.region_path);
-  if (!limits_path.empty()) env.push_back("GPUSLICE_LIMITS=" + limits_path);
-  if (IsElastic(job)) env.push_back("GPUSLICE_GPUS_FILE=" + JobDir(job.id) + "/gpus");
-  if (!options_.coord_dir.empty()) env.push_back("GPUSLICE_COORD_DIR=" + options_.coord_dir);
-  if (!options_.shim_path.empty()) {
-    env.push_back("LD_PRELOAD=" + options_.shim_path + (preload.empty() ? "" : ":" + preload));
-  } else if (!preload.empty()) {
-    env.push_back("LD_PRELOAD=" + preload);
-  }
-  if (inventory_.simulated() && !options_.sim_lib_dir.empty()) {
-    libpath = options_.sim_lib_dir + (libpath.empty() ? "" : ":" + libpath);
-  }
-  if (!libpath.empty()) env.push_back("LD_LIBRARY_PATH=" + libpath);
-  for (const std::string& forced : options_.job_env) env.push_back(forced);
-  return env;
-}
-
 void Service::Tick() {
   if (usage_.Due(clock_.NowMs(), options_.sample_interval_ms)) {
     Sample();
@@ -131,7 +86,7 @@ void Service::WatchRunning() {
       // gone (a shell is never restartable).
       if (job.mode != core::JobMode::kShell && !launcher_.GroupAlive(job.pid) &&
           (l.supervisor_pid == 0 || l.supervisor_reaped ||
-           ReadExitStatusFile(JobDir(id) + "/status"))) {
+           ReadExitStatusFile(setup_.JobDir(id) + "/status"))) {
         Requeue(job, l.ending_reason + "; requeued");
       }
       continue;
@@ -170,7 +125,7 @@ void Service::WatchRunning() {
     // Ended by us (cancel, deadline, policy): that reason; else what the
     // launcher can tell (the kernel's OOM killer for --host-mem).
     std::string reason = l.ending ? l.ending_reason : launcher_.EndNote(job.pid);
-    auto code = ReadExitStatusFile(JobDir(id) + "/status");
+    auto code = ReadExitStatusFile(setup_.JobDir(id) + "/status");
     if (code) {
       FinishJob(job, end_state, *code, reason);
       continue;
@@ -289,56 +244,6 @@ void Service::Schedule() {
   }
 }
 
-SliceLimits Service::SliceLimitsOf(const Job& job) const {
-  SliceLimits limits;
-  limits.job_id = job.id;
-  limits.uid = job.uid;
-  limits.gid = job.gid;
-  limits.name = job.request.name;
-  limits.uuids = job.allocation.gpu_uuids;
-  limits.memory_bytes_per_device = job.allocation.memory_bytes_per_gpu;
-  limits.compute_milli = job.allocation.compute_milli;
-  limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
-  limits.priority = job.request.priority;
-  // A paused job stays paused through a resize or a priority change (the
-  // page is rewritten whole); Resume and the idle reclaim set it explicitly.
-  if (auto l = table_.live().find(job.id); l != table_.live().end())
-    limits.launches_paused = l->second.paused;
-  if (job.state == core::JobState::kSuspended) {
-    // Suspended: its GPUs are others' now. A process the suspension missed,
-    // or a new one, may allocate nothing and launch nothing there.
-    limits.memory_bytes_per_device = 0;
-    limits.launches_paused = true;
-    // And a process that makes a CUDA call asks for a resume rather than
-    // fail (or block in the driver) until its owner types one.
-    if (options_.rules.resume_on_demand) limits.suspension = Suspender::SuspensionId(job);
-  }
-  limits.shared_gid = external_.SharedGidOf(job);
-  TakeTurnsWithoutAShare(job, &limits);
-  return limits;
-}
-
-void Service::TakeTurnsWithoutAShare(const Job& job, SliceLimits* limits) {
-  // A part of a GPU without a compute share still shares that GPU with the
-  // slices beside it. Left out of the turns, it would launch freely and the
-  // GPU's own time-slicing would give it half the GPU against a
-  // high-priority 50% slice (57% against 27%). It takes turns with the smallest
-  // share there is, work-conserving: it runs on whatever the others leave,
-  // yields to their priority and their shares, and is never capped alone.
-  if (job.request.kind == core::RequestKind::kFraction && limits->compute_milli == 0) {
-    limits->compute_milli = kShareOfNoShareMilli;
-    limits->work_conserving = true;
-    limits->no_share = true;
-  }
-}
-
-std::string Service::StartedText(const Job& job) {
-  return "on " +
-         (job.allocation.gpu_uuids.empty() ? std::string("-")
-                                           : core::Join(job.allocation.gpu_uuids, ",")) +
-         (job.pid ? ", pid " + std::to_string(job.pid) : "");
-}
-
 void Service::StartJob(Job& job) {
   auto alloc = capacity_->AllocationOf(job.id);
   if (!alloc) {
@@ -347,7 +252,7 @@ void Service::StartJob(Job& job) {
   }
   job.allocation = *alloc;
   job.started_ms = clock_.NowMs();
-  auto region = regions_.Create(SliceLimitsOf(job));
+  auto region = regions_.Create(setup_.SliceLimitsOf(job));
   if (!region.ok() && region.status().code() == core::StatusCode::kResourceExhausted) {
     // No room on the state disk: the job waits in the queue, as
     // do those after it, until there is; never lost. An external job is
@@ -371,7 +276,7 @@ void Service::StartJob(Job& job) {
   Live l;
   const bool launched = job.mode != core::JobMode::kShell && job.mode != core::JobMode::kExternal;
   if (!launched) {
-    ChangeState(job, JobState::kRunning, "started", StartedText(job));
+    ChangeState(job, JobState::kRunning, "started", JobSetup::StartedText(job));
     // Nothing to launch: an external job's processes come from elsewhere
     // and find the slice through its CDI device or the environment it
     // hands out; a shell job's client reports its shell (Attach).
@@ -386,16 +291,16 @@ void Service::StartJob(Job& job) {
       UndoStart(job);
       return;
     }
-    std::string dir = JobDir(job.id);
+    std::string dir = setup_.JobDir(job.id);
     mkdir(dir.c_str(), 0700);
-    if (IsElastic(job)) WriteGpusFile(job, JobDir(job.id));
+    if (IsElastic(job)) WriteGpusFile(job, setup_.JobDir(job.id));
     // Its CDI device exists before its first process: a job that is
     // `podman run --device gpuslice.dev/slice=$GPUSLICE_JOB_ID ...` finds it.
     containers_.WriteCdi(job);
     LaunchSpec spec;
     spec.argv = job.argv;
     spec.cwd = job.cwd;
-    spec.env = JobEnvironment(job);
+    spec.env = setup_.JobEnvironment(job);
     spec.uid = job.uid;
     spec.gid = job.gid;
     spec.stdout_path = dir + "/stdout";
@@ -434,7 +339,7 @@ void Service::StartJob(Job& job) {
   table_.live()[job.id] = l;
   if (launched) {
     Persist(job, JobState::kRunning);  // Its pid.
-    RecordEvent("started", job.id, job.user, StartedText(job));
+    RecordEvent("started", job.id, job.user, JobSetup::StartedText(job));
   }
   usage_.ObserveQueueWait(job.started_ms - job.submitted_ms);
   LogInfo("job " + std::to_string(job.id) + " (" + job.user + ", " + job.request.Describe() +

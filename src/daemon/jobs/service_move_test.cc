@@ -166,7 +166,7 @@ TEST_F(MoveTest, TheJobFirstInLineSaysWhichMoveWouldLetItStart) {
   whole.fields.gpus = "1";
   whole.argv = {"train"};
   whole.cwd = "/home/u";
-  auto head = service_->Submit(TestCaller(kUser), whole);
+  auto head = service_->intake().Submit(TestCaller(kUser), whole);
   ASSERT_TRUE(head.ok()) << head.status().ToString();
   service_->Tick();
   ASSERT_EQ(State(head->job.id), JobState::kQueued);

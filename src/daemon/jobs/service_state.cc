@@ -51,10 +51,6 @@ bool Service::ChangeState(Job& job, JobState to, std::string kind, std::string m
 
 void Service::MaintainLedger() { degraded_.Maintain(); }
 
-std::string Service::JobDir(uint64_t id) const {
-  return options_.state_dir + "/jobs/" + std::to_string(id);
-}
-
 Status Service::SecureStateDir() {
   // Layout v2 (DESIGN, docs/DAEMON.md): others may traverse the state
   // directory to reach the slice files named in a job's environment, but not
@@ -223,7 +219,7 @@ void Service::Recover(std::vector<Job> all) {
     l.in_cgroup = job.mode == core::JobMode::kShell && in_cgroup;
     if (!alive) {
       // Ended while the daemon was down; the supervisor left the status.
-      auto code = ReadExitStatusFile(JobDir(id) + "/status");
+      auto code = ReadExitStatusFile(setup_.JobDir(id) + "/status");
       FinishJob(job, JobState::kExited, code.value_or(-1),
                 code ? launcher_.EndNote(job.pid)
                      : "ended while the daemon was down; exit status unknown");
@@ -273,7 +269,7 @@ bool Service::ResolveInterruptedLaunch(Job& job) {
                : FindProcessGroupsByEnv(JobIdentityEnv(job.id, job.region_path));
   };
   std::vector<int64_t> groups = find();
-  const std::string dir = JobDir(job.id);
+  const std::string dir = setup_.JobDir(job.id);
   struct stat st;
   const bool began = stat((dir + "/stdout").c_str(), &st) == 0;
   // The log files are opened before the supervisor forks: a launch that

@@ -42,7 +42,7 @@ class SuspendTest : public ServiceFixture {
     s.fields.priority = priority;
     s.argv = {"train"};
     s.cwd = "/home/u";
-    return service_->Submit(TestCaller(uid), s);
+    return service_->intake().Submit(TestCaller(uid), s);
   }
   // A running 60 GiB job whose slice lists its two processes and a stranger.
   uint64_t StartJob() {

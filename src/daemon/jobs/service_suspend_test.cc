@@ -317,15 +317,16 @@ TEST_F(SuspendTest, IdleReclaimSuspendsAndFallsBackWhenItCannot) {
 
 TEST_F(SuspendTest, ASuspendedJobCountsAgainstItsQuotaOnlyIfTheAdminSaysSo) {
   auto charge = [&] {
-    for (const QuotaView& q : service_->Quotas()) {
+    for (const QuotaView& q : service_->quotas().Quotas()) {
       if (q.who.name == "u1000") return q.in_use.memory_bytes;
     }
     return uint64_t{0};
   };
   core::Quota quota;
   quota.memory_bytes = 100 * kGiB;
-  ASSERT_TRUE(
-      service_->SetQuota(TestCaller(0, true), {core::PrincipalKind::kUser, "u1000"}, quota).ok());
+  ASSERT_TRUE(service_->quotas()
+                  .SetQuota(TestCaller(0, true), {core::PrincipalKind::kUser, "u1000"}, quota)
+                  .ok());
   uint64_t a = StartJob();
   EXPECT_EQ(charge(), 60 * kGiB);
   ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());

@@ -62,7 +62,7 @@ class ServiceTest : public ::testing::Test {
     c.uid = uid;
     c.gid = uid;
     c.user = "u" + std::to_string(uid);
-    return service_->Submit(c, s);
+    return service_->intake().Submit(c, s);
   }
   core::JobState State(uint64_t id) { return service_->reads().Get(id)->job.state; }
   int64_t Pid(uint64_t id) { return service_->reads().Get(id)->job.pid; }
@@ -82,7 +82,7 @@ class ServiceTest : public ::testing::Test {
     s.fields.mem = "4GiB";
     s.mode = core::JobMode::kShell;
     s.cwd = "/";
-    return service_->Submit(ShellCaller(), s);
+    return service_->intake().Submit(ShellCaller(), s);
   }
 
   std::string dir_;
@@ -144,10 +144,10 @@ TEST_F(ServiceTest, AFractionWithoutAShareTakesTurnsLastAndWorkConserving) {
   Caller c;
   c.uid = c.gid = 1000;
   c.user = "u1000";
-  auto v = service_->Submit(c, s);
+  auto v = service_->intake().Submit(c, s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   const SliceLimits& limits = regions_.regions.at(v->job.region_path);
-  EXPECT_EQ(limits.compute_milli, Service::kShareOfNoShareMilli);
+  EXPECT_EQ(limits.compute_milli, JobSetup::kShareOfNoShareMilli);
   EXPECT_TRUE(limits.work_conserving);
   EXPECT_EQ(v->job.allocation.compute_milli, 0u) << "no share is promised or charged";
 }
@@ -162,7 +162,7 @@ TEST_F(ServiceTest, AWorkConservingRequestGivesAWorkConservingSliceAndSurvivesAR
   Caller c;
   c.uid = c.gid = 1000;
   c.user = "u1000";
-  auto v = service_->Submit(c, s);
+  auto v = service_->intake().Submit(c, s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   const SliceLimits& limits = regions_.regions.at(v->job.region_path);
   EXPECT_TRUE(limits.work_conserving);
@@ -560,13 +560,13 @@ TEST_F(JobStatesTest, APreemptedRestartableJobsRequeueIsOneLedgerRowAndOneEvent)
   low.argv = {"train"};
   low.cwd = "/home/u";
   low.restartable = true;
-  auto victim = service_->Submit(TestCaller(kUser), low);
+  auto victim = service_->intake().Submit(TestCaller(kUser), low);
   ASSERT_TRUE(victim.ok()) << victim.status().ToString();
   ASSERT_EQ(victim->job.state, JobState::kRunning);
   SubmitSpec high = low;
   high.fields.priority = "high";
   high.restartable = false;
-  auto head = service_->Submit(TestCaller(kUser + 1), high);
+  auto head = service_->intake().Submit(TestCaller(kUser + 1), high);
   ASSERT_TRUE(head.ok()) << head.status().ToString();
   service_->Tick();  // The fake launcher's processes end at the SIGTERM.
   ASSERT_EQ(State(victim->job.id), JobState::kQueued);

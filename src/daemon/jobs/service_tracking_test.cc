@@ -45,7 +45,7 @@ class ServiceTrackingTest : public ::testing::Test {
     Caller c;
     c.uid = c.gid = 1000;
     c.user = "u1000";
-    return service_->Submit(c, s);
+    return service_->intake().Submit(c, s);
   }
 
   std::string dir_;

@@ -59,7 +59,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .shared_gid = [this](const Job& job) { return external_.SharedGidOf(job); },
               .gpus_file =
                   [this](const Job& job) {
-                    return IsElastic(job) ? JobDir(job.id) + "/gpus" : std::string();
+                    return IsElastic(job) ? setup_.JobDir(job.id) + "/gpus" : std::string();
                   },
               .limits_path =
                   [this](const std::string& region) { return regions_.LimitsPathOf(region); },
@@ -90,6 +90,17 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                         },
                 },
                 launcher),
+      setup_(
+          {.jobs_dir = options_.state_dir + "/jobs",
+           .shim_path = options_.shim_path,
+           .sim_lib_dir = options_.sim_lib_dir,
+           .coord_dir = options_.coord_dir,
+           .resume_on_demand = options_.rules.resume_on_demand},
+          JobSetup::Hooks{
+              .job_env = [this]() -> const std::vector<std::string>& { return options_.job_env; },
+              .simulated = [this] { return inventory_.simulated(); },
+          },
+          table_, regions_, external_, containers_, launcher_),
       degraded_(
           DegradedMode::Hooks{
               .now_ms = [this] { return clock_.NowMs(); },
@@ -129,7 +140,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
             IdleReclaim::Hooks{
                 .paused = [this](const Job& job) { return table_.live().at(job.id).paused; },
                 .pause = [this](const Job& job) -> Status {
-                  SliceLimits limits = SliceLimitsOf(job);
+                  SliceLimits limits = setup_.SliceLimitsOf(job);
                   limits.launches_paused = true;
                   GPUSLICE_RETURN_IF_ERROR(regions_.Update(job.region_path, limits));
                   table_.live().at(job.id).paused = true;
@@ -174,7 +185,17 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   .borrowable = [this](const Job& job) { return preemptions_.Borrowable(job); },
                   .groups_of = options_.groups_of ? options_.groups_of : SystemGroupsOf,
               },
-              options_.rules.quota_borrowing),
+              options_.rules.quota_borrowing,
+              QuotaKeeper::Records{
+                  .ledger = [this] { return ledger_.get(); },
+                  .degraded_reason = [this] { return degraded_.reason(); },
+                  .now_ms = [this] { return clock_.NowMs(); },
+                  .record_event =
+                      [this](std::string kind, std::string user, std::string message) {
+                        RecordEvent(std::move(kind), 0, std::move(user), std::move(message));
+                      },
+                  .schedule = [this] { Schedule(); },
+              }),
       preemptions_(
           Preemptions::Jobs{
               .for_each_live =
@@ -249,7 +270,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   [this](std::string kind, uint64_t id, std::string user, std::string message) {
                     RecordEvent(std::move(kind), id, std::move(user), std::move(message));
                   },
-              .limits_of = [this](const Job& job) { return SliceLimitsOf(job); },
+              .limits_of = [this](const Job& job) { return setup_.SliceLimitsOf(job); },
               .capacity = [this] { return capacity_.get(); },
               .degraded_reason = [this] { return degraded_.reason(); },
               .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
@@ -432,13 +453,29 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                      [this](uint64_t id, const core::ResourceRequest& request) {
                        return capacity_->SetDemand(id, request);
                      },
-                 .check_quota = [this](const Job& job) { return CheckQuotaAtSubmit(job); },
+                 .check_quota = [this](const Job& job) { return intake_.CheckQuotaAtSubmit(job); },
                  .enqueue = [this](const Job& job) { Enqueue(job); },
                  .update_slice =
                      [this](const Job& job) {
-                       return regions_.Update(job.region_path, SliceLimitsOf(job));
+                       return regions_.Update(job.region_path, setup_.SliceLimitsOf(job));
                      },
-             }) {}
+             }),
+      intake_(
+          JobIntake::Options{
+              .slurm_only = options_.slurm_only,
+              .max_queued_jobs_per_user = options_.max_queued_jobs_per_user,
+              .max_env_bytes = options_.max_env_bytes,
+              .max_argv_bytes = options_.max_argv_bytes,
+              .access = options_.rules.access,
+          },
+          JobIntake::Hooks{
+              .capacity = [this]() -> NodeCapacity& { return *capacity_; },
+              .enqueue = [this](const Job& job) { Enqueue(job); },
+              .start = [this](Job& job) { StartJob(job); },
+              .view = [this](const Job& job) { return reads_.View(job); },
+          },
+          table_, *this, degraded_, containers_, external_, dependencies_, quotas_, setup_,
+          regions_, clock_) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   auto it = table_.live().find(id);

@@ -20,7 +20,7 @@ using core::Status;
 
 Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
   size_t before = job.allocation.gpu_indices.size();
-  SliceLimits given_back = SliceLimitsOf(job);
+  SliceLimits given_back = setup_.SliceLimitsOf(job);
   GPUSLICE_ASSIGN_OR_RETURN(core::Allocation a, capacity_->SetElasticGpus(job.id, count));
   job.allocation = a;
   // A region's device list is fixed: a new one at the same path. Running
@@ -45,7 +45,7 @@ Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
       }
     }
     if (regions_.Exists(job.region_path)) (void)regions_.Remove(job.region_path);
-    auto region = regions_.Create(SliceLimitsOf(job));
+    auto region = regions_.Create(setup_.SliceLimitsOf(job));
     if (region.ok()) {
       job.region_path = *region;
     } else {
@@ -62,7 +62,7 @@ Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
       degraded_.Degrade("ledger write failed: " + s.message());
     }
   }
-  WriteGpusFile(job, JobDir(job.id));
+  WriteGpusFile(job, setup_.JobDir(job.id));
   if (job.pid > 0) (void)launcher_.SignalGroup(job.pid, options_.rules.elastic_signal);
   elastic_.Changed(job.id, clock_.NowMs());
   std::string uuids;
@@ -70,7 +70,7 @@ Status Service::ApplyElastic(Job& job, uint32_t count, const std::string& why) {
   RecordEvent(count > before ? "elastic_grow" : "elastic_shrink", job.id, job.user,
               std::to_string(before) + " -> " + std::to_string(count) + " GPUs (" + uuids +
                   "): " + why + "; " + std::string(strsignal(options_.rules.elastic_signal)) +
-                  " sent, " + JobDir(job.id) + "/gpus rewritten; workers must restart");
+                  " sent, " + setup_.JobDir(job.id) + "/gpus rewritten; workers must restart");
   LogInfo("job " + std::to_string(job.id) + " elastic: " + std::to_string(before) + " -> " +
           std::to_string(count) + " GPUs");
   return Status::Ok();

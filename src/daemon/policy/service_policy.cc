@@ -55,51 +55,6 @@ std::vector<std::string> SystemGroupsOf(const std::string& user, uint32_t gid) {
   return out;
 }
 
-Status Service::CheckQuotaAtSubmit(const Job& job) {
-  // Pools and priorities the admin restricted.
-  const AccessConfig& access = options_.rules.access;
-  if (!access.pools.empty() || access.max_priority != core::Priority::kHigh ||
-      !access.group_max_priority.empty()) {
-    const std::string& pool =
-        job.request.pool.empty() ? capacity_->pools().default_pool() : job.request.pool;
-    GPUSLICE_RETURN_IF_ERROR(CheckAccess(access, job.user, job.uid, quotas_.OwnerOf(job).groups,
-                                         pool, job.request.priority));
-  }
-  return quotas_.CheckAtSubmit(job);
-}
-
-Status Service::SetQuota(const Caller& caller, const core::Principal& who,
-                         const core::Quota& quota) {
-  if (!caller.admin) {
-    return core::PermissionDeniedError("only root or the admin group may set quotas");
-  }
-  if (who.name.empty()) return core::InvalidArgumentError("a quota needs a user or group name");
-  if (quota.empty()) return core::InvalidArgumentError("a quota needs at least one limit");
-  if (!ledger_)
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
-                                  "): cannot record a quota");
-  GPUSLICE_RETURN_IF_ERROR(ledger_->SaveQuota(who, quota, clock_.NowMs()));
-  quotas_.Set(who, quota);
-  RecordEvent("quota_set", 0, Who(caller), who.ToString() + ": " + quota.Describe());
-  Schedule();
-  return Status::Ok();
-}
-
-Status Service::RemoveQuota(const Caller& caller, const core::Principal& who) {
-  if (!caller.admin) {
-    return core::PermissionDeniedError("only root or the admin group may remove quotas");
-  }
-  if (!quotas_.Find(who)) return core::NotFoundError("no quota for " + who.ToString());
-  if (!ledger_)
-    return core::UnavailableError("daemon degraded (" + degraded_.reason() +
-                                  "): cannot record a quota");
-  GPUSLICE_RETURN_IF_ERROR(ledger_->RemoveQuota(who));
-  quotas_.Remove(who);
-  RecordEvent("quota_removed", 0, Who(caller), who.ToString());
-  Schedule();
-  return Status::Ok();
-}
-
 Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const ResizeSpec& spec) {
   const std::string name = "job " + std::to_string(job.id);
   if (spec.mem || spec.compute) {
@@ -141,16 +96,6 @@ Result<JobView> Service::ResizeElastic(const Caller& caller, Job& job, const Res
   }
   Schedule();
   return reads_.View(job);
-}
-
-std::vector<QuotaView> Service::Quotas() {
-  core::QuotaUsage usage = quotas_.RunningUsage();
-  std::vector<QuotaView> out;
-  for (const auto& [who, quota] : quotas_.all()) {
-    auto u = usage.find(who);
-    out.push_back({who, quota, u == usage.end() ? core::QuotaCharge{} : u->second});
-  }
-  return out;
 }
 
 Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec) {
@@ -224,11 +169,11 @@ Result<JobView> Service::Resize(const Caller& caller, uint64_t id, const ResizeS
         "falls under the limit)");
   }
   GPUSLICE_RETURN_IF_ERROR(capacity_->Resize(id, next));
-  SliceLimits limits = SliceLimitsOf(job);
+  SliceLimits limits = setup_.SliceLimitsOf(job);
   limits.memory_bytes_per_device = next.memory_bytes;
   limits.compute_milli = next.compute_milli;
   limits.work_conserving = job.request.compute_mode == core::ComputeMode::kWorkConserving;
-  TakeTurnsWithoutAShare(job, &limits);
+  JobSetup::TakeTurnsWithoutAShare(job, &limits);
   if (Status s = regions_.Update(job.region_path, limits); !s.ok()) {
     (void)capacity_->Resize(id, job.request);
     return s.WithContext("update the slice");
@@ -273,7 +218,7 @@ void Service::Requeue(Job& job, std::string reason) {
   job.allocation = core::Allocation();
   job.started_ms = 0;
   // The next run's supervisor writes a new status; an old one would end it.
-  unlink((JobDir(job.id) + "/status").c_str());
+  unlink((setup_.JobDir(job.id) + "/status").c_str());
   ChangeState(job, JobState::kQueued, "requeued", job.reason);
   LogInfo("job " + std::to_string(job.id) + " requeued: " + job.reason);
   Enqueue(job);

@@ -58,7 +58,7 @@ class PolicyTest : public ::testing::Test {
     s.argv = {"train"};
     s.cwd = "/home/u";
     s.restartable = restartable;
-    return service_->Submit(TestCaller(uid), s);
+    return service_->intake().Submit(TestCaller(uid), s);
   }
   static core::RequestFields Mem(const std::string& mem, const std::string& compute = "10%",
                                  const std::string& priority = "normal") {
@@ -81,7 +81,7 @@ class PolicyTest : public ::testing::Test {
     s.argv = {"train"};
     s.cwd = "/home/u";
     s.env = {"GPUSLICE_ELASTIC_GROW=1"};
-    return service_->Submit(TestCaller(1000), s);
+    return service_->intake().Submit(TestCaller(1000), s);
   }
   JobView Get(uint64_t id) { return *service_->reads().Get(id); }
   core::JobState State(uint64_t id) { return Get(id).job.state; }
@@ -116,7 +116,7 @@ const core::Principal kStudents{core::PrincipalKind::kGroup, "students"};
 
 TEST_F(PolicyTest, QuotaHoldsAJobBackWithTheReasonAndLetsOthersPass) {
   Start();
-  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, Jobs(1)).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, kU1000, Jobs(1)).ok());
   auto a = Submit(Mem("8GiB"));
   auto b = Submit(Mem("8GiB"));
   auto c = Submit(Mem("8GiB"), 2000);  // Another user, not held.
@@ -136,7 +136,7 @@ TEST_F(PolicyTest, GroupQuotaCountsJobsStartedInTheSamePass) {
   Start();
   auto blocker = Submit(Gpus("2"), 3000);
   ASSERT_TRUE(blocker.ok());
-  ASSERT_TRUE(service_->SetQuota(kAdmin, kStudents, Jobs(1)).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, kStudents, Jobs(1)).ok());
   auto x = Submit(Mem("8GiB"), 1000);
   auto y = Submit(Mem("8GiB"), 1001);
   EXPECT_EQ(State(x->job.id), core::JobState::kQueued);
@@ -157,7 +157,7 @@ TEST_F(PolicyTest, QuotaThatCanNeverFitRefusesAtSubmit) {
   Start();
   core::Quota q;
   q.memory_bytes = 4 * core::kGiB;
-  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, q).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, kU1000, q).ok());
   auto r = Submit(Mem("8GiB"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), core::StatusCode::kOutOfRange);
@@ -189,18 +189,18 @@ TEST_F(PolicyTest, RestrictedPoolsAndPrioritiesAreRefusedAtSubmit) {
 
 TEST_F(PolicyTest, OnlyAdminsSetQuotasAndTheyOutliveARestart) {
   Start();
-  EXPECT_EQ(service_->SetQuota(TestCaller(1000), kU1000, Jobs(1)).code(),
+  EXPECT_EQ(service_->quotas().SetQuota(TestCaller(1000), kU1000, Jobs(1)).code(),
             core::StatusCode::kPermissionDenied);
-  ASSERT_TRUE(service_->SetQuota(kAdmin, kStudents, Jobs(3)).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, kStudents, Jobs(3)).ok());
   service_.reset();
   Start();
-  auto all = service_->Quotas();
+  auto all = service_->quotas().Quotas();
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].who, kStudents);
   EXPECT_EQ(all[0].quota.jobs, 3u);
-  EXPECT_EQ(service_->RemoveQuota(kAdmin, kU1000).code(), core::StatusCode::kNotFound);
-  EXPECT_TRUE(service_->RemoveQuota(kAdmin, kStudents).ok());
-  EXPECT_TRUE(service_->Quotas().empty());
+  EXPECT_EQ(service_->quotas().RemoveQuota(kAdmin, kU1000).code(), core::StatusCode::kNotFound);
+  EXPECT_TRUE(service_->quotas().RemoveQuota(kAdmin, kStudents).ok());
+  EXPECT_TRUE(service_->quotas().Quotas().empty());
 }
 
 TEST_F(PolicyTest, ResizeChangesTheSliceTheLedgerAndTheCapacity) {
@@ -242,7 +242,7 @@ TEST_F(PolicyTest, ResizeWithinTheUsersQuota) {
   Start();
   core::Quota q;
   q.memory_bytes = 16 * core::kGiB;
-  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, q).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, kU1000, q).ok());
   auto a = Submit(Mem("8GiB"));
   auto b = Submit(Mem("4GiB"));
   ResizeSpec spec;
@@ -600,7 +600,7 @@ TEST_F(PolicyTest, ElasticJobsStayWithinTheOwnersGpuQuota) {
   Start(rules);
   core::Quota q;
   q.gpus = 1;
-  ASSERT_TRUE(service_->SetQuota(kAdmin, kU1000, q).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, kU1000, q).ok());
   auto elastic = SubmitGrowing(Gpus("1-2"));
   ASSERT_TRUE(elastic.ok());
   EXPECT_EQ(Get(elastic->job.id).job.allocation.gpu_indices.size(), 1u) << "quota: 1 GPU";

@@ -57,7 +57,7 @@ Status Service::Resume(const Caller& caller, uint64_t id) {
   if (l == table_.live().end() || !l->second.paused) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is not paused");
   }
-  SliceLimits limits = SliceLimitsOf(job);
+  SliceLimits limits = setup_.SliceLimitsOf(job);
   limits.launches_paused = false;
   GPUSLICE_RETURN_IF_ERROR(regions_.Update(job.region_path, limits));
   l->second.paused = false;

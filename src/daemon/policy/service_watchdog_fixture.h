@@ -55,7 +55,7 @@ class WatchdogTest : public ::testing::Test {
     s.fields.compute = compute;
     s.argv = {"train"};
     s.cwd = "/home/u";
-    auto v = service_->Submit(TestCaller(1000), s);
+    auto v = service_->intake().Submit(TestCaller(1000), s);
     EXPECT_TRUE(v.ok()) << v.status().ToString();
     JobView job = *service_->reads().Get(v->job.id);
     EXPECT_EQ(job.job.state, core::JobState::kRunning);
@@ -86,7 +86,7 @@ class WatchdogTest : public ::testing::Test {
     s.fields.mig = profile;
     s.argv = {"train"};
     s.cwd = "/home/u";
-    return service_->Submit(TestCaller(1000), s);
+    return service_->intake().Submit(TestCaller(1000), s);
   }
   // A Slurm step's 4 GiB slice of user 1000, bound to its slurmstepd (pid
   // 4242, root, alive).
@@ -99,7 +99,7 @@ class WatchdogTest : public ::testing::Test {
     s.mode = core::JobMode::kExternal;
     s.fields.mem = "4GiB";
     s.bound_to_caller = true;
-    return service_->Submit(stepd, s);
+    return service_->intake().Submit(stepd, s);
   }
   JobView Get(uint64_t id) { return *service_->reads().Get(id); }
   std::vector<Event> EventsOf(uint64_t job_id, const std::string& kind) {

@@ -47,7 +47,7 @@ TEST_F(WatchdogTest, AnExternalJobOverItsLimitIsPausedAndNothingIsSignalled) {
   SubmitSpec s;
   s.mode = core::JobMode::kExternal;
   s.fields.mem = "4GiB";
-  auto v = service_->Submit(TestCaller(0, /*admin=*/true), s);
+  auto v = service_->intake().Submit(TestCaller(0, /*admin=*/true), s);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   regions_.pids[v->job.region_path] = {1, 888};  // What the container wrote.
   Process(v->job.allocation.gpu_indices[0], 888, 20 * core::kGiB, 90, 0);
@@ -261,7 +261,7 @@ TEST_F(WatchdogTest, MemoryAJobHoldsOverItsLimitIsTakenInPlacementAtOnce) {
   s.fields.compute = "30%";
   s.argv = {"train"};
   s.cwd = "/home/u";
-  auto b = service_->Submit(TestCaller(2000), s);
+  auto b = service_->intake().Submit(TestCaller(2000), s);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   JobView bv = Get(b->job.id);
   EXPECT_EQ(bv.job.state, core::JobState::kQueued) << "40 GiB - 4 - 26 over the limit < 20";
@@ -292,7 +292,7 @@ TEST_F(WatchdogTest, AJobKilledOverItsLimitKeepsItsExcessTakenUntilNvmlShowsItGo
   s.fields.compute = "30%";
   s.argv = {"train"};
   s.cwd = "/home/u";
-  auto b = service_->Submit(TestCaller(2000), s);
+  auto b = service_->intake().Submit(TestCaller(2000), s);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   Run(2);
   EXPECT_EQ(Get(b->job.id).job.state, core::JobState::kQueued);
@@ -475,7 +475,7 @@ TEST_F(WatchdogTest, WorkConservingFarOverItsShareWhileOthersWaitIsReported) {
   s.fields.compute_mode = "work-conserving";
   s.argv = {"serve"};
   s.cwd = "/home/u";
-  auto submitted = service_->Submit(TestCaller(1000), s);
+  auto submitted = service_->intake().Submit(TestCaller(1000), s);
   ASSERT_TRUE(submitted.ok()) << submitted.status().ToString();
   JobView v = Get(submitted->job.id);
   std::ofstream(launcher_.launches[v.job.pid].stderr_path);
@@ -520,7 +520,7 @@ TEST_F(WatchdogTest, ForeignMemoryIsChargedInPlacementAndReportedOnce) {
   s.fields.compute = "30%";
   s.argv = {"train"};
   s.cwd = "/home/u";
-  auto b = service_->Submit(TestCaller(1000), s);
+  auto b = service_->intake().Submit(TestCaller(1000), s);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   JobView bv = Get(b->job.id);
   EXPECT_EQ(bv.job.state, core::JobState::kQueued);
@@ -638,7 +638,7 @@ TEST_F(WatchdogTest, ProtectNeverEndsTheProcessesAnExternalSliceNames) {
   SubmitSpec s;
   s.mode = core::JobMode::kExternal;
   s.fields.mem = "30GiB";
-  auto pod = service_->Submit(TestCaller(0, /*admin=*/true), s);
+  auto pod = service_->intake().Submit(TestCaller(0, /*admin=*/true), s);
   ASSERT_TRUE(pod.ok()) << pod.status().ToString();
   regions_.pids[pod->job.region_path] = {888};
   Process(0, 888, 25 * core::kGiB, 0, 1000);  // The container, as uid 1000.

@@ -31,7 +31,7 @@ class DependencyTest : public ServiceFixture {
       if (!deps.ok()) return deps.status();
       s.after = *deps;
     }
-    return service_->Submit(TestCaller(uid), s);
+    return service_->intake().Submit(TestCaller(uid), s);
   }
   uint64_t MustSubmit(const std::string& gpus, const std::string& after = "",
                       const std::string& priority = "normal") {

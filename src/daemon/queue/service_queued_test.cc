@@ -53,7 +53,7 @@ class QueuedJobsTest : public ::testing::Test {
     }
     s.argv = {"train"};
     s.cwd = "/home/u";
-    return service_->Submit(c, s);
+    return service_->intake().Submit(c, s);
   }
 
   // Both GPUs taken by one job of user 1, so everything after it waits.
@@ -291,15 +291,15 @@ TEST_F(QueuedJobsTest, EventsAndReasonsNameTheUserNotTheVariableHoldingTheName) 
   core::Quota one;
   one.jobs = 1;
   ASSERT_TRUE(
-      service_->SetQuota(User(0, true), {core::PrincipalKind::kUser, "gstest-alice"}, one).ok());
+      service_->quotas().SetQuota(User(0, true), {core::PrincipalKind::kUser, "gstest-alice"}, one).ok());
   SubmitSpec s;
   s.fields.mem = "8GiB";
   s.argv = {"train"};
   s.cwd = "/home/gstest-alice";
   s.env = {"LOGNAME=gstest-alice", "USER=gstest-alice", "HOME=/home/gstest-alice",
            "TOKEN=very-secret-value"};
-  auto first = service_->Submit(alice, s);
-  auto second = service_->Submit(alice, s);
+  auto first = service_->intake().Submit(alice, s);
+  auto second = service_->intake().Submit(alice, s);
   ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_EQ(State(second->job.id), core::JobState::kQueued);
   auto events = service_->events().Query({});

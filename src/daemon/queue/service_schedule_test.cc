@@ -35,7 +35,7 @@ class ScheduleTest : public SuspendTest {
     s.cwd = "/home/u";
     s.restartable = restartable;
     s.no_idle_reclaim = no_idle_reclaim;
-    return service_->Submit(TestCaller(uid), s);
+    return service_->intake().Submit(TestCaller(uid), s);
   }
   static core::RequestFields Mem(const std::string& mem) {
     core::RequestFields f;
@@ -316,8 +316,8 @@ TEST_F(ScheduleTest, FractionsArePackedWhileAWholeGpuJobWaits) {
 TEST_F(ScheduleTest, ABorrowerIsSuspendedWhenAJobWithinItsGroupsQuotaNeedsTheRoom) {
   core::Quota one;
   one.gpus = 1;
-  ASSERT_TRUE(service_->SetQuota(kAdmin, {core::PrincipalKind::kGroup, "ml"}, one).ok());
-  ASSERT_TRUE(service_->SetQuota(kAdmin, {core::PrincipalKind::kGroup, "ops"}, one).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, {core::PrincipalKind::kGroup, "ml"}, one).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, {core::PrincipalKind::kGroup, "ops"}, one).ok());
   // ml (u1000) takes all three GPUs: one within its quota, two borrowed.
   std::vector<uint64_t> ml;
   for (int i = 0; i < 3; ++i) ml.push_back(WithCuda(SubmitAs(kUser, Gpus("1")), kCuda + i));
@@ -357,7 +357,7 @@ TEST_F(ScheduleTest, ABorrowerIsSuspendedWhenAJobWithinItsGroupsQuotaNeedsTheRoo
 TEST_F(ScheduleTest, AJobThatCannotGiveCapacityBackWaitsForItsGroupsQuota) {
   core::Quota one;
   one.gpus = 1;
-  ASSERT_TRUE(service_->SetQuota(kAdmin, {core::PrincipalKind::kGroup, "ml"}, one).ok());
+  ASSERT_TRUE(service_->quotas().SetQuota(kAdmin, {core::PrincipalKind::kGroup, "ml"}, one).ok());
   checkpointer_->available = core::UnimplementedError("no checkpoint API");
   auto first = SubmitAs(kUser, Gpus("1"));
   auto held = SubmitAs(kUser, Gpus("1"));

@@ -10,6 +10,13 @@ namespace gpuslice::daemon {
 using core::Job;
 using core::Status;
 
+namespace {
+
+// Who the admin is, in an event: the name, or the uid when it has none.
+std::string Who(const Caller& c) { return c.user.empty() ? std::to_string(c.uid) : c.user; }
+
+}  // namespace
+
 void QuotaKeeper::NoteGpuMemory(uint64_t memory_total) {
   if (min_gpu_memory_ == 0 || memory_total < min_gpu_memory_) min_gpu_memory_ = memory_total;
 }
@@ -137,5 +144,49 @@ bool QuotaKeeper::WouldBorrow(const Job& job, int64_t now_ms) {
 }
 
 bool QuotaKeeper::Guaranteed(const Job& job) { return core::IsGuaranteed(book_, OwnerOf(job)); }
+
+Status QuotaKeeper::SetQuota(const Caller& caller, const core::Principal& who,
+                             const core::Quota& quota) {
+  if (!caller.admin) {
+    return core::PermissionDeniedError("only root or the admin group may set quotas");
+  }
+  if (who.name.empty()) return core::InvalidArgumentError("a quota needs a user or group name");
+  if (quota.empty()) return core::InvalidArgumentError("a quota needs at least one limit");
+  Ledger* ledger = records_.ledger();
+  if (!ledger)
+    return core::UnavailableError("daemon degraded (" + records_.degraded_reason() +
+                                  "): cannot record a quota");
+  GPUSLICE_RETURN_IF_ERROR(ledger->SaveQuota(who, quota, records_.now_ms()));
+  Set(who, quota);
+  records_.record_event("quota_set", Who(caller), who.ToString() + ": " + quota.Describe());
+  records_.schedule();
+  return Status::Ok();
+}
+
+Status QuotaKeeper::RemoveQuota(const Caller& caller, const core::Principal& who) {
+  if (!caller.admin) {
+    return core::PermissionDeniedError("only root or the admin group may remove quotas");
+  }
+  if (!Find(who)) return core::NotFoundError("no quota for " + who.ToString());
+  Ledger* ledger = records_.ledger();
+  if (!ledger)
+    return core::UnavailableError("daemon degraded (" + records_.degraded_reason() +
+                                  "): cannot record a quota");
+  GPUSLICE_RETURN_IF_ERROR(ledger->RemoveQuota(who));
+  Remove(who);
+  records_.record_event("quota_removed", Who(caller), who.ToString());
+  records_.schedule();
+  return Status::Ok();
+}
+
+std::vector<QuotaView> QuotaKeeper::Quotas() {
+  core::QuotaUsage usage = RunningUsage();
+  std::vector<QuotaView> out;
+  for (const auto& [who, quota] : all()) {
+    auto u = usage.find(who);
+    out.push_back({who, quota, u == usage.end() ? core::QuotaCharge{} : u->second});
+  }
+  return out;
+}
 
 }  // namespace gpuslice::daemon

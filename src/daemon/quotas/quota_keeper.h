@@ -8,10 +8,12 @@
 // The rules are the core's (core/schedule/quota.h); this holds their state
 // between the daemon's calls.
 //
-// It owns the quotas and those verdicts and nothing else: the jobs are the
-// daemon's job table's (Service), read through `Jobs`; writing a quota to
-// the ledger is Service's (it refuses a change it cannot record). One
-// thread, as Service.
+// It owns the quotas and those verdicts, and the admin's verbs that change
+// them (SetQuota, RemoveQuota; anyone lists them): the jobs are the
+// daemon's job table's (Service), read through `Jobs`; the ledger a quota
+// is written to, the event that tells of the change and the plan it calls
+// for are asked through `Records` (a change that cannot be recorded is
+// refused). One thread, as Service.
 
 #include <cstdint>
 #include <functional>
@@ -27,6 +29,9 @@
 #include "core/schedule/quota.h"
 #include "core/schedule/quota_pass.h"
 #include "core/status.h"
+#include "daemon/requests/caller.h"
+#include "daemon/requests/job_specs.h"
+#include "daemon/store/ledger.h"
 
 namespace gpuslice::daemon {
 
@@ -49,9 +54,31 @@ class QuotaKeeper {
     std::function<std::vector<std::string>(const std::string& user, uint32_t gid)> groups_of;
   };
 
+  // What the admin's verbs ask of others.
+  struct Records {
+    // The ledger quotas are written to; null while it is unavailable (the
+    // daemon is degraded, `degraded_reason` says why).
+    std::function<Ledger*()> ledger;
+    std::function<std::string()> degraded_reason;
+    std::function<int64_t()> now_ms;
+    // An event not about a job (JobTransitions::RecordEvent, job 0).
+    std::function<void(std::string kind, std::string user, std::string message)> record_event;
+    // Plans the queue now: a changed quota may let queued jobs start, or
+    // hold them (JobTransitions::Schedule).
+    std::function<void()> schedule;
+  };
+
   // `borrowing`: PolicyConfig::quota_borrowing (a group's quota is a
   // guarantee that jobs able to give capacity back may run beyond).
-  QuotaKeeper(Jobs jobs, bool borrowing) : jobs_(std::move(jobs)), borrowing_(borrowing) {}
+  QuotaKeeper(Jobs jobs, bool borrowing, Records records = {})
+      : jobs_(std::move(jobs)), borrowing_(borrowing), records_(std::move(records)) {}
+
+  // The admin's verbs (docs/DAEMON.md, "Quotas"): set or remove a quota
+  // (admins only; written to the ledger, then an event and a new plan),
+  // and every quota with what its principal's running jobs hold now.
+  core::Status SetQuota(const Caller& caller, const core::Principal& who, const core::Quota& quota);
+  core::Status RemoveQuota(const Caller& caller, const core::Principal& who);
+  std::vector<QuotaView> Quotas();
 
   // The quotas (read back from the ledger at start, then as the admin
   // changes them).
@@ -117,6 +144,7 @@ class QuotaKeeper {
  private:
   Jobs jobs_;
   const bool borrowing_;
+  Records records_;
   core::QuotaBook book_;
   std::unordered_map<uint32_t, core::QuotaOwner> owners_;  // By uid, cached.
   uint64_t min_gpu_memory_ = 0;                            // What a whole GPU is charged to quotas.

@@ -1,7 +1,9 @@
 #include "daemon/quotas/quota_keeper.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <string>
@@ -261,6 +263,133 @@ TEST(QuotaKeeper, ARemovedQuotaNoLongerHoldsAnyone) {
   EXPECT_FALSE(keeper.Remove(kAlice));
   EXPECT_TRUE(keeper.empty());
   EXPECT_TRUE(keeper.CheckAtSubmit(t.jobs.at(1)).ok());
+}
+
+// The admin's verbs: a keeper whose ledger is a real one in a temporary
+// directory (null to play a degraded daemon), recording the events it tells
+// of and the plans it asks for.
+class QuotaVerbsTest : public ::testing::Test {
+ protected:
+  QuotaVerbsTest() {
+    char tmpl[] = "/tmp/quota_verbs_XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto opened = Ledger::Open(dir_ + "/ledger.db");
+    EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+    if (opened.ok()) ledger_ = std::move(*opened);
+  }
+  ~QuotaVerbsTest() override {
+    keeper_.reset();
+    ledger_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  QuotaKeeper& Keeper() {
+    keeper_ = std::make_unique<QuotaKeeper>(
+        t_.Callbacks(), /*borrowing=*/false,
+        QuotaKeeper::Records{
+            .ledger = [this] { return degraded_ ? nullptr : ledger_.get(); },
+            .degraded_reason = [] { return std::string("ledger write failed: disk full"); },
+            .now_ms = [] { return int64_t{1000}; },
+            .record_event =
+                [this](std::string kind, std::string user, std::string message) {
+                  events_.push_back(kind + " " + user + " " + message);
+                },
+            .schedule = [this] { ++plans_; },
+        });
+    return *keeper_;
+  }
+  static Caller Admin() {
+    Caller c;
+    c.user = "root";
+    c.admin = true;
+    return c;
+  }
+  static Caller User(uint32_t uid) {
+    Caller c;
+    c.uid = c.gid = uid;
+    c.user = "u" + std::to_string(uid);
+    return c;
+  }
+  size_t QuotasInLedger() {
+    auto loaded = ledger_->LoadQuotas();
+    EXPECT_TRUE(loaded.ok());
+    return loaded.ok() ? loaded->size() : 0;
+  }
+
+  std::string dir_;
+  std::unique_ptr<Ledger> ledger_;
+  bool degraded_ = false;
+  Table t_;
+  std::unique_ptr<QuotaKeeper> keeper_;
+  std::vector<std::string> events_;
+  int plans_ = 0;
+};
+
+TEST_F(QuotaVerbsTest, OnlyAnAdminSetsAQuotaWhichIsRecordedToldOfAndPlannedWith) {
+  QuotaKeeper& keeper = Keeper();
+  EXPECT_EQ(keeper.SetQuota(User(1000), kAlice, MemoryQuota(kGiB)).code(),
+            core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(keeper.Find(kAlice), nullptr);
+  EXPECT_EQ(keeper.SetQuota(Admin(), kAlice, Quota{}).code(), core::StatusCode::kInvalidArgument)
+      << "a quota without a limit";
+  EXPECT_EQ(keeper.SetQuota(Admin(), {PrincipalKind::kUser, ""}, MemoryQuota(kGiB)).code(),
+            core::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(events_.empty());
+  EXPECT_EQ(plans_, 0);
+
+  ASSERT_TRUE(keeper.SetQuota(Admin(), kAlice, MemoryQuota(kGiB)).ok());
+  ASSERT_NE(keeper.Find(kAlice), nullptr);
+  EXPECT_EQ(keeper.Find(kAlice)->memory_bytes, kGiB);
+  EXPECT_EQ(QuotasInLedger(), 1u);
+  ASSERT_EQ(events_.size(), 1u);
+  EXPECT_EQ(events_[0].rfind("quota_set root user alice: ", 0), 0u) << events_[0];
+  EXPECT_EQ(plans_, 1) << "a new quota may hold queued jobs, or let them start";
+}
+
+TEST_F(QuotaVerbsTest, AQuotaIsNotChangedWhileTheLedgerIsUnavailable) {
+  QuotaKeeper& keeper = Keeper();
+  ASSERT_TRUE(keeper.SetQuota(Admin(), kAlice, MemoryQuota(kGiB)).ok());
+  degraded_ = true;
+  core::Status set = keeper.SetQuota(Admin(), kMl, MemoryQuota(kGiB));
+  EXPECT_EQ(set.code(), core::StatusCode::kUnavailable);
+  EXPECT_EQ(set.message(),
+            "daemon degraded (ledger write failed: disk full): cannot record a quota");
+  EXPECT_EQ(keeper.Find(kMl), nullptr);
+  EXPECT_EQ(keeper.RemoveQuota(Admin(), kAlice).code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(keeper.Find(kAlice), nullptr) << "not removed: the ledger would still hold it";
+  EXPECT_EQ(plans_, 1);
+}
+
+TEST_F(QuotaVerbsTest, RemovingAQuotaNeedsAnAdminAndAQuotaThere) {
+  QuotaKeeper& keeper = Keeper();
+  ASSERT_TRUE(keeper.SetQuota(Admin(), kAlice, MemoryQuota(kGiB)).ok());
+  EXPECT_EQ(keeper.RemoveQuota(User(1000), kAlice).code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(keeper.RemoveQuota(Admin(), kMl).code(), core::StatusCode::kNotFound);
+  EXPECT_NE(keeper.Find(kAlice), nullptr);
+
+  ASSERT_TRUE(keeper.RemoveQuota(Admin(), kAlice).ok());
+  EXPECT_EQ(keeper.Find(kAlice), nullptr);
+  EXPECT_EQ(QuotasInLedger(), 0u);
+  ASSERT_EQ(events_.size(), 2u);
+  EXPECT_EQ(events_[1], "quota_removed root user alice");
+  EXPECT_EQ(plans_, 2);
+}
+
+TEST_F(QuotaVerbsTest, QuotasListEachQuotaWithWhatItsRunningJobsHold) {
+  t_.groups["alice"] = {"ml"};
+  QuotaKeeper& keeper = Keeper();
+  ASSERT_TRUE(keeper.SetQuota(Admin(), kAlice, MemoryQuota(8 * kGiB)).ok());
+  ASSERT_TRUE(keeper.SetQuota(Admin(), kMl, MemoryQuota(16 * kGiB)).ok());
+  keeper.NoteGpuMemory(40 * kGiB);
+  t_.Run(1, "alice", 1000, 3 * kGiB);
+  t_.Add(2, "alice", 1000, 5 * kGiB);  // Queued: holds nothing.
+
+  std::map<Principal, QuotaView> seen;
+  for (const QuotaView& q : keeper.Quotas()) seen[q.who] = q;
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[kAlice].quota.memory_bytes, 8 * kGiB);
+  EXPECT_EQ(seen[kAlice].in_use.memory_bytes, 3 * kGiB);
+  EXPECT_EQ(seen[kMl].in_use.memory_bytes, 3 * kGiB) << "a group's quota holds its members' jobs";
 }
 
 }  // namespace

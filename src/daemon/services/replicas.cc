@@ -258,7 +258,7 @@ Result<uint64_t> ReplicaManager::SubmitReplica(Managed& m) {
   spec.env.push_back(kServiceEnv + m.stored.name);
   spec.env.push_back(kServiceIdEnv + std::to_string(m.stored.id));
   spec.env.push_back(kReplicaEnv + std::to_string(index));
-  GPUSLICE_ASSIGN_OR_RETURN(JobView v, service_.Submit(OwnerOf(m), std::move(spec)));
+  GPUSLICE_ASSIGN_OR_RETURN(JobView v, service_.intake().Submit(OwnerOf(m), std::move(spec)));
   m.replicas[v.job.id] = Replica{index, false};
   if (table_) {
     // Without the row a restart still finds the job by its tag.

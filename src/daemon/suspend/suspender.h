@@ -85,7 +85,7 @@ class Suspender {
     std::function<void(const core::Job& job)> persist;
     std::function<void(std::string kind, uint64_t id, std::string user, std::string message)>
         record_event;
-    // The slice limits of a job as it is (Service::SliceLimitsOf).
+    // The slice limits of a job as it is (JobSetup::SliceLimitsOf).
     std::function<SliceLimits(const core::Job& job)> limits_of;
     // The GPUs' capacity; null while the GPUs are unknown (and why).
     std::function<NodeCapacity*()> capacity;
