@@ -543,7 +543,7 @@ ApiResponse Api::JobExit(const ApiRequest& req, uint64_t id) {
 ApiResponse Api::ResizeJob(const ApiRequest& req, uint64_t id) {
   auto spec = ParseResizeBody(req.body);
   if (!spec.ok()) return Error(spec.status());
-  auto v = service_.Resize(req.caller, id, *spec);
+  auto v = service_.live().Resize(req.caller, id, *spec);
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }
@@ -579,7 +579,7 @@ ApiResponse Api::RemoveQuota(const ApiRequest& req) {
 }
 
 ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
-  if (auto s = service_.Resume(req.caller, id); !s.ok()) return Error(s);
+  if (auto s = service_.live().Resume(req.caller, id); !s.ok()) return Error(s);
   auto v = service_.Get(id);
   if (!v.ok()) return Error(v.status());
   // A suspended job is being restored by a worker (flag "resuming").
@@ -587,7 +587,7 @@ ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
 }
 
 ApiResponse Api::SuspendJob(const ApiRequest& req, uint64_t id) {
-  if (auto s = service_.Suspend(req.caller, id); !s.ok()) return Error(s);
+  if (auto s = service_.live().Suspend(req.caller, id); !s.ok()) return Error(s);
   auto v = service_.Get(id);
   if (!v.ok()) return Error(v.status());
   // Accepted: the worker suspends it; the job's flags say "suspending" until
@@ -601,7 +601,7 @@ ApiResponse Api::MoveJob(const ApiRequest& req, uint64_t id) {
   if (!gpu->is_string() || gpu->get<std::string>().empty()) {
     return Error(core::InvalidArgumentError("gpu: must be the UUID of the GPU to move to"));
   }
-  if (auto s = service_.Move(req.caller, id, gpu->get<std::string>()); !s.ok()) {
+  if (auto s = service_.live().Move(req.caller, id, gpu->get<std::string>()); !s.ok()) {
     return Error(s);
   }
   auto v = service_.Get(id);

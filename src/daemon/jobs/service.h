@@ -45,6 +45,7 @@
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
 #include "daemon/launch/peer_process.h"
+#include "daemon/live/live_changes.h"
 #include "daemon/makeroom/defragmenter.h"
 #include "daemon/makeroom/preemptions.h"
 #include "daemon/node/inventory.h"
@@ -245,33 +246,15 @@ class Service : public JobTransitions {
   // environment values, for anyone to read.
   std::string PublicText(uint64_t job_id, std::string text) const;
 
+  // Live resize, suspend, resume and move of a running or suspended job
+  // (live/live_changes.h).
+  LiveChanges& live() { return live_; }
+
   // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
   // Quotas: admins set and remove them; anyone lists them.
   core::Status SetQuota(const Caller& caller, const core::Principal& who, const core::Quota& quota);
   core::Status RemoveQuota(const Caller& caller, const core::Principal& who);
   std::vector<QuotaView> Quotas();
-  // Live resize of a running fraction (owner or admin): within its quotas
-  // and its GPU; below the memory it uses only with `force`. Or, with
-  // `gpus`, of a running elastic job: to that many GPUs within its range
-  // (growing onto idle GPUs of its pool and island, within its quotas).
-  core::Result<JobView> Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec);
-  // Lets a job paused by idle reclaim launch again, or resumes a suspended
-  // job (owner or admin). A suspended job is put back on the GPUs it had,
-  // which must have room for its slice again (kFailedPrecondition saying
-  // what is missing otherwise); the restore itself runs on a worker thread
-  // (flag "resuming" until it is done).
-  core::Status Resume(const Caller& caller, uint64_t id);
-  // Suspends a running job (owner or admin; service_suspend.cc): its CUDA
-  // processes are locked and checkpointed by the driver (their device memory
-  // moved to host memory), then its slice stops counting against its GPUs.
-  // Returns at once with the flag "suspending"; the job becomes `suspended`,
-  // or stays running with JobView::checkpoint_error, when the worker is done.
-  core::Status Suspend(const Caller& caller, uint64_t id);
-  // Moves a single-GPU job onto GPU `gpu` (owner or admin; service_move.cc):
-  // a running job is suspended and resumed there (flags "suspending", then
-  // "resuming"), a suspended one resumed there. Refused at once when the
-  // target is not of the job's model and pool, or has no room now.
-  core::Status Move(const Caller& caller, uint64_t id, const std::string& gpu);
   // Queued jobs (service_queued.cc; `gpuslice hold`, `release`, `update`).
   // Hold keeps a queued job from starting until it is released (owner or
   // admin; an admin's hold on another's job only an admin releases).
@@ -368,25 +351,12 @@ class Service : public JobTransitions {
   // Resume on demand (suspend/suspender.h): a suspended job's demand to be
   // resumed enters the queue as a job submitted now would.
   void QueueResumeDemand(const core::Job& job, int64_t asked_ms);
-  // A suspension that failed: what its cause does instead (idle reclaim's
-  // fallback, preemption's end, a reclaim's requeue, no defragmentation
-  // move of it for a while).
-  void AfterFailedSuspend(core::Job& job, const SuspendCause& cause);
   std::vector<std::string> FlagsOf(uint64_t id) const;
   // Why a running or suspended job holds GPUs outside the pool it asked for
   // (the admin moved them to another pool, or removed its pool, while it
   // ran: docs/DAEMON.md, "Restart and recovery"); "" when it does not.
   std::string OutsidePoolText(const core::Job& job) const;
   core::Status ResolvePools(std::vector<std::string>* pool_of);
-  // Elastic jobs (service_elastic.cc; when they shrink or grow:
-  // elastic/elastic_jobs.h): each change rewrites <job dir>/gpus and
-  // signals the job.
-  core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
-  // Resize's --gpus: an elastic job to a GPU count the caller asked for.
-  core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job, const ResizeSpec& spec);
-  // An elastic job about to start gives back what its owner's quotas forbid.
-  void FitElasticToQuotas(core::Job& job);
-
   // Fair share at start (service_schedule.cc): the ranker's book seeded
   // with the ledger's history, read as `gpuslice usage` reads it.
   void SeedFairShare();
@@ -487,6 +457,9 @@ class Service : public JobTransitions {
   // When each running elastic job last grew or shrank, and the steps
   // (elastic/elastic_jobs.h).
   ElasticJobs elastic_;
+  // Live resize, suspend, resume and move, and a failed suspension's
+  // fallbacks (live/live_changes.h).
+  LiveChanges live_;
 };
 
 }  // namespace gpuslice::daemon

@@ -267,7 +267,7 @@ void Service::Schedule() {
       suspender_.ResumeOnDemand(table_.jobs()[id]);  // Placed where its processes can be restored.
       continue;
     }
-    FitElasticToQuotas(table_.jobs()[id]);
+    elastic_.FitToQuotas(table_.jobs()[id]);
     StartJob(table_.jobs()[id]);
   }
   last_waiting_ = std::move(plan.waiting);

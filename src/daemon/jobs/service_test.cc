@@ -530,10 +530,10 @@ using JobStatesTest = SuspendTest;
 
 TEST_F(JobStatesTest, EveryTransitionOfARunIsOneLedgerRowAndOneEventInOrder) {
   uint64_t a = StartJob();
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   ASSERT_EQ(State(a), JobState::kSuspended);
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   Settle(a);
   ASSERT_EQ(State(a), JobState::kRunning);
   EndProcesses(a);
