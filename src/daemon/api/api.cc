@@ -527,7 +527,7 @@ ApiResponse Api::JobLogs(const ApiRequest& req, uint64_t id) {
 ApiResponse Api::AttachJob(const ApiRequest& req, uint64_t id) {
   auto pid = ParseIntField(req.body, "pid", 1 << 30);
   if (!pid.ok()) return Error(pid.status());
-  core::Status s = service_.Attach(req.caller, id, *pid);
+  core::Status s = service_.shells().Attach(req.caller, id, *pid);
   if (!s.ok()) return Error(s);
   return Json(200, {{"id", id}, {"pid", *pid}});
 }
@@ -535,7 +535,7 @@ ApiResponse Api::AttachJob(const ApiRequest& req, uint64_t id) {
 ApiResponse Api::JobExit(const ApiRequest& req, uint64_t id) {
   auto code = ParseIntField(req.body, "exit_code", 255 + 128);
   if (!code.ok()) return Error(code.status());
-  core::Status s = service_.ReportExit(req.caller, id, static_cast<int>(*code));
+  core::Status s = service_.shells().ReportExit(req.caller, id, static_cast<int>(*code));
   if (!s.ok()) return Error(s);
   return Json(200, {{"id", id}});
 }

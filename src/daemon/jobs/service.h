@@ -59,6 +59,7 @@
 #include "daemon/requests/job_specs.h"
 #include "daemon/requests/job_text.h"
 #include "daemon/requests/job_view.h"
+#include "daemon/shell/shell_jobs.h"
 #include "daemon/store/degraded_mode.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
@@ -172,9 +173,6 @@ class Service : public JobTransitions {
   core::Result<std::vector<Transition>> History(uint64_t id);
   core::Result<LogChunk> ReadLog(const Caller& caller, uint64_t id, const std::string& stream,
                                  uint64_t offset, uint64_t limit) const;
-  // Shell jobs: the CLI reports the shell's pid once started, and its exit.
-  core::Status Attach(const Caller& caller, uint64_t id, int64_t pid);
-  core::Status ReportExit(const Caller& caller, uint64_t id, int exit_code);
 
   // Housekeeping, called by the event loop on a timer and on SIGCHLD: reaps
   // processes, ends jobs whose processes are gone, enforces maximum run
@@ -249,6 +247,9 @@ class Service : public JobTransitions {
   // Live resize, suspend, resume and move of a running or suspended job
   // (live/live_changes.h).
   LiveChanges& live() { return live_; }
+  // Shell jobs and run -i: the client reports the process's pid once
+  // started, and its exit (shell/shell_jobs.h).
+  ShellJobs& shells() { return shells_; }
 
   // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
   // Quotas: admins set and remove them; anyone lists them.
@@ -329,9 +330,6 @@ class Service : public JobTransitions {
   core::Status ChangePriority(const Caller& caller, core::Job& job, core::Priority priority);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason) override;
   void WatchRunning();
-  // A shell job (or run -i) whose processes are gone before its client
-  // reported their exit status: true while the daemon still waits for it.
-  bool AwaitShellExitReport(Live& l, int64_t now);
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
   JobView View(const core::Job& job);
@@ -460,6 +458,8 @@ class Service : public JobTransitions {
   // Live resize, suspend, resume and move, and a failed suspension's
   // fallbacks (live/live_changes.h).
   LiveChanges live_;
+  // Shell jobs' attach and exit report (shell/shell_jobs.h).
+  ShellJobs shells_;
 };
 
 }  // namespace gpuslice::daemon

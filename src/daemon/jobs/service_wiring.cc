@@ -438,7 +438,9 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                     [this](Job& job, uint64_t head) { preemptions_.RequeueForReclaim(job, head); },
                 .move_failed = [this](uint64_t id,
                                       int64_t now_ms) { defrag_.MoveFailed(id, now_ms); },
-            }) {}
+            }),
+      shells_(table_, launcher_, *this,
+              ShellJobs::Hooks{.watch_running = [this] { WatchRunning(); }}) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   auto it = table_.live().find(id);
