@@ -527,7 +527,7 @@ ApiResponse Api::JobLogs(const ApiRequest& req, uint64_t id) {
 ApiResponse Api::AttachJob(const ApiRequest& req, uint64_t id) {
   auto pid = ParseIntField(req.body, "pid", 1 << 30);
   if (!pid.ok()) return Error(pid.status());
-  core::Status s = service_.Attach(req.caller, id, *pid);
+  core::Status s = service_.shells().Attach(req.caller, id, *pid);
   if (!s.ok()) return Error(s);
   return Json(200, {{"id", id}, {"pid", *pid}});
 }
@@ -535,7 +535,7 @@ ApiResponse Api::AttachJob(const ApiRequest& req, uint64_t id) {
 ApiResponse Api::JobExit(const ApiRequest& req, uint64_t id) {
   auto code = ParseIntField(req.body, "exit_code", 255 + 128);
   if (!code.ok()) return Error(code.status());
-  core::Status s = service_.ReportExit(req.caller, id, static_cast<int>(*code));
+  core::Status s = service_.shells().ReportExit(req.caller, id, static_cast<int>(*code));
   if (!s.ok()) return Error(s);
   return Json(200, {{"id", id}});
 }
@@ -543,7 +543,7 @@ ApiResponse Api::JobExit(const ApiRequest& req, uint64_t id) {
 ApiResponse Api::ResizeJob(const ApiRequest& req, uint64_t id) {
   auto spec = ParseResizeBody(req.body);
   if (!spec.ok()) return Error(spec.status());
-  auto v = service_.Resize(req.caller, id, *spec);
+  auto v = service_.live().Resize(req.caller, id, *spec);
   if (!v.ok()) return Error(v.status());
   return Json(200, JobToJson(*v));
 }
@@ -580,7 +580,7 @@ ApiResponse Api::RemoveQuota(const ApiRequest& req) {
 }
 
 ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
-  if (auto s = service_.Resume(req.caller, id); !s.ok()) return Error(s);
+  if (auto s = service_.live().Resume(req.caller, id); !s.ok()) return Error(s);
   auto v = service_.reads().Get(id);
   if (!v.ok()) return Error(v.status());
   // A suspended job is being restored by a worker (flag "resuming").
@@ -588,7 +588,7 @@ ApiResponse Api::ResumeJob(const ApiRequest& req, uint64_t id) {
 }
 
 ApiResponse Api::SuspendJob(const ApiRequest& req, uint64_t id) {
-  if (auto s = service_.Suspend(req.caller, id); !s.ok()) return Error(s);
+  if (auto s = service_.live().Suspend(req.caller, id); !s.ok()) return Error(s);
   auto v = service_.reads().Get(id);
   if (!v.ok()) return Error(v.status());
   // Accepted: the worker suspends it; the job's flags say "suspending" until
@@ -602,7 +602,7 @@ ApiResponse Api::MoveJob(const ApiRequest& req, uint64_t id) {
   if (!gpu->is_string() || gpu->get<std::string>().empty()) {
     return Error(core::InvalidArgumentError("gpu: must be the UUID of the GPU to move to"));
   }
-  if (auto s = service_.Move(req.caller, id, gpu->get<std::string>()); !s.ok()) {
+  if (auto s = service_.live().Move(req.caller, id, gpu->get<std::string>()); !s.ok()) {
     return Error(s);
   }
   auto v = service_.reads().Get(id);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -98,8 +99,8 @@ void ElasticJobs::Adjust(uint64_t head_id) {
     if (model.TryPlace(head_id) != core::FitResult::kPlaced) return;
     for (const core::ElasticStep& s : steps) {
       uint32_t held = static_cast<uint32_t>(jobs_.job(s.id).allocation.gpu_indices.size());
-      Status st =
-          jobs_.apply(s.id, held + s.delta, s.reason + " (job " + std::to_string(head_id) + ")");
+      Status st = Apply(jobs_.job(s.id), held + s.delta,
+                        s.reason + " (job " + std::to_string(head_id) + ")");
       if (!st.ok()) LogWarn("job " + std::to_string(s.id) + ": shrink failed: " + st.message());
     }
     jobs_.schedule();
@@ -110,14 +111,81 @@ void ElasticJobs::Adjust(uint64_t head_id) {
   std::erase_if(elastic, [&](const core::ElasticJob& e) { return !WantsGrowth(jobs_.job(e.id)); });
   for (const core::ElasticStep& s :
        core::PlanElasticGrowth(elastic, capacity.IdleGpus(), false, now, opt)) {
-    const Job& job = jobs_.job(s.id);
+    Job& job = jobs_.job(s.id);
     uint32_t held = static_cast<uint32_t>(job.allocation.gpu_indices.size());
     // As many of the GPUs planned as its quotas allow and its pool and
     // island hold (SetElasticGpus changes nothing when they do not).
     for (uint32_t more = static_cast<uint32_t>(s.delta); more > 0; --more) {
       if (!jobs_.fits_quotas(job, held + more)) continue;
-      if (jobs_.apply(s.id, held + more, s.reason).ok()) break;
+      if (Apply(job, held + more, s.reason).ok()) break;
     }
+  }
+}
+
+Status ElasticJobs::Apply(Job& job, uint32_t count, const std::string& why) {
+  size_t before = job.allocation.gpu_indices.size();
+  SliceLimits given_back = jobs_.limits_of(job);
+  GPUSLICE_ASSIGN_OR_RETURN(core::Allocation a, jobs_.capacity().SetElasticGpus(job.id, count));
+  job.allocation = a;
+  // A region's device list is fixed: a new one at the same path. Running
+  // processes keep the old mapping; restarted workers open the new one.
+  if (!job.region_path.empty()) {
+    // In the old region, which the running processes keep, the GPUs given
+    // back get a memory limit of 0: until they restart, those processes can
+    // allocate nothing more there (what they hold stays theirs, and their
+    // kernels still run: the workers are told to restart).
+    std::vector<std::string> gone;
+    for (const std::string& u : given_back.uuids) {
+      if (std::find(a.gpu_uuids.begin(), a.gpu_uuids.end(), u) == a.gpu_uuids.end()) {
+        gone.push_back(u);
+      }
+    }
+    if (!gone.empty() && regions_.Exists(job.region_path)) {
+      given_back.uuids = gone;
+      given_back.memory_bytes_per_device = 0;
+      if (Status s = regions_.Update(job.region_path, given_back); !s.ok()) {
+        LogWarn("job " + std::to_string(job.id) +
+                ": cannot close the given-back GPUs to new allocations: " + s.message());
+      }
+    }
+    if (regions_.Exists(job.region_path)) (void)regions_.Remove(job.region_path);
+    auto region = regions_.Create(jobs_.limits_of(job));
+    if (region.ok()) {
+      job.region_path = *region;
+    } else {
+      LogWarn("job " + std::to_string(job.id) +
+              ": cannot recreate its slice: " + region.status().message());
+      if (region.status().code() == core::StatusCode::kResourceExhausted) {
+        jobs_.no_room("no room for job slices on the state disk (" + region.status().message() +
+                      ")");
+      }
+    }
+  }
+  jobs_.save_resize(job);
+  WriteGpusFile(job, jobs_.job_dir(job.id));
+  if (job.pid > 0) jobs_.signal_group(job.pid, rules_.elastic_signal);
+  Changed(job.id, clock_.NowMs());
+  std::string uuids;
+  for (const std::string& u : a.gpu_uuids) uuids += (uuids.empty() ? "" : ",") + u;
+  jobs_.record(count > before ? "elastic_grow" : "elastic_shrink", job.id, job.user,
+               std::to_string(before) + " -> " + std::to_string(count) + " GPUs (" + uuids +
+                   "): " + why + "; " + std::string(strsignal(rules_.elastic_signal)) + " sent, " +
+                   jobs_.job_dir(job.id) + "/gpus rewritten; workers must restart");
+  LogInfo("job " + std::to_string(job.id) + " elastic: " + std::to_string(before) + " -> " +
+          std::to_string(count) + " GPUs");
+  return Status::Ok();
+}
+
+void ElasticJobs::FitToQuotas(Job& job) {
+  if (!IsElastic(job)) return;
+  NodeCapacity& capacity = jobs_.capacity();
+  auto a = capacity.AllocationOf(job.id);
+  if (!a) return;
+  for (uint32_t n = static_cast<uint32_t>(a->gpu_indices.size()); n > job.request.gpus_min; --n) {
+    if (jobs_.fits_quotas_with(job, *a)) return;
+    auto smaller = capacity.SetElasticGpus(job.id, n - 1);
+    if (!smaller.ok()) return;
+    a = *smaller;
   }
 }
 

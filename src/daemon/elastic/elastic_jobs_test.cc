@@ -34,8 +34,8 @@ struct Step {
   std::string why;
 };
 
-// Two GPUs and a job table; `apply` changes the capacity and the job as
-// Service::ApplyElastic does.
+// Two GPUs, a job table, slices in memory and a job directory of its own;
+// each step applied is recorded from its event.
 class ElasticJobsTest : public ::testing::Test {
  protected:
   ElasticJobsTest() {
@@ -43,6 +43,13 @@ class ElasticJobsTest : public ::testing::Test {
     EXPECT_TRUE(capacity.ok());
     capacity_ = std::move(*capacity);
     rules_.elastic_cooldown_ms = 30'000;
+    char tmpl[] = "/tmp/elastic-jobs-test-XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  ~ElasticJobsTest() override {
+    unlink((dir_ + "/gpus").c_str());
+    rmdir(dir_.c_str());
   }
 
   ElasticJobs Make() {
@@ -54,19 +61,37 @@ class ElasticJobsTest : public ::testing::Test {
                     if (job.state == JobState::kRunning) visit(LiveJob{.job = &job});
                   }
                 },
-            .job = [this](uint64_t id) -> const Job& { return jobs_.at(id); },
+            .job = [this](uint64_t id) -> Job& { return jobs_.at(id); },
             .capacity = [this]() -> NodeCapacity& { return *capacity_; },
             .preempting = [this](uint64_t id) { return preempting_.count(id) > 0; },
             .fits_quotas = [this](const Job&, uint32_t count) { return count <= quota_gpus_; },
-            .apply = [this](uint64_t id, uint32_t count, const std::string& why) -> core::Status {
-              GPUSLICE_ASSIGN_OR_RETURN(jobs_.at(id).allocation,
-                                        capacity_->SetElasticGpus(id, count));
-              steps_.push_back({id, count, why});
-              return core::Status::Ok();
-            },
+            .fits_quotas_with =
+                [this](const Job&, const core::Allocation& a) {
+                  return a.gpu_indices.size() <= quota_gpus_;
+                },
             .schedule = [this]() { ++schedules_; },
+            .limits_of =
+                [](const Job& job) {
+                  SliceLimits limits;
+                  limits.job_id = job.id;
+                  limits.uuids = job.allocation.gpu_uuids;
+                  return limits;
+                },
+            .save_resize = [this](const Job& job) { saved_.push_back(job.id); },
+            .no_room = [](const std::string&) {},
+            .job_dir = [this](uint64_t) { return dir_; },
+            .signal_group =
+                [this](int64_t pgid, int signal) {
+                  signals_.push_back({pgid, signal});
+                },
+            .record =
+                [this](std::string kind, uint64_t id, std::string, std::string message) {
+                  steps_.push_back(
+                      {id, static_cast<uint32_t>(jobs_.at(id).allocation.gpu_indices.size()),
+                       kind + ": " + message});
+                },
         },
-        rules_, clock_);
+        rules_, clock_, regions_);
   }
 
   // A running job of 1 to 2 GPUs, placed now; `grow`: it asked to grow.
@@ -101,7 +126,11 @@ class ElasticJobsTest : public ::testing::Test {
   std::map<uint64_t, Job> jobs_;
   std::set<uint64_t> preempting_;
   uint32_t quota_gpus_ = 8;
-  std::vector<Step> steps_;
+  FakeRegionStore regions_;
+  std::string dir_;
+  std::vector<Step> steps_;  // The events of the steps applied.
+  std::vector<uint64_t> saved_;
+  std::vector<std::pair<int64_t, int>> signals_;
   int schedules_ = 0;
 };
 
@@ -176,6 +205,50 @@ TEST_F(ElasticJobsTest, AChangeStartsTheCooldownAgain) {
   clock_.Advance(30'000);
   e.Adjust(0);
   EXPECT_EQ(steps_.size(), 1u);
+}
+
+TEST_F(ElasticJobsTest, AStepRecreatesTheSliceSavesTheResizeRewritesTheGpusFileAndSignals) {
+  Job& job = RunElastic(1, false);
+  ASSERT_EQ(job.allocation.gpu_indices.size(), 2u);
+  job.pid = 4242;
+  SliceLimits limits;
+  limits.job_id = 1;
+  limits.uuids = job.allocation.gpu_uuids;
+  job.region_path = *regions_.Create(limits);
+  ElasticJobs e = Make();
+  ASSERT_TRUE(e.Apply(job, 1, "asked by alice").ok());
+  EXPECT_EQ(job.allocation.gpu_indices.size(), 1u);
+  // The given-back GPU was closed to new allocations in the old slice first.
+  ASSERT_FALSE(regions_.updates.empty());
+  EXPECT_EQ(regions_.updates.back().second.memory_bytes_per_device, 0u);
+  EXPECT_EQ(regions_.regions.at(job.region_path).uuids, job.allocation.gpu_uuids);
+  EXPECT_EQ(saved_, std::vector<uint64_t>{1});
+  ASSERT_EQ(signals_.size(), 1u);
+  EXPECT_EQ(signals_[0], std::make_pair(int64_t{4242}, rules_.elastic_signal));
+  ASSERT_EQ(steps_.size(), 1u);
+  EXPECT_EQ(steps_[0].why.rfind("elastic_shrink: 2 -> 1 GPUs", 0), 0u) << steps_[0].why;
+  std::ifstream in(dir_ + "/gpus");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), job.allocation.gpu_uuids[0] + "\n");
+  // Within its cooldown now.
+  clock_.Advance(1'000);
+  jobs_[1].env.push_back("GPUSLICE_ELASTIC_GROW=1");
+  e.Adjust(0);
+  EXPECT_EQ(steps_.size(), 1u);
+}
+
+TEST_F(ElasticJobsTest, AJobAboutToStartGivesBackWhatItsQuotasForbid) {
+  Job& job = RunElastic(1, false);
+  ASSERT_EQ(capacity_->AllocationOf(1)->gpu_indices.size(), 2u);
+  quota_gpus_ = 1;
+  ElasticJobs e = Make();
+  e.FitToQuotas(job);
+  EXPECT_EQ(capacity_->AllocationOf(1)->gpu_indices.size(), 1u);
+  quota_gpus_ = 0;  // Never below its minimum.
+  e.FitToQuotas(job);
+  EXPECT_EQ(capacity_->AllocationOf(1)->gpu_indices.size(), 1u);
+  EXPECT_TRUE(steps_.empty());  // Not a step of a running job: no event.
 }
 
 TEST_F(ElasticJobsTest, TheGpusFileListsTheJobsGpusOneALineReadableByItsUser) {

@@ -47,6 +47,7 @@
 #include "daemon/launch/checkpointer.h"
 #include "daemon/launch/launcher.h"
 #include "daemon/launch/peer_process.h"
+#include "daemon/live/live_changes.h"
 #include "daemon/makeroom/defragmenter.h"
 #include "daemon/makeroom/preemptions.h"
 #include "daemon/node/inventory.h"
@@ -62,6 +63,7 @@
 #include "daemon/requests/job_text.h"
 #include "daemon/requests/job_view.h"
 #include "daemon/setup/job_setup.h"
+#include "daemon/shell/shell_jobs.h"
 #include "daemon/store/degraded_mode.h"
 #include "daemon/store/event_log.h"
 #include "daemon/store/ledger.h"
@@ -161,9 +163,6 @@ class Service : public JobTransitions {
   // What a job looks like to users: views, lists, pages, the summary, a
   // job's history and logs, event text (reads/job_reads.h).
   JobReads& reads() { return reads_; }
-  // Shell jobs: the CLI reports the shell's pid once started, and its exit.
-  core::Status Attach(const Caller& caller, uint64_t id, int64_t pid);
-  core::Status ReportExit(const Caller& caller, uint64_t id, int exit_code);
 
   // Housekeeping, called by the event loop on a timer and on SIGCHLD: reaps
   // processes, ends jobs whose processes are gone, enforces maximum run
@@ -220,32 +219,17 @@ class Service : public JobTransitions {
   // limits, directory, container view and cgroup (setup/job_setup.h).
   const JobSetup& setup() const { return setup_; }
 
+  // Live resize, suspend, resume and move of a running or suspended job
+  // (live/live_changes.h).
+  LiveChanges& live() { return live_; }
+  // Shell jobs and run -i: the client reports the process's pid once
+  // started, and its exit (shell/shell_jobs.h).
+  ShellJobs& shells() { return shells_; }
+
   // Policies (service_policy.cc, service_reclaim.cc; docs/DAEMON.md).
   // Quotas: admins set and remove them; anyone lists them
   // (quotas/quota_keeper.h).
   QuotaKeeper& quotas() { return quotas_; }
-  // Live resize of a running fraction (owner or admin): within its quotas
-  // and its GPU; below the memory it uses only with `force`. Or, with
-  // `gpus`, of a running elastic job: to that many GPUs within its range
-  // (growing onto idle GPUs of its pool and island, within its quotas).
-  core::Result<JobView> Resize(const Caller& caller, uint64_t id, const ResizeSpec& spec);
-  // Lets a job paused by idle reclaim launch again, or resumes a suspended
-  // job (owner or admin). A suspended job is put back on the GPUs it had,
-  // which must have room for its slice again (kFailedPrecondition saying
-  // what is missing otherwise); the restore itself runs on a worker thread
-  // (flag "resuming" until it is done).
-  core::Status Resume(const Caller& caller, uint64_t id);
-  // Suspends a running job (owner or admin; service_suspend.cc): its CUDA
-  // processes are locked and checkpointed by the driver (their device memory
-  // moved to host memory), then its slice stops counting against its GPUs.
-  // Returns at once with the flag "suspending"; the job becomes `suspended`,
-  // or stays running with JobView::checkpoint_error, when the worker is done.
-  core::Status Suspend(const Caller& caller, uint64_t id);
-  // Moves a single-GPU job onto GPU `gpu` (owner or admin; service_move.cc):
-  // a running job is suspended and resumed there (flags "suspending", then
-  // "resuming"), a suspended one resumed there. Refused at once when the
-  // target is not of the job's model and pool, or has no room now.
-  core::Status Move(const Caller& caller, uint64_t id, const std::string& gpu);
   // Changes to a job's request by its owner or an admin: hold, release,
   // update of a queued job, labels (edits/job_edits.h).
   JobEdits& edits() { return edits_; }
@@ -299,9 +283,6 @@ class Service : public JobTransitions {
   void StartJob(core::Job& job);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason) override;
   void WatchRunning();
-  // A shell job (or run -i) whose processes are gone before its client
-  // reported their exit status: true while the daemon still waits for it.
-  bool AwaitShellExitReport(Live& l, int64_t now);
   void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
 
@@ -312,20 +293,7 @@ class Service : public JobTransitions {
   // Resume on demand (suspend/suspender.h): a suspended job's demand to be
   // resumed enters the queue as a job submitted now would.
   void QueueResumeDemand(const core::Job& job, int64_t asked_ms);
-  // A suspension that failed: what its cause does instead (idle reclaim's
-  // fallback, preemption's end, a reclaim's requeue, no defragmentation
-  // move of it for a while).
-  void AfterFailedSuspend(core::Job& job, const SuspendCause& cause);
   core::Status ResolvePools(std::vector<std::string>* pool_of);
-  // Elastic jobs (service_elastic.cc; when they shrink or grow:
-  // elastic/elastic_jobs.h): each change rewrites <job dir>/gpus and
-  // signals the job.
-  core::Status ApplyElastic(core::Job& job, uint32_t count, const std::string& why);
-  // Resize's --gpus: an elastic job to a GPU count the caller asked for.
-  core::Result<JobView> ResizeElastic(const Caller& caller, core::Job& job, const ResizeSpec& spec);
-  // An elastic job about to start gives back what its owner's quotas forbid.
-  void FitElasticToQuotas(core::Job& job);
-
   // Fair share at start (service_schedule.cc): the ranker's book seeded
   // with the ledger's history, read as `gpuslice usage` reads it.
   void SeedFairShare();
@@ -432,6 +400,11 @@ class Service : public JobTransitions {
   // Taking in submissions: their checks, limits, quotas and first steps
   // (intake/job_intake.h). Declared last: it reads most of the above.
   JobIntake intake_;
+  // Live resize, suspend, resume and move, and a failed suspension's
+  // fallbacks (live/live_changes.h).
+  LiveChanges live_;
+  // Shell jobs' attach and exit report (shell/shell_jobs.h).
+  ShellJobs shells_;
 };
 
 }  // namespace gpuslice::daemon

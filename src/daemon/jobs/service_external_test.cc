@@ -126,10 +126,10 @@ TEST_F(ExternalJobTest, PausedUntilResumedAndAResizeKeepsThePause) {
   // The device plugin sets the share it learnt from the kubelet, then resumes.
   ResizeSpec r;
   r.compute = "30%";
-  ASSERT_TRUE(service_->Resize(root_, v->job.id, r).ok());
+  ASSERT_TRUE(service_->live().Resize(root_, v->job.id, r).ok());
   EXPECT_TRUE(regions_.regions[region].launches_paused);  // Regression: a resize unpaused it.
   EXPECT_EQ(regions_.regions[region].compute_milli, 300u);
-  ASSERT_TRUE(service_->Resume(root_, v->job.id).ok());
+  ASSERT_TRUE(service_->live().Resume(root_, v->job.id).ok());
   EXPECT_FALSE(regions_.regions[region].launches_paused);
 }
 
@@ -182,12 +182,12 @@ TEST_F(ExternalJobTest, PriorityChangesLive) {
   ASSERT_TRUE(v.ok());
   ResizeSpec r;
   r.priority = "high";
-  auto after = service_->Resize(root_, v->job.id, r);
+  auto after = service_->live().Resize(root_, v->job.id, r);
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   EXPECT_EQ(after->job.request.priority, core::Priority::kHigh);
   EXPECT_EQ(regions_.regions[v->job.region_path].priority, core::Priority::kHigh);
   r.priority = "urgent";
-  EXPECT_NE(service_->Resize(root_, v->job.id, r).status().message().find("--priority"),
+  EXPECT_NE(service_->live().Resize(root_, v->job.id, r).status().message().find("--priority"),
             std::string::npos);
   // Any running job, whole GPUs too.
   SubmitSpec whole;
@@ -196,7 +196,7 @@ TEST_F(ExternalJobTest, PriorityChangesLive) {
   auto w = service_->intake().Submit(root_, whole);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   r.priority = "low";
-  EXPECT_TRUE(service_->Resize(root_, w->job.id, r).ok());
+  EXPECT_TRUE(service_->live().Resize(root_, w->job.id, r).ok());
 }
 
 }  // namespace

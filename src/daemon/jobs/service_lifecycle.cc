@@ -96,7 +96,7 @@ void Service::WatchRunning() {
       // (a background process the shell left, or a `setsid` escapee, keeps
       // it and its allocation), with the exit status the client reported.
       if (launcher_.GroupAlive(job.pid)) continue;
-      if (AwaitShellExitReport(l, now)) continue;
+      if (shells_.AwaitExitReport(l, now)) continue;
       FinishJob(job, end_state, l.reported_exit.value_or(-1),
                 l.ending ? l.ending_reason
                          : (l.reported_exit
@@ -112,7 +112,7 @@ void Service::WatchRunning() {
                   job.argv.empty() ? "the shell was never started by the client"
                                    : "the command was never started by the client (run -i)");
       } else if (job.pid != 0 && !launcher_.ProcessAlive(job.pid, job.pid_start_time)) {
-        if (AwaitShellExitReport(l, now)) continue;
+        if (shells_.AwaitExitReport(l, now)) continue;
         FinishJob(job, end_state, -1,
                   l.ending ? l.ending_reason
                            : (job.argv.empty() ? "the shell ended" : "the command ended"));
@@ -137,16 +137,6 @@ void Service::WatchRunning() {
                 !reason.empty() ? reason : "processes ended; exit status unknown");
     }
   }
-}
-
-bool Service::AwaitShellExitReport(Live& l, int64_t now) {
-  // The client waits for its shell (or run -i command) and then reports the
-  // exit status, so the daemon often sees the processes gone first. Waiting
-  // a little for that report keeps the status; a client that died with its
-  // shell never reports, and the job ends without one after the grace.
-  if (l.reported_exit || l.ending) return false;
-  if (l.group_gone_ms == 0) l.group_gone_ms = now;
-  return now - l.group_gone_ms < kStatusGraceMs;
 }
 
 void Service::RequestSchedule() {
@@ -224,7 +214,7 @@ void Service::Schedule() {
       suspender_.ResumeOnDemand(table_.jobs()[id]);  // Placed where its processes can be restored.
       continue;
     }
-    FitElasticToQuotas(table_.jobs()[id]);
+    elastic_.FitToQuotas(table_.jobs()[id]);
     StartJob(table_.jobs()[id]);
   }
   reads_.SetPlan(std::move(plan.waiting), plan.head);

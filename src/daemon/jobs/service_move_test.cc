@@ -29,7 +29,7 @@ class MoveTest : public SuspendTest {
   }
   // Suspends job `id` and waits for it.
   void SuspendNow(uint64_t id) {
-    ASSERT_TRUE(service_->Suspend(TestCaller(kUser), id).ok());
+    ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), id).ok());
     Settle(id);
     ASSERT_EQ(State(id), JobState::kSuspended);
   }
@@ -40,7 +40,7 @@ TEST_F(MoveTest, ARunningJobIsSuspendedAndResumedOnTheGpuItNames) {
   const std::string from = GpuOf(a);
   ASSERT_NE(from, "GPU-2");
   const std::string to = OtherH100(from);
-  ASSERT_TRUE(service_->Move(TestCaller(kUser), a, to).ok());
+  ASSERT_TRUE(service_->live().Move(TestCaller(kUser), a, to).ok());
   EXPECT_TRUE(HasFlag(a, "suspending"));
   Settle(a);
   EXPECT_EQ(State(a), JobState::kRunning);
@@ -75,7 +75,7 @@ TEST_F(MoveTest, ASuspendedJobMovesByResumingOnTheGpuItNames) {
   uint64_t a = StartJob();
   const std::string from = GpuOf(a);
   SuspendNow(a);
-  ASSERT_TRUE(service_->Move(TestCaller(kUser), a, OtherH100(from)).ok());
+  ASSERT_TRUE(service_->live().Move(TestCaller(kUser), a, OtherH100(from)).ok());
   EXPECT_TRUE(HasFlag(a, "resuming"));
   Settle(a);
   EXPECT_EQ(State(a), JobState::kRunning);
@@ -87,7 +87,7 @@ TEST_F(MoveTest, WhatCannotMoveIsRefusedBeforeAnythingIsSuspended) {
   uint64_t a = StartJob();
   const std::string from = GpuOf(a);
   auto code = [&](uint32_t uid, const std::string& gpu) {
-    return service_->Move(TestCaller(uid), a, gpu).code();
+    return service_->live().Move(TestCaller(uid), a, gpu).code();
   };
   EXPECT_EQ(code(kUser, "GPU-9"), core::StatusCode::kNotFound);
   EXPECT_EQ(code(kUser, from), core::StatusCode::kFailedPrecondition);     // Already there.
@@ -99,7 +99,7 @@ TEST_F(MoveTest, WhatCannotMoveIsRefusedBeforeAnythingIsSuspended) {
   service_->Tick();
   ASSERT_EQ(State(b->job.id), JobState::kRunning);
   ASSERT_EQ(State(d->job.id), JobState::kRunning);
-  core::Status full = service_->Move(TestCaller(kUser), a, OtherH100(from));
+  core::Status full = service_->live().Move(TestCaller(kUser), a, OtherH100(from));
   EXPECT_EQ(full.code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(full.message().find("cannot move to " + OtherH100(from)), std::string::npos)
       << full.message();
@@ -108,7 +108,7 @@ TEST_F(MoveTest, WhatCannotMoveIsRefusedBeforeAnythingIsSuspended) {
   // A queued job holds no GPU to move from.
   auto c = Submit("60GiB");
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ(service_->Move(TestCaller(kUser), c->job.id, from).code(),
+  EXPECT_EQ(service_->live().Move(TestCaller(kUser), c->job.id, from).code(),
             core::StatusCode::kFailedPrecondition);
 }
 
@@ -125,7 +125,7 @@ TEST_F(MoveTest, AResumeWhoseOwnGpuIsTakenGoesToAnotherOfItsModel) {
   }
   service_->Tick();
   for (uint64_t id : fill) ASSERT_EQ(State(id), JobState::kRunning);
-  core::Status none = service_->Resume(TestCaller(kUser), a);
+  core::Status none = service_->live().Resume(TestCaller(kUser), a);
   EXPECT_EQ(none.code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(none.message().find("nor does any other GPU of its model have room"), std::string::npos)
       << none.message();
@@ -136,7 +136,7 @@ TEST_F(MoveTest, AResumeWhoseOwnGpuIsTakenGoesToAnotherOfItsModel) {
   ASSERT_NE(elsewhere, 0u);
   ASSERT_TRUE(service_->Cancel(TestCaller(kUser), elsewhere).ok());
   EndProcesses(elsewhere);
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   Settle(a);
   EXPECT_EQ(State(a), JobState::kRunning);
   EXPECT_EQ(GpuOf(a), OtherH100(from));
@@ -179,7 +179,7 @@ TEST_F(MoveTest, TheJobFirstInLineSaysWhichMoveWouldLetItStart) {
   std::string flag, gpu;
   hint >> mover >> flag >> gpu;
   ASSERT_EQ(flag, "--gpu");
-  ASSERT_TRUE(service_->Move(TestCaller(kUser), mover, gpu).ok()) << why;
+  ASSERT_TRUE(service_->live().Move(TestCaller(kUser), mover, gpu).ok()) << why;
   Settle(mover);
   EXPECT_EQ(GpuOf(mover), gpu);
   service_->Tick();
@@ -190,7 +190,7 @@ TEST_F(MoveTest, ARestoreThatFailsOnTheNewGpuLeavesItSuspendedWhereItWas) {
   uint64_t a = StartJob();
   const std::string from = GpuOf(a);
   checkpointer_->Fail("restore", kCuda, core::InternalError("CUDA_ERROR_OUT_OF_MEMORY"));
-  ASSERT_TRUE(service_->Move(TestCaller(kUser), a, OtherH100(from)).ok());
+  ASSERT_TRUE(service_->live().Move(TestCaller(kUser), a, OtherH100(from)).ok());
   Settle(a);
   EXPECT_EQ(State(a), JobState::kSuspended);
   EXPECT_EQ(GpuOf(a), from);
@@ -234,7 +234,7 @@ TEST_F(MoveTest, ARestartAfterTheRestoreKeepsTheNewGpuAndTheNextResumeMovesFromT
   EXPECT_EQ(Limits(a).uuids, std::vector<std::string>({OtherH100(from)}));
   // Resumed on its own (ledger) GPU: the driver is told to move it back.
   checkpointer_->remaps.clear();
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   Settle(a);
   EXPECT_EQ(State(a), JobState::kRunning);
   EXPECT_EQ(GpuOf(a), from);

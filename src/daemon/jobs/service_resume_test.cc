@@ -21,7 +21,7 @@ class ResumeOnDemandTest : public SuspendTest {
 
   // Suspends job `id` and waits for it.
   void SuspendNow(uint64_t id) {
-    ASSERT_TRUE(service_->Suspend(TestCaller(kUser), id).ok());
+    ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), id).ok());
     Settle(id);
     ASSERT_EQ(State(id), JobState::kSuspended);
   }
@@ -236,7 +236,7 @@ TEST_F(ResumeOnDemandTest, AFailedResumeIsNotRetriedForThatSuspension) {
   EXPECT_FALSE(HasFlag(a, "resuming"));
   // By hand, once the cause is gone.
   checkpointer_->failures.clear();
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   Settle(a);
   EXPECT_EQ(State(a), JobState::kRunning);
 }

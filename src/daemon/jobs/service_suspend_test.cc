@@ -22,7 +22,7 @@ TEST_F(SuspendTest, FreesTheGpuForTheQueueAndClosesTheSlice) {
   service_->Tick();
   EXPECT_EQ(State(b->job.id), JobState::kQueued);
 
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   EXPECT_TRUE(HasFlag(a, "suspending"));
   EXPECT_EQ(State(a), JobState::kRunning);  // Until the worker is done.
   Settle(a);
@@ -45,14 +45,14 @@ TEST_F(SuspendTest, FreesTheGpuForTheQueueAndClosesTheSlice) {
 
 TEST_F(SuspendTest, ResumesOnlyWhenItsGpuHasRoomAndRestoresItsLimits) {
   uint64_t a = StartJob();
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   auto b = Submit("60GiB");
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->job.state, JobState::kRunning);
   clock_.Advance(5000);
 
-  core::Status s = service_->Resume(TestCaller(kUser), a);
+  core::Status s = service_->live().Resume(TestCaller(kUser), a);
   EXPECT_EQ(s.code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(s.message().find("lack room"), std::string::npos) << s.message();
   EXPECT_EQ(State(a), JobState::kSuspended);
@@ -61,7 +61,7 @@ TEST_F(SuspendTest, ResumesOnlyWhenItsGpuHasRoomAndRestoresItsLimits) {
   ASSERT_TRUE(service_->Cancel(TestCaller(kUser), b->job.id).ok());
   launcher_.alive.erase(Get(b->job.id).job.pid);
   service_->Tick();
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   EXPECT_TRUE(HasFlag(a, "resuming"));
   Settle(a);
   JobView v = Get(a);
@@ -87,7 +87,7 @@ TEST_F(SuspendTest, AFailedLockLeavesTheJobRunningWithTheReason) {
   regions_.pids[Get(a).job.region_path].push_back(static_cast<int32_t>(kSecond));
   checkpointer_->Fail("lock", kSecond,
                       core::DeadlineExceededError("cuCheckpointProcessLock: CUDA_ERROR_NOT_READY"));
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   JobView v = Get(a);
   EXPECT_EQ(v.job.state, JobState::kRunning);
@@ -105,23 +105,27 @@ TEST_F(SuspendTest, AFailedLockLeavesTheJobRunningWithTheReason) {
 
 TEST_F(SuspendTest, OnlyTheOwnerOrAnAdminAndOnlyARunningJob) {
   uint64_t a = StartJob();
-  EXPECT_EQ(service_->Suspend(TestCaller(1001), a).code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_->live().Suspend(TestCaller(1001), a).code(),
+            core::StatusCode::kPermissionDenied);
   auto queued = Submit("60GiB");
   ASSERT_TRUE(queued.ok());
-  EXPECT_EQ(service_->Suspend(TestCaller(kUser), queued->job.id).code(),
+  EXPECT_EQ(service_->live().Suspend(TestCaller(kUser), queued->job.id).code(),
             core::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(service_->Suspend(TestCaller(0, true), a).ok());
-  EXPECT_EQ(service_->Suspend(TestCaller(kUser), a).code(), core::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(0, true), a).ok());
+  EXPECT_EQ(service_->live().Suspend(TestCaller(kUser), a).code(),
+            core::StatusCode::kFailedPrecondition);
   Settle(a);
-  EXPECT_EQ(service_->Suspend(TestCaller(kUser), a).code(), core::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(service_->Resume(TestCaller(1001), a).code(), core::StatusCode::kPermissionDenied);
-  EXPECT_EQ(service_->Suspend(TestCaller(kUser), 999).code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(service_->live().Suspend(TestCaller(kUser), a).code(),
+            core::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(service_->live().Resume(TestCaller(1001), a).code(),
+            core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_->live().Suspend(TestCaller(kUser), 999).code(), core::StatusCode::kNotFound);
 }
 
 TEST_F(SuspendTest, WithoutTheDriversApiItSaysSo) {
   uint64_t a = StartJob();
   checkpointer_->available = core::UnimplementedError("the CUDA driver has no checkpoint API");
-  core::Status s = service_->Suspend(TestCaller(kUser), a);
+  core::Status s = service_->live().Suspend(TestCaller(kUser), a);
   EXPECT_EQ(s.code(), core::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("checkpoint API"), std::string::npos);
   EXPECT_EQ(State(a), JobState::kRunning);
@@ -129,7 +133,7 @@ TEST_F(SuspendTest, WithoutTheDriversApiItSaysSo) {
 
 TEST_F(SuspendTest, StaysSuspendedThroughARestartAndCanBeResumed) {
   uint64_t a = StartJob();
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   Restart();
   service_->Tick();
@@ -142,7 +146,7 @@ TEST_F(SuspendTest, StaysSuspendedThroughARestartAndCanBeResumed) {
   ASSERT_TRUE(service_->Cancel(TestCaller(kUser), b->job.id).ok());
   launcher_.alive.erase(Get(b->job.id).job.pid);
   service_->Tick();
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   Settle(a);
   EXPECT_EQ(State(a), JobState::kRunning);
   EXPECT_EQ(checkpointer_->Get(kCuda), GpuProcessState::kRunning);
@@ -175,7 +179,7 @@ TEST_F(SuspendTest, ALockThatLandsAfterTheRestartIsPutBackOnceItHadItsTime) {
 
 TEST_F(SuspendTest, EndsWhenItsProcessesEndWhileSuspended) {
   uint64_t a = StartJob();
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   EndProcesses(a);
   EXPECT_EQ(State(a), JobState::kExited);
@@ -183,7 +187,7 @@ TEST_F(SuspendTest, EndsWhenItsProcessesEndWhileSuspended) {
 
 TEST_F(SuspendTest, CancelEndsASuspendedJob) {
   uint64_t a = StartJob();
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   ASSERT_TRUE(service_->Cancel(TestCaller(kUser), a).ok());
   EndProcesses(a);
@@ -192,7 +196,7 @@ TEST_F(SuspendTest, CancelEndsASuspendedJob) {
 
 TEST_F(SuspendTest, AProcessUsingTheGpuWhileItsJobIsSuspendedIsKilled) {
   uint64_t a = StartJob();
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   // The user restored the process through the driver behind the daemon's
   // back: NVML lists it with memory on the GPU.
@@ -262,7 +266,7 @@ TEST_F(SuspendTest, AVictimWhoseRestoreFailsIsNotRetriedEveryTick) {
   EXPECT_EQ(failures, 1);
   // Its owner can still resume it once the cause is gone.
   checkpointer_->failures.clear();
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), low).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), low).ok());
   Settle(low);
   EXPECT_EQ(State(low), JobState::kRunning);
 }
@@ -301,7 +305,7 @@ TEST_F(SuspendTest, IdleReclaimSuspendsAndFallsBackWhenItCannot) {
   // A job whose process the driver refuses: paused instead (the fallback).
   options_.rules.idle_suspend_fallback = IdleAction::kPause;
   Restart();
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   Settle(a);
   ASSERT_EQ(State(a), JobState::kRunning);
   checkpointer_->Fail("lock", kCuda, core::FailedPreconditionError("CUDA_ERROR_ILLEGAL_STATE"));
@@ -329,7 +333,7 @@ TEST_F(SuspendTest, ASuspendedJobCountsAgainstItsQuotaOnlyIfTheAdminSaysSo) {
                   .ok());
   uint64_t a = StartJob();
   EXPECT_EQ(charge(), 60 * kGiB);
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   EXPECT_EQ(charge(), 0u);
   options_.rules.suspended_counts_in_quota = true;

@@ -309,8 +309,8 @@ TEST_F(ServiceTest, ShellJobIsAttachedAndEndsWhenTheClientReportsIt) {
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->job.state, core::JobState::kRunning);
   EXPECT_TRUE(launcher_.launches.empty());  // The client starts the shell.
-  ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
-  ASSERT_TRUE(service_->ReportExit(c, v->job.id, 0).ok());
+  ASSERT_TRUE(service_->shells().Attach(c, v->job.id, getpid()).ok());
+  ASSERT_TRUE(service_->shells().ReportExit(c, v->job.id, 0).ok());
   EXPECT_EQ(State(v->job.id), core::JobState::kExited);
 }
 
@@ -323,13 +323,13 @@ TEST_F(ServiceTest, AttachIsRefusedOnceTheProcessThatConnectedHasEnded) {
   auto ended = std::make_shared<FakePeerProcess>(PeerIdentity{getppid(), getuid(), 1});
   ended->ended = true;
   c.process = ended;
-  core::Status s = service_->Attach(c, v->job.id, getpid());
+  core::Status s = service_->shells().Attach(c, v->job.id, getpid());
   EXPECT_EQ(s.code(), core::StatusCode::kPermissionDenied) << s.ToString();
   EXPECT_NE(s.message().find("has ended"), std::string::npos) << s.message();
   c.process = nullptr;  // A peer whose pid the daemon cannot see.
-  EXPECT_EQ(service_->Attach(c, v->job.id, getpid()).code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_->shells().Attach(c, v->job.id, getpid()).code(), core::StatusCode::kPermissionDenied);
   EXPECT_EQ(Pid(v->job.id), 0) << "nothing attached";
-  EXPECT_TRUE(service_->Attach(ShellCaller(), v->job.id, getpid()).ok());
+  EXPECT_TRUE(service_->shells().Attach(ShellCaller(), v->job.id, getpid()).ok());
 }
 
 // Regression (CI, stop 32): the shell ended, the daemon saw it gone before
@@ -342,7 +342,7 @@ TEST_F(ServiceTest, ShellJobKeepsTheExitStatusReportedJustAfterItsProcessEnded) 
     const Caller c = ShellCaller();
     auto v = SubmitShell();
     ASSERT_TRUE(v.ok()) << v.status().ToString();
-    ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
+    ASSERT_TRUE(service_->shells().Attach(c, v->job.id, getpid()).ok());
     // The fake launcher says whether the attached process (group) lives.
     launcher_.alive.insert(getpid());
     service_->Tick();
@@ -352,7 +352,7 @@ TEST_F(ServiceTest, ShellJobKeepsTheExitStatusReportedJustAfterItsProcessEnded) 
     clock_.Advance(300);
     service_->Tick();
     EXPECT_EQ(State(v->job.id), core::JobState::kRunning);
-    ASSERT_TRUE(service_->ReportExit(c, v->job.id, 4).ok());  // ...for this.
+    ASSERT_TRUE(service_->shells().ReportExit(c, v->job.id, 4).ok());  // ...for this.
     EXPECT_EQ(State(v->job.id), core::JobState::kExited);
     EXPECT_EQ(service_->reads().Get(v->job.id)->job.exit_code, 4);
   }
@@ -362,7 +362,7 @@ TEST_F(ServiceTest, ShellJobWhoseClientNeverReportsEndsWithoutAStatusAfterTheGra
   const Caller c = ShellCaller();
   auto v = SubmitShell();
   ASSERT_TRUE(v.ok()) << v.status().ToString();
-  ASSERT_TRUE(service_->Attach(c, v->job.id, getpid()).ok());
+  ASSERT_TRUE(service_->shells().Attach(c, v->job.id, getpid()).ok());
   service_->Tick();  // Not in the fake's live set: gone at once.
   EXPECT_EQ(State(v->job.id), core::JobState::kRunning);
   clock_.Advance(2'500);
@@ -530,10 +530,10 @@ using JobStatesTest = SuspendTest;
 
 TEST_F(JobStatesTest, EveryTransitionOfARunIsOneLedgerRowAndOneEventInOrder) {
   uint64_t a = StartJob();
-  ASSERT_TRUE(service_->Suspend(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Suspend(TestCaller(kUser), a).ok());
   Settle(a);
   ASSERT_EQ(State(a), JobState::kSuspended);
-  ASSERT_TRUE(service_->Resume(TestCaller(kUser), a).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(kUser), a).ok());
   Settle(a);
   ASSERT_EQ(State(a), JobState::kRunning);
   EndProcesses(a);

@@ -283,7 +283,9 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                     procs_.AppendToStderr(job, line);
                   },
               .suspend_failed =
-                  [this](Job& job, const SuspendCause& cause) { AfterFailedSuspend(job, cause); },
+                  [this](Job& job, const SuspendCause& cause) {
+                    live_.AfterFailedSuspend(job, cause);
+                  },
               .resumed = [this](uint64_t id) { idle_.Resumed(id); },
               .resume_on_demand = [this] { return options_.rules.resume_on_demand; },
               .suspended =
@@ -381,7 +383,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   [this](const std::function<void(const LiveJob&)>& visit) {
                     for (const auto& [id, l] : table_.live()) visit(*LiveJobOf(id));
                   },
-              .job = [this](uint64_t id) -> const Job& { return table_.jobs()[id]; },
+              .job = [this](uint64_t id) -> Job& { return table_.jobs()[id]; },
               .capacity = [this]() -> NodeCapacity& { return *capacity_; },
               .preempting = [this](uint64_t id) { return preemptions_.Preempting(id); },
               .fits_quotas =
@@ -394,13 +396,34 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                         quotas_.RunningUsage(job.id));
                     return d.verdict == core::QuotaVerdict::kFits;
                   },
-              .apply =
-                  [this](uint64_t id, uint32_t count, const std::string& why) {
-                    return ApplyElastic(table_.jobs()[id], count, why);
+              .fits_quotas_with =
+                  [this](const Job& job, const core::Allocation& allocation) {
+                    if (quotas_.empty()) return true;
+                    return quotas_
+                               .Decide(quotas_.OwnerOf(job),
+                                       core::ChargeOfAllocation(job.request, allocation),
+                                       quotas_.RunningUsage(job.id))
+                               .verdict == core::QuotaVerdict::kFits;
                   },
               .schedule = [this]() { Schedule(); },
+              .limits_of = [this](const Job& job) { return setup_.SliceLimitsOf(job); },
+              .save_resize =
+                  [this](const Job& job) {
+                    if (!ledger_) return;
+                    if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
+                      degraded_.Degrade("ledger write failed: " + s.message());
+                    }
+                  },
+              .no_room = [this](const std::string& reason) { degraded_.NoRoom(reason); },
+              .job_dir = [this](uint64_t id) { return setup_.JobDir(id); },
+              .signal_group = [this](int64_t pgid,
+                                     int signal) { (void)launcher_.SignalGroup(pgid, signal); },
+              .record =
+                  [this](std::string kind, uint64_t id, std::string user, std::string message) {
+                    RecordEvent(std::move(kind), id, std::move(user), std::move(message));
+                  },
           },
-          options_.rules, clock_),
+          options_.rules, clock_, regions_),
       reads_(
           table_, clock_, options_.state_dir + "/jobs", options_.rules.default_pool,
           JobReads::Jobs{
@@ -475,7 +498,45 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .view = [this](const Job& job) { return reads_.View(job); },
           },
           table_, *this, degraded_, containers_, external_, dependencies_, quotas_, setup_,
-          regions_, clock_) {}
+          regions_, clock_),
+      live_(table_, suspender_, quotas_, regions_, *this, options_.rules, clock_,
+            LiveChanges::Hooks{
+                .view = [this](const Job& job) { return reads_.View(job); },
+                .change_priority =
+                    [this](const Caller& caller, Job& job, core::Priority priority) {
+                      return edits_.ChangePriority(caller, job, priority);
+                    },
+                .limits_of = [this](const Job& job) { return setup_.SliceLimitsOf(job); },
+                .take_turns = [](const Job& job,
+                                 SliceLimits* limits) { JobSetup::TakeTurnsWithoutAShare(job, limits); },
+                .capacity = [this] { return capacity_.get(); },
+                .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
+                .pool_of = [this](uint32_t gpu) -> const std::string& { return PoolOf(gpu); },
+                .degraded = [this] { return degraded_.degraded(); },
+                .degraded_reason = [this] { return degraded_.reason(); },
+                .save_resize =
+                    [this](const Job& job) {
+                      if (!ledger_) return;
+                      if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
+                        degraded_.Degrade("ledger write failed: " + s.message());
+                      }
+                    },
+                .resize_elastic =
+                    [this](Job& job, uint32_t count, const std::string& why) {
+                      return elastic_.Apply(job, count, why);
+                    },
+                .unpaused = [this](uint64_t id) { idle_.Unpaused(id, usage_.Find(id)); },
+                .idle_fallback = [this](Job& job, IdleAction action,
+                                        const std::string& idle) { idle_.Act(job, action, idle); },
+                .end_for_preemption =
+                    [this](Job& job, uint64_t head) { preemptions_.EndForPreemption(job, head); },
+                .requeue_for_reclaim =
+                    [this](Job& job, uint64_t head) { preemptions_.RequeueForReclaim(job, head); },
+                .move_failed = [this](uint64_t id,
+                                      int64_t now_ms) { defrag_.MoveFailed(id, now_ms); },
+            }),
+      shells_(table_, launcher_, *this,
+              ShellJobs::Hooks{.watch_running = [this] { WatchRunning(); }}) {}
 
 std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
   auto it = table_.live().find(id);

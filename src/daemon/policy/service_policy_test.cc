@@ -212,25 +212,25 @@ TEST_F(PolicyTest, ResizeChangesTheSliceTheLedgerAndTheCapacity) {
   ResizeSpec spec;
   spec.mem = "20GiB";
   spec.compute = "50%";
-  auto r = service_->Resize(TestCaller(1000), id, spec);
+  auto r = service_->live().Resize(TestCaller(1000), id, spec);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->job.request.Describe(), "20 GiB + 50%");
   EXPECT_EQ(regions_.regions[region].memory_bytes_per_device, 20 * core::kGiB);
   EXPECT_EQ(regions_.regions[region].compute_milli, 500u);
   EXPECT_TRUE(HasEvent(id, "resized"));
   // Someone else may not; over the GPU is refused.
-  EXPECT_EQ(service_->Resize(TestCaller(2000), id, spec).status().code(),
+  EXPECT_EQ(service_->live().Resize(TestCaller(2000), id, spec).status().code(),
             core::StatusCode::kPermissionDenied);
   spec.mem = "90GiB";
-  EXPECT_EQ(service_->Resize(TestCaller(1000), id, spec).status().code(),
+  EXPECT_EQ(service_->live().Resize(TestCaller(1000), id, spec).status().code(),
             core::StatusCode::kResourceExhausted);
   // Below what it uses: only with force.
   regions_.used[region] = 12 * core::kGiB;
   spec.mem = "10GiB";
-  auto below = service_->Resize(TestCaller(1000), id, spec);
+  auto below = service_->live().Resize(TestCaller(1000), id, spec);
   EXPECT_EQ(below.status().code(), core::StatusCode::kFailedPrecondition);
   spec.force = true;
-  EXPECT_TRUE(service_->Resize(TestCaller(1000), id, spec).ok());
+  EXPECT_TRUE(service_->live().Resize(TestCaller(1000), id, spec).ok());
   EXPECT_EQ(regions_.regions[region].memory_bytes_per_device, 10 * core::kGiB);
   // A restart reads the new size back.
   service_.reset();
@@ -247,13 +247,13 @@ TEST_F(PolicyTest, ResizeWithinTheUsersQuota) {
   auto b = Submit(Mem("4GiB"));
   ResizeSpec spec;
   spec.mem = "13GiB";
-  auto r = service_->Resize(TestCaller(1000), a->job.id, spec);
+  auto r = service_->live().Resize(TestCaller(1000), a->job.id, spec);
   EXPECT_EQ(r.status().code(), core::StatusCode::kResourceExhausted);
   EXPECT_EQ(r.status().message(),
             "resize to 13 GiB + 10% is over quota: user u1000: memory "
             "4 GiB of 16 GiB in use, asks 13 GiB");
   spec.mem = "12GiB";
-  EXPECT_TRUE(service_->Resize(TestCaller(1000), a->job.id, spec).ok());
+  EXPECT_TRUE(service_->live().Resize(TestCaller(1000), a->job.id, spec).ok());
   (void)b;
 }
 
@@ -367,9 +367,9 @@ TEST_F(PolicyTest, IdleJobIsFlaggedThenPausedWhenSomethingWaits) {
   };
   EXPECT_EQ(paused_metric(), "1");
   // Paused jobs stay paused until resumed.
-  EXPECT_EQ(service_->Resume(TestCaller(2000), idle->job.id).code(),
+  EXPECT_EQ(service_->live().Resume(TestCaller(2000), idle->job.id).code(),
             core::StatusCode::kPermissionDenied);
-  ASSERT_TRUE(service_->Resume(TestCaller(1000), idle->job.id).ok());
+  ASSERT_TRUE(service_->live().Resume(TestCaller(1000), idle->job.id).ok());
   EXPECT_FALSE(regions_.regions[region].launches_paused);
   EXPECT_EQ(paused_metric(), "0");
   Run(60);
@@ -553,34 +553,34 @@ TEST_F(PolicyTest, ResizeGpusChangesARunningElasticJobWithinItsRange) {
   launcher_.die_on_signal = false;  // It handles SIGUSR1.
   ResizeSpec two;
   two.gpus = "2";
-  auto busy = service_->Resize(TestCaller(1000), id, two);
+  auto busy = service_->live().Resize(TestCaller(1000), id, two);
   ASSERT_FALSE(busy.ok());
   EXPECT_EQ(busy.status().code(), core::StatusCode::kResourceExhausted);
   EXPECT_NE(busy.status().message().find("1 more are not idle"), std::string::npos)
       << busy.status().message();
   launcher_.Exit(Get(first->job.id).job.pid, 0);
   Run(1);
-  auto grown = service_->Resize(TestCaller(1000), id, two);
+  auto grown = service_->live().Resize(TestCaller(1000), id, two);
   ASSERT_TRUE(grown.ok()) << grown.status().ToString();
   EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 2u);
   EXPECT_TRUE(HasEvent(id, "elastic_grow"));
   ResizeSpec one;
   one.gpus = "1";
-  ASSERT_TRUE(service_->Resize(TestCaller(1000), id, one).ok());
+  ASSERT_TRUE(service_->live().Resize(TestCaller(1000), id, one).ok());
   EXPECT_EQ(Get(id).job.allocation.gpu_indices.size(), 1u);
   ResizeSpec three;
   three.gpus = "3";
-  auto out = service_->Resize(TestCaller(1000), id, three);
+  auto out = service_->live().Resize(TestCaller(1000), id, three);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), core::StatusCode::kInvalidArgument);
   EXPECT_NE(out.status().message().find("runs on 1 to 2 GPUs"), std::string::npos)
       << out.status().message();
   auto fixed = Submit(Gpus("1"));
   ASSERT_TRUE(fixed.ok());
-  auto not_elastic = service_->Resize(TestCaller(1000), fixed->job.id, one);
+  auto not_elastic = service_->live().Resize(TestCaller(1000), fixed->job.id, one);
   ASSERT_FALSE(not_elastic.ok());
   EXPECT_EQ(not_elastic.status().code(), core::StatusCode::kFailedPrecondition);
-  EXPECT_FALSE(service_->Resize(TestCaller(2000), id, two).ok()) << "not the owner";
+  EXPECT_FALSE(service_->live().Resize(TestCaller(2000), id, two).ok()) << "not the owner";
 }
 
 TEST_F(PolicyTest, ElasticJobStartsWithItsMinimumWhenThatIsAllThereIs) {

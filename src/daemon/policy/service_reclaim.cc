@@ -1,6 +1,6 @@
 // Service: the pass after each usage sample (service_usage.cc) that hands
 // each running job to the watchdog (watch/watchdog.h) and idle reclaim
-// (watch/idle_reclaim.h); `gpuslice resume` of a paused job.
+// (watch/idle_reclaim.h) (a job's flags: reads/job_reads.h).
 // See docs/DAEMON.md ("Idle reclaim", "Enforcement watchdog").
 
 #include <fcntl.h>
@@ -43,29 +43,6 @@ void Service::Reclaim() {
     // Idle reclaim (watch/idle_reclaim.h).
     idle_.Watch(job, use, someone_waits);
   }
-}
-
-Status Service::Resume(const Caller& caller, uint64_t id) {
-  auto it = table_.jobs().find(id);
-  if (it == table_.jobs().end()) return core::NotFoundError("no job " + std::to_string(id));
-  Job& job = it->second;
-  GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
-  auto l = table_.live().find(id);
-  if (job.state == JobState::kSuspended && l != table_.live().end()) {
-    return suspender_.Resume(job, caller.user.empty() ? std::to_string(caller.uid) : caller.user);
-  }
-  if (l == table_.live().end() || !l->second.paused) {
-    return core::FailedPreconditionError("job " + std::to_string(id) + " is not paused");
-  }
-  SliceLimits limits = setup_.SliceLimitsOf(job);
-  limits.launches_paused = false;
-  GPUSLICE_RETURN_IF_ERROR(regions_.Update(job.region_path, limits));
-  l->second.paused = false;
-  idle_.Unpaused(id, usage_.Find(id));
-  RecordEvent("resumed", id, job.user,
-              "launches allowed again by " +
-                  (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
-  return Status::Ok();
 }
 
 }  // namespace gpuslice::daemon

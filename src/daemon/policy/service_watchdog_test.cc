@@ -428,7 +428,7 @@ TEST_F(WatchdogTest, ALiveShareChangeStartsANewComputeWindow) {
   Run(5);
   ResizeSpec spec;
   spec.compute = "20%";
-  ASSERT_TRUE(service_->Resize(TestCaller(1000), v.job.id, spec).ok());
+  ASSERT_TRUE(service_->live().Resize(TestCaller(1000), v.job.id, spec).ok());
   inventory_.usage[gpu].processes[0].sm_util_pct = 20;
   Run(5);
   EXPECT_EQ(Get(v.job.id).job.state, core::JobState::kRunning);

@@ -282,7 +282,7 @@ TEST_F(ScheduleTest, AJobIsMovedAutomaticallyAtMostTheHourlyLimit) {
   Ticks(1);
   // Its owner moves it away again (their own moves are not capped).
   const std::string away = GpuOf(a->job.id) == "GPU-2" ? "GPU-1" : "GPU-2";
-  ASSERT_TRUE(service_->Move(TestCaller(kUser), b, away).ok());
+  ASSERT_TRUE(service_->live().Move(TestCaller(kUser), b, away).ok());
   Ticks(2);
   ASSERT_EQ(GpuOf(b), away);
   // Within the hour the daemon does not move it a second time ...
