@@ -436,7 +436,9 @@ int main(int argc, char** argv) {
     io.stop();
   });
   gd::LogInfo("listening on " + config.socket + " (state in " + config.state_dir + ")" +
-              (service.degraded() ? "; DEGRADED: " + service.degraded_reason() : ""));
+              (service.degraded_mode().degraded()
+                   ? "; DEGRADED: " + service.degraded_mode().reason()
+                   : ""));
   io.run();
   unlink(config.socket.c_str());
   if (!config.metrics_listen.empty()) fs::remove(metrics_addr_file, ec);

@@ -242,8 +242,8 @@ ApiResponse Api::Handle(const ApiRequest& request) {
 
 ApiResponse Api::Status(const ApiRequest&, uint64_t) {
   const InventorySnapshot& inv = service_.inventory();
-  json j = {{"state", service_.degraded() ? "degraded" : "ok"},
-            {"degraded_reason", service_.degraded_reason()},
+  json j = {{"state", service_.degraded_mode().degraded() ? "degraded" : "ok"},
+            {"degraded_reason", service_.degraded_mode().reason()},
             {"job_tracking", service_.job_tracking()},
             {"version", "0.1.0"},
             {"gpu_source", inv.source},
@@ -273,7 +273,7 @@ ApiResponse Api::Gpus(const ApiRequest&, uint64_t) {
   json gpus = json::array();
   for (const GpuInfo& g : inv.gpus) {
     json gj = GpuToJson(g);
-    gj["pool"] = service_.PoolOf(g.index);
+    gj["pool"] = service_.pools().PoolOf(g.index);
     if (usage.ok()) {
       for (const GpuUsage& u : *usage) {
         if (u.index != g.index) continue;
@@ -416,8 +416,8 @@ ApiResponse Api::ListJobs(const ApiRequest& req, uint64_t) {
   json jobs = json::array();
   for (const JobView& v : page.jobs) jobs.push_back(JobToJson(v));
   json out = {{"jobs", std::move(jobs)},
-              {"degraded", service_.degraded()},
-              {"degraded_reason", service_.degraded_reason()}};
+              {"degraded", service_.degraded_mode().degraded()},
+              {"degraded_reason", service_.degraded_mode().reason()}};
   if (page.next_cursor) out["next_cursor"] = std::to_string(*page.next_cursor);
   return Json(200, out);
 }
@@ -453,8 +453,8 @@ ApiResponse Api::JobsSummary(const ApiRequest& req, uint64_t) {
   return Json(200, {{"counts", summary.counts},
                     {"groups", std::move(groups)},
                     {"groups_total", summary.groups_total},
-                    {"degraded", service_.degraded()},
-                    {"degraded_reason", service_.degraded_reason()}});
+                    {"degraded", service_.degraded_mode().degraded()},
+                    {"degraded_reason", service_.degraded_mode().reason()}});
 }
 
 ApiResponse Api::SubmitJob(const ApiRequest& req, uint64_t) {

@@ -126,7 +126,8 @@ void RenderGpus(MetricsText& t, Service& service, const InventorySnapshot& inv,
                 const std::vector<GpuUsage>& usage, const std::vector<GpuTotals>& totals,
                 const std::vector<ForeignProcess>& foreign, const std::string& host) {
   std::vector<MetricLabels> labels;
-  for (const GpuInfo& g : inv.gpus) labels.push_back(GpuLabels(g, host, service.PoolOf(g.index)));
+  for (const GpuInfo& g : inv.gpus)
+    labels.push_back(GpuLabels(g, host, service.pools().PoolOf(g.index)));
   // usage().gpus() is in the order of inventory().gpus; it is empty before
   // the first sample (and stays so when NVML cannot be read).
   const bool have_usage = usage.size() == inv.gpus.size();
@@ -474,7 +475,7 @@ void RenderDaemon(MetricsText& t, Service& service, const MetricsOptions& option
   t.Sample({}, 1.0);
   t.Family(kDegraded, MetricType::kGauge,
            "1 while the daemon is degraded (serves reads, refuses new work; see gpuslice status).");
-  t.Sample({}, service.degraded() ? 1.0 : 0.0);
+  t.Sample({}, service.degraded_mode().degraded() ? 1.0 : 0.0);
   t.Family(kStartTime, MetricType::kGauge, "When the daemon started (Unix time, seconds).");
   t.Sample({}, options.start_time_ms / 1000.0);
   t.Family(kBuildInfo, MetricType::kGauge, "Always 1; labels give the daemon's version.");

@@ -89,7 +89,7 @@ json NodeStateJson(Service& service) {
     json gj = {{"index", g.index},
                {"uuid", g.uuid},
                {"model", g.model},
-               {"pool", service.PoolOf(g.index)},
+               {"pool", service.pools().PoolOf(g.index)},
                {"island", g.island},
                {"healthy", healthy},
                {"memory_total", g.memory_total},
@@ -116,8 +116,8 @@ json NodeStateJson(Service& service) {
                           .count();
   return {{"version", kNodeStateVersion},
           {"node", Hostname()},
-          {"degraded", service.degraded()},
-          {"degraded_reason", service.degraded_reason()},
+          {"degraded", service.degraded_mode().degraded()},
+          {"degraded_reason", service.degraded_mode().reason()},
           {"at_ms", now},
           {"gpus", std::move(gpus)}};
 }

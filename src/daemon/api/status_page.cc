@@ -347,8 +347,8 @@ json StatusSnapshot(Service& service) {
 
   return {{"generated_ms", now},
           {"host", HostName()},
-          {"state", service.degraded() ? "degraded" : "ok"},
-          {"degraded_reason", service.degraded_reason()},
+          {"state", service.degraded_mode().degraded() ? "degraded" : "ok"},
+          {"degraded_reason", service.degraded_mode().reason()},
           {"simulated", inv.simulated()},
           {"running", running},
           {"gpus", std::move(gpus)},

@@ -52,7 +52,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
         "work ended; job " +
         std::to_string(id) + " records its own");
   }
-  if (degraded() && !ledger_) {
+  if (degraded_.degraded() && !ledger_) {
     return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): cannot record a cancel");
   }

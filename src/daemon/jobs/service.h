@@ -36,6 +36,7 @@
 #include "core/schedule/quota.h"
 #include "daemon/base/clock.h"
 #include "daemon/compute/region_store.h"
+#include "daemon/config/gpu_pools.h"
 #include "daemon/config/policy_config.h"
 #include "daemon/containers/container_jobs.h"
 #include "daemon/control/job_processes.h"
@@ -203,8 +204,8 @@ class Service : public JobTransitions {
   // on its timer; cheap when the ledger and the disk are fine.
   void MaintainLedger();
 
-  bool degraded() const { return degraded_.degraded(); }
-  const std::string& degraded_reason() const { return degraded_.reason(); }
+  // Whether new work is refused, and why (store/degraded_mode.h).
+  const DegradedMode& degraded_mode() const { return degraded_; }
   // How jobs' processes are tracked (cgroups, or process groups and why).
   std::string job_tracking() const { return launcher_.Tracking(); }
   const InventorySnapshot& inventory() const { return inventory_; }
@@ -235,9 +236,9 @@ class Service : public JobTransitions {
   JobEdits& edits() { return edits_; }
   // The daemon's clock (Unix milliseconds).
   int64_t NowMs() const { return clock_.NowMs(); }
-  // The pool of a GPU (by inventory index): the default pool unless the
-  // admin put it in another.
-  const std::string& PoolOf(uint32_t gpu_index) const;
+  // Each GPU's pool (by inventory index): the default pool unless the
+  // admin put it in another (config/gpu_pools.h).
+  const GpuPools& pools() const { return pools_; }
 
  private:
   // What the job table keeps of a running or suspended job (table/job_table.h).
@@ -293,13 +294,9 @@ class Service : public JobTransitions {
   // Resume on demand (suspend/suspender.h): a suspended job's demand to be
   // resumed enters the queue as a job submitted now would.
   void QueueResumeDemand(const core::Job& job, int64_t asked_ms);
-  core::Status ResolvePools(std::vector<std::string>* pool_of);
   // Fair share at start (service_schedule.cc): the ranker's book seeded
   // with the ledger's history, read as `gpuslice usage` reads it.
   void SeedFairShare();
-  // Job `id` as the components that make room for the head see it
-  // (makeroom/live_job.h); unset when it is neither running nor suspended.
-  std::optional<LiveJob> LiveJobOf(uint64_t id);
 
   ServiceOptions options_;
   // Every job in memory, the live jobs' state, the queue and their indexes
@@ -370,7 +367,8 @@ class Service : public JobTransitions {
   // Preemption and the reclaim of borrowed capacity: whom each head ends
   // or suspends, and why it cannot (makeroom/preemptions.h).
   Preemptions preemptions_;
-  std::map<uint32_t, std::string> pool_of_gpu_;
+  // Which pool each GPU is in, resolved at start (config/gpu_pools.h).
+  GpuPools pools_{options_.rules.default_pool};
 
   // Which queued jobs wait for which (--after; waits/dependencies.h).
   JobDependencies dependencies_;

@@ -235,24 +235,24 @@ TEST_F(HardeningTest, LedgerRecoversOnItsOwnOnceTheDiskHasRoomAgain) {
   // Writes fail now: a job's end, then new work.
   launcher_.Exit(pid, 0);
   service_->Tick();
-  for (int i = 0; i < 200 && !service_->degraded(); ++i) {
+  for (int i = 0; i < 200 && !service_->degraded_mode().degraded(); ++i) {
     (void)Submit("1", 1000 + i, {"PAD=" + std::string(3000, 'p')});
   }
-  ASSERT_TRUE(service_->degraded());
-  EXPECT_NE(service_->degraded_reason().find("ledger write failed"), std::string::npos);
+  ASSERT_TRUE(service_->degraded_mode().degraded());
+  EXPECT_NE(service_->degraded_mode().reason().find("ledger write failed"), std::string::npos);
   EXPECT_FALSE(Submit("1").ok());
   // Still full: retried every ledger_retry_ms, not on every call.
   service_->MaintainLedger();
-  EXPECT_TRUE(service_->degraded()) << "not before the retry interval";
+  EXPECT_TRUE(service_->degraded_mode().degraded()) << "not before the retry interval";
   clock_.Advance(1000);
   service_->MaintainLedger();
-  EXPECT_TRUE(service_->degraded()) << "the disk is still full";
+  EXPECT_TRUE(service_->degraded_mode().degraded()) << "the disk is still full";
   // Room again is seen on the next call, not the next interval (a daemon
   // with no job running would take up to ledger_retry, 2 s, to notice).
   clock_.Advance(10);
   fs::remove(mount_ + "/fill");
   service_->MaintainLedger();
-  EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
+  EXPECT_FALSE(service_->degraded_mode().degraded()) << service_->degraded_mode().reason();
   bool degraded_event = false, recovered_event = false;
   auto events = service_->events().Query({.limit = 1000});
   ASSERT_TRUE(events.ok());
@@ -284,9 +284,9 @@ TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRo
   const uint64_t id = waiting->job.id;
   const size_t launches = launcher_.launches.size();
   EXPECT_EQ(service_->reads().Get(id)->job.state, core::JobState::kQueued);
-  ASSERT_TRUE(service_->degraded());
-  EXPECT_NE(service_->degraded_reason().find("No space left on device"), std::string::npos)
-      << service_->degraded_reason();
+  ASSERT_TRUE(service_->degraded_mode().degraded());
+  EXPECT_NE(service_->degraded_mode().reason().find("No space left on device"), std::string::npos)
+      << service_->degraded_mode().reason();
   auto refused = Submit("1", 1002);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), core::StatusCode::kUnavailable);
@@ -299,14 +299,14 @@ TEST_F(HardeningTest, AJobWhoseSliceFindsNoRoomWaitsQueuedAndStartsOnceThereIsRo
     service_->Tick();
     service_->MaintainLedger();
   }
-  EXPECT_TRUE(service_->degraded());
+  EXPECT_TRUE(service_->degraded_mode().degraded());
   EXPECT_EQ(service_->reads().Get(id)->job.state, core::JobState::kQueued);
   EXPECT_EQ(service_->reads().Get(running->job.id)->job.state, core::JobState::kRunning);
   EXPECT_EQ(launcher_.launches.size(), launches);
   // Room again: the next maintenance sees it, the job starts.
   regions_.room = core::Status::Ok();
   service_->MaintainLedger();
-  EXPECT_FALSE(service_->degraded()) << service_->degraded_reason();
+  EXPECT_FALSE(service_->degraded_mode().degraded()) << service_->degraded_mode().reason();
   service_->Flush();
   service_->Tick();
   EXPECT_EQ(service_->reads().Get(id)->job.state, core::JobState::kRunning);

@@ -39,7 +39,8 @@ void Service::Tick() {
   WatchRunning();
   // Elastic jobs first: a shrink that lets the head start makes preempting
   // for it unnecessary.
-  if (capacity_ && !degraded()) elastic_.Adjust(table_.queue().empty() ? 0 : reads_.plan_head());
+  if (capacity_ && !degraded_.degraded())
+    elastic_.Adjust(table_.queue().empty() ? 0 : reads_.plan_head());
   Schedule();
   table_.TrimHistory(options_.history, clock_.NowMs() - kKeepEndedMs);
   containers_.SyncCdi();

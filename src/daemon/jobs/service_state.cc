@@ -106,8 +106,8 @@ Status Service::Start() {
                                     : std::string("NVML: ")) +
             inventory_.library + ", " + std::to_string(inventory_.gpus.size()) + " GPU(s)");
   }
-  std::vector<std::string> pool_of;
-  GPUSLICE_RETURN_IF_ERROR(ResolvePools(&pool_of));
+  GPUSLICE_ASSIGN_OR_RETURN(std::vector<std::string> pool_of,
+                            pools_.Resolve(options_.rules, inventory_.gpus));
   auto cap =
       NodeCapacity::Create(inventory_.gpus, options_.policy, pool_of, options_.rules.default_pool);
   if (!cap.ok()) return cap.status();

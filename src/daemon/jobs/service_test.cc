@@ -294,8 +294,8 @@ TEST_F(ServiceTest, UnreadableLedgerMakesTheServiceDegradedButReadable) {
   o.state_dir = dir_;
   service_ = std::make_unique<Service>(o, clock_, inventory_, launcher_, regions_);
   ASSERT_TRUE(service_->Start().ok());
-  EXPECT_TRUE(service_->degraded());
-  EXPECT_NE(service_->degraded_reason().find("ledger"), std::string::npos);
+  EXPECT_TRUE(service_->degraded_mode().degraded());
+  EXPECT_NE(service_->degraded_mode().reason().find("ledger"), std::string::npos);
   auto v = Submit("8GiB", std::nullopt);
   ASSERT_FALSE(v.ok());
   EXPECT_EQ(v.status().code(), core::StatusCode::kUnavailable);
@@ -327,7 +327,8 @@ TEST_F(ServiceTest, AttachIsRefusedOnceTheProcessThatConnectedHasEnded) {
   EXPECT_EQ(s.code(), core::StatusCode::kPermissionDenied) << s.ToString();
   EXPECT_NE(s.message().find("has ended"), std::string::npos) << s.message();
   c.process = nullptr;  // A peer whose pid the daemon cannot see.
-  EXPECT_EQ(service_->shells().Attach(c, v->job.id, getpid()).code(), core::StatusCode::kPermissionDenied);
+  EXPECT_EQ(service_->shells().Attach(c, v->job.id, getpid()).code(),
+            core::StatusCode::kPermissionDenied);
   EXPECT_EQ(Pid(v->job.id), 0) << "nothing attached";
   EXPECT_TRUE(service_->shells().Attach(ShellCaller(), v->job.id, getpid()).ok());
 }

@@ -41,6 +41,28 @@ SuspendCause CauseOf(const SuspendToMakeRoom& why) {
   return cause;
 }
 
+// Writes a live job's new size (an elastic step, a resize) to the ledger,
+// when there is one; a failed write degrades the daemon until it is retried.
+void SaveResize(Ledger* ledger, DegradedMode& degraded, const Job& job, int64_t now_ms) {
+  if (ledger == nullptr) return;
+  if (Status s = ledger->SaveResize(job, now_ms); !s.ok()) {
+    degraded.Degrade("ledger write failed: " + s.message());
+  }
+}
+
+// Job `id` as the components that make room for the head see it
+// (makeroom/live_job.h); unset when it is neither running nor suspended.
+std::optional<LiveJob> LiveJobIn(JobTable& table, const Suspender& suspender,
+                                 const Watchdog& watchdog, uint64_t id) {
+  auto it = table.live().find(id);
+  if (it == table.live().end()) return std::nullopt;
+  const LiveState& l = it->second;
+  return LiveJob{.job = &table.jobs()[id],
+                 .ending = l.ending.has_value(),
+                 .checkpointing = suspender.Busy(id),
+                 .stopped = watchdog.Stopped(id)};
+}
+
 }  // namespace
 
 Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Launcher& launcher,
@@ -200,9 +222,10 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           Preemptions::Jobs{
               .for_each_live =
                   [this](const std::function<void(const LiveJob&)>& visit) {
-                    for (const auto& [id, l] : table_.live()) visit(*LiveJobOf(id));
+                    for (const auto& [id, l] : table_.live())
+                      visit(*LiveJobIn(table_, suspender_, watchdog_, id));
                   },
-              .live = [this](uint64_t id) { return LiveJobOf(id); },
+              .live = [this](uint64_t id) { return LiveJobIn(table_, suspender_, watchdog_, id); },
               .job = [this](uint64_t id) -> const Job& { return table_.jobs()[id]; },
               .capacity = [this]() -> const core::CapacityModel& { return *capacity_; },
               .suspend =
@@ -274,7 +297,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .capacity = [this] { return capacity_.get(); },
               .degraded_reason = [this] { return degraded_.reason(); },
               .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
-              .pool_of = [this](uint32_t gpu) -> const std::string& { return PoolOf(gpu); },
+              .pool_of = [this](uint32_t gpu) -> const std::string& { return pools_.PoolOf(gpu); },
               .usage = [this](uint64_t id) { return usage_.Find(id); },
               .forget_usage = [this](uint64_t id) { usage_.Forget(id); },
               .processes = [this]() -> ProcessTable& { return procs_.processes(); },
@@ -355,7 +378,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                 auto it = table_.jobs().find(id);
                 return it == table_.jobs().end() ? nullptr : &it->second;
               },
-              .live = [this](uint64_t id) { return LiveJobOf(id); },
+              .live = [this](uint64_t id) { return LiveJobIn(table_, suspender_, watchdog_, id); },
               .can_move = [this](const Job& job) { return suspender_.CanMove(job); },
               .has_cuda_processes =
                   [this](const Job& job) {
@@ -381,7 +404,8 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           ElasticJobs::Jobs{
               .for_each_live =
                   [this](const std::function<void(const LiveJob&)>& visit) {
-                    for (const auto& [id, l] : table_.live()) visit(*LiveJobOf(id));
+                    for (const auto& [id, l] : table_.live())
+                      visit(*LiveJobIn(table_, suspender_, watchdog_, id));
                   },
               .job = [this](uint64_t id) -> Job& { return table_.jobs()[id]; },
               .capacity = [this]() -> NodeCapacity& { return *capacity_; },
@@ -409,10 +433,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
               .limits_of = [this](const Job& job) { return setup_.SliceLimitsOf(job); },
               .save_resize =
                   [this](const Job& job) {
-                    if (!ledger_) return;
-                    if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
-                      degraded_.Degrade("ledger write failed: " + s.message());
-                    }
+                    SaveResize(ledger_.get(), degraded_, job, clock_.NowMs());
                   },
               .no_room = [this](const std::string& reason) { degraded_.NoRoom(reason); },
               .job_dir = [this](uint64_t id) { return setup_.JobDir(id); },
@@ -433,7 +454,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                   return core::UnavailableError("ledger unavailable: " + degraded_.reason());
                 return ledger_->Transitions(id);
               },
-              .pool_of = [this](uint32_t gpu) -> const std::string& { return PoolOf(gpu); },
+              .pool_of = [this](uint32_t gpu) -> const std::string& { return pools_.PoolOf(gpu); },
               .suspend_flags = [this](uint64_t id) { return suspender_.Flags(id); },
               .idle = [this](uint64_t id) { return idle_.Flagged(id); },
               .watchdog_flags =
@@ -463,7 +484,7 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
              JobEdits::Jobs{
                  .health =
                      [this] {
-                       return JobEdits::Health{.degraded = degraded(),
+                       return JobEdits::Health{.degraded = degraded_.degraded(),
                                                .ledger = ledger_ != nullptr,
                                                .reason = degraded_.reason()};
                      },
@@ -499,54 +520,44 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
           },
           table_, *this, degraded_, containers_, external_, dependencies_, quotas_, setup_,
           regions_, clock_),
-      live_(table_, suspender_, quotas_, regions_, *this, options_.rules, clock_,
-            LiveChanges::Hooks{
-                .view = [this](const Job& job) { return reads_.View(job); },
-                .change_priority =
-                    [this](const Caller& caller, Job& job, core::Priority priority) {
-                      return edits_.ChangePriority(caller, job, priority);
-                    },
-                .limits_of = [this](const Job& job) { return setup_.SliceLimitsOf(job); },
-                .take_turns = [](const Job& job,
-                                 SliceLimits* limits) { JobSetup::TakeTurnsWithoutAShare(job, limits); },
-                .capacity = [this] { return capacity_.get(); },
-                .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
-                .pool_of = [this](uint32_t gpu) -> const std::string& { return PoolOf(gpu); },
-                .degraded = [this] { return degraded_.degraded(); },
-                .degraded_reason = [this] { return degraded_.reason(); },
-                .save_resize =
-                    [this](const Job& job) {
-                      if (!ledger_) return;
-                      if (Status s = ledger_->SaveResize(job, clock_.NowMs()); !s.ok()) {
-                        degraded_.Degrade("ledger write failed: " + s.message());
-                      }
-                    },
-                .resize_elastic =
-                    [this](Job& job, uint32_t count, const std::string& why) {
-                      return elastic_.Apply(job, count, why);
-                    },
-                .unpaused = [this](uint64_t id) { idle_.Unpaused(id, usage_.Find(id)); },
-                .idle_fallback = [this](Job& job, IdleAction action,
-                                        const std::string& idle) { idle_.Act(job, action, idle); },
-                .end_for_preemption =
-                    [this](Job& job, uint64_t head) { preemptions_.EndForPreemption(job, head); },
-                .requeue_for_reclaim =
-                    [this](Job& job, uint64_t head) { preemptions_.RequeueForReclaim(job, head); },
-                .move_failed = [this](uint64_t id,
-                                      int64_t now_ms) { defrag_.MoveFailed(id, now_ms); },
-            }),
+      live_(
+          table_, suspender_, quotas_, regions_, *this, options_.rules, clock_,
+          LiveChanges::Hooks{
+              .view = [this](const Job& job) { return reads_.View(job); },
+              .change_priority =
+                  [this](const Caller& caller, Job& job, core::Priority priority) {
+                    return edits_.ChangePriority(caller, job, priority);
+                  },
+              .limits_of = [this](const Job& job) { return setup_.SliceLimitsOf(job); },
+              .take_turns =
+                  [](const Job& job, SliceLimits* limits) {
+                    JobSetup::TakeTurnsWithoutAShare(job, limits);
+                  },
+              .capacity = [this] { return capacity_.get(); },
+              .inventory = [this]() -> const InventorySnapshot& { return inventory_; },
+              .pool_of = [this](uint32_t gpu) -> const std::string& { return pools_.PoolOf(gpu); },
+              .degraded = [this] { return degraded_.degraded(); },
+              .degraded_reason = [this] { return degraded_.reason(); },
+              .save_resize =
+                  [this](const Job& job) {
+                    SaveResize(ledger_.get(), degraded_, job, clock_.NowMs());
+                  },
+              .resize_elastic =
+                  [this](Job& job, uint32_t count, const std::string& why) {
+                    return elastic_.Apply(job, count, why);
+                  },
+              .unpaused = [this](uint64_t id) { idle_.Unpaused(id, usage_.Find(id)); },
+              .idle_fallback = [this](Job& job, IdleAction action,
+                                      const std::string& idle) { idle_.Act(job, action, idle); },
+              .end_for_preemption =
+                  [this](Job& job, uint64_t head) { preemptions_.EndForPreemption(job, head); },
+              .requeue_for_reclaim =
+                  [this](Job& job, uint64_t head) { preemptions_.RequeueForReclaim(job, head); },
+              .move_failed = [this](uint64_t id,
+                                    int64_t now_ms) { defrag_.MoveFailed(id, now_ms); },
+          }),
       shells_(table_, launcher_, *this,
               ShellJobs::Hooks{.watch_running = [this] { WatchRunning(); }}) {}
-
-std::optional<LiveJob> Service::LiveJobOf(uint64_t id) {
-  auto it = table_.live().find(id);
-  if (it == table_.live().end()) return std::nullopt;
-  const Live& l = it->second;
-  return LiveJob{.job = &table_.jobs()[id],
-                 .ending = l.ending.has_value(),
-                 .checkpointing = suspender_.Busy(id),
-                 .stopped = watchdog_.Stopped(id)};
-}
 
 Service::~Service() = default;
 

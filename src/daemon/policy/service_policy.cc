@@ -74,27 +74,4 @@ void Service::Requeue(Job& job, std::string reason) {
   Enqueue(job);
 }
 
-Status Service::ResolvePools(std::vector<std::string>* pool_of) {
-  const PolicyConfig& rules = options_.rules;
-  pool_of->clear();
-  pool_of_gpu_.clear();
-  for (const GpuInfo& g : inventory_.gpus) pool_of_gpu_[g.index] = rules.default_pool;
-  if (rules.pools.empty() || inventory_.gpus.empty()) return Status::Ok();
-  GPUSLICE_ASSIGN_OR_RETURN(*pool_of, PoolsOfGpus(rules, inventory_.gpus));
-  for (size_t i = 0; i < pool_of->size(); ++i) {
-    pool_of_gpu_[inventory_.gpus[i].index] = (*pool_of)[i];
-  }
-  std::string summary;
-  for (size_t i = 0; i < pool_of->size(); ++i) {
-    summary += (i ? ", " : "") + std::to_string(inventory_.gpus[i].index) + ":" + (*pool_of)[i];
-  }
-  LogInfo("pools (GPU:pool): " + summary + "; default pool " + rules.default_pool);
-  return Status::Ok();
-}
-
-const std::string& Service::PoolOf(uint32_t gpu_index) const {
-  auto it = pool_of_gpu_.find(gpu_index);
-  return it == pool_of_gpu_.end() ? options_.rules.default_pool : it->second;
-}
-
 }  // namespace gpuslice::daemon

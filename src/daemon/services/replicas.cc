@@ -396,8 +396,8 @@ Result<ServiceView> ReplicaManager::Create(const Caller& caller, ServiceCreateSp
   }
   GPUSLICE_RETURN_IF_ERROR(ValidateServiceName(spec.name));
   GPUSLICE_RETURN_IF_ERROR(spec.policy.Validate());
-  if (service_.degraded()) {
-    return core::UnavailableError("daemon degraded (" + service_.degraded_reason() +
+  if (service_.degraded_mode().degraded()) {
+    return core::UnavailableError("daemon degraded (" + service_.degraded_mode().reason() +
                                   "): not accepting new services");
   }
   if (!table_) {
