@@ -26,7 +26,7 @@ struct MetricsOptions {
   int64_t start_time_ms = 0;  // The daemon's start (gpuslice_daemon_start_time_seconds).
 };
 
-// The whole exposition. Calls Service::List, which may run a pending queue
+// The whole exposition. Calls JobReads::List, which may run a pending queue
 // plan first (so queue figures are current).
 std::string RenderMetrics(Service& service, const MetricsOptions& options);
 

@@ -51,7 +51,7 @@ class JobEdits {
     std::function<core::Status(const core::ResourceRequest& request)> could_ever_fit;
     std::function<core::Status(uint64_t id, const core::ResourceRequest& request)> set_demand;
     // The pools and priorities the admin restricted, then the quotas, as
-    // at submission (Service::CheckQuotaAtSubmit).
+    // at submission (JobIntake::CheckQuotaAtSubmit).
     std::function<core::Status(const core::Job& job)> check_quota;
     // Puts a queued job in the queue at the place its priority and arrival
     // give it (Service::Enqueue).
