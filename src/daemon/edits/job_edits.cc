@@ -20,8 +20,6 @@ using core::Status;
 
 namespace {
 
-std::string Who(const Caller& c) { return c.user.empty() ? std::to_string(c.uid) : c.user; }
-
 // The request of a queued job with `spec`'s changes, checked as a new
 // request is (core::BuildRequest): the same words and bounds.
 Result<core::ResourceRequest> UpdatedRequest(const Job& job, const UpdateSpec& spec) {
@@ -81,7 +79,7 @@ Result<JobView> JobEdits::Hold(const Caller& caller, uint64_t id) {
   holds_.Hold(id);
   transitions_.RecordEvent(
       "held", id, job.user,
-      "held by " + Who(caller) +
+      "held by " + CallerName(caller) +
           (kind == core::HoldKind::kAdmin ? " (an admin's hold: only an admin releases it)" : ""));
   transitions_.Schedule();
   return jobs_.view(job);
@@ -112,7 +110,7 @@ Result<JobView> JobEdits::Release(const Caller& caller, uint64_t id) {
                                   "): release not recorded");
   }
   holds_.Release(id);
-  transitions_.RecordEvent("released", id, job.user, "released by " + Who(caller));
+  transitions_.RecordEvent("released", id, job.user, "released by " + CallerName(caller));
   transitions_.Schedule();
   return jobs_.view(job);
 }
@@ -183,7 +181,7 @@ Result<JobView> JobEdits::Update(const Caller& caller, uint64_t id, const Update
   transitions_.RecordEvent(
       "updated", id, job.user,
       (changes.empty() ? std::string("no change") : core::Join(changes, ", ")) + " by " +
-          Who(caller));
+          CallerName(caller));
   transitions_.Schedule();
   return jobs_.view(job);
 }
@@ -220,7 +218,8 @@ Status JobEdits::ChangePriority(const Caller& caller, Job& job, core::Priority p
   transitions_.Persist(job, JobState::kRunning);
   transitions_.RecordEvent("resized", job.id, job.user,
                            "priority " + std::string(core::PriorityName(before)) + " -> " +
-                               std::string(core::PriorityName(priority)) + " by " + Who(caller));
+                               std::string(core::PriorityName(priority)) + " by " +
+                               CallerName(caller));
   return Status::Ok();
 }
 

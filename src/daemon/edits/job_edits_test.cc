@@ -7,37 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "daemon/table/job_transitions_fake.h"
+
 namespace gpuslice::daemon {
 namespace {
 
 using core::Job;
 using core::JobState;
 using core::Status;
-
-// What JobEdits asks of the daemon's transitions, recorded: each write and
-// event, and how often the queue was re-planned.
-class FakeTransitions : public JobTransitions {
- public:
-  bool ChangeState(Job& job, JobState to, std::string, std::string) override {
-    job.state = to;
-    return true;
-  }
-  bool Persist(const Job& job, std::optional<JobState> from) override {
-    persisted.push_back({job.id, from});
-    return persist_ok;
-  }
-  void FinishJob(Job&, JobState, int, std::string) override {}
-  void RecordEvent(std::string kind, uint64_t, std::string, std::string message) override {
-    events.push_back(kind + ": " + message);
-  }
-  void Schedule() override { ++schedules; }
-  void RequestSchedule() override { ++schedules; }
-
-  bool persist_ok = true;
-  std::vector<std::pair<uint64_t, std::optional<JobState>>> persisted;
-  std::vector<std::string> events;
-  int schedules = 0;
-};
 
 Caller CallerOf(const std::string& user, uint32_t uid, bool admin = false) {
   Caller c;
@@ -118,17 +95,17 @@ TEST_F(JobEditsTest, TheOwnerHoldsAQueuedJobAndReleasesIt) {
   ASSERT_TRUE(edits_.Release(CallerOf("alice", 1000), 1).ok());
   EXPECT_FALSE(holds_.Holds(1));
   EXPECT_EQ(table_.jobs().at(1).hold, core::HoldKind::kNone);
-  EXPECT_EQ(transitions_.events,
+  EXPECT_EQ(transitions_.EventTexts(),
             (std::vector<std::string>{"held: held by alice", "released: released by alice"}));
   EXPECT_EQ(transitions_.persisted.size(), 2u);
-  EXPECT_EQ(transitions_.schedules, 2);
+  EXPECT_EQ(transitions_.plans(), 2);
 }
 
 TEST_F(JobEditsTest, AnAdminsHoldOnAnothersJobOnlyAnAdminReleases) {
   AddQueued(1);
   ASSERT_TRUE(edits_.Hold(CallerOf("root", 0, /*admin=*/true), 1).ok());
   EXPECT_EQ(table_.jobs().at(1).hold, core::HoldKind::kAdmin);
-  EXPECT_EQ(transitions_.events.back(),
+  EXPECT_EQ(transitions_.EventTexts().back(),
             "held: held by root (an admin's hold: only an admin releases it)");
   // The owner's own hold does not weaken it.
   ASSERT_TRUE(edits_.Hold(CallerOf("alice", 1000), 1).ok());
@@ -182,9 +159,10 @@ TEST_F(JobEditsTest, UpdateKeepsIdAndArrivalAndChecksQuotaWithTheNewRequest) {
   EXPECT_EQ(quota_checked_, (std::vector<core::Priority>{core::Priority::kHigh}));
   EXPECT_EQ(enqueued_, (std::vector<uint64_t>{1}));  // Its place follows the new priority.
   ASSERT_EQ(transitions_.events.size(), 1u);
-  EXPECT_EQ(transitions_.events[0].rfind("updated: ", 0), 0u);
-  EXPECT_NE(transitions_.events[0].find("priority normal -> high by alice"), std::string::npos);
-  EXPECT_EQ(transitions_.schedules, 1);
+  EXPECT_EQ(transitions_.EventTexts()[0].rfind("updated: ", 0), 0u);
+  EXPECT_NE(transitions_.EventTexts()[0].find("priority normal -> high by alice"),
+            std::string::npos);
+  EXPECT_EQ(transitions_.plans(), 1);
 }
 
 TEST_F(JobEditsTest, AnUpdateTheQuotasOrPriorityLimitsRefuseChangesNothing) {
@@ -229,11 +207,11 @@ TEST_F(JobEditsTest, LabelsArePersistedAndEventedOnlyWhenTheyChange) {
   ASSERT_EQ(transitions_.persisted.size(), 1u);
   EXPECT_EQ(transitions_.persisted[0].second, JobState::kQueued);
   ASSERT_EQ(transitions_.events.size(), 1u);
-  EXPECT_EQ(transitions_.events[0].rfind("labelled: ", 0), 0u);
+  EXPECT_EQ(transitions_.EventTexts()[0].rfind("labelled: ", 0), 0u);
   ASSERT_TRUE(edits_.SetLabels(CallerOf("alice", 1000), 1, {{"team", "vision"}}).ok());
   EXPECT_EQ(transitions_.events.size(), 1u);  // The same labels: nothing to record.
   ASSERT_TRUE(edits_.SetLabels(CallerOf("alice", 1000), 1, {}).ok());
-  EXPECT_EQ(transitions_.events.back(), "labelled: no labels");
+  EXPECT_EQ(transitions_.EventTexts().back(), "labelled: no labels");
 }
 
 TEST_F(JobEditsTest, LabelsOfAnEndedJobOrAnothersAreRefused) {
@@ -251,7 +229,7 @@ TEST_F(JobEditsTest, APriorityChangeReachesTheSliceOrIsUndone) {
   job.state = JobState::kRunning;
   ASSERT_TRUE(edits_.ChangePriority(CallerOf("alice", 1000), job, core::Priority::kHigh).ok());
   EXPECT_EQ(slice_priority_, core::Priority::kHigh);
-  EXPECT_EQ(transitions_.events.back(), "resized: priority normal -> high by alice");
+  EXPECT_EQ(transitions_.EventTexts().back(), "resized: priority normal -> high by alice");
   slice_ = core::UnavailableError("limits page gone");
   Status s = edits_.ChangePriority(CallerOf("alice", 1000), job, core::Priority::kLow);
   ASSERT_FALSE(s.ok());

@@ -9,6 +9,7 @@
 
 #include "core/units.h"
 #include "daemon/launch/launcher_fake.h"
+#include "daemon/table/job_transitions_fake.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -16,33 +17,6 @@ namespace {
 using core::Job;
 using core::JobState;
 using core::StatusCode;
-
-// JobTransitions as the intake sees it: what it persisted, told of and
-// asked to plan, with a switch that makes the ledger write fail.
-class RecordingTransitions : public JobTransitions {
- public:
-  bool ChangeState(Job& job, JobState to, std::string, std::string) override {
-    job.state = to;
-    return true;
-  }
-  bool Persist(const Job& job, std::optional<JobState> from) override {
-    persisted.push_back(job.id);
-    EXPECT_FALSE(from.has_value()) << "a new job has no state to come from";
-    return !persist_fails;
-  }
-  void FinishJob(Job& job, JobState state, int, std::string) override { job.state = state; }
-  void RecordEvent(std::string kind, uint64_t id, std::string user, std::string message) override {
-    events.push_back(kind + " " + std::to_string(id) + " " + user + ": " + message);
-  }
-  void Schedule() override { ++schedules; }
-  void RequestSchedule() override { ++requested; }
-
-  std::vector<uint64_t> persisted;
-  std::vector<std::string> events;
-  int schedules = 0;
-  int requested = 0;
-  bool persist_fails = false;
-};
 
 Caller User(uint32_t uid) {
   Caller c;
@@ -118,7 +92,7 @@ class JobIntakeTest : public ::testing::Test {
   std::unique_ptr<NodeCapacity> capacity_;
   JobIntake::Options options_;
   JobTable table_;
-  RecordingTransitions transitions_;
+  FakeTransitions transitions_;
   FakeClock clock_;
   FakeRegionStore regions_;
   FakeLauncher launcher_;
@@ -197,10 +171,13 @@ TEST_F(JobIntakeTest, ASubmissionIsRecordedToldOfQueuedAndPlannedSoon) {
   EXPECT_EQ(v->job.state, JobState::kQueued);
   EXPECT_EQ(v->job.argv, std::vector<std::string>{"train"});
   ASSERT_NE(table_.Find(id), nullptr);
-  EXPECT_EQ(transitions_.persisted, std::vector<uint64_t>{id});
+  EXPECT_EQ(transitions_.PersistedIds(), std::vector<uint64_t>{id});
+  EXPECT_FALSE(transitions_.persisted[0].second.has_value())
+      << "a new job has no state to come from";
   ASSERT_EQ(transitions_.events.size(), 1u);
-  EXPECT_EQ(transitions_.events[0].rfind("submitted " + std::to_string(id) + " u1000: ", 0), 0u)
-      << transitions_.events[0];
+  EXPECT_EQ(transitions_.events[0].kind, "submitted");
+  EXPECT_EQ(transitions_.events[0].job_id, id);
+  EXPECT_EQ(transitions_.events[0].user, "u1000");
   EXPECT_EQ(enqueued_, std::vector<uint64_t>{id});
   EXPECT_EQ(transitions_.requested, 1) << "batched until the next Flush";
   EXPECT_EQ(transitions_.schedules, 0);
@@ -286,7 +263,7 @@ TEST_F(JobIntakeTest, OnlyALocalCallerSubmitsAndAFailedLedgerWriteAcceptsNothing
   remote.local = false;
   EXPECT_EQ(intake.Submit(remote, Spec("1GiB")).status().code(), StatusCode::kPermissionDenied);
 
-  transitions_.persist_fails = true;
+  transitions_.persist_ok = false;
   auto v = intake.Submit(User(1000), Spec("1GiB"));
   EXPECT_EQ(v.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(v.status().message().find("job not accepted"), std::string::npos);
@@ -310,7 +287,7 @@ TEST_F(JobIntakeTest, AnExternalJobIsPlacedAndStartedAtOnceNeverQueued) {
   ASSERT_TRUE(placed.has_value());
   EXPECT_EQ(placed->gpu_uuids, std::vector<std::string>{"GPU-1"});
   ASSERT_EQ(transitions_.events.size(), 1u);
-  EXPECT_NE(transitions_.events[0].find(", external"), std::string::npos);
+  EXPECT_NE(transitions_.events[0].message.find(", external"), std::string::npos);
 
   SubmitSpec with_command = external;
   with_command.argv = {"train"};

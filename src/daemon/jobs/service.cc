@@ -56,8 +56,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
     return core::UnavailableError("daemon degraded (" + degraded_.reason() +
                                   "): cannot record a cancel");
   }
-  std::string who =
-      "cancelled by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user);
+  std::string who = "cancelled by " + CallerName(caller);
   if (job.state == JobState::kQueued) {
     FinishJob(job, JobState::kCancelled, -1, who);
     Schedule();
@@ -83,8 +82,7 @@ Status Service::Cancel(const Caller& caller, uint64_t id, std::optional<int> exi
     // Released: its slice goes now. Nothing was killed, so it exited, with
     // the status its owner reports (a Slurm step's, so a failed step does
     // not show exit 0), else 0.
-    FinishJob(job, JobState::kExited, exit_code.value_or(0),
-              "released by " + (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
+    FinishJob(job, JobState::kExited, exit_code.value_or(0), "released by " + CallerName(caller));
     Schedule();
     return Status::Ok();
   }

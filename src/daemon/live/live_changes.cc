@@ -22,9 +22,6 @@ using core::Status;
 
 namespace {
 
-// Who changed a job, in a resize's event and a resume's.
-std::string Who(const Caller& c) { return c.user.empty() ? std::to_string(c.uid) : c.user; }
-
 // Who suspended a job (SuspendCause::by).
 std::string SuspendedBy(const Caller& caller) {
   return caller.user.empty() ? "uid " + std::to_string(caller.uid) : caller.user;
@@ -120,7 +117,7 @@ Result<JobView> LiveChanges::Resize(const Caller& caller, uint64_t id, const Res
   hooks_.save_resize(job);
   transitions_.RecordEvent(
       "resized", id, job.user,
-      from + " -> " + to + " by " + Who(caller) +
+      from + " -> " + to + " by " + CallerName(caller) +
           (next.memory_bytes < used ? " (forced below the " + core::FormatBytes(used) + " in use)"
                                     : ""));
   LogInfo("job " + std::to_string(id) + " resized: " + from + " -> " + to);
@@ -180,7 +177,7 @@ Status LiveChanges::Resume(const Caller& caller, uint64_t id) {
   GPUSLICE_RETURN_IF_ERROR(CheckOwner(caller, job));
   auto l = table_.live().find(id);
   if (job.state == JobState::kSuspended && l != table_.live().end()) {
-    return suspender_.Resume(job, caller.user.empty() ? std::to_string(caller.uid) : caller.user);
+    return suspender_.Resume(job, CallerName(caller));
   }
   if (l == table_.live().end() || !l->second.paused) {
     return core::FailedPreconditionError("job " + std::to_string(id) + " is not paused");
@@ -191,8 +188,7 @@ Status LiveChanges::Resume(const Caller& caller, uint64_t id) {
   l->second.paused = false;
   hooks_.unpaused(id);
   transitions_.RecordEvent("resumed", id, job.user,
-                           "launches allowed again by " +
-                               (caller.user.empty() ? std::to_string(caller.uid) : caller.user));
+                           "launches allowed again by " + CallerName(caller));
   return Status::Ok();
 }
 

@@ -12,38 +12,13 @@
 
 #include "core/units.h"
 #include "daemon/launch/checkpointer_fake.h"
+#include "daemon/table/job_transitions_fake.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 using core::Job;
 using core::JobState;
-
-struct Event {
-  std::string kind;
-  uint64_t job_id = 0;
-  std::string message;
-};
-
-// JobTransitions as a list: states change, events are kept, plans counted.
-class FakeTransitions : public JobTransitions {
- public:
-  bool ChangeState(Job& job, JobState to, std::string kind, std::string message) override {
-    job.state = to;
-    if (!kind.empty()) events.push_back({std::move(kind), job.id, std::move(message)});
-    return true;
-  }
-  bool Persist(const Job&, std::optional<JobState>) override { return true; }
-  void FinishJob(Job& job, JobState state, int, std::string) override { job.state = state; }
-  void RecordEvent(std::string kind, uint64_t job_id, std::string, std::string message) override {
-    events.push_back({std::move(kind), job_id, std::move(message)});
-  }
-  void Schedule() override { ++plans; }
-  void RequestSchedule() override { ++plans; }
-
-  std::vector<Event> events;
-  int plans = 0;
-};
 
 // LiveChanges over a job table of its own, two A100s in pool "default" and
 // an H100 in pool "big", a real Suspender over the fake driver and slices,
@@ -262,7 +237,7 @@ TEST_F(LiveChangesTest, AResizeWithinTheQuotaChangesTheSliceTheJobAndTheLedger) 
   ASSERT_FALSE(transitions_.events.empty());
   EXPECT_EQ(transitions_.events.back().kind, "resized");
   EXPECT_NE(transitions_.events.back().message.find("by alice"), std::string::npos);
-  EXPECT_EQ(transitions_.plans, 1);  // A smaller or larger job: the queue is planned again.
+  EXPECT_EQ(transitions_.plans(), 1);  // A smaller or larger job: the queue is planned again.
 }
 
 TEST_F(LiveChangesTest, AResizeAboveTheQuotaIsRefusedAndChangesNothing) {

@@ -10,13 +10,6 @@ namespace gpuslice::daemon {
 using core::Job;
 using core::Status;
 
-namespace {
-
-// Who the admin is, in an event: the name, or the uid when it has none.
-std::string Who(const Caller& c) { return c.user.empty() ? std::to_string(c.uid) : c.user; }
-
-}  // namespace
-
 void QuotaKeeper::NoteGpuMemory(uint64_t memory_total) {
   if (min_gpu_memory_ == 0 || memory_total < min_gpu_memory_) min_gpu_memory_ = memory_total;
 }
@@ -158,7 +151,7 @@ Status QuotaKeeper::SetQuota(const Caller& caller, const core::Principal& who,
                                   "): cannot record a quota");
   GPUSLICE_RETURN_IF_ERROR(ledger->SaveQuota(who, quota, records_.now_ms()));
   Set(who, quota);
-  records_.record_event("quota_set", Who(caller), who.ToString() + ": " + quota.Describe());
+  records_.record_event("quota_set", CallerName(caller), who.ToString() + ": " + quota.Describe());
   records_.schedule();
   return Status::Ok();
 }
@@ -174,7 +167,7 @@ Status QuotaKeeper::RemoveQuota(const Caller& caller, const core::Principal& who
                                   "): cannot record a quota");
   GPUSLICE_RETURN_IF_ERROR(ledger->RemoveQuota(who));
   Remove(who);
-  records_.record_event("quota_removed", Who(caller), who.ToString());
+  records_.record_event("quota_removed", CallerName(caller), who.ToString());
   records_.schedule();
   return Status::Ok();
 }

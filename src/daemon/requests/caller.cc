@@ -2,6 +2,10 @@
 
 namespace gpuslice::daemon {
 
+std::string CallerName(const Caller& caller) {
+  return caller.user.empty() ? std::to_string(caller.uid) : caller.user;
+}
+
 core::Status CheckOwner(const Caller& caller, const core::Job& job) {
   if (caller.admin || (caller.local && caller.uid == job.uid)) return core::Status::Ok();
   return core::PermissionDeniedError("job " + std::to_string(job.id) + " belongs to " + job.user +

@@ -30,6 +30,10 @@ struct Caller {
   bool token = false;
 };
 
+// How events and reasons name who did something: the caller's user name,
+// or its uid when the name is unknown.
+std::string CallerName(const Caller& caller);
+
 // Ok when `caller` may act on `job`: its owner calling locally, or an
 // admin; kPermissionDenied naming the owner otherwise.
 core::Status CheckOwner(const Caller& caller, const core::Job& job);

@@ -45,6 +45,13 @@ TEST(CheckOwnerTest, TheSameUidOverTcpIsNotTheOwner) {
   EXPECT_FALSE(CheckOwner(CallerOf(1000, false, /*local=*/false), JobOf(1000, "alice")).ok());
 }
 
+TEST(CallerNameTest, NamesTheUserOrElseTheUid) {
+  EXPECT_EQ(CallerName(CallerOf(1000)), "u1000");
+  Caller nameless;
+  nameless.uid = 4242;
+  EXPECT_EQ(CallerName(nameless), "4242");
+}
+
 TEST(LabelsTextTest, LabelsReadAsSortedPairsOnOneLine) {
   EXPECT_EQ(LabelsText({{"pod", "infer-0"}, {"container", "server"}}),
             "container=server, pod=infer-0");

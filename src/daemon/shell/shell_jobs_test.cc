@@ -7,32 +7,13 @@
 #include <vector>
 
 #include "daemon/launch/launcher_fake.h"
+#include "daemon/table/job_transitions_fake.h"
 
 namespace gpuslice::daemon {
 namespace {
 
 using core::Job;
 using core::JobState;
-
-// JobTransitions that counts what it is asked.
-class CountingTransitions : public JobTransitions {
- public:
-  bool ChangeState(Job& job, JobState to, std::string, std::string) override {
-    job.state = to;
-    return true;
-  }
-  bool Persist(const Job& job, std::optional<JobState>) override {
-    persisted.push_back(job.id);
-    return true;
-  }
-  void FinishJob(Job& job, JobState state, int, std::string) override { job.state = state; }
-  void RecordEvent(std::string, uint64_t, std::string, std::string) override {}
-  void Schedule() override { ++plans; }
-  void RequestSchedule() override { ++plans; }
-
-  std::vector<uint64_t> persisted;
-  int plans = 0;
-};
 
 // ShellJobs over a job table of its own and the fake launcher; the test
 // process itself stands for the process a client started.
@@ -63,7 +44,7 @@ class ShellJobsTest : public ::testing::Test {
 
   JobTable table_;
   FakeLauncher launcher_;
-  CountingTransitions transitions_;
+  FakeTransitions transitions_;
   int watches_ = 0;
   ShellJobs shells_;
 };
@@ -101,7 +82,7 @@ TEST_F(ShellJobsTest, ASecondAttachIsRefused) {
   Placed(1, getuid());
   ASSERT_TRUE(shells_.Attach(CallerOf(getuid(), /*admin=*/true), 1, getpid()).ok());
   EXPECT_EQ(table_.jobs()[1].pid, getpid());
-  EXPECT_EQ(transitions_.persisted, std::vector<uint64_t>{1});
+  EXPECT_EQ(transitions_.PersistedIds(), std::vector<uint64_t>{1});
   core::Status again = shells_.Attach(CallerOf(getuid(), /*admin=*/true), 1, getpid());
   EXPECT_EQ(again.code(), core::StatusCode::kFailedPrecondition);
   EXPECT_NE(again.message().find("is not waiting for its client to start it"), std::string::npos);
@@ -114,7 +95,7 @@ TEST_F(ShellJobsTest, AReportedExitOfAJobThatEndedIsOk) {
   job.state = JobState::kExited;
   EXPECT_TRUE(shells_.ReportExit(CallerOf(1000), 1, 3).ok());
   EXPECT_EQ(watches_, 0);
-  EXPECT_EQ(transitions_.plans, 0);
+  EXPECT_EQ(transitions_.plans(), 0);
   EXPECT_EQ(shells_.ReportExit(CallerOf(1000), 9, 3).code(), core::StatusCode::kNotFound);
 }
 
@@ -124,7 +105,7 @@ TEST_F(ShellJobsTest, AReportedExitEndsTheJobThroughTheWatchAndPlansTheQueue) {
   ASSERT_TRUE(shells_.ReportExit(CallerOf(1000), 1, 3).ok());
   EXPECT_EQ(table_.live()[1].reported_exit, 3);
   EXPECT_EQ(watches_, 1);
-  EXPECT_EQ(transitions_.plans, 1);
+  EXPECT_EQ(transitions_.plans(), 1);
   Placed(2, 1000, core::JobMode::kSubmit);
   EXPECT_EQ(shells_.ReportExit(CallerOf(1000), 2, 0).code(), core::StatusCode::kFailedPrecondition);
 }
