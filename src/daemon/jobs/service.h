@@ -58,6 +58,7 @@
 #include "daemon/quotas/quota_keeper.h"
 #include "daemon/ranking/queue_ranker.h"
 #include "daemon/reads/job_reads.h"
+#include "daemon/recovery/recovery.h"
 #include "daemon/requests/caller.h"
 #include "daemon/requests/job_query.h"
 #include "daemon/requests/job_specs.h"
@@ -244,9 +245,6 @@ class Service : public JobTransitions {
   // What the job table keeps of a running or suspended job (table/job_table.h).
   using Live = LiveState;
 
-  // Creates the state directory 0711 and jobs/ 0700, and fixes the modes an
-  // older install left (state dir, job dirs, ledger files).
-  core::Status SecureStateDir();
   // Persists a change of `job` from state `from`; degrades on failure.
   bool Persist(const core::Job& job, std::optional<core::JobState> from) override;
   // The one place a job's state changes (docs/DAEMON.md, "Events"):
@@ -258,15 +256,6 @@ class Service : public JobTransitions {
   // has a pid. False also when the ledger write failed (degraded; retried).
   bool ChangeState(core::Job& job, core::JobState to, std::string kind,
                    std::string message) override;
-  // Crash-safe launching: a job launched before it is recorded would run
-  // twice after a crash. A job about to be launched is first
-  // recorded as running in its slice with no pid (its launch intent); its
-  // pid follows once known. A restart that finds such a job looks for its
-  // processes instead of starting it again: adopted when found, ended when
-  // its supervisor left an exit status, queued again only when it left no
-  // trace at all (no log file: the launch never began), failed otherwise.
-  // Returns false when the job was ended.
-  bool ResolveInterruptedLaunch(core::Job& job);
   // Puts a job whose launch intent could not be recorded back in the queue.
   // A job placed but not started: its slice removed, its allocation and
   // start forgotten (the capacity it took is the caller's to release).
@@ -284,7 +273,6 @@ class Service : public JobTransitions {
   void StartJob(core::Job& job);
   void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason) override;
   void WatchRunning();
-  void Recover(std::vector<core::Job> live);
   void Enqueue(const core::Job& job);
 
   // A preempted restartable job goes back to the queue.
@@ -403,6 +391,9 @@ class Service : public JobTransitions {
   LiveChanges live_;
   // Shell jobs' attach and exit report (shell/shell_jobs.h).
   ShellJobs shells_;
+  // The state directory's modes, and the jobs the ledger recorded taken
+  // back at start: the crash-safe launch rules (recovery/recovery.h).
+  Recovery recovery_;
 };
 
 }  // namespace gpuslice::daemon

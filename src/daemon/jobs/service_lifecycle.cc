@@ -276,7 +276,7 @@ void Service::StartJob(Job& job) {
     // Crash safety (a job launched before it is recorded would run twice): the
     // launch intent (running, its slice, no pid yet) is durable before any
     // process exists, so a restart looks for the job's processes instead of
-    // starting it again (Service::ResolveInterruptedLaunch). Its "started"
+    // starting it again (recovery/recovery.h). Its "started"
     // event follows the launch, with its pid.
     if (!ChangeState(job, JobState::kRunning, /*kind=*/"", "")) {
       UndoStart(job);

@@ -557,7 +557,23 @@ Service::Service(ServiceOptions options, Clock& clock, Inventory& inventory, Lau
                                     int64_t now_ms) { defrag_.MoveFailed(id, now_ms); },
           }),
       shells_(table_, launcher_, *this,
-              ShellJobs::Hooks{.watch_running = [this] { WatchRunning(); }}) {}
+              ShellJobs::Hooks{.watch_running = [this] { WatchRunning(); }}),
+      recovery_(
+          Recovery::Options{.state_dir = options_.state_dir,
+                            .history = options_.history,
+                            .keep_ended_ms = kKeepEndedMs,
+                            .find_job_groups = options_.find_job_groups},
+          Recovery::Hooks{
+              .capacity = [this]() -> NodeCapacity& { return *capacity_; },
+              .forget_start = [this](Job& job) { ForgetStart(job); },
+              .enqueue = [this](const Job& job) { Enqueue(job); },
+              .rewait = [this](const Job& job) { return dependencies_.Rewait(job); },
+              .hold = [this](uint64_t id) { holds_.Hold(id); },
+              .recover_suspension = [this](Job& job) { suspender_.Recover(job); },
+              .outside_pool_text = [this](const Job& job) { return reads_.OutsidePoolText(job); },
+              .job_dir = [this](uint64_t id) { return setup_.JobDir(id); },
+          },
+          table_, *this, launcher_, regions_, clock_) {}
 
 Service::~Service() = default;
 
