@@ -14,6 +14,7 @@
 
 #include "daemon/launch/launcher_fake.h"
 #include "daemon/node/inventory.h"
+#include "daemon/table/job_transitions_fake.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -24,41 +25,6 @@ using core::JobState;
 // A pid far above any a test machine hands out: the interrupted launch's
 // process group, when the test says its processes are found.
 constexpr int64_t kGroup = 3'900'000;
-
-struct Event {
-  std::string kind;
-  uint64_t job_id = 0;
-  std::string message;
-};
-
-// What Service does for Recovery, recorded: state changes, writes, ends and
-// events, with no ledger behind them.
-class FakeTransitions : public JobTransitions {
- public:
-  bool ChangeState(Job& job, JobState to, std::string kind, std::string message) override {
-    job.state = to;
-    if (!kind.empty()) events.push_back({std::move(kind), job.id, std::move(message)});
-    return true;
-  }
-  bool Persist(const Job& job, std::optional<JobState>) override {
-    persisted.push_back(job.id);
-    return true;
-  }
-  void FinishJob(Job& job, JobState state, int exit_code, std::string reason) override {
-    job.state = state;
-    job.exit_code = exit_code;
-    job.reason = reason;
-    events.push_back({"finished", job.id, std::move(reason)});
-  }
-  void RecordEvent(std::string kind, uint64_t job_id, std::string, std::string message) override {
-    events.push_back({std::move(kind), job_id, std::move(message)});
-  }
-  void Schedule() override {}
-  void RequestSchedule() override {}
-
-  std::vector<Event> events;
-  std::vector<uint64_t> persisted;
-};
 
 // A Recovery over a job table of its own, two GPUs, a state directory in
 // /tmp and the fakes of the launcher and the slices: what Service gives it,
@@ -132,7 +98,7 @@ class RecoveryTest : public ::testing::Test {
   }
 
   bool HasEvent(const std::string& kind, uint64_t id) const {
-    for (const Event& e : transitions_.events) {
+    for (const FakeTransitions::Event& e : transitions_.events) {
       if (e.kind == kind && e.job_id == id) return true;
     }
     return false;
@@ -226,7 +192,7 @@ TEST_F(RecoveryTest, AnInterruptedLaunchWhoseProcessesAreFoundIsAdopted) {
   EXPECT_EQ(adopted.state, JobState::kRunning);
   EXPECT_EQ(adopted.pid, kGroup);
   EXPECT_TRUE(HasEvent("adopted", 3));
-  EXPECT_EQ(transitions_.persisted, std::vector<uint64_t>{3});
+  EXPECT_EQ(transitions_.PersistedIds(), std::vector<uint64_t>{3});
   EXPECT_EQ(table_.live().count(3), 1u);
   EXPECT_EQ(suspensions_, std::vector<uint64_t>{3});
   EXPECT_EQ(capacity_->AllocationOf(3)->gpu_uuids, std::vector<std::string>{"GPU-0"});

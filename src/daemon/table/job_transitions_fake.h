@@ -33,8 +33,11 @@ class FakeTransitions : public JobTransitions {
     persisted.push_back({job.id, from});
     return persist_ok;
   }
-  void FinishJob(core::Job& job, core::JobState state, int, std::string) override {
+  void FinishJob(core::Job& job, core::JobState state, int exit_code, std::string reason) override {
     job.state = state;
+    job.exit_code = exit_code;
+    job.reason = std::move(reason);
+    finished.push_back(job.id);
   }
   void RecordEvent(std::string kind, uint64_t job_id, std::string user,
                    std::string message) override {
@@ -61,6 +64,7 @@ class FakeTransitions : public JobTransitions {
   bool persist_ok = true;  // What Persist answers (false: a failed ledger write).
   std::vector<std::pair<uint64_t, std::optional<core::JobState>>> persisted;
   std::vector<Event> events;
+  std::vector<uint64_t> finished;  // The jobs ended, in order.
   int schedules = 0;
   int requested = 0;
 };
